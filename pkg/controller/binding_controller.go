@@ -1,0 +1,272 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/mutate"
+)
+
+// JobIDIndex indexes WorkerBindings by spec.jobID to find duplicate job ids.
+const JobIDIndex = "spec.jobID"
+
+// BindingReconciler creates and maintains the token Secret and WorkerBinding
+// of every bound TrainJob.
+type BindingReconciler struct {
+	// Client reads from the manager's cache (TrainJob metadata, WorkerBindings, trainer pods).
+	Client client.Client
+	// Secrets reads Secrets straight from the API server by name: token
+	// Secrets are never cached, so the control plane needs no list/watch on them.
+	Secrets client.Reader
+	Scheme  *runtime.Scheme
+	// CABundle returns the PEM the sidecar must trust to reach the binding server.
+	CABundle func() ([]byte, error)
+	Events   events.EventRecorder
+}
+
+// SetupWithManager registers the reconciler, its index and its watches.
+func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tetherv1.WorkerBinding{}, JobIDIndex,
+		func(o client.Object) []string { return []string{o.(*tetherv1.WorkerBinding).Spec.JobID} }); err != nil {
+		return err
+	}
+	trainJob := &metav1.PartialObjectMetadata{}
+	trainJob.SetGroupVersionKind(mutate.TrainJobGVK)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("workerbinding").
+		For(trainJob, builder.OnlyMetadata, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return jobconfig.IsBound(o.GetLabels())
+		}))).
+		Owns(&tetherv1.WorkerBinding{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(trainJobOfPod)).
+		Complete(r)
+}
+
+// trainJobOfPod maps a trainer pod to its TrainJob (= JobSet name).
+func trainJobOfPod(_ context.Context, o client.Object) []reconcile.Request {
+	pod, ok := o.(*corev1.Pod)
+	if !ok {
+		return nil
+	}
+	name, ok := mutate.IsTrainerPod(pod)
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: name}}}
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	tj := &metav1.PartialObjectMetadata{}
+	tj.SetGroupVersionKind(mutate.TrainJobGVK)
+	if err := r.Client.Get(ctx, req.NamespacedName, tj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !jobconfig.IsBound(tj.Labels) || tj.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	jobID, workerID := tj.Annotations[jobconfig.JobIDAnnotation], tj.Annotations[jobconfig.WorkerIDAnnotation]
+	if jobID == "" || workerID == "" {
+		r.warn(tj, "NotStamped", "TrainJob is labeled %s=%s but has no %s/%s annotations (Tether's TrainJob webhook did not see it); remove and re-add the label",
+			jobconfig.BindLabel, jobconfig.BindValue, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation)
+		return ctrl.Result{}, nil
+	}
+
+	wb := &tetherv1.WorkerBinding{}
+	err := r.Client.Get(ctx, req.NamespacedName, wb)
+	switch {
+	case apierrors.IsNotFound(err):
+		wb = nil
+	case err != nil:
+		return ctrl.Result{}, err
+	case !metav1.IsControlledBy(wb, tj):
+		// Left from an earlier TrainJob of the same name; garbage collection
+		// removes it, then we bind this one.
+		log.Info("waiting for a stale WorkerBinding to be garbage-collected", "uid", wb.UID)
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+
+	if wb == nil {
+		if other, err := r.jobIDOwner(ctx, jobID, tj); err != nil {
+			return ctrl.Result{}, err
+		} else if other != "" {
+			r.warn(tj, tetherv1.ReasonJobIDConflict, "job id %q is already bound by %s; set a unique %s on this TrainJob (it cannot change once set, so recreate it)",
+				jobID, other, jobconfig.JobIDAnnotation)
+			return ctrl.Result{RequeueAfter: time.Minute}, nil
+		}
+	}
+
+	ca, err := r.CABundle()
+	if err != nil || len(ca) == 0 {
+		log.Info("CA bundle not available yet; retrying", "error", err)
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	hash, reissued, err := r.ensureSecret(ctx, tj, ca, wb)
+	if err != nil {
+		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", mutate.TokenSecretName(tj.Name), err)
+		return ctrl.Result{}, err
+	}
+
+	if wb == nil {
+		wb = &tetherv1.WorkerBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: tj.Name, Namespace: tj.Namespace, Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
+			Spec: tetherv1.WorkerBindingSpec{TrainJobName: tj.Name, JobID: jobID, WorkerID: workerID,
+				TokenSecretName: mutate.TokenSecretName(tj.Name), TokenSHA256: hash},
+		}
+		if err := ctrl.SetControllerReference(tj, wb, r.Scheme); err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := r.Client.Create(ctx, wb); err != nil {
+			return ctrl.Result{}, client.IgnoreAlreadyExists(err)
+		}
+		r.normal(tj, "Bound", "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
+	} else if wb.Spec.TokenSHA256 != hash {
+		wb.Spec.TokenSHA256 = hash
+		if err := r.Client.Update(ctx, wb); err != nil {
+			return ctrl.Result{}, err
+		}
+		if reissued {
+			r.warn(tj, "TokenReissued", "token Secret %s was missing or malformed and was issued anew; running sidecars must restart to pick it up", wb.Spec.TokenSecretName)
+		}
+	}
+	return ctrl.Result{}, r.updateStatus(ctx, tj, wb)
+}
+
+// jobIDOwner returns the namespace/name of another live binding that holds
+// jobID, or "" when none does.
+func (r *BindingReconciler) jobIDOwner(ctx context.Context, jobID string, tj *metav1.PartialObjectMetadata) (string, error) {
+	var list tetherv1.WorkerBindingList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{JobIDIndex: jobID}); err != nil {
+		return "", err
+	}
+	for _, b := range list.Items {
+		if b.DeletionTimestamp == nil && !(b.Namespace == tj.Namespace && b.Name == tj.Name) {
+			return b.Namespace + "/" + b.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// ensureSecret makes sure the TrainJob's token Secret exists, is ours, holds a
+// well-formed token and the current CA bundle. It returns the token's hash and
+// whether a new token had to be issued for an existing binding.
+func (r *BindingReconciler) ensureSecret(ctx context.Context, tj *metav1.PartialObjectMetadata, ca []byte, wb *tetherv1.WorkerBinding) (string, bool, error) {
+	key := types.NamespacedName{Namespace: tj.Namespace, Name: mutate.TokenSecretName(tj.Name)}
+	secret := &corev1.Secret{}
+	err := r.Secrets.Get(ctx, key, secret)
+	if apierrors.IsNotFound(err) {
+		token, err := NewToken()
+		if err != nil {
+			return "", false, err
+		}
+		secret = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
+			Type:       TokenSecretType,
+			Immutable:  ptr.To(false),
+			Data:       map[string][]byte{TokenKey: []byte(token), CABundleKey: ca},
+		}
+		if err := ctrl.SetControllerReference(tj, secret, r.Scheme); err != nil {
+			return "", false, err
+		}
+		if err := r.Client.Create(ctx, secret); err != nil {
+			return "", false, err
+		}
+		return HashToken(token), wb != nil, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	if !metav1.IsControlledBy(secret, tj) {
+		return "", false, fmt.Errorf("exists but is not owned by this TrainJob (uid %s); delete it so Tether can issue a token", tj.UID)
+	}
+	reissued := false
+	if !validToken(secret.Data[TokenKey]) {
+		token, err := NewToken()
+		if err != nil {
+			return "", false, err
+		}
+		secret.Data[TokenKey] = []byte(token)
+		reissued = true
+	}
+	if reissued || !bytes.Equal(secret.Data[CABundleKey], ca) {
+		if secret.Data == nil {
+			secret.Data = map[string][]byte{}
+		}
+		secret.Data[CABundleKey] = ca
+		if err := r.Client.Update(ctx, secret); err != nil {
+			return "", false, err
+		}
+	}
+	return HashToken(string(secret.Data[TokenKey])), reissued, nil
+}
+
+// updateStatus sets the phase and conditions the admission stage knows about:
+// the token is issued, and whether the job's trainer pods carry the sidecar.
+func (r *BindingReconciler) updateStatus(ctx context.Context, tj *metav1.PartialObjectMetadata, wb *tetherv1.WorkerBinding) error {
+	before := wb.Status.DeepCopy()
+	if wb.Status.Phase == "" {
+		wb.Status.Phase = tetherv1.PhasePending
+		wb.Status.Reason = tetherv1.ReasonTokenIssued
+		wb.Status.Message = "waiting for the sidecar to register"
+	}
+	wb.Status.ObservedGeneration = wb.Generation
+	meta.SetStatusCondition(&wb.Status.Conditions, metav1.Condition{Type: tetherv1.ConditionTokenIssued, Status: metav1.ConditionTrue,
+		Reason: tetherv1.ReasonTokenIssued, Message: "token Secret " + wb.Spec.TokenSecretName, ObservedGeneration: wb.Generation})
+
+	pods, err := r.trainerPods(ctx, tj)
+	if err != nil {
+		return err
+	}
+	cond := podsInjectedCondition(pods)
+	cond.ObservedGeneration = wb.Generation
+	prev := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionPodsInjected)
+	meta.SetStatusCondition(&wb.Status.Conditions, cond)
+	if cond.Reason == tetherv1.ReasonPodsNotInjected && (prev == nil || prev.Message != cond.Message) {
+		r.warn(tj, tetherv1.ReasonPodsNotInjected, "%s", cond.Message)
+	}
+	if equalStatus(before, &wb.Status) {
+		return nil
+	}
+	return r.Client.Status().Update(ctx, wb)
+}
+
+func (r *BindingReconciler) trainerPods(ctx context.Context, tj *metav1.PartialObjectMetadata) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	err := r.Client.List(ctx, &pods, client.InNamespace(tj.Namespace), client.MatchingLabels{
+		jobconfig.JobSetNameLabel: tj.Name, jobconfig.ReplicatedJobNameLabel: jobconfig.TrainerReplicatedJob,
+	})
+	return pods.Items, err
+}
+
+func (r *BindingReconciler) normal(tj *metav1.PartialObjectMetadata, reason, note string, args ...any) {
+	if r.Events != nil {
+		r.Events.Eventf(mutate.TrainJobRef(&tj.ObjectMeta), nil, corev1.EventTypeNormal, reason, "Bind", note, args...)
+	}
+}
+
+func (r *BindingReconciler) warn(tj *metav1.PartialObjectMetadata, reason, note string, args ...any) {
+	if r.Events != nil {
+		r.Events.Eventf(mutate.TrainJobRef(&tj.ObjectMeta), nil, corev1.EventTypeWarning, reason, "Bind", note, args...)
+	}
+}

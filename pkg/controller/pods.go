@@ -1,0 +1,53 @@
+package controller
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/mutate"
+)
+
+// podsInjectedCondition tells whether the job's bound trainer pod (node 0)
+// carries the sidecar. A pod that existed before the job was bound runs
+// without it; the binding says so and names the pods, never half-binds.
+func podsInjectedCondition(pods []corev1.Pod) metav1.Condition {
+	var missing, injected []string
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || !mutate.IsPrimaryNode(p) {
+			continue
+		}
+		if p.Annotations[jobconfig.PodStatusAnnotation] == "" {
+			missing = append(missing, p.Name)
+		} else {
+			injected = append(injected, p.Name)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(injected)
+	switch {
+	case len(missing) > 0:
+		return metav1.Condition{Type: tetherv1.ConditionPodsInjected, Status: metav1.ConditionFalse, Reason: tetherv1.ReasonPodsNotInjected,
+			Message: fmt.Sprintf("trainer pod(s) %s were created before the job was bound and run without the Tether sidecar; "+
+				"the job cannot be bound until they are recreated (delete them, or suspend and resume the TrainJob)", strings.Join(missing, ", "))}
+	case len(injected) > 0:
+		return metav1.Condition{Type: tetherv1.ConditionPodsInjected, Status: metav1.ConditionTrue, Reason: tetherv1.ReasonPodsInjected,
+			Message: "sidecar injected into " + strings.Join(injected, ", ")}
+	default:
+		return metav1.Condition{Type: tetherv1.ConditionPodsInjected, Status: metav1.ConditionUnknown, Reason: tetherv1.ReasonNoPods,
+			Message: "no running trainer pod yet"}
+	}
+}
+
+// equalStatus compares statuses ignoring condition transition times, which
+// SetStatusCondition keeps when a condition's status did not change.
+func equalStatus(a, b *tetherv1.WorkerBindingStatus) bool {
+	return equality.Semantic.DeepEqual(a, b)
+}

@@ -1,0 +1,112 @@
+package controlplane
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/tether-dev/tether/pkg/mutate"
+)
+
+// Certificate modes.
+const (
+	// CertModeSelfManaged: the control plane issues and rotates its own CA and
+	// serving certificate (cert-controller's rotator, as Kueue does) and
+	// patches the caBundle of its webhook configuration.
+	CertModeSelfManaged = "self-managed"
+	// CertModeExternal: certificates are mounted by someone else (cert-manager,
+	// or a test harness) and the caBundle is injected by them.
+	CertModeExternal = "external"
+)
+
+// Options configure the control plane. Their flag names are the contract in
+// docs/contract.md; manifests/ sets them.
+type Options struct {
+	Namespace     string
+	CertMode      string
+	CertDir       string
+	CertSecret    string
+	ServiceName   string
+	WebhookConfig string
+	WebhookHost   string
+	WebhookPort   int
+	// CABundleFile is the PEM that token Secrets carry for the sidecar;
+	// default <cert-dir>/ca.crt.
+	CABundleFile string
+
+	MetricsAddr string
+	HealthAddr  string
+	LeaderElect bool
+
+	SidecarImage string
+	ServerURL    string
+}
+
+// DefaultOptions are the values of the flags when none is given.
+func DefaultOptions() Options {
+	return Options{
+		Namespace:     envOr("POD_NAMESPACE", "tether-system"),
+		CertMode:      CertModeSelfManaged,
+		CertDir:       "/etc/tether/certs",
+		CertSecret:    "tether-control-plane-cert",
+		ServiceName:   "tether-control-plane",
+		WebhookConfig: "tether-webhook",
+		WebhookPort:   9443,
+		MetricsAddr:   ":8080",
+		HealthAddr:    ":8081",
+		SidecarImage:  "ghcr.io/tether-dev/tether-sidecar:v0.1.0",
+		ServerURL:     "https://tether-control-plane.tether-system.svc:8443",
+	}
+}
+
+// BindFlags registers the options as flags on fs.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace the control plane runs in (default: $POD_NAMESPACE)")
+	fs.StringVar(&o.CertMode, "cert-mode", o.CertMode, "serving certificate mode: self-managed (rotate our own CA, patch caBundle) or external (mounted, e.g. by cert-manager)")
+	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir, "directory with tls.crt, tls.key and ca.crt")
+	fs.StringVar(&o.CertSecret, "cert-secret", o.CertSecret, "Secret (in --namespace) holding the serving certificate in self-managed mode")
+	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName, "Service fronting the webhook and binding server; the certificate's DNS names derive from it")
+	fs.StringVar(&o.WebhookConfig, "webhook-config", o.WebhookConfig, "MutatingWebhookConfiguration whose caBundle is patched in self-managed mode")
+	fs.StringVar(&o.WebhookHost, "webhook-host", o.WebhookHost, "address the webhook server binds (empty: all interfaces)")
+	fs.IntVar(&o.WebhookPort, "webhook-port", o.WebhookPort, "HTTPS port of the admission webhooks")
+	fs.StringVar(&o.CABundleFile, "ca-bundle-file", o.CABundleFile, "PEM CA bundle put into token Secrets for the sidecar (default <cert-dir>/ca.crt)")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address of the Prometheus /metrics endpoint ('0' disables)")
+	fs.StringVar(&o.HealthAddr, "health-probe-bind-address", o.HealthAddr, "address of /healthz and /readyz")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect one replica to run the controller (webhooks are served by every replica)")
+	fs.StringVar(&o.SidecarImage, "sidecar-image", o.SidecarImage, "image of the injected sidecar (a TrainJob may override it with tether.dev/sidecar-image)")
+	fs.StringVar(&o.ServerURL, "binding-server-url", o.ServerURL, "URL the sidecar uses to reach the binding server")
+}
+
+// Validate reports the first option that cannot work, naming the flag.
+func (o *Options) Validate() error {
+	switch {
+	case o.CertMode != CertModeSelfManaged && o.CertMode != CertModeExternal:
+		return fmt.Errorf("--cert-mode=%q: must be %q or %q", o.CertMode, CertModeSelfManaged, CertModeExternal)
+	case o.Namespace == "":
+		return fmt.Errorf("--namespace is empty and $POD_NAMESPACE is not set")
+	case o.SidecarImage == "":
+		return fmt.Errorf("--sidecar-image is required")
+	case o.ServerURL == "":
+		return fmt.Errorf("--binding-server-url is required")
+	}
+	return nil
+}
+
+func (o *Options) caBundleFile() string {
+	if o.CABundleFile != "" {
+		return o.CABundleFile
+	}
+	return filepath.Join(o.CertDir, "ca.crt")
+}
+
+func (o *Options) sidecarConfig() mutate.SidecarConfig {
+	return mutate.SidecarConfig{Image: o.SidecarImage, ServerURL: o.ServerURL, Resources: mutate.DefaultSidecarResources()}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

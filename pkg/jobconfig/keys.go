@@ -1,0 +1,48 @@
+package jobconfig
+
+// Label and annotation keys. Everything Tether reads or writes on user objects
+// lives under the tether.dev/ prefix.
+const (
+	// BindLabel is the one label a platform team adds to a TrainJob.
+	BindLabel = "tether.dev/bind"
+	// BindValue is the only value of BindLabel that binds.
+	BindValue = "true"
+
+	// JobIDAnnotation is the job's identity: kept when the user sets it, else generated.
+	JobIDAnnotation = "tether.dev/job-id"
+	// WorkerIDAnnotation is the bound worker's identity, generated once.
+	WorkerIDAnnotation = "tether.dev/worker-id"
+
+	// ArtifactPathAnnotation is the artifact directory in the trainer container.
+	ArtifactPathAnnotation = "tether.dev/artifact-path"
+	// IncludeAnnotation and ExcludeAnnotation are comma-separated globs,
+	// relative to the artifact directory.
+	IncludeAnnotation = "tether.dev/include"
+	ExcludeAnnotation = "tether.dev/exclude"
+	// HeartbeatIntervalAnnotation is how often the sidecar heartbeats.
+	HeartbeatIntervalAnnotation = "tether.dev/heartbeat-interval"
+	// TrainerContainerAnnotation names the trainer container in the pod.
+	TrainerContainerAnnotation = "tether.dev/trainer-container"
+	// SidecarImageAnnotation overrides the control plane's sidecar image for one job.
+	SidecarImageAnnotation = "tether.dev/sidecar-image"
+
+	// PodStatusAnnotation records what the pod webhook injected; its presence
+	// makes re-invocation a no-op.
+	PodStatusAnnotation = "tether.dev/status"
+)
+
+// Labels that Trainer (through JobSet and Job) puts on the pods it creates.
+const (
+	JobSetNameLabel        = "jobset.sigs.k8s.io/jobset-name"
+	ReplicatedJobNameLabel = "jobset.sigs.k8s.io/replicatedjob-name"
+	JobIndexLabel          = "jobset.sigs.k8s.io/job-index"
+	CompletionIndexLabel   = "batch.kubernetes.io/job-completion-index"
+	// TrainerReplicatedJob is the replicated job that runs the trainer in
+	// every Trainer v2 runtime; the initializers and launcher are others.
+	TrainerReplicatedJob = "node"
+)
+
+// IsBound reports whether labels carry the bind label with its binding value.
+func IsBound(labels map[string]string) bool {
+	return labels[BindLabel] == BindValue
+}

@@ -1,0 +1,169 @@
+package jobconfig
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/bmatcuk/doublestar/v4"
+	"github.com/distribution/reference"
+)
+
+// Defaults for settings a TrainJob does not set.
+const (
+	DefaultArtifactPath      = "/workspace/artifacts"
+	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultTrainerContainer  = "node"
+
+	MinHeartbeatInterval = time.Second
+	MaxHeartbeatInterval = 5 * time.Minute
+)
+
+// Settings are a bound job's per-job settings, parsed and defaulted.
+type Settings struct {
+	ArtifactPath      string
+	Include           []string
+	Exclude           []string
+	HeartbeatInterval time.Duration
+	TrainerContainer  string
+	// SidecarImage is empty unless the TrainJob overrides the control plane's image.
+	SidecarImage string
+}
+
+// InvalidAnnotationError says which annotation is wrong, what it holds and what
+// a good value looks like; admission denials quote it verbatim.
+type InvalidAnnotationError struct {
+	Key, Value, Problem, Example string
+}
+
+func (e *InvalidAnnotationError) Error() string {
+	return fmt.Sprintf("annotation %s=%q is invalid: %s (example: %s: %q)", e.Key, e.Value, e.Problem, e.Key, e.Example)
+}
+
+// idPattern is what a job or worker id may look like: it becomes an object-key
+// prefix and a metric label, so it stays a short, path-safe token.
+var idPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+
+// dnsLabel is the shape of a container name.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// ValidateID checks a job or worker id found under key.
+func ValidateID(key, value string) error {
+	if !idPattern.MatchString(value) {
+		return &InvalidAnnotationError{Key: key, Value: value,
+			Problem: "must be 1-63 lowercase letters, digits, '.', '_' or '-', starting and ending with a letter or digit",
+			Example: "llama-finetune-0042"}
+	}
+	return nil
+}
+
+// Parse reads and validates the settings annotations. It reports every invalid
+// annotation, not just the first, so one round trip fixes them all.
+func Parse(annotations map[string]string) (Settings, error) {
+	s := Settings{
+		ArtifactPath:      DefaultArtifactPath,
+		HeartbeatInterval: DefaultHeartbeatInterval,
+		TrainerContainer:  DefaultTrainerContainer,
+	}
+	var errs []error
+	if v, ok := annotations[ArtifactPathAnnotation]; ok {
+		if err := validateArtifactPath(v); err != nil {
+			errs = append(errs, err)
+		} else {
+			s.ArtifactPath = v
+		}
+	}
+	var err error
+	if s.Include, err = parseGlobs(IncludeAnnotation, annotations); err != nil {
+		errs = append(errs, err)
+	}
+	if s.Exclude, err = parseGlobs(ExcludeAnnotation, annotations); err != nil {
+		errs = append(errs, err)
+	}
+	if v, ok := annotations[HeartbeatIntervalAnnotation]; ok {
+		d, perr := time.ParseDuration(v)
+		switch {
+		case perr != nil:
+			errs = append(errs, &InvalidAnnotationError{Key: HeartbeatIntervalAnnotation, Value: v,
+				Problem: "not a duration", Example: "10s"})
+		case d < MinHeartbeatInterval || d > MaxHeartbeatInterval:
+			errs = append(errs, &InvalidAnnotationError{Key: HeartbeatIntervalAnnotation, Value: v,
+				Problem: fmt.Sprintf("must be between %s and %s", MinHeartbeatInterval, MaxHeartbeatInterval), Example: "10s"})
+		default:
+			s.HeartbeatInterval = d
+		}
+	}
+	if v, ok := annotations[TrainerContainerAnnotation]; ok {
+		if !dnsLabel.MatchString(v) {
+			errs = append(errs, &InvalidAnnotationError{Key: TrainerContainerAnnotation, Value: v,
+				Problem: "must be a container name (a DNS label)", Example: "node"})
+		} else {
+			s.TrainerContainer = v
+		}
+	}
+	if v, ok := annotations[SidecarImageAnnotation]; ok {
+		if _, perr := reference.ParseNormalizedNamed(v); perr != nil {
+			errs = append(errs, &InvalidAnnotationError{Key: SidecarImageAnnotation, Value: v,
+				Problem: "not an image reference: " + perr.Error(), Example: "ghcr.io/tether-dev/tether-sidecar:v0.1.0"})
+		} else {
+			s.SidecarImage = v
+		}
+	}
+	for _, key := range []string{JobIDAnnotation, WorkerIDAnnotation} {
+		if v, ok := annotations[key]; ok {
+			if err := ValidateID(key, v); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return s, errors.Join(errs...)
+}
+
+// reservedPrefix is where the sidecar keeps its own mounts; an artifact path
+// there would collide with them.
+const reservedPrefix = "/var/run/tether"
+
+func validateArtifactPath(v string) error {
+	bad := func(problem string) error {
+		return &InvalidAnnotationError{Key: ArtifactPathAnnotation, Value: v, Problem: problem, Example: DefaultArtifactPath}
+	}
+	switch {
+	case !strings.HasPrefix(v, "/"):
+		return bad("must be an absolute path")
+	case path.Clean(v) != v:
+		return bad("must be a clean path (no '..', '.', '//' or trailing '/')")
+	case v == "/":
+		return bad("must not be the root directory")
+	case len(v) > 1024:
+		return bad("must be at most 1024 characters")
+	case strings.ContainsAny(v, ":,\x00"):
+		return bad("must not contain ':', ',' or NUL")
+	case v == reservedPrefix || strings.HasPrefix(v, reservedPrefix+"/"):
+		return bad("must not be under " + reservedPrefix + ", which the sidecar reserves")
+	}
+	return nil
+}
+
+func parseGlobs(key string, annotations map[string]string) ([]string, error) {
+	v, ok := annotations[key]
+	if !ok {
+		return nil, nil
+	}
+	var globs []string
+	for _, g := range strings.Split(v, ",") {
+		g = strings.TrimSpace(g)
+		switch {
+		case g == "":
+			return nil, &InvalidAnnotationError{Key: key, Value: v, Problem: "empty glob in the list", Example: "checkpoints/**,*.safetensors"}
+		case strings.HasPrefix(g, "/"):
+			return nil, &InvalidAnnotationError{Key: key, Value: v, Problem: fmt.Sprintf("glob %q must be relative to the artifact path", g), Example: "checkpoints/**,*.safetensors"}
+		case !doublestar.ValidatePattern(g):
+			return nil, &InvalidAnnotationError{Key: key, Value: v, Problem: fmt.Sprintf("glob %q is malformed", g), Example: "checkpoints/**,*.safetensors"}
+		}
+		globs = append(globs, g)
+	}
+	return globs, nil
+}

@@ -1,0 +1,24 @@
+package mutate
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Admission latency is already published per webhook path by controller-runtime
+// (controller_runtime_webhook_latency_seconds); these count decisions.
+var (
+	podAdmissions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tether_pod_admissions_total",
+		Help: "Trainer pods seen by the pod webhook, by outcome (injected, skipped, denied) and reason.",
+	}, []string{"outcome", "reason"})
+
+	trainJobAdmissions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tether_trainjob_admissions_total",
+		Help: "TrainJobs seen by the TrainJob webhook, by outcome (stamped, unchanged, denied).",
+	}, []string{"outcome"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(podAdmissions, trainJobAdmissions)
+}

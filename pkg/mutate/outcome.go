@@ -1,0 +1,57 @@
+package mutate
+
+// Outcome is what the pod webhook did with a pod.
+type Outcome string
+
+const (
+	OutcomeInjected Outcome = "injected"
+	OutcomeSkipped  Outcome = "skipped"
+	OutcomeDenied   Outcome = "denied"
+)
+
+// Reason says why. Skip and deny reasons are bounded enums: they are metric
+// label values and Event reasons.
+type Reason string
+
+const (
+	ReasonInjected Reason = "Injected"
+
+	// Skips: the pod is admitted unchanged.
+	SkipNotTrainerPod   Reason = "NotTrainerPod"   // not the trainer replicated job
+	SkipNoTrainJob      Reason = "NoTrainJob"      // its JobSet has no TrainJob of the same name
+	SkipNotBound        Reason = "NotBound"        // the TrainJob is not labeled for binding
+	SkipAlreadyInjected Reason = "AlreadyInjected" // re-invocation or a copied spec
+	SkipNotPrimaryNode  Reason = "NotPrimaryNode"  // node rank > 0: only node 0 is bound
+
+	// Denials: a bound job's pod would run without its sidecar.
+	DenyMissingIdentity     Reason = "MissingIdentity"
+	DenyInvalidSettings     Reason = "InvalidSettings"
+	DenyNoTrainerContainer  Reason = "NoTrainerContainer"
+	DenyArtifactMount       Reason = "ArtifactMountConflict"
+	DenyNameConflict        Reason = "NameConflict"
+	DenyTrainJobLookup      Reason = "TrainJobLookupFailed"
+	DenyUndecodable         Reason = "Undecodable"
+)
+
+// Decision is the injector's verdict on one pod.
+type Decision struct {
+	Outcome Outcome
+	Reason  Reason
+	// Message explains a skip or denial to a person; for denials it is the
+	// admission response's message.
+	Message string
+	// Warnings are returned to the API client and recorded as Events.
+	Warnings []string
+}
+
+func injected(warnings []string) Decision {
+	return Decision{Outcome: OutcomeInjected, Reason: ReasonInjected, Warnings: warnings}
+}
+
+func skipped(r Reason, msg string) Decision {
+	return Decision{Outcome: OutcomeSkipped, Reason: r, Message: msg}
+}
+
+func denied(r Reason, msg string) Decision {
+	return Decision{Outcome: OutcomeDenied, Reason: r, Message: msg}
+}

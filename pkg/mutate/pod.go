@@ -1,0 +1,205 @@
+package mutate
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+// PodInjector decides whether and how a trainer pod gets the sidecar.
+type PodInjector struct {
+	Sidecar SidecarConfig
+}
+
+// IsTrainerPod reports whether pod belongs to a JobSet's trainer replicated job,
+// and returns the JobSet (= TrainJob) name.
+func IsTrainerPod(pod *corev1.Pod) (trainJob string, ok bool) {
+	name := pod.Labels[jobconfig.JobSetNameLabel]
+	return name, name != "" && pod.Labels[jobconfig.ReplicatedJobNameLabel] == jobconfig.TrainerReplicatedJob
+}
+
+// IsPrimaryNode reports whether pod is node rank 0: the first Job of the
+// replicated job and completion index 0 of that indexed Job. Only node 0 is
+// bound; see docs/platform.md.
+func IsPrimaryNode(pod *corev1.Pod) bool {
+	zeroOrUnset := func(v string) bool { return v == "" || v == "0" }
+	idx := pod.Labels[jobconfig.CompletionIndexLabel]
+	if idx == "" {
+		idx = pod.Annotations[jobconfig.CompletionIndexLabel]
+	}
+	return zeroOrUnset(pod.Labels[jobconfig.JobIndexLabel]) && zeroOrUnset(idx)
+}
+
+// Inject decides about pod, whose TrainJob is trainJob (nil when none exists),
+// and on OutcomeInjected has changed pod in place. On any other outcome pod is
+// untouched.
+func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decision {
+	name, ok := IsTrainerPod(pod)
+	switch {
+	case !ok:
+		return skipped(SkipNotTrainerPod, "not a pod of a JobSet's trainer replicated job")
+	case trainJob == nil || trainJob.Name != name:
+		return skipped(SkipNoTrainJob, fmt.Sprintf("no TrainJob named %q", name))
+	case !jobconfig.IsBound(trainJob.Labels):
+		return skipped(SkipNotBound, "TrainJob is not labeled "+jobconfig.BindLabel+"="+jobconfig.BindValue)
+	case pod.Annotations[jobconfig.PodStatusAnnotation] != "":
+		return skipped(SkipAlreadyInjected, "pod already carries "+jobconfig.PodStatusAnnotation)
+	case !IsPrimaryNode(pod):
+		return skipped(SkipNotPrimaryNode, "only node 0 of a multi-node TrainJob is bound")
+	}
+
+	jobID, workerID := trainJob.Annotations[jobconfig.JobIDAnnotation], trainJob.Annotations[jobconfig.WorkerIDAnnotation]
+	if jobID == "" || workerID == "" {
+		return denied(DenyMissingIdentity, fmt.Sprintf("TrainJob %s is labeled %s=%s but has no %s/%s annotations: "+
+			"it was bound while Tether's TrainJob webhook was not called; remove and re-add the label to stamp it, then recreate the pods",
+			name, jobconfig.BindLabel, jobconfig.BindValue, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation))
+	}
+	settings, err := jobconfig.Parse(trainJob.Annotations)
+	if err != nil {
+		return denied(DenyInvalidSettings, fmt.Sprintf("TrainJob %s: %v", name, err))
+	}
+	trainer := findContainer(pod.Spec.Containers, settings.TrainerContainer)
+	if trainer == nil {
+		return denied(DenyNoTrainerContainer, fmt.Sprintf("pod has no container %q to bind (containers: %s); "+
+			"set annotation %s on TrainJob %s to the trainer's container name",
+			settings.TrainerContainer, containerNames(pod.Spec.Containers), jobconfig.TrainerContainerAnnotation, name))
+	}
+	if d, conflict := nameConflicts(pod); conflict {
+		return d
+	}
+
+	artifactMount, reused, d, ok := i.artifactMount(pod, trainer, settings.ArtifactPath)
+	if !ok {
+		return d
+	}
+
+	image := i.Sidecar.Image
+	if settings.SidecarImage != "" {
+		image = settings.SidecarImage
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, tokenVolume(name))
+	pod.Spec.InitContainers = append(pod.Spec.InitContainers, renderSidecar(sidecarInput{
+		image: image, serverURL: i.Sidecar.ServerURL, trainJob: name, jobID: jobID, workerID: workerID,
+		heartbeat:     settings.HeartbeatInterval.String(),
+		include:       strings.Join(settings.Include, ","),
+		exclude:       strings.Join(settings.Exclude, ","),
+		artifactMount: artifactMount,
+		resources:     i.Sidecar.Resources,
+	}))
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[jobconfig.PodStatusAnnotation] = InjectionStatus{
+		Version: StatusVersion, JobID: jobID, WorkerID: workerID, Sidecar: SidecarName,
+		ArtifactVolume: artifactMount.Name, Reused: reused,
+	}.String()
+
+	var warnings []string
+	if pod.Spec.HostNetwork && pod.Spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		warnings = append(warnings, fmt.Sprintf("pod uses hostNetwork with dnsPolicy %q: the sidecar cannot resolve "+
+			"cluster Service names unless dnsPolicy is ClusterFirstWithHostNet", dnsPolicyOrDefault(pod.Spec.DNSPolicy)))
+	}
+	return injected(warnings)
+}
+
+// artifactMount finds or adds the volume behind the artifact path. It returns
+// the mount the sidecar should use (name, subPath) and whether the trainer's
+// own volume was reused.
+func (i PodInjector) artifactMount(pod *corev1.Pod, trainer *corev1.Container, artifactPath string) (corev1.VolumeMount, bool, Decision, bool) {
+	var parent *corev1.VolumeMount
+	for k := range trainer.VolumeMounts {
+		m := &trainer.VolumeMounts[k]
+		mp := path.Clean(m.MountPath)
+		if mp == artifactPath || strings.HasPrefix(artifactPath, strings.TrimSuffix(mp, "/")+"/") {
+			if parent == nil || len(mp) > len(path.Clean(parent.MountPath)) {
+				parent = m
+			}
+		}
+	}
+	if parent == nil {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: ArtifactVolumeName,
+			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		trainer.VolumeMounts = append(trainer.VolumeMounts, corev1.VolumeMount{Name: ArtifactVolumeName, MountPath: artifactPath})
+		return corev1.VolumeMount{Name: ArtifactVolumeName}, false, Decision{}, true
+	}
+
+	vol := findVolume(pod.Spec.Volumes, parent.Name)
+	fail := func(problem string) (corev1.VolumeMount, bool, Decision, bool) {
+		return corev1.VolumeMount{}, false, denied(DenyArtifactMount, fmt.Sprintf("artifact path %s is inside the trainer's mount of volume %q at %s, which %s; "+
+			"mount a writable volume (emptyDir or PersistentVolumeClaim) at %s, or point annotation %s elsewhere",
+			artifactPath, parent.Name, parent.MountPath, problem, artifactPath, jobconfig.ArtifactPathAnnotation)), false
+	}
+	switch {
+	case vol == nil:
+		return fail("is not a volume of the pod")
+	case vol.ConfigMap != nil || vol.Secret != nil || vol.DownwardAPI != nil || vol.Projected != nil || vol.Image != nil:
+		return fail("is a read-only volume type")
+	case parent.SubPathExpr != "":
+		// The expression expands with the trainer's environment, which the
+		// sidecar does not share.
+		return fail("uses subPathExpr")
+	}
+	rel := strings.TrimPrefix(strings.TrimPrefix(artifactPath, path.Clean(parent.MountPath)), "/")
+	sub := parent.SubPath
+	if rel != "" {
+		sub = path.Join(sub, rel)
+	}
+	return corev1.VolumeMount{Name: parent.Name, SubPath: sub}, true, Decision{}, true
+}
+
+// nameConflicts denies a pod that already uses one of the names the webhook
+// adds, without carrying the status annotation: injecting would clash.
+func nameConflicts(pod *corev1.Pod) (Decision, bool) {
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		if c.Name == SidecarName {
+			return denied(DenyNameConflict, fmt.Sprintf("pod already has a container named %q but no %s annotation; "+
+				"rename that container", SidecarName, jobconfig.PodStatusAnnotation)), true
+		}
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == TokenVolumeName || v.Name == ArtifactVolumeName {
+			return denied(DenyNameConflict, fmt.Sprintf("pod already has a volume named %q, which Tether reserves; rename that volume", v.Name)), true
+		}
+	}
+	return Decision{}, false
+}
+
+func findContainer(cs []corev1.Container, name string) *corev1.Container {
+	for k := range cs {
+		if cs[k].Name == name {
+			return &cs[k]
+		}
+	}
+	return nil
+}
+
+func findVolume(vs []corev1.Volume, name string) *corev1.Volume {
+	for k := range vs {
+		if vs[k].Name == name {
+			return &vs[k]
+		}
+	}
+	return nil
+}
+
+func containerNames(cs []corev1.Container) string {
+	names := make([]string, 0, len(cs))
+	for _, c := range cs {
+		names = append(names, c.Name)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+func dnsPolicyOrDefault(p corev1.DNSPolicy) corev1.DNSPolicy {
+	if p == "" {
+		return corev1.DNSClusterFirst
+	}
+	return p
+}

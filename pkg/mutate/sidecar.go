@@ -1,0 +1,170 @@
+package mutate
+
+import (
+	"encoding/json"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+)
+
+// Names of what the pod webhook adds. They are fixed so that a second
+// injection can recognise the first.
+const (
+	SidecarName        = "tether-sidecar"
+	TokenVolumeName    = "tether-token"
+	ArtifactVolumeName = "tether-artifacts"
+
+	// Paths inside the sidecar. The artifact directory is mounted read-only:
+	// the sidecar must never change what the trainer wrote.
+	SidecarTokenDir    = "/var/run/tether/token"
+	SidecarArtifactDir = "/var/run/tether/artifacts"
+
+	// SidecarUID is distroless' nonroot user.
+	SidecarUID = 65532
+)
+
+// Environment variables the sidecar reads; cmd/sidecar documents them.
+const (
+	EnvJobID             = "TETHER_JOB_ID"
+	EnvWorkerID          = "TETHER_WORKER_ID"
+	EnvTrainJob          = "TETHER_TRAINJOB"
+	EnvServerURL         = "TETHER_SERVER_URL"
+	EnvTokenFile         = "TETHER_TOKEN_FILE"
+	EnvCAFile            = "TETHER_CA_FILE"
+	EnvArtifactDir       = "TETHER_ARTIFACT_DIR"
+	EnvHeartbeatInterval = "TETHER_HEARTBEAT_INTERVAL"
+	EnvInclude           = "TETHER_INCLUDE"
+	EnvExclude           = "TETHER_EXCLUDE"
+	EnvPodName           = "TETHER_POD_NAME"
+	EnvPodNamespace      = "TETHER_POD_NAMESPACE"
+	EnvPodUID            = "TETHER_POD_UID"
+	EnvNodeName          = "TETHER_NODE_NAME"
+)
+
+// TokenSecretName is the Secret the controller creates for a bound TrainJob.
+func TokenSecretName(trainJob string) string { return trainJob + "-tether-token" }
+
+// SidecarConfig is what the control plane decides about every sidecar.
+type SidecarConfig struct {
+	Image     string
+	ServerURL string
+	Resources corev1.ResourceRequirements
+}
+
+// DefaultSidecarResources are small: the sidecar heartbeats and streams files;
+// it holds no file in memory. The CPU limit leaves room for MD5 at disk speed.
+func DefaultSidecarResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("50m"),
+			corev1.ResourceMemory: resource.MustParse("64Mi"),
+		},
+		Limits: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("1"),
+			corev1.ResourceMemory: resource.MustParse("128Mi"),
+		},
+	}
+}
+
+// restrictedSecurityContext passes Pod Security "restricted" on its own, whatever
+// the pod's securityContext says.
+func restrictedSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		Privileged:               ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		RunAsNonRoot:             ptr.To(true),
+		RunAsUser:                ptr.To[int64](SidecarUID),
+		RunAsGroup:               ptr.To[int64](SidecarUID),
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// sidecarInput is everything one injection needs to render the sidecar.
+type sidecarInput struct {
+	image, serverURL, trainJob, jobID, workerID string
+	heartbeat                                    string
+	include, exclude                             string
+	artifactMount                                corev1.VolumeMount
+	resources                                    corev1.ResourceRequirements
+}
+
+func renderSidecar(in sidecarInput) corev1.Container {
+	env := []corev1.EnvVar{
+		{Name: EnvJobID, Value: in.jobID},
+		{Name: EnvWorkerID, Value: in.workerID},
+		{Name: EnvTrainJob, Value: in.trainJob},
+		{Name: EnvServerURL, Value: in.serverURL},
+		{Name: EnvTokenFile, Value: SidecarTokenDir + "/token"},
+		{Name: EnvCAFile, Value: SidecarTokenDir + "/ca.crt"},
+		{Name: EnvArtifactDir, Value: SidecarArtifactDir},
+		{Name: EnvHeartbeatInterval, Value: in.heartbeat},
+	}
+	if in.include != "" {
+		env = append(env, corev1.EnvVar{Name: EnvInclude, Value: in.include})
+	}
+	if in.exclude != "" {
+		env = append(env, corev1.EnvVar{Name: EnvExclude, Value: in.exclude})
+	}
+	env = append(env,
+		fieldEnv(EnvPodName, "metadata.name"),
+		fieldEnv(EnvPodNamespace, "metadata.namespace"),
+		fieldEnv(EnvPodUID, "metadata.uid"),
+		fieldEnv(EnvNodeName, "spec.nodeName"),
+	)
+	artifacts := in.artifactMount
+	artifacts.MountPath = SidecarArtifactDir
+	artifacts.ReadOnly = true
+	artifacts.MountPropagation = nil
+	return corev1.Container{
+		Name:            SidecarName,
+		Image:           in.image,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		// A native sidecar: started before the trainer, stopped after it, and
+		// never holding the Job open.
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Env:           env,
+		Resources:     in.resources,
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: TokenVolumeName, MountPath: SidecarTokenDir, ReadOnly: true},
+			artifacts,
+		},
+		SecurityContext:          restrictedSecurityContext(),
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}
+
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path},
+	}}
+}
+
+func tokenVolume(trainJob string) corev1.Volume {
+	return corev1.Volume{Name: TokenVolumeName, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{SecretName: TokenSecretName(trainJob), DefaultMode: ptr.To[int32](0o444)},
+	}}
+}
+
+// InjectionStatus is the value of the pod's tether.dev/status annotation.
+type InjectionStatus struct {
+	Version  string `json:"version"`
+	JobID    string `json:"jobID"`
+	WorkerID string `json:"workerID"`
+	Sidecar  string `json:"sidecar"`
+	// ArtifactVolume is the volume shared with the trainer; Reused says it was
+	// the trainer's own rather than one Tether added.
+	ArtifactVolume string `json:"artifactVolume"`
+	Reused         bool   `json:"reused"`
+}
+
+// StatusVersion changes when what the webhook injects changes shape.
+const StatusVersion = "v1alpha1"
+
+func (s InjectionStatus) String() string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
