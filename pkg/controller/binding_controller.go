@@ -57,9 +57,15 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(trainJob, builder.OnlyMetadata, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return jobconfig.IsBound(o.GetLabels())
 		}))).
-		Owns(&tetherv1.WorkerBinding{}).
+		// A WorkerBinding is named after its TrainJob. (Owns() cannot be used:
+		// it needs the owner's Go type, and TrainJobs are watched as metadata.)
+		Watches(&tetherv1.WorkerBinding{}, handler.EnqueueRequestsFromMapFunc(sameName)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(trainJobOfPod)).
 		Complete(r)
+}
+
+func sameName(_ context.Context, o client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
 }
 
 // trainJobOfPod maps a trainer pod to its TrainJob (= JobSet name).

@@ -1,0 +1,236 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tether-dev/tether/pkg/controlplane"
+)
+
+// RepoRoot is the root of the Tether repository.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// ErrNoAssets says the control-plane binaries are not built.
+var ErrNoAssets = errors.New("kube-apiserver/etcd not found: run `hack/testbin.sh` (or `make testbin`) to build them from the Go module proxy")
+
+// Assets returns the directory holding kube-apiserver, etcd and kubectl:
+// $KUBEBUILDER_ASSETS, else what hack/testbin.sh prints.
+func Assets() (string, error) {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		out, err := exec.Command("bash", filepath.Join(RepoRoot(), "hack", "testbin.sh"), "--print-dir").Output()
+		if err != nil {
+			return "", fmt.Errorf("hack/testbin.sh --print-dir: %w", err)
+		}
+		dir = strings.TrimSpace(string(out))
+	}
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
+			return "", fmt.Errorf("%w (looked in %s)", ErrNoAssets, dir)
+		}
+	}
+	return dir, nil
+}
+
+// TrainerCRDDir is the directory of Trainer's CRDs in the module cache, at
+// the version go.mod requires.
+func TrainerCRDDir() (string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/kubeflow/trainer/v2")
+	cmd.Dir = RepoRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("locating the Trainer module: %w", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "manifests", "base", "crds"), nil
+}
+
+// Options tune Start.
+type Options struct {
+	// ControlPlane overrides fields of the in-process control plane's options.
+	ControlPlane func(*controlplane.Options)
+	// NoControlPlane starts only the API server (webhook configuration still
+	// installed, pointing at the address in Env.Webhook).
+	NoControlPlane bool
+	// AsAdmin runs the control plane with the test's admin credentials instead
+	// of as its ServiceAccount under the RBAC that manifests/ ships.
+	AsAdmin bool
+}
+
+// Env is a running local control plane.
+type Env struct {
+	Config  *rest.Config
+	Client  client.Client
+	Assets  string
+	Webhook envtest.WebhookInstallOptions
+	// CAFile is the CA that signed the webhook's serving certificate; the
+	// control plane puts it into token Secrets.
+	CAFile string
+	// MetricsAddr is the control plane's /metrics address.
+	MetricsAddr string
+
+	env    *envtest.Environment
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// Start starts kube-apiserver, etcd and (unless opts.NoControlPlane) Tether's
+// control plane, and waits until the webhooks answer.
+func Start(ctx context.Context, opts Options) (*Env, error) {
+	assets, err := Assets()
+	if err != nil {
+		return nil, err
+	}
+	crds, err := TrainerCRDDir()
+	if err != nil {
+		return nil, err
+	}
+	hooks, err := webhookConfigs()
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Assets: assets}
+	e.env = &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     []string{crds, filepath.Join(RepoRoot(), "manifests", "base", "crd")},
+		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{MutatingWebhooks: hooks, LocalServingHost: "127.0.0.1"},
+		Scheme:                controlplane.NewScheme(),
+	}
+	if err := trainer.AddToScheme(e.env.Scheme); err != nil {
+		return nil, err
+	}
+	cfg, err := e.env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
+	}
+	e.Config = cfg
+	e.Webhook = e.env.WebhookInstallOptions
+	if e.Client, err = client.New(cfg, client.Options{Scheme: e.env.Scheme}); err != nil {
+		_ = e.Stop()
+		return nil, err
+	}
+	if e.MetricsAddr, err = freeAddr(); err != nil {
+		_ = e.Stop()
+		return nil, err
+	}
+	e.CAFile = filepath.Join(e.Webhook.LocalServingCertDir, "ca.crt")
+	if err := os.WriteFile(e.CAFile, e.Webhook.LocalServingCAData, 0o600); err != nil {
+		_ = e.Stop()
+		return nil, err
+	}
+	if opts.NoControlPlane {
+		return e, nil
+	}
+	cpConfig := cfg
+	if !opts.AsAdmin {
+		if cpConfig, err = e.serviceAccountConfig(ctx); err != nil {
+			_ = e.Stop()
+			return nil, err
+		}
+	}
+	if err := e.startControlPlane(ctx, cpConfig, opts); err != nil {
+		_ = e.Stop()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Env) startControlPlane(ctx context.Context, cfg *rest.Config, opts Options) error {
+	cp := controlplane.DefaultOptions()
+	cp.Namespace = "tether-system"
+	cp.CertMode = controlplane.CertModeExternal
+	cp.CertDir = e.Webhook.LocalServingCertDir
+	cp.CABundleFile = e.CAFile
+	cp.WebhookHost = e.Webhook.LocalServingHost
+	cp.WebhookPort = e.Webhook.LocalServingPort
+	cp.MetricsAddr = e.MetricsAddr
+	cp.HealthAddr = "0"
+	cp.LeaderElect = true
+	cp.ServerURL = "https://127.0.0.1:8443"
+	if opts.ControlPlane != nil {
+		opts.ControlPlane(&cp)
+	}
+	mgr, err := controlplane.New(cfg, cp)
+	if err != nil {
+		return err
+	}
+	ctx, e.cancel = context.WithCancel(ctx)
+	e.done = make(chan error, 1)
+	go func() { e.done <- mgr.Start(ctx) }()
+
+	checker := mgr.GetWebhookServer().StartedChecker()
+	deadline := time.Now().Add(30 * time.Second)
+	for checker(nil) != nil {
+		select {
+		case err := <-e.done:
+			return fmt.Errorf("control plane stopped: %w", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return errors.New("webhook server did not start within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		return errors.New("control plane caches did not sync")
+	}
+	return nil
+}
+
+// Stop stops the control plane, then the API server and etcd.
+func (e *Env) Stop() error {
+	var errs []error
+	if e.cancel != nil {
+		e.cancel()
+		if err := <-e.done; err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, err)
+		}
+	}
+	if e.env != nil {
+		errs = append(errs, e.env.Stop())
+	}
+	return errors.Join(errs...)
+}
+
+// Kubectl returns the path of the kubectl built next to kube-apiserver.
+func (e *Env) Kubectl() string { return filepath.Join(e.Assets, "kubectl") }
+
+// webhookConfigs reads the shipped MutatingWebhookConfiguration and rewrites
+// its service references to the local webhook server's paths; envtest fills
+// in host, port and caBundle.
+func webhookConfigs() ([]*admissionv1.MutatingWebhookConfiguration, error) {
+	raw, err := os.ReadFile(filepath.Join(RepoRoot(), "manifests", "base", "mutatingwebhookconfiguration.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var cfg admissionv1.MutatingWebhookConfiguration
+	if err := yaml.UnmarshalStrict(raw, &cfg); err != nil {
+		return nil, fmt.Errorf("manifests/base/mutatingwebhookconfiguration.yaml: %w", err)
+	}
+	for i := range cfg.Webhooks {
+		// envtest joins host:port and the path with a '/', so drop ours.
+		svc := cfg.Webhooks[i].ClientConfig.Service
+		svc.Path = ptr.To(strings.TrimPrefix(*svc.Path, "/"))
+	}
+	return []*admissionv1.MutatingWebhookConfiguration{&cfg}, nil
+}
+
+func writeFile(path string, b []byte) error { return os.WriteFile(path, b, 0o600) }

@@ -1,0 +1,118 @@
+package testobj
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+// PodWrapper builds a pod as JobSet and the Job controller create it for a TrainJob.
+type PodWrapper struct{ corev1.Pod }
+
+// MakeTrainerPod starts node 0 of trainJob's trainer replicated job, with a
+// trainer container named "node", as Trainer v2 runtimes name it.
+func MakeTrainerPod(trainJob, namespace string) *PodWrapper {
+	return &PodWrapper{corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: trainJob + "-node-0-0-",
+			Namespace:    namespace,
+			Labels: map[string]string{
+				jobconfig.JobSetNameLabel:        trainJob,
+				jobconfig.ReplicatedJobNameLabel: jobconfig.TrainerReplicatedJob,
+				jobconfig.JobIndexLabel:          "0",
+				jobconfig.CompletionIndexLabel:   "0",
+				"batch.kubernetes.io/job-name":   trainJob + "-node-0",
+			},
+			Annotations: map[string]string{jobconfig.CompletionIndexLabel: "0"},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name:    "node",
+				Image:   "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+				Command: []string{"torchrun", "train.py"},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					RunAsNonRoot:             ptr.To(true),
+					RunAsUser:                ptr.To[int64](1000),
+					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+			}},
+		},
+	}}
+}
+
+// Obj returns the built object.
+func (w *PodWrapper) Obj() *corev1.Pod { return &w.Pod }
+
+// Name sets a fixed name instead of generateName.
+func (w *PodWrapper) Name(name string) *PodWrapper {
+	w.ObjectMeta.Name, w.GenerateName = name, ""
+	return w
+}
+
+// ReplicatedJob sets the JobSet replicated job (e.g. dataset-initializer).
+func (w *PodWrapper) ReplicatedJob(name string) *PodWrapper {
+	w.Labels[jobconfig.ReplicatedJobNameLabel] = name
+	return w
+}
+
+// CompletionIndex sets the indexed Job's completion index (the node rank).
+func (w *PodWrapper) CompletionIndex(i string) *PodWrapper {
+	w.Labels[jobconfig.CompletionIndexLabel] = i
+	w.Annotations[jobconfig.CompletionIndexLabel] = i
+	return w
+}
+
+// Annotation sets an annotation.
+func (w *PodWrapper) Annotation(k, v string) *PodWrapper {
+	w.Annotations[k] = v
+	return w
+}
+
+// Volume adds a pod volume.
+func (w *PodWrapper) Volume(v corev1.Volume) *PodWrapper {
+	w.Spec.Volumes = append(w.Spec.Volumes, v)
+	return w
+}
+
+// EmptyDir adds an emptyDir volume.
+func (w *PodWrapper) EmptyDir(name string) *PodWrapper {
+	return w.Volume(corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+}
+
+// Mount mounts a volume into the named container.
+func (w *PodWrapper) Mount(container string, m corev1.VolumeMount) *PodWrapper {
+	for i := range w.Spec.Containers {
+		if w.Spec.Containers[i].Name == container {
+			w.Spec.Containers[i].VolumeMounts = append(w.Spec.Containers[i].VolumeMounts, m)
+		}
+	}
+	return w
+}
+
+// InitContainer appends an init container (a native sidecar when restartPolicy is Always).
+func (w *PodWrapper) InitContainer(c corev1.Container) *PodWrapper {
+	w.Spec.InitContainers = append(w.Spec.InitContainers, c)
+	return w
+}
+
+// HostNetwork runs the pod in the node's network namespace.
+func (w *PodWrapper) HostNetwork(dns corev1.DNSPolicy) *PodWrapper {
+	w.Spec.HostNetwork = true
+	w.Spec.DNSPolicy = dns
+	return w
+}
+
+// RestrictedPodSecurity sets a pod securityContext that passes Pod Security "restricted".
+func (w *PodWrapper) RestrictedPodSecurity() *PodWrapper {
+	w.Spec.SecurityContext = &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	return w
+}

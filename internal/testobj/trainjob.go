@@ -1,0 +1,74 @@
+package testobj
+
+import (
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+// TrainJobWrapper builds a Trainer v2.3 TrainJob.
+type TrainJobWrapper struct{ trainer.TrainJob }
+
+// MakeTrainJob starts a TrainJob referring to the torch-distributed runtime.
+func MakeTrainJob(name, namespace string) *TrainJobWrapper {
+	return &TrainJobWrapper{trainer.TrainJob{
+		TypeMeta:   metav1.TypeMeta{APIVersion: trainer.GroupVersion.String(), Kind: "TrainJob"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: trainer.TrainJobSpec{RuntimeRef: trainer.RuntimeRef{
+			Name: "torch-distributed", APIGroup: ptr.To(trainer.GroupVersion.Group), Kind: ptr.To("ClusterTrainingRuntime"),
+		}},
+	}}
+}
+
+// Obj returns the built object.
+func (w *TrainJobWrapper) Obj() *trainer.TrainJob { return &w.TrainJob }
+
+// Label sets a label.
+func (w *TrainJobWrapper) Label(k, v string) *TrainJobWrapper {
+	if w.Labels == nil {
+		w.Labels = map[string]string{}
+	}
+	w.Labels[k] = v
+	return w
+}
+
+// Annotation sets an annotation.
+func (w *TrainJobWrapper) Annotation(k, v string) *TrainJobWrapper {
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations[k] = v
+	return w
+}
+
+// Bound adds the bind label.
+func (w *TrainJobWrapper) Bound() *TrainJobWrapper { return w.Label(jobconfig.BindLabel, jobconfig.BindValue) }
+
+// Queue adds Kueue's queue-name label.
+func (w *TrainJobWrapper) Queue(q string) *TrainJobWrapper { return w.Label("kueue.x-k8s.io/queue-name", q) }
+
+// NumNodes sets spec.trainer.numNodes.
+func (w *TrainJobWrapper) NumNodes(n int32) *TrainJobWrapper {
+	if w.Spec.Trainer == nil {
+		w.Spec.Trainer = &trainer.Trainer{}
+	}
+	w.Spec.Trainer.NumNodes = ptr.To(n)
+	return w
+}
+
+// Image sets spec.trainer.image.
+func (w *TrainJobWrapper) Image(image string) *TrainJobWrapper {
+	if w.Spec.Trainer == nil {
+		w.Spec.Trainer = &trainer.Trainer{}
+	}
+	w.Spec.Trainer.Image = ptr.To(image)
+	return w
+}
+
+// Suspend sets spec.suspend.
+func (w *TrainJobWrapper) Suspend(s bool) *TrainJobWrapper {
+	w.Spec.Suspend = ptr.To(s)
+	return w
+}

@@ -1,0 +1,325 @@
+package admission
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/internal/testobj"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/mutate"
+)
+
+var nsCounter int
+
+// newNamespace creates a fresh namespace with the given labels.
+func newNamespace(t *testing.T, labels map[string]string) string {
+	t.Helper()
+	nsCounter++
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: fmt.Sprintf("%s-%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), nsCounter), Labels: labels}}
+	if len(ns.Name) > 63 {
+		ns.Name = ns.Name[len(ns.Name)-63:]
+		ns.Name = strings.TrimLeft(ns.Name, "-")
+	}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	// The API server of this environment runs no ServiceAccount controller:
+	// pods need the default ServiceAccount to exist.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns.Name}}
+	if err := env.Client.Create(context.Background(), sa); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func get[T client.Object](t *testing.T, obj T, ns, name string) (T, error) {
+	t.Helper()
+	err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj)
+	return obj, err
+}
+
+func TestLabeledTrainJobIsStampedAndBound(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, nil)
+	tj := testobj.MakeTrainJob("llama", ns).Bound().Queue("team-a").Suspend(true).Obj()
+	if err := env.Client.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	jobID, workerID := tj.Annotations[jobconfig.JobIDAnnotation], tj.Annotations[jobconfig.WorkerIDAnnotation]
+	if jobID == "" || workerID == "" {
+		t.Fatalf("TrainJob not stamped: annotations %v", tj.Annotations)
+	}
+
+	var wb *tetherv1.WorkerBinding
+	eventually(t, 15*time.Second, func() error {
+		var err error
+		wb, err = get(t, &tetherv1.WorkerBinding{}, ns, "llama")
+		if err != nil {
+			return err
+		}
+		if wb.Status.Phase != tetherv1.PhasePending {
+			return fmt.Errorf("phase %q, want Pending", wb.Status.Phase)
+		}
+		return nil
+	})
+	secret, err := get(t, &corev1.Secret{}, ns, mutate.TokenSecretName("llama"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, o := range []client.Object{wb, secret} {
+		refs := o.GetOwnerReferences()
+		if len(refs) != 1 || refs[0].UID != tj.UID || refs[0].Kind != "TrainJob" || refs[0].Controller == nil || !*refs[0].Controller {
+			t.Errorf("%T ownerReferences = %+v, want the TrainJob (uid %s) as controller", o, refs, tj.UID)
+		}
+	}
+	if wb.Spec.JobID != jobID || wb.Spec.WorkerID != workerID || wb.Spec.TrainJobName != "llama" {
+		t.Errorf("WorkerBinding spec %+v does not match the TrainJob's identity %s/%s", wb.Spec, jobID, workerID)
+	}
+	token := secret.Data["token"]
+	if len(token) != 64 {
+		t.Fatalf("token is %d characters, want 64 hex (256 bits)", len(token))
+	}
+	sum := sha256.Sum256(token)
+	if wb.Spec.TokenSHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("WorkerBinding tokenSHA256 %s is not the SHA-256 of the Secret's token", wb.Spec.TokenSHA256)
+	}
+	if strings.Contains(fmt.Sprintf("%+v", wb), string(token)) {
+		t.Error("the WorkerBinding contains the token itself")
+	}
+	ca, err := os.ReadFile(env.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(secret.Data["ca.crt"]) != string(ca) {
+		t.Error("token Secret ca.crt is not the binding server's CA bundle")
+	}
+	if c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionTokenIssued); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("TokenIssued condition = %+v, want True", c)
+	}
+	waitForEvent(t, ns, "llama", "Bound")
+
+	// The identity is fixed for the job's life.
+	tj.Annotations[jobconfig.JobIDAnnotation] = "another-id"
+	err = env.Client.Update(ctx, tj)
+	if err == nil || !strings.Contains(err.Error(), "immutable") {
+		t.Errorf("changing the job id: err = %v, want a denial saying it is immutable", err)
+	}
+}
+
+func TestInvalidAnnotationIsDeniedWithExample(t *testing.T) {
+	ns := newNamespace(t, nil)
+	tj := testobj.MakeTrainJob("bad", ns).Bound().Annotation(jobconfig.HeartbeatIntervalAnnotation, "soon").Obj()
+	err := env.Client.Create(context.Background(), tj)
+	if err == nil {
+		t.Fatal("TrainJob with an invalid heartbeat interval was admitted")
+	}
+	for _, want := range []string{jobconfig.HeartbeatIntervalAnnotation, `"soon"`, "example"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("denial %q does not mention %s", err, want)
+		}
+	}
+}
+
+func TestDryRunCreatePersistsNothing(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, nil)
+	tj := testobj.MakeTrainJob("dry", ns).Bound().Obj()
+	if err := env.Client.Create(ctx, tj, client.DryRunAll); err != nil {
+		t.Fatal(err)
+	}
+	if tj.Annotations[jobconfig.JobIDAnnotation] == "" {
+		t.Error("dry-run response was not stamped: the webhook did not run")
+	}
+	consistently(t, 2*time.Second, func() error {
+		if _, err := get(t, &trainer.TrainJob{}, ns, "dry"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("TrainJob after dry run: err = %v, want NotFound", err)
+		}
+		if _, err := get(t, &corev1.Secret{}, ns, mutate.TokenSecretName("dry")); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("token Secret after dry run: err = %v, want NotFound", err)
+		}
+		if _, err := get(t, &tetherv1.WorkerBinding{}, ns, "dry"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("WorkerBinding after dry run: err = %v, want NotFound", err)
+		}
+		return nil
+	})
+}
+
+func TestUnlabeledTrainJobIsUntouched(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, nil)
+	tj := testobj.MakeTrainJob("plain", ns).Annotation("team", "a").Obj()
+	if err := env.Client.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	if len(tj.Annotations) != 1 {
+		t.Errorf("annotations = %v, want only the user's", tj.Annotations)
+	}
+	pod := testobj.MakeTrainerPod("plain", ns).Obj()
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if len(pod.Spec.InitContainers) != 0 || pod.Annotations[jobconfig.PodStatusAnnotation] != "" {
+		t.Errorf("pod of an unlabeled TrainJob was mutated: %v", pod.Spec.InitContainers)
+	}
+	consistently(t, 2*time.Second, func() error {
+		if _, err := get(t, &corev1.Secret{}, ns, mutate.TokenSecretName("plain")); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("token Secret for an unlabeled job: err = %v", err)
+		}
+		if _, err := get(t, &tetherv1.WorkerBinding{}, ns, "plain"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("WorkerBinding for an unlabeled job: err = %v", err)
+		}
+		return nil
+	})
+}
+
+func TestLabelingAnExistingTrainJobBindsIt(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, nil)
+	tj := testobj.MakeTrainJob("later", ns).Suspend(true).Obj()
+	if err := env.Client.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	tj.Labels = map[string]string{jobconfig.BindLabel: jobconfig.BindValue}
+	if err := env.Client.Update(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	if tj.Annotations[jobconfig.JobIDAnnotation] == "" {
+		t.Fatalf("UPDATE adding the label did not stamp the job: %v", tj.Annotations)
+	}
+	eventually(t, 15*time.Second, func() error {
+		_, err := get(t, &tetherv1.WorkerBinding{}, ns, "later")
+		return err
+	})
+}
+
+func TestPodInRestrictedNamespaceGetsSidecar(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, map[string]string{"pod-security.kubernetes.io/enforce": "restricted"})
+	tj := testobj.MakeTrainJob("secure", ns).Bound().Obj()
+	if err := env.Client.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+
+	// Pod Security admission is enforcing here: a non-compliant pod is refused.
+	loose := testobj.MakeTrainerPod("other", ns).Obj()
+	loose.Spec.Containers[0].SecurityContext = nil
+	if err := env.Client.Create(ctx, loose); err == nil || !strings.Contains(err.Error(), "restricted") {
+		t.Fatalf("non-compliant pod: err = %v, want a Pod Security restricted violation", err)
+	}
+
+	pod := testobj.MakeTrainerPod("secure", ns).RestrictedPodSecurity().Obj()
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatalf("trainer pod of a bound job in a restricted namespace: %v", err)
+	}
+	if len(pod.Spec.InitContainers) != 1 || pod.Spec.InitContainers[0].Name != mutate.SidecarName {
+		t.Fatalf("init containers = %v, want the Tether sidecar", pod.Spec.InitContainers)
+	}
+	sc := pod.Spec.InitContainers[0]
+	if sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Error("sidecar is not a native sidecar (restartPolicy Always)")
+	}
+	if pod.Annotations[jobconfig.PodStatusAnnotation] == "" {
+		t.Error("pod has no tether.dev/status annotation")
+	}
+	// The token Secret volume is the job's own.
+	var found bool
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == mutate.TokenSecretName("secure") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("pod volumes %v lack the job's token Secret", pod.Spec.Volumes)
+	}
+	waitForEvent(t, ns, "secure", string(mutate.ReasonInjected))
+}
+
+func TestPodsCreatedBeforeBindingAreReported(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, nil)
+	tj := testobj.MakeTrainJob("early", ns).Obj()
+	if err := env.Client.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	pod := testobj.MakeTrainerPod("early", ns).Name("early-node-0-0-abcde").Obj()
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	tj.Labels = map[string]string{jobconfig.BindLabel: jobconfig.BindValue}
+	if err := env.Client.Update(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, func() error {
+		wb, err := get(t, &tetherv1.WorkerBinding{}, ns, "early")
+		if err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionPodsInjected)
+		if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, pod.Name) {
+			return fmt.Errorf("PodsInjected condition = %+v, want False naming %s", c, pod.Name)
+		}
+		return nil
+	})
+	waitForEvent(t, ns, "early", tetherv1.ReasonPodsNotInjected)
+}
+
+func TestMultiNodeBindsNodeZeroOnly(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, nil)
+	tj := testobj.MakeTrainJob("multi", ns).Bound().NumNodes(2).Obj()
+	if err := env.Client.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	node0 := testobj.MakeTrainerPod("multi", ns).Obj()
+	node1 := testobj.MakeTrainerPod("multi", ns).CompletionIndex("1").Obj()
+	for _, p := range []*corev1.Pod{node0, node1} {
+		if err := env.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(node0.Spec.InitContainers) != 1 {
+		t.Error("node 0 did not get the sidecar")
+	}
+	if len(node1.Spec.InitContainers) != 0 {
+		t.Error("node 1 got a sidecar; only node 0 is bound")
+	}
+}
+
+// waitForEvent waits for an Event with reason on the TrainJob.
+func waitForEvent(t *testing.T, ns, trainJob, reason string) {
+	t.Helper()
+	eventually(t, 15*time.Second, func() error {
+		var list eventsv1.EventList
+		if err := env.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		var seen []string
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "TrainJob" && e.Regarding.Name == trainJob {
+				if e.Reason == reason {
+					return nil
+				}
+				seen = append(seen, e.Reason)
+			}
+		}
+		return fmt.Errorf("no %s Event on TrainJob %s (seen %v)", reason, trainJob, seen)
+	})
+}
