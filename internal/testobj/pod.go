@@ -58,6 +58,9 @@ func (w *PodWrapper) Name(name string) *PodWrapper {
 // ReplicatedJob sets the JobSet replicated job (e.g. dataset-initializer).
 func (w *PodWrapper) ReplicatedJob(name string) *PodWrapper {
 	w.Labels[jobconfig.ReplicatedJobNameLabel] = name
+	if w.GenerateName != "" {
+		w.GenerateName = w.Labels[jobconfig.JobSetNameLabel] + "-" + name + "-0-0-"
+	}
 	return w
 }
 

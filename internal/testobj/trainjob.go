@@ -44,10 +44,14 @@ func (w *TrainJobWrapper) Annotation(k, v string) *TrainJobWrapper {
 }
 
 // Bound adds the bind label.
-func (w *TrainJobWrapper) Bound() *TrainJobWrapper { return w.Label(jobconfig.BindLabel, jobconfig.BindValue) }
+func (w *TrainJobWrapper) Bound() *TrainJobWrapper {
+	return w.Label(jobconfig.BindLabel, jobconfig.BindValue)
+}
 
 // Queue adds Kueue's queue-name label.
-func (w *TrainJobWrapper) Queue(q string) *TrainJobWrapper { return w.Label("kueue.x-k8s.io/queue-name", q) }
+func (w *TrainJobWrapper) Queue(q string) *TrainJobWrapper {
+	return w.Label("kueue.x-k8s.io/queue-name", q)
+}
 
 // NumNodes sets spec.trainer.numNodes.
 func (w *TrainJobWrapper) NumNodes(n int32) *TrainJobWrapper {

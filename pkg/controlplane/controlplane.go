@@ -58,15 +58,15 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
-		HealthProbeBindAddress: opts.HealthAddr,
-		LeaderElection:         opts.LeaderElect,
-		LeaderElectionID:       "tether-control-plane.tether.dev",
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress:  opts.HealthAddr,
+		LeaderElection:          opts.LeaderElect,
+		LeaderElectionID:        "tether-control-plane.tether.dev",
 		LeaderElectionNamespace: opts.Namespace,
 		// Webhooks stop accepting only after in-flight admissions finish.
 		LeaderElectionReleaseOnCancel: true,
-		WebhookServer: webhook.NewServer(webhook.Options{Host: opts.WebhookHost, Port: opts.WebhookPort, CertDir: opts.CertDir}),
+		WebhookServer:                 webhook.NewServer(webhook.Options{Host: opts.WebhookHost, Port: opts.WebhookPort, CertDir: opts.CertDir}),
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: labels.NewSelector().Add(*trainerPods)},
 		}},

@@ -24,13 +24,13 @@ const (
 	SkipNotPrimaryNode  Reason = "NotPrimaryNode"  // node rank > 0: only node 0 is bound
 
 	// Denials: a bound job's pod would run without its sidecar.
-	DenyMissingIdentity     Reason = "MissingIdentity"
-	DenyInvalidSettings     Reason = "InvalidSettings"
-	DenyNoTrainerContainer  Reason = "NoTrainerContainer"
-	DenyArtifactMount       Reason = "ArtifactMountConflict"
-	DenyNameConflict        Reason = "NameConflict"
-	DenyTrainJobLookup      Reason = "TrainJobLookupFailed"
-	DenyUndecodable         Reason = "Undecodable"
+	DenyMissingIdentity    Reason = "MissingIdentity"
+	DenyInvalidSettings    Reason = "InvalidSettings"
+	DenyNoTrainerContainer Reason = "NoTrainerContainer"
+	DenyArtifactMount      Reason = "ArtifactMountConflict"
+	DenyNameConflict       Reason = "NameConflict"
+	DenyTrainJobLookup     Reason = "TrainJobLookupFailed"
+	DenyUndecodable        Reason = "Undecodable"
 )
 
 // Decision is the injector's verdict on one pod.

@@ -85,10 +85,10 @@ func restrictedSecurityContext() *corev1.SecurityContext {
 // sidecarInput is everything one injection needs to render the sidecar.
 type sidecarInput struct {
 	image, serverURL, trainJob, jobID, workerID string
-	heartbeat                                    string
-	include, exclude                             string
-	artifactMount                                corev1.VolumeMount
-	resources                                    corev1.ResourceRequirements
+	heartbeat                                   string
+	include, exclude                            string
+	artifactMount                               corev1.VolumeMount
+	resources                                   corev1.ResourceRequirements
 }
 
 func renderSidecar(in sidecarInput) corev1.Container {
@@ -167,4 +167,3 @@ func (s InjectionStatus) String() string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
-
