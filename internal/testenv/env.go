@@ -69,6 +69,10 @@ type Options struct {
 	// NoControlPlane starts only the API server (webhook configuration still
 	// installed, pointing at the address in Env.Webhook).
 	NoControlPlane bool
+	// WebhookHostName is the host name the API server uses to call the
+	// webhooks (default: the IP address they listen on). A self-managed
+	// certificate has DNS names only, so tests of it use "localhost".
+	WebhookHostName string
 	// AsAdmin runs the control plane with the test's admin credentials instead
 	// of as its ServiceAccount under the RBAC that manifests/ ships.
 	AsAdmin bool
@@ -111,8 +115,9 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     []string{crds, filepath.Join(RepoRoot(), "manifests", "base", "crd")},
 		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{MutatingWebhooks: hooks, LocalServingHost: "127.0.0.1"},
-		Scheme:                controlplane.NewScheme(),
+		WebhookInstallOptions: envtest.WebhookInstallOptions{MutatingWebhooks: hooks, LocalServingHost: "127.0.0.1",
+			LocalServingHostExternalName: opts.WebhookHostName},
+		Scheme: controlplane.NewScheme(),
 	}
 	if err := trainer.AddToScheme(e.env.Scheme); err != nil {
 		return nil, err
@@ -141,19 +146,21 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	}
 	cpConfig := cfg
 	if !opts.AsAdmin {
-		if cpConfig, err = e.serviceAccountConfig(ctx); err != nil {
+		if cpConfig, err = e.ServiceAccountConfig(ctx); err != nil {
 			_ = e.Stop()
 			return nil, err
 		}
 	}
-	if err := e.startControlPlane(ctx, cpConfig, opts); err != nil {
+	if err := e.StartControlPlane(ctx, cpConfig, opts); err != nil {
 		_ = e.Stop()
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *Env) startControlPlane(ctx context.Context, cfg *rest.Config, opts Options) error {
+// StartControlPlane starts Tether's control plane in-process with cfg's
+// credentials, configured for this environment, then modified by opts.ControlPlane.
+func (e *Env) StartControlPlane(ctx context.Context, cfg *rest.Config, opts Options) error {
 	cp := controlplane.DefaultOptions()
 	cp.Namespace = "tether-system"
 	cp.CertMode = controlplane.CertModeExternal
@@ -176,16 +183,15 @@ func (e *Env) startControlPlane(ctx context.Context, cfg *rest.Config, opts Opti
 	e.done = make(chan error, 1)
 	go func() { e.done <- mgr.Start(ctx) }()
 
-	checker := mgr.GetWebhookServer().StartedChecker()
 	deadline := time.Now().Add(30 * time.Second)
-	for checker(nil) != nil {
+	for mgr.Ready() != nil {
 		select {
 		case err := <-e.done:
 			return fmt.Errorf("control plane stopped: %w", err)
 		default:
 		}
 		if time.Now().After(deadline) {
-			return errors.New("webhook server did not start within 30s")
+			return fmt.Errorf("control plane not ready within 30s: %w", mgr.Ready())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

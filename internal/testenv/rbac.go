@@ -52,12 +52,12 @@ func (e *Env) Render(dir string) ([]*unstructured.Unstructured, []byte, error) {
 	return objs, out, nil
 }
 
-// serviceAccountConfig installs what manifests/overlays/self-managed ships
+// ServiceAccountConfig installs what manifests/overlays/self-managed ships
 // (namespace, ServiceAccount, RBAC, the rest) except the CRD and webhook
 // configuration, which the test environment installed with local addresses,
 // and returns credentials for the control plane's ServiceAccount, so the
 // control plane runs with exactly the permissions it ships with.
-func (e *Env) serviceAccountConfig(ctx context.Context) (*rest.Config, error) {
+func (e *Env) ServiceAccountConfig(ctx context.Context) (*rest.Config, error) {
 	objs, _, err := e.Render("overlays/self-managed")
 	if err != nil {
 		return nil, err

@@ -45,9 +45,29 @@ func NewScheme() *runtime.Scheme {
 	return s
 }
 
+// ControlPlane is a configured manager and what it takes to be ready.
+type ControlPlane struct {
+	ctrl.Manager
+	certsReady chan struct{}
+	// serving is closed once the webhooks are registered on the server.
+	serving chan struct{}
+}
+
+// Ready reports whether the serving certificate is in place and the webhook
+// server is listening: the Service then routes admissions only to replicas
+// that can answer them.
+func (cp *ControlPlane) Ready() error {
+	select {
+	case <-cp.serving:
+	default:
+		return fmt.Errorf("serving certificate not ready, webhooks not registered")
+	}
+	return cp.GetWebhookServer().StartedChecker()(nil)
+}
+
 // New builds the control plane's manager with everything registered on it.
-// Start it with mgr.Start.
-func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+// Start it with Start.
+func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -64,9 +84,11 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		LeaderElection:          opts.LeaderElect,
 		LeaderElectionID:        "tether-control-plane.tether.dev",
 		LeaderElectionNamespace: opts.Namespace,
-		// Webhooks stop accepting only after in-flight admissions finish.
+		// A replica that stops hands the lease over at once.
 		LeaderElectionReleaseOnCancel: true,
-		WebhookServer:                 webhook.NewServer(webhook.Options{Host: opts.WebhookHost, Port: opts.WebhookPort, CertDir: opts.CertDir}),
+		// The webhook server is added to the manager on first use
+		// (GetWebhookServer), which waits for the certificate.
+		WebhookServer: webhook.NewServer(webhook.Options{Host: opts.WebhookHost, Port: opts.WebhookPort, CertDir: opts.CertDir}),
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: labels.NewSelector().Add(*trainerPods)},
 		}},
@@ -77,20 +99,34 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
-
-	certsReady := make(chan struct{})
-	if err := setupCerts(mgr, opts, certsReady); err != nil {
+	cp := &ControlPlane{Manager: mgr, certsReady: make(chan struct{}), serving: make(chan struct{})}
+	if err := setupCerts(mgr, opts, cp.certsReady); err != nil {
 		return nil, err
 	}
 
 	recorder := mgr.GetEventRecorder("tether")
-	hookServer := mgr.GetWebhookServer()
-	hookServer.Register(TrainJobWebhookPath, &webhook.Admission{Handler: &mutate.TrainJobHandler{}})
-	hookServer.Register(PodWebhookPath, &webhook.Admission{Handler: &mutate.PodHandler{
-		Injector:  mutate.PodInjector{Sidecar: opts.sidecarConfig()},
-		TrainJobs: mgr.GetClient(),
-		Recorder:  recorder,
-	}})
+	registerWebhooks := func() {
+		hookServer := mgr.GetWebhookServer()
+		hookServer.Register(TrainJobWebhookPath, &webhook.Admission{Handler: &mutate.TrainJobHandler{}})
+		hookServer.Register(PodWebhookPath, &webhook.Admission{Handler: &mutate.PodHandler{
+			Injector:  mutate.PodInjector{Sidecar: opts.sidecarConfig()},
+			TrainJobs: mgr.GetClient(),
+			Recorder:  recorder,
+		}})
+	}
+	// The webhook server reads its certificate when it starts: start it only
+	// once the rotator has written one (at once in external mode).
+	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
+		select {
+		case <-cp.certsReady:
+			registerWebhooks()
+			close(cp.serving)
+		case <-ctx.Done():
+		}
+		return nil
+	})); err != nil {
+		return nil, err
+	}
 
 	caFile := opts.caBundleFile()
 	if err := (&controller.BindingReconciler{
@@ -106,23 +142,17 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
-	// Ready once certificates are in place and the webhook server listens:
-	// the Service then routes admissions only to replicas that can answer.
-	if err := mgr.AddReadyzCheck("certs", func(*http.Request) error {
-		select {
-		case <-certsReady:
-			return nil
-		default:
-			return fmt.Errorf("serving certificate not ready")
-		}
-	}); err != nil {
+	if err := mgr.AddReadyzCheck("webhook", func(*http.Request) error { return cp.Ready() }); err != nil {
 		return nil, err
 	}
-	if err := mgr.AddReadyzCheck("webhook", hookServer.StartedChecker()); err != nil {
-		return nil, err
-	}
-	return mgr, nil
+	return cp, nil
 }
+
+// everyReplica is a runnable that runs on every replica, leader or not.
+type everyReplica func(ctx context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+func (everyReplica) NeedLeaderElection() bool          { return false }
 
 // setupCerts arranges the serving certificate and closes ready when it is in place.
 func setupCerts(mgr ctrl.Manager, opts Options, ready chan struct{}) error {
@@ -137,7 +167,7 @@ func setupCerts(mgr ctrl.Manager, opts Options, ready chan struct{}) error {
 		CAName:         "tether-ca",
 		CAOrganization: "tether",
 		DNSName:        svc,
-		ExtraDNSNames:  []string{svc + ".cluster.local", opts.ServiceName + "." + opts.Namespace, opts.ServiceName},
+		ExtraDNSNames:  append([]string{svc + ".cluster.local", opts.ServiceName + "." + opts.Namespace, opts.ServiceName}, opts.ExtraDNSNames...),
 		IsReady:        ready,
 		Webhooks:       []rotator.WebhookInfo{{Name: opts.WebhookConfig, Type: rotator.Mutating}},
 		// Every replica serves webhooks, so every replica keeps the
@@ -149,9 +179,9 @@ func setupCerts(mgr ctrl.Manager, opts Options, ready chan struct{}) error {
 
 // Run builds and starts the control plane until ctx ends.
 func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
-	mgr, err := New(cfg, opts)
+	cp, err := New(cfg, opts)
 	if err != nil {
 		return err
 	}
-	return mgr.Start(ctx)
+	return cp.Start(ctx)
 }

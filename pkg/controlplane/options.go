@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/tether-dev/tether/pkg/mutate"
 )
@@ -23,10 +24,13 @@ const (
 // Options configure the control plane. Their flag names are the contract in
 // docs/contract.md; manifests/ sets them.
 type Options struct {
-	Namespace     string
-	CertMode      string
-	CertDir       string
-	CertSecret    string
+	Namespace  string
+	CertMode   string
+	CertDir    string
+	CertSecret string
+	// ExtraDNSNames are added to the self-managed serving certificate, e.g.
+	// a name the binding server is reached by from outside the cluster.
+	ExtraDNSNames []string
 	ServiceName   string
 	WebhookConfig string
 	WebhookHost   string
@@ -66,6 +70,14 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.CertMode, "cert-mode", o.CertMode, "serving certificate mode: self-managed (rotate our own CA, patch caBundle) or external (mounted, e.g. by cert-manager)")
 	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir, "directory with tls.crt, tls.key and ca.crt")
 	fs.StringVar(&o.CertSecret, "cert-secret", o.CertSecret, "Secret (in --namespace) holding the serving certificate in self-managed mode")
+	fs.Func("cert-extra-dns-names", "comma-separated extra DNS names for the self-managed serving certificate", func(v string) error {
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				o.ExtraDNSNames = append(o.ExtraDNSNames, n)
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName, "Service fronting the webhook and binding server; the certificate's DNS names derive from it")
 	fs.StringVar(&o.WebhookConfig, "webhook-config", o.WebhookConfig, "MutatingWebhookConfiguration whose caBundle is patched in self-managed mode")
 	fs.StringVar(&o.WebhookHost, "webhook-host", o.WebhookHost, "address the webhook server binds (empty: all interfaces)")
