@@ -6,6 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
+
+	"github.com/tether-dev/tether/pkg/binding"
 )
 
 // Names of what the pod webhook adds. They are fixed so that a second
@@ -22,24 +24,6 @@ const (
 
 	// SidecarUID is distroless' nonroot user.
 	SidecarUID = 65532
-)
-
-// Environment variables the sidecar reads; cmd/sidecar documents them.
-const (
-	EnvJobID             = "TETHER_JOB_ID"
-	EnvWorkerID          = "TETHER_WORKER_ID"
-	EnvTrainJob          = "TETHER_TRAINJOB"
-	EnvServerURL         = "TETHER_SERVER_URL"
-	EnvTokenFile         = "TETHER_TOKEN_FILE"
-	EnvCAFile            = "TETHER_CA_FILE"
-	EnvArtifactDir       = "TETHER_ARTIFACT_DIR"
-	EnvHeartbeatInterval = "TETHER_HEARTBEAT_INTERVAL"
-	EnvInclude           = "TETHER_INCLUDE"
-	EnvExclude           = "TETHER_EXCLUDE"
-	EnvPodName           = "TETHER_POD_NAME"
-	EnvPodNamespace      = "TETHER_POD_NAMESPACE"
-	EnvPodUID            = "TETHER_POD_UID"
-	EnvNodeName          = "TETHER_NODE_NAME"
 )
 
 // TokenSecretName is the Secret the controller creates for a bound TrainJob.
@@ -93,26 +77,26 @@ type sidecarInput struct {
 
 func renderSidecar(in sidecarInput) corev1.Container {
 	env := []corev1.EnvVar{
-		{Name: EnvJobID, Value: in.jobID},
-		{Name: EnvWorkerID, Value: in.workerID},
-		{Name: EnvTrainJob, Value: in.trainJob},
-		{Name: EnvServerURL, Value: in.serverURL},
-		{Name: EnvTokenFile, Value: SidecarTokenDir + "/token"},
-		{Name: EnvCAFile, Value: SidecarTokenDir + "/ca.crt"},
-		{Name: EnvArtifactDir, Value: SidecarArtifactDir},
-		{Name: EnvHeartbeatInterval, Value: in.heartbeat},
+		{Name: binding.EnvJobID, Value: in.jobID},
+		{Name: binding.EnvWorkerID, Value: in.workerID},
+		{Name: binding.EnvTrainJob, Value: in.trainJob},
+		{Name: binding.EnvServerURL, Value: in.serverURL},
+		{Name: binding.EnvTokenFile, Value: SidecarTokenDir + "/token"},
+		{Name: binding.EnvCAFile, Value: SidecarTokenDir + "/ca.crt"},
+		{Name: binding.EnvArtifactDir, Value: SidecarArtifactDir},
+		{Name: binding.EnvHeartbeatInterval, Value: in.heartbeat},
 	}
 	if in.include != "" {
-		env = append(env, corev1.EnvVar{Name: EnvInclude, Value: in.include})
+		env = append(env, corev1.EnvVar{Name: binding.EnvInclude, Value: in.include})
 	}
 	if in.exclude != "" {
-		env = append(env, corev1.EnvVar{Name: EnvExclude, Value: in.exclude})
+		env = append(env, corev1.EnvVar{Name: binding.EnvExclude, Value: in.exclude})
 	}
 	env = append(env,
-		fieldEnv(EnvPodName, "metadata.name"),
-		fieldEnv(EnvPodNamespace, "metadata.namespace"),
-		fieldEnv(EnvPodUID, "metadata.uid"),
-		fieldEnv(EnvNodeName, "spec.nodeName"),
+		fieldEnv(binding.EnvPodName, "metadata.name"),
+		fieldEnv(binding.EnvPodNamespace, "metadata.namespace"),
+		fieldEnv(binding.EnvPodUID, "metadata.uid"),
+		fieldEnv(binding.EnvNodeName, "spec.nodeName"),
 	)
 	artifacts := in.artifactMount
 	artifacts.MountPath = SidecarArtifactDir

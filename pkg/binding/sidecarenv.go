@@ -1,0 +1,25 @@
+package binding
+
+// Environment variables the pod webhook sets on the sidecar and cmd/sidecar
+// reads. They are the whole configuration of a sidecar.
+const (
+	EnvJobID             = "TETHER_JOB_ID"
+	EnvWorkerID          = "TETHER_WORKER_ID"
+	EnvTrainJob          = "TETHER_TRAINJOB"
+	EnvServerURL         = "TETHER_SERVER_URL"
+	EnvTokenFile         = "TETHER_TOKEN_FILE"
+	EnvCAFile            = "TETHER_CA_FILE"
+	EnvArtifactDir       = "TETHER_ARTIFACT_DIR"
+	EnvHeartbeatInterval = "TETHER_HEARTBEAT_INTERVAL"
+	EnvInclude           = "TETHER_INCLUDE"
+	EnvExclude           = "TETHER_EXCLUDE"
+	EnvPodName           = "TETHER_POD_NAME"
+	EnvPodNamespace      = "TETHER_POD_NAMESPACE"
+	EnvPodUID            = "TETHER_POD_UID"
+	EnvNodeName          = "TETHER_NODE_NAME"
+)
+
+// ProgressFile is the optional file, relative to the artifact directory, where
+// a trainer can append one JSON object per line ({"step":100,"epoch":1.5,
+// "loss":0.23}); the sidecar reports the last complete line in heartbeats.
+const ProgressFile = "tether-progress.jsonl"
