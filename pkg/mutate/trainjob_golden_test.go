@@ -1,0 +1,122 @@
+package mutate
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+// sequentialIDs returns a TrainJobMutator.NewID that hands out
+// 00000000-0000-4000-8000-000000000001, ...0002, ... (valid v4 UUID shapes).
+func sequentialIDs() func() string {
+	n := 0
+	return func() string {
+		n++
+		return fmt.Sprintf("00000000-0000-4000-8000-%012d", n)
+	}
+}
+
+// TestTrainJobWebhookGolden runs testdata/trainjob through TrainJobHandler.
+// TrainJobs of every Trainer version are plain YAML here: the webhook decodes
+// metadata only, and this test asserts that it never changes anything else.
+func TestTrainJobWebhookGolden(t *testing.T) {
+	dir := goldenDir{dir: "testdata/trainjob", optional: []string{".old.yaml"}}
+	for _, name := range dir.cases(t) {
+		t.Run(name, func(t *testing.T) {
+			in := readJSON(t, dir.path(name, inSuffix))
+			old := readOptionalJSON(t, dir.path(name, ".old.yaml"))
+			h := &TrainJobHandler{Mutator: TrainJobMutator{NewID: sequentialIDs()}}
+
+			resp := admit(t, h, trainJobRequest(t, in, old))
+			if !resp.Allowed {
+				dir.check(t, name, deniedWith(resp.Result.Message))
+				return
+			}
+			out := applyPatch(t, in, resp)
+			checkOnlyIdentityAdded(t, in, out)
+			dir.check(t, name, admitted(toYAML(t, out)))
+
+			// Re-invocation (reinvocationPolicy IfNeeded) and any later
+			// UPDATE that keeps the object: nothing more to add.
+			checkIdempotent(t, admit(t, h, trainJobRequest(t, out, old)))
+		})
+	}
+}
+
+// trainJobRequest is the admission request for a TrainJob: CREATE of object,
+// or UPDATE from old when old is not nil.
+func trainJobRequest(t *testing.T, object, old []byte) admissionv1.AdmissionRequest {
+	t.Helper()
+	var meta metav1.PartialObjectMetadata
+	if err := json.Unmarshal(object, &meta); err != nil {
+		t.Fatal(err)
+	}
+	req := admissionv1.AdmissionRequest{
+		UID:       types.UID("trainjob-request"),
+		Kind:      metav1.GroupVersionKind(TrainJobGVK),
+		Resource:  metav1.GroupVersionResource{Group: TrainJobGVK.Group, Version: TrainJobGVK.Version, Resource: "trainjobs"},
+		Name:      meta.Name,
+		Namespace: meta.Namespace,
+		Operation: admissionv1.Create,
+		Object:    runtime.RawExtension{Raw: object},
+	}
+	if old != nil {
+		req.Operation = admissionv1.Update
+		req.OldObject = runtime.RawExtension{Raw: old}
+	}
+	return req
+}
+
+// checkOnlyIdentityAdded asserts that out is in plus, at most, the identity
+// annotations: every Trainer version's spec, and every other label and
+// annotation, comes out as it went in.
+func checkOnlyIdentityAdded(t *testing.T, in, out []byte) {
+	t.Helper()
+	var before, after map[string]any
+	if err := json.Unmarshal(in, &before); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(out, &after); err != nil {
+		t.Fatal(err)
+	}
+	annotations := func(obj map[string]any) map[string]any {
+		md, _ := obj["metadata"].(map[string]any)
+		a, _ := md["annotations"].(map[string]any)
+		if md != nil {
+			delete(md, "annotations")
+		}
+		return a
+	}
+	beforeAnn, afterAnn := annotations(before), annotations(after)
+	if !reflect.DeepEqual(before, after) {
+		t.Errorf("the webhook changed more than metadata.annotations:\n%s",
+			unifiedDiff("input", "output", toYAML(t, mustJSON(t, before)), toYAML(t, mustJSON(t, after))))
+	}
+	for k, v := range beforeAnn {
+		if afterAnn[k] != v {
+			t.Errorf("annotation %s changed from %v to %v", k, v, afterAnn[k])
+		}
+	}
+	for k := range afterAnn {
+		if _, had := beforeAnn[k]; !had && k != jobconfig.JobIDAnnotation && k != jobconfig.WorkerIDAnnotation {
+			t.Errorf("the webhook added annotation %s, which is not an identity annotation", k)
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
