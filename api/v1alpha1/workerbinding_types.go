@@ -27,6 +27,8 @@ const (
 const (
 	// ConditionTokenIssued is True once the token Secret exists and its hash is recorded.
 	ConditionTokenIssued = "TokenIssued"
+	// ConditionHeartbeatLost is True while the worker has missed its heartbeats.
+	ConditionHeartbeatLost = "HeartbeatLost"
 	// ConditionPodsInjected is False when trainer pods of the job run without the sidecar
 	// (they existed before the job was bound); it names them.
 	ConditionPodsInjected = "PodsInjected"
@@ -40,6 +42,19 @@ const (
 	ReasonPodsNotInjected  = "PodsNotInjected"
 	ReasonPodsInjected     = "PodsInjected"
 	ReasonNoPods           = "NoPods"
+
+	ReasonRegistered          = "Registered"
+	ReasonHeartbeating        = "Heartbeating"
+	ReasonHeartbeatLost       = "HeartbeatLost"
+	ReasonHeartbeatResumed    = "HeartbeatResumed"
+	ReasonSuspended           = "Suspended"
+	ReasonPreempted           = "Preempted"
+	ReasonTerminating         = "Terminating"
+	ReasonTrainerSucceeded    = "TrainerSucceeded"
+	ReasonTrainerFailed       = "TrainerFailed"
+	ReasonJobFailed           = "JobFailed"
+	ReasonCancelled           = "Cancelled"
+	ReasonArtifactsIncomplete = "ArtifactsIncomplete"
 )
 
 // WorkerBindingSpec is the fixed identity of a bound job. It never changes
@@ -87,11 +102,81 @@ type WorkerBindingStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// Attempt counts the times the job was (re)admitted and its worker
+	// registered: a preempted job's next pod starts a new attempt.
+	// +optional
+	Attempt int32 `json:"attempt,omitempty"`
+
+	// Worker is the pod that registered for the current attempt.
+	// +optional
+	Worker *WorkerStatus `json:"worker,omitempty"`
+
+	// LastHeartbeatTime is when the binding server last heard from the
+	// worker. It is written at most once per status interval.
+	// +optional
+	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
+
+	// LastSeq is the highest heartbeat sequence number acknowledged.
+	// +optional
+	LastSeq int64 `json:"lastSeq,omitempty"`
+
+	// Progress is the last progress the worker reported.
+	// +optional
+	Progress *Progress `json:"progress,omitempty"`
+
+	// TrainerExitCode is the trainer container's exit code, from pod status.
+	// +optional
+	TrainerExitCode *int32 `json:"trainerExitCode,omitempty"`
+
+	// LastCommand is the last command pushed to the worker and its outcome.
+	// +optional
+	LastCommand *CommandStatus `json:"lastCommand,omitempty"`
+
 	// Conditions are the binding's current conditions.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// WorkerStatus identifies the pod whose sidecar registered.
+type WorkerStatus struct {
+	PodName string `json:"podName"`
+	PodUID  string `json:"podUID"`
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// RegisteredTime is when the sidecar registered.
+	RegisteredTime metav1.Time `json:"registeredTime"`
+}
+
+// Progress is training progress as the trainer reported it. Numbers travel
+// as strings where Kubernetes API conventions forbid floats.
+type Progress struct {
+	// +optional
+	Step *int64 `json:"step,omitempty"`
+	// Epoch, Loss and Fraction are decimal strings ("1.5").
+	// +optional
+	Epoch string `json:"epoch,omitempty"`
+	// +optional
+	Loss string `json:"loss,omitempty"`
+	// +optional
+	Fraction string `json:"fraction,omitempty"`
+	// UpdatedTime is when the trainer last wrote progress.
+	// +optional
+	UpdatedTime *metav1.Time `json:"updatedTime,omitempty"`
+}
+
+// CommandStatus is a command sent to the worker (through the
+// tether.dev/command annotation) and what became of it.
+type CommandStatus struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// State is Sent, Acknowledged or Failed.
+	State string `json:"state"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
 }
 
 // WorkerBinding binds one Kubeflow TrainJob to Tether: the job's identity, its
@@ -105,6 +190,8 @@ type WorkerBindingStatus struct {
 // +kubebuilder:printcolumn:name="Worker",type=string,JSONPath=`.spec.workerID`,priority=1
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
+// +kubebuilder:printcolumn:name="Step",type=integer,JSONPath=`.status.progress.step`
+// +kubebuilder:printcolumn:name="Last Heartbeat",type=date,JSONPath=`.status.lastHeartbeatTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type WorkerBinding struct {
 	metav1.TypeMeta   `json:",inline"`

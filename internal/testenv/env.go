@@ -89,6 +89,8 @@ type Env struct {
 	CAFile string
 	// MetricsAddr is the control plane's /metrics address.
 	MetricsAddr string
+	// BindingAddr is the binding server's address; BindingURL its base URL.
+	BindingAddr, BindingURL string
 
 	env    *envtest.Environment
 	cancel context.CancelFunc
@@ -136,6 +138,11 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		_ = e.Stop()
 		return nil, err
 	}
+	if e.BindingAddr, err = freeAddr(); err != nil {
+		_ = e.Stop()
+		return nil, err
+	}
+	e.BindingURL = "https://" + e.BindingAddr
 	e.CAFile = filepath.Join(e.Webhook.LocalServingCertDir, "ca.crt")
 	if err := os.WriteFile(e.CAFile, e.Webhook.LocalServingCAData, 0o600); err != nil {
 		_ = e.Stop()
@@ -171,7 +178,9 @@ func (e *Env) StartControlPlane(ctx context.Context, cfg *rest.Config, opts Opti
 	cp.MetricsAddr = e.MetricsAddr
 	cp.HealthAddr = "0"
 	cp.LeaderElect = true
-	cp.ServerURL = "https://127.0.0.1:8443"
+	cp.BindingAddr = e.BindingAddr
+	cp.ServerURL = e.BindingURL
+	cp.StatusInterval = 2 * time.Second
 	if opts.ControlPlane != nil {
 		opts.ControlPlane(&cp)
 	}

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -25,6 +26,7 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // JobIDIndex indexes WorkerBindings by spec.jobID to find duplicate job ids.
@@ -42,6 +44,12 @@ type BindingReconciler struct {
 	// CABundle returns the PEM the sidecar must trust to reach the binding server.
 	CABundle func() ([]byte, error)
 	Events   events.EventRecorder
+	// StatusInterval and MissedHeartbeats are the binding server's: a
+	// worker silent for StatusInterval + MissedHeartbeats×interval is lost.
+	StatusInterval   time.Duration
+	MissedHeartbeats int
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
 }
 
 // SetupWithManager registers the reconciler, its index and its watches.
@@ -50,11 +58,9 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		func(o client.Object) []string { return []string{o.(*tetherv1.WorkerBinding).Spec.JobID} }); err != nil {
 		return err
 	}
-	trainJob := &metav1.PartialObjectMetadata{}
-	trainJob.SetGroupVersionKind(mutate.TrainJobGVK)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("workerbinding").
-		For(trainJob, builder.OnlyMetadata, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+		For(trainjob.New(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return jobconfig.IsBound(o.GetLabels())
 		}))).
 		// A WorkerBinding is named after its TrainJob. (Owns() cannot be used:
@@ -84,15 +90,14 @@ func trainJobOfPod(_ context.Context, o client.Object) []reconcile.Request {
 // Reconcile implements reconcile.Reconciler.
 func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
-	tj := &metav1.PartialObjectMetadata{}
-	tj.SetGroupVersionKind(mutate.TrainJobGVK)
-	if err := r.Client.Get(ctx, req.NamespacedName, tj); err != nil {
+	tj, err := trainjob.Get(ctx, r.Client, req.NamespacedName)
+	if err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !jobconfig.IsBound(tj.Labels) || tj.DeletionTimestamp != nil {
+	if !jobconfig.IsBound(tj.GetLabels()) || tj.GetDeletionTimestamp() != nil {
 		return ctrl.Result{}, nil
 	}
-	jobID, workerID := tj.Annotations[jobconfig.JobIDAnnotation], tj.Annotations[jobconfig.WorkerIDAnnotation]
+	jobID, workerID := tj.GetAnnotations()[jobconfig.JobIDAnnotation], tj.GetAnnotations()[jobconfig.WorkerIDAnnotation]
 	if jobID == "" || workerID == "" {
 		r.warn(tj, "NotStamped", "TrainJob is labeled %s=%s but has no %s/%s annotations (Tether's TrainJob webhook did not see it); remove and re-add the label",
 			jobconfig.BindLabel, jobconfig.BindValue, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation)
@@ -100,7 +105,7 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 
 	wb := &tetherv1.WorkerBinding{}
-	err := r.Client.Get(ctx, req.NamespacedName, wb)
+	err = r.Client.Get(ctx, req.NamespacedName, wb)
 	switch {
 	case apierrors.IsNotFound(err):
 		wb = nil
@@ -109,7 +114,7 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	case !metav1.IsControlledBy(wb, tj):
 		// Left from an earlier TrainJob of the same name; garbage collection
 		// removes it, then we bind this one.
-		log.Info("waiting for a stale WorkerBinding to be garbage-collected", "uid", wb.UID)
+		log.Info("waiting for a stale WorkerBinding to be garbage-collected", "uid", wb.GetUID())
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
 
@@ -130,15 +135,15 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	hash, reissued, err := r.ensureSecret(ctx, tj, ca, wb)
 	if err != nil {
-		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", mutate.TokenSecretName(tj.Name), err)
+		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", mutate.TokenSecretName(tj.GetName()), err)
 		return ctrl.Result{}, err
 	}
 
 	if wb == nil {
 		wb = &tetherv1.WorkerBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: tj.Name, Namespace: tj.Namespace, Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
-			Spec: tetherv1.WorkerBindingSpec{TrainJobName: tj.Name, JobID: jobID, WorkerID: workerID,
-				TokenSecretName: mutate.TokenSecretName(tj.Name), TokenSHA256: hash},
+			ObjectMeta: metav1.ObjectMeta{Name: tj.GetName(), Namespace: tj.GetNamespace(), Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
+			Spec: tetherv1.WorkerBindingSpec{TrainJobName: tj.GetName(), JobID: jobID, WorkerID: workerID,
+				TokenSecretName: mutate.TokenSecretName(tj.GetName()), TokenSHA256: hash},
 		}
 		if err := ctrl.SetControllerReference(tj, wb, r.Scheme); err != nil {
 			return ctrl.Result{}, err
@@ -156,18 +161,19 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			r.warn(tj, "TokenReissued", "token Secret %s was missing or malformed and was issued anew; running sidecars must restart to pick it up", wb.Spec.TokenSecretName)
 		}
 	}
-	return ctrl.Result{}, r.updateStatus(ctx, tj, wb)
+	requeue, err := r.updateStatus(ctx, tj, wb)
+	return ctrl.Result{RequeueAfter: requeue}, err
 }
 
 // jobIDOwner returns the namespace/name of another live binding that holds
 // jobID, or "" when none does.
-func (r *BindingReconciler) jobIDOwner(ctx context.Context, jobID string, tj *metav1.PartialObjectMetadata) (string, error) {
+func (r *BindingReconciler) jobIDOwner(ctx context.Context, jobID string, tj *unstructured.Unstructured) (string, error) {
 	var list tetherv1.WorkerBindingList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{JobIDIndex: jobID}); err != nil {
 		return "", err
 	}
 	for _, b := range list.Items {
-		if b.DeletionTimestamp == nil && !(b.Namespace == tj.Namespace && b.Name == tj.Name) {
+		if b.DeletionTimestamp == nil && !(b.Namespace == tj.GetNamespace() && b.Name == tj.GetName()) {
 			return b.Namespace + "/" + b.Name, nil
 		}
 	}
@@ -177,8 +183,8 @@ func (r *BindingReconciler) jobIDOwner(ctx context.Context, jobID string, tj *me
 // ensureSecret makes sure the TrainJob's token Secret exists, is ours, holds a
 // well-formed token and the current CA bundle. It returns the token's hash and
 // whether a new token had to be issued for an existing binding.
-func (r *BindingReconciler) ensureSecret(ctx context.Context, tj *metav1.PartialObjectMetadata, ca []byte, wb *tetherv1.WorkerBinding) (string, bool, error) {
-	key := types.NamespacedName{Namespace: tj.Namespace, Name: mutate.TokenSecretName(tj.Name)}
+func (r *BindingReconciler) ensureSecret(ctx context.Context, tj *unstructured.Unstructured, ca []byte, wb *tetherv1.WorkerBinding) (string, bool, error) {
+	key := types.NamespacedName{Namespace: tj.GetNamespace(), Name: mutate.TokenSecretName(tj.GetName())}
 	secret := &corev1.Secret{}
 	err := r.Secrets.Get(ctx, key, secret)
 	if apierrors.IsNotFound(err) {
@@ -204,7 +210,7 @@ func (r *BindingReconciler) ensureSecret(ctx context.Context, tj *metav1.Partial
 		return "", false, err
 	}
 	if !metav1.IsControlledBy(secret, tj) {
-		return "", false, fmt.Errorf("exists but is not owned by this TrainJob (uid %s); delete it so Tether can issue a token", tj.UID)
+		return "", false, fmt.Errorf("exists but is not owned by this TrainJob (uid %s); delete it so Tether can issue a token", tj.GetUID())
 	}
 	reissued := false
 	if !validToken(secret.Data[TokenKey]) {
@@ -229,7 +235,7 @@ func (r *BindingReconciler) ensureSecret(ctx context.Context, tj *metav1.Partial
 
 // updateStatus sets the phase and conditions the admission stage knows about:
 // the token is issued, and whether the job's trainer pods carry the sidecar.
-func (r *BindingReconciler) updateStatus(ctx context.Context, tj *metav1.PartialObjectMetadata, wb *tetherv1.WorkerBinding) error {
+func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding) (time.Duration, error) {
 	before := wb.Status.DeepCopy()
 	if wb.Status.Phase == "" {
 		wb.Status.Phase = tetherv1.PhasePending
@@ -242,7 +248,7 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *metav1.Partial
 
 	pods, err := r.trainerPods(ctx, tj)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	cond := podsInjectedCondition(pods)
 	cond.ObservedGeneration = wb.Generation
@@ -251,28 +257,45 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *metav1.Partial
 	if cond.Reason == tetherv1.ReasonPodsNotInjected && (prev == nil || prev.Message != cond.Message) {
 		r.warn(tj, tetherv1.ReasonPodsNotInjected, "%s", cond.Message)
 	}
-	if equalStatus(before, &wb.Status) {
-		return nil
+	now := time.Now()
+	if r.Now != nil {
+		now = r.Now()
 	}
-	return r.Client.Status().Update(ctx, wb)
+	requeue := r.observe(tj, &wb.Status, pods, now)
+	if equalStatus(before, &wb.Status) {
+		return requeue, nil
+	}
+	if err := r.Client.Status().Update(ctx, wb); err != nil {
+		return 0, err
+	}
+	if before.Phase != wb.Status.Phase || before.Reason != wb.Status.Reason {
+		eventType := corev1.EventTypeNormal
+		if wb.Status.Phase == tetherv1.PhaseFailed || wb.Status.Reason == tetherv1.ReasonHeartbeatLost {
+			eventType = corev1.EventTypeWarning
+		}
+		if r.Events != nil {
+			r.Events.Eventf(trainJobRef(tj), nil, eventType, wb.Status.Reason, "Bind", "binding %s: %s", wb.Status.Phase, wb.Status.Message)
+		}
+	}
+	return requeue, nil
 }
 
-func (r *BindingReconciler) trainerPods(ctx context.Context, tj *metav1.PartialObjectMetadata) ([]corev1.Pod, error) {
+func (r *BindingReconciler) trainerPods(ctx context.Context, tj *unstructured.Unstructured) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	err := r.Client.List(ctx, &pods, client.InNamespace(tj.Namespace), client.MatchingLabels{
-		jobconfig.JobSetNameLabel: tj.Name, jobconfig.ReplicatedJobNameLabel: jobconfig.TrainerReplicatedJob,
+	err := r.Client.List(ctx, &pods, client.InNamespace(tj.GetNamespace()), client.MatchingLabels{
+		jobconfig.JobSetNameLabel: tj.GetName(), jobconfig.ReplicatedJobNameLabel: jobconfig.TrainerReplicatedJob,
 	})
 	return pods.Items, err
 }
 
-func (r *BindingReconciler) normal(tj *metav1.PartialObjectMetadata, reason, note string, args ...any) {
+func (r *BindingReconciler) normal(tj *unstructured.Unstructured, reason, note string, args ...any) {
 	if r.Events != nil {
-		r.Events.Eventf(mutate.TrainJobRef(&tj.ObjectMeta), nil, corev1.EventTypeNormal, reason, "Bind", note, args...)
+		r.Events.Eventf(trainJobRef(tj), nil, corev1.EventTypeNormal, reason, "Bind", note, args...)
 	}
 }
 
-func (r *BindingReconciler) warn(tj *metav1.PartialObjectMetadata, reason, note string, args ...any) {
+func (r *BindingReconciler) warn(tj *unstructured.Unstructured, reason, note string, args ...any) {
 	if r.Events != nil {
-		r.Events.Eventf(mutate.TrainJobRef(&tj.ObjectMeta), nil, corev1.EventTypeWarning, reason, "Bind", note, args...)
+		r.Events.Eventf(trainJobRef(tj), nil, corev1.EventTypeWarning, reason, "Bind", note, args...)
 	}
 }

@@ -18,10 +18,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
@@ -114,16 +116,33 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 			Recorder:  recorder,
 		}})
 	}
-	// The webhook server reads its certificate when it starts: start it only
-	// once the rotator has written one (at once in external mode).
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tetherv1.WorkerBinding{}, bindingserver.TokenHashIndex,
+		bindingserver.IndexTokenHash); err != nil {
+		return nil, err
+	}
+	bindingServer := bindingserver.New(bindingserver.Options{
+		Addr: opts.BindingAddr, CertDir: opts.CertDir,
+		StatusInterval: opts.StatusInterval, MissedHeartbeats: opts.MissedHeartbeats,
+	}, mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient(), mgr.GetLogger().WithName("binding"), recorder)
+	metrics.Registry.MustRegister(bindingServer.Metrics().Collectors()...)
+
+	// The webhook and binding servers read their certificate when they start:
+	// start them only once the rotator has written one (at once in external mode).
 	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
 		select {
 		case <-cp.certsReady:
-			registerWebhooks()
-			close(cp.serving)
 		case <-ctx.Done():
+			return nil
 		}
-		return nil
+		registerWebhooks()
+		close(cp.serving)
+		if opts.BindingAddr == "0" {
+			return nil
+		}
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return nil
+		}
+		return bindingServer.Start(ctx)
 	})); err != nil {
 		return nil, err
 	}
@@ -135,6 +154,9 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		Scheme:   scheme,
 		CABundle: func() ([]byte, error) { return os.ReadFile(caFile) },
 		Events:   recorder,
+
+		StatusInterval:   opts.StatusInterval,
+		MissedHeartbeats: opts.MissedHeartbeats,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the binding controller: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/tether-dev/tether/pkg/mutate"
 )
@@ -39,6 +40,13 @@ type Options struct {
 	// default <cert-dir>/ca.crt.
 	CABundleFile string
 
+	// BindingAddr is where the binding server listens for sidecars.
+	BindingAddr string
+	// StatusInterval bounds heartbeat-only status writes per binding.
+	StatusInterval time.Duration
+	// MissedHeartbeats is how many heartbeat intervals of silence are lost.
+	MissedHeartbeats int
+
 	MetricsAddr string
 	HealthAddr  string
 	LeaderElect bool
@@ -50,17 +58,20 @@ type Options struct {
 // DefaultOptions are the values of the flags when none is given.
 func DefaultOptions() Options {
 	return Options{
-		Namespace:     envOr("POD_NAMESPACE", "tether-system"),
-		CertMode:      CertModeSelfManaged,
-		CertDir:       "/etc/tether/certs",
-		CertSecret:    "tether-control-plane-cert",
-		ServiceName:   "tether-control-plane",
-		WebhookConfig: "tether-webhook",
-		WebhookPort:   9443,
-		MetricsAddr:   ":8080",
-		HealthAddr:    ":8081",
-		SidecarImage:  "ghcr.io/tether-dev/tether-sidecar:v0.1.0",
-		ServerURL:     "https://tether-control-plane.tether-system.svc:8443",
+		Namespace:        envOr("POD_NAMESPACE", "tether-system"),
+		CertMode:         CertModeSelfManaged,
+		CertDir:          "/etc/tether/certs",
+		CertSecret:       "tether-control-plane-cert",
+		ServiceName:      "tether-control-plane",
+		WebhookConfig:    "tether-webhook",
+		WebhookPort:      9443,
+		BindingAddr:      ":8443",
+		StatusInterval:   30 * time.Second,
+		MissedHeartbeats: 3,
+		MetricsAddr:      ":8080",
+		HealthAddr:       ":8081",
+		SidecarImage:     "ghcr.io/tether-dev/tether-sidecar:v0.1.0",
+		ServerURL:        "https://tether-control-plane.tether-system.svc:8443",
 	}
 }
 
@@ -82,6 +93,9 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.WebhookConfig, "webhook-config", o.WebhookConfig, "MutatingWebhookConfiguration whose caBundle is patched in self-managed mode")
 	fs.StringVar(&o.WebhookHost, "webhook-host", o.WebhookHost, "address the webhook server binds (empty: all interfaces)")
 	fs.IntVar(&o.WebhookPort, "webhook-port", o.WebhookPort, "HTTPS port of the admission webhooks")
+	fs.StringVar(&o.BindingAddr, "binding-bind-address", o.BindingAddr, "address of the binding server (HTTPS, same certificate as the webhooks)")
+	fs.DurationVar(&o.StatusInterval, "status-interval", o.StatusInterval, "at most one heartbeat-only WorkerBinding status write per binding per interval (transitions are written at once)")
+	fs.IntVar(&o.MissedHeartbeats, "missed-heartbeats", o.MissedHeartbeats, "heartbeat intervals without a heartbeat before a worker is HeartbeatLost")
 	fs.StringVar(&o.CABundleFile, "ca-bundle-file", o.CABundleFile, "PEM CA bundle put into token Secrets for the sidecar (default <cert-dir>/ca.crt)")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address of the Prometheus /metrics endpoint ('0' disables)")
 	fs.StringVar(&o.HealthAddr, "health-probe-bind-address", o.HealthAddr, "address of /healthz and /readyz")
@@ -101,6 +115,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--sidecar-image is required")
 	case o.ServerURL == "":
 		return fmt.Errorf("--binding-server-url is required")
+	case o.StatusInterval < time.Second:
+		return fmt.Errorf("--status-interval=%s: must be at least 1s", o.StatusInterval)
+	case o.MissedHeartbeats < 1:
+		return fmt.Errorf("--missed-heartbeats=%d: must be at least 1", o.MissedHeartbeats)
 	}
 	return nil
 }

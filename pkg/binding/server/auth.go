@@ -1,0 +1,121 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/lifecycle"
+)
+
+// refusal is a request the server turns down: an HTTP status, a protocol
+// error code, a metric reason and a message for the client.
+type refusal struct {
+	status  int
+	code    string
+	reason  string
+	message string
+}
+
+func (r *refusal) Error() string { return r.code + ": " + r.message }
+
+func refuse(status int, code, reason, format string, args ...any) *refusal {
+	return &refusal{status: status, code: code, reason: reason, message: fmt.Sprintf(format, args...)}
+}
+
+// authenticate finds the binding that holds the request's token. The binding
+// is looked up by the token's SHA-256, and the hashes are compared in
+// constant time, so neither the lookup nor the comparison reveals the token.
+func (s *Server) authenticate(ctx context.Context, r *http.Request) (*tetherv1.WorkerBinding, *refusal) {
+	if v := r.Header.Get(binding.HeaderProtocolVersion); v != binding.ProtocolVersion {
+		return nil, refuse(http.StatusBadRequest, binding.ErrUnsupportedVersion, "unsupported_version",
+			"%s %q is not supported; this server speaks %q", binding.HeaderProtocolVersion, v, binding.ProtocolVersion)
+	}
+	token, err := binding.TokenFromHeader(r.Header)
+	if err != nil {
+		return nil, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "malformed_token", "%v", err)
+	}
+	sum := sha256.Sum256([]byte(token))
+	hash := hex.EncodeToString(sum[:])
+	var list tetherv1.WorkerBindingList
+	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
+		return nil, refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "looking up the binding: %v", err)
+	}
+	var wb *tetherv1.WorkerBinding
+	for i := range list.Items {
+		if subtle.ConstantTimeCompare([]byte(list.Items[i].Spec.TokenSHA256), []byte(hash)) == 1 {
+			wb = &list.Items[i]
+		}
+	}
+	switch {
+	case wb == nil:
+		return nil, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "unknown_token",
+			"no binding holds this token (the TrainJob was deleted or its token reissued)")
+	case wb.DeletionTimestamp != nil:
+		return nil, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "revoked", "the binding is being deleted")
+	case lifecycle.IsFinal(wb.Status.Phase):
+		return nil, refuse(http.StatusGone, binding.ErrBindingFinished, "finished",
+			"binding %s/%s is %s (%s)", wb.Namespace, wb.Name, wb.Status.Phase, wb.Status.Reason)
+	}
+	return wb, nil
+}
+
+// checkIdentity refuses a request whose claimed job, worker or pod is not the
+// binding's: a token is good for one job's worker in one of its own pods.
+func (s *Server) checkIdentity(ctx context.Context, wb *tetherv1.WorkerBinding, jobID, workerID string, pod binding.PodIdentity) (*corev1.Pod, *refusal) {
+	if jobID != wb.Spec.JobID || workerID != wb.Spec.WorkerID {
+		return nil, refuse(http.StatusForbidden, binding.ErrForbidden, "identity_mismatch",
+			"this token belongs to another job or worker")
+	}
+	if pod.Namespace != wb.Namespace || pod.Name == "" || pod.UID == "" {
+		return nil, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch",
+			"pod %s/%s is not in the binding's namespace", pod.Namespace, pod.Name)
+	}
+	p, err := s.pod(ctx, pod.Namespace, pod.Name)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch", "pod %s/%s does not exist", pod.Namespace, pod.Name)
+		}
+		return nil, refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "reading pod %s: %v", pod.Name, err)
+	}
+	var status struct {
+		JobID string `json:"jobID"`
+	}
+	_ = json.Unmarshal([]byte(p.Annotations[jobconfig.PodStatusAnnotation]), &status)
+	if string(p.UID) != pod.UID || p.Labels[jobconfig.JobSetNameLabel] != wb.Spec.TrainJobName || status.JobID != wb.Spec.JobID {
+		return nil, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch",
+			"pod %s/%s is not an injected trainer pod of TrainJob %s", pod.Namespace, pod.Name, wb.Spec.TrainJobName)
+	}
+	return p, nil
+}
+
+// pod reads a trainer pod from the cache, or from the API server when the
+// cache has not seen it yet (a sidecar can start before the watch delivers
+// its pod).
+func (s *Server) pod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	p := &corev1.Pod{}
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	err := s.cache.Get(ctx, key, p)
+	if apierrors.IsNotFound(err) && s.live != nil {
+		err = s.live.Get(ctx, key, p)
+	}
+	return p, err
+}
+
+func writeError(w http.ResponseWriter, r *refusal) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(r.status)
+	_ = json.NewEncoder(w).Encode(binding.ErrorResponse{Code: r.code, Message: r.message})
+}

@@ -1,0 +1,10 @@
+// Package server is the binding server half of pkg/binding: it runs inside
+// the control plane (cmd/webhook) on its own HTTPS port, registers sidecars,
+// holds one WebSocket session per worker, pushes commands, and keeps each
+// WorkerBinding's status current.
+//
+// Heartbeats live in memory; the WorkerBinding is written on transitions and
+// otherwise at most once per status interval per binding. Durable state is
+// the WorkerBinding, never a replica's memory, so any replica can serve any
+// worker and a restarted server resumes where the record says.
+package server

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tether-dev/tether/pkg/binding"
+)
+
+// workerState is what the server remembers of a worker between writes.
+type workerState struct {
+	namespace, trainJob string
+	interval            time.Duration
+	lastHeartbeat       time.Time
+	lastSeq             uint64
+	progress            *binding.Progress
+	uploadedBytes       int64
+	phase               string
+	// lastWrite is when heartbeat fields were last written to the status.
+	lastWrite time.Time
+	// lost is true once HeartbeatLost was recorded for the current silence.
+	lost bool
+	// lastCommandID is the last command pushed.
+	lastCommandID string
+	session       *session
+}
+
+// hub holds one session per worker and what is known of each worker.
+type hub struct {
+	mu     sync.Mutex
+	states map[types.NamespacedName]*workerState
+}
+
+func newHub() *hub { return &hub{states: map[types.NamespacedName]*workerState{}} }
+
+// attach makes sess the worker's session and returns the one it replaces.
+func (h *hub) attach(key types.NamespacedName, sess *session, init func() *workerState) (*workerState, *session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.states[key]
+	if st == nil {
+		st = init()
+		h.states[key] = st
+	}
+	old := st.session
+	st.session = sess
+	return st, old
+}
+
+// detach forgets sess if it is still the worker's session.
+func (h *hub) detach(key types.NamespacedName, sess *session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if st := h.states[key]; st != nil && st.session == sess {
+		st.session = nil
+	}
+}
+
+func (h *hub) state(key types.NamespacedName) *workerState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.states[key]
+}
+
+func (h *hub) forget(key types.NamespacedName) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.states, key)
+}
+
+// snapshot copies the states for a reader that must not hold the lock.
+type stateSnapshot struct {
+	key types.NamespacedName
+	workerState
+	connected bool
+}
+
+func (h *hub) snapshot() []stateSnapshot {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]stateSnapshot, 0, len(h.states))
+	for k, st := range h.states {
+		out = append(out, stateSnapshot{key: k, workerState: *st, connected: st.session != nil})
+	}
+	return out
+}
+
+// update runs f on the worker's state under the lock.
+func (h *hub) update(key types.NamespacedName, f func(*workerState)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if st := h.states[key]; st != nil {
+		f(st)
+	}
+}
+
+func (h *hub) sessions() []*session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*session
+	for _, st := range h.states {
+		if st.session != nil {
+			out = append(out, st.session)
+		}
+	}
+	return out
+}
+
+func (h *hub) closeAll(code int, reason string) {
+	for _, s := range h.sessions() {
+		s.close(code, reason)
+	}
+}
+
+// closeCodeName is a metric label for a close code.
+func closeCodeName(code int) string {
+	switch code {
+	case binding.CloseProtocolError:
+		return "protocol_error"
+	case binding.CloseReplaced:
+		return "replaced"
+	case binding.CloseRevoked:
+		return "revoked"
+	case binding.CloseFinished:
+		return "finished"
+	case binding.CloseHeartbeatTimeout:
+		return "heartbeat_timeout"
+	case websocket.CloseGoingAway:
+		return "going_away"
+	case websocket.CloseMessageTooBig:
+		return "too_big"
+	case websocket.CloseNormalClosure:
+		return "normal"
+	default:
+		return "connection_lost"
+	}
+}

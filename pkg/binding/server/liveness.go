@@ -1,0 +1,71 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/lifecycle"
+)
+
+// livenessPeriod is how often the server checks its workers.
+const livenessPeriod = time.Second
+
+// watchLiveness checks, every livenessPeriod, each worker this replica knows:
+// a binding that was deleted or finished closes its session; a worker whose
+// session ended and who has not come back within the missed-heartbeat budget
+// is HeartbeatLost; a pending command is pushed.
+//
+// Silence on an open session is caught by its read deadline instead.
+func (s *Server) watchLiveness(ctx context.Context) {
+	t := time.NewTicker(livenessPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := s.opts.Now()
+		for _, st := range s.hub.snapshot() {
+			wb := &tetherv1.WorkerBinding{}
+			err := s.cache.Get(ctx, st.key, wb)
+			switch {
+			case apierrors.IsNotFound(err) || (err == nil && wb.DeletionTimestamp != nil):
+				if st.session != nil {
+					st.session.close(binding.CloseRevoked, "binding deleted")
+				}
+				s.hub.forget(st.key)
+				continue
+			case err != nil:
+				continue
+			case lifecycle.IsFinal(wb.Status.Phase):
+				if st.session != nil {
+					st.session.close(binding.CloseFinished, "binding "+string(wb.Status.Phase))
+				}
+				s.hub.forget(st.key)
+				continue
+			}
+			if st.connected {
+				s.pushPendingCommand(ctx, st.key)
+				continue
+			}
+			if hb := wb.Status.LastHeartbeatTime; hb != nil && hb.After(st.lastHeartbeat) {
+				// Another replica heard from the worker after this one did.
+				s.hub.forget(st.key)
+				continue
+			}
+			budget := time.Duration(s.opts.MissedHeartbeats) * st.interval
+			if !st.lost && !st.lastHeartbeat.IsZero() && now.Sub(st.lastHeartbeat) > budget {
+				s.markLost(ctx, st.key, "no heartbeat for "+now.Sub(st.lastHeartbeat).Round(time.Second).String()+" since the session ended")
+			}
+			if st.lost && now.Sub(st.lastHeartbeat) > 10*budget {
+				// Another replica may have the worker now; stop tracking it here.
+				s.hub.forget(st.key)
+			}
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/gorilla/websocket"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
+)
+
+// TokenHashIndex indexes WorkerBindings by spec.tokenSHA256.
+const TokenHashIndex = "spec.tokenSHA256"
+
+// IndexTokenHash is the indexer function for TokenHashIndex.
+func IndexTokenHash(o client.Object) []string {
+	return []string{o.(*tetherv1.WorkerBinding).Spec.TokenSHA256}
+}
+
+// Options configure a Server.
+type Options struct {
+	// Addr is the listen address, e.g. ":8443".
+	Addr string
+	// CertDir holds tls.crt and tls.key (watched and reloaded on rotation).
+	CertDir string
+	// TLSConfig overrides CertDir (tests, benchmarks).
+	TLSConfig *tls.Config
+	// StatusInterval is the minimum time between two heartbeat-only status
+	// writes of one binding. Transitions are written at once.
+	StatusInterval time.Duration
+	// MissedHeartbeats is how many intervals without a heartbeat mean the
+	// heartbeat is lost.
+	MissedHeartbeats int
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) defaults() {
+	if o.StatusInterval == 0 {
+		o.StatusInterval = 30 * time.Second
+	}
+	if o.MissedHeartbeats == 0 {
+		o.MissedHeartbeats = 3
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Server is the binding server. It implements manager.Runnable and runs on
+// every replica.
+type Server struct {
+	opts Options
+	// Cache reads WorkerBindings (indexed by TokenHashIndex), TrainJob
+	// metadata and trainer pods.
+	cache client.Reader
+	// live reads from the API server when the cache may lag (a pod that was
+	// just created, a conflict on write).
+	live   client.Reader
+	writer client.StatusClient
+	log    logr.Logger
+	events events.EventRecorder
+
+	hub      *hub
+	upgrader websocket.Upgrader
+	metrics  *metrics
+	handler  http.Handler
+}
+
+// New returns a Server. cache must have the TokenHashIndex on WorkerBindings.
+// Events (may be nil) records the transitions it writes on the TrainJob.
+func New(opts Options, cache, live client.Reader, writer client.StatusClient, log logr.Logger, events events.EventRecorder) *Server {
+	opts.defaults()
+	s := &Server{opts: opts, cache: cache, live: live, writer: writer, log: log, events: events, hub: newHub()}
+	s.metrics = newMetrics(s.hub, opts.Now)
+	s.upgrader = websocket.Upgrader{
+		HandshakeTimeout: 10 * time.Second,
+		ReadBufferSize:   4096,
+		WriteBufferSize:  4096,
+		// Sidecars are not browsers; there is no Origin to check.
+		CheckOrigin: func(*http.Request) bool { return true },
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+binding.PathRegister, s.handleRegister)
+	mux.HandleFunc("GET "+binding.PathSession, s.handleSession)
+	s.handler = mux
+	return s
+}
+
+// Handler serves the binding protocol (tests mount it on their own listener).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Metrics returns the server's Prometheus collectors, for registration.
+func (s *Server) Metrics() *metrics { return s.metrics }
+
+// NeedLeaderElection is false: every replica serves sidecars.
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// Start serves until ctx ends, then closes every session with GoingAway so
+// sidecars reconnect to another replica.
+func (s *Server) Start(ctx context.Context) error {
+	tlsConfig := s.opts.TLSConfig
+	if tlsConfig == nil {
+		w, err := certwatcher.New(filepath.Join(s.opts.CertDir, "tls.crt"), filepath.Join(s.opts.CertDir, "tls.key"))
+		if err != nil {
+			return fmt.Errorf("binding server certificate: %w", err)
+		}
+		go func() { _ = w.Start(ctx) }()
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: w.GetCertificate}
+	}
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("binding server listen %s: %w", s.opts.Addr, err)
+	}
+	return s.Serve(ctx, tls.NewListener(ln, tlsConfig))
+}
+
+// Serve serves on ln until ctx ends.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		// Registration bodies are small; sessions are hijacked and manage
+		// their own deadlines.
+		ReadTimeout:  30 * time.Second,
+		WriteTimeout: 30 * time.Second,
+		IdleTimeout:  120 * time.Second,
+		ErrorLog:     nil,
+	}
+	go s.watchLiveness(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("binding server listening", "addr", ln.Addr().String())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.hub.closeAll(websocket.CloseGoingAway, "server shutting down")
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

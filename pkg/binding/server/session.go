@@ -1,0 +1,350 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/gorilla/websocket"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/lifecycle"
+)
+
+// Session request headers: the worker's claimed identity, checked against
+// the binding like a registration.
+const (
+	HeaderJobID    = "Tether-Job-ID"
+	HeaderWorkerID = "Tether-Worker-ID"
+	HeaderPodName  = "Tether-Pod-Name"
+	HeaderPodUID   = "Tether-Pod-UID"
+)
+
+const writeWait = 10 * time.Second
+
+// session is one worker's WebSocket connection. Only its writer goroutine
+// writes to conn (gorilla allows one concurrent writer).
+type session struct {
+	key  types.NamespacedName
+	conn *websocket.Conn
+	log  logr.Logger
+	send chan binding.Frame
+
+	closeOnce sync.Once
+	closing   chan closeRequest
+	done      chan struct{}
+
+	mu        sync.Mutex
+	closeCode int // set by close; 0 while open
+}
+
+type closeRequest struct {
+	code   int
+	reason string
+}
+
+// close asks the writer to send a close frame and end the session.
+func (s *session) close(code int, reason string) {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closeCode = code
+		s.mu.Unlock()
+		s.closing <- closeRequest{code, reason}
+	})
+}
+
+// closedWith is the code close was called with, or 0.
+func (s *session) closedWith() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closeCode
+}
+
+// push queues a frame; a worker too slow to drain its queue is disconnected
+// rather than allowed to grow server memory.
+func (s *session) push(f binding.Frame) bool {
+	select {
+	case s.send <- f:
+		return true
+	default:
+		s.close(binding.CloseProtocolError, "send queue full")
+		return false
+	}
+}
+
+func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	wb, ref := s.authenticate(ctx, r)
+	if ref != nil {
+		s.reject(w, r, ref, nil)
+		return
+	}
+	pod := binding.PodIdentity{Namespace: wb.Namespace, Name: r.Header.Get(HeaderPodName), UID: r.Header.Get(HeaderPodUID)}
+	if _, ref := s.checkIdentity(ctx, wb, r.Header.Get(HeaderJobID), r.Header.Get(HeaderWorkerID), pod); ref != nil {
+		s.reject(w, r, ref, wb)
+		return
+	}
+	if !s.registered(ctx, wb, pod.UID) {
+		s.reject(w, r, refuse(http.StatusConflict, binding.ErrBadRequest, "not_registered",
+			"pod %s is not the binding's registered worker: register first", pod.Name), wb)
+		return
+	}
+	conn, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		// The upgrader has answered the client already.
+		s.metrics.refusals.WithLabelValues("bad_upgrade").Inc()
+		return
+	}
+	key := types.NamespacedName{Namespace: wb.Namespace, Name: wb.Name}
+	interval := s.heartbeatInterval(r, wb)
+	sess := &session{key: key, conn: conn, log: s.log.WithValues("binding", key.String(), "pod", pod.Name),
+		send: make(chan binding.Frame, 16), closing: make(chan closeRequest, 1), done: make(chan struct{})}
+	st, old := s.hub.attach(key, sess, func() *workerState {
+		return &workerState{namespace: wb.Namespace, trainJob: wb.Spec.TrainJobName, lastSeq: uint64(wb.Status.LastSeq),
+			phase: string(wb.Status.Phase)}
+	})
+	s.hub.update(key, func(st *workerState) {
+		st.interval = interval
+		// The first heartbeat of every session is written, so other replicas
+		// see at once that this one has the worker now.
+		st.lastWrite = time.Time{}
+	})
+	if old != nil {
+		old.close(binding.CloseReplaced, "replaced by a newer session of the same worker")
+		s.metrics.replaced.Inc()
+	}
+	_ = st
+	s.metrics.sessionsOpened.Inc()
+	// A command that arrived while the worker was away is pushed now.
+	s.pushPendingCommand(ctx, key)
+	sess.log.V(1).Info("session opened", "interval", interval)
+
+	go s.writeLoop(sess, interval)
+	code := s.readLoop(ctx, sess, interval)
+	s.hub.detach(key, sess)
+	sess.close(code, closeCodeName(code))
+	<-sess.done
+	s.metrics.sessionsClosed.WithLabelValues(closeCodeName(code)).Inc()
+	sess.log.V(1).Info("session closed", "code", code)
+}
+
+// registered reports whether podUID registered for the binding's current
+// attempt, asking the API server when the cache has not caught up with a
+// registration that just happened.
+func (s *Server) registered(ctx context.Context, wb *tetherv1.WorkerBinding, podUID string) bool {
+	if wb.Status.Worker != nil && wb.Status.Worker.PodUID == podUID {
+		return true
+	}
+	if s.live == nil {
+		return false
+	}
+	fresh := &tetherv1.WorkerBinding{}
+	if err := s.live.Get(ctx, types.NamespacedName{Namespace: wb.Namespace, Name: wb.Name}, fresh); err != nil {
+		return false
+	}
+	return fresh.Status.Worker != nil && fresh.Status.Worker.PodUID == podUID
+}
+
+// writeLoop is the session's only writer: queued frames, pings that measure
+// the round trip, and the close frame.
+func (s *Server) writeLoop(sess *session, interval time.Duration) {
+	defer close(sess.done)
+	defer sess.conn.Close()
+	ping := time.NewTicker(interval)
+	defer ping.Stop()
+	var payload [8]byte
+	for {
+		select {
+		case f := <-sess.send:
+			_ = sess.conn.SetWriteDeadline(time.Now().Add(writeWait))
+			if err := sess.conn.WriteJSON(f); err != nil {
+				sess.closeOnce.Do(func() {})
+				return
+			}
+		case <-ping.C:
+			binary.BigEndian.PutUint64(payload[:], uint64(time.Now().UnixNano()))
+			if err := sess.conn.WriteControl(websocket.PingMessage, payload[:], time.Now().Add(writeWait)); err != nil {
+				sess.closeOnce.Do(func() {})
+				return
+			}
+		case req := <-sess.closing:
+			msg := websocket.FormatCloseMessage(req.code, req.reason)
+			_ = sess.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+			// Unblock the reader, which is waiting on the peer.
+			_ = sess.conn.SetReadDeadline(time.Now())
+			return
+		}
+	}
+}
+
+// readLoop reads frames until the session ends and returns the close code.
+func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Duration) int {
+	conn := sess.conn
+	conn.SetReadLimit(binding.MaxFrameSize)
+	deadline := time.Duration(s.opts.MissedHeartbeats) * interval
+	_ = conn.SetReadDeadline(time.Now().Add(deadline))
+	conn.SetPongHandler(func(data string) error {
+		if len(data) == 8 {
+			sent := int64(binary.BigEndian.Uint64([]byte(data)))
+			s.metrics.pingRTT.Observe(time.Since(time.Unix(0, sent)).Seconds())
+		}
+		return nil
+	})
+	var lastSeq uint64
+	for {
+		_, data, err := conn.ReadMessage()
+		if err != nil {
+			return s.readError(ctx, sess, err)
+		}
+		f, err := binding.DecodeFrame(data)
+		if err != nil {
+			sess.log.Info("closing session: bad frame", "error", err.Error())
+			s.metrics.refusals.WithLabelValues("bad_frame").Inc()
+			return binding.CloseProtocolError
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(deadline))
+		switch f.Type {
+		case binding.FrameHeartbeat:
+			hb := f.Heartbeat
+			if hb.Seq <= lastSeq {
+				sess.log.Info("closing session: out-of-order heartbeat", "seq", hb.Seq, "last", lastSeq)
+				s.metrics.refusals.WithLabelValues("out_of_order").Inc()
+				return binding.CloseProtocolError
+			}
+			lastSeq = hb.Seq
+			phase, code := s.heartbeat(ctx, sess.key, hb)
+			if code != 0 {
+				return code
+			}
+			sess.push(binding.Frame{Type: binding.FrameAck, Ack: &binding.Ack{Seq: hb.Seq, ServerTime: s.opts.Now(), Phase: phase}})
+		case binding.FrameFinishing:
+			if _, err := s.updateStatus(ctx, sess.key, func(st *tetherv1.WorkerBindingStatus) bool {
+				return lifecycle.Finishing(st, f.Finishing.Reason)
+			}); err != nil {
+				sess.log.Error(err, "recording Finishing")
+			}
+		case binding.FrameCommandAck:
+			s.commandAcked(ctx, sess, f.CommandAck)
+		default:
+			sess.log.Info("closing session: frame type not allowed from a worker", "type", f.Type)
+			s.metrics.refusals.WithLabelValues("bad_frame").Inc()
+			return binding.CloseProtocolError
+		}
+	}
+}
+
+// readError turns a read failure into the session's close code, recording a
+// lost heartbeat when the worker went silent.
+func (s *Server) readError(ctx context.Context, sess *session, err error) int {
+	var ce *websocket.CloseError
+	var ne net.Error
+	switch {
+	case errors.As(err, &ce):
+		return ce.Code
+	case errors.Is(err, websocket.ErrReadLimit):
+		sess.log.Info("closing session: frame over the size limit", "limit", binding.MaxFrameSize)
+		s.metrics.refusals.WithLabelValues("too_big").Inc()
+		return websocket.CloseMessageTooBig
+	case errors.As(err, &ne) && ne.Timeout():
+		if code := sess.closedWith(); code != 0 {
+			// Our own close (replaced, revoked, ...) unblocked the read.
+			return code
+		}
+		s.markLost(ctx, sess.key, "no heartbeat within the read deadline")
+		return binding.CloseHeartbeatTimeout
+	default:
+		return websocket.CloseAbnormalClosure
+	}
+}
+
+// heartbeat records a heartbeat in memory and writes the status when a
+// transition happens or the status interval has passed. It returns the phase
+// for the ack, or a close code when the binding cannot take heartbeats.
+func (s *Server) heartbeat(ctx context.Context, key types.NamespacedName, hb *binding.Heartbeat) (string, int) {
+	now := s.opts.Now()
+	var write, wasLost bool
+	var phase string
+	s.hub.update(key, func(st *workerState) {
+		st.lastHeartbeat = now
+		if hb.Seq > st.lastSeq {
+			st.lastSeq = hb.Seq
+		}
+		if hb.Progress != nil {
+			st.progress = hb.Progress
+		}
+		st.uploadedBytes = hb.UploadedBytes
+		wasLost = st.lost
+		st.lost = false
+		phase = st.phase
+		write = wasLost || phase == "" || phase == string(tetherv1.PhasePending) || phase == string(tetherv1.PhaseRegistered) ||
+			now.Sub(st.lastWrite) >= s.opts.StatusInterval
+		if write {
+			st.lastWrite = now
+		}
+	})
+	s.metrics.heartbeats.Inc()
+	if !write {
+		return phase, 0
+	}
+	progress := toAPIProgress(hb.Progress)
+	wb, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {
+		lifecycle.Heartbeat(st, now, int64(hb.Seq), progress)
+		return true
+	})
+	if err != nil {
+		s.log.Error(err, "writing heartbeat status", "binding", key.String())
+		return phase, 0
+	}
+	switch {
+	case wb.DeletionTimestamp != nil:
+		return string(wb.Status.Phase), binding.CloseRevoked
+	case lifecycle.IsFinal(wb.Status.Phase):
+		return string(wb.Status.Phase), binding.CloseFinished
+	}
+	s.hub.update(key, func(st *workerState) { st.phase = string(wb.Status.Phase) })
+	if wasLost {
+		s.log.Info("heartbeats resumed", "binding", key.String())
+	}
+	return string(wb.Status.Phase), 0
+}
+
+// markLost records HeartbeatLost once per silence.
+func (s *Server) markLost(ctx context.Context, key types.NamespacedName, msg string) {
+	first := false
+	s.hub.update(key, func(st *workerState) {
+		first = !st.lost
+		st.lost = true
+	})
+	if !first {
+		return
+	}
+	s.metrics.heartbeatsLost.Inc()
+	if _, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {
+		return lifecycle.HeartbeatLost(st, msg)
+	}); err != nil {
+		s.log.Error(err, "recording HeartbeatLost", "binding", key.String())
+		return
+	}
+	s.log.Info("heartbeat lost", "binding", key.String(), "why", msg)
+}
+
+func toAPIProgress(p *binding.Progress) *tetherv1.Progress {
+	if p == nil {
+		return nil
+	}
+	out := &tetherv1.Progress{Step: p.Step, Epoch: lifecycle.FormatFloat(p.Epoch), Loss: lifecycle.FormatFloat(p.Loss),
+		Fraction: lifecycle.FormatFloat(p.Fraction)}
+	if !p.UpdatedAt.IsZero() {
+		t := metav1.NewTime(p.UpdatedAt)
+		out.UpdatedTime = &t
+	}
+	return out
+}

@@ -1,0 +1,63 @@
+package server
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/mutate"
+)
+
+// updateStatus applies mutate to the binding's status and writes it when
+// mutate reports a change. A conflict (another replica or the controller
+// wrote first) re-reads from the API server and re-applies: the lifecycle
+// rules decide again on the fresh status, so no write regresses another.
+func (s *Server) updateStatus(ctx context.Context, key types.NamespacedName, mutate func(*tetherv1.WorkerBindingStatus) bool) (*tetherv1.WorkerBinding, error) {
+	wb := &tetherv1.WorkerBinding{}
+	if err := s.cache.Get(ctx, key, wb); err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		phase, reason := wb.Status.Phase, wb.Status.Reason
+		if !mutate(&wb.Status) {
+			return wb, nil
+		}
+		err := s.writer.Status().Update(ctx, wb)
+		if err == nil && (phase != wb.Status.Phase || reason != wb.Status.Reason) {
+			s.recordTransition(wb)
+		}
+		if err == nil || !apierrors.IsConflict(err) || attempt == 4 || s.live == nil {
+			return wb, err
+		}
+		wb = &tetherv1.WorkerBinding{}
+		if err := s.live.Get(ctx, key, wb); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// trainJobMeta reads the binding's TrainJob metadata from the cache.
+func (s *Server) trainJobMeta(ctx context.Context, wb *tetherv1.WorkerBinding) (*metav1.PartialObjectMetadata, error) {
+	tj := &metav1.PartialObjectMetadata{}
+	tj.SetGroupVersionKind(mutate.TrainJobGVK)
+	err := s.cache.Get(ctx, types.NamespacedName{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}, tj)
+	return tj, err
+}
+
+// recordTransition records a phase or reason change as an Event on the TrainJob.
+func (s *Server) recordTransition(wb *tetherv1.WorkerBinding) {
+	if s.events == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{APIVersion: mutate.TrainJobGVK.GroupVersion().String(), Kind: mutate.TrainJobGVK.Kind,
+		Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
+	eventType := corev1.EventTypeNormal
+	if wb.Status.Phase == tetherv1.PhaseFailed || wb.Status.Reason == tetherv1.ReasonHeartbeatLost {
+		eventType = corev1.EventTypeWarning
+	}
+	s.events.Eventf(ref, nil, eventType, wb.Status.Reason, "Bind", "binding %s: %s", wb.Status.Phase, wb.Status.Message)
+}

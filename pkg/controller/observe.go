@@ -1,0 +1,83 @@
+package controller
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/trainjob"
+)
+
+func trainJobRef(tj *unstructured.Unstructured) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: trainjob.GVK.GroupVersion().String(), Kind: trainjob.GVK.Kind,
+		Namespace: tj.GetNamespace(), Name: tj.GetName(), UID: tj.GetUID()}
+}
+
+// observe applies what the controller can see to the binding's status: the
+// trainer container's exit from the bound pod's status (the sidecar never
+// learns it), then the TrainJob's conditions. It returns the duration after
+// which a silent worker counts as HeartbeatLost (0: not applicable).
+func (r *BindingReconciler) observe(tj *unstructured.Unstructured, st *tetherv1.WorkerBindingStatus, pods []corev1.Pod, now time.Time) time.Duration {
+	settings, _ := jobconfig.Parse(tj.GetAnnotations())
+	if code, ok := trainerExit(pods, st, settings.TrainerContainer); ok {
+		lifecycle.TrainerExited(st, code)
+	}
+	conds := trainjob.Conditions(tj)
+	switch c := meta.FindStatusCondition(conds, trainjob.ConditionFailed); {
+	case c != nil && c.Status == metav1.ConditionTrue:
+		lifecycle.JobFinished(st, true, fmt.Sprintf("TrainJob failed: %s", c.Message))
+	}
+	if c := meta.FindStatusCondition(conds, trainjob.ConditionComplete); c != nil && c.Status == metav1.ConditionTrue {
+		lifecycle.JobFinished(st, false, "TrainJob complete")
+	}
+	if c := meta.FindStatusCondition(conds, trainjob.ConditionSuspended); c != nil && c.Status == metav1.ConditionTrue {
+		lifecycle.Suspended(st, "TrainJob suspended: "+c.Reason)
+	}
+
+	// A worker whose replica crashed is caught here: nobody holds its session,
+	// and its last recorded heartbeat ages past the budget.
+	if st.Phase != tetherv1.PhaseRegistered && st.Phase != tetherv1.PhaseRunning {
+		return 0
+	}
+	budget := r.StatusInterval + time.Duration(r.MissedHeartbeats)*settings.HeartbeatInterval
+	last := st.LastHeartbeatTime
+	if last == nil && st.Worker != nil {
+		last = &st.Worker.RegisteredTime
+	}
+	if last == nil {
+		return 0
+	}
+	if age := now.Sub(last.Time); age > budget {
+		lifecycle.HeartbeatLost(st, fmt.Sprintf("no heartbeat recorded for %s", age.Round(time.Second)))
+		return budget
+	} else {
+		return budget - age + time.Second
+	}
+}
+
+// trainerExit finds the trainer container's termination in the attempt's
+// registered pod (or, before registration, the job's injected node-0 pod).
+func trainerExit(pods []corev1.Pod, st *tetherv1.WorkerBindingStatus, container string) (int32, bool) {
+	for i := range pods {
+		p := &pods[i]
+		if p.Annotations[jobconfig.PodStatusAnnotation] == "" {
+			continue
+		}
+		if st.Worker != nil && string(p.UID) != st.Worker.PodUID {
+			continue
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name == container && cs.State.Terminated != nil {
+				return cs.State.Terminated.ExitCode, true
+			}
+		}
+	}
+	return 0, false
+}

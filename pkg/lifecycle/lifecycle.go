@@ -1,0 +1,190 @@
+package lifecycle
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+)
+
+// rank orders the phases of one attempt; a transition may only go up.
+var rank = map[tetherv1.WorkerBindingPhase]int{
+	"":                       0,
+	tetherv1.PhasePending:    0,
+	tetherv1.PhaseRegistered: 1,
+	tetherv1.PhaseRunning:    2,
+	tetherv1.PhaseFinishing:  3,
+	tetherv1.PhaseSucceeded:  4,
+	tetherv1.PhaseFailed:     4,
+}
+
+// IsFinal reports whether phase is Succeeded or Failed.
+func IsFinal(p tetherv1.WorkerBindingPhase) bool {
+	return p == tetherv1.PhaseSucceeded || p == tetherv1.PhaseFailed
+}
+
+// advance moves st to phase if that is forward (or the same phase with a new
+// reason) and st is not final. It reports whether anything changed.
+func advance(st *tetherv1.WorkerBindingStatus, phase tetherv1.WorkerBindingPhase, reason, msg string) bool {
+	if IsFinal(st.Phase) || rank[phase] < rank[st.Phase] {
+		return false
+	}
+	if st.Phase == phase && st.Reason == reason && st.Message == msg {
+		return false
+	}
+	st.Phase, st.Reason, st.Message = phase, reason, msg
+	return true
+}
+
+// Registered: a sidecar presented the binding's token from pod. A different
+// pod than the attempt's registered one (a recreated pod) is recorded; the
+// same pod registering again (a restarted sidecar) changes nothing.
+func Registered(st *tetherv1.WorkerBindingStatus, pod tetherv1.WorkerStatus, now time.Time) bool {
+	if IsFinal(st.Phase) {
+		return false
+	}
+	changed := false
+	if st.Worker == nil || st.Worker.PodUID != pod.PodUID {
+		pod.RegisteredTime = metav1.NewTime(now)
+		st.Worker = &pod
+		changed = true
+	}
+	if st.Attempt == 0 || (st.Phase == tetherv1.PhasePending && st.Reason == tetherv1.ReasonPreempted) {
+		st.Attempt++
+		changed = true
+	}
+	return advance(st, tetherv1.PhaseRegistered, tetherv1.ReasonRegistered, "sidecar in pod "+pod.PodName+" registered") || changed
+}
+
+// Heartbeat records a heartbeat (at, seq, progress) and moves a registered
+// binding to Running, clearing HeartbeatLost. It reports whether anything a
+// reader would act on changed (phase or condition); the heartbeat fields
+// themselves are always updated and written at the writer's own pace.
+func Heartbeat(st *tetherv1.WorkerBindingStatus, at time.Time, seq int64, progress *tetherv1.Progress) bool {
+	if IsFinal(st.Phase) {
+		return false
+	}
+	t := metav1.NewTime(at)
+	st.LastHeartbeatTime = &t
+	if seq > st.LastSeq {
+		st.LastSeq = seq
+	}
+	if progress != nil {
+		st.Progress = progress
+	}
+	changed := false
+	if c := meta.FindStatusCondition(st.Conditions, tetherv1.ConditionHeartbeatLost); c != nil && c.Status == metav1.ConditionTrue {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: tetherv1.ConditionHeartbeatLost, Status: metav1.ConditionFalse,
+			Reason: tetherv1.ReasonHeartbeatResumed, Message: "heartbeats resumed"})
+		changed = true
+		if st.Phase == tetherv1.PhaseRunning && st.Reason == tetherv1.ReasonHeartbeatLost {
+			st.Reason, st.Message = tetherv1.ReasonHeartbeating, "heartbeats resumed"
+		}
+	}
+	if st.Phase == tetherv1.PhasePending && st.Worker == nil {
+		// A heartbeat without a registration in this attempt (it was preempted
+		// and the old sidecar is still talking): nothing to advance.
+		return changed
+	}
+	return advance(st, tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating, "worker is heartbeating") || changed
+}
+
+// HeartbeatLost marks a live binding whose worker missed its heartbeats.
+func HeartbeatLost(st *tetherv1.WorkerBindingStatus, msg string) bool {
+	if IsFinal(st.Phase) || st.Phase == tetherv1.PhasePending {
+		return false
+	}
+	if c := meta.FindStatusCondition(st.Conditions, tetherv1.ConditionHeartbeatLost); c != nil && c.Status == metav1.ConditionTrue {
+		return false
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: tetherv1.ConditionHeartbeatLost, Status: metav1.ConditionTrue,
+		Reason: tetherv1.ReasonHeartbeatLost, Message: msg})
+	if st.Phase == tetherv1.PhaseRunning || st.Phase == tetherv1.PhaseRegistered {
+		st.Reason, st.Message = tetherv1.ReasonHeartbeatLost, msg
+	}
+	return true
+}
+
+// IsHeartbeatLost reports whether the HeartbeatLost condition is True.
+func IsHeartbeatLost(st *tetherv1.WorkerBindingStatus) bool {
+	return meta.IsStatusConditionTrue(st.Conditions, tetherv1.ConditionHeartbeatLost)
+}
+
+// Finishing: the sidecar reported its pod is terminating.
+func Finishing(st *tetherv1.WorkerBindingStatus, reason string) bool {
+	if st.Phase == tetherv1.PhasePending {
+		return false
+	}
+	return advance(st, tetherv1.PhaseFinishing, tetherv1.ReasonTerminating, "worker is terminating: "+reason)
+}
+
+// TrainerExited records the trainer container's exit code from pod status.
+// Exit 0 succeeds the binding (the artifact gate joins this later); anything
+// else fails it with TrainerFailed.
+func TrainerExited(st *tetherv1.WorkerBindingStatus, code int32) bool {
+	if IsFinal(st.Phase) {
+		return false
+	}
+	st.TrainerExitCode = &code
+	if code == 0 {
+		return advance(st, tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded, "trainer exited 0")
+	}
+	return advance(st, tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed, "trainer exited with code "+strconv.Itoa(int(code)))
+}
+
+// Suspended: the TrainJob is suspended (Kueue holds it, or evicted it). A
+// live attempt ends as Preempted; a binding that never ran stays Pending.
+func Suspended(st *tetherv1.WorkerBindingStatus, msg string) bool {
+	if IsFinal(st.Phase) {
+		return false
+	}
+	if st.Phase == "" || st.Phase == tetherv1.PhasePending {
+		if st.Reason == tetherv1.ReasonPreempted {
+			return false
+		}
+		return set(st, tetherv1.PhasePending, tetherv1.ReasonSuspended, msg)
+	}
+	// The attempt is over: the next registration starts a new one.
+	st.Worker = nil
+	meta.RemoveStatusCondition(&st.Conditions, tetherv1.ConditionHeartbeatLost)
+	return set(st, tetherv1.PhasePending, tetherv1.ReasonPreempted, msg)
+}
+
+// JobFinished applies the TrainJob's terminal condition when the trainer's
+// exit code was not seen (for example its pod is already gone).
+func JobFinished(st *tetherv1.WorkerBindingStatus, failed bool, msg string) bool {
+	if failed {
+		return advance(st, tetherv1.PhaseFailed, tetherv1.ReasonJobFailed, msg)
+	}
+	return advance(st, tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded, msg)
+}
+
+// Cancelled: the orchestrator cancelled the job and the worker acknowledged.
+func Cancelled(st *tetherv1.WorkerBindingStatus, msg string) bool {
+	return advance(st, tetherv1.PhaseFailed, tetherv1.ReasonCancelled, msg)
+}
+
+func set(st *tetherv1.WorkerBindingStatus, phase tetherv1.WorkerBindingPhase, reason, msg string) bool {
+	if st.Phase == phase && st.Reason == reason && st.Message == msg {
+		return false
+	}
+	st.Phase, st.Reason, st.Message = phase, reason, msg
+	return true
+}
+
+// FormatFloat renders a progress number for the API (no floats in CRDs).
+func FormatFloat(f *float64) string {
+	if f == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*f, 'g', 6, 64)
+}
+
+// Describe is a one-line summary for logs and Events.
+func Describe(st *tetherv1.WorkerBindingStatus) string {
+	return fmt.Sprintf("%s (%s)", st.Phase, st.Reason)
+}
