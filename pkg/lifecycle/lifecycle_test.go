@@ -1,0 +1,140 @@
+package lifecycle
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func pod(uid string) tetherv1.WorkerStatus {
+	return tetherv1.WorkerStatus{PodName: "p-" + uid, PodUID: uid}
+}
+
+func TestHappyPath(t *testing.T) {
+	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
+	steps := []struct {
+		name  string
+		apply func() bool
+		phase tetherv1.WorkerBindingPhase
+	}{
+		{"register", func() bool { return Registered(st, pod("a"), t0) }, tetherv1.PhaseRegistered},
+		{"heartbeat", func() bool { return Heartbeat(st, t0, 1, nil) }, tetherv1.PhaseRunning},
+		{"finishing", func() bool { return Finishing(st, "SIGTERM") }, tetherv1.PhaseFinishing},
+		{"exit 0", func() bool { return TrainerExited(st, 0) }, tetherv1.PhaseSucceeded},
+	}
+	for _, s := range steps {
+		if !s.apply() {
+			t.Fatalf("%s: reported no change", s.name)
+		}
+		if st.Phase != s.phase {
+			t.Fatalf("%s: phase %s, want %s", s.name, st.Phase, s.phase)
+		}
+	}
+	if st.Attempt != 1 {
+		t.Errorf("attempt = %d, want 1", st.Attempt)
+	}
+}
+
+func TestNoRegression(t *testing.T) {
+	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
+	Registered(st, pod("a"), t0)
+	Heartbeat(st, t0, 5, nil)
+	// A restarted sidecar registers again from the same pod: nothing moves back.
+	if Registered(st, pod("a"), t0.Add(time.Minute)) {
+		t.Error("re-registration of the same pod reported a change")
+	}
+	if st.Phase != tetherv1.PhaseRunning {
+		t.Errorf("phase %s after re-registration, want Running", st.Phase)
+	}
+	// An older sequence number does not lower LastSeq.
+	Heartbeat(st, t0.Add(2*time.Minute), 3, nil)
+	if st.LastSeq != 5 {
+		t.Errorf("LastSeq = %d, want 5", st.LastSeq)
+	}
+}
+
+func TestFinalPhasesAreFinal(t *testing.T) {
+	for _, final := range []func(*tetherv1.WorkerBindingStatus) bool{
+		func(st *tetherv1.WorkerBindingStatus) bool { return TrainerExited(st, 0) },
+		func(st *tetherv1.WorkerBindingStatus) bool { return TrainerExited(st, 137) },
+		func(st *tetherv1.WorkerBindingStatus) bool { return Cancelled(st, "by test") },
+	} {
+		st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
+		Registered(st, pod("a"), t0)
+		final(st)
+		was := *st.DeepCopy()
+		for name, ev := range map[string]func() bool{
+			"register":  func() bool { return Registered(st, pod("b"), t0) },
+			"heartbeat": func() bool { return Heartbeat(st, t0, 9, nil) },
+			"lost":      func() bool { return HeartbeatLost(st, "x") },
+			"finishing": func() bool { return Finishing(st, "x") },
+			"exit":      func() bool { return TrainerExited(st, 1) },
+			"suspended": func() bool { return Suspended(st, "x") },
+		} {
+			if ev() {
+				t.Errorf("%s after %s changed the status", name, was.Phase)
+			}
+		}
+		if st.Phase != was.Phase || st.Reason != was.Reason {
+			t.Errorf("final %s/%s became %s/%s", was.Phase, was.Reason, st.Phase, st.Reason)
+		}
+	}
+}
+
+func TestTrainerFailedRecordsExitCode(t *testing.T) {
+	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhaseRunning}
+	TrainerExited(st, 3)
+	if st.Phase != tetherv1.PhaseFailed || st.Reason != tetherv1.ReasonTrainerFailed || st.TrainerExitCode == nil || *st.TrainerExitCode != 3 {
+		t.Errorf("status %+v, want Failed/TrainerFailed with exit code 3", st)
+	}
+	if st.Message != "trainer exited with code 3" {
+		t.Errorf("message %q", st.Message)
+	}
+}
+
+func TestHeartbeatLostAndRecovered(t *testing.T) {
+	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
+	Registered(st, pod("a"), t0)
+	Heartbeat(st, t0, 1, nil)
+	if !HeartbeatLost(st, "silent") || !IsHeartbeatLost(st) || st.Reason != tetherv1.ReasonHeartbeatLost {
+		t.Fatalf("HeartbeatLost not recorded: %+v", st)
+	}
+	if HeartbeatLost(st, "silent") {
+		t.Error("a second HeartbeatLost for the same silence reported a change")
+	}
+	if !Heartbeat(st, t0.Add(time.Minute), 2, nil) || IsHeartbeatLost(st) {
+		t.Fatalf("heartbeat did not clear HeartbeatLost: %+v", st.Conditions)
+	}
+	if st.Phase != tetherv1.PhaseRunning || st.Reason != tetherv1.ReasonHeartbeating {
+		t.Errorf("after recovery %s/%s, want Running/Heartbeating", st.Phase, st.Reason)
+	}
+}
+
+func TestPreemptionStartsANewAttempt(t *testing.T) {
+	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
+	if !Suspended(st, "queued") || st.Reason != tetherv1.ReasonSuspended {
+		t.Fatalf("initial suspension: %+v", st)
+	}
+	Registered(st, pod("a"), t0)
+	Heartbeat(st, t0, 1, nil)
+	if !Suspended(st, "evicted") || st.Phase != tetherv1.PhasePending || st.Reason != tetherv1.ReasonPreempted || st.Worker != nil {
+		t.Fatalf("eviction of a running job: %+v", st)
+	}
+	// The old pod's sidecar, still heartbeating, does not revive the attempt.
+	Heartbeat(st, t0.Add(time.Second), 2, nil)
+	if st.Phase != tetherv1.PhasePending {
+		t.Fatalf("heartbeat of the preempted pod moved the phase to %s", st.Phase)
+	}
+	Registered(st, pod("b"), t0.Add(time.Minute))
+	if st.Phase != tetherv1.PhaseRegistered || st.Attempt != 2 || st.Worker.PodUID != "b" {
+		t.Fatalf("re-admission: %+v", st)
+	}
+	if c := st.Worker.RegisteredTime; !c.Equal(&metav1.Time{Time: t0.Add(time.Minute)}) {
+		t.Errorf("registered time %v", c)
+	}
+}
