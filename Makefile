@@ -11,7 +11,7 @@ export KUBEBUILDER_ASSETS ?= $(TESTBIN)
 TETHER_BENCH_DURATION ?= 20s
 export TETHER_BENCH_DURATION
 
-.PHONY: all build test unit integration bench demo lint generate verify-generate testbin clean
+.PHONY: all build test unit integration fuzz bench demo lint generate verify-generate testbin clean
 
 all: build
 
@@ -23,9 +23,18 @@ build:
 testbin:
 	bash hack/testbin.sh kube-apiserver etcd kubectl
 
-## test: unit tests, golden files and the envtest integration suites
+## test: unit tests, golden files, the envtest integration suites, and a short fuzz run
 test: testbin
 	$(GO) test -count=1 ./...
+	$(MAKE) fuzz FUZZTIME=10s
+
+# Fuzz targets: `make fuzz FUZZTIME=10m` for a longer run by hand.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := ./pkg/binding:FuzzDecodeFrame ./pkg/binding:FuzzTokenFromHeader
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; done
 
 unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/integration)

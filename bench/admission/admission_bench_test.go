@@ -1,0 +1,821 @@
+package admission_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/google/uuid"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/internal/testobj"
+	"github.com/tether-dev/tether/pkg/controlplane"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/mutate"
+)
+
+const (
+	namespace    = "tether-bench"
+	trainJobName = "llama-ft"
+	floorPath    = "/floor"
+	// requestTimeout bounds one request; a slice's context also ends this long
+	// after the slice's last scheduled send, so a hung server cannot stretch
+	// the run beyond (duration+warmup)*2 + slices*requestTimeout.
+	requestTimeout = 5 * time.Second // the webhook's timeoutSeconds
+	// fullCheckEvery: every Nth response is fully decoded and checked; the
+	// others get a cheap byte check (keeps the client's CPU cost low).
+	fullCheckEvery = 128
+)
+
+// benchConfig is the load, from TETHER_BENCH_* environment variables.
+type benchConfig struct {
+	duration time.Duration // measured load per path
+	warmup   time.Duration // unmeasured load per path before it
+	rate     int           // intended requests per second, open loop
+	slices   int           // alternating slices per path
+	workers  int           // client goroutines (bound on requests in flight)
+	http1    bool          // keep-alive HTTP/1.1 instead of HTTP/2
+}
+
+func loadConfig(b *testing.B) benchConfig {
+	b.Helper()
+	c := benchConfig{duration: 20 * time.Second, warmup: 2 * time.Second, rate: 1000, slices: 8, workers: 64}
+	dur := func(key string, v *time.Duration) {
+		if s := os.Getenv(key); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d < 0 {
+				b.Fatalf("%s=%q: want a duration such as 20s", key, s)
+			}
+			*v = d
+		}
+	}
+	num := func(key string, v *int) {
+		if s := os.Getenv(key); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n <= 0 {
+				b.Fatalf("%s=%q: want a positive integer", key, s)
+			}
+			*v = n
+		}
+	}
+	dur("TETHER_BENCH_DURATION", &c.duration)
+	dur("TETHER_BENCH_WARMUP", &c.warmup)
+	num("TETHER_BENCH_RATE", &c.rate)
+	num("TETHER_BENCH_SLICES", &c.slices)
+	num("TETHER_BENCH_WORKERS", &c.workers)
+	switch p := os.Getenv("TETHER_BENCH_PROTO"); p {
+	case "", "h2":
+	case "http1":
+		c.http1 = true
+	default:
+		b.Fatalf("TETHER_BENCH_PROTO=%q: want h2 or http1", p)
+	}
+	if c.duration < time.Second {
+		b.Fatalf("TETHER_BENCH_DURATION=%s: want at least 1s", c.duration)
+	}
+	return c
+}
+
+// BenchmarkPodAdmission measures /mutate-pod against /floor at a sustained
+// open-loop rate. One b.N iteration is one full load phase: the configured
+// duration on each path (plus a warmup before the first iteration).
+//
+// Load generation is open loop and coordinated-omission aware: request i of a
+// slice is due at start + i/rate, whatever happened to earlier requests; a
+// bounded pool of workers (TETHER_BENCH_WORKERS, the bound on requests in
+// flight) claims the next request, sleeps until it is due and sends it.
+// Latency ends when the full response is read. It starts:
+//   - at the due time when the worker claimed the request only after it was
+//     due (every worker was busy waiting on the server, or the client was
+//     starved of CPU): the queueing a real caller would see is counted, not
+//     omitted (the coordinated-omission correction);
+//   - at the actual send when the worker was early and slept until the due
+//     time: what it overshoots by is the client's timer resolution, not the
+//     server's queueing. Go's idle timer resolution on Linux is 1ms
+//     (epoll_wait takes milliseconds), which would otherwise add ~0.5ms to
+//     every request of both paths and pull x-floor towards 1.
+//
+// The send lag (due -> send) and the pure due-time latency are logged too.
+//
+// Drift (CPU frequency, noisy neighbours, GC pacing on 2 shared cores) is
+// reduced by splitting each path's load into slices run in ABBA order
+// (floor, inject, inject, floor, floor, inject, ...): each path gets the same
+// number of slices in each position, so a linear drift affects both equally.
+// The two paths never overlap: the floor is measured without the inject
+// path's load and vice versa.
+func BenchmarkPodAdmission(b *testing.B) {
+	cfg := loadConfig(b)
+	// The control plane's production logger (cmd/webhook: zap, JSON, info),
+	// writing nowhere: the handler's log calls cost what they cost in production.
+	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	ctx := b.Context()
+
+	env := startEnv(b, ctx)
+	handler := podHandler(b, ctx, env)
+	baseURL, httpClient := serveWebhooks(b, ctx, handler, cfg)
+	body := admissionReviewBody(b, ctx, env)
+
+	paths := []*loadPath{
+		{name: "floor", url: baseURL + floorPath},
+		{name: "mutate-pod", url: baseURL + controlplane.PodWebhookPath, wantPatch: true},
+	}
+	const floor, inject = 0, 1
+	for _, p := range paths {
+		checkOnce(b, httpClient, p, body)
+	}
+	b.Logf("load: %d rps open loop, %s measured per path in %d ABBA slices, %s warmup per path, %d workers, %s; AdmissionReview %d bytes",
+		cfg.rate, cfg.duration, cfg.slices, cfg.warmup, cfg.workers, protoName(cfg), len(body))
+
+	if cfg.warmup > 0 {
+		for _, p := range paths {
+			p.runSlice(ctx, httpClient, body, cfg.rate, cfg.warmup, cfg.workers, false)
+		}
+	}
+	slice := cfg.duration / time.Duration(cfg.slices)
+	b.Logf("CPU pressure before: %s", cpuPressure())
+	for b.Loop() {
+		for k := range 2 * cfg.slices {
+			p := paths[inject]
+			if k%4 == 0 || k%4 == 3 {
+				p = paths[floor]
+			}
+			p.runSlice(ctx, httpClient, body, cfg.rate, slice, cfg.workers, true)
+		}
+	}
+	b.StopTimer()
+	b.Logf("CPU pressure after:  %s", cpuPressure())
+
+	for _, p := range paths {
+		if n := p.failures.Load(); n > 0 {
+			b.Errorf("%s: %d of %d requests failed; first: %s", p.name, n, p.sent.Load(), *p.firstFailure.Load())
+		}
+	}
+	fl, in := paths[floor].summary(), paths[inject].summary()
+	for _, s := range []summary{fl, in} {
+		b.Logf("%-10s n=%d rps=%.1f p50=%.3fms p90=%.3fms p99=%.3fms p99.9=%.3fms max=%.3fms | from due: p50=%.3fms p99=%.3fms | send lag: p50=%.3fms p99=%.3fms | process CPU %.0fus/req",
+			s.name, s.n, s.rps, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.p999), ms(s.max), ms(s.due50), ms(s.due99), ms(s.lag50), ms(s.lag99), us(s.cpuPerReq))
+	}
+	b.ReportMetric(ms(in.p50), "p50-ms")
+	b.ReportMetric(ms(in.p99), "p99-ms")
+	b.ReportMetric(in.rps, "rps")
+	// CPU per request (client and server, same process) is what timing on a
+	// shared machine cannot show: it holds still when neighbours steal cores.
+	b.ReportMetric(us(in.cpuPerReq), "cpu-us/req")
+	b.ReportMetric(us(fl.cpuPerReq), "floor-cpu-us/req")
+	b.ReportMetric(ms(fl.p50), "floor-p50-ms")
+	b.ReportMetric(ms(fl.p99), "floor-p99-ms")
+	if fl.p99 > 0 {
+		b.ReportMetric(float64(in.p99)/float64(fl.p99), "x-floor")
+	}
+}
+
+// startEnv starts kube-apiserver and etcd only: the webhook under test is
+// served by the benchmark itself.
+func startEnv(b *testing.B, ctx context.Context) *testenv.Env {
+	b.Helper()
+	if _, err := testenv.Assets(); err != nil {
+		if os.Getenv("CI") == "true" {
+			b.Fatal(err)
+		}
+		b.Skip(err)
+	}
+	env, err := testenv.Start(ctx, testenv.Options{NoControlPlane: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			b.Log("stopping the API server:", err)
+		}
+	})
+	// testenv installs Tether's MutatingWebhookConfiguration pointing at an
+	// address nobody serves without the control plane; with failurePolicy
+	// Fail it would deny the bound TrainJob (and the dry-run pod) below.
+	// The benchmark calls its webhook server directly, so remove it.
+	whc := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "tether-webhook"}}
+	if err := env.Client.Delete(ctx, whc); err != nil {
+		b.Fatal("deleting the MutatingWebhookConfiguration:", err)
+	}
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+		b.Fatal(err)
+	}
+	tj := testobj.MakeTrainJob(trainJobName, namespace).Bound().
+		Annotation(jobconfig.JobIDAnnotation, uuid.NewString()).
+		Annotation(jobconfig.WorkerIDAnnotation, uuid.NewString()).
+		Annotation(jobconfig.IncludeAnnotation, "checkpoints/**,*.safetensors").
+		Obj()
+	// The API server drops the webhook configuration from its informer a
+	// moment after the delete.
+	if err := retry(ctx, 10*time.Second, func() error { return env.Client.Create(ctx, tj.DeepCopy()) }); err != nil {
+		b.Fatal("creating the bound TrainJob:", err)
+	}
+	return env
+}
+
+// podHandler builds the handler as pkg/controlplane wires it, with the
+// TrainJob lookup served by a metadata-only informer cache and a real Events
+// recorder (identical Events aggregate into one series, so the API server
+// sees a handful of writes).
+func podHandler(b *testing.B, ctx context.Context, env *testenv.Env) *mutate.PodHandler {
+	b.Helper()
+	trainJobs, err := cache.New(env.Config, cache.Options{Scheme: env.Client.Scheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tj := &metav1.PartialObjectMetadata{}
+	tj.SetGroupVersionKind(mutate.TrainJobGVK)
+	if _, err := trainJobs.GetInformer(ctx, tj); err != nil {
+		b.Fatal(err)
+	}
+	go func() {
+		if err := trainJobs.Start(ctx); err != nil && ctx.Err() == nil {
+			b.Error("TrainJob cache:", err)
+		}
+	}()
+	if !trainJobs.WaitForCacheSync(ctx) {
+		b.Fatal("TrainJob cache did not sync")
+	}
+	if err := trainJobs.Get(ctx, types.NamespacedName{Namespace: namespace, Name: trainJobName}, tj); err != nil {
+		b.Fatal("TrainJob not in the cache:", err)
+	}
+	if !jobconfig.IsBound(tj.Labels) || tj.Annotations[jobconfig.JobIDAnnotation] == "" {
+		b.Fatalf("cached TrainJob is not bound and stamped: labels %v annotations %v", tj.Labels, tj.Annotations)
+	}
+
+	clientset, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: clientset.EventsV1()})
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(broadcaster.Shutdown)
+
+	return &mutate.PodHandler{
+		Injector: mutate.PodInjector{Sidecar: mutate.SidecarConfig{
+			Image:     controlplane.DefaultOptions().SidecarImage,
+			ServerURL: controlplane.DefaultOptions().ServerURL,
+			Resources: mutate.DefaultSidecarResources(),
+		}},
+		TrainJobs: trainJobs,
+		Recorder:  broadcaster.NewRecorder(env.Client.Scheme(), "tether"),
+	}
+}
+
+// floorHandler is the least a pod webhook does: decode the pod, encode it,
+// diff the two (no change, so an empty patch) and answer. The re-encoding is
+// byte-identical to the request's pod (both are encoding/json output of the
+// same corev1.Pod), so jsonpatch.CreatePatch returns at its bytes.Equal check:
+// the floor never pays the JSON diff, and x-floor includes it for /mutate-pod.
+// Everything around the handlers (TLS, HTTP/2, controller-runtime's
+// AdmissionReview decoding and encoding, its metrics) is shared.
+type floorHandler struct{}
+
+func (floorHandler) Handle(_ context.Context, req admission.Request) admission.Response {
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	out, err := json.Marshal(&pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, out)
+}
+
+// serveWebhooks serves /mutate-pod and /floor on 127.0.0.1 with
+// controller-runtime's webhook server (TLS with a fresh self-signed
+// certificate, HTTP/2 offered, controller-runtime's latency metrics on both
+// paths) and returns its URL and a client that trusts it.
+func serveWebhooks(b *testing.B, ctx context.Context, h *mutate.PodHandler, cfg benchConfig) (string, *http.Client) {
+	b.Helper()
+	certPEM, keyPEM := selfSignedCert(b)
+	dir := b.TempDir()
+	for name, data := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	port := freePort(b)
+	srv := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: dir})
+	srv.Register(controlplane.PodWebhookPath, &webhook.Admission{Handler: h})
+	srv.Register(floorPath, &webhook.Admission{Handler: floorHandler{}})
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	started := srv.StartedChecker()
+	if err := retry(ctx, 10*time.Second, func() error {
+		select {
+		case err := <-done:
+			return backoffStop{fmt.Errorf("webhook server stopped: %v", err)}
+		default:
+		}
+		return started(nil)
+	}); err != nil {
+		b.Fatal(err)
+	}
+
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(certPEM)
+	var protos http.Protocols
+	if cfg.http1 {
+		protos.SetHTTP1(true)
+	} else {
+		protos.SetHTTP2(true) // HTTP/2 only: fail rather than fall back
+	}
+	tr := &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		Protocols:           &protos,
+		MaxIdleConns:        cfg.workers,
+		MaxIdleConnsPerHost: cfg.workers,
+		IdleConnTimeout:     time.Minute,
+		DisableCompression:  true,
+	}
+	b.Cleanup(tr.CloseIdleConnections)
+	return fmt.Sprintf("https://127.0.0.1:%d", port), &http.Client{Transport: tr, Timeout: requestTimeout}
+}
+
+// admissionReviewBody is the AdmissionReview kube-apiserver sends for node 0
+// of the TrainJob's trainer replicated job. The pod is built with testobj,
+// made to look like what a Trainer torch runtime renders, and passed once
+// through the API server as a server-side dry run, so it carries exactly the
+// defaults and built-in admission changes a webhook sees.
+func admissionReviewBody(b *testing.B, ctx context.Context, env *testenv.Env) []byte {
+	b.Helper()
+	pod := testobj.MakeTrainerPod(trainJobName, namespace).
+		Volume(corev1.Volume{Name: "initializer", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "initializer"}}}).
+		Mount("node", corev1.VolumeMount{Name: "initializer", MountPath: "/workspace"}).
+		RestrictedPodSecurity().
+		Obj()
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: trainJobName + "-node-0",
+		UID: types.UID(uuid.NewString()), Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+	pod.Spec.Hostname, pod.Spec.Subdomain = trainJobName+"-node-0-0", trainJobName
+	trainer := &pod.Spec.Containers[0]
+	trainer.Env = []corev1.EnvVar{
+		{Name: "PET_NNODES", Value: "1"},
+		{Name: "PET_NPROC_PER_NODE", Value: "8"},
+		{Name: "PET_NODE_RANK", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+			FieldPath: "metadata.annotations['" + jobconfig.CompletionIndexLabel + "']"}}},
+		{Name: "PET_MASTER_ADDR", Value: trainJobName + "-node-0-0." + trainJobName},
+		{Name: "PET_MASTER_PORT", Value: "29400"},
+	}
+	trainer.Ports = []corev1.ContainerPort{{ContainerPort: 29400, Protocol: corev1.ProtocolTCP}}
+	trainer.Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("128Gi"), "nvidia.com/gpu": resource.MustParse("8")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Gi"), "nvidia.com/gpu": resource.MustParse("8")},
+	}
+
+	// envtest runs kube-apiserver with the ServiceAccount admission plugin
+	// disabled; add what it adds to every pod of a real cluster.
+	pod.Spec.ServiceAccountName = "default"
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "kube-api-access-7xk2p", VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{DefaultMode: ptr.To[int32](0o644), Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace",
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+		}}}})
+	trainer.VolumeMounts = append(trainer.VolumeMounts, corev1.VolumeMount{Name: "kube-api-access-7xk2p",
+		MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true})
+
+	if err := env.Client.Create(ctx, pod, client.DryRunAll); err != nil {
+		b.Fatal("dry-run create of the trainer pod:", err)
+	}
+	// What a webhook sees at CREATE: no name yet (generateName), no uid,
+	// resourceVersion, creationTimestamp or status; these are set after
+	// mutating admission.
+	pod.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+	pod.Name, pod.UID, pod.ResourceVersion, pod.CreationTimestamp = "", "", "", metav1.Time{}
+	pod.Status = corev1.PodStatus{}
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		b.Fatal(err)
+	}
+	review := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID:             types.UID(uuid.NewString()),
+			Kind:            metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+			Resource:        metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+			RequestKind:     &metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+			RequestResource: &metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+			Namespace:       namespace,
+			Operation:       admissionv1.Create,
+			UserInfo: authenticationUser("system:serviceaccount:kube-system:job-controller",
+				"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"),
+			Object:  runtime.RawExtension{Raw: raw},
+			DryRun:  ptr.To(false),
+			Options: runtime.RawExtension{Raw: []byte(`{"kind":"CreateOptions","apiVersion":"meta.k8s.io/v1"}`)},
+		},
+	}
+	body, err := json.Marshal(&review)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return body
+}
+
+// checkOnce sends one request and checks the answer in full; for
+// /mutate-pod it applies the patch and looks for the sidecar.
+func checkOnce(b *testing.B, c *http.Client, p *loadPath, body []byte) {
+	b.Helper()
+	req, err := http.NewRequest(http.MethodPost, p.url, bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		b.Fatalf("%s: %v", p.name, err)
+	}
+	out, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		b.Fatalf("%s: %v", p.name, err)
+	}
+	if err := p.check(resp.StatusCode, out, body, true); err != nil {
+		b.Fatal(err)
+	}
+	var review admissionv1.AdmissionReview
+	_ = json.Unmarshal(out, &review)
+	detail := "no patch"
+	if p.wantPatch {
+		var in admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &in); err != nil {
+			b.Fatal(err)
+		}
+		patch, err := jsonpatch.DecodePatch(review.Response.Patch)
+		if err != nil {
+			b.Fatalf("%s: patch: %v", p.name, err)
+		}
+		patched, err := patch.Apply(in.Request.Object.Raw)
+		if err != nil {
+			b.Fatalf("%s: applying the patch: %v", p.name, err)
+		}
+		var pod corev1.Pod
+		if err := json.Unmarshal(patched, &pod); err != nil {
+			b.Fatal(err)
+		}
+		if !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == mutate.SidecarName }) ||
+			pod.Annotations[jobconfig.PodStatusAnnotation] == "" {
+			b.Fatalf("%s: patched pod has no %s init container or no %s annotation", p.name, mutate.SidecarName, jobconfig.PodStatusAnnotation)
+		}
+		detail = fmt.Sprintf("%d-byte patch adds %s (%s)", len(review.Response.Patch), mutate.SidecarName, pod.Annotations[jobconfig.PodStatusAnnotation])
+	}
+	b.Logf("%s: %s, %d-byte response, %s", p.name, resp.Proto, len(out), detail)
+}
+
+// loadPath is one webhook path and what its measured slices collected.
+type loadPath struct {
+	name      string
+	url       string
+	wantPatch bool
+
+	latency []time.Duration // the reported latency: see BenchmarkPodAdmission
+	fromDue []time.Duration // due time -> full response read, always
+	lag     []time.Duration // due time -> send started (client-side delay)
+	elapsed time.Duration   // summed wall time of the measured slices
+	cpu     time.Duration   // summed CPU time of this process (client and server) in them
+
+	sent         atomic.Int64
+	failures     atomic.Int64
+	firstFailure atomic.Pointer[string]
+}
+
+var (
+	allowedTrue = []byte(`"allowed":true`)
+	patchField  = []byte(`"patch":"`)
+)
+
+// check validates a response. The cheap form looks for the fields in the
+// bytes (controller-runtime encodes with encoding/json: no spaces, patch
+// omitted when empty); full decodes the review.
+func (p *loadPath) check(status int, out, reqBody []byte, full bool) error {
+	if status != http.StatusOK {
+		return fmt.Errorf("%s: HTTP %d: %.200s", p.name, status, out)
+	}
+	if !full {
+		switch {
+		case !bytes.Contains(out, allowedTrue):
+			return fmt.Errorf("%s: not allowed: %.300s", p.name, out)
+		case p.wantPatch && !bytes.Contains(out, patchField):
+			return fmt.Errorf("%s: no patch: %.300s", p.name, out)
+		}
+		return nil
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(out, &review); err != nil {
+		return fmt.Errorf("%s: undecodable response: %v: %.200s", p.name, err, out)
+	}
+	r := review.Response
+	switch {
+	case r == nil:
+		return fmt.Errorf("%s: no response in %.200s", p.name, out)
+	case !bytes.Contains(reqBody, []byte(`"uid":"`+string(r.UID)+`"`)):
+		return fmt.Errorf("%s: response uid %q is not the request's", p.name, r.UID)
+	case !r.Allowed:
+		return fmt.Errorf("%s: not allowed: %v", p.name, r.Result)
+	case p.wantPatch && (len(r.Patch) == 0 || r.PatchType == nil || *r.PatchType != admissionv1.PatchTypeJSONPatch):
+		return fmt.Errorf("%s: no JSON patch (allowed with reason %v)", p.name, r.Result)
+	case p.wantPatch && !bytes.Contains(r.Patch, []byte(mutate.SidecarName)):
+		return fmt.Errorf("%s: patch does not add %s: %.300s", p.name, mutate.SidecarName, r.Patch)
+	case !p.wantPatch && len(r.Patch) != 0:
+		return fmt.Errorf("%s: the floor changed the pod: %.300s", p.name, r.Patch)
+	}
+	return nil
+}
+
+func (p *loadPath) fail(err error) {
+	p.failures.Add(1)
+	msg := err.Error()
+	p.firstFailure.CompareAndSwap(nil, &msg)
+}
+
+// runSlice sends rate*d requests on the open-loop schedule described on
+// BenchmarkPodAdmission and, if record, keeps their latencies.
+func (p *loadPath) runSlice(ctx context.Context, c *http.Client, body []byte, rate int, d time.Duration, workers int, record bool) {
+	n := int64(rate) * int64(d) / int64(time.Second)
+	latency, fromDue, lag := make([]time.Duration, n), make([]time.Duration, n), make([]time.Duration, n)
+	ctx, cancel := context.WithTimeout(ctx, d+requestTimeout)
+	defer cancel()
+	tmpl, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, nil)
+	if err != nil {
+		panic(err)
+	}
+	tmpl.Header.Set("Content-Type", "application/json")
+	tmpl.ContentLength = int64(len(body))
+	tmpl.GetBody = func() (io.ReadCloser, error) { return &bodyReader{b: body}, nil }
+
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	cpu0 := processCPU()
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			var buf bytes.Buffer
+			for {
+				i := next.Add(1) - 1
+				if i >= n {
+					return
+				}
+				due := start.Add(time.Duration(i * int64(time.Second) / int64(rate)))
+				early := false
+				if wait := time.Until(due); wait > 0 {
+					time.Sleep(wait)
+					early = true
+				}
+				sent := time.Now()
+				from := due // claimed late: count the queueing
+				if early {
+					from = sent // slept: exclude the timer's overshoot
+				}
+				// A shallow copy of the template shares its header and URL,
+				// which the transport only reads: two small allocations a
+				// request (the copy and the body reader over the shared bytes).
+				req := new(http.Request)
+				*req = *tmpl
+				req.Body = &bodyReader{b: body}
+				status, err := do(c, req, &buf)
+				done := time.Now()
+				latency[i], fromDue[i], lag[i] = done.Sub(from), done.Sub(due), sent.Sub(due)
+				p.sent.Add(1)
+				if err == nil {
+					err = p.check(status, buf.Bytes(), body, i%fullCheckEvery == 0)
+				}
+				if err != nil {
+					p.fail(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if record {
+		p.latency = append(p.latency, latency...)
+		p.fromDue = append(p.fromDue, fromDue...)
+		p.lag = append(p.lag, lag...)
+		p.elapsed += time.Since(start)
+		p.cpu += processCPU() - cpu0
+	}
+}
+
+// do sends req and reads the whole response into buf.
+func do(c *http.Client, req *http.Request, buf *bytes.Buffer) (int, error) {
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	buf.Reset()
+	_, err = buf.ReadFrom(resp.Body)
+	if cerr := resp.Body.Close(); err == nil {
+		err = cerr
+	}
+	return resp.StatusCode, err
+}
+
+// bodyReader reads a shared request body without copying it.
+type bodyReader struct {
+	b   []byte
+	off int
+}
+
+func (r *bodyReader) Read(p []byte) (int, error) {
+	if r.off >= len(r.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b[r.off:])
+	r.off += n
+	return n, nil
+}
+
+func (*bodyReader) Close() error { return nil }
+
+type summary struct {
+	name                     string
+	n                        int
+	rps                      float64
+	p50, p90, p99, p999, max time.Duration
+	due50, due99             time.Duration
+	lag50, lag99             time.Duration
+	cpuPerReq                time.Duration
+}
+
+func (p *loadPath) summary() summary {
+	lat, due, lag := slices.Clone(p.latency), slices.Clone(p.fromDue), slices.Clone(p.lag)
+	slices.Sort(lat)
+	slices.Sort(due)
+	slices.Sort(lag)
+	s := summary{name: p.name, n: len(lat),
+		p50: percentile(lat, 0.50), p90: percentile(lat, 0.90), p99: percentile(lat, 0.99), p999: percentile(lat, 0.999),
+		due50: percentile(due, 0.50), due99: percentile(due, 0.99),
+		lag50: percentile(lag, 0.50), lag99: percentile(lag, 0.99)}
+	if len(lat) > 0 {
+		s.max = lat[len(lat)-1]
+	}
+	if p.elapsed > 0 {
+		s.rps = float64(len(lat)) / p.elapsed.Seconds()
+	}
+	if len(lat) > 0 {
+		s.cpuPerReq = p.cpu / time.Duration(len(lat))
+	}
+	return s
+}
+
+// percentile is the nearest-rank percentile of sorted.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	k := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(k, len(sorted)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// processCPU is the user+system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuPressure is the kernel's CPU pressure line ("some avg10=..."), which
+// says how much runnable work waited for a core: on a shared machine, the
+// context for every latency figure.
+func cpuPressure() string {
+	raw, err := os.ReadFile("/proc/pressure/cpu")
+	if err != nil {
+		return "unavailable"
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	return line
+}
+
+func protoName(c benchConfig) string {
+	if c.http1 {
+		return "HTTP/1.1 keep-alive"
+	}
+	return "HTTP/2"
+}
+
+func authenticationUser(name string, groups ...string) authenticationv1.UserInfo {
+	return authenticationv1.UserInfo{Username: name, UID: uuid.NewString(), Groups: groups}
+}
+
+// selfSignedCert returns a PEM certificate and key for 127.0.0.1, valid for a day.
+func selfSignedCert(b *testing.B) (certPEM, keyPEM []byte) {
+	b.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "tether-bench"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(b *testing.B) int {
+	b.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// backoffStop ends retry early with its error.
+type backoffStop struct{ error }
+
+// retry calls f every 100ms until it succeeds, returns backoffStop, or
+// timeout passes.
+func retry(ctx context.Context, timeout time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		var stop backoffStop
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &stop):
+			return stop.error
+		case time.Now().After(deadline):
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
