@@ -1,51 +1,161 @@
 // Command sidecar is the agent the pod webhook injects next to a bound
 // TrainJob's trainer.
 //
-// This version checks the configuration the webhook injects (environment,
-// token and CA files) and waits for termination; registration, heartbeats and
-// artifact sync arrive with the binding and artifact work (issues 3 and 4).
-// It never logs the token.
+// It reads its configuration from the environment the webhook injects (see
+// pkg/binding/sidecarenv.go), registers with the binding server, heartbeats
+// with the trainer's progress (the optional progress file in the artifact
+// directory) and answers the server's commands, reconnecting with backoff
+// whenever the connection is lost. On SIGTERM or SIGINT it tells the server
+// the pod is finishing and exits 0. It exits 1 when the binding ends for good
+// (token refused, binding revoked, replaced or finished) and 2 on a bad
+// configuration; the last log line says why, and the kubelet shows it as the
+// termination message. It never logs the token.
+//
+// Artifact upload is not implemented yet (issue 4): commands that need it are
+// refused (CommandAck OK false) rather than acknowledged falsely.
 package main
 
 import (
 	"context"
-	"fmt"
+	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"sync"
 	"syscall"
+	"time"
+
+	"github.com/tether-dev/tether/pkg/binding"
 )
 
-// required are the variables the pod webhook always sets.
-var required = []string{
-	"TETHER_JOB_ID", "TETHER_WORKER_ID", "TETHER_TRAINJOB", "TETHER_SERVER_URL",
-	"TETHER_TOKEN_FILE", "TETHER_CA_FILE", "TETHER_ARTIFACT_DIR", "TETHER_HEARTBEAT_INTERVAL",
-}
+// version is set at build time with -ldflags "-X main.version=v1.2.3";
+// otherwise the module version, if any, is used.
+var version string
+
+// Shutdown budget: a native sidecar gets SIGTERM after the trainer has
+// stopped, within the pod's grace period (30s by default).
+const (
+	finishTimeout = 5 * time.Second
+	stopTimeout   = 3 * time.Second
+)
+
+// errArtifactSyncNotImplemented answers flush, drain and cancel until the
+// artifact work lands: acknowledging them as done would be a lie.
+var errArtifactSyncNotImplemented = errors.New("artifact sync not implemented")
 
 func main() {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := checkConfig(); err != nil {
-		log.Error("invalid sidecar configuration", "error", err)
-		os.Exit(2)
-	}
-	log.Info("tether sidecar started", "job", os.Getenv("TETHER_JOB_ID"), "worker", os.Getenv("TETHER_WORKER_ID"),
-		"server", os.Getenv("TETHER_SERVER_URL"), "artifacts", os.Getenv("TETHER_ARTIFACT_DIR"))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	<-ctx.Done()
-	log.Info("tether sidecar stopping")
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	os.Exit(run(os.Getenv, os.Stderr, sigs, func() { signal.Stop(sigs) }))
 }
 
-func checkConfig() error {
-	for _, k := range required {
-		if os.Getenv(k) == "" {
-			return fmt.Errorf("environment variable %s is not set; the sidecar expects the environment Tether's pod webhook injects", k)
-		}
+// run is the sidecar; it returns the exit code. stopSignals is called after
+// the first signal so that a second one terminates the process at once.
+func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, stopSignals func()) int {
+	cfg, cfgErr := loadConfig(getenv)
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	if cfgErr != nil {
+		log.Error("invalid sidecar configuration", "error", cfgErr)
+		return 2
 	}
-	for _, k := range []string{"TETHER_TOKEN_FILE", "TETHER_CA_FILE"} {
-		if _, err := os.Stat(os.Getenv(k)); err != nil {
-			return fmt.Errorf("%s: %w", k, err)
-		}
+	cc := cfg.client
+	cc.SidecarVersion = sidecarVersion()
+	cc.Logger = log
+	cc.Progress = progressFunc(binding.NewProgressReader(cfg.artifactDir), log)
+	cc.OnCommand = func(ctx context.Context, cmd binding.Command) error {
+		log.Info("command refused: artifact sync not implemented", "id", cmd.ID, "command", cmd.Name, "reason", cmd.Reason)
+		return errArtifactSyncNotImplemented
 	}
-	return nil
+	client, err := binding.NewClient(cc)
+	if err != nil {
+		log.Error("invalid sidecar configuration", "error", err)
+		return 2
+	}
+	log.Info("tether sidecar starting", "version", cc.SidecarVersion, "job", cc.JobID, "worker", cc.WorkerID,
+		"trainJob", cfg.trainJob, "pod", cc.Pod.Namespace+"/"+cc.Pod.Name, "server", cc.ServerURL,
+		"artifacts", cfg.artifactDir, "include", cfg.include, "exclude", cfg.exclude,
+		"heartbeatInterval", cc.HeartbeatInterval)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- client.Run(ctx) }()
+
+	select {
+	case err := <-runErr:
+		if err != nil {
+			log.Error("tether sidecar stopping: the binding ended", "error", err, "permanent", binding.IsPermanent(err))
+			return 1
+		}
+		return 0
+	case sig := <-sigs:
+		stopSignals()
+		name := signalName(sig)
+		log.Info("tether sidecar stopping", "signal", name)
+		fctx, fcancel := context.WithTimeout(context.Background(), finishTimeout)
+		if err := client.Finish(fctx, name); err != nil {
+			log.Warn("could not tell the server the pod is finishing", "error", err)
+		}
+		fcancel()
+		cancel()
+		select {
+		case err := <-runErr:
+			if err != nil {
+				// E.g. the server closed the session in answer to
+				// Finishing: expected while shutting down.
+				log.Info("binding session ended during shutdown", "error", err)
+			}
+		case <-time.After(stopTimeout):
+			log.Warn("heartbeats did not stop in time; exiting anyway")
+		}
+		log.Info("tether sidecar stopped")
+		return 0
+	}
+}
+
+func signalName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGINT:
+		return "SIGINT"
+	}
+	return sig.String()
+}
+
+// progressFunc reads progress for heartbeats and logs a read error once per
+// distinct error, not on every heartbeat.
+func progressFunc(r *binding.ProgressReader, log *slog.Logger) func() *binding.Progress {
+	var mu sync.Mutex
+	var lastErr string
+	return func() *binding.Progress {
+		p, err := r.Read()
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		mu.Lock()
+		if msg != lastErr {
+			if msg != "" {
+				log.Warn("cannot read the progress file", "error", msg)
+			} else if lastErr != "" {
+				log.Info("progress file readable again")
+			}
+			lastErr = msg
+		}
+		mu.Unlock()
+		return p
+	}
+}
+
+func sidecarVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "dev"
 }

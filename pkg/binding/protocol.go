@@ -20,6 +20,13 @@ const (
 	HeaderAuthorization = "Authorization"
 	// HeaderProtocolVersion carries ProtocolVersion.
 	HeaderProtocolVersion = "Tether-Protocol-Version"
+
+	// Session requests also claim the worker's identity; the server checks
+	// it against the binding and the registered pod.
+	HeaderJobID    = "Tether-Job-ID"
+	HeaderWorkerID = "Tether-Worker-ID"
+	HeaderPodName  = "Tether-Pod-Name"
+	HeaderPodUID   = "Tether-Pod-UID"
 )
 
 // Limits the server enforces.
@@ -127,8 +134,10 @@ type Frame struct {
 
 // Heartbeat proves the worker alive and carries its progress.
 type Heartbeat struct {
-	// Seq increases by one per heartbeat across the worker's life,
-	// reconnects included (it resumes after RegisterResponse.LastSeq).
+	// Seq increases with every heartbeat across the worker's life,
+	// reconnects included (it resumes after RegisterResponse.LastSeq). Gaps
+	// are allowed (a heartbeat lost with its connection is not resent);
+	// within one session it must strictly increase.
 	Seq      uint64    `json:"seq"`
 	SentAt   time.Time `json:"sentAt"`
 	Progress *Progress `json:"progress,omitempty"`
@@ -207,8 +216,10 @@ func DecodeFrame(b []byte) (Frame, error) {
 		if f.Heartbeat.Seq == 0 {
 			return bad("heartbeat seq must be > 0")
 		}
-		if p := f.Heartbeat.Progress; p != nil && p.Fraction != nil && (*p.Fraction < 0 || *p.Fraction > 1) {
-			return bad("progress fraction %v outside [0,1]", *p.Fraction)
+		if p := f.Heartbeat.Progress; p != nil && p.Fraction != nil && !(*p.Fraction >= 0 && *p.Fraction <= 1) {
+			// Progress is advisory: a bad value is dropped, the heartbeat
+			// (the worker's liveness) is kept.
+			p.Fraction = nil
 		}
 		if f.Heartbeat.UploadedBytes < 0 {
 			return bad("uploadedBytes must be >= 0")

@@ -2,11 +2,13 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -124,7 +126,16 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		Addr: opts.BindingAddr, CertDir: opts.CertDir,
 		StatusInterval: opts.StatusInterval, MissedHeartbeats: opts.MissedHeartbeats,
 	}, mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient(), mgr.GetLogger().WithName("binding"), recorder)
-	metrics.Registry.MustRegister(bindingServer.Metrics().Collectors()...)
+	// One control plane per process exports metrics; a second one in the
+	// same process (a test) keeps its collectors unregistered.
+	for _, c := range append(bindingServer.Metrics().Collectors(), &controller.PhaseCollector{Cache: mgr.GetCache(), Elected: mgr.Elected()}) {
+		if err := metrics.Registry.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+		}
+	}
 
 	// The webhook and binding servers read their certificate when they start:
 	// start them only once the rotator has written one (at once in external mode).

@@ -61,8 +61,36 @@ func ValidateID(key, value string) error {
 }
 
 // Parse reads and validates the settings annotations. It reports every invalid
-// annotation, not just the first, so one round trip fixes them all.
+// annotation, not just the first, so one round trip fixes them all: the error
+// joins one *InvalidAnnotationError per invalid annotation, one per line.
 func Parse(annotations map[string]string) (Settings, error) {
+	s, errs := parse(annotations)
+	return s, errors.Join(errs...)
+}
+
+// ValidateUpdate validates the annotations of an object being updated from one
+// whose annotations were old. Like Parse it reports every invalid annotation,
+// but only among those the update adds or whose value it changes: a value
+// already stored is not judged again, so an object that carries an invalid one
+// (e.g. stored before a stricter release) can still be updated, by Kueue or to
+// remove a finalizer. Whoever uses the settings still calls Parse and refuses
+// them.
+func ValidateUpdate(annotations, old map[string]string) error {
+	_, errs := parse(annotations)
+	changed := errs[:0]
+	for _, err := range errs {
+		if iae, ok := err.(*InvalidAnnotationError); ok {
+			if prev, had := old[iae.Key]; had && prev == iae.Value {
+				continue
+			}
+		}
+		changed = append(changed, err)
+	}
+	return errors.Join(changed...)
+}
+
+// parse is Parse with the errors not yet joined; each is an *InvalidAnnotationError.
+func parse(annotations map[string]string) (Settings, []error) {
 	s := Settings{
 		ArtifactPath:      DefaultArtifactPath,
 		HeartbeatInterval: DefaultHeartbeatInterval,
@@ -91,7 +119,8 @@ func Parse(annotations map[string]string) (Settings, error) {
 				Problem: "not a duration", Example: "10s"})
 		case d < MinHeartbeatInterval || d > MaxHeartbeatInterval:
 			errs = append(errs, &InvalidAnnotationError{Key: HeartbeatIntervalAnnotation, Value: v,
-				Problem: fmt.Sprintf("must be between %s and %s", MinHeartbeatInterval, MaxHeartbeatInterval), Example: "10s"})
+				Problem: fmt.Sprintf("must be between %s and %s", shortDuration(MinHeartbeatInterval), shortDuration(MaxHeartbeatInterval)),
+				Example: "10s"})
 		default:
 			s.HeartbeatInterval = d
 		}
@@ -119,7 +148,7 @@ func Parse(annotations map[string]string) (Settings, error) {
 			}
 		}
 	}
-	return s, errors.Join(errs...)
+	return s, errs
 }
 
 // reservedPrefix is where the sidecar keeps its own mounts; an artifact path
@@ -152,18 +181,73 @@ func parseGlobs(key string, annotations map[string]string) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
+	const example = "checkpoints/**,*.safetensors"
 	var globs []string
-	for _, g := range strings.Split(v, ",") {
-		g = strings.TrimSpace(g)
+	for _, g := range SplitGlobs(v) {
 		switch {
 		case g == "":
-			return nil, &InvalidAnnotationError{Key: key, Value: v, Problem: "empty glob in the list", Example: "checkpoints/**,*.safetensors"}
+			return nil, &InvalidAnnotationError{Key: key, Value: v, Problem: "empty glob in the list", Example: example}
 		case strings.HasPrefix(g, "/"):
-			return nil, &InvalidAnnotationError{Key: key, Value: v, Problem: fmt.Sprintf("glob %q must be relative to the artifact path", g), Example: "checkpoints/**,*.safetensors"}
+			return nil, &InvalidAnnotationError{Key: key, Value: v, Problem: fmt.Sprintf("glob %q must be relative to the artifact path", g), Example: example}
 		case !doublestar.ValidatePattern(g):
-			return nil, &InvalidAnnotationError{Key: key, Value: v, Problem: fmt.Sprintf("glob %q is malformed", g), Example: "checkpoints/**,*.safetensors"}
+			return nil, &InvalidAnnotationError{Key: key, Value: v, Problem: fmt.Sprintf("glob %q is malformed", g), Example: example}
 		}
 		globs = append(globs, g)
 	}
 	return globs, nil
+}
+
+// SplitGlobs splits a comma-separated list of doublestar globs, as found in the
+// include and exclude annotations and in the sidecar's TETHER_INCLUDE and
+// TETHER_EXCLUDE (which hold the validated globs joined with ","). It splits on
+// the commas that separate globs only: not on a comma inside a brace
+// alternation ({model,tokenizer}), inside a character class ([,;]) or escaped
+// (\,). Each glob is trimmed of surrounding spaces.
+//
+// Unbalanced input is not split where it is unbalanced: an unclosed '{' or '['
+// keeps the rest of the list in one glob, and a stray '}' stays in its glob,
+// which doublestar.ValidatePattern then rejects as malformed.
+func SplitGlobs(list string) []string {
+	var globs []string
+	start, depth := 0, 0
+	for i := 0; i < len(list); i++ {
+		switch list[i] {
+		case '\\':
+			i++ // the next byte is literal
+		case '[':
+			// A class ends at the first unescaped ']'.
+			if i++; i < len(list) && (list[i] == '^' || list[i] == '!') {
+				i++
+			}
+			for ; i < len(list) && list[i] != ']'; i++ {
+				if list[i] == '\\' {
+					i++
+				}
+			}
+		case '{':
+			depth++
+		case '}':
+			if depth > 0 {
+				depth--
+			}
+		case ',':
+			if depth == 0 {
+				globs = append(globs, strings.TrimSpace(list[start:i]))
+				start = i + 1
+			}
+		}
+	}
+	return append(globs, strings.TrimSpace(list[start:]))
+}
+
+// shortDuration writes d as a person would: 5m, not 5m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

@@ -52,6 +52,13 @@ func TestParseValid(t *testing.T) {
 			s.Include = []string{"checkpoints/**", "*.safetensors", "final/*.json"}
 		}},
 		{ExcludeAnnotation, "**/*.tmp,optimizer/**", func(s *Settings) { s.Exclude = []string{"**/*.tmp", "optimizer/**"} }},
+		// doublestar's {a,b} alternation: the list is not split inside braces.
+		{IncludeAnnotation, "final/{model,tokenizer}.json", func(s *Settings) { s.Include = []string{"final/{model,tokenizer}.json"} }},
+		{IncludeAnnotation, "checkpoints/**, final/{model,tokenizer}.json ,*.{pt,safetensors}", func(s *Settings) {
+			s.Include = []string{"checkpoints/**", "final/{model,tokenizer}.json", "*.{pt,safetensors}"}
+		}},
+		{IncludeAnnotation, "{a,{b,c}}/**,d", func(s *Settings) { s.Include = []string{"{a,{b,c}}/**", "d"} }},
+		{ExcludeAnnotation, "**/*.{tmp,lock},optimizer/**", func(s *Settings) { s.Exclude = []string{"**/*.{tmp,lock}", "optimizer/**"} }},
 		{HeartbeatIntervalAnnotation, "30s", func(s *Settings) { s.HeartbeatInterval = 30 * time.Second }},
 		{HeartbeatIntervalAnnotation, "1s", func(s *Settings) { s.HeartbeatInterval = time.Second }},
 		{HeartbeatIntervalAnnotation, "5m", func(s *Settings) { s.HeartbeatInterval = 5 * time.Minute }},
@@ -108,17 +115,21 @@ func TestParseInvalid(t *testing.T) {
 		{IncludeAnnotation, "checkpoints/**,,*.safetensors", "empty glob"},
 		{IncludeAnnotation, "checkpoints/**, ", "empty glob"},
 		{IncludeAnnotation, "[abc", `glob "[abc" is malformed`},
-		{IncludeAnnotation, "final/{model,tokenizer", "malformed"},
-		// The list is split on every comma, so doublestar's {a,b} alternation
-		// cannot be written: it splits into "final/{model" and "tokenizer}.json".
-		{IncludeAnnotation, "final/{model,tokenizer}.json", `glob "final/{model" is malformed`},
+		// Unbalanced braces: an unclosed '{' keeps the rest of the list in
+		// one glob, a stray '}' stays in its own.
+		{IncludeAnnotation, "final/{model,tokenizer", `glob "final/{model,tokenizer" is malformed`},
+		{IncludeAnnotation, "checkpoints/**,final/{model,tokenizer", `glob "final/{model,tokenizer" is malformed`},
+		{IncludeAnnotation, "final/model},tokenizer", `glob "final/model}" is malformed`},
+		{IncludeAnnotation, "{a,b},[abc", `glob "[abc" is malformed`},
+		{IncludeAnnotation, "{a,b},,c", "empty glob"},
+		{IncludeAnnotation, "{a,b},/abs", `glob "/abs" must be relative`},
 		{IncludeAnnotation, "/abs/**", `glob "/abs/**" must be relative`},
 		{ExcludeAnnotation, "/tmp/*", "relative"},
 		{ExcludeAnnotation, "**/*.tmp,[", "malformed"},
 		{HeartbeatIntervalAnnotation, "soon", "not a duration"},
 		{HeartbeatIntervalAnnotation, "10", "not a duration"},
 		{HeartbeatIntervalAnnotation, "", "not a duration"},
-		{HeartbeatIntervalAnnotation, "0.5s", "between 1s and 5m0s"},
+		{HeartbeatIntervalAnnotation, "0.5s", "between 1s and 5m"},
 		{HeartbeatIntervalAnnotation, "0s", "between"},
 		{HeartbeatIntervalAnnotation, "-10s", "between"},
 		{HeartbeatIntervalAnnotation, "5m1s", "between"},
@@ -237,6 +248,133 @@ func TestParseKeepsValidSettingsNextToInvalidOnes(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), TrainerContainerAnnotation) {
 		t.Errorf("error reports the valid %s: %v", TrainerContainerAnnotation, err)
+	}
+}
+
+func TestHeartbeatRangeMessage(t *testing.T) {
+	_, err := Parse(map[string]string{HeartbeatIntervalAnnotation: "10m"})
+	const want = `annotation tether.dev/heartbeat-interval="10m" is invalid: must be between 1s and 5m (example: tether.dev/heartbeat-interval: "10s")`
+	if err == nil || err.Error() != want {
+		t.Errorf("Parse error\n%v\nwant\n%s", err, want)
+	}
+}
+
+func TestShortDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Second:                     "1s",
+		1500 * time.Millisecond:         "1.5s",
+		5 * time.Minute:                 "5m",
+		90 * time.Second:                "1m30s",
+		time.Hour:                       "1h",
+		time.Hour + 30*time.Minute:      "1h30m",
+		time.Hour + time.Second:         "1h0m1s",
+		10*time.Minute + 10*time.Second: "10m10s",
+	} {
+		if got := shortDuration(d); got != want {
+			t.Errorf("shortDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestSplitGlobs(t *testing.T) {
+	for _, tt := range []struct {
+		list string
+		want []string
+	}{
+		{"", []string{""}},
+		{"a", []string{"a"}},
+		{" a , b ", []string{"a", "b"}},
+		{"a,,b", []string{"a", "", "b"}},
+		{"a,", []string{"a", ""}},
+		{"{a,b}", []string{"{a,b}"}},
+		{"x/{a,b}/*.{c,d},e", []string{"x/{a,b}/*.{c,d}", "e"}},
+		{"{a,{b,c}},d", []string{"{a,{b,c}}", "d"}},
+		{"{a, b},c", []string{"{a, b}", "c"}}, // spaces inside an alternation are the pattern's
+		{`a\,b,c`, []string{`a\,b`, "c"}},     // an escaped comma is a literal comma
+		{`a\{,b`, []string{`a\{`, "b"}},       // so is an escaped brace
+		{"[,;],b", []string{"[,;]", "b"}},     // a class may hold a comma
+		{"[!,]x,b", []string{"[!,]x", "b"}},
+		{"[{]x,b", []string{"[{]x", "b"}}, // a brace in a class opens nothing
+		{`[\]],b`, []string{`[\]]`, "b"}},
+		// Unbalanced: not split where unbalanced; ValidatePattern rejects the glob.
+		{"a,{b,c", []string{"a", "{b,c"}},
+		{"a},b", []string{"a}", "b"}},
+		{"[a,b", []string{"[a,b"}},
+		{`a\`, []string{`a\`}},
+	} {
+		if got := SplitGlobs(tt.list); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("SplitGlobs(%q) = %q, want %q", tt.list, got, tt.want)
+		}
+	}
+}
+
+// TestSplitGlobsRoundTrip: the sidecar gets the validated globs joined with
+// ","; SplitGlobs gives them back.
+func TestSplitGlobsRoundTrip(t *testing.T) {
+	s, err := Parse(map[string]string{IncludeAnnotation: "checkpoints/**, final/{model,tokenizer}.json, [,;]x, *.{a,{b,c}}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := SplitGlobs(strings.Join(s.Include, ",")); !reflect.DeepEqual(got, s.Include) {
+		t.Errorf("SplitGlobs(join(%q)) = %q", s.Include, got)
+	}
+}
+
+func TestValidateUpdate(t *testing.T) {
+	const (
+		badPath      = "/var/run/tether/out"
+		badHeartbeat = "soon"
+	)
+	stored := map[string]string{
+		ArtifactPathAnnotation:      badPath,
+		HeartbeatIntervalAnnotation: badHeartbeat,
+		JobIDAnnotation:             "llama-finetune-0042",
+	}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range stored {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			if kv[i+1] == "<deleted>" {
+				delete(m, kv[i])
+			} else {
+				m[kv[i]] = kv[i+1]
+			}
+		}
+		return m
+	}
+	for _, tt := range []struct {
+		name        string
+		annotations map[string]string
+		old         map[string]string
+		want        []string // the keys reported, in Parse's order
+	}{
+		{"unchanged invalid values", with(), stored, nil},
+		{"other annotation added", with("example.com/owner", "ml-team"), stored, nil},
+		{"invalid value removed", with(HeartbeatIntervalAnnotation, "<deleted>"), stored, nil},
+		{"invalid value fixed", with(HeartbeatIntervalAnnotation, "30s"), stored, nil},
+		{"invalid value changed to another", with(HeartbeatIntervalAnnotation, "10m"), stored, []string{HeartbeatIntervalAnnotation}},
+		{"invalid annotation added", with(TrainerContainerAnnotation, "Node_1"), stored, []string{TrainerContainerAnnotation}},
+		{"invalid id added", with(WorkerIDAnnotation, "Bad_ID"), stored, []string{WorkerIDAnnotation}},
+		{"several changed", with(ArtifactPathAnnotation, "out", TrainerContainerAnnotation, "Node_1"), stored,
+			[]string{ArtifactPathAnnotation, TrainerContainerAnnotation}},
+		{"no old object", stored, nil, []string{ArtifactPathAnnotation, HeartbeatIntervalAnnotation}},
+		{"value was valid before", map[string]string{HeartbeatIntervalAnnotation: badHeartbeat},
+			map[string]string{HeartbeatIntervalAnnotation: "10s"}, []string{HeartbeatIntervalAnnotation}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := ValidateUpdate(tt.annotations, tt.old)
+			var keys []string
+			if err != nil {
+				for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+					keys = append(keys, e.(*InvalidAnnotationError).Key)
+				}
+			}
+			if !reflect.DeepEqual(keys, tt.want) {
+				t.Errorf("ValidateUpdate reported %v, want %v (error: %v)", keys, tt.want, err)
+			}
+		})
 	}
 }
 

@@ -37,7 +37,9 @@ func IsPrimaryNode(pod *corev1.Pod) bool {
 }
 
 // Inject decides about pod, whose TrainJob is trainJob (nil when none exists),
-// and on OutcomeInjected has changed pod in place. On any other outcome pod is
+// and on OutcomeInjected has changed pod in place, only ever by appending: to
+// its init containers, volumes, the trainer's volume mounts and annotations
+// (the handler's JSON patch adds exactly these). On any other outcome pod is
 // untouched.
 func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decision {
 	name, ok := IsTrainerPod(pod)
@@ -56,7 +58,7 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 
 	jobID, workerID := trainJob.Annotations[jobconfig.JobIDAnnotation], trainJob.Annotations[jobconfig.WorkerIDAnnotation]
 	if jobID == "" || workerID == "" {
-		return denied(DenyMissingIdentity, fmt.Sprintf("TrainJob %s is labeled %s=%s but has no %s/%s annotations: "+
+		return denied(DenyMissingIdentity, fmt.Sprintf("TrainJob %s is labeled %s=%s but has no %s or %s annotation: "+
 			"it was bound while Tether's TrainJob webhook was not called; remove and re-add the label to stamp it, then recreate the pods",
 			name, jobconfig.BindLabel, jobconfig.BindValue, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation))
 	}
@@ -74,11 +76,18 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		return d
 	}
 
-	artifactMount, reused, d, ok := i.artifactMount(pod, trainer, settings.ArtifactPath)
+	artifacts, d, ok := planArtifacts(pod, trainer, settings.ArtifactPath)
 	if !ok {
 		return d
 	}
 
+	// From here on pod only grows: the handler's JSON patch (injectionPatch)
+	// adds exactly what is appended here and nothing else.
+	if !artifacts.reused {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: ArtifactVolumeName,
+			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		trainer.VolumeMounts = append(trainer.VolumeMounts, corev1.VolumeMount{Name: ArtifactVolumeName, MountPath: settings.ArtifactPath})
+	}
 	image := i.Sidecar.Image
 	if settings.SidecarImage != "" {
 		image = settings.SidecarImage
@@ -89,7 +98,8 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		heartbeat:     settings.HeartbeatInterval.String(),
 		include:       strings.Join(settings.Include, ","),
 		exclude:       strings.Join(settings.Exclude, ","),
-		artifactMount: artifactMount,
+		artifactMount: artifacts.mount,
+		nestedMounts:  artifacts.nested,
 		resources:     i.Sidecar.Resources,
 	}))
 	if pod.Annotations == nil {
@@ -97,7 +107,7 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 	}
 	pod.Annotations[jobconfig.PodStatusAnnotation] = InjectionStatus{
 		Version: StatusVersion, JobID: jobID, WorkerID: workerID, Sidecar: SidecarName,
-		ArtifactVolume: artifactMount.Name, Reused: reused,
+		ArtifactVolume: artifacts.mount.Name, Reused: artifacts.reused,
 	}.String()
 
 	var warnings []string
@@ -108,30 +118,58 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 	return injected(warnings)
 }
 
-// artifactMount finds or adds the volume behind the artifact path. It returns
-// the mount the sidecar should use (name, subPath) and whether the trainer's
-// own volume was reused.
-func (i PodInjector) artifactMount(pod *corev1.Pod, trainer *corev1.Container, artifactPath string) (corev1.VolumeMount, bool, Decision, bool) {
+// artifactPlan is how the sidecar sees the trainer's artifact directory.
+type artifactPlan struct {
+	// mount is the volume behind the artifact path (name and subPath), which the
+	// sidecar mounts at SidecarArtifactDir.
+	mount corev1.VolumeMount
+	// reused says the volume is the trainer's own; false: Tether adds an
+	// emptyDir (ArtifactVolumeName) and mounts it at the artifact path.
+	reused bool
+	// nested are the sidecar's mounts, below SidecarArtifactDir, of the
+	// trainer's mounts strictly below the artifact path, sorted by path.
+	nested []corev1.VolumeMount
+}
+
+// planArtifacts decides, without changing pod, how the sidecar mounts what
+// the trainer sees under artifactPath: the volume mounted at artifactPath or
+// at its nearest parent directory (or, when there is none, an emptyDir to
+// add), and every volume the trainer mounts below artifactPath, which would
+// otherwise hide files from the sidecar.
+func planArtifacts(pod *corev1.Pod, trainer *corev1.Container, artifactPath string) (artifactPlan, Decision, bool) {
 	var parent *corev1.VolumeMount
+	var nested []corev1.VolumeMount
 	for k := range trainer.VolumeMounts {
 		m := &trainer.VolumeMounts[k]
 		mp := path.Clean(m.MountPath)
+		if rel, below := strings.CutPrefix(mp, artifactPath+"/"); below {
+			if m.SubPathExpr != "" {
+				// The expression expands with the trainer's environment, which
+				// the sidecar does not share.
+				return artifactPlan{}, denied(DenyArtifactMount, fmt.Sprintf("the trainer's mount of volume %q at %s is inside artifact path %s and uses subPathExpr, "+
+					"which the sidecar cannot expand, so it could not read the files written there; "+
+					"use subPath instead, mount the volume outside %s, or point annotation %s elsewhere",
+					m.Name, m.MountPath, artifactPath, artifactPath, jobconfig.ArtifactPathAnnotation)), false
+			}
+			nested = append(nested, corev1.VolumeMount{Name: m.Name, SubPath: m.SubPath,
+				MountPath: path.Join(SidecarArtifactDir, rel), ReadOnly: true})
+			continue
+		}
 		if mp == artifactPath || strings.HasPrefix(artifactPath, strings.TrimSuffix(mp, "/")+"/") {
 			if parent == nil || len(mp) > len(path.Clean(parent.MountPath)) {
 				parent = m
 			}
 		}
 	}
-	if parent == nil {
-		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: ArtifactVolumeName,
-			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-		trainer.VolumeMounts = append(trainer.VolumeMounts, corev1.VolumeMount{Name: ArtifactVolumeName, MountPath: artifactPath})
-		return corev1.VolumeMount{Name: ArtifactVolumeName}, false, Decision{}, true
-	}
+	// A parent directory's mount before its children's, whatever the trainer's order.
+	sort.SliceStable(nested, func(a, b int) bool { return nested[a].MountPath < nested[b].MountPath })
 
+	if parent == nil {
+		return artifactPlan{mount: corev1.VolumeMount{Name: ArtifactVolumeName}, nested: nested}, Decision{}, true
+	}
 	vol := findVolume(pod.Spec.Volumes, parent.Name)
-	fail := func(problem string) (corev1.VolumeMount, bool, Decision, bool) {
-		return corev1.VolumeMount{}, false, denied(DenyArtifactMount, fmt.Sprintf("artifact path %s is inside the trainer's mount of volume %q at %s, which %s; "+
+	fail := func(problem string) (artifactPlan, Decision, bool) {
+		return artifactPlan{}, denied(DenyArtifactMount, fmt.Sprintf("artifact path %s is inside the trainer's mount of volume %q at %s, which %s; "+
 			"mount a writable volume (emptyDir or PersistentVolumeClaim) at %s, or point annotation %s elsewhere",
 			artifactPath, parent.Name, parent.MountPath, problem, artifactPath, jobconfig.ArtifactPathAnnotation)), false
 	}
@@ -150,7 +188,7 @@ func (i PodInjector) artifactMount(pod *corev1.Pod, trainer *corev1.Container, a
 	if rel != "" {
 		sub = path.Join(sub, rel)
 	}
-	return corev1.VolumeMount{Name: parent.Name, SubPath: sub}, true, Decision{}, true
+	return artifactPlan{mount: corev1.VolumeMount{Name: parent.Name, SubPath: sub}, reused: true, nested: nested}, Decision{}, true
 }
 
 // nameConflicts denies a pod that already uses one of the names the webhook

@@ -43,21 +43,24 @@ type podExpectation struct {
 // podCases lists every case in testdata/pod; a case missing here, or an entry
 // without a case, fails the test.
 var podCases = map[string]podExpectation{
-	"unbound-trainjob":             {reason: SkipNotBound},
-	"no-trainjob":                  {reason: SkipNoTrainJob},
-	"injected-default":             {reason: ReasonInjected},
-	"already-injected":             {reason: SkipAlreadyInjected},
-	"initializer-pod":              {reason: SkipNotTrainerPod},
-	"non-primary-node":             {reason: SkipNotPrimaryNode},
-	"artifact-volume-at-path":      {reason: ReasonInjected},
-	"artifact-volume-parent":       {reason: ReasonInjected},
-	"artifact-volume-subpath":      {reason: ReasonInjected},
-	"artifact-path-contains-mount": {reason: ReasonInjected},
-	"artifact-path-in-configmap":   {reason: DenyArtifactMount},
-	"artifact-mount-subpathexpr":   {reason: DenyArtifactMount},
-	"custom-settings":              {reason: ReasonInjected},
-	"custom-trainer-container":     {reason: ReasonInjected},
-	"other-native-sidecar":         {reason: ReasonInjected},
+	"unbound-trainjob":                  {reason: SkipNotBound},
+	"no-trainjob":                       {reason: SkipNoTrainJob},
+	"injected-default":                  {reason: ReasonInjected},
+	"already-injected":                  {reason: SkipAlreadyInjected},
+	"initializer-pod":                   {reason: SkipNotTrainerPod},
+	"non-primary-node":                  {reason: SkipNotPrimaryNode},
+	"artifact-volume-at-path":           {reason: ReasonInjected},
+	"artifact-volume-parent":            {reason: ReasonInjected},
+	"artifact-volume-subpath":           {reason: ReasonInjected},
+	"artifact-path-contains-mount":      {reason: ReasonInjected},
+	"artifact-path-in-configmap":        {reason: DenyArtifactMount},
+	"artifact-mount-subpathexpr":        {reason: DenyArtifactMount},
+	"artifact-nested-mounts":            {reason: ReasonInjected},
+	"artifact-parent-and-nested-mount":  {reason: ReasonInjected},
+	"artifact-nested-mount-subpathexpr": {reason: DenyArtifactMount},
+	"custom-settings":                   {reason: ReasonInjected},
+	"custom-trainer-container":          {reason: ReasonInjected},
+	"other-native-sidecar":              {reason: ReasonInjected},
 	"host-network-cluster-first": {reason: ReasonInjected,
 		warning: `pod uses hostNetwork with dnsPolicy "ClusterFirst": the sidecar cannot resolve cluster Service names`},
 	"host-network-cluster-first-with-host-net": {reason: ReasonInjected},
@@ -116,6 +119,7 @@ func TestPodWebhookGolden(t *testing.T) {
 				if len(resp.Patch) == 0 {
 					t.Error("injected, but the response has no patch")
 				}
+				checkAdditivePatch(t, resp.Patch)
 			default:
 				t.Errorf("allowed, but the decision was %s", got.Outcome)
 			}
@@ -216,8 +220,9 @@ func checkWarnings(t *testing.T, warnings []string, want string) {
 	}
 }
 
-// checkPodDecodes rejects a pod input with a field corev1.Pod does not know:
-// the handler would silently drop it and the golden would show it removed.
+// checkPodDecodes rejects a pod input with a field corev1.Pod does not know,
+// which is most likely a typo in the case. (The webhook keeps unknown fields,
+// see TestPodPatchKeepsUnknownFields.)
 func checkPodDecodes(t *testing.T, pod []byte) {
 	t.Helper()
 	if err := yaml.UnmarshalStrict(pod, &corev1.Pod{}); err != nil {

@@ -3,11 +3,15 @@ package mutate
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"sort"
 
+	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -54,8 +58,10 @@ func (h *PodHandler) Handle(ctx context.Context, req admission.Request) admissio
 	if pod.Namespace == "" {
 		pod.Namespace = req.Namespace
 	}
+	var original *corev1.Pod // the pod before Inject, which changes it in place
 	trainJob, decision := h.lookup(ctx, &pod)
 	if decision == nil {
+		original = pod.DeepCopy()
 		d := h.Injector.Inject(&pod, trainJob)
 		decision = &d
 	}
@@ -69,13 +75,74 @@ func (h *PodHandler) Handle(ctx context.Context, req admission.Request) admissio
 	case OutcomeSkipped:
 		return admission.Allowed(string(decision.Reason))
 	}
-	mutated, err := json.Marshal(&pod)
+	// Not a diff of the raw request against the re-encoded pod: that would
+	// remove every field our k8s.io/api version does not know.
+	ops, err := injectionPatch(original, &pod)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	resp := admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+	resp := admission.Patched("", ops...)
 	resp.Warnings = decision.Warnings
 	return resp
+}
+
+// injectionPatch returns the JSON patch that adds to the pod as the API server
+// sent it what PodInjector.Inject appended to before, giving after: init
+// containers, volumes, the containers' volume mounts and annotations. Every
+// operation is an "add" of something new, so the fields of the request that
+// corev1.Pod does not know (a newer API server's) are kept as they are. It
+// fails if after differs from before in any other way, which Inject never does.
+func injectionPatch(before, after *corev1.Pod) ([]jsonpatch.JsonPatchOperation, error) {
+	if len(after.Spec.Containers) != len(before.Spec.Containers) {
+		return nil, fmt.Errorf("injection changed the number of containers from %d to %d", len(before.Spec.Containers), len(after.Spec.Containers))
+	}
+	var ops []jsonpatch.JsonPatchOperation
+	ops = appendOps(ops, "/spec/initContainers", before.Spec.InitContainers, after.Spec.InitContainers)
+	ops = appendOps(ops, "/spec/volumes", before.Spec.Volumes, after.Spec.Volumes)
+	for k := range after.Spec.Containers {
+		ops = appendOps(ops, fmt.Sprintf("/spec/containers/%d/volumeMounts", k), before.Spec.Containers[k].VolumeMounts, after.Spec.Containers[k].VolumeMounts)
+	}
+	added := map[string]string{}
+	for k, v := range after.Annotations {
+		if _, had := before.Annotations[k]; !had {
+			added[k] = v
+		}
+	}
+	if len(added) > 0 {
+		ops = append(ops, annotationPatch(before.Annotations == nil, added)...)
+	}
+
+	// What is left of after without the additions must be before.
+	rest := after.DeepCopy()
+	rest.Spec.InitContainers = rest.Spec.InitContainers[:min(len(before.Spec.InitContainers), len(rest.Spec.InitContainers))]
+	rest.Spec.Volumes = rest.Spec.Volumes[:min(len(before.Spec.Volumes), len(rest.Spec.Volumes))]
+	for k := range rest.Spec.Containers {
+		c := &rest.Spec.Containers[k]
+		c.VolumeMounts = c.VolumeMounts[:min(len(before.Spec.Containers[k].VolumeMounts), len(c.VolumeMounts))]
+	}
+	for k := range added {
+		delete(rest.Annotations, k)
+	}
+	if !equality.Semantic.DeepEqual(before, rest) {
+		return nil, errors.New("injection changed the pod beyond appending to its init containers, volumes, volume mounts and annotations")
+	}
+	return ops, nil
+}
+
+// appendOps adds the elements after has beyond before's to the JSON array at
+// path: the whole array when before had none (the request may have no array
+// there, or null), else one "add" at the end per element.
+func appendOps[T any](ops []jsonpatch.JsonPatchOperation, path string, before, after []T) []jsonpatch.JsonPatchOperation {
+	switch {
+	case len(after) <= len(before):
+		return ops
+	case len(before) == 0:
+		return append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: path, Value: after})
+	}
+	for _, v := range after[len(before):] {
+		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: path + "/-", Value: v})
+	}
+	return ops
 }
 
 // lookup finds the pod's TrainJob. A returned decision short-circuits Inject.

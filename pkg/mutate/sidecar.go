@@ -72,7 +72,9 @@ type sidecarInput struct {
 	heartbeat                                   string
 	include, exclude                            string
 	artifactMount                               corev1.VolumeMount
-	resources                                   corev1.ResourceRequirements
+	// nestedMounts are mounted after artifactMount, below SidecarArtifactDir.
+	nestedMounts []corev1.VolumeMount
+	resources    corev1.ResourceRequirements
 }
 
 func renderSidecar(in sidecarInput) corev1.Container {
@@ -111,10 +113,10 @@ func renderSidecar(in sidecarInput) corev1.Container {
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		Env:           env,
 		Resources:     in.resources,
-		VolumeMounts: []corev1.VolumeMount{
+		VolumeMounts: append([]corev1.VolumeMount{
 			{Name: TokenVolumeName, MountPath: SidecarTokenDir, ReadOnly: true},
 			artifacts,
-		},
+		}, in.nestedMounts...),
 		SecurityContext:          restrictedSecurityContext(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tether-dev/tether/pkg/jobconfig"
 )
@@ -14,37 +15,65 @@ type TrainJobMutator struct {
 	NewID func() string
 }
 
-// Stamp returns the annotations to add to a TrainJob at CREATE (old == nil) or
-// UPDATE, given its current annotations and, for UPDATE, the stored ones. It
-// returns an error naming the bad annotation when the object must be denied.
+// Stamp returns the annotations to add to obj, a TrainJob at CREATE (old ==
+// nil) or at UPDATE from old. It returns an error saying what is wrong when the
+// object must be denied.
+//
+// The ids are checked whenever old carries them, bound or not: an UPDATE may
+// not change one (not even while removing the bind label), and one it drops is
+// restored. Settings are validated on bound objects only:
+//   - at CREATE, and at an UPDATE that binds an object (old was not bound), all of them;
+//   - at any other UPDATE, only those the UPDATE adds or changes: a value already
+//     stored is not judged again, so an invalid one (e.g. stored before a stricter
+//     release) does not block every later UPDATE. The pod webhook still denies
+//     the job's pods, with the reason;
+//   - never once the object is being deleted, so that its finalizers can be removed.
 //
 // Stamp is idempotent: on its own output it returns nothing to add.
-func (m TrainJobMutator) Stamp(labels, annotations, oldAnnotations map[string]string, isUpdate bool) (map[string]string, error) {
-	if !jobconfig.IsBound(labels) {
-		return nil, nil
+func (m TrainJobMutator) Stamp(obj, old *metav1.ObjectMeta) (map[string]string, error) {
+	var oldAnnotations map[string]string
+	if old != nil {
+		oldAnnotations = old.Annotations
 	}
-	if _, err := jobconfig.Parse(annotations); err != nil {
-		return nil, err
-	}
+	bound := jobconfig.IsBound(obj.Labels)
 	add := map[string]string{}
 	for _, key := range []string{jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation} {
-		cur, has := annotations[key]
+		cur, has := obj.Annotations[key]
 		prev, had := oldAnnotations[key]
 		switch {
-		case isUpdate && had && has && cur != prev:
+		case had && has && cur != prev:
 			// The id names the job's artifacts and its binding; changing it
 			// would orphan both.
 			return nil, fmt.Errorf("annotation %s is immutable once set: it is %q and cannot become %q; "+
 				"to bind under another id, create a new TrainJob", key, prev, cur)
-		case isUpdate && had && !has:
+		case had && !has:
 			// A replace that dropped the annotation: put it back rather than
 			// silently re-identify the job.
 			add[key] = prev
-		case !has:
+		case !has && bound:
 			add[key] = m.newID()
 		}
 	}
+	if bound {
+		if err := validateSettings(obj, old); err != nil {
+			return nil, err
+		}
+	}
 	return add, nil
+}
+
+// validateSettings validates a bound TrainJob's settings annotations as Stamp
+// describes.
+func validateSettings(obj, old *metav1.ObjectMeta) error {
+	switch {
+	case old == nil || !jobconfig.IsBound(old.Labels):
+		_, err := jobconfig.Parse(obj.Annotations)
+		return err
+	case obj.DeletionTimestamp != nil || old.DeletionTimestamp != nil:
+		return nil
+	default:
+		return jobconfig.ValidateUpdate(obj.Annotations, old.Annotations)
+	}
 }
 
 func (m TrainJobMutator) newID() string {

@@ -32,14 +32,15 @@ func (h *TrainJobHandler) Handle(ctx context.Context, req admission.Request) adm
 		trainJobAdmissions.WithLabelValues("denied").Inc()
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	isUpdate := req.Operation == admissionv1.Update
-	if isUpdate {
+	var oldMeta *metav1.ObjectMeta // nil at CREATE
+	if req.Operation == admissionv1.Update {
 		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
 			trainJobAdmissions.WithLabelValues("denied").Inc()
 			return admission.Errored(http.StatusBadRequest, err)
 		}
+		oldMeta = &old.ObjectMeta
 	}
-	add, err := h.Mutator.Stamp(obj.Labels, obj.Annotations, old.Annotations, isUpdate)
+	add, err := h.Mutator.Stamp(&obj.ObjectMeta, oldMeta)
 	if err != nil {
 		trainJobAdmissions.WithLabelValues("denied").Inc()
 		log.Info("denied TrainJob", "reason", err.Error())

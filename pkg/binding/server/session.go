@@ -19,15 +19,6 @@ import (
 	"github.com/tether-dev/tether/pkg/lifecycle"
 )
 
-// Session request headers: the worker's claimed identity, checked against
-// the binding like a registration.
-const (
-	HeaderJobID    = "Tether-Job-ID"
-	HeaderWorkerID = "Tether-Worker-ID"
-	HeaderPodName  = "Tether-Pod-Name"
-	HeaderPodUID   = "Tether-Pod-UID"
-)
-
 const writeWait = 10 * time.Second
 
 // session is one worker's WebSocket connection. Only its writer goroutine
@@ -87,8 +78,8 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, ref, nil)
 		return
 	}
-	pod := binding.PodIdentity{Namespace: wb.Namespace, Name: r.Header.Get(HeaderPodName), UID: r.Header.Get(HeaderPodUID)}
-	if _, ref := s.checkIdentity(ctx, wb, r.Header.Get(HeaderJobID), r.Header.Get(HeaderWorkerID), pod); ref != nil {
+	pod := binding.PodIdentity{Namespace: wb.Namespace, Name: r.Header.Get(binding.HeaderPodName), UID: r.Header.Get(binding.HeaderPodUID)}
+	if _, ref := s.checkIdentity(ctx, wb, r.Header.Get(binding.HeaderJobID), r.Header.Get(binding.HeaderWorkerID), pod); ref != nil {
 		s.reject(w, r, ref, wb)
 		return
 	}

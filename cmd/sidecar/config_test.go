@@ -1,0 +1,116 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tether-dev/tether/pkg/binding"
+)
+
+const testToken = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// testEnv is a complete, valid environment; caPEM is written as the CA file.
+func testEnv(t *testing.T, serverURL, caPEM string) map[string]string {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	artifacts := filepath.Join(dir, "artifacts")
+	if err := os.Mkdir(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{
+		binding.EnvJobID:             "job-1",
+		binding.EnvWorkerID:          "worker-0",
+		binding.EnvTrainJob:          "mnist",
+		binding.EnvServerURL:         serverURL,
+		binding.EnvTokenFile:         write("token", testToken),
+		binding.EnvCAFile:            write("ca.crt", caPEM),
+		binding.EnvArtifactDir:       artifacts,
+		binding.EnvHeartbeatInterval: "50ms",
+		binding.EnvPodName:           "mnist-node-0-0",
+		binding.EnvPodNamespace:      "team-a",
+		binding.EnvPodUID:            "uid-1",
+		binding.EnvNodeName:          "node-a",
+	}
+}
+
+func getenv(env map[string]string) func(string) string {
+	return func(k string) string { return env[k] }
+}
+
+// selfSignedPEM is any parseable certificate, for configuration checks.
+func selfSignedPEM(t *testing.T) string {
+	t.Helper()
+	_, caPEM := newStub(t, nil)
+	return caPEM
+}
+
+func TestLoadConfig(t *testing.T) {
+	env := testEnv(t, "https://tether.example:8443", selfSignedPEM(t))
+	env[EnvLogLevel] = "debug"
+	cfg, err := loadConfig(getenv(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.client
+	if c.JobID != "job-1" || c.WorkerID != "worker-0" || c.HeartbeatInterval != 50*time.Millisecond ||
+		c.Pod != (binding.PodIdentity{Namespace: "team-a", Name: "mnist-node-0-0", UID: "uid-1", Node: "node-a"}) ||
+		cfg.trainJob != "mnist" || cfg.logLevel != slog.LevelDebug {
+		t.Errorf("config = %+v", cfg)
+	}
+	delete(env, binding.EnvNodeName) // optional
+	delete(env, EnvLogLevel)
+	if cfg, err := loadConfig(getenv(env)); err != nil || cfg.logLevel != slog.LevelInfo {
+		t.Errorf("without the optional variables: %v, level %v", err, cfg.logLevel)
+	}
+}
+
+func TestLoadConfigNamesTheVariable(t *testing.T) {
+	ca := selfSignedPEM(t)
+	for _, tc := range []struct {
+		name   string
+		mutate func(t *testing.T, env map[string]string)
+		want   string
+	}{
+		{"missing job", func(_ *testing.T, env map[string]string) { delete(env, binding.EnvJobID) }, binding.EnvJobID + " is not set"},
+		{"missing pod uid", func(_ *testing.T, env map[string]string) { env[binding.EnvPodUID] = " " }, binding.EnvPodUID + " is not set"},
+		{"bad interval", func(_ *testing.T, env map[string]string) { env[binding.EnvHeartbeatInterval] = "often" }, binding.EnvHeartbeatInterval + `="often"`},
+		{"zero interval", func(_ *testing.T, env map[string]string) { env[binding.EnvHeartbeatInterval] = "0s" }, "must be positive"},
+		{"http", func(_ *testing.T, env map[string]string) { env[binding.EnvServerURL] = "http://x" }, binding.EnvServerURL},
+		{"log level", func(_ *testing.T, env map[string]string) { env[EnvLogLevel] = "loud" }, EnvLogLevel},
+		{"no token file", func(_ *testing.T, env map[string]string) { env[binding.EnvTokenFile] = "/nonexistent/token" }, binding.EnvTokenFile},
+		{"bad token", func(t *testing.T, env map[string]string) {
+			if err := os.WriteFile(env[binding.EnvTokenFile], []byte("secret-but-malformed"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, binding.EnvTokenFile + ": "},
+		{"bad CA", func(t *testing.T, env map[string]string) {
+			if err := os.WriteFile(env[binding.EnvCAFile], []byte("junk"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, binding.EnvCAFile + ": "},
+		{"artifact dir", func(_ *testing.T, env map[string]string) { env[binding.EnvArtifactDir] = "/nonexistent" }, binding.EnvArtifactDir},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := testEnv(t, "https://tether.example:8443", ca)
+			tc.mutate(t, env)
+			_, err := loadConfig(getenv(env))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "secret-but-malformed") || strings.Contains(err.Error(), testToken) {
+				t.Errorf("the error shows the token file's content: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,54 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+)
+
+var (
+	phases    = []tetherv1.WorkerBindingPhase{tetherv1.PhasePending, tetherv1.PhaseRegistered, tetherv1.PhaseRunning, tetherv1.PhaseFinishing, tetherv1.PhaseSucceeded, tetherv1.PhaseFailed}
+	descPhase = prometheus.NewDesc("tether_job_phase",
+		"1 for the phase the job's WorkerBinding is in (one series per phase), reported by the elected replica.",
+		[]string{"namespace", "trainjob", "phase"}, nil)
+)
+
+// PhaseCollector reports every binding's phase at scrape time from the
+// cache, so a deleted binding's series disappear with it. Only the elected
+// replica reports, so Prometheus sees each binding once.
+type PhaseCollector struct {
+	Cache   client.Reader
+	Elected <-chan struct{}
+}
+
+// Describe implements prometheus.Collector.
+func (c *PhaseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descPhase }
+
+// Collect implements prometheus.Collector.
+func (c *PhaseCollector) Collect(ch chan<- prometheus.Metric) {
+	select {
+	case <-c.Elected:
+	default:
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var list tetherv1.WorkerBindingList
+	if err := c.Cache.List(ctx, &list); err != nil {
+		return
+	}
+	for i := range list.Items {
+		wb := &list.Items[i]
+		for _, p := range phases {
+			v := 0.0
+			if wb.Status.Phase == p {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descPhase, prometheus.GaugeValue, v, wb.Namespace, wb.Spec.TrainJobName, string(p))
+		}
+	}
+}
