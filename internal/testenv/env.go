@@ -95,6 +95,31 @@ type Env struct {
 	env    *envtest.Environment
 	cancel context.CancelFunc
 	done   chan error
+	// cpConfig and cpOpts start the control plane again on restart.
+	cpConfig *rest.Config
+	cpOpts   Options
+}
+
+// RestartControlPlane stops the in-process control plane and starts it again
+// with the same credentials and options, as a rolling restart would.
+func (e *Env) RestartControlPlane(ctx context.Context) error {
+	if err := e.stopControlPlane(); err != nil {
+		return err
+	}
+	return e.StartControlPlane(ctx, e.cpConfig, e.cpOpts)
+}
+
+func (e *Env) stopControlPlane() error {
+	if e.cancel == nil {
+		return nil
+	}
+	e.cancel()
+	err := <-e.done
+	e.cancel = nil
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
 }
 
 // Start starts kube-apiserver, etcd and (unless opts.NoControlPlane) Tether's
@@ -168,6 +193,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 // StartControlPlane starts Tether's control plane in-process with cfg's
 // credentials, configured for this environment, then modified by opts.ControlPlane.
 func (e *Env) StartControlPlane(ctx context.Context, cfg *rest.Config, opts Options) error {
+	e.cpConfig, e.cpOpts = cfg, opts
 	cp := controlplane.DefaultOptions()
 	cp.Namespace = "tether-system"
 	cp.CertMode = controlplane.CertModeExternal
@@ -213,11 +239,8 @@ func (e *Env) StartControlPlane(ctx context.Context, cfg *rest.Config, opts Opti
 // Stop stops the control plane, then the API server and etcd.
 func (e *Env) Stop() error {
 	var errs []error
-	if e.cancel != nil {
-		e.cancel()
-		if err := <-e.done; err != nil && !errors.Is(err, context.Canceled) {
-			errs = append(errs, err)
-		}
+	if err := e.stopControlPlane(); err != nil {
+		errs = append(errs, err)
 	}
 	if e.env != nil {
 		errs = append(errs, e.env.Stop())

@@ -2,13 +2,11 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,9 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -96,6 +96,9 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: labels.NewSelector().Add(*trainerPods)},
 		}},
+		// Controller names must be unique per process; a control plane
+		// restarted in-process (tests) registers the same names again.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		// Token Secrets are read by name from the API server, never cached:
 		// caching would need list/watch on every Secret in the cluster.
 		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
@@ -126,15 +129,22 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		Addr: opts.BindingAddr, CertDir: opts.CertDir,
 		StatusInterval: opts.StatusInterval, MissedHeartbeats: opts.MissedHeartbeats,
 	}, mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient(), mgr.GetLogger().WithName("binding"), recorder)
-	// One control plane per process exports metrics; a second one in the
-	// same process (a test) keeps its collectors unregistered.
-	for _, c := range append(bindingServer.Metrics().Collectors(), &controller.PhaseCollector{Cache: mgr.GetCache(), Elected: mgr.Elected()}) {
-		if err := metrics.Registry.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
+	// Metrics are registered while the control plane runs, so a control
+	// plane restarted in the same process (tests) exports its own.
+	collectors := append(bindingServer.Metrics().Collectors(), &controller.PhaseCollector{Cache: mgr.GetCache(), Elected: mgr.Elected()})
+	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
+		for _, c := range collectors {
+			if err := metrics.Registry.Register(c); err != nil {
+				return fmt.Errorf("registering metrics: %w", err)
 			}
 		}
+		<-ctx.Done()
+		for _, c := range collectors {
+			metrics.Registry.Unregister(c)
+		}
+		return nil
+	})); err != nil {
+		return nil, err
 	}
 
 	// The webhook and binding servers read their certificate when they start:

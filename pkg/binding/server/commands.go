@@ -46,7 +46,10 @@ func (s *Server) pushPendingCommand(ctx context.Context, key types.NamespacedNam
 		return
 	}
 	cmd, ok := parseCommand(wb)
-	if !ok || (wb.Status.LastCommand != nil && wb.Status.LastCommand.ID == cmd.ID) {
+	if !ok || (wb.Status.LastCommand != nil && wb.Status.LastCommand.ID == cmd.ID && wb.Status.LastCommand.State != CommandSent) {
+		// Answered already. A command still "Sent" (its session dropped
+		// before the ack) is sent again on the next session: commands are
+		// delivered at least once, and workers de-duplicate by id.
 		return
 	}
 	var sess *session
@@ -61,17 +64,20 @@ func (s *Server) pushPendingCommand(ctx context.Context, key types.NamespacedNam
 	if !fresh {
 		return
 	}
-	if !sess.push(binding.Frame{Type: binding.FrameCommand, Command: &cmd}) {
-		return
-	}
-	s.metrics.commands.WithLabelValues(cmd.Name, "sent").Inc()
+	// Record "Sent" before sending, so the worker's ack always finds it.
 	now := metav1.NewTime(s.opts.Now())
 	if _, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {
 		st.LastCommand = &tetherv1.CommandStatus{ID: cmd.ID, Name: cmd.Name, State: CommandSent, Time: &now}
 		return true
 	}); err != nil {
 		s.log.Error(err, "recording a sent command", "binding", key.String())
+		s.hub.update(key, func(st *workerState) { st.lastCommandID = "" })
+		return
 	}
+	if !sess.push(binding.Frame{Type: binding.FrameCommand, Command: &cmd}) {
+		return
+	}
+	s.metrics.commands.WithLabelValues(cmd.Name, "sent").Inc()
 	sess.log.Info("command sent", "command", cmd.Name, "id", cmd.ID)
 }
 
@@ -80,7 +86,12 @@ func (s *Server) pushPendingCommand(ctx context.Context, key types.NamespacedNam
 func (s *Server) commandAcked(ctx context.Context, sess *session, ack *binding.CommandAck) {
 	now := metav1.NewTime(s.opts.Now())
 	var name string
-	_, err := s.updateStatus(ctx, sess.key, func(st *tetherv1.WorkerBindingStatus) bool {
+	reader := s.live
+	if reader == nil {
+		reader = s.cache
+	}
+	// The "Sent" record was written moments ago: read it from the API server.
+	_, err := s.updateStatusFrom(ctx, reader, sess.key, func(st *tetherv1.WorkerBindingStatus) bool {
 		c := st.LastCommand
 		if c == nil || c.ID != ack.ID || c.State != CommandSent {
 			return false

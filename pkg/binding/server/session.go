@@ -107,6 +107,8 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		// The first heartbeat of every session is written, so other replicas
 		// see at once that this one has the worker now.
 		st.lastWrite = time.Time{}
+		// A command left unanswered by the previous session is sent again.
+		st.lastCommandID = ""
 	})
 	if old != nil {
 		old.close(binding.CloseReplaced, "replaced by a newer session of the same worker")

@@ -7,6 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/mutate"
@@ -17,8 +18,15 @@ import (
 // wrote first) re-reads from the API server and re-applies: the lifecycle
 // rules decide again on the fresh status, so no write regresses another.
 func (s *Server) updateStatus(ctx context.Context, key types.NamespacedName, mutate func(*tetherv1.WorkerBindingStatus) bool) (*tetherv1.WorkerBinding, error) {
+	return s.updateStatusFrom(ctx, s.cache, key, mutate)
+}
+
+// updateStatusFrom is updateStatus starting from a read of r: the API server
+// when the decision depends on a write this server just made, which the
+// cache may not show yet.
+func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key types.NamespacedName, mutate func(*tetherv1.WorkerBindingStatus) bool) (*tetherv1.WorkerBinding, error) {
 	wb := &tetherv1.WorkerBinding{}
-	if err := s.cache.Get(ctx, key, wb); err != nil {
+	if err := r.Get(ctx, key, wb); err != nil {
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {

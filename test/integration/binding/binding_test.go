@@ -1,0 +1,270 @@
+package binding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+func TestRegisterHeartbeatProgressAndMetrics(t *testing.T) {
+	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	if err := os.WriteFile(filepath.Join(j.artifactDir, binding.ProgressFile),
+		[]byte(`{"step":10,"loss":1.5}`+"\n"+`{"step":120,"epoch":1.5,"loss":0.25,"fraction":0.4}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, _, _ := runningClient(t, j.clientConfig())
+	wb := j.waitPhase(t, tetherv1.PhaseRunning, "")
+	if wb.Status.Worker == nil || wb.Status.Worker.PodUID != string(j.pod.UID) || wb.Status.Attempt != 1 {
+		t.Errorf("worker %+v attempt %d, want pod %s attempt 1", wb.Status.Worker, wb.Status.Attempt, j.pod.UID)
+	}
+	eventually(t, 15*time.Second, func() error {
+		wb = j.binding(t)
+		if p := wb.Status.Progress; p == nil || p.Step == nil || *p.Step != 120 || p.Epoch != "1.5" || p.Loss != "0.25" {
+			return errors.New("status.progress does not show step 120, epoch 1.5, loss 0.25 yet")
+		}
+		return nil
+	})
+	if c.LastAckedSeq() == 0 {
+		t.Error("no heartbeat was acknowledged")
+	}
+	want := map[string]string{
+		"tether_job_progress_step{" + jobLabel(j) + "}":     "120",
+		"tether_job_progress_ratio{" + jobLabel(j) + "}":    "0.4",
+		"tether_job_session_connected{" + jobLabel(j) + "}": "1",
+	}
+	lines := strings.Join(metrics(t, "tether_job_"), "\n")
+	for series, v := range want {
+		if !strings.Contains(lines, series+" "+v) {
+			t.Errorf("metrics lack %s %s:\n%s", series, v, lines)
+		}
+	}
+	if !strings.Contains(lines, fmt.Sprintf(`tether_job_phase{namespace="%s",phase="Running",trainjob="%s"} 1`, j.ns, j.name)) {
+		t.Errorf("metrics lack the Running phase series:\n%s", lines)
+	}
+	if !strings.Contains(strings.Join(metrics(t, "tether_binding_heartbeat_rtt_seconds_count"), ""), "tether_binding_heartbeat_rtt_seconds_count") {
+		t.Error("no heartbeat round-trip histogram")
+	}
+}
+
+func TestCrossJobTokenIsRefusedOnEveryEndpoint(t *testing.T) {
+	a := newJob(t, nil)
+	b := newJob(t, nil)
+	refusedBefore := counter(t, `tether_binding_refusals_total{reason="identity_mismatch"}`)
+
+	// a's token with b's identity: registration and session are refused.
+	cfg := b.clientConfig()
+	cfg.TokenFile = a.tokenFile
+	c, err := binding.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Register(context.Background())
+	var pe *binding.PermanentError
+	if !errors.As(err, &pe) || pe.StatusCode != http.StatusForbidden {
+		t.Fatalf("register with another job's token: %v, want 403", err)
+	}
+	err = c.Run(context.Background())
+	if !errors.As(err, &pe) || pe.StatusCode != http.StatusForbidden {
+		t.Fatalf("session with another job's token: %v, want 403", err)
+	}
+	// a's token, a's ids, but b's pod.
+	cfg = a.clientConfig()
+	cfg.Pod = b.clientConfig().Pod
+	c, _ = binding.NewClient(cfg)
+	if _, err := c.Register(context.Background()); !errors.As(err, &pe) || pe.StatusCode != http.StatusForbidden {
+		t.Fatalf("register from another job's pod: %v, want 403", err)
+	}
+	if got := counter(t, `tether_binding_refusals_total{reason="identity_mismatch"}`); got < refusedBefore+2 {
+		t.Errorf("identity_mismatch refusals %v → %v, want +2", refusedBefore, got)
+	}
+	// Neither binding moved.
+	for _, j := range []*job{a, b} {
+		if p := j.binding(t).Status.Phase; p != tetherv1.PhasePending {
+			t.Errorf("%s phase %s after refused requests, want Pending", j.ns, p)
+		}
+	}
+}
+
+func TestCommandsAreDeliveredAndAcknowledged(t *testing.T) {
+	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	var flushes atomic.Int32
+	cfg := j.clientConfig()
+	cfg.OnCommand = func(_ context.Context, cmd binding.Command) error {
+		if cmd.Name == binding.CommandFlush {
+			flushes.Add(1)
+		}
+		return nil
+	}
+	_, _, done := runningClient(t, cfg)
+	j.waitPhase(t, tetherv1.PhaseRunning, "")
+
+	command(t, j, "flush:1")
+	eventually(t, 10*time.Second, func() error {
+		c := j.binding(t).Status.LastCommand
+		if c == nil || c.ID != "1" || c.State != server.CommandAcknowledged {
+			return fmt.Errorf("flush:1 not acknowledged yet: %+v annotations %v", c, j.binding(t).Annotations)
+		}
+		return nil
+	})
+	if flushes.Load() != 1 {
+		t.Errorf("worker ran flush %d times, want 1", flushes.Load())
+	}
+
+	command(t, j, "cancel:2")
+	wb := j.waitPhase(t, tetherv1.PhaseFailed, tetherv1.ReasonCancelled)
+	if wb.Status.LastCommand.State != server.CommandAcknowledged {
+		t.Errorf("cancel command state %s", wb.Status.LastCommand.State)
+	}
+	// A finished binding ends the session for good.
+	select {
+	case err := <-done:
+		var pe *binding.PermanentError
+		if !errors.As(err, &pe) || pe.CloseCode != binding.CloseFinished {
+			t.Errorf("client ended with %v, want close %d", err, binding.CloseFinished)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("client still running after its binding finished")
+	}
+}
+
+func TestSecondSessionReplacesFirst(t *testing.T) {
+	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	_, _, firstDone := runningClient(t, j.clientConfig())
+	j.waitPhase(t, tetherv1.PhaseRunning, "")
+	second, _, _ := runningClient(t, j.clientConfig())
+	select {
+	case err := <-firstDone:
+		var pe *binding.PermanentError
+		if !errors.As(err, &pe) || pe.CloseCode != binding.CloseReplaced {
+			t.Fatalf("first client ended with %v, want close %d", err, binding.CloseReplaced)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("first session was not replaced")
+	}
+	eventually(t, 10*time.Second, func() error {
+		if second.LastAckedSeq() == 0 {
+			return errors.New("second session not acknowledged")
+		}
+		return nil
+	})
+}
+
+func TestHeartbeatLostThenRecovered(t *testing.T) {
+	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	_, stop, done := runningClient(t, j.clientConfig())
+	j.waitPhase(t, tetherv1.PhaseRunning, "")
+	stop()
+	<-done
+	// The session ended; with no worker for 3 × 1 s the heartbeat is lost.
+	eventually(t, 15*time.Second, func() error {
+		wb := j.binding(t)
+		if !meta.IsStatusConditionTrue(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost) || wb.Status.Reason != tetherv1.ReasonHeartbeatLost {
+			return errors.New("HeartbeatLost not set")
+		}
+		return nil
+	})
+	waitForEvent(t, j, tetherv1.ReasonHeartbeatLost)
+	runningClient(t, j.clientConfig())
+	eventually(t, 15*time.Second, func() error {
+		wb := j.binding(t)
+		c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost)
+		if c == nil || c.Status != metav1.ConditionFalse || wb.Status.Phase != tetherv1.PhaseRunning {
+			return errors.New("HeartbeatLost not cleared")
+		}
+		return nil
+	})
+}
+
+func TestTrainerExitCodeFromPodStatus(t *testing.T) {
+	for _, tc := range []struct {
+		code   int32
+		phase  tetherv1.WorkerBindingPhase
+		reason string
+	}{
+		{0, tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded},
+		{3, tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed},
+	} {
+		j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+		_, _, done := runningClient(t, j.clientConfig())
+		j.waitPhase(t, tetherv1.PhaseRunning, "")
+		// No kubelet runs here: write the trainer's termination into the pod's
+		// status as the kubelet would.
+		j.pod.Status.Phase = corev1.PodRunning
+		j.pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{ExitCode: tc.code, Reason: "Completed"}}}}
+		if err := env.Client.Status().Update(context.Background(), j.pod); err != nil {
+			t.Fatal(err)
+		}
+		wb := j.waitPhase(t, tc.phase, tc.reason)
+		if wb.Status.TrainerExitCode == nil || *wb.Status.TrainerExitCode != tc.code {
+			t.Errorf("exit code %v, want %d", wb.Status.TrainerExitCode, tc.code)
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("exit %d: client still running after the binding finished", tc.code)
+		}
+		// The job's per-job series disappear once its binding ended.
+		eventually(t, 10*time.Second, func() error {
+			if lines := metrics(t, "tether_job_session_connected{"+jobLabel(j)); len(lines) != 0 {
+				return errors.New("per-job series still exported: " + strings.Join(lines, "; "))
+			}
+			return nil
+		})
+	}
+}
+
+func TestServerRestartResumesWithoutRegression(t *testing.T) {
+	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	c, _, _ := runningClient(t, j.clientConfig())
+	before := j.waitPhase(t, tetherv1.PhaseRunning, "")
+	seq := c.LastAckedSeq()
+	if err := env.RestartControlPlane(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		if c.LastAckedSeq() <= seq+2 {
+			return errors.New("no new heartbeats acknowledged after the restart")
+		}
+		return nil
+	})
+	after := j.binding(t)
+	if after.Status.Phase != tetherv1.PhaseRunning || after.Status.Attempt != before.Status.Attempt ||
+		after.Status.Worker.RegisteredTime != before.Status.Worker.RegisteredTime {
+		t.Errorf("after restart: phase %s attempt %d registered %v; before: attempt %d registered %v",
+			after.Status.Phase, after.Status.Attempt, after.Status.Worker.RegisteredTime, before.Status.Attempt, before.Status.Worker.RegisteredTime)
+	}
+	if c.Reconnects() < 1 {
+		t.Error("client did not reconnect")
+	}
+}
+
+func command(t *testing.T, j *job, value string) {
+	t.Helper()
+	wb := j.binding(t)
+	patch := client.MergeFrom(wb.DeepCopy())
+	if wb.Annotations == nil {
+		wb.Annotations = map[string]string{}
+	}
+	wb.Annotations[server.CommandAnnotation] = value
+	if err := env.Client.Patch(context.Background(), wb, patch); err != nil {
+		t.Fatal(err)
+	}
+}

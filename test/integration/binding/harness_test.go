@@ -1,0 +1,177 @@
+package binding
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/internal/testobj"
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/mutate"
+)
+
+var nsCounter int
+
+// job is a bound TrainJob with its injected trainer pod, and the files the
+// kubelet would mount into its sidecar.
+type job struct {
+	ns, name    string
+	pod         *corev1.Pod
+	tokenFile   string
+	caFile      string
+	artifactDir string
+}
+
+// newJob creates a namespace, a bound TrainJob (with extra annotations), waits
+// for its binding, and creates its injected node-0 pod.
+func newJob(t *testing.T, annotations map[string]string) *job {
+	t.Helper()
+	ctx := context.Background()
+	nsCounter++
+	j := &job{ns: fmt.Sprintf("bind-%d", nsCounter), name: "train"}
+	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: j.ns}})
+	mustCreate(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: j.ns}})
+	tw := testobj.MakeTrainJob(j.name, j.ns).Bound()
+	for k, v := range annotations {
+		tw.Annotation(k, v)
+	}
+	mustCreate(t, tw.Obj())
+	secret := &corev1.Secret{}
+	eventually(t, 15*time.Second, func() error {
+		return env.Client.Get(ctx, types.NamespacedName{Namespace: j.ns, Name: mutate.TokenSecretName(j.name)}, secret)
+	})
+	j.pod = testobj.MakeTrainerPod(j.name, j.ns).Obj()
+	mustCreate(t, j.pod)
+	if len(j.pod.Spec.InitContainers) == 0 {
+		t.Fatal("trainer pod was not injected")
+	}
+	dir := t.TempDir()
+	j.tokenFile, j.caFile, j.artifactDir = filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt"), filepath.Join(dir, "artifacts")
+	for path, data := range map[string][]byte{j.tokenFile: secret.Data["token"], j.caFile: secret.Data["ca.crt"]} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(j.artifactDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// sidecarEnv resolves the injected sidecar's environment the way the kubelet
+// would (downward API from the pod object).
+func (j *job) sidecarEnv() map[string]string {
+	env := map[string]string{}
+	for _, e := range j.pod.Spec.InitContainers[len(j.pod.Spec.InitContainers)-1].Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			env[e.Name] = j.pod.Name
+		case e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			env[e.Name] = j.pod.Namespace
+		case e.ValueFrom.FieldRef.FieldPath == "metadata.uid":
+			env[e.Name] = string(j.pod.UID)
+		}
+	}
+	return env
+}
+
+// clientConfig is the configuration cmd/sidecar builds from that environment,
+// with this test's files in place of the kubelet's mounts.
+func (j *job) clientConfig() binding.ClientConfig {
+	e := j.sidecarEnv()
+	interval, _ := time.ParseDuration(e[binding.EnvHeartbeatInterval])
+	return binding.ClientConfig{
+		ServerURL: e[binding.EnvServerURL], TokenFile: j.tokenFile, CAFile: j.caFile,
+		JobID: e[binding.EnvJobID], WorkerID: e[binding.EnvWorkerID],
+		Pod:               binding.PodIdentity{Namespace: e[binding.EnvPodNamespace], Name: e[binding.EnvPodName], UID: e[binding.EnvPodUID]},
+		HeartbeatInterval: interval,
+		BackoffInitial:    50 * time.Millisecond, BackoffMax: 500 * time.Millisecond,
+		Progress: binding.NewProgressReader(j.artifactDir).Progress,
+	}
+}
+
+// runningClient runs a client until the test ends; its Run error is returned
+// on the channel.
+func runningClient(t *testing.T, cfg binding.ClientConfig) (*binding.Client, context.CancelFunc, <-chan error) {
+	t.Helper()
+	c, err := binding.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var once sync.Once
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { once.Do(cancel) })
+	return c, cancel, done
+}
+
+func (j *job) binding(t *testing.T) *tetherv1.WorkerBinding {
+	t.Helper()
+	wb := &tetherv1.WorkerBinding{}
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: j.ns, Name: j.name}, wb); err != nil {
+		t.Fatal(err)
+	}
+	return wb
+}
+
+func (j *job) waitPhase(t *testing.T, phase tetherv1.WorkerBindingPhase, reason string) *tetherv1.WorkerBinding {
+	t.Helper()
+	var wb *tetherv1.WorkerBinding
+	eventually(t, 20*time.Second, func() error {
+		wb = &tetherv1.WorkerBinding{}
+		if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: j.ns, Name: j.name}, wb); err != nil {
+			return err
+		}
+		if wb.Status.Phase != phase || (reason != "" && wb.Status.Reason != reason) {
+			return fmt.Errorf("phase %s/%s (%s), want %s/%s", wb.Status.Phase, wb.Status.Reason, wb.Status.Message, phase, reason)
+		}
+		return nil
+	})
+	return wb
+}
+
+func mustCreate(t *testing.T, o client.Object) {
+	t.Helper()
+	if err := env.Client.Create(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// metrics scrapes the control plane's /metrics and returns the lines that
+// start with prefix.
+func metrics(t *testing.T, prefix string) []string {
+	t.Helper()
+	resp, err := http.Get("http://" + env.MetricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var out []string
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func jobLabel(j *job) string {
+	return fmt.Sprintf(`namespace="%s",trainjob="%s"`, j.ns, j.name)
+}
