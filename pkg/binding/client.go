@@ -502,6 +502,7 @@ func (c *Client) sessionHeaders(token string) http.Header {
 	h := c.headers(token)
 	h.Set(HeaderJobID, c.cfg.JobID)
 	h.Set(HeaderWorkerID, c.cfg.WorkerID)
+	h.Set(HeaderPodNamespace, c.cfg.Pod.Namespace)
 	h.Set(HeaderPodName, c.cfg.Pod.Name)
 	h.Set(HeaderPodUID, c.cfg.Pod.UID)
 	return h

@@ -23,10 +23,11 @@ const (
 
 	// Session requests also claim the worker's identity; the server checks
 	// it against the binding and the registered pod.
-	HeaderJobID    = "Tether-Job-ID"
-	HeaderWorkerID = "Tether-Worker-ID"
-	HeaderPodName  = "Tether-Pod-Name"
-	HeaderPodUID   = "Tether-Pod-UID"
+	HeaderJobID        = "Tether-Job-ID"
+	HeaderWorkerID     = "Tether-Worker-ID"
+	HeaderPodNamespace = "Tether-Pod-Namespace"
+	HeaderPodName      = "Tether-Pod-Name"
+	HeaderPodUID       = "Tether-Pod-UID"
 )
 
 // Limits the server enforces.

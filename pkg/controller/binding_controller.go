@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -133,13 +132,22 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		log.Info("CA bundle not available yet; retrying", "error", err)
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
-	hash, reissued, err := r.ensureSecret(ctx, tj, ca, wb)
+	// The binding is written before its Secret: once a sidecar can mount
+	// the token, the binding server can already find the binding by it.
+	secret, token, err := r.loadToken(ctx, tj)
 	if err != nil {
 		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", mutate.TokenSecretName(tj.GetName()), err)
 		return ctrl.Result{}, err
 	}
-
-	if wb == nil {
+	issue := token == ""
+	if issue {
+		if token, err = NewToken(); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	hash := HashToken(token)
+	switch {
+	case wb == nil:
 		wb = &tetherv1.WorkerBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: tj.GetName(), Namespace: tj.GetNamespace(), Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
 			Spec: tetherv1.WorkerBindingSpec{TrainJobName: tj.GetName(), JobID: jobID, WorkerID: workerID,
@@ -152,14 +160,18 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, client.IgnoreAlreadyExists(err)
 		}
 		r.normal(tj, "Bound", "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
-	} else if wb.Spec.TokenSHA256 != hash {
+	case wb.Spec.TokenSHA256 != hash:
 		wb.Spec.TokenSHA256 = hash
 		if err := r.Client.Update(ctx, wb); err != nil {
 			return ctrl.Result{}, err
 		}
-		if reissued {
+		if issue {
 			r.warn(tj, "TokenReissued", "token Secret %s was missing or malformed and was issued anew; running sidecars must restart to pick it up", wb.Spec.TokenSecretName)
 		}
+	}
+	if err := r.writeSecret(ctx, tj, secret, token, ca); err != nil {
+		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", mutate.TokenSecretName(tj.GetName()), err)
+		return ctrl.Result{}, err
 	}
 	requeue, err := r.updateStatus(ctx, tj, wb)
 	return ctrl.Result{RequeueAfter: requeue}, err
@@ -180,57 +192,48 @@ func (r *BindingReconciler) jobIDOwner(ctx context.Context, jobID string, tj *un
 	return "", nil
 }
 
-// ensureSecret makes sure the TrainJob's token Secret exists, is ours, holds a
-// well-formed token and the current CA bundle. It returns the token's hash and
-// whether a new token had to be issued for an existing binding.
-func (r *BindingReconciler) ensureSecret(ctx context.Context, tj *unstructured.Unstructured, ca []byte, wb *tetherv1.WorkerBinding) (string, bool, error) {
-	key := types.NamespacedName{Namespace: tj.GetNamespace(), Name: mutate.TokenSecretName(tj.GetName())}
+// loadToken reads the TrainJob's token Secret. It returns the Secret (nil
+// when absent) and its token ("" when absent or malformed); a Secret of that
+// name that the TrainJob does not own is an error.
+func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unstructured) (*corev1.Secret, string, error) {
 	secret := &corev1.Secret{}
-	err := r.Secrets.Get(ctx, key, secret)
-	if apierrors.IsNotFound(err) {
-		token, err := NewToken()
-		if err != nil {
-			return "", false, err
-		}
+	err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: tj.GetNamespace(), Name: mutate.TokenSecretName(tj.GetName())}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, "", nil
+	case err != nil:
+		return nil, "", err
+	case !metav1.IsControlledBy(secret, tj):
+		return nil, "", fmt.Errorf("exists but is not owned by this TrainJob (uid %s); delete it so Tether can issue a token", tj.GetUID())
+	case !validToken(secret.Data[TokenKey]):
+		return secret, "", nil
+	}
+	return secret, string(secret.Data[TokenKey]), nil
+}
+
+// writeSecret creates the token Secret, or updates it when its token or CA
+// bundle differ from what they should be.
+func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Unstructured, secret *corev1.Secret, token string, ca []byte) error {
+	if secret == nil {
 		secret = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
-			Type:       TokenSecretType,
-			Immutable:  ptr.To(false),
-			Data:       map[string][]byte{TokenKey: []byte(token), CABundleKey: ca},
+			ObjectMeta: metav1.ObjectMeta{Name: mutate.TokenSecretName(tj.GetName()), Namespace: tj.GetNamespace(),
+				Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
+			Type: TokenSecretType,
+			Data: map[string][]byte{TokenKey: []byte(token), CABundleKey: ca},
 		}
 		if err := ctrl.SetControllerReference(tj, secret, r.Scheme); err != nil {
-			return "", false, err
+			return err
 		}
-		if err := r.Client.Create(ctx, secret); err != nil {
-			return "", false, err
-		}
-		return HashToken(token), wb != nil, nil
+		return r.Client.Create(ctx, secret)
 	}
-	if err != nil {
-		return "", false, err
+	if string(secret.Data[TokenKey]) == token && bytes.Equal(secret.Data[CABundleKey], ca) {
+		return nil
 	}
-	if !metav1.IsControlledBy(secret, tj) {
-		return "", false, fmt.Errorf("exists but is not owned by this TrainJob (uid %s); delete it so Tether can issue a token", tj.GetUID())
+	if secret.Data == nil {
+		secret.Data = map[string][]byte{}
 	}
-	reissued := false
-	if !validToken(secret.Data[TokenKey]) {
-		token, err := NewToken()
-		if err != nil {
-			return "", false, err
-		}
-		secret.Data[TokenKey] = []byte(token)
-		reissued = true
-	}
-	if reissued || !bytes.Equal(secret.Data[CABundleKey], ca) {
-		if secret.Data == nil {
-			secret.Data = map[string][]byte{}
-		}
-		secret.Data[CABundleKey] = ca
-		if err := r.Client.Update(ctx, secret); err != nil {
-			return "", false, err
-		}
-	}
-	return HashToken(string(secret.Data[TokenKey])), reissued, nil
+	secret.Data[TokenKey], secret.Data[CABundleKey] = []byte(token), ca
+	return r.Client.Update(ctx, secret)
 }
 
 // updateStatus sets the phase and conditions the admission stage knows about:

@@ -38,7 +38,9 @@ func refuse(status int, code, reason, format string, args ...any) *refusal {
 // authenticate finds the binding that holds the request's token. The binding
 // is looked up by the token's SHA-256, and the hashes are compared in
 // constant time, so neither the lookup nor the comparison reveals the token.
-func (s *Server) authenticate(ctx context.Context, r *http.Request) (*tetherv1.WorkerBinding, *refusal) {
+// A binding created moments ago may not be in the cache yet: on a miss the
+// claimed namespace is listed from the API server.
+func (s *Server) authenticate(ctx context.Context, r *http.Request, namespace string) (*tetherv1.WorkerBinding, *refusal) {
 	if v := r.Header.Get(binding.HeaderProtocolVersion); v != binding.ProtocolVersion {
 		return nil, refuse(http.StatusBadRequest, binding.ErrUnsupportedVersion, "unsupported_version",
 			"%s %q is not supported; this server speaks %q", binding.HeaderProtocolVersion, v, binding.ProtocolVersion)
@@ -53,10 +55,11 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request) (*tetherv1.W
 	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
 		return nil, refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "looking up the binding: %v", err)
 	}
-	var wb *tetherv1.WorkerBinding
-	for i := range list.Items {
-		if subtle.ConstantTimeCompare([]byte(list.Items[i].Spec.TokenSHA256), []byte(hash)) == 1 {
-			wb = &list.Items[i]
+	wb := findByHash(list.Items, hash)
+	if wb == nil && s.live != nil && namespace != "" {
+		var live tetherv1.WorkerBindingList
+		if err := s.live.List(ctx, &live, client.InNamespace(namespace)); err == nil {
+			wb = findByHash(live.Items, hash)
 		}
 	}
 	switch {
@@ -70,6 +73,16 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request) (*tetherv1.W
 			"binding %s/%s is %s (%s)", wb.Namespace, wb.Name, wb.Status.Phase, wb.Status.Reason)
 	}
 	return wb, nil
+}
+
+func findByHash(items []tetherv1.WorkerBinding, hash string) *tetherv1.WorkerBinding {
+	var found *tetherv1.WorkerBinding
+	for i := range items {
+		if subtle.ConstantTimeCompare([]byte(items[i].Spec.TokenSHA256), []byte(hash)) == 1 {
+			found = &items[i]
+		}
+	}
+	return found
 }
 
 // checkIdentity refuses a request whose claimed job, worker or pod is not the

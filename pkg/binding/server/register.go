@@ -16,15 +16,15 @@ import (
 
 func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	wb, ref := s.authenticate(ctx, r)
-	if ref != nil {
-		s.reject(w, r, ref, nil)
-		return
-	}
 	var req binding.RegisterRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, binding.MaxRegisterBody))
 	if err := dec.Decode(&req); err != nil {
-		s.reject(w, r, refuse(http.StatusBadRequest, binding.ErrBadRequest, "bad_request", "invalid registration body: %v", err), wb)
+		s.reject(w, r, refuse(http.StatusBadRequest, binding.ErrBadRequest, "bad_request", "invalid registration body (at most %d bytes of JSON): %v", binding.MaxRegisterBody, err), nil)
+		return
+	}
+	wb, ref := s.authenticate(ctx, r, req.Pod.Namespace)
+	if ref != nil {
+		s.reject(w, r, ref, nil)
 		return
 	}
 	pod, ref := s.checkIdentity(ctx, wb, req.JobID, req.WorkerID, req.Pod)

@@ -73,7 +73,7 @@ func (s *session) push(f binding.Frame) bool {
 
 func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	wb, ref := s.authenticate(ctx, r)
+	wb, ref := s.authenticate(ctx, r, r.Header.Get(binding.HeaderPodNamespace))
 	if ref != nil {
 		s.reject(w, r, ref, nil)
 		return

@@ -204,14 +204,7 @@ func TestTrainerExitCodeFromPodStatus(t *testing.T) {
 		j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
 		_, _, done := runningClient(t, j.clientConfig())
 		j.waitPhase(t, tetherv1.PhaseRunning, "")
-		// No kubelet runs here: write the trainer's termination into the pod's
-		// status as the kubelet would.
-		j.pod.Status.Phase = corev1.PodRunning
-		j.pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", State: corev1.ContainerState{
-			Terminated: &corev1.ContainerStateTerminated{ExitCode: tc.code, Reason: "Completed"}}}}
-		if err := env.Client.Status().Update(context.Background(), j.pod); err != nil {
-			t.Fatal(err)
-		}
+		finishTrainer(t, j, tc.code)
 		wb := j.waitPhase(t, tc.phase, tc.reason)
 		if wb.Status.TrainerExitCode == nil || *wb.Status.TrainerExitCode != tc.code {
 			t.Errorf("exit code %v, want %d", wb.Status.TrainerExitCode, tc.code)
@@ -265,6 +258,18 @@ func command(t *testing.T, j *job, value string) {
 	}
 	wb.Annotations[server.CommandAnnotation] = value
 	if err := env.Client.Patch(context.Background(), wb, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// finishTrainer writes the trainer container's termination into the pod's
+// status as the kubelet would (no kubelet runs here).
+func finishTrainer(t *testing.T, j *job, code int32) {
+	t.Helper()
+	j.pod.Status.Phase = corev1.PodRunning
+	j.pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", State: corev1.ContainerState{
+		Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Completed"}}}}
+	if err := env.Client.Status().Update(context.Background(), j.pod); err != nil {
 		t.Fatal(err)
 	}
 }

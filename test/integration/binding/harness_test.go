@@ -49,10 +49,12 @@ func newJob(t *testing.T, annotations map[string]string) *job {
 		tw.Annotation(k, v)
 	}
 	mustCreate(t, tw.Obj())
+	// The kubelet mounts the token only once the Secret exists.
 	secret := &corev1.Secret{}
 	eventually(t, 15*time.Second, func() error {
 		return env.Client.Get(ctx, types.NamespacedName{Namespace: j.ns, Name: mutate.TokenSecretName(j.name)}, secret)
 	})
+	j.waitPhase(t, tetherv1.PhasePending, "")
 	j.pod = testobj.MakeTrainerPod(j.name, j.ns).Obj()
 	mustCreate(t, j.pod)
 	if len(j.pod.Spec.InitContainers) == 0 {
