@@ -6,9 +6,10 @@
 // with the trainer's progress (the optional progress file in the artifact
 // directory) and answers the server's commands, reconnecting with backoff
 // whenever the connection is lost. On SIGTERM or SIGINT it tells the server
-// the pod is finishing and exits 0. It exits 1 when the binding ends for good
-// (token refused, binding revoked, replaced or finished) and 2 on a bad
-// configuration; the last log line says why, and the kubelet shows it as the
+// the pod is finishing and exits 0. When the binding ends (finished, revoked,
+// or its session taken over) it idles until SIGTERM: a native sidecar is
+// restarted whenever it exits. It exits 1 when its token or identity is
+// refused (a restart re-reads the token) and 2 on a bad configuration; the last log line says why, and the kubelet shows it as the
 // termination message. It never logs the token.
 //
 // Artifact upload is not implemented yet (issue 4): commands that need it are
@@ -20,6 +21,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -85,10 +87,19 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 
 	select {
 	case err := <-runErr:
-		if err != nil {
-			log.Error("tether sidecar stopping: the binding ended", "error", err, "permanent", binding.IsPermanent(err))
+		if err == nil {
+			return 0
+		}
+		if !bindingEnded(err) {
+			log.Error("tether sidecar stopping: the binding server refused it", "error", err, "permanent", binding.IsPermanent(err))
 			return 1
 		}
+		// The binding finished, was revoked or taken over. A native sidecar
+		// is restarted whenever it exits, even with 0, so it waits for the
+		// pod's termination instead of crash-looping against a 410.
+		log.Info("the binding ended; idle until the pod terminates", "reason", err)
+		sig := <-sigs
+		log.Info("tether sidecar stopped", "signal", signalName(sig))
 		return 0
 	case sig := <-sigs:
 		stopSignals()
@@ -113,6 +124,23 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 		log.Info("tether sidecar stopped")
 		return 0
 	}
+}
+
+// bindingEnded reports whether err says the binding is over (finished,
+// revoked, or the worker's session taken over), as opposed to a refusal that
+// a restart might fix (a token not yet valid, a server misconfiguration).
+func bindingEnded(err error) bool {
+	var pe *binding.PermanentError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch {
+	case pe.CloseCode == binding.CloseFinished, pe.CloseCode == binding.CloseRevoked, pe.CloseCode == binding.CloseReplaced:
+		return true
+	case pe.StatusCode == http.StatusGone:
+		return true
+	}
+	return false
 }
 
 func signalName(sig os.Signal) string {

@@ -192,8 +192,8 @@ func TestSidecarStopsCleanlyOnSIGTERM(t *testing.T) {
 func TestSidecarExitsOnPermanentRefusal(t *testing.T) {
 	s, ca := newStub(t, func(s *stub) {
 		s.registerFn = func(w http.ResponseWriter) bool {
-			w.WriteHeader(http.StatusGone)
-			_ = json.NewEncoder(w).Encode(binding.ErrorResponse{Code: binding.ErrBindingFinished, Message: "job succeeded"})
+			w.WriteHeader(http.StatusForbidden)
+			_ = json.NewEncoder(w).Encode(binding.ErrorResponse{Code: binding.ErrForbidden, Message: "this token belongs to another job or worker"})
 			return true
 		}
 	})
@@ -201,8 +201,39 @@ func TestSidecarExitsOnPermanentRefusal(t *testing.T) {
 	if c := waitExit(t, code); c != 1 {
 		t.Errorf("exit code %d, want 1", c)
 	}
-	if !strings.Contains(out.String(), binding.ErrBindingFinished) {
+	if !strings.Contains(out.String(), binding.ErrForbidden) {
 		t.Errorf("the logs do not say why:\n%s", out)
+	}
+}
+
+// A finished binding is not an error: the sidecar idles until the pod
+// terminates, because the kubelet restarts a native sidecar whenever it
+// exits and it would crash-loop against the 410.
+func TestSidecarIdlesAfterBindingFinished(t *testing.T) {
+	s, ca := newStub(t, func(s *stub) {
+		s.registerFn = func(w http.ResponseWriter) bool {
+			w.WriteHeader(http.StatusGone)
+			_ = json.NewEncoder(w).Encode(binding.ErrorResponse{Code: binding.ErrBindingFinished, Message: "job succeeded"})
+			return true
+		}
+	})
+	sigs := make(chan os.Signal, 1)
+	code, out := start(t, testEnv(t, s.srv.URL, ca), sigs)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(out.String(), "idle until the pod terminates") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sidecar did not go idle:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case c := <-code:
+		t.Fatalf("the sidecar exited (%d) instead of idling", c)
+	case <-time.After(200 * time.Millisecond):
+	}
+	sigs <- syscall.SIGTERM
+	if c := waitExit(t, code); c != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0", c)
 	}
 }
 
