@@ -14,6 +14,7 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 CONTROLLER_TOOLS_VERSION=${CONTROLLER_TOOLS_VERSION:-v0.20.1}
+VERSITYGW_VERSION=${VERSITYGW_VERSION:-v1.8.0}
 ROOT=${TETHER_TESTBIN:-${XDG_CACHE_HOME:-$HOME/.cache}/tether/testbin}
 CURRENT="$ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 
@@ -141,7 +142,9 @@ for c in "${components[@]}"; do
       build etcd "$ETCD_VERSION" "$(etcd_wrapper)" "go.etcd.io/etcd/server/v3" ;;
     controller-gen)
       tool controller-gen "$CONTROLLER_TOOLS_VERSION" sigs.k8s.io/controller-tools/cmd/controller-gen ;;
-    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubectl etcd controller-gen)"; exit 2 ;;
+    versitygw)
+      tool versitygw "$VERSITYGW_VERSION" github.com/versity/versitygw/cmd/versitygw ;;
+    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubectl etcd controller-gen versitygw)"; exit 2 ;;
   esac
 done
 log "ready: KUBEBUILDER_ASSETS=$CURRENT"
