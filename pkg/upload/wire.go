@@ -1,0 +1,64 @@
+package upload
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+const (
+	// Bucket is the path-style bucket name of the binding server's endpoint.
+	Bucket = "tether-artifacts"
+	// TokenHeader carries the job's token on every artifact request.
+	TokenHeader = "X-Tether-Token"
+	// MaxObjectSize is S3's single-PUT limit (5 GiB).
+	MaxObjectSize int64 = 5 << 30
+	// ManifestName is the manifest's name under the job's prefix.
+	ManifestName = "manifest.json"
+	// MaxManifestSize bounds a manifest.
+	MaxManifestSize = 16 << 20
+	// ReservedDir is the job-prefix directory only the server writes.
+	ReservedDir = ".tether"
+	// ManifestVersion is the manifest format version.
+	ManifestVersion = "v1"
+)
+
+// Manifest lists every artifact of a job; the sidecar uploads it last.
+type Manifest struct {
+	Version string         `json:"version"`
+	JobID   string         `json:"jobID"`
+	Files   []ManifestFile `json:"files"`
+}
+
+// ManifestFile is one verified artifact.
+type ManifestFile struct {
+	// Path is relative to the artifact directory, with forward slashes.
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+	// MD5 is the lowercase hex MD5 of the content (its single-PUT ETag).
+	MD5 string `json:"md5"`
+}
+
+// ObjectInfo describes a stored object.
+type ObjectInfo struct {
+	Size int64
+	// ETag is the lowercase hex MD5, without quotes.
+	ETag string
+}
+
+// ErrNotFound is returned by Backend.Head for a missing object.
+var ErrNotFound = errors.New("object not found")
+
+// Backend stores objects. Put must make an object visible only when it is
+// complete (no partial object is ever readable under key) and return the
+// stored object's ETag as the store reports it, so the caller can check it
+// against the MD5 it computed while streaming.
+type Backend interface {
+	Put(ctx context.Context, key string, body io.Reader, size int64) (ObjectInfo, error)
+	Head(ctx context.Context, key string) (ObjectInfo, error)
+	// Copy replaces dst with src (used to promote pending objects).
+	Copy(ctx context.Context, src, dst string) error
+	Delete(ctx context.Context, key string) error
+	// List returns the keys under prefix.
+	List(ctx context.Context, prefix string) ([]string, error)
+}
