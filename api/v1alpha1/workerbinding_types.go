@@ -55,6 +55,7 @@ const (
 	ReasonJobFailed           = "JobFailed"
 	ReasonCancelled           = "Cancelled"
 	ReasonArtifactsIncomplete = "ArtifactsIncomplete"
+	ReasonAwaitingArtifacts   = "AwaitingArtifacts"
 )
 
 // WorkerBindingSpec is the fixed identity of a bound job. It never changes
@@ -128,6 +129,10 @@ type WorkerBindingStatus struct {
 	// +optional
 	TrainerExitCode *int32 `json:"trainerExitCode,omitempty"`
 
+	// Artifacts is what the binding server verified of the job's artifacts.
+	// +optional
+	Artifacts *ArtifactsStatus `json:"artifacts,omitempty"`
+
 	// LastCommand is the last command pushed to the worker and its outcome.
 	// +optional
 	LastCommand *CommandStatus `json:"lastCommand,omitempty"`
@@ -166,6 +171,37 @@ type Progress struct {
 	UpdatedTime *metav1.Time `json:"updatedTime,omitempty"`
 }
 
+// ArtifactsStatus summarises a job's artifacts in bounded form.
+type ArtifactsStatus struct {
+	// Manifest is the object key of the job's manifest, once uploaded.
+	// +optional
+	Manifest string `json:"manifest,omitempty"`
+	// ManifestVerified is true when every file the manifest lists is stored
+	// with its size and MD5.
+	// +optional
+	ManifestVerified bool `json:"manifestVerified,omitempty"`
+	// Files and Bytes count the manifest's files.
+	// +optional
+	Files int32 `json:"files,omitempty"`
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
+	// Missing names up to 10 manifest files that are not stored as listed.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	Missing []string `json:"missing,omitempty"`
+	// UploadedBytes is what the worker reports having had verified so far.
+	// +optional
+	UploadedBytes int64 `json:"uploadedBytes,omitempty"`
+	// LastError is the last upload failure the worker or the server
+	// reported: the file, the error and what to do.
+	// +optional
+	LastError string `json:"lastError,omitempty"`
+	// Logs are the object keys of archived trainer logs.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Logs []string `json:"logs,omitempty"`
+}
+
 // CommandStatus is a command sent to the worker (through the
 // tether.dev/command annotation) and what became of it.
 type CommandStatus struct {
@@ -191,6 +227,7 @@ type CommandStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Step",type=integer,JSONPath=`.status.progress.step`
+// +kubebuilder:printcolumn:name="Artifacts",type=integer,JSONPath=`.status.artifacts.files`
 // +kubebuilder:printcolumn:name="Last Heartbeat",type=date,JSONPath=`.status.lastHeartbeatTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type WorkerBinding struct {

@@ -207,6 +207,7 @@ func (e *Env) StartControlPlane(ctx context.Context, cfg *rest.Config, opts Opti
 	cp.BindingAddr = e.BindingAddr
 	cp.ServerURL = e.BindingURL
 	cp.StatusInterval = 2 * time.Second
+	cp.ArtifactGrace = 2 * time.Second
 	if opts.ControlPlane != nil {
 		opts.ControlPlane(&cp)
 	}

@@ -47,6 +47,10 @@ type BindingReconciler struct {
 	// worker silent for StatusInterval + MissedHeartbeats×interval is lost.
 	StatusInterval   time.Duration
 	MissedHeartbeats int
+	// ArtifactGrace is how long after the bound pod ended the controller
+	// waits for the manifest's verdict before declaring the artifacts
+	// incomplete (the sidecar uploads the manifest just before it exits).
+	ArtifactGrace time.Duration
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }

@@ -30,12 +30,18 @@ func (r *BindingReconciler) observe(tj *unstructured.Unstructured, st *tetherv1.
 		lifecycle.TrainerExited(st, code)
 	}
 	conds := trainjob.Conditions(tj)
-	switch c := meta.FindStatusCondition(conds, trainjob.ConditionFailed); {
-	case c != nil && c.Status == metav1.ConditionTrue:
-		lifecycle.JobFinished(st, true, fmt.Sprintf("TrainJob failed: %s", c.Message))
+	if c := meta.FindStatusCondition(conds, trainjob.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
+		lifecycle.JobFailed(st, fmt.Sprintf("TrainJob failed: %s", c.Message))
 	}
-	if c := meta.FindStatusCondition(conds, trainjob.ConditionComplete); c != nil && c.Status == metav1.ConditionTrue {
-		lifecycle.JobFinished(st, false, "TrainJob complete")
+	// Exit 0 waits for the artifacts; once the pod is over and the grace for
+	// the manifest's status write has passed, what is missing is named.
+	if st.Phase == tetherv1.PhaseFinishing && st.Reason == tetherv1.ReasonAwaitingArtifacts {
+		if ended, at := podEnded(pods, st); ended {
+			if wait := at.Add(r.ArtifactGrace).Sub(now); wait > 0 {
+				return wait
+			}
+			lifecycle.ArtifactsIncomplete(st, lifecycle.MissingArtifacts(st))
+		}
 	}
 	if c := meta.FindStatusCondition(conds, trainjob.ConditionSuspended); c != nil && c.Status == metav1.ConditionTrue {
 		lifecycle.Suspended(st, "TrainJob suspended: "+c.Reason)
@@ -60,6 +66,30 @@ func (r *BindingReconciler) observe(tj *unstructured.Unstructured, st *tetherv1.
 	} else {
 		return budget - age + time.Second
 	}
+}
+
+// podEnded reports whether the attempt's injected pod has ended (phase
+// Succeeded or Failed, or no longer there), and when its last container
+// finished.
+func podEnded(pods []corev1.Pod, st *tetherv1.WorkerBindingStatus) (bool, time.Time) {
+	for i := range pods {
+		p := &pods[i]
+		if p.Annotations[jobconfig.PodStatusAnnotation] == "" || (st.Worker != nil && string(p.UID) != st.Worker.PodUID) {
+			continue
+		}
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			return false, time.Time{}
+		}
+		var last time.Time
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			if t := cs.State.Terminated; t != nil && t.FinishedAt.After(last) {
+				last = t.FinishedAt.Time
+			}
+		}
+		return true, last
+	}
+	// No pod of this attempt remains: it ended.
+	return st.Worker != nil, time.Time{}
 }
 
 // trainerExit finds the trainer container's termination in the attempt's

@@ -178,6 +178,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 
 		StatusInterval:   opts.StatusInterval,
 		MissedHeartbeats: opts.MissedHeartbeats,
+		ArtifactGrace:    opts.ArtifactGrace,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the binding controller: %w", err)
 	}

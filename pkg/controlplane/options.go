@@ -46,6 +46,8 @@ type Options struct {
 	StatusInterval time.Duration
 	// MissedHeartbeats is how many heartbeat intervals of silence are lost.
 	MissedHeartbeats int
+	// ArtifactGrace: see controller.BindingReconciler.ArtifactGrace.
+	ArtifactGrace time.Duration
 
 	MetricsAddr string
 	HealthAddr  string
@@ -68,6 +70,7 @@ func DefaultOptions() Options {
 		BindingAddr:      ":8443",
 		StatusInterval:   30 * time.Second,
 		MissedHeartbeats: 3,
+		ArtifactGrace:    10 * time.Second,
 		MetricsAddr:      ":8080",
 		HealthAddr:       ":8081",
 		SidecarImage:     "ghcr.io/tether-dev/tether-sidecar:v0.1.0",
@@ -96,6 +99,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.BindingAddr, "binding-bind-address", o.BindingAddr, "address of the binding server (HTTPS, same certificate as the webhooks)")
 	fs.DurationVar(&o.StatusInterval, "status-interval", o.StatusInterval, "at most one heartbeat-only WorkerBinding status write per binding per interval (transitions are written at once)")
 	fs.IntVar(&o.MissedHeartbeats, "missed-heartbeats", o.MissedHeartbeats, "heartbeat intervals without a heartbeat before a worker is HeartbeatLost")
+	fs.DurationVar(&o.ArtifactGrace, "artifact-grace", o.ArtifactGrace, "after a trainer pod ends, how long to wait for its artifact manifest before the binding fails as ArtifactsIncomplete")
 	fs.StringVar(&o.CABundleFile, "ca-bundle-file", o.CABundleFile, "PEM CA bundle put into token Secrets for the sidecar (default <cert-dir>/ca.crt)")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address of the Prometheus /metrics endpoint ('0' disables)")
 	fs.StringVar(&o.HealthAddr, "health-probe-bind-address", o.HealthAddr, "address of /healthz and /readyz")

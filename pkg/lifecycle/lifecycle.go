@@ -123,17 +123,76 @@ func Finishing(st *tetherv1.WorkerBindingStatus, reason string) bool {
 }
 
 // TrainerExited records the trainer container's exit code from pod status.
-// Exit 0 succeeds the binding (the artifact gate joins this later); anything
-// else fails it with TrainerFailed.
+// A non-zero code fails the binding with TrainerFailed. Exit 0 succeeds it
+// only once the artifact manifest is verified; until then the binding is
+// Finishing, awaiting its artifacts.
 func TrainerExited(st *tetherv1.WorkerBindingStatus, code int32) bool {
 	if IsFinal(st.Phase) {
 		return false
 	}
+	changed := st.TrainerExitCode == nil || *st.TrainerExitCode != code
 	st.TrainerExitCode = &code
-	if code == 0 {
-		return advance(st, tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded, "trainer exited 0")
+	if code != 0 {
+		return advance(st, tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed, "trainer exited with code "+strconv.Itoa(int(code))) || changed
 	}
-	return advance(st, tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed, "trainer exited with code "+strconv.Itoa(int(code)))
+	return gate(st) || changed
+}
+
+// ArtifactsRecorded stores the server's verdict on the job's manifest and
+// completes the binding if the trainer already exited 0.
+func ArtifactsRecorded(st *tetherv1.WorkerBindingStatus, a tetherv1.ArtifactsStatus) bool {
+	if IsFinal(st.Phase) {
+		return false
+	}
+	prev := st.Artifacts
+	if prev != nil {
+		// Counters the worker reports survive a manifest verdict.
+		a.UploadedBytes = max(a.UploadedBytes, prev.UploadedBytes)
+		a.Logs = prev.Logs
+	}
+	st.Artifacts = &a
+	changed := prev == nil || prev.ManifestVerified != a.ManifestVerified || prev.Manifest != a.Manifest || prev.Files != a.Files ||
+		prev.Bytes != a.Bytes || prev.LastError != a.LastError || len(prev.Missing) != len(a.Missing)
+	return gate(st) || changed
+}
+
+// ArtifactsIncomplete fails a binding whose trainer exited 0 but whose pod
+// ended without a verified manifest.
+func ArtifactsIncomplete(st *tetherv1.WorkerBindingStatus, detail string) bool {
+	if IsFinal(st.Phase) || ManifestVerified(st) {
+		return false
+	}
+	return advance(st, tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete, "artifacts incomplete: "+detail)
+}
+
+// ManifestVerified reports whether the server verified the job's manifest.
+func ManifestVerified(st *tetherv1.WorkerBindingStatus) bool {
+	return st.Artifacts != nil && st.Artifacts.ManifestVerified
+}
+
+// MissingArtifacts describes what keeps the manifest from being verified.
+func MissingArtifacts(st *tetherv1.WorkerBindingStatus) string {
+	switch a := st.Artifacts; {
+	case a == nil || a.Manifest == "":
+		return "no manifest was uploaded"
+	case len(a.Missing) > 0:
+		return fmt.Sprintf("%s is not stored as the manifest lists it", a.Missing[0])
+	case a.LastError != "":
+		return a.LastError
+	default:
+		return "the manifest was not verified"
+	}
+}
+
+// gate is the completion rule: trainer exit 0 and a verified manifest.
+func gate(st *tetherv1.WorkerBindingStatus) bool {
+	if st.TrainerExitCode == nil || *st.TrainerExitCode != 0 {
+		return false
+	}
+	if ManifestVerified(st) {
+		return advance(st, tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded, "trainer exited 0 and every artifact is verified")
+	}
+	return advance(st, tetherv1.PhaseFinishing, tetherv1.ReasonAwaitingArtifacts, "trainer exited 0; waiting for the artifact manifest to be verified")
 }
 
 // Suspended: the TrainJob is suspended (Kueue holds it, or evicted it). A
@@ -154,13 +213,10 @@ func Suspended(st *tetherv1.WorkerBindingStatus, msg string) bool {
 	return set(st, tetherv1.PhasePending, tetherv1.ReasonPreempted, msg)
 }
 
-// JobFinished applies the TrainJob's terminal condition when the trainer's
-// exit code was not seen (for example its pod is already gone).
-func JobFinished(st *tetherv1.WorkerBindingStatus, failed bool, msg string) bool {
-	if failed {
-		return advance(st, tetherv1.PhaseFailed, tetherv1.ReasonJobFailed, msg)
-	}
-	return advance(st, tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded, msg)
+// JobFailed applies the TrainJob's Failed condition when the trainer's exit
+// code was not seen (for example its pod is already gone).
+func JobFailed(st *tetherv1.WorkerBindingStatus, msg string) bool {
+	return advance(st, tetherv1.PhaseFailed, tetherv1.ReasonJobFailed, msg)
 }
 
 // Cancelled: the orchestrator cancelled the job and the worker acknowledged.

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +26,10 @@ func TestHappyPath(t *testing.T) {
 		{"register", func() bool { return Registered(st, pod("a"), t0) }, tetherv1.PhaseRegistered},
 		{"heartbeat", func() bool { return Heartbeat(st, t0, 1, nil) }, tetherv1.PhaseRunning},
 		{"finishing", func() bool { return Finishing(st, "SIGTERM") }, tetherv1.PhaseFinishing},
-		{"exit 0", func() bool { return TrainerExited(st, 0) }, tetherv1.PhaseSucceeded},
+		{"exit 0", func() bool { return TrainerExited(st, 0) }, tetherv1.PhaseFinishing},
+		{"manifest", func() bool {
+			return ArtifactsRecorded(st, tetherv1.ArtifactsStatus{Manifest: "j/manifest.json", ManifestVerified: true, Files: 2})
+		}, tetherv1.PhaseSucceeded},
 	}
 	for _, s := range steps {
 		if !s.apply() {
@@ -60,7 +64,10 @@ func TestNoRegression(t *testing.T) {
 
 func TestFinalPhasesAreFinal(t *testing.T) {
 	for _, final := range []func(*tetherv1.WorkerBindingStatus) bool{
-		func(st *tetherv1.WorkerBindingStatus) bool { return TrainerExited(st, 0) },
+		func(st *tetherv1.WorkerBindingStatus) bool {
+			ArtifactsRecorded(st, tetherv1.ArtifactsStatus{Manifest: "m", ManifestVerified: true})
+			return TrainerExited(st, 0)
+		},
 		func(st *tetherv1.WorkerBindingStatus) bool { return TrainerExited(st, 137) },
 		func(st *tetherv1.WorkerBindingStatus) bool { return Cancelled(st, "by test") },
 	} {
@@ -136,5 +143,42 @@ func TestPreemptionStartsANewAttempt(t *testing.T) {
 	}
 	if c := st.Worker.RegisteredTime; !c.Equal(&metav1.Time{Time: t0.Add(time.Minute)}) {
 		t.Errorf("registered time %v", c)
+	}
+}
+
+func TestCompletionIsGatedOnVerifiedArtifacts(t *testing.T) {
+	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
+	Registered(st, pod("a"), t0)
+	Heartbeat(st, t0, 1, nil)
+	// An unverified manifest (a file missing) does not complete the job.
+	ArtifactsRecorded(st, tetherv1.ArtifactsStatus{Manifest: "j/manifest.json", Missing: []string{"model.pt"}})
+	TrainerExited(st, 0)
+	if st.Phase != tetherv1.PhaseFinishing || st.Reason != tetherv1.ReasonAwaitingArtifacts {
+		t.Fatalf("exit 0 with an unverified manifest: %s/%s", st.Phase, st.Reason)
+	}
+	if !ArtifactsIncomplete(st, MissingArtifacts(st)) || st.Phase != tetherv1.PhaseFailed || st.Reason != tetherv1.ReasonArtifactsIncomplete {
+		t.Fatalf("pod ended without a verified manifest: %s/%s", st.Phase, st.Reason)
+	}
+	if !strings.Contains(st.Message, "model.pt") {
+		t.Errorf("message %q does not name the missing file", st.Message)
+	}
+
+	// Manifest first, exit 0 second: Succeeded at the exit.
+	st = &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhaseRunning}
+	ArtifactsRecorded(st, tetherv1.ArtifactsStatus{Manifest: "j/manifest.json", ManifestVerified: true})
+	if st.Phase != tetherv1.PhaseRunning {
+		t.Fatalf("a verified manifest alone completed the job: %s", st.Phase)
+	}
+	TrainerExited(st, 0)
+	if st.Phase != tetherv1.PhaseSucceeded {
+		t.Fatalf("exit 0 after a verified manifest: %s", st.Phase)
+	}
+
+	// A failed trainer fails whatever its artifacts.
+	st = &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhaseRunning}
+	ArtifactsRecorded(st, tetherv1.ArtifactsStatus{Manifest: "j/manifest.json", ManifestVerified: true})
+	TrainerExited(st, 1)
+	if st.Phase != tetherv1.PhaseFailed || st.Reason != tetherv1.ReasonTrainerFailed {
+		t.Fatalf("exit 1: %s/%s", st.Phase, st.Reason)
 	}
 }

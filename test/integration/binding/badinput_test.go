@@ -205,9 +205,8 @@ func TestRevokedAndFinishedBindingsAreRefused(t *testing.T) {
 	if code, _ := pf.register(pf.headers(), pf.registerBody()); code != http.StatusOK {
 		t.Fatal(code)
 	}
-	command(t, f, "cancel:1") // no session: the command waits; finish it through the pod instead
-	finishTrainer(t, f, 0)
-	f.waitPhase(t, tetherv1.PhaseSucceeded, "")
+	finishTrainer(t, f, 2)
+	f.waitPhase(t, tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed)
 	if code, e := pf.register(pf.headers(), pf.registerBody()); code != http.StatusGone || e.Code != binding.ErrBindingFinished {
 		t.Errorf("register for a finished job: %d %+v, want 410 BindingFinished", code, e)
 	}

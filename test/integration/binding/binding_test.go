@@ -198,16 +198,26 @@ func TestTrainerExitCodeFromPodStatus(t *testing.T) {
 		phase  tetherv1.WorkerBindingPhase
 		reason string
 	}{
-		{0, tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded},
+		// Exit 0 alone does not succeed the job: without a verified
+		// artifact manifest it ends ArtifactsIncomplete (issue 4's tests
+		// cover the Succeeded path with real uploads).
+		{0, tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete},
 		{3, tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed},
 	} {
 		j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
 		_, _, done := runningClient(t, j.clientConfig())
 		j.waitPhase(t, tetherv1.PhaseRunning, "")
 		finishTrainer(t, j, tc.code)
+		if tc.code == 0 {
+			j.waitPhase(t, tetherv1.PhaseFinishing, tetherv1.ReasonAwaitingArtifacts)
+			endPod(t, j)
+		}
 		wb := j.waitPhase(t, tc.phase, tc.reason)
 		if wb.Status.TrainerExitCode == nil || *wb.Status.TrainerExitCode != tc.code {
 			t.Errorf("exit code %v, want %d", wb.Status.TrainerExitCode, tc.code)
+		}
+		if tc.code == 0 && !strings.Contains(wb.Status.Message, "no manifest") {
+			t.Errorf("ArtifactsIncomplete message %q does not say what is missing", wb.Status.Message)
 		}
 		select {
 		case <-done:
@@ -269,6 +279,16 @@ func finishTrainer(t *testing.T, j *job, code int32) {
 	j.pod.Status.Phase = corev1.PodRunning
 	j.pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", State: corev1.ContainerState{
 		Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Completed"}}}}
+	if err := env.Client.Status().Update(context.Background(), j.pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// endPod marks the pod Succeeded, as the kubelet does once every container,
+// the native sidecar included, has stopped.
+func endPod(t *testing.T, j *job) {
+	t.Helper()
+	j.pod.Status.Phase = corev1.PodSucceeded
 	if err := env.Client.Status().Update(context.Background(), j.pod); err != nil {
 		t.Fatal(err)
 	}
