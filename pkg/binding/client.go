@@ -85,6 +85,10 @@ type ClientConfig struct {
 	// Run returns is not waited for.
 	Progress      func() *Progress
 	UploadedBytes func() int64
+	// ArtifactError, if set, returns the last artifact upload failure ("" when
+	// none): the file, the error and what to do. It travels in heartbeats so
+	// the binding shows it.
+	ArtifactError func() string
 
 	// OnCommand, if set, executes a command the server pushed; its result
 	// becomes the CommandAck (OK when it returns nil, else Error is its
@@ -232,8 +236,9 @@ type Client struct {
 }
 
 type progressSample struct {
-	progress *Progress
-	uploaded int64
+	progress      *Progress
+	uploaded      int64
+	artifactError string
 }
 
 type commandRequest struct {
@@ -661,7 +666,7 @@ func (c *Client) Run(ctx context.Context) error {
 	defer wg.Wait() // after cancel, below
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if c.cfg.Progress != nil || c.cfg.UploadedBytes != nil {
+	if c.cfg.Progress != nil || c.cfg.UploadedBytes != nil || c.cfg.ArtifactError != nil {
 		go c.sampleLoop(ctx) // not waited for: see ClientConfig.Progress
 	}
 	c.cmds = make(chan commandRequest, commandQueue)
@@ -836,6 +841,7 @@ func (c *Client) heartbeatFrame() ([]byte, uint64) {
 	if smp := c.sample.Load(); smp != nil {
 		hb.Progress = sanitizeProgress(smp.progress)
 		hb.UploadedBytes = max(smp.uploaded, 0)
+		hb.ArtifactError = smp.artifactError
 	}
 	f := Frame{Type: FrameHeartbeat, Heartbeat: hb}
 	b, err := json.Marshal(f)
@@ -1000,6 +1006,9 @@ func (c *Client) sampleLoop(ctx context.Context) {
 		}
 		if c.cfg.UploadedBytes != nil {
 			smp.uploaded = c.cfg.UploadedBytes()
+		}
+		if c.cfg.ArtifactError != nil {
+			smp.artifactError = truncateUTF8(c.cfg.ArtifactError(), MaxArtifactErrorLength)
 		}
 		c.sample.Store(smp)
 		if sleepCtx(ctx, c.HeartbeatInterval()) != nil {

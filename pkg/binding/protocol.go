@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // ProtocolVersion is the version of the wire protocol this package speaks.
@@ -144,6 +145,23 @@ type Heartbeat struct {
 	Progress *Progress `json:"progress,omitempty"`
 	// UploadedBytes is the total the sidecar has had verified so far.
 	UploadedBytes int64 `json:"uploadedBytes,omitempty"`
+	// ArtifactError is the last artifact upload failure, "" when none: the
+	// file, the error and what to do (at most MaxArtifactErrorLength bytes).
+	ArtifactError string `json:"artifactError,omitempty"`
+}
+
+// MaxArtifactErrorLength bounds Heartbeat.ArtifactError.
+const MaxArtifactErrorLength = 1024
+
+// truncateUTF8 cuts s to at most n bytes on a UTF-8 boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // Progress is what the trainer reported through the progress file.
@@ -224,6 +242,9 @@ func DecodeFrame(b []byte) (Frame, error) {
 		}
 		if f.Heartbeat.UploadedBytes < 0 {
 			return bad("uploadedBytes must be >= 0")
+		}
+		if len(f.Heartbeat.ArtifactError) > MaxArtifactErrorLength {
+			return bad("artifactError longer than %d bytes", MaxArtifactErrorLength)
 		}
 	case FrameAck:
 		if f.Ack == nil {

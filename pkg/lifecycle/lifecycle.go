@@ -156,6 +156,21 @@ func ArtifactsRecorded(st *tetherv1.WorkerBindingStatus, a tetherv1.ArtifactsSta
 	return gate(st) || changed
 }
 
+// UploadReported records what the worker says of its uploads: the bytes it
+// has had verified and its last upload failure ("" when none).
+func UploadReported(st *tetherv1.WorkerBindingStatus, uploadedBytes int64, lastError string) bool {
+	if st.Artifacts == nil {
+		if uploadedBytes == 0 && lastError == "" {
+			return false
+		}
+		st.Artifacts = &tetherv1.ArtifactsStatus{}
+	}
+	a := st.Artifacts
+	changed := a.UploadedBytes != uploadedBytes || a.LastError != lastError
+	a.UploadedBytes, a.LastError = uploadedBytes, lastError
+	return changed
+}
+
 // ArtifactsIncomplete fails a binding whose trainer exited 0 but whose pod
 // ended without a verified manifest.
 func ArtifactsIncomplete(st *tetherv1.WorkerBindingStatus, detail string) bool {

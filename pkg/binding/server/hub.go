@@ -18,6 +18,7 @@ type workerState struct {
 	lastSeq             uint64
 	progress            *binding.Progress
 	uploadedBytes       int64
+	artifactError       string
 	phase               string
 	// lastWrite is when heartbeat fields were last written to the status.
 	lastWrite time.Time

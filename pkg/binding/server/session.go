@@ -274,10 +274,13 @@ func (s *Server) heartbeat(ctx context.Context, key types.NamespacedName, hb *bi
 			st.progress = hb.Progress
 		}
 		st.uploadedBytes = hb.UploadedBytes
+		// A new upload failure is worth a write of its own.
+		newError := hb.ArtifactError != st.artifactError
+		st.artifactError = hb.ArtifactError
 		wasLost = st.lost
 		st.lost = false
 		phase = st.phase
-		write = wasLost || phase == "" || phase == string(tetherv1.PhasePending) || phase == string(tetherv1.PhaseRegistered) ||
+		write = wasLost || newError || phase == "" || phase == string(tetherv1.PhasePending) || phase == string(tetherv1.PhaseRegistered) ||
 			now.Sub(st.lastWrite) >= s.opts.StatusInterval
 		if write {
 			st.lastWrite = now
@@ -290,6 +293,7 @@ func (s *Server) heartbeat(ctx context.Context, key types.NamespacedName, hb *bi
 	progress := toAPIProgress(hb.Progress)
 	wb, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {
 		lifecycle.Heartbeat(st, now, int64(hb.Seq), progress)
+		lifecycle.UploadReported(st, hb.UploadedBytes, hb.ArtifactError)
 		return true
 	})
 	if err != nil {
