@@ -51,6 +51,8 @@ type BindingReconciler struct {
 	// waits for the manifest's verdict before declaring the artifacts
 	// incomplete (the sidecar uploads the manifest just before it exits).
 	ArtifactGrace time.Duration
+	// Logs archives terminated trainers' logs next to the artifacts (nil: off).
+	Logs *LogArchiver
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -269,6 +271,13 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 		now = r.Now()
 	}
 	requeue := r.observe(tj, &wb.Status, pods, now)
+	settings, _ := jobconfig.Parse(tj.GetAnnotations())
+	if _, err := r.Logs.archive(ctx, &wb.Status, wb.Spec.JobID, settings.TrainerContainer, pods); err != nil {
+		logf.FromContext(ctx).Info("trainer log not archived yet; will retry", "error", err.Error())
+		if requeue == 0 || requeue > 10*time.Second {
+			requeue = 10 * time.Second
+		}
+	}
 	if equalStatus(before, &wb.Status) {
 		return requeue, nil
 	}
