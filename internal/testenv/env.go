@@ -91,6 +91,8 @@ type Env struct {
 	MetricsAddr string
 	// BindingAddr is the binding server's address; BindingURL its base URL.
 	BindingAddr, BindingURL string
+	// ArtifactDir is the fs artifact backend's directory.
+	ArtifactDir string
 
 	env    *envtest.Environment
 	cancel context.CancelFunc
@@ -168,6 +170,10 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		return nil, err
 	}
 	e.BindingURL = "https://" + e.BindingAddr
+	if e.ArtifactDir, err = os.MkdirTemp("", "tether-artifacts-"); err != nil {
+		_ = e.Stop()
+		return nil, err
+	}
 	e.CAFile = filepath.Join(e.Webhook.LocalServingCertDir, "ca.crt")
 	if err := os.WriteFile(e.CAFile, e.Webhook.LocalServingCAData, 0o600); err != nil {
 		_ = e.Stop()
@@ -208,6 +214,7 @@ func (e *Env) StartControlPlane(ctx context.Context, cfg *rest.Config, opts Opti
 	cp.ServerURL = e.BindingURL
 	cp.StatusInterval = 2 * time.Second
 	cp.ArtifactGrace = 2 * time.Second
+	cp.ArtifactDir = e.ArtifactDir
 	if opts.ControlPlane != nil {
 		opts.ControlPlane(&cp)
 	}
@@ -245,6 +252,9 @@ func (e *Env) Stop() error {
 	}
 	if e.env != nil {
 		errs = append(errs, e.env.Stop())
+	}
+	if e.ArtifactDir != "" {
+		_ = os.RemoveAll(e.ArtifactDir)
 	}
 	return errors.Join(errs...)
 }

@@ -53,6 +53,9 @@ type BindingReconciler struct {
 	ArtifactGrace time.Duration
 	// Logs archives terminated trainers' logs next to the artifacts (nil: off).
 	Logs *LogArchiver
+	// Pending settles uploads that would have replaced an earlier object:
+	// promoted when the binding succeeds, dropped when it fails (nil: off).
+	Pending PendingArtifacts
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -271,6 +274,9 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 		now = r.Now()
 	}
 	requeue := r.observe(tj, &wb.Status, pods, now)
+	// Whoever made the binding final (this controller, or the binding
+	// server on a verified manifest), its pending artifacts are settled here.
+	defer r.settlePending(ctx, wb)
 	settings, _ := jobconfig.Parse(tj.GetAnnotations())
 	if _, err := r.Logs.archive(ctx, &wb.Status, wb.Spec.JobID, settings.TrainerContainer, pods); err != nil {
 		logf.FromContext(ctx).Info("trainer log not archived yet; will retry", "error", err.Error())
@@ -294,6 +300,39 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 		}
 	}
 	return requeue, nil
+}
+
+// PendingArtifacts is the artifact store's handling of deferred overwrites.
+type PendingArtifacts interface {
+	Promote(ctx context.Context, jobID string) (int, error)
+	DropPending(ctx context.Context, jobID string) (int, error)
+}
+
+// settlePending promotes a succeeded job's pending artifacts and drops a
+// failed job's, so a failed trainer's outputs never replace good ones. Both
+// are idempotent; a failure is retried by the next reconcile of the binding.
+func (r *BindingReconciler) settlePending(ctx context.Context, wb *tetherv1.WorkerBinding) {
+	if r.Pending == nil {
+		return
+	}
+	var n int
+	var err error
+	switch wb.Status.Phase {
+	case tetherv1.PhaseSucceeded:
+		n, err = r.Pending.Promote(ctx, wb.Spec.JobID)
+	case tetherv1.PhaseFailed:
+		n, err = r.Pending.DropPending(ctx, wb.Spec.JobID)
+	default:
+		return
+	}
+	log := logf.FromContext(ctx)
+	if err != nil {
+		log.Error(err, "settling pending artifacts", "phase", wb.Status.Phase)
+		return
+	}
+	if n > 0 {
+		log.Info("settled pending artifacts", "phase", wb.Status.Phase, "objects", n)
+	}
 }
 
 func (r *BindingReconciler) trainerPods(ctx context.Context, tj *unstructured.Unstructured) ([]corev1.Pod, error) {

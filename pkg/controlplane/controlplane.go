@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -129,6 +130,16 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		Addr: opts.BindingAddr, CertDir: opts.CertDir,
 		StatusInterval: opts.StatusInterval, MissedHeartbeats: opts.MissedHeartbeats,
 	}, mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient(), mgr.GetLogger().WithName("binding"), recorder)
+	backend, err := artifactBackend(opts)
+	if err != nil {
+		return nil, err
+	}
+	artifacts := bindingServer.EnableArtifacts(backend)
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+
 	// Metrics are registered while the control plane runs, so a control
 	// plane restarted in the same process (tests) exports its own.
 	collectors := append(bindingServer.Metrics().Collectors(), &controller.PhaseCollector{Cache: mgr.GetCache(), Elected: mgr.Elected()})
@@ -179,6 +190,8 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		StatusInterval:   opts.StatusInterval,
 		MissedHeartbeats: opts.MissedHeartbeats,
 		ArtifactGrace:    opts.ArtifactGrace,
+		Pending:          artifacts,
+		Logs:             &controller.LogArchiver{Source: controller.KubeletLogs(clientset), Store: backend, MaxBytes: opts.LogCapBytes},
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the binding controller: %w", err)
 	}

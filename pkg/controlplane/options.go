@@ -49,6 +49,14 @@ type Options struct {
 	// ArtifactGrace: see controller.BindingReconciler.ArtifactGrace.
 	ArtifactGrace time.Duration
 
+	// Artifact storage (docs/artifacts.md): ArtifactBackend is "fs" (a
+	// directory, the embedded default) or "s3" (a bucket).
+	ArtifactBackend string
+	ArtifactDir     string
+	S3              S3Options
+	// LogCapBytes bounds each archived trainer log (its end is kept).
+	LogCapBytes int64
+
 	MetricsAddr string
 	HealthAddr  string
 	LeaderElect bool
@@ -71,6 +79,9 @@ func DefaultOptions() Options {
 		StatusInterval:   30 * time.Second,
 		MissedHeartbeats: 3,
 		ArtifactGrace:    10 * time.Second,
+		ArtifactBackend:  "fs",
+		ArtifactDir:      "/var/lib/tether/artifacts",
+		LogCapBytes:      10 << 20,
 		MetricsAddr:      ":8080",
 		HealthAddr:       ":8081",
 		SidecarImage:     "ghcr.io/tether-dev/tether-sidecar:v0.1.0",
@@ -100,6 +111,15 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.StatusInterval, "status-interval", o.StatusInterval, "at most one heartbeat-only WorkerBinding status write per binding per interval (transitions are written at once)")
 	fs.IntVar(&o.MissedHeartbeats, "missed-heartbeats", o.MissedHeartbeats, "heartbeat intervals without a heartbeat before a worker is HeartbeatLost")
 	fs.DurationVar(&o.ArtifactGrace, "artifact-grace", o.ArtifactGrace, "after a trainer pod ends, how long to wait for its artifact manifest before the binding fails as ArtifactsIncomplete")
+	fs.StringVar(&o.ArtifactBackend, "artifact-backend", o.ArtifactBackend, "where artifacts are stored: fs (a directory; one replica or a shared volume) or s3 (a bucket)")
+	fs.StringVar(&o.ArtifactDir, "artifact-dir", o.ArtifactDir, "directory of the fs artifact backend")
+	fs.StringVar(&o.S3.Endpoint, "s3-endpoint", o.S3.Endpoint, "S3 endpoint host[:port] of the s3 artifact backend")
+	fs.StringVar(&o.S3.Bucket, "s3-bucket", o.S3.Bucket, "bucket of the s3 artifact backend")
+	fs.StringVar(&o.S3.Prefix, "s3-prefix", o.S3.Prefix, "key prefix inside the bucket (e.g. tether/)")
+	fs.StringVar(&o.S3.Region, "s3-region", o.S3.Region, "bucket region (empty: ask the server)")
+	fs.BoolVar(&o.S3.Insecure, "s3-insecure", o.S3.Insecure, "use plain HTTP to the S3 endpoint (tests only)")
+	fs.StringVar(&o.S3.CredentialsDir, "s3-credentials-dir", o.S3.CredentialsDir, "directory holding access-key and secret-key files (a mounted Secret)")
+	fs.Int64Var(&o.LogCapBytes, "log-cap-bytes", o.LogCapBytes, "largest trainer log archived per pod; a longer one keeps its end, with a marker")
 	fs.StringVar(&o.CABundleFile, "ca-bundle-file", o.CABundleFile, "PEM CA bundle put into token Secrets for the sidecar (default <cert-dir>/ca.crt)")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address of the Prometheus /metrics endpoint ('0' disables)")
 	fs.StringVar(&o.HealthAddr, "health-probe-bind-address", o.HealthAddr, "address of /healthz and /readyz")
@@ -119,6 +139,12 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--sidecar-image is required")
 	case o.ServerURL == "":
 		return fmt.Errorf("--binding-server-url is required")
+	case o.ArtifactBackend != "fs" && o.ArtifactBackend != "s3":
+		return fmt.Errorf("--artifact-backend=%q: must be fs or s3", o.ArtifactBackend)
+	case o.ArtifactBackend == "fs" && o.ArtifactDir == "":
+		return fmt.Errorf("--artifact-dir is required with --artifact-backend=fs")
+	case o.ArtifactBackend == "s3" && (o.S3.Endpoint == "" || o.S3.Bucket == ""):
+		return fmt.Errorf("--s3-endpoint and --s3-bucket are required with --artifact-backend=s3")
 	case o.StatusInterval < time.Second:
 		return fmt.Errorf("--status-interval=%s: must be at least 1s", o.StatusInterval)
 	case o.MissedHeartbeats < 1:
@@ -143,4 +169,12 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// S3Options configure the s3 artifact backend.
+type S3Options struct {
+	Endpoint, Bucket, Prefix, Region string
+	Insecure                         bool
+	// CredentialsDir holds files access-key and secret-key.
+	CredentialsDir string
 }

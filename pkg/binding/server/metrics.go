@@ -20,6 +20,8 @@ type metrics struct {
 	heartbeatsLost prometheus.Counter
 	commands       *prometheus.CounterVec
 	pingRTT        prometheus.Histogram
+	artifactFiles  prometheus.Counter
+	artifactBytes  prometheus.Counter
 
 	jobs *jobCollector
 }
@@ -45,6 +47,10 @@ func newMetrics(h *hub, now func() time.Time) *metrics {
 		pingRTT: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tether_binding_heartbeat_rtt_seconds",
 			Help:    "Round trip of the server's ping to a worker's sidecar and its pong.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}),
+		artifactFiles: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_artifacts_verified_files_total",
+			Help: "Artifact objects stored and verified (ETag equal to the streamed MD5)."}),
+		artifactBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_artifacts_verified_bytes_total",
+			Help: "Bytes of artifact objects stored and verified."}),
 		jobs: &jobCollector{hub: h, now: now},
 	}
 }
@@ -52,7 +58,7 @@ func newMetrics(h *hub, now func() time.Time) *metrics {
 // Collectors returns everything to register.
 func (m *metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.registrations, m.refusals, m.sessionsOpened, m.sessionsClosed, m.replaced,
-		m.heartbeats, m.heartbeatsLost, m.commands, m.pingRTT, m.jobs}
+		m.heartbeats, m.heartbeatsLost, m.commands, m.pingRTT, m.artifactFiles, m.artifactBytes, m.jobs}
 }
 
 var (

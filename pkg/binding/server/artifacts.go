@@ -1,0 +1,72 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/pkg/upload/store"
+)
+
+// EnableArtifacts serves the job-scoped artifact endpoint (docs/artifacts.md)
+// on the binding server's listener, storing into backend. It returns the
+// handler, whose Promote and DropPending the controller calls when a binding
+// ends.
+func (s *Server) EnableArtifacts(backend upload.Backend) *store.Handler {
+	h := &store.Handler{
+		Backend:   backend,
+		Authorize: s.authorizeArtifacts,
+		OnVerified: func(_ context.Context, job store.Job, _ string, info upload.ObjectInfo) {
+			s.metrics.artifactBytes.Add(float64(info.Size))
+			s.metrics.artifactFiles.Inc()
+		},
+		OnManifest: s.manifestVerified,
+		Log:        s.log.WithName("artifacts"),
+	}
+	s.handler = store.Route(h, s.handler)
+	return h
+}
+
+// authorizeArtifacts finds the binding holding token; the store then checks
+// that the key lies under the binding's job id.
+func (s *Server) authorizeArtifacts(ctx context.Context, token string) (store.Job, error) {
+	h := http.Header{}
+	h.Set(binding.HeaderAuthorization, "Bearer "+token)
+	if _, err := binding.TokenFromHeader(h); err != nil {
+		return store.Job{}, store.Unauthorized("the %s header must hold the job's 64-character hex token", upload.TokenHeader)
+	}
+	sum := sha256.Sum256([]byte(token))
+	var list tetherv1.WorkerBindingList
+	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hex.EncodeToString(sum[:])}); err != nil {
+		return store.Job{}, err
+	}
+	wb := findByHash(list.Items, hex.EncodeToString(sum[:]))
+	if wb == nil || wb.DeletionTimestamp != nil {
+		s.metrics.refusals.WithLabelValues("artifact_unknown_token").Inc()
+		return store.Job{}, store.Unauthorized("no binding holds this token (the TrainJob was deleted or its token reissued)")
+	}
+	return store.Job{Namespace: wb.Namespace, Name: wb.Name, JobID: wb.Spec.JobID, Writable: !lifecycle.IsFinal(wb.Status.Phase)}, nil
+}
+
+// manifestVerified records the store's verdict on a job's manifest; with the
+// trainer already exited 0, a verified manifest completes the binding.
+func (s *Server) manifestVerified(ctx context.Context, job store.Job, res store.ManifestResult) {
+	a := tetherv1.ArtifactsStatus{Manifest: res.Key, ManifestVerified: res.Verified, Files: int32(res.Files), Bytes: res.Bytes,
+		Missing: res.Missing, LastError: res.Err}
+	key := types.NamespacedName{Namespace: job.Namespace, Name: job.Name}
+	if _, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {
+		return lifecycle.ArtifactsRecorded(st, a)
+	}); err != nil {
+		s.log.Error(err, "recording the artifact manifest", "binding", key.String())
+		return
+	}
+	s.log.Info("artifact manifest checked", "binding", key.String(), "verified", res.Verified, "files", res.Files, "bytes", res.Bytes, "missing", res.Missing)
+}
