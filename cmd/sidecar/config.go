@@ -12,22 +12,39 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bmatcuk/doublestar/v4"
+
 	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
-// EnvLogLevel optionally sets the log level: debug, info (default), warn or
-// error. It is not part of what the pod webhook injects.
-const EnvLogLevel = "TETHER_LOG_LEVEL"
+// Optional settings, not part of what the pod webhook injects.
+const (
+	// EnvLogLevel sets the log level: debug, info (default), warn or error.
+	EnvLogLevel = "TETHER_LOG_LEVEL"
+	// EnvFlushBudget bounds the final flush on SIGTERM (default 25s, for
+	// the pod's default 30s termination grace period).
+	EnvFlushBudget = "TETHER_FLUSH_BUDGET"
+	// EnvSyncInterval is the time between two sync rounds (default 10s).
+	EnvSyncInterval = "TETHER_SYNC_INTERVAL"
+	// EnvSettleTime is how long a file must be unchanged to be uploaded
+	// before the final flush (default 10s).
+	EnvSettleTime = "TETHER_SETTLE_TIME"
+)
 
 // config is everything the sidecar reads from its environment.
 type config struct {
 	client      binding.ClientConfig // without Logger, Progress, OnCommand
 	trainJob    string
 	artifactDir string
-	// include and exclude are for artifact sync, which is not implemented
-	// yet; they are only logged.
-	include, exclude string
-	logLevel         slog.Level
+	// include and exclude are the artifact globs (TETHER_INCLUDE and
+	// TETHER_EXCLUDE split by jobconfig.SplitGlobs); nil means none.
+	include, exclude []string
+	// flushBudget bounds the final flush on SIGTERM; syncInterval and
+	// settleTime shape the periodic sync.
+	flushBudget, syncInterval, settleTime time.Duration
+	logLevel                              slog.Level
 }
 
 // loadConfig reads and checks the environment. Every error names the
@@ -42,11 +59,37 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 		return v
 	}
+	globs := func(name string) []string {
+		gs, err := parseGlobs(getenv(name))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+		return gs
+	}
+	duration := func(name string, def time.Duration) time.Duration {
+		v := strings.TrimSpace(getenv(name))
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s=%q: not a duration such as %s", name, v, def))
+		case d <= 0:
+			errs = append(errs, fmt.Errorf("%s=%q: must be positive", name, v))
+		default:
+			return d
+		}
+		return def
+	}
 	cfg := config{
-		trainJob:    req(binding.EnvTrainJob),
-		artifactDir: req(binding.EnvArtifactDir),
-		include:     getenv(binding.EnvInclude),
-		exclude:     getenv(binding.EnvExclude),
+		trainJob:     req(binding.EnvTrainJob),
+		artifactDir:  req(binding.EnvArtifactDir),
+		include:      globs(binding.EnvInclude),
+		exclude:      globs(binding.EnvExclude),
+		flushBudget:  duration(EnvFlushBudget, upload.DefaultFlushBudget),
+		syncInterval: duration(EnvSyncInterval, upload.DefaultSyncInterval),
+		settleTime:   duration(EnvSettleTime, upload.DefaultSettleTime),
 	}
 	c := &cfg.client
 	c.JobID = req(binding.EnvJobID)
@@ -79,6 +122,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.ServerURL != "" {
 		if u, err := url.Parse(c.ServerURL); err != nil || u.Scheme != "https" || u.Host == "" {
 			errs = append(errs, fmt.Errorf("%s=%q: want an https URL such as https://tether-control-plane.tether-system.svc:8443", binding.EnvServerURL, c.ServerURL))
+		} else if u.Path != "" && u.Path != "/" {
+			// The artifact endpoint is path-style at the listener's root.
+			errs = append(errs, fmt.Errorf("%s=%q: must have no path: the artifact endpoint is at the server's root", binding.EnvServerURL, c.ServerURL))
 		}
 	}
 	if c.TokenFile != "" {
@@ -99,6 +145,26 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	return cfg, errors.Join(errs...)
+}
+
+// parseGlobs splits a glob list as the webhook injects it (the validated
+// annotation globs joined with ",") and checks each glob.
+func parseGlobs(list string) ([]string, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	gs := jobconfig.SplitGlobs(list)
+	for _, g := range gs {
+		switch {
+		case g == "":
+			return nil, fmt.Errorf("empty glob in %q", list)
+		case strings.HasPrefix(g, "/"):
+			return nil, fmt.Errorf("glob %q must be relative to the artifact directory", g)
+		case !doublestar.ValidatePattern(g):
+			return nil, fmt.Errorf("glob %q is malformed", g)
+		}
+	}
+	return gs, nil
 }
 
 func checkToken(path string) error {

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,24 @@ func TestLoadConfig(t *testing.T) {
 		cfg.trainJob != "mnist" || cfg.logLevel != slog.LevelDebug {
 		t.Errorf("config = %+v", cfg)
 	}
+	if cfg.include != nil || cfg.exclude != nil || cfg.flushBudget != 25*time.Second ||
+		cfg.syncInterval != 10*time.Second || cfg.settleTime != 10*time.Second {
+		t.Errorf("defaults: %+v", cfg)
+	}
+	env[binding.EnvInclude] = "ckpt/**, *.{safetensors,json}"
+	env[binding.EnvExclude] = "ckpt/tmp/**"
+	env[EnvFlushBudget], env[EnvSyncInterval], env[EnvSettleTime] = "55s", "3s", "1m"
+	cfg, err = loadConfig(getenv(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.include, []string{"ckpt/**", "*.{safetensors,json}"}) || !slices.Equal(cfg.exclude, []string{"ckpt/tmp/**"}) ||
+		cfg.flushBudget != 55*time.Second || cfg.syncInterval != 3*time.Second || cfg.settleTime != time.Minute {
+		t.Errorf("config = %+v", cfg)
+	}
+	for _, k := range []string{binding.EnvInclude, binding.EnvExclude, EnvFlushBudget, EnvSyncInterval, EnvSettleTime} {
+		delete(env, k)
+	}
 	delete(env, binding.EnvNodeName) // optional
 	delete(env, EnvLogLevel)
 	if cfg, err := loadConfig(getenv(env)); err != nil || cfg.logLevel != slog.LevelInfo {
@@ -100,6 +119,13 @@ func TestLoadConfigNamesTheVariable(t *testing.T) {
 			}
 		}, binding.EnvCAFile + ": "},
 		{"artifact dir", func(_ *testing.T, env map[string]string) { env[binding.EnvArtifactDir] = "/nonexistent" }, binding.EnvArtifactDir},
+		{"server path", func(_ *testing.T, env map[string]string) { env[binding.EnvServerURL] = "https://x:8443/tether" }, "must have no path"},
+		{"include", func(_ *testing.T, env map[string]string) { env[binding.EnvInclude] = "ckpt/**,a/[b" }, binding.EnvInclude + `: glob "a/[b" is malformed`},
+		{"exclude", func(_ *testing.T, env map[string]string) { env[binding.EnvExclude] = "/abs/**" }, binding.EnvExclude},
+		{"empty glob", func(_ *testing.T, env map[string]string) { env[binding.EnvExclude] = "a,,b" }, binding.EnvExclude + ": empty glob"},
+		{"flush budget", func(_ *testing.T, env map[string]string) { env[EnvFlushBudget] = "soon" }, EnvFlushBudget + `="soon"`},
+		{"sync interval", func(_ *testing.T, env map[string]string) { env[EnvSyncInterval] = "-1s" }, EnvSyncInterval},
+		{"settle time", func(_ *testing.T, env map[string]string) { env[EnvSettleTime] = "0" }, EnvSettleTime},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := testEnv(t, "https://tether.example:8443", ca)

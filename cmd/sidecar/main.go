@@ -4,21 +4,36 @@
 // It reads its configuration from the environment the webhook injects (see
 // pkg/binding/sidecarenv.go), registers with the binding server, heartbeats
 // with the trainer's progress (the optional progress file in the artifact
-// directory) and answers the server's commands, reconnecting with backoff
-// whenever the connection is lost. On SIGTERM or SIGINT it tells the server
-// the pod is finishing and exits 0. When the binding ends (finished, revoked,
-// or its session taken over) it idles until SIGTERM: a native sidecar is
-// restarted whenever it exits. It exits 1 when its token or identity is
-// refused (a restart re-reads the token) and 2 on a bad configuration; the last log line says why, and the kubelet shows it as the
-// termination message. It never logs the token.
+// directory) and the bytes of artifacts verified so far, and answers the
+// server's commands, reconnecting with backoff whenever the connection is
+// lost.
 //
-// Artifact upload is not implemented yet (issue 4): commands that need it are
-// refused (CommandAck OK false) rather than acknowledged falsely.
+// Alongside, it syncs the artifact directory to the binding server's
+// artifact endpoint (docs/artifacts.md, pkg/upload): every 10s
+// (TETHER_SYNC_INTERVAL) it uploads the files selected by TETHER_INCLUDE and
+// TETHER_EXCLUDE whose size and mtime have been unchanged for 10s
+// (TETHER_SETTLE_TIME), each as one PUT verified by its ETag. Commands:
+// flush uploads the finished files now; drain and cancel upload every file
+// and then the manifest. The command is acknowledged OK only when every file
+// it covered was verified.
+//
+// On SIGTERM or SIGINT it tells the server the pod is finishing, uploads
+// every remaining file and then the manifest within the flush budget
+// (TETHER_FLUSH_BUDGET, default 25s, counted from the signal), logs what was
+// verified and what is missing, and exits 0. The manifest is uploaded only
+// when every artifact was verified; otherwise the controller sees no
+// verified manifest and the logs name the missing files. When the binding
+// ends (finished, revoked, or its session taken over) it stops syncing and
+// idles until SIGTERM: a native sidecar is restarted whenever it exits. It
+// exits 1 when its token or identity is refused (a restart re-reads the
+// token) and 2 on a bad configuration; the last log line says why, and the
+// kubelet shows it as the termination message. It never logs the token.
 package main
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -30,6 +45,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3";
@@ -37,15 +53,13 @@ import (
 var version string
 
 // Shutdown budget: a native sidecar gets SIGTERM after the trainer has
-// stopped, within the pod's grace period (30s by default).
+// stopped, within the pod's grace period (30s by default). Finishing and the
+// final flush share the flush budget (TETHER_FLUSH_BUDGET); stopping the
+// session takes at most stopTimeout more.
 const (
 	finishTimeout = 5 * time.Second
 	stopTimeout   = 3 * time.Second
 )
-
-// errArtifactSyncNotImplemented answers flush, drain and cancel until the
-// artifact work lands: acknowledging them as done would be a lie.
-var errArtifactSyncNotImplemented = errors.New("artifact sync not implemented")
 
 func main() {
 	sigs := make(chan os.Signal, 1)
@@ -66,9 +80,16 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 	cc.SidecarVersion = sidecarVersion()
 	cc.Logger = log
 	cc.Progress = progressFunc(binding.NewProgressReader(cfg.artifactDir), log)
+	syncer, scanner, err := newSyncer(cfg, log)
+	if err != nil {
+		log.Error("invalid sidecar configuration", "error", err)
+		return 2
+	}
+	defer scanner.Close()
+	cc.UploadedBytes = syncer.UploadedBytes
+	cc.ArtifactError = syncer.LastError
 	cc.OnCommand = func(ctx context.Context, cmd binding.Command) error {
-		log.Info("command refused: artifact sync not implemented", "id", cmd.ID, "command", cmd.Name, "reason", cmd.Reason)
-		return errArtifactSyncNotImplemented
+		return execute(ctx, syncer, cmd)
 	}
 	client, err := binding.NewClient(cc)
 	if err != nil {
@@ -78,15 +99,28 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 	log.Info("tether sidecar starting", "version", cc.SidecarVersion, "job", cc.JobID, "worker", cc.WorkerID,
 		"trainJob", cfg.trainJob, "pod", cc.Pod.Namespace+"/"+cc.Pod.Name, "server", cc.ServerURL,
 		"artifacts", cfg.artifactDir, "include", cfg.include, "exclude", cfg.exclude,
-		"heartbeatInterval", cc.HeartbeatInterval)
+		"heartbeatInterval", cc.HeartbeatInterval, "syncInterval", cfg.syncInterval, "settleTime", cfg.settleTime,
+		"flushBudget", cfg.flushBudget)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	runErr := make(chan error, 1)
 	go func() { runErr <- client.Run(ctx) }()
+	syncCtx, stopSync := context.WithCancel(ctx)
+	syncDone := make(chan struct{})
+	go func() {
+		defer close(syncDone)
+		_ = syncer.Run(syncCtx)
+	}()
+	stopSyncing := func() {
+		stopSync()
+		<-syncDone
+	}
 
 	select {
 	case err := <-runErr:
+		// Uploads would be refused from now on (or the process exits).
+		stopSyncing()
 		if err == nil {
 			return 0
 		}
@@ -104,12 +138,21 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 	case sig := <-sigs:
 		stopSignals()
 		name := signalName(sig)
-		log.Info("tether sidecar stopping", "signal", name)
-		fctx, fcancel := context.WithTimeout(context.Background(), finishTimeout)
+		log.Info("tether sidecar stopping", "signal", name, "flushBudget", cfg.flushBudget)
+		// The budget counts from the signal: finishing, then the final
+		// flush. Heartbeats go on meanwhile, with the bytes verified.
+		bctx, bcancel := context.WithTimeout(context.Background(), cfg.flushBudget)
+		defer bcancel()
+		fctx, fcancel := context.WithTimeout(bctx, finishTimeout)
 		if err := client.Finish(fctx, name); err != nil {
 			log.Warn("could not tell the server the pod is finishing", "error", err)
 		}
 		fcancel()
+		// A periodic round in progress finishes its uploads (Flush waits
+		// for it) but takes no new file.
+		rep, err := syncer.Flush(bctx)
+		logFinalReport(log, rep, err)
+		stopSyncing()
 		cancel()
 		select {
 		case err := <-runErr:
@@ -124,6 +167,80 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 		log.Info("tether sidecar stopped")
 		return 0
 	}
+}
+
+// newSyncer builds the artifact sync from the configuration.
+func newSyncer(cfg config, log *slog.Logger) (*upload.Syncer, *upload.Scanner, error) {
+	up, err := upload.NewUploader(upload.UploaderConfig{
+		ServerURL: cfg.client.ServerURL,
+		JobID:     cfg.client.JobID,
+		TokenFile: cfg.client.TokenFile,
+		CAFile:    cfg.client.CAFile,
+		Logger:    log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	sc, err := upload.NewScanner(upload.ScannerConfig{
+		Dir:     cfg.artifactDir,
+		Include: cfg.include,
+		Exclude: cfg.exclude,
+		Settle:  cfg.settleTime,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	sy, err := upload.NewSyncer(upload.SyncerConfig{
+		Scanner:  sc,
+		Uploader: up,
+		JobID:    cfg.client.JobID,
+		Interval: cfg.syncInterval,
+		Logger:   log,
+	})
+	if err != nil {
+		sc.Close()
+		return nil, nil, err
+	}
+	return sy, sc, nil
+}
+
+// execute runs a command the server pushed; nil acknowledges it OK. A
+// command delivered again (same id) is executed again: it is idempotent, as
+// verified files are neither read nor sent twice.
+func execute(ctx context.Context, syncer *upload.Syncer, cmd binding.Command) error {
+	switch cmd.Name {
+	case binding.CommandFlush:
+		_, err := syncer.FlushNow(ctx)
+		return err
+	case binding.CommandDrain, binding.CommandCancel:
+		_, err := syncer.Flush(ctx)
+		return err
+	}
+	return fmt.Errorf("unsupported command %q", cmd.Name)
+}
+
+// logFinalReport logs the outcome of the final flush: what was verified and
+// what is missing, each missing file with its error.
+func logFinalReport(log *slog.Logger, rep *upload.Report, err error) {
+	if rep == nil {
+		log.Error("final artifact flush failed", "error", err)
+		return
+	}
+	if err == nil {
+		log.Info("artifacts complete: every file verified, manifest uploaded", "files", len(rep.Verified),
+			"manifest", rep.Manifest, "uploadedFiles", rep.Uploaded, "uploadedBytes", rep.UploadedBytes)
+		return
+	}
+	const maxListed = 20
+	for i, f := range rep.Failed {
+		if i == maxListed {
+			log.Error("more artifacts missing", "count", len(rep.Failed)-maxListed)
+			break
+		}
+		log.Error("artifact missing", "path", f.Path, "error", f.Error())
+	}
+	log.Error("artifacts incomplete: no verified manifest", "verified", len(rep.Verified), "missing", len(rep.Missing),
+		"error", err)
 }
 
 // bindingEnded reports whether err says the binding is over (finished,

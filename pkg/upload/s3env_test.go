@@ -1,0 +1,586 @@
+package upload
+
+// Test environment: a real S3 server (versitygw, posix backend, as a
+// subprocess on 127.0.0.1 with TLS) and a fault-injecting proxy in front of
+// it. versitygw does not check X-Tether-Token (the binding server does);
+// these tests are about the uploader's semantics: single PUTs, ETag
+// verification, retries, resumption. The bucket has a policy that lets
+// anonymous requests PUT and HEAD, as the binding server's endpoint does for
+// a valid token.
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/md5"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+const (
+	testToken  = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	adminKey   = "tetheradmin"
+	adminSecre = "tether-test-secret"
+)
+
+// s3env is the shared versitygw.
+type s3env struct {
+	addr   string // 127.0.0.1:port (TLS)
+	caPEM  []byte // trusts addr
+	admin  *minio.Client
+	cmd    *exec.Cmd
+	tmp    string
+	logBuf *bytes.Buffer
+}
+
+// configureServerCmd adjusts the versitygw command (per OS).
+var configureServerCmd = func(*exec.Cmd) {}
+
+var (
+	s3Once sync.Once
+	s3     *s3env
+	s3Err  error
+	s3Skip string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if s3 != nil {
+		_ = s3.cmd.Process.Kill()
+		_ = s3.cmd.Wait()
+		os.RemoveAll(s3.tmp)
+	}
+	os.Exit(code)
+}
+
+// needS3 returns the shared versitygw, starting it on first use. Without
+// the binary the test is skipped, or fails under CI=true.
+func needS3(t *testing.T) *s3env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs versitygw; skipped in -short mode")
+	}
+	s3Once.Do(func() { s3, s3Skip, s3Err = startS3() })
+	if s3Skip != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("versitygw is required under CI=true: %s", s3Skip)
+		}
+		t.Skip(s3Skip)
+	}
+	if s3Err != nil {
+		t.Fatalf("starting versitygw: %v", s3Err)
+	}
+	return s3
+}
+
+func versitygwBinary() (string, string) {
+	out, err := exec.Command("bash", "../../hack/testbin.sh", "--print-dir").Output()
+	if err != nil {
+		return "", fmt.Sprintf("hack/testbin.sh --print-dir: %v", err)
+	}
+	bin := filepath.Join(strings.TrimSpace(string(out)), "versitygw")
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Sprintf("versitygw not found at %s; build it with: bash hack/testbin.sh versitygw", bin)
+	}
+	return bin, ""
+}
+
+func startS3() (*s3env, string, error) {
+	bin, skip := versitygwBinary()
+	if skip != "" {
+		return nil, skip, nil
+	}
+	tmp, err := os.MkdirTemp("", "tether-versitygw-")
+	if err != nil {
+		return nil, "", err
+	}
+	data := filepath.Join(tmp, "data")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		return nil, "", err
+	}
+	caPEM, certPEM, keyPEM, err := testPKI("127.0.0.1")
+	if err != nil {
+		return nil, "", err
+	}
+	certFile, keyFile := filepath.Join(tmp, "tls.crt"), filepath.Join(tmp, "tls.key")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		return nil, "", err
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		return nil, "", err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	env := &s3env{addr: addr, caPEM: caPEM, tmp: tmp, logBuf: &bytes.Buffer{}}
+	env.cmd = exec.Command(bin, "--port", addr, "--access", adminKey, "--secret", adminSecre,
+		"--cert", certFile, "--key", keyFile, "--quiet", "--keep-alive", "posix", data)
+	env.cmd.Stdout, env.cmd.Stderr = env.logBuf, env.logBuf
+	configureServerCmd(env.cmd)
+	if err := env.cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	env.admin, err = minio.New(addr, &minio.Options{
+		Creds:     credentials.NewStaticV4(adminKey, adminSecre, ""),
+		Secure:    true,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+		Region:    "us-east-1",
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		err = env.admin.MakeBucket(ctx, Bucket, minio.MakeBucketOptions{})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			_ = env.cmd.Process.Kill()
+			return nil, "", fmt.Errorf("versitygw did not come up: %v\n%s", err, env.logBuf)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	policy := fmt.Sprintf(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":["s3:PutObject","s3:GetObject"],"Resource":["arn:aws:s3:::%s/*"]}]}`, Bucket)
+	if err := env.admin.SetBucketPolicy(ctx, Bucket, policy); err != nil {
+		_ = env.cmd.Process.Kill()
+		return nil, "", fmt.Errorf("bucket policy: %v", err)
+	}
+	return env, "", nil
+}
+
+// testPKI makes a CA and a leaf certificate for host.
+func testPKI(host string) (caPEM, certPEM, keyPEM []byte, err error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tether test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP(host)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), nil
+}
+
+// stat HEADs key with the admin credentials (not through the uploader).
+func (e *s3env) stat(t *testing.T, key string) (minio.ObjectInfo, bool) {
+	t.Helper()
+	info, err := e.admin.StatObject(context.Background(), Bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		if minio.ToErrorResponse(err).StatusCode == http.StatusNotFound {
+			return info, false
+		}
+		t.Fatalf("stat %s: %v", key, err)
+	}
+	return info, true
+}
+
+func (e *s3env) get(t *testing.T, key string) []byte {
+	t.Helper()
+	o, err := e.admin.GetObject(context.Background(), Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	b, err := io.ReadAll(o)
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	return b
+}
+
+// ---- per-test wiring ----
+
+var jobSeq atomic.Int64
+
+// newJobID is unique per test run, so tests share the bucket.
+func newJobID(t *testing.T) string {
+	return fmt.Sprintf("job-%d-%d", time.Now().UnixNano()%1e9, jobSeq.Add(1))
+}
+
+// writeFile writes a file (parents created) and returns its MD5.
+func writeFile(t *testing.T, dir, rel string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, filepath.FromSlash(rel))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return md5hex(data)
+}
+
+func md5hex(b []byte) string {
+	s := md5.Sum(b)
+	return hex.EncodeToString(s[:])
+}
+
+func randBytes(t *testing.T, n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// counter counts requests by method, and checks the token on each.
+type counter struct {
+	next  http.RoundTripper
+	mu    sync.Mutex
+	puts  []string // keys
+	heads int
+	bad   int // requests without the right token
+}
+
+func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	if r.Header.Get(TokenHeader) != testToken {
+		c.bad++
+	}
+	switch r.Method {
+	case http.MethodPut:
+		c.puts = append(c.puts, strings.TrimPrefix(r.URL.Path, "/"+Bucket+"/"))
+	case http.MethodHead:
+		c.heads++
+	}
+	c.mu.Unlock()
+	return c.next.RoundTrip(r)
+}
+
+func (c *counter) putKeys() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.puts...)
+}
+
+type uploaderOpts struct {
+	url   string // default: versitygw directly
+	caPEM []byte
+	wrap  func(http.RoundTripper) http.RoundTripper
+	cfg   func(*UploaderConfig)
+}
+
+// newTestUploader returns an Uploader for jobID talking to versitygw (or
+// o.url) and the counter that sees its requests.
+func newTestUploader(t *testing.T, env *s3env, jobID string, o uploaderOpts) (*Uploader, *counter) {
+	t.Helper()
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if o.url == "" {
+		o.url = "https://" + env.addr
+		o.caPEM = env.caPEM
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(caFile, o.caPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &counter{}
+	cfg := UploaderConfig{
+		ServerURL: o.url, JobID: jobID, TokenFile: tokenFile, CAFile: caFile,
+		BackoffInitial: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+			if o.wrap != nil {
+				rt = o.wrap(rt)
+			}
+			c.next = rt
+			return c
+		},
+	}
+	if o.cfg != nil {
+		o.cfg(&cfg)
+	}
+	u, err := NewUploader(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u, c
+}
+
+func newTestScanner(t *testing.T, dir string, mod func(*ScannerConfig)) *Scanner {
+	t.Helper()
+	cfg := ScannerConfig{Dir: dir}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := NewScanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func newTestSyncer(t *testing.T, sc *Scanner, u *Uploader, jobID string) *Syncer {
+	t.Helper()
+	s, err := NewSyncer(SyncerConfig{Scanner: sc, Uploader: u, JobID: jobID, Interval: 20 * time.Millisecond,
+		Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// ---- the fault-injecting proxy ----
+
+// fault is what the proxy does to one PUT.
+type fault int
+
+const (
+	pass       fault = iota
+	resetBody        // read part of the body, then reset the connection
+	slowDown         // answer 503 SlowDown without reading the body
+	truncate         // forward only part of the body upstream, then drop both connections
+	flipByte         // forward the body with one byte flipped (the store computes its ETag over that)
+	forbidden        // answer 403 AccessDenied
+	throttle         // forward slowly
+	dropAnswer       // forward the PUT, then reset the connection instead of answering
+	stall            // read a little of the body, then nothing until the client gives up
+)
+
+func (f fault) String() string {
+	return [...]string{"pass", "resetBody", "slowDown", "truncate", "flipByte", "forbidden", "throttle", "dropAnswer", "stall"}[f]
+}
+
+// faultProxy is a TLS-terminating HTTP proxy on loopback between the
+// uploader and versitygw. decide picks the fault for each PUT (n counts the
+// PUTs of that key, from 1); HEADs always pass.
+type faultProxy struct {
+	srv      *httptest.Server
+	upstream string
+	tr       *http.Transport
+	decide   func(key string, n int) fault
+	rate     int // bytes per second for throttle
+
+	closing chan struct{} // closed when the test ends
+
+	mu     sync.Mutex
+	perKey map[string]int
+	faults []string
+}
+
+func newFaultProxy(t *testing.T, env *s3env, decide func(key string, n int) fault) *faultProxy {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(env.caPEM)
+	p := &faultProxy{upstream: env.addr, decide: decide, perKey: map[string]int{}, rate: 8 << 20, closing: make(chan struct{}),
+		tr: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: 8}}
+	p.srv = httptest.NewUnstartedServer(p)
+	p.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	p.srv.StartTLS()
+	t.Cleanup(func() {
+		close(p.closing)
+		p.srv.CloseClientConnections()
+		p.srv.Close()
+		p.tr.CloseIdleConnections()
+	})
+	return p
+}
+
+func (p *faultProxy) url() string { return p.srv.URL }
+
+func (p *faultProxy) caPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.srv.Certificate().Raw})
+}
+
+func (p *faultProxy) injected() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.faults...)
+}
+
+func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f := pass
+	if r.Method == http.MethodPut && p.decide != nil {
+		key := strings.TrimPrefix(r.URL.Path, "/"+Bucket+"/")
+		p.mu.Lock()
+		p.perKey[key]++
+		n := p.perKey[key]
+		p.mu.Unlock()
+		f = p.decide(key, n)
+		if f != pass && f != throttle {
+			p.mu.Lock()
+			p.faults = append(p.faults, fmt.Sprintf("%s#%d:%s", key, n, f))
+			p.mu.Unlock()
+		}
+	}
+	half := r.ContentLength / 2
+	switch f {
+	case slowDown:
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message><RequestId>fault</RequestId></Error>`)
+		return
+	case forbidden:
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>binding finished</Message><RequestId>fault</RequestId></Error>`)
+		return
+	case stall:
+		_, _ = io.CopyN(io.Discard, r.Body, 64<<10)
+		// The server notices a client's close only once the body is
+		// read, so wait for the test's end (or a bound) instead.
+		select {
+		case <-r.Context().Done():
+		case <-p.closing:
+		case <-time.After(10 * time.Second):
+		}
+		return
+	case resetBody:
+		_, _ = io.CopyN(io.Discard, r.Body, half)
+		reset(w)
+		return
+	case truncate:
+		body := io.MultiReader(io.LimitReader(r.Body, half), errReader{errors.New("truncated by the proxy")})
+		_, _ = p.forward(r, body)
+		reset(w)
+		return
+	}
+	var body io.Reader = r.Body
+	switch f {
+	case flipByte:
+		body = &flipReader{r: r.Body, at: half}
+	case throttle:
+		body = &slowReader{r: r.Body, rate: p.rate}
+	}
+	resp, err := p.forward(r, body)
+	if err != nil || f == dropAnswer {
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		reset(w)
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+func (p *faultProxy) forward(r *http.Request, body io.Reader) (*http.Response, error) {
+	if r.ContentLength == 0 {
+		body = nil
+	}
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, "https://"+p.upstream+r.URL.RequestURI(), body)
+	if err != nil {
+		return nil, err
+	}
+	out.ContentLength = r.ContentLength
+	for k, v := range r.Header {
+		switch http.CanonicalHeaderKey(k) {
+		case "Connection", "Expect", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Keep-Alive":
+			continue
+		}
+		out.Header[k] = v
+	}
+	return p.tr.RoundTrip(out)
+}
+
+// reset ends the client's connection abruptly (RST), without an answer.
+func reset(w http.ResponseWriter) {
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		panic(err)
+	}
+	if tc, ok := conn.(*tls.Conn); ok {
+		if nc, ok := tc.NetConn().(*net.TCPConn); ok {
+			_ = nc.SetLinger(0)
+		}
+	}
+	conn.Close()
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+type flipReader struct {
+	r   io.Reader
+	at  int64
+	off int64
+}
+
+func (f *flipReader) Read(b []byte) (int, error) {
+	n, err := f.r.Read(b)
+	if f.at >= f.off && f.at < f.off+int64(n) {
+		b[f.at-f.off] ^= 0x01
+	}
+	f.off += int64(n)
+	return n, err
+}
+
+type slowReader struct {
+	r    io.Reader
+	rate int
+}
+
+func (s *slowReader) Read(b []byte) (int, error) {
+	if len(b) > 16<<10 {
+		b = b[:16<<10]
+	}
+	n, err := s.r.Read(b)
+	time.Sleep(time.Duration(n) * time.Second / time.Duration(s.rate))
+	return n, err
+}

@@ -1,0 +1,342 @@
+package upload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of SyncerConfig.
+const (
+	DefaultSyncInterval = 10 * time.Second
+	DefaultWorkers      = 2
+	// DefaultFlushBudget is the time a final flush gets on SIGTERM by
+	// default: within the pod's 30s termination grace period, with room to
+	// stop.
+	DefaultFlushBudget = 25 * time.Second
+)
+
+// SyncerConfig configures a Syncer. Scanner and Uploader are required; the
+// Syncer owns neither (close the Scanner after the Syncer is done).
+type SyncerConfig struct {
+	Scanner  *Scanner
+	Uploader *Uploader
+	// JobID is the manifest's job id.
+	JobID string
+	// Interval between two rounds of Run; 0 means DefaultSyncInterval.
+	Interval time.Duration
+	// Workers uploading at once; 0 means DefaultWorkers.
+	Workers int
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Syncer keeps the artifact directory uploaded: Run uploads finished files
+// every Interval; FlushNow uploads the finished files at once; Flush
+// uploads everything, then the manifest. Rounds never overlap.
+type Syncer struct {
+	cfg SyncerConfig
+	log *slog.Logger
+
+	sem           chan struct{} // held by the running round
+	flushWaiting  atomic.Int32  // a flush waits for the round: stop handing out files
+	logMu         sync.Mutex
+	lastLoggedErr map[string]string // per path, the error last logged: not repeated every round
+	lastError     string            // LastError
+}
+
+// Report is the outcome of a round.
+type Report struct {
+	// Final: every regular file was taken (Flush).
+	Final bool
+	// Verified are the files verified (now or earlier, unchanged since), in
+	// path order: what a manifest lists.
+	Verified []ManifestFile
+	// Uploaded counts the files sent in this round, AlreadyPresent those
+	// found stored, and UploadedBytes the bytes sent.
+	Uploaded, AlreadyPresent int
+	UploadedBytes            int64
+	// Failed are the files that could not be verified, with why.
+	Failed []*FileError
+	// Missing lists every artifact that is not verified: failed, refused by
+	// the scan (too large, reserved name, unreadable directory) or not
+	// attempted before the deadline. A missing file is never in the
+	// manifest.
+	Missing []string
+	// Pending are files still being written (not yet settled); only in a
+	// non-final round.
+	Pending []string
+	// Skipped are entries that are not artifacts by policy (symlinks,
+	// special files).
+	Skipped []SkippedFile
+	// Manifest is the manifest's key once it is verified; ManifestErr says
+	// why it was not uploaded (Flush only).
+	Manifest    string
+	ManifestErr error
+	Duration    time.Duration
+}
+
+// Err is nil when the round did what it was asked: every taken file
+// verified and, for Flush, the manifest verified.
+func (r *Report) Err() error {
+	switch {
+	case len(r.Missing) > 0:
+		first := fmt.Sprintf("%q", r.Missing[0])
+		for _, f := range r.Failed {
+			if f.Path == r.Missing[0] {
+				first = f.Error()
+				break
+			}
+		}
+		return fmt.Errorf("%d artifact(s) not verified; first: %s", len(r.Missing), first)
+	case r.ManifestErr != nil:
+		return r.ManifestErr
+	}
+	return nil
+}
+
+// NewSyncer checks cfg.
+func NewSyncer(cfg SyncerConfig) (*Syncer, error) {
+	switch {
+	case cfg.Scanner == nil || cfg.Uploader == nil:
+		return nil, errors.New("syncer: Scanner and Uploader are required")
+	case !validJobID(cfg.JobID):
+		return nil, fmt.Errorf("syncer: invalid JobID %q", cfg.JobID)
+	case cfg.Interval < 0 || cfg.Workers < 0:
+		return nil, errors.New("syncer: negative Interval or Workers")
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultSyncInterval
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	s := &Syncer{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, 1), lastLoggedErr: map[string]string{}}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	return s, nil
+}
+
+// UploadedBytes is the total the Syncer has had verified (for heartbeats).
+func (s *Syncer) UploadedBytes() int64 { return s.cfg.Uploader.VerifiedBytes() }
+
+// Run syncs at once, then every Interval, until ctx ends; it returns nil.
+func (s *Syncer) Run(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		rep, err := s.round(ctx, false, false)
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("artifact sync round failed", "error", err)
+		} else if err == nil {
+			s.logRound("artifact sync round", rep)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// FlushNow uploads every finished file now, without the manifest. The
+// error says which file failed first.
+func (s *Syncer) FlushNow(ctx context.Context) (*Report, error) {
+	rep, err := s.round(ctx, false, true)
+	if err != nil {
+		return rep, err
+	}
+	s.logRound("artifact flush", rep)
+	return rep, rep.Err()
+}
+
+// Flush takes every regular file as finished and uploads what is not
+// verified yet, then, when every artifact is verified, the manifest (last,
+// listing every verified file). When ctx ends first, the files not
+// verified by then are reported missing. A manifest is never uploaded while
+// an artifact is missing: it would certify an incomplete set.
+func (s *Syncer) Flush(ctx context.Context) (*Report, error) {
+	rep, err := s.round(ctx, true, true)
+	if err != nil {
+		return rep, err
+	}
+	switch {
+	case len(rep.Missing) > 0:
+		rep.ManifestErr = fmt.Errorf("manifest not uploaded: %d artifact(s) not verified", len(rep.Missing))
+	case ctx.Err() != nil:
+		rep.ManifestErr = fmt.Errorf("manifest not uploaded: %w", ctx.Err())
+	default:
+		res, err := s.cfg.Uploader.PutManifest(ctx, NewManifest(s.cfg.JobID, rep.Verified))
+		if err != nil {
+			rep.ManifestErr = err
+		} else {
+			rep.Manifest = s.cfg.Uploader.Key(res.Path)
+		}
+	}
+	s.logRound("artifact final flush", rep)
+	return rep, rep.Err()
+}
+
+// LastError is the first failure of the last round ("" when it had none):
+// the file, the error and what to do. Heartbeats carry it to the binding.
+func (s *Syncer) LastError() string {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	return s.lastError
+}
+
+func (s *Syncer) logRound(what string, rep *Report) {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	s.lastError = ""
+	if len(rep.Failed) > 0 {
+		s.lastError = rep.Failed[0].Error()
+	} else if rep.ManifestErr != nil {
+		s.lastError = "manifest not uploaded: " + rep.ManifestErr.Error()
+	}
+	for _, f := range rep.Failed {
+		msg := f.Error()
+		if s.lastLoggedErr[f.Path] != msg {
+			s.log.Warn("artifact not verified", "path", f.Path, "error", msg)
+		}
+	}
+	failed := make(map[string]string, len(rep.Failed))
+	for _, f := range rep.Failed {
+		failed[f.Path] = f.Error()
+	}
+	s.lastLoggedErr = failed
+	attrs := []any{"verified", len(rep.Verified), "uploaded", rep.Uploaded, "alreadyPresent", rep.AlreadyPresent,
+		"uploadedBytes", rep.UploadedBytes, "missing", len(rep.Missing), "pending", len(rep.Pending),
+		"skipped", len(rep.Skipped), "duration", rep.Duration.Round(time.Millisecond)}
+	switch {
+	case len(rep.Missing) > 0 || rep.ManifestErr != nil:
+		s.log.Warn(what+" incomplete", append(attrs, "error", rep.Err())...)
+	case rep.Uploaded > 0 || rep.AlreadyPresent > 0 || rep.Final:
+		s.log.Info(what, append(attrs, "manifest", rep.Manifest)...)
+	default:
+		s.log.Debug(what, attrs...)
+	}
+}
+
+// round scans and uploads. final takes every file; flush marks a round a
+// flush asked for (a running periodic round then stops handing out files).
+func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) {
+	start := time.Now()
+	if flush {
+		s.flushWaiting.Add(1)
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		if flush {
+			s.flushWaiting.Add(-1)
+		}
+		return &Report{Final: final, ManifestErr: ctx.Err()}, fmt.Errorf("waiting for the running sync round: %w", ctx.Err())
+	}
+	if flush {
+		s.flushWaiting.Add(-1)
+	}
+	defer func() { <-s.sem }()
+
+	scan, err := s.cfg.Scanner.Scan(final)
+	if err != nil {
+		return &Report{Final: final}, err
+	}
+	rep := &Report{Final: final, Skipped: scan.Skipped}
+	var todo []LocalFile
+	for _, f := range scan.Files {
+		if f.Finished {
+			todo = append(todo, f)
+		} else {
+			rep.Pending = append(rep.Pending, f.Path)
+		}
+	}
+	for _, e := range scan.Errors {
+		rep.Failed = append(rep.Failed, e)
+		rep.Missing = append(rep.Missing, e.Path)
+	}
+
+	type outcome struct {
+		file LocalFile
+		res  Result
+		err  error
+		done bool
+	}
+	results := make([]outcome, len(todo))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(s.cfg.Workers, len(todo)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if ctx.Err() != nil || (!flush && s.flushWaiting.Load() > 0) {
+					return
+				}
+				i := int(next.Add(1)) - 1
+				if i >= len(todo) {
+					return
+				}
+				res, err := s.cfg.Uploader.UploadFile(ctx, s.cfg.Scanner.Root(), todo[i].Path)
+				results[i] = outcome{file: todo[i], res: res, err: err, done: true}
+			}
+		}()
+	}
+	wg.Wait()
+
+	for i, o := range results {
+		switch {
+		case !o.done:
+			if final {
+				cause := ctx.Err()
+				if cause == nil {
+					cause = errors.New("stopped")
+				}
+				rep.Failed = append(rep.Failed, &FileError{Path: todo[i].Path, Err: fmt.Errorf("not attempted: %w", cause),
+					Hint: "the flush ran out of time; raise the flush budget (TETHER_FLUSH_BUDGET) and the pod's terminationGracePeriodSeconds"})
+				rep.Missing = append(rep.Missing, todo[i].Path)
+			} else {
+				rep.Pending = append(rep.Pending, todo[i].Path)
+			}
+		case o.err != nil:
+			var fe *FileError
+			if !errors.As(o.err, &fe) {
+				fe = &FileError{Path: o.file.Path, Err: o.err}
+			}
+			rep.Failed = append(rep.Failed, fe)
+			rep.Missing = append(rep.Missing, o.file.Path)
+		default:
+			rep.Verified = append(rep.Verified, ManifestFile{Path: o.res.Path, Size: o.res.Size, MD5: o.res.MD5})
+			switch o.res.How {
+			case Uploaded:
+				rep.Uploaded++
+				rep.UploadedBytes += o.res.Size
+			case AlreadyPresent:
+				rep.AlreadyPresent++
+			}
+		}
+	}
+	// In a non-final round, files not taken this time but verified earlier
+	// and unchanged still count as verified.
+	if !final {
+		for _, f := range scan.Files {
+			if !f.Finished {
+				if sum, ok := s.cfg.Uploader.Verified(f.Path, f.Size, f.ModTime); ok {
+					rep.Verified = append(rep.Verified, ManifestFile{Path: f.Path, Size: f.Size, MD5: sum})
+				}
+			}
+		}
+	}
+	slices.SortFunc(rep.Verified, func(a, b ManifestFile) int { return strings.Compare(a.Path, b.Path) })
+	slices.Sort(rep.Missing)
+	slices.Sort(rep.Pending)
+	rep.Duration = time.Since(start)
+	return rep, nil
+}
