@@ -24,8 +24,9 @@ const (
 	// EnvLogLevel sets the log level: debug, info (default), warn or error.
 	EnvLogLevel = "TETHER_LOG_LEVEL"
 	// EnvFlushBudget bounds the final flush on SIGTERM (default 25s, for
-	// the pod's default 30s termination grace period).
-	EnvFlushBudget = "TETHER_FLUSH_BUDGET"
+	// the pod's default 30s termination grace period). The pod webhook sets
+	// it from the pod's terminationGracePeriodSeconds.
+	EnvFlushBudget = binding.EnvFlushBudget
 	// EnvSyncInterval is the time between two sync rounds (default 10s).
 	EnvSyncInterval = "TETHER_SYNC_INTERVAL"
 	// EnvSettleTime is how long a file must be unchanged to be uploaded

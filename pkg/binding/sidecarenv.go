@@ -17,6 +17,9 @@ const (
 	EnvPodNamespace      = "TETHER_POD_NAMESPACE"
 	EnvPodUID            = "TETHER_POD_UID"
 	EnvNodeName          = "TETHER_NODE_NAME"
+	// EnvFlushBudget bounds the sidecar's final flush on SIGTERM; the pod
+	// webhook derives it from the pod's termination grace period.
+	EnvFlushBudget = "TETHER_FLUSH_BUDGET"
 )
 
 // ProgressFile is the optional file, relative to the artifact directory, where

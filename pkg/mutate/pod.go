@@ -96,6 +96,7 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 	pod.Spec.InitContainers = append(pod.Spec.InitContainers, renderSidecar(sidecarInput{
 		image: image, serverURL: i.Sidecar.ServerURL, trainJob: name, jobID: jobID, workerID: workerID,
 		heartbeat:     settings.HeartbeatInterval.String(),
+		flushBudget:   flushBudget(pod).String(),
 		include:       strings.Join(settings.Include, ","),
 		exclude:       strings.Join(settings.Exclude, ","),
 		artifactMount: artifacts.mount,

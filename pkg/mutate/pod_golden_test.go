@@ -46,6 +46,7 @@ var podCases = map[string]podExpectation{
 	"unbound-trainjob":                  {reason: SkipNotBound},
 	"no-trainjob":                       {reason: SkipNoTrainJob},
 	"injected-default":                  {reason: ReasonInjected},
+	"long-grace-period":                 {reason: ReasonInjected},
 	"already-injected":                  {reason: SkipAlreadyInjected},
 	"initializer-pod":                   {reason: SkipNotTrainerPod},
 	"non-primary-node":                  {reason: SkipNotPrimaryNode},

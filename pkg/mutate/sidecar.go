@@ -2,6 +2,7 @@ package mutate
 
 import (
 	"encoding/json"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -69,7 +70,7 @@ func restrictedSecurityContext() *corev1.SecurityContext {
 // sidecarInput is everything one injection needs to render the sidecar.
 type sidecarInput struct {
 	image, serverURL, trainJob, jobID, workerID string
-	heartbeat                                   string
+	heartbeat, flushBudget                      string
 	include, exclude                            string
 	artifactMount                               corev1.VolumeMount
 	// nestedMounts are mounted after artifactMount, below SidecarArtifactDir.
@@ -87,6 +88,7 @@ func renderSidecar(in sidecarInput) corev1.Container {
 		{Name: binding.EnvCAFile, Value: SidecarTokenDir + "/ca.crt"},
 		{Name: binding.EnvArtifactDir, Value: SidecarArtifactDir},
 		{Name: binding.EnvHeartbeatInterval, Value: in.heartbeat},
+		{Name: binding.EnvFlushBudget, Value: in.flushBudget},
 	}
 	if in.include != "" {
 		env = append(env, corev1.EnvVar{Name: binding.EnvInclude, Value: in.include})
@@ -152,4 +154,16 @@ const StatusVersion = "v1alpha1"
 func (s InjectionStatus) String() string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// flushBudget is the sidecar's time for its final artifact flush: the pod's
+// termination grace period (the kubelet's SIGKILL deadline, which the
+// trainer's own shutdown already started to use) less a margin for the
+// sidecar to report and exit, never under 5s.
+func flushBudget(pod *corev1.Pod) time.Duration {
+	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = *g
+	}
+	return max(time.Duration(grace)*time.Second-5*time.Second, 5*time.Second)
 }
