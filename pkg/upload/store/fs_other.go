@@ -1,0 +1,9 @@
+//go:build !unix
+
+package store
+
+import "os"
+
+// inode is 0 where the platform does not expose inode numbers; the
+// fingerprint is then size and modification time.
+func inode(os.FileInfo) uint64 { return 0 }

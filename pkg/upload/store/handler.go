@@ -1,0 +1,636 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// Job is what an Authorizer knows about the binding that holds a token.
+type Job struct {
+	// Namespace and Name identify the WorkerBinding.
+	Namespace, Name string
+	// JobID prefixes every key the token may write or read.
+	JobID string
+	// Writable is false once the binding is final (Succeeded or Failed):
+	// its artifacts can still be HEADed but no longer PUT.
+	Writable bool
+}
+
+// Authorizer returns the job whose binding holds token. It refuses with an
+// *AuthError (Unauthorized, Forbidden); any other error means it cannot
+// decide now (answered with 503, the client retries).
+type Authorizer func(ctx context.Context, token string) (Job, error)
+
+// Stater is implemented by backends that know when an object was stored.
+// HEAD responses carry its Last-Modified; without a Stater they carry the
+// Unix epoch (minio-go's StatObject refuses a response without one).
+type Stater interface {
+	Stat(ctx context.Context, key string) (upload.ObjectInfo, time.Time, error)
+}
+
+// Response headers beyond S3's.
+const (
+	// HeaderPending is "true" on a HEAD answered with the key's pending
+	// object (the latest upload, not yet promoted).
+	HeaderPending = "X-Tether-Pending"
+	// HeaderManifestVerified is "true" or "false" on a manifest PUT's
+	// response.
+	HeaderManifestVerified = "X-Tether-Manifest-Verified"
+	// HeaderManifestMissing is the first missing entry's path (URL path
+	// escaped) on a manifest PUT's response.
+	HeaderManifestMissing = "X-Tether-Manifest-Missing"
+)
+
+// Handler serves PUT and HEAD of /<upload.Bucket>/<key> (docs/artifacts.md).
+// Mount it with Route in front of an http.ServeMux: a ServeMux redirects
+// paths with "." or ".." segments or doubled slashes to their cleaned form,
+// which would turn a refused key into another key.
+//
+// Backend and Authorize are required. The callbacks run before the response
+// is written, with a context that outlives the client's request by at most
+// CallbackTimeout; keep them short (record, don't wait).
+type Handler struct {
+	Backend   upload.Backend
+	Authorize Authorizer
+	// OnVerified is called for every PUT whose object is stored and
+	// verified (also when the PUT was a no-op because the key already held
+	// the same content, and for the manifest). key is the client's key, even
+	// if the object went to its pending key.
+	OnVerified func(ctx context.Context, job Job, key string, info upload.ObjectInfo)
+	// OnManifest is called for every manifest PUT that passed
+	// authentication and whose body arrived intact: with the checked result,
+	// or with Verified false and Err set for a malformed manifest.
+	OnManifest func(ctx context.Context, job Job, res ManifestResult)
+	// Log gets one line per request (V(1) for successes, errors at Error).
+	// It never sees the token.
+	Log logr.Logger
+	// IdleTimeout is how long the body may make no progress before the
+	// request fails (default 1 minute). The handler extends the connection's
+	// read and write deadlines as the body streams, so a server's
+	// ReadTimeout/WriteTimeout does not cut off a large upload.
+	IdleTimeout time.Duration
+	// CallbackTimeout bounds the work after the body was read: cleanup,
+	// manifest verification, callbacks (default 2 minutes).
+	CallbackTimeout time.Duration
+	// ManifestWorkers bounds the backend HEADs in flight while a manifest is
+	// verified (default 8).
+	ManifestWorkers int
+
+	locks keyLocks
+}
+
+// Route sends requests for the artifact bucket (/<upload.Bucket> and below)
+// to artifacts and everything else to next, without cleaning the path.
+func Route(artifacts, next http.Handler) http.Handler {
+	prefix := "/" + upload.Bucket
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p == prefix || strings.HasPrefix(p, prefix+"/") {
+			artifacts.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (h *Handler) idleTimeout() time.Duration {
+	if h.IdleTimeout > 0 {
+		return h.IdleTimeout
+	}
+	return time.Minute
+}
+
+func (h *Handler) callbackTimeout() time.Duration {
+	if h.CallbackTimeout > 0 {
+		return h.CallbackTimeout
+	}
+	return 2 * time.Minute
+}
+
+func (h *Handler) manifestWorkers() int {
+	if h.ManifestWorkers > 0 {
+		return h.ManifestWorkers
+	}
+	return 8
+}
+
+// request is one request in flight.
+type request struct {
+	w     http.ResponseWriter
+	r     *http.Request
+	id    string
+	key   string
+	log   logr.Logger
+	start time.Time
+	rc    *http.ResponseController
+	// bodyRead is set once the whole body was read.
+	bodyRead bool
+}
+
+func (rq *request) fail(e *apiError) {
+	if rq.r.ContentLength != 0 && !rq.bodyRead {
+		// Refused before (or while) reading the body: close the connection
+		// rather than read the rest of a body nobody wants. A client that
+		// sent "Expect: 100-continue" then never sends it.
+		rq.w.Header().Set("Connection", "close")
+	}
+	writeError(rq.w, rq.r, rq.id, rq.key, e)
+	kv := []any{"status", e.status, "code", e.code, "message", e.message, "duration", time.Since(rq.start).String()}
+	switch {
+	case e.status >= 500:
+		rq.log.Error(errors.New(e.code), "artifact request failed", kv...)
+	case rq.r.Method == http.MethodHead && e.status == http.StatusNotFound:
+		rq.log.V(1).Info("artifact request", kv...)
+	default:
+		rq.log.Info("artifact request refused", kv...)
+	}
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rq := &request{w: w, r: r, id: newRequestID(), start: time.Now(), rc: http.NewResponseController(w)}
+	w.Header().Set("X-Amz-Request-Id", rq.id)
+	rq.log = h.Log.WithValues("requestID", rq.id, "method", r.Method, "remote", r.RemoteAddr)
+
+	if h.Backend == nil || h.Authorize == nil {
+		rq.fail(&apiError{http.StatusInternalServerError, "InternalError", "the artifact endpoint is not configured (no backend or authorizer)"})
+		return
+	}
+	if r.Method != http.MethodPut && r.Method != http.MethodHead {
+		rq.fail(&apiError{http.StatusMethodNotAllowed, "MethodNotAllowed",
+			r.Method + " is not supported: this endpoint takes single-request PUTs and HEADs of objects"})
+		return
+	}
+	prefix := "/" + upload.Bucket
+	p := r.URL.Path
+	if p != prefix && !strings.HasPrefix(p, prefix+"/") {
+		rq.fail(&apiError{http.StatusNotFound, "NoSuchBucket",
+			"the only bucket is " + upload.Bucket + ": use path-style requests to /" + upload.Bucket + "/<job-id>/<path>"})
+		return
+	}
+	rq.key = strings.TrimPrefix(strings.TrimPrefix(p, prefix), "/")
+	rq.log = rq.log.WithValues("key", rq.key)
+	if r.URL.RawQuery != "" {
+		rq.fail(&apiError{http.StatusNotImplemented, "NotImplemented",
+			"query parameters are not supported: this endpoint takes plain single-request PUTs and HEADs (no multipart, versions, ACLs or tagging)"})
+		return
+	}
+	jobID, path, e := checkKey(rq.key)
+	if e != nil {
+		rq.fail(e)
+		return
+	}
+	if r.Method == http.MethodHead {
+		h.head(rq, jobID)
+		return
+	}
+	h.put(rq, jobID, path)
+}
+
+// authorize checks the token and that the key is under the job's prefix.
+func (h *Handler) authorize(rq *request, jobID string) (Job, *apiError) {
+	token, e := tokenFromHeader(rq.r.Header)
+	if e != nil {
+		return Job{}, e
+	}
+	job, err := h.Authorize(rq.r.Context(), token)
+	if err != nil {
+		var ae *AuthError
+		if errors.As(err, &ae) {
+			status := http.StatusForbidden
+			if ae.Status == http.StatusUnauthorized {
+				status = http.StatusUnauthorized
+			}
+			return Job{}, &apiError{status, "AccessDenied", ae.Message}
+		}
+		rq.log.Error(err, "authorizing the token")
+		return Job{}, &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+			"the server cannot check the token now; retry with backoff"}
+	}
+	rq.log = rq.log.WithValues("binding", job.Namespace+"/"+job.Name)
+	if jobID != job.JobID {
+		return Job{}, &apiError{http.StatusForbidden, "AccessDenied",
+			fmt.Sprintf("this token belongs to job %q: its keys start with %q", job.JobID, job.JobID+"/")}
+	}
+	return job, nil
+}
+
+func (h *Handler) stat(ctx context.Context, key string) (upload.ObjectInfo, time.Time, error) {
+	if s, ok := h.Backend.(Stater); ok {
+		return s.Stat(ctx, key)
+	}
+	info, err := h.Backend.Head(ctx, key)
+	return info, time.Unix(0, 0), err
+}
+
+func (h *Handler) head(rq *request, jobID string) {
+	if _, e := h.authorize(rq, jobID); e != nil {
+		rq.fail(e)
+		return
+	}
+	ctx := rq.r.Context()
+	info, mod, err := h.stat(ctx, rq.key)
+	pending := false
+	if err == nil {
+		// A pending object only exists next to a final one; it is the
+		// latest upload, what the key holds once the binding succeeds.
+		pinfo, pmod, perr := h.stat(ctx, PendingKey(rq.key))
+		switch {
+		case perr == nil:
+			info, mod, pending = pinfo, pmod, true
+		case !errors.Is(perr, upload.ErrNotFound):
+			err = perr
+		}
+	}
+	switch {
+	case errors.Is(err, upload.ErrNotFound):
+		rq.fail(&apiError{http.StatusNotFound, "NoSuchKey", "no object is stored under this key"})
+		return
+	case err != nil:
+		rq.log.Error(err, "backend HEAD")
+		rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable", "the store cannot be read now; retry with backoff"})
+		return
+	}
+	hd := rq.w.Header()
+	hd.Set("ETag", `"`+info.ETag+`"`)
+	hd.Set("Content-Length", strconv.FormatInt(info.Size, 10))
+	hd.Set("Content-Type", "application/octet-stream")
+	hd.Set("Last-Modified", mod.UTC().Format(http.TimeFormat))
+	if pending {
+		hd.Set(HeaderPending, "true")
+	}
+	rq.w.WriteHeader(http.StatusOK)
+	rq.log.V(1).Info("artifact HEAD", "status", http.StatusOK, "size", info.Size, "etag", info.ETag, "pending", pending)
+}
+
+// checkPutShape refuses PUTs this endpoint would misread: copies and
+// aws-chunked bodies.
+func checkPutShape(hd http.Header) *apiError {
+	if hd.Get("X-Amz-Copy-Source") != "" {
+		return &apiError{http.StatusNotImplemented, "NotImplemented",
+			"server-side copy is not supported: upload the object's content"}
+	}
+	if strings.Contains(strings.ToLower(hd.Get("Content-Encoding")), "aws-chunked") ||
+		strings.HasPrefix(hd.Get("X-Amz-Content-Sha256"), "STREAMING-") ||
+		hd.Get("X-Amz-Decoded-Content-Length") != "" || hd.Get("X-Amz-Trailer") != "" {
+		return &apiError{http.StatusNotImplemented, "NotImplemented",
+			"aws-chunked bodies and trailers are not supported: send the plain body with Content-Length (minio-go: anonymous credentials, without TrailingHeaders)"}
+	}
+	return nil
+}
+
+// contentLength is the PUT's declared body size: a Content-Length is
+// required, chunked transfer is refused.
+func contentLength(r *http.Request) (int64, *apiError) {
+	if len(r.TransferEncoding) > 0 || r.ContentLength < 0 || r.Header.Get("Content-Length") == "" {
+		return 0, &apiError{http.StatusLengthRequired, "MissingContentLength",
+			"send the object's size in Content-Length: chunked or length-less uploads are not supported (minio-go: pass the exact size with DisableMultipart)"}
+	}
+	return r.ContentLength, nil
+}
+
+func (h *Handler) put(rq *request, jobID, path string) {
+	r := rq.r
+	if e := checkPutShape(r.Header); e != nil {
+		rq.fail(e)
+		return
+	}
+	job, e := h.authorize(rq, jobID)
+	if e != nil {
+		rq.fail(e)
+		return
+	}
+	if !job.Writable {
+		rq.fail(&apiError{http.StatusForbidden, "AccessDenied",
+			fmt.Sprintf("binding %s/%s is finished: the job's artifacts can no longer change", job.Namespace, job.Name)})
+		return
+	}
+	size, e := contentLength(r)
+	if e != nil {
+		rq.fail(e)
+		return
+	}
+	isManifest := path == upload.ManifestName
+	switch {
+	case isManifest && size > upload.MaxManifestSize:
+		rq.fail(&apiError{http.StatusBadRequest, "EntityTooLarge",
+			fmt.Sprintf("the manifest is %d bytes; manifests are at most %d bytes", size, upload.MaxManifestSize)})
+		return
+	case size > upload.MaxObjectSize:
+		rq.fail(&apiError{http.StatusBadRequest, "EntityTooLarge",
+			fmt.Sprintf("the object is %d bytes; a single PUT is at most %d bytes (5 GiB): split the artifact into smaller files", size, upload.MaxObjectSize)})
+		return
+	}
+	dig, e := parseDigests(r.Header)
+	if e != nil {
+		rq.fail(e)
+		return
+	}
+	rq.log = rq.log.WithValues("size", size)
+
+	// From here on the body is read.
+	ctx := r.Context()
+	// after is for work that must finish even if the client went away.
+	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.callbackTimeout())
+	defer cancel()
+	body := &bodyReader{r: r.Body, remaining: size, w: dig.writer(), rc: rq.rc, idle: h.idleTimeout()}
+	body.extend(time.Now())
+
+	var manifest *upload.Manifest
+	var buf []byte
+	// known is the body's MD5 if it is known before storing: computed (the
+	// manifest, read whole first) or claimed (Content-MD5).
+	known := dig.contentMD5
+	if isManifest {
+		var err error
+		buf, err = io.ReadAll(body)
+		if err != nil {
+			rq.fail(bodyError(body, size))
+			return
+		}
+		rq.bodyRead = true
+		if e := dig.verify(); e != nil {
+			rq.fail(e)
+			return
+		}
+		known = dig.md5.Sum(nil)
+		m, perr := parseManifest(buf, jobID)
+		if perr != nil {
+			h.manifestResult(after, job, ManifestResult{Key: rq.key, Err: "malformed manifest: " + perr.Error()})
+			rq.fail(&apiError{http.StatusBadRequest, "MalformedManifest",
+				"the manifest was not stored: " + perr.Error() + " (docs/artifacts.md describes the format)"})
+			return
+		}
+		manifest = m
+	}
+
+	unlock := h.locks.lock(rq.key)
+	defer unlock()
+	existing, err := headOpt(ctx, h.Backend, rq.key)
+	if err != nil {
+		rq.log.Error(err, "backend HEAD", "object", rq.key)
+		rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable", "the store cannot be read now; retry with backoff"})
+		return
+	}
+	pkey := PendingKey(rq.key)
+	// target is where the body goes: the key if it is free, else its pending
+	// key; "" if the key already holds exactly this content (known MD5).
+	target := rq.key
+	var prior *upload.ObjectInfo // what target held before, if anything
+	switch {
+	case existing == nil:
+	case known != nil && existing.Size == size && existing.ETag == hex.EncodeToString(known):
+		target = ""
+	default:
+		target = pkey
+		if prior, err = headOpt(ctx, h.Backend, pkey); err != nil {
+			rq.log.Error(err, "backend HEAD", "object", pkey)
+			rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable", "the store cannot be read now; retry with backoff"})
+			return
+		}
+	}
+	rq.log = rq.log.WithValues("target", target)
+
+	var stored upload.ObjectInfo
+	var src io.Reader = body
+	if isManifest {
+		src = bytes.NewReader(buf)
+	}
+	if target == "" {
+		_, err = io.Copy(io.Discard, src)
+	} else {
+		stored, err = h.Backend.Put(ctx, target, src, size)
+	}
+	if !isManifest && body.err != nil {
+		h.cleanup(after, rq, target, prior)
+		rq.fail(bodyError(body, size))
+		return
+	}
+	if err != nil {
+		h.cleanup(after, rq, target, prior)
+		rq.log.Error(err, "backend PUT")
+		rq.fail(backendError(err))
+		return
+	}
+	if !isManifest {
+		rq.bodyRead = body.remaining == 0
+		if body.n != size {
+			h.cleanup(after, rq, target, prior)
+			rq.fail(&apiError{http.StatusInternalServerError, "InternalError",
+				fmt.Sprintf("the store read %d of %d bytes without an error; nothing was kept: retry", body.n, size)})
+			return
+		}
+		if e := dig.verify(); e != nil {
+			h.cleanup(after, rq, target, prior)
+			rq.fail(e)
+			return
+		}
+	}
+	etag := hex.EncodeToString(dig.md5.Sum(nil))
+	if target != "" && (stored.ETag != etag || stored.Size != size) {
+		rq.log.Error(errors.New("stored object differs from the streamed body"), "ETag check failed",
+			"streamedMD5", etag, "storedETag", stored.ETag, "storedSize", stored.Size)
+		h.cleanup(after, rq, target, prior)
+		rq.fail(&apiError{http.StatusInternalServerError, "InternalError",
+			"the stored object's ETag does not match the MD5 of the body received; nothing was kept: retry"})
+		return
+	}
+
+	// The latest verified upload of a key wins: if it equals the final
+	// object, a pending object from an earlier upload must not be promoted
+	// over it.
+	dropPending := target == "" || target == pkey && existing.ETag == etag && existing.Size == size
+	if dropPending {
+		if err := h.Backend.Delete(after, pkey); err != nil {
+			rq.log.Error(err, "dropping the pending object", "object", pkey)
+			rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+				"the object is verified but an older pending version could not be dropped; retry the upload"})
+			return
+		}
+	}
+	info := upload.ObjectInfo{Size: size, ETag: etag}
+	if h.OnVerified != nil {
+		h.OnVerified(after, job, rq.key, info)
+	}
+
+	hd := rq.w.Header()
+	if manifest != nil {
+		res, verr := verifyManifest(after, h.Backend, rq.key, manifest, h.manifestWorkers())
+		h.manifestResult(after, job, res)
+		rq.log = rq.log.WithValues("manifestVerified", res.Verified, "files", res.Files, "bytes", res.Bytes)
+		if verr != nil {
+			rq.log.Error(verr, "checking the manifest's entries")
+			rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+				"the manifest is stored but its entries could not be checked: " + res.Err})
+			return
+		}
+		hd.Set(HeaderManifestVerified, strconv.FormatBool(res.Verified))
+		if len(res.Missing) > 0 {
+			hd.Set(HeaderManifestMissing, url.PathEscape(res.Missing[0]))
+			rq.log = rq.log.WithValues("firstMissing", res.Missing[0])
+		}
+	}
+	_ = rq.rc.SetWriteDeadline(time.Now().Add(h.idleTimeout()))
+	hd.Set("ETag", `"`+etag+`"`)
+	hd.Set("Content-Length", "0")
+	rq.w.WriteHeader(http.StatusOK)
+	rq.log.V(1).Info("artifact stored", "status", http.StatusOK, "etag", etag,
+		"pending", target == pkey && !dropPending, "unchanged", target == "" || dropPending,
+		"duration", time.Since(rq.start).String())
+}
+
+func (h *Handler) manifestResult(ctx context.Context, job Job, res ManifestResult) {
+	if h.OnManifest != nil {
+		h.OnManifest(ctx, job, res)
+	}
+}
+
+// cleanup removes what a failed PUT left at target, keeping target's earlier
+// object if the failed PUT did not replace it (backends store atomically, so
+// a PUT that failed while streaming leaves it in place).
+func (h *Handler) cleanup(ctx context.Context, rq *request, target string, prior *upload.ObjectInfo) {
+	if target == "" {
+		return
+	}
+	cur, err := h.Backend.Head(ctx, target)
+	switch {
+	case errors.Is(err, upload.ErrNotFound):
+		return
+	case err == nil && prior != nil && cur == *prior:
+		return
+	}
+	if err := h.Backend.Delete(ctx, target); err != nil {
+		rq.log.Error(err, "removing a failed upload", "object", target)
+	}
+}
+
+// headOpt is Backend.Head with "not found" as nil.
+func headOpt(ctx context.Context, b upload.Backend, key string) (*upload.ObjectInfo, error) {
+	info, err := b.Head(ctx, key)
+	switch {
+	case errors.Is(err, upload.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &info, nil
+}
+
+func bodyError(b *bodyReader, size int64) *apiError {
+	return &apiError{http.StatusBadRequest, "IncompleteBody",
+		fmt.Sprintf("the body ended after %d of the %d bytes in Content-Length (%v); nothing was kept: upload the file again", b.n, size, b.err)}
+}
+
+func backendError(err error) *apiError {
+	switch {
+	case errors.Is(err, ErrKeyConflict):
+		return &apiError{http.StatusConflict, "KeyConflict",
+			"the key cannot be stored next to an existing key (a file where a directory is needed, or the reverse): " + err.Error()}
+	case errors.Is(err, ErrInvalidKey):
+		return &apiError{http.StatusBadRequest, "InvalidArgument", "the store cannot hold this key: " + err.Error()}
+	}
+	return &apiError{http.StatusInternalServerError, "InternalError", "storing the object failed; nothing was kept: retry"}
+}
+
+// errShortBody is a body that ended before Content-Length bytes.
+var errShortBody = errors.New("unexpected end of body")
+
+// bodyReader reads exactly remaining bytes of a request body into w (the
+// digests), and extends the connection's deadlines while the body makes
+// progress.
+type bodyReader struct {
+	r         io.Reader
+	remaining int64
+	n         int64
+	// err is the body's first error other than a clean end.
+	err error
+	w   io.Writer
+	rc  *http.ResponseController
+	// idle is how long a read may make no progress.
+	idle     time.Duration
+	extended time.Time
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.remaining <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.remaining {
+		p = p[:b.remaining]
+	}
+	n, err := b.r.Read(p)
+	if n > 0 {
+		_, _ = b.w.Write(p[:n])
+		b.n += int64(n)
+		b.remaining -= int64(n)
+		// Extending costs a timer update: do it at most every idle/4.
+		if now := time.Now(); now.Sub(b.extended) > min(b.idle/4, time.Second) {
+			b.extend(now)
+		}
+	}
+	switch {
+	case err == io.EOF && b.remaining > 0:
+		b.err = errShortBody
+		return n, b.err
+	case err != nil && err != io.EOF:
+		b.err = err
+	}
+	return n, err
+}
+
+// extend moves the connection's deadlines to now+idle. It fails silently for
+// ResponseWriters without deadline support.
+func (b *bodyReader) extend(now time.Time) {
+	b.extended = now
+	_ = b.rc.SetReadDeadline(now.Add(b.idle))
+	_ = b.rc.SetWriteDeadline(now.Add(b.idle))
+}
+
+// keyLocks serializes requests on one key within this process.
+type keyLocks struct {
+	mu sync.Mutex
+	m  map[string]*keyLock
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (l *keyLocks) lock(key string) (unlock func()) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = make(map[string]*keyLock)
+	}
+	k := l.m[key]
+	if k == nil {
+		k = &keyLock{}
+		l.m[key] = k
+	}
+	k.refs++
+	l.mu.Unlock()
+	k.mu.Lock()
+	return func() {
+		k.mu.Unlock()
+		l.mu.Lock()
+		if k.refs--; k.refs == 0 {
+			delete(l.m, key)
+		}
+		l.mu.Unlock()
+	}
+}
