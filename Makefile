@@ -19,9 +19,9 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/...
 
-## testbin: build kube-apiserver, etcd and kubectl from the Go module proxy (cached)
+## testbin: build kube-apiserver, etcd, kubectl and versitygw (S3) from the Go module proxy (cached)
 testbin:
-	bash hack/testbin.sh kube-apiserver etcd kubectl
+	bash hack/testbin.sh kube-apiserver etcd kubectl versitygw
 
 ## test: unit tests, golden files, the envtest integration suites, and a short fuzz run
 test: testbin
