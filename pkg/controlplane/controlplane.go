@@ -135,9 +135,13 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	artifacts := bindingServer.EnableArtifacts(backend)
-	clientset, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
+	logSource := opts.LogSource
+	if logSource == nil {
+		clientset, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		logSource = controller.KubeletLogs(clientset)
 	}
 
 	// Metrics are registered while the control plane runs, so a control
@@ -191,7 +195,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		MissedHeartbeats: opts.MissedHeartbeats,
 		ArtifactGrace:    opts.ArtifactGrace,
 		Pending:          artifacts,
-		Logs:             &controller.LogArchiver{Source: controller.KubeletLogs(clientset), Store: backend, MaxBytes: opts.LogCapBytes},
+		Logs:             &controller.LogArchiver{Source: logSource, Store: backend, MaxBytes: opts.LogCapBytes},
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the binding controller: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/mutate"
 )
 
@@ -56,6 +57,9 @@ type Options struct {
 	S3              S3Options
 	// LogCapBytes bounds each archived trainer log (its end is kept).
 	LogCapBytes int64
+	// LogSource replaces reading logs through the API server (pods/log):
+	// tests without a kubelet use it. Nil in production.
+	LogSource controller.LogSource
 
 	MetricsAddr string
 	HealthAddr  string
