@@ -2,9 +2,13 @@
 // control plane (kube-apiserver + etcd built by hack/testbin.sh, Trainer's
 // CRDs), Tether's control plane in-process as its ServiceAccount, then a
 // labeled TrainJob and a JobSet-style trainer pod, printing each step and what
-// was injected. `make demo` runs it.
+// was injected; then the real sidecar binary registers, heartbeats, uploads a
+// stand-in trainer's checkpoints, and the job ends Succeeded with verified
+// artifacts. `make demo` runs it.
 //
-// There is no kubelet here: pods are admitted and stored, not run.
+// There is no kubelet here: pods are admitted and stored, not run; the demo
+// runs the sidecar as a local process and writes the pod status the kubelet
+// would.
 package main
 
 import (
@@ -32,6 +36,7 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"
+	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 )
@@ -58,7 +63,8 @@ func run(keep bool) error {
 
 	step("starting a local control plane (kube-apiserver v1.37.2 + etcd 3.6.16, Trainer v2.3 CRDs) and Tether as its ServiceAccount")
 	start := time.Now()
-	env, err := testenv.Start(ctx, testenv.Options{ControlPlane: nil})
+	// One replica: no leader election to hand over at exit.
+	env, err := testenv.Start(ctx, testenv.Options{ControlPlane: func(o *controlplane.Options) { o.LeaderElect = false }})
 	if err != nil {
 		return err
 	}
@@ -134,12 +140,17 @@ func run(keep bool) error {
 	}
 	fmt.Printf("    admitted as %s with %d init containers\n", initPod.Name, len(initPod.Spec.InitContainers))
 
+	if err := runWorker(ctx, env, c, pod, dir); err != nil {
+		return err
+	}
+	kubectl(kubeconfig, "get", "workerbindings", "-n", ns, "-o", "wide")
+
 	step("Events on the TrainJob")
 	time.Sleep(time.Second) // Events are sent asynchronously.
 	kubectl(kubeconfig, "get", "events", "-n", ns, "--field-selector", "involvedObject.kind=TrainJob", "-o",
 		"custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message")
 
-	step("Tether's admission metrics (http://%s/metrics)", env.MetricsAddr)
+	step("Tether's metrics (http://%s/metrics)", env.MetricsAddr)
 	printMetrics(env.MetricsAddr)
 
 	fmt.Println("\nDone. Where to look in a real cluster: `kubectl get workerbindings -A`, `kubectl describe trainjob <name>` (Events),")
@@ -174,7 +185,7 @@ func printMetrics(addr string) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "tether_") {
+		if strings.HasPrefix(line, "tether_") && !strings.Contains(line, "_bucket{") {
 			fmt.Println("    " + line)
 		}
 	}

@@ -97,6 +97,16 @@ func trainJobOfPod(_ context.Context, o client.Object) []reconcile.Request {
 
 // Reconcile implements reconcile.Reconciler.
 func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	if apierrors.IsConflict(err) {
+		// Another writer (the binding server, another reconcile) was first:
+		// the normal race of optimistic concurrency, retried at once.
+		return ctrl.Result{Requeue: true}, nil
+	}
+	return res, err
+}
+
+func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 	tj, err := trainjob.Get(ctx, r.Client, req.NamespacedName)
 	if err != nil {
