@@ -15,6 +15,11 @@ K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 CONTROLLER_TOOLS_VERSION=${CONTROLLER_TOOLS_VERSION:-v0.20.1}
 VERSITYGW_VERSION=${VERSITYGW_VERSION:-v1.8.0}
+# The full local cluster of the e2e suite (DESIGN.md §6).
+KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
+JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
+TRAINER_VERSION=${TRAINER_VERSION:-v2.3.0}
+KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 ROOT=${TETHER_TESTBIN:-${XDG_CACHE_HOME:-$HOME/.cache}/tether/testbin}
 CURRENT="$ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 
@@ -95,6 +100,20 @@ MOD
   echo "$dir"
 }
 
+# jobset_wrapper: JobSet's version list is refused by the proxy, so its exact
+# version is required from a wrapper module and its main package built there.
+jobset_wrapper() {
+  local dir="$ROOT/src/jobset-$JOBSET_VERSION"
+  if [[ ! -f "$dir/.ready" ]]; then
+    log "preparing wrapper module for sigs.k8s.io/jobset $JOBSET_VERSION"
+    mkdir -p "$dir"
+    printf 'module tether.dev/testbin/jobset\n\ngo 1.26.0\n\nrequire sigs.k8s.io/jobset %s\n' "$JOBSET_VERSION" >"$dir/go.mod"
+    (cd "$dir" && GOFLAGS=-mod=mod go get "sigs.k8s.io/jobset@$JOBSET_VERSION" >&2)
+    touch "$dir/.ready"
+  fi
+  echo "$dir"
+}
+
 build() {
   local name=$1 version=$2 wrapper=$3 pkg=$4 ldflags=${5:-}
   local out="$ROOT/$name-$version/$name"
@@ -144,7 +163,17 @@ for c in "${components[@]}"; do
       tool controller-gen "$CONTROLLER_TOOLS_VERSION" sigs.k8s.io/controller-tools/cmd/controller-gen ;;
     versitygw)
       tool versitygw "$VERSITYGW_VERSION" github.com/versity/versitygw/cmd/versitygw ;;
-    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubectl etcd controller-gen versitygw)"; exit 2 ;;
+    kwok)
+      tool kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok ;;
+    trainer-controller-manager)
+      tool trainer-controller-manager "$TRAINER_VERSION" github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager ;;
+    kueue)
+      tool kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue ;;
+    jobset)
+      build jobset "$JOBSET_VERSION" "$(jobset_wrapper)" sigs.k8s.io/jobset ;;
+    e2e)
+      "$0" kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager kueue versitygw ;;
+    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubectl etcd controller-gen versitygw kwok jobset trainer-controller-manager kueue e2e)"; exit 2 ;;
   esac
 done
 log "ready: KUBEBUILDER_ASSETS=$CURRENT"
