@@ -49,25 +49,19 @@ func runWorker(ctx context.Context, env *testenv.Env, c client.Client, pod *core
 			return err
 		}
 	}
-	sidecar := pod.Spec.InitContainers[len(pod.Spec.InitContainers)-1]
+	// The environment the pod spec gives the sidecar, with the kubelet's
+	// mounts (token, CA, artifacts) at local paths.
 	cmdEnv := []string{"PATH=" + os.Getenv("PATH")}
-	for _, e := range sidecar.Env {
-		v := e.Value
-		switch {
-		case e.ValueFrom != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
-			v = pod.Name
-		case e.ValueFrom != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
-			v = pod.Namespace
-		case e.ValueFrom != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.uid":
-			v = string(pod.UID)
-		case e.Name == binding.EnvTokenFile:
+	for k, v := range testenv.SidecarEnv(pod) {
+		switch k {
+		case binding.EnvTokenFile:
 			v = filepath.Join(tokenDir, "token")
-		case e.Name == binding.EnvCAFile:
+		case binding.EnvCAFile:
 			v = filepath.Join(tokenDir, "ca.crt")
-		case e.Name == binding.EnvArtifactDir:
+		case binding.EnvArtifactDir:
 			v = artifacts
 		}
-		cmdEnv = append(cmdEnv, e.Name+"="+v)
+		cmdEnv = append(cmdEnv, k+"="+v)
 	}
 	// Short settle and sync times so the demo shows uploads during training.
 	cmdEnv = append(cmdEnv, "TETHER_SYNC_INTERVAL=1s", "TETHER_SETTLE_TIME=1s", "TETHER_LOG_LEVEL=warn")

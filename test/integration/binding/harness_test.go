@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/mutate"
@@ -73,24 +74,8 @@ func newJob(t *testing.T, annotations map[string]string) *job {
 	return j
 }
 
-// sidecarEnv resolves the injected sidecar's environment the way the kubelet
-// would (downward API from the pod object).
-func (j *job) sidecarEnv() map[string]string {
-	env := map[string]string{}
-	for _, e := range j.pod.Spec.InitContainers[len(j.pod.Spec.InitContainers)-1].Env {
-		switch {
-		case e.ValueFrom == nil:
-			env[e.Name] = e.Value
-		case e.ValueFrom.FieldRef.FieldPath == "metadata.name":
-			env[e.Name] = j.pod.Name
-		case e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
-			env[e.Name] = j.pod.Namespace
-		case e.ValueFrom.FieldRef.FieldPath == "metadata.uid":
-			env[e.Name] = string(j.pod.UID)
-		}
-	}
-	return env
-}
+// sidecarEnv is the injected sidecar's environment, resolved as the kubelet would.
+func (j *job) sidecarEnv() map[string]string { return testenv.SidecarEnv(j.pod) }
 
 // clientConfig is the configuration cmd/sidecar builds from that environment,
 // with this test's files in place of the kubelet's mounts.

@@ -3,7 +3,6 @@ package certs
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -50,14 +49,7 @@ func TestSelfManagedCertificateServesAdmission(t *testing.T) {
 	defer cancel()
 	// The rotator's certificate carries DNS names only, so the API server
 	// calls the webhook as "localhost".
-	env, err := testenv.Start(ctx, testenv.Options{NoControlPlane: true, WebhookHostName: "localhost"})
-	if err != nil {
-		if errors.Is(err, testenv.ErrNoAssets) && os.Getenv("CI") == "" {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
-	defer env.Stop()
+	env := testenv.StartForTest(t, testenv.Options{NoControlPlane: true, WebhookHostName: "localhost"})
 
 	saConfig, err := env.ServiceAccountConfig(ctx)
 	if err != nil {

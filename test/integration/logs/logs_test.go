@@ -3,7 +3,6 @@ package logs
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -44,17 +43,10 @@ func TestTrainerLogArchivedWithItsEnd(t *testing.T) {
 		asked = append(asked, ns+"/"+pod+"/"+container)
 		return io.NopCloser(bytes.NewReader(log)), nil
 	}
-	env, err := testenv.Start(ctx, testenv.Options{ControlPlane: func(o *controlplane.Options) {
+	env := testenv.StartForTest(t, testenv.Options{ControlPlane: func(o *controlplane.Options) {
 		o.LogSource = source
 		o.LogCapBytes = capBytes
 	}})
-	if err != nil {
-		if errors.Is(err, testenv.ErrNoAssets) && os.Getenv("CI") == "" {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
-	defer env.Stop()
 
 	ns := "logs"
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
