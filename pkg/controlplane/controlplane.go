@@ -2,11 +2,13 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -148,13 +150,22 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 	// plane restarted in the same process (tests) exports its own.
 	collectors := append(bindingServer.Metrics().Collectors(), &controller.PhaseCollector{Cache: mgr.GetCache(), Elected: mgr.Elected()})
 	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
+		var registered []prometheus.Collector
 		for _, c := range collectors {
-			if err := metrics.Registry.Register(c); err != nil {
+			err := metrics.Registry.Register(c)
+			var already prometheus.AlreadyRegisteredError
+			switch {
+			case errors.As(err, &already):
+				// A second control plane in this process (a test): the
+				// first one's series are exported.
+			case err != nil:
 				return fmt.Errorf("registering metrics: %w", err)
+			default:
+				registered = append(registered, c)
 			}
 		}
 		<-ctx.Done()
-		for _, c := range collectors {
+		for _, c := range registered {
 			metrics.Registry.Unregister(c)
 		}
 		return nil
