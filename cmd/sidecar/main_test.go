@@ -265,7 +265,9 @@ func TestSidecarStopsCleanlyOnSIGTERM(t *testing.T) {
 	if c := waitExit(t, code); c != 0 {
 		t.Errorf("exit code %d, want 0", c)
 	}
-	if d := time.Since(started); d > 2*time.Second {
+	// Not a speed target: only that shutdown does not wait out the whole
+	// flush budget (25s) when there is nothing left to do.
+	if d := time.Since(started); d > 20*time.Second {
 		t.Errorf("shutdown took %v", d)
 	}
 	// The final flush took the progress file, then the manifest, last.

@@ -432,14 +432,17 @@ func TestUploadStalledBodyIsRetried(t *testing.T) {
 		return pass
 	})
 	u, _ := newTestUploader(t, env, job, uploaderOpts{url: p.url(), caPEM: p.caPEM(),
-		cfg: func(c *UploaderConfig) { c.StallTimeout = 300 * time.Millisecond }})
+		cfg: func(c *UploaderConfig) { c.StallTimeout = time.Second }})
 	sc := newTestScanner(t, dir, nil)
 	start := time.Now()
 	res, err := u.UploadFile(context.Background(), sc.Root(), "big.bin")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Attempts != 2 || res.Size != 48<<20 {
+	// The first attempt stalls and must be abandoned; on a loaded machine a
+	// healthy attempt can also be slow enough to be retried, so only "at
+	// least one retry" is asserted, not an exact count.
+	if res.Attempts < 2 || res.Size != 48<<20 || res.MD5 == "" {
 		t.Errorf("result %+v", res)
 	}
 	t.Logf("stalled attempt abandoned and retried in %v", time.Since(start))
