@@ -1,0 +1,82 @@
+// Package upload benchmarks the sidecar's artifact upload path end to end:
+// upload.Uploader (minio-go, TLS, token header, MD5 streamed, ETag verified)
+// against the binding server's S3-compatible endpoint (store.Handler with
+// store.FSBackend), over HTTPS on 127.0.0.1.
+//
+//	go test -run '^$' -bench . -benchtime 1x -timeout 30m ./bench/upload/
+//
+// The server is served in the benchmark process the way the binding server
+// serves it (pkg/binding/server): its own TCP listener on 127.0.0.1, wrapped
+// by tls.NewListener (a fresh self-signed ECDSA P-256 certificate, TLS 1.2+,
+// HTTP/1.1), an http.Server with the binding server's timeouts, and
+// store.Route in front. The Authorizer accepts exactly one token for one job
+// id (writable binding): a stand-in for the binding server's
+// token -> WorkerBinding cache lookup, which is not what is measured here.
+//
+// BenchmarkSinglePut1GiB uploads one file (1 GiB, TETHER_BENCH_UPLOAD_SIZE to
+// change it) with the Uploader and, as the floor, with a plain net/http PUT of
+// the same *os.File (ContentLength set, the same token header, a transport
+// with the Uploader's TLS and HTTP settings, no Expect: 100-continue) to the
+// same endpoint: the same server path (auth, streamed MD5, fs write, fsync,
+// rename, ETag check). A third path, md5-floor, is the floor with its body
+// teed into an MD5 that the answer's ETag must equal: the least a verified
+// upload does, and so what separates the Uploader's cost from what the
+// contract itself costs. The paths take turns (floor, md5-floor, uploader,
+// floor, ...; TETHER_BENCH_UPLOAD_ROUNDS rounds each, default 3, after one
+// unmeasured 4 MiB upload each), each round with a new client (so a new TLS
+// connection) and the stored object checked (size, ETag = the file's MD5) and
+// deleted after it, so the Uploader's HEAD finds nothing and it really sends
+// the file (its Result must say "uploaded", in one attempt). The file is
+// written once (1 MiB random blocks, each stamped with its offset), fsynced,
+// and read once before the runs (computing its MD5), so every path reads it
+// from a warm page cache (read_bytes, the storage reads, is logged per round:
+// 0 means warm). Reported: mib-per-s (uploader, median), floor-mib-per-s
+// (median), x-raw (their ratio; target >= 0.9), x-raw-best (best round
+// against best round: less sensitive to neighbours taking the cores for a
+// round), read-ratio and floor-read-ratio (bytes read from the file / file
+// size, worst round; target 1.0), md5-floor-mib-per-s and x-md5-floor
+// (uploader / md5-floor), and the process CPU per GiB of each path (client
+// and server, same process: cpu-s-per-gib, floor-cpu-s-per-gib,
+// md5-floor-cpu-s-per-gib, x-cpu), which holds still when neighbours steal
+// cores. Every round is also printed to stderr as it ends ("upload-bench:"
+// lines; go test keeps only 10 lines of a benchmark's log, used for the
+// summary).
+//
+// read-ratio: the Uploader's reads of its file cannot be wrapped, so the
+// process's rchar (/proc/self/io: bytes returned by read(2) and friends, from
+// any file or socket) is taken around one upload, and the reads that are not
+// the file's are subtracted: the server's reads from its TCP connections and
+// what the server wrote to them (which the client, in the same process, reads
+// back), both counted by the listener's connection wrapper. What remains
+// besides the file is tiny and left in: the token file (65 bytes per request),
+// the CA file (once per new connection), /proc/self/io itself (~100 bytes).
+//
+// BenchmarkUploaderRSS runs the Uploader in a separate process (this test
+// binary re-executed with TETHER_BENCH_UPLOAD_CHILD set, uploading to the
+// server in the benchmark process) and reports that process's peak RSS
+// (VmHWM of /proc/self/status, read by the child just before it exits) for a
+// 64 MiB file (rss-mib-64m), the big file (rss-mib-1g at the default size) and
+// a child that only starts (rss-mib-baseline). Target: flat, <= 24 MiB. (The
+// wait4 rusage's ru_maxrss is not used: Linux can fold the high-water mark of
+// the address space the child shared with its parent before exec (os/exec
+// starts children with CLONE_VM|CLONE_VFORK) into it; it read 16 MiB for a
+// child whose VmHWM was 9 MiB.) The child's own rchar around the upload, less
+// what the server wrote to it, is read-ratio-child. Children doing the floor's
+// plain PUT and the md5-floor's PUT of the big file give floor-rss-mib-1g and
+// the client's CPU alone (measured in the child around the upload):
+// child-cpu-s-per-gib (Uploader), floor-child-cpu-s-per-gib,
+// md5-floor-child-cpu-s-per-gib. TETHER_BENCH_UPLOAD_CHILD_CPUPROFILE=<prefix>
+// makes every upload child write a CPU profile of its upload to
+// <prefix>.<upload|floor|md5-floor>-<size> (the profiler's own reads then show
+// in the child's read ratio).
+//
+// Environment: TETHER_BENCH_UPLOAD_SIZE (bytes, or with a K/M/G or KiB/MiB/GiB
+// suffix; default 1GiB), TETHER_BENCH_UPLOAD_ROUNDS (default 3),
+// TETHER_BENCH_UPLOAD_STORE (a directory to put the store's root in, e.g.
+// /dev/shm to take the disk's fsync out of the floor; default the temp dir).
+// The files are made under TMPDIR (size + 64 MiB + 4 MiB, removed at the end);
+// the store holds at most one object at a time.
+//
+// Targets are reported, never asserted: timing on a shared machine is not a
+// test verdict. The benchmark fails only if an upload fails or is wrong.
+package upload
