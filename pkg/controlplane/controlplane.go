@@ -96,9 +96,13 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		// The webhook server is added to the manager on first use
 		// (GetWebhookServer), which waits for the certificate.
 		WebhookServer: webhook.NewServer(webhook.Options{Host: opts.WebhookHost, Port: opts.WebhookPort, CertDir: opts.CertDir}),
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.NewSelector().Add(*trainerPods)},
-		}},
+		Cache: cache.Options{
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}: {Label: labels.NewSelector().Add(*trainerPods)},
+			},
+			// Nothing reads managedFields; every cached copy would carry them.
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
 		// Controller names must be unique per process; a control plane
 		// restarted in-process (tests) registers the same names again.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},

@@ -40,10 +40,12 @@ func parseCommand(wb *tetherv1.WorkerBinding) (binding.Command, bool) {
 
 // pushPendingCommand sends the binding's requested command to its worker's
 // session, unless it was already sent.
-func (s *Server) pushPendingCommand(ctx context.Context, key types.NamespacedName) {
-	wb := &tetherv1.WorkerBinding{}
-	if err := s.cache.Get(ctx, key, wb); err != nil {
-		return
+func (s *Server) pushPendingCommand(ctx context.Context, key types.NamespacedName, wb *tetherv1.WorkerBinding) {
+	if wb == nil {
+		wb = &tetherv1.WorkerBinding{}
+		if err := s.cache.Get(ctx, key, wb); err != nil {
+			return
+		}
 	}
 	cmd, ok := parseCommand(wb)
 	if !ok || (wb.Status.LastCommand != nil && wb.Status.LastCommand.ID == cmd.ID && wb.Status.LastCommand.State != CommandSent) {

@@ -66,6 +66,17 @@ func (h *hub) state(key types.NamespacedName) *workerState {
 	return h.states[key]
 }
 
+// get copies the worker's state.
+func (h *hub) get(key types.NamespacedName) (workerState, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.states[key]
+	if st == nil {
+		return workerState{}, false
+	}
+	return *st, true
+}
+
 func (h *hub) forget(key types.NamespacedName) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

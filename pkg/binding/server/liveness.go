@@ -50,7 +50,7 @@ func (s *Server) watchLiveness(ctx context.Context) {
 				continue
 			}
 			if st.connected {
-				s.pushPendingCommand(ctx, st.key)
+				s.pushPendingCommand(ctx, st.key, wb)
 				continue
 			}
 			if hb := wb.Status.LastHeartbeatTime; hb != nil && hb.After(st.lastHeartbeat) {

@@ -8,11 +8,14 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/gorilla/websocket"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -73,6 +76,7 @@ type Server struct {
 	events events.EventRecorder
 
 	hub      *hub
+	writes   workqueue.TypedRateLimitingInterface[types.NamespacedName]
 	upgrader websocket.Upgrader
 	metrics  *metrics
 	handler  http.Handler
@@ -82,12 +86,15 @@ type Server struct {
 // Events (may be nil) records the transitions it writes on the TrainJob.
 func New(opts Options, cache, live client.Reader, writer client.StatusClient, log logr.Logger, events events.EventRecorder) *Server {
 	opts.defaults()
-	s := &Server{opts: opts, cache: cache, live: live, writer: writer, log: log, events: events, hub: newHub()}
+	s := &Server{opts: opts, cache: cache, live: live, writer: writer, log: log, events: events, hub: newHub(),
+		writes: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName]())}
 	s.metrics = newMetrics(s.hub, opts.Now)
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
-		ReadBufferSize:   4096,
-		WriteBufferSize:  4096,
+		// Zero sizes reuse the HTTP server's buffers for reading; writes
+		// borrow a pooled buffer only while a frame is written. Thousands of
+		// mostly idle sessions then hold no buffers of their own.
+		WriteBufferPool: &sync.Pool{},
 		// Sidecars are not browsers; there is no Origin to check.
 		CheckOrigin: func(*http.Request) bool { return true },
 	}
@@ -139,6 +146,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:     nil,
 	}
 	go s.watchLiveness(ctx)
+	go s.runStatusWriters(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("binding server listening", "addr", ln.Addr().String())

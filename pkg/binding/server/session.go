@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/gorilla/websocket"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -117,7 +118,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	_ = st
 	s.metrics.sessionsOpened.Inc()
 	// A command that arrived while the worker was away is pushed now.
-	s.pushPendingCommand(ctx, key)
+	s.pushPendingCommand(ctx, key, nil)
 	sess.log.V(1).Info("session opened", "interval", interval)
 
 	go s.writeLoop(sess, interval)
@@ -287,30 +288,80 @@ func (s *Server) heartbeat(ctx context.Context, key types.NamespacedName, hb *bi
 		}
 	})
 	s.metrics.heartbeats.Inc()
-	if !write {
-		return phase, 0
+	if write {
+		// Written by the status writers, never on the session's reader:
+		// a slow API server must not delay acks or starve pongs.
+		s.writes.Add(key)
 	}
-	progress := toAPIProgress(hb.Progress)
-	wb, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {
-		lifecycle.Heartbeat(st, now, int64(hb.Seq), progress)
-		lifecycle.UploadReported(st, hb.UploadedBytes, hb.ArtifactError)
-		return true
-	})
-	if err != nil {
-		s.log.Error(err, "writing heartbeat status", "binding", key.String())
-		return phase, 0
-	}
-	switch {
-	case wb.DeletionTimestamp != nil:
-		return string(wb.Status.Phase), binding.CloseRevoked
-	case lifecycle.IsFinal(wb.Status.Phase):
-		return string(wb.Status.Phase), binding.CloseFinished
-	}
-	s.hub.update(key, func(st *workerState) { st.phase = string(wb.Status.Phase) })
 	if wasLost {
 		s.log.Info("heartbeats resumed", "binding", key.String())
 	}
-	return string(wb.Status.Phase), 0
+	return phase, 0
+}
+
+// statusWriters is how many goroutines write heartbeat status; it bounds the
+// binding server's concurrent writes to the API server.
+const statusWriters = 4
+
+// runStatusWriters writes queued bindings' heartbeat status until ctx ends.
+// The queue coalesces: a binding queued again before its write starts is
+// written once, with the latest state.
+func (s *Server) runStatusWriters(ctx context.Context) {
+	for range statusWriters {
+		go func() {
+			for {
+				key, shutdown := s.writes.Get()
+				if shutdown {
+					return
+				}
+				if err := s.writeHeartbeatStatus(ctx, key); err != nil && ctx.Err() == nil {
+					s.log.Error(err, "writing heartbeat status; will retry", "binding", key.String())
+					s.writes.AddRateLimited(key)
+				} else {
+					s.writes.Forget(key)
+				}
+				s.writes.Done(key)
+			}
+		}()
+	}
+	<-ctx.Done()
+	s.writes.ShutDown()
+}
+
+// writeHeartbeatStatus writes what the hub knows of a worker's heartbeats,
+// and ends its session if the binding turned out final or deleted.
+func (s *Server) writeHeartbeatStatus(ctx context.Context, key types.NamespacedName) error {
+	st, ok := s.hub.get(key)
+	if !ok || st.lastHeartbeat.IsZero() {
+		return nil
+	}
+	progress := toAPIProgress(st.progress)
+	wb, err := s.updateStatus(ctx, key, func(status *tetherv1.WorkerBindingStatus) bool {
+		lifecycle.Heartbeat(status, st.lastHeartbeat, int64(st.lastSeq), progress)
+		lifecycle.UploadReported(status, st.uploadedBytes, st.artifactError)
+		return true
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		s.closeSession(key, binding.CloseRevoked, "binding deleted")
+		return nil
+	case err != nil:
+		return err
+	case wb.DeletionTimestamp != nil:
+		s.closeSession(key, binding.CloseRevoked, "binding deleted")
+	case lifecycle.IsFinal(wb.Status.Phase):
+		s.closeSession(key, binding.CloseFinished, "binding "+string(wb.Status.Phase))
+	}
+	s.hub.update(key, func(st *workerState) { st.phase = string(wb.Status.Phase) })
+	return nil
+}
+
+func (s *Server) closeSession(key types.NamespacedName, code int, reason string) {
+	var sess *session
+	s.hub.update(key, func(st *workerState) { sess = st.session })
+	if sess != nil {
+		sess.close(code, reason)
+	}
 }
 
 // markLost records HeartbeatLost once per silence.
