@@ -13,6 +13,8 @@ import (
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -188,6 +190,10 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 			_ = e.Stop()
 			return nil, err
 		}
+	} else if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tether-system"}}); err != nil {
+		// The control plane's own namespace holds its leader-election lease.
+		_ = e.Stop()
+		return nil, err
 	}
 	if err := e.StartControlPlane(ctx, cpConfig, opts); err != nil {
 		_ = e.Stop()
