@@ -206,25 +206,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 // credentials, configured for this environment, then modified by opts.ControlPlane.
 func (e *Env) StartControlPlane(ctx context.Context, cfg *rest.Config, opts Options) error {
 	e.cpConfig, e.cpOpts = cfg, opts
-	cp := controlplane.DefaultOptions()
-	cp.Namespace = "tether-system"
-	cp.CertMode = controlplane.CertModeExternal
-	cp.CertDir = e.Webhook.LocalServingCertDir
-	cp.CABundleFile = e.CAFile
-	cp.WebhookHost = e.Webhook.LocalServingHost
-	cp.WebhookPort = e.Webhook.LocalServingPort
-	cp.MetricsAddr = e.MetricsAddr
-	cp.HealthAddr = "0"
-	cp.LeaderElect = true
-	cp.BindingAddr = e.BindingAddr
-	cp.ServerURL = e.BindingURL
-	cp.StatusInterval = 2 * time.Second
-	cp.ArtifactGrace = 2 * time.Second
-	cp.ArtifactDir = e.ArtifactDir
-	if opts.ControlPlane != nil {
-		opts.ControlPlane(&cp)
-	}
-	mgr, err := controlplane.New(cfg, cp)
+	mgr, err := controlplane.New(cfg, e.controlPlaneOptions(opts))
 	if err != nil {
 		return err
 	}
@@ -248,6 +230,29 @@ func (e *Env) StartControlPlane(ctx context.Context, cfg *rest.Config, opts Opti
 		return errors.New("control plane caches did not sync")
 	}
 	return nil
+}
+
+// controlPlaneOptions configures a control plane for this environment.
+func (e *Env) controlPlaneOptions(opts Options) controlplane.Options {
+	cp := controlplane.DefaultOptions()
+	cp.Namespace = "tether-system"
+	cp.CertMode = controlplane.CertModeExternal
+	cp.CertDir = e.Webhook.LocalServingCertDir
+	cp.CABundleFile = e.CAFile
+	cp.WebhookHost = e.Webhook.LocalServingHost
+	cp.WebhookPort = e.Webhook.LocalServingPort
+	cp.MetricsAddr = e.MetricsAddr
+	cp.HealthAddr = "0"
+	cp.LeaderElect = true
+	cp.BindingAddr = e.BindingAddr
+	cp.ServerURL = e.BindingURL
+	cp.StatusInterval = 2 * time.Second
+	cp.ArtifactGrace = 2 * time.Second
+	cp.ArtifactDir = e.ArtifactDir
+	if opts.ControlPlane != nil {
+		opts.ControlPlane(&cp)
+	}
+	return cp
 }
 
 // Stop stops the control plane, then the API server and etcd.
