@@ -75,7 +75,10 @@ type Server struct {
 	log    logr.Logger
 	events events.EventRecorder
 
-	hub      *hub
+	hub *hub
+	// baseCtx is Serve's context: sessions run in it after their HTTP
+	// handler returned.
+	baseCtx  context.Context
 	writes   workqueue.TypedRateLimitingInterface[types.NamespacedName]
 	upgrader websocket.Upgrader
 	metrics  *metrics
@@ -87,7 +90,8 @@ type Server struct {
 func New(opts Options, cache, live client.Reader, writer client.StatusClient, log logr.Logger, events events.EventRecorder) *Server {
 	opts.defaults()
 	s := &Server{opts: opts, cache: cache, live: live, writer: writer, log: log, events: events, hub: newHub(),
-		writes: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName]())}
+		writes:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName]()),
+		baseCtx: context.Background()}
 	s.metrics = newMetrics(s.hub, opts.Now)
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
@@ -145,6 +149,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:  120 * time.Second,
 		ErrorLog:     nil,
 	}
+	s.baseCtx = ctx
 	go s.watchLiveness(ctx)
 	go s.runStatusWriters(ctx)
 	errc := make(chan error, 1)

@@ -122,12 +122,16 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	sess.log.V(1).Info("session opened", "interval", interval)
 
 	go s.writeLoop(sess, interval)
-	code := s.readLoop(ctx, sess, interval)
-	s.hub.detach(key, sess)
-	sess.close(code, closeCodeName(code))
-	<-sess.done
-	s.metrics.sessionsClosed.WithLabelValues(closeCodeName(code)).Inc()
-	sess.log.V(1).Info("session closed", "code", code)
+	// The session outlives this handler: returning lets net/http release the
+	// request's state, which thousands of idle sessions would otherwise hold.
+	go func() {
+		code := s.readLoop(s.baseCtx, sess, interval)
+		s.hub.detach(key, sess)
+		sess.close(code, closeCodeName(code))
+		<-sess.done
+		s.metrics.sessionsClosed.WithLabelValues(closeCodeName(code)).Inc()
+		sess.log.V(1).Info("session closed", "code", code)
+	}()
 }
 
 // registered reports whether podUID registered for the binding's current
