@@ -3,29 +3,21 @@ package admission_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -49,6 +41,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/tether-dev/tether/internal/benchutil"
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/controlplane"
@@ -174,7 +167,7 @@ func BenchmarkPodAdmission(b *testing.B) {
 		}
 	}
 	slice := cfg.duration / time.Duration(cfg.slices)
-	b.Logf("CPU pressure before: %s", cpuPressure())
+	b.Logf("CPU pressure before: %s", benchutil.CPUPressure())
 	for b.Loop() {
 		for k := range 2 * cfg.slices {
 			p := paths[inject]
@@ -185,7 +178,7 @@ func BenchmarkPodAdmission(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.Logf("CPU pressure after:  %s", cpuPressure())
+	b.Logf("CPU pressure after:  %s", benchutil.CPUPressure())
 
 	for _, p := range paths {
 		if n := p.failures.Load(); n > 0 {
@@ -332,7 +325,7 @@ func (floorHandler) Handle(_ context.Context, req admission.Request) admission.R
 // paths) and returns its URL and a client that trusts it.
 func serveWebhooks(b *testing.B, ctx context.Context, h *mutate.PodHandler, cfg benchConfig) (string, *http.Client) {
 	b.Helper()
-	certPEM, keyPEM := selfSignedCert(b)
+	certPEM, keyPEM := benchutil.SelfSignedCert(b)
 	dir := b.TempDir()
 	for name, data := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
@@ -592,7 +585,7 @@ func (p *loadPath) runSlice(ctx context.Context, c *http.Client, body []byte, ra
 
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	cpu0 := processCPU()
+	cpu0 := benchutil.ProcessCPU()
 	start := time.Now()
 	for range workers {
 		wg.Go(func() {
@@ -638,7 +631,7 @@ func (p *loadPath) runSlice(ctx context.Context, c *http.Client, body []byte, ra
 		p.fromDue = append(p.fromDue, fromDue...)
 		p.lag = append(p.lag, lag...)
 		p.elapsed += time.Since(start)
-		p.cpu += processCPU() - cpu0
+		p.cpu += benchutil.ProcessCPU() - cpu0
 	}
 }
 
@@ -717,27 +710,6 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// processCPU is the user+system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// cpuPressure is the kernel's CPU pressure line ("some avg10=..."), which
-// says how much runnable work waited for a core: on a shared machine, the
-// context for every latency figure.
-func cpuPressure() string {
-	raw, err := os.ReadFile("/proc/pressure/cpu")
-	if err != nil {
-		return "unavailable"
-	}
-	line, _, _ := strings.Cut(string(raw), "\n")
-	return line
-}
-
 func protoName(c benchConfig) string {
 	if c.http1 {
 		return "HTTP/1.1 keep-alive"
@@ -747,40 +719,6 @@ func protoName(c benchConfig) string {
 
 func authenticationUser(name string, groups ...string) authenticationv1.UserInfo {
 	return authenticationv1.UserInfo{Username: name, UID: uuid.NewString(), Groups: groups}
-}
-
-// selfSignedCert returns a PEM certificate and key for 127.0.0.1, valid for a day.
-func selfSignedCert(b *testing.B) (certPEM, keyPEM []byte) {
-	b.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		b.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "tether-bench"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.

@@ -46,6 +46,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/internal/benchutil"
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
@@ -257,9 +258,9 @@ func BenchmarkBindingSessions(b *testing.B) {
 	// The measured phase: the generator announces its start and end.
 	lg.await(b, "hold-start", 2*time.Minute, nil)
 	b.ResetTimer()
-	cpu0, t0 := processCPU(), time.Now()
+	cpu0, t0 := benchutil.ProcessCPU(), time.Now()
 	procs0 := childCPU(lg.cmd.Process.Pid)
-	pressure0 := cpuPressure()
+	pressure0 := benchutil.CPUPressure()
 	writes0, scrapeErr := statusWrites(ctx, env)
 	if cfg.cpuProfile != "" {
 		if f, err := os.Create(cfg.cpuProfile); err != nil {
@@ -274,13 +275,13 @@ func BenchmarkBindingSessions(b *testing.B) {
 	progressf("measured phase: %s", cfg.hold)
 
 	lg.await(b, "hold-end", cfg.hold+2*time.Minute, nil)
-	cpu1, t1 := processCPU(), time.Now()
+	cpu1, t1 := benchutil.ProcessCPU(), time.Now()
 	b.StopTimer()
 	checkServerUp(b, env)
 	if cfg.cpuProfile != "" {
 		pprof.StopCPUProfile()
 	}
-	pressure1 := cpuPressure()
+	pressure1 := benchutil.CPUPressure()
 	procs1 := childCPU(lg.cmd.Process.Pid)
 	writes1, err := statusWrites(ctx, env)
 	if scrapeErr == nil {
@@ -866,15 +867,6 @@ func rssKiB() int64 {
 	return 0
 }
 
-// processCPU is the user+system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // childCPU is the CPU time used so far by this process's children
 // (kube-apiserver and etcd; the generator reports its own), by name.
 func childCPU(exclude int) map[string]time.Duration {
@@ -919,17 +911,6 @@ func childCPU(exclude int) map[string]time.Duration {
 		out[comm] += time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
 	}
 	return out
-}
-
-// cpuPressure is the kernel's CPU pressure line: how much runnable work
-// waited for a core, the context of every figure on a shared machine.
-func cpuPressure() string {
-	raw, err := os.ReadFile("/proc/pressure/cpu")
-	if err != nil {
-		return "unavailable"
-	}
-	line, _, _ := strings.Cut(string(raw), "\n")
-	return line
 }
 
 // apiserverWrites is what kube-apiserver's /metrics says of WorkerBinding
@@ -1243,7 +1224,7 @@ func runLoadGenerator(path string) int {
 	}
 	holdStart = time.Now()
 	g.holdStart.Store(holdStart.UnixNano())
-	cpu0 := processCPU()
+	cpu0 := benchutil.ProcessCPU()
 	openAtStart := g.openSessions()
 	emit("hold-start", map[string]any{"open": openAtStart})
 	genLogf("measured phase started with %d open sessions", openAtStart)
@@ -1252,7 +1233,7 @@ func runLoadGenerator(path string) int {
 	}
 	holdEnd := time.Now()
 	g.holdEnd.Store(holdEnd.UnixNano())
-	res.CPUSeconds = (processCPU() - cpu0).Seconds()
+	res.CPUSeconds = (benchutil.ProcessCPU() - cpu0).Seconds()
 	res.HoldSeconds = holdEnd.Sub(holdStart).Seconds()
 	res.CPUCores = res.CPUSeconds / res.HoldSeconds
 	res.Held, res.ClosedDuringHold = g.held(holdStart, holdEnd)

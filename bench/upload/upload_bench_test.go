@@ -1,25 +1,22 @@
 package upload_test
 
 import (
+	"github.com/tether-dev/tether/internal/benchutil"
+
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/md5"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -32,7 +29,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -262,7 +258,7 @@ func startServer(b *testing.B, cfg benchConfig) *server {
 	}
 	s := &server{token: randHex(b, 32), jobID: "bench-" + randHex(b, 8), backend: store.FSBackend{Root: storeRoot}}
 
-	certPEM, keyPEM := selfSignedCert(b)
+	certPEM, keyPEM := benchutil.SelfSignedCert(b)
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		b.Fatal(err)
@@ -499,11 +495,11 @@ func (x sample) fileBytes() int64 { return x.rchar - x.connRead - x.connWritten 
 func (s *server) measure(f func() error) (sample, error) {
 	io0 := readProcIO()
 	r0, w0 := s.connRead.Load(), s.connWritten.Load()
-	cpu0 := processCPU()
+	cpu0 := benchutil.ProcessCPU()
 	start := time.Now()
 	err := f()
 	elapsed := time.Since(start)
-	cpu1 := processCPU()
+	cpu1 := benchutil.ProcessCPU()
 	r1, w1 := s.connRead.Load(), s.connWritten.Load()
 	io1 := readProcIO()
 	return sample{elapsed: elapsed, cpu: cpu1 - cpu0, rchar: io1.rchar - io0.rchar, readBytes: io1.readBytes - io0.readBytes,
@@ -530,24 +526,6 @@ func readProcIO() procIO {
 		}
 	}
 	return p
-}
-
-// processCPU is the user+system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func cpuPressure() string {
-	raw, err := os.ReadFile("/proc/pressure/cpu")
-	if err != nil {
-		return "unavailable"
-	}
-	line, _, _ := strings.Cut(string(raw), "\n")
-	return line
 }
 
 func mibPerSec(size int64, d time.Duration) float64 {
@@ -625,7 +603,7 @@ func BenchmarkSinglePut1GiB(b *testing.B) {
 	b.Logf("%d-byte file (md5 %s, page cache warm), %d rounds per path in turn (floor, md5-floor, uploader, floor, ...), store %s, GOMAXPROCS %d",
 		fx.size, fx.md5, cfg.rounds, s.backend.Root, runtime.GOMAXPROCS(0))
 
-	pressure := cpuPressure()
+	pressure := benchutil.CPUPressure()
 	for b.Loop() {
 		for i := range cfg.rounds {
 			for _, p := range paths {
@@ -640,7 +618,7 @@ func BenchmarkSinglePut1GiB(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.Logf("CPU pressure before: %s; after: %s", pressure, cpuPressure())
+	b.Logf("CPU pressure before: %s; after: %s", pressure, benchutil.CPUPressure())
 
 	type summary struct {
 		rate, best, cpuPerGiB, worstReadRatio float64
@@ -907,11 +885,11 @@ func childUpload(mode string, rep *childReport) error {
 		defer pprof.StopCPUProfile()
 	}
 	io0 := readProcIO()
-	cpu0 := processCPU()
+	cpu0 := benchutil.ProcessCPU()
 	start := time.Now()
 	err = put()
 	rep.Elapsed = time.Since(start)
-	rep.CPU = processCPU() - cpu0
+	rep.CPU = benchutil.ProcessCPU() - cpu0
 	io1 := readProcIO()
 	rep.Rchar, rep.ReadB = io1.rchar-io0.rchar, io1.readBytes-io0.readBytes
 	return err
@@ -942,38 +920,4 @@ func randHex(b *testing.B, n int) string {
 		b.Fatal(err)
 	}
 	return hex.EncodeToString(buf)
-}
-
-// selfSignedCert returns a PEM certificate and key for 127.0.0.1, valid for a day.
-func selfSignedCert(b *testing.B) (certPEM, keyPEM []byte) {
-	b.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		b.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "tether-bench"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
 }
