@@ -11,7 +11,7 @@ export KUBEBUILDER_ASSETS ?= $(TESTBIN)
 TETHER_BENCH_DURATION ?= 20s
 export TETHER_BENCH_DURATION
 
-.PHONY: all build test unit integration fuzz bench demo lint generate verify-generate testbin clean
+.PHONY: all build test unit integration fuzz bench demo e2e lint generate verify-generate testbin clean
 
 all: build
 
@@ -44,6 +44,14 @@ unit:
 
 integration: testbin
 	$(GO) test -count=1 -v ./test/integration/...
+
+## e2e: the end-to-end suite on a full local cluster (etcd, kube-apiserver,
+## kube-controller-manager, kube-scheduler, kwok, JobSet, Trainer v2.3.0 and
+## v2.0.0, Kueue, versitygw; all built from the Go module proxy and cached)
+E2E_TIMEOUT ?= 30m
+e2e:
+	bash hack/testbin.sh e2e
+	TETHER_E2E=1 $(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
 
 ## bench: Go benchmarks (figures via b.ReportMetric; nothing is asserted on time)
 bench: testbin

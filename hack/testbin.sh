@@ -19,6 +19,8 @@ VERSITYGW_VERSION=${VERSITYGW_VERSION:-v1.8.0}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
 TRAINER_VERSION=${TRAINER_VERSION:-v2.3.0}
+# The oldest Trainer the injector supports, run next to v2.3.0 (internal/localcluster/trainer_v20.go).
+TRAINER_V20_VERSION=v2.0.0
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 ROOT=${TETHER_TESTBIN:-${XDG_CACHE_HOME:-$HOME/.cache}/tether/testbin}
 CURRENT="$ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
@@ -130,9 +132,10 @@ build() {
   ln -sfn "$out" "$CURRENT/$name"
 }
 
-# tool installs a developer tool that `go install pkg@version` can build as is.
+# tool installs a developer tool that `go install pkg@version` can build as is; an optional
+# fourth argument names its link in $CURRENT (default: the binary's name).
 tool() {
-  local name=$1 version=$2 pkg=$3
+  local name=$1 version=$2 pkg=$3 link=${4:-$1}
   local out="$ROOT/$name-$version/$name"
   if [[ -x "$out" ]]; then
     log "$name $version: cached ($out)"
@@ -140,7 +143,7 @@ tool() {
     log "$name $version: installing $pkg@$version (one-time)"
     GOBIN="$ROOT/$name-$version" CGO_ENABLED=0 go install "$pkg@$version"
   fi
-  ln -sfn "$out" "$CURRENT/$name"
+  ln -sfn "$out" "$CURRENT/$link"
 }
 
 k8s_ldflags() {
@@ -167,13 +170,18 @@ for c in "${components[@]}"; do
       tool kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok ;;
     trainer-controller-manager)
       tool trainer-controller-manager "$TRAINER_VERSION" github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager ;;
+    trainer-controller-manager-v2.0.0)
+      # Cached as $ROOT/trainer-controller-manager-v2.0.0/trainer-controller-manager and linked
+      # as $CURRENT/trainer-controller-manager-v2.0.0, next to the default-version manager.
+      tool trainer-controller-manager "$TRAINER_V20_VERSION" github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager \
+        "trainer-controller-manager-$TRAINER_V20_VERSION" ;;
     kueue)
       tool kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue ;;
     jobset)
       build jobset "$JOBSET_VERSION" "$(jobset_wrapper)" sigs.k8s.io/jobset ;;
     e2e)
-      "$0" kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager kueue versitygw ;;
-    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubectl etcd controller-gen versitygw kwok jobset trainer-controller-manager kueue e2e)"; exit 2 ;;
+      "$0" kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue versitygw ;;
+    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubectl etcd controller-gen versitygw kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue e2e)"; exit 2 ;;
   esac
 done
 log "ready: KUBEBUILDER_ASSETS=$CURRENT"

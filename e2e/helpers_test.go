@@ -1,0 +1,304 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/internal/testobj"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+// plans holds each TrainJob's trainer plan, by namespace/name; a TrainJob's
+// pods take the next plan in its list (one per attempt), the last one repeats.
+var plans sync.Map // string -> []localcluster.TrainerPlan
+
+func setPlans(ns, name string, p ...localcluster.TrainerPlan) { plans.Store(ns+"/"+name, p) }
+
+var attempts sync.Map // pod UID -> plan index, and "ns/name" -> next index
+
+func planFor(pod *corev1.Pod) localcluster.TrainerPlan {
+	key := pod.Namespace + "/" + pod.Labels["jobset.sigs.k8s.io/jobset-name"]
+	v, ok := plans.Load(key)
+	if !ok {
+		return localcluster.TrainerPlan{}
+	}
+	list := v.([]localcluster.TrainerPlan)
+	n, _ := attempts.LoadOrStore(key, new(int))
+	i := *(n.(*int))
+	*(n.(*int)) = i + 1
+	if i >= len(list) {
+		i = len(list) - 1
+	}
+	return list[i]
+}
+
+var nsSeq struct {
+	sync.Mutex
+	n int
+}
+
+// newNamespace creates a namespace with a LocalQueue "user-queue"; it is
+// deleted when the test ends.
+func newNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	nsSeq.Lock()
+	nsSeq.n++
+	name := fmt.Sprintf("%s-%d", prefix, nsSeq.n)
+	nsSeq.Unlock()
+	ctx := context.Background()
+	if err := suite.c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	if suite.c.Opts.Kueue {
+		if err := suite.c.LocalQueue(ctx, name, "user-queue"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dumpOnFailure(t, name)
+	return name
+}
+
+// trainJob starts a TrainJob on the e2e runtime; bound ones heartbeat every second.
+func trainJob(name, ns string) *testobj.TrainJobWrapper {
+	w := testobj.MakeTrainJob(name, ns)
+	w.Spec.RuntimeRef.Name = localcluster.RuntimeName
+	return w
+}
+
+func bound(w *testobj.TrainJobWrapper) *testobj.TrainJobWrapper {
+	return w.Bound().Annotation(jobconfig.HeartbeatIntervalAnnotation, "1s")
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := suite.c.Client.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// eventually retries check every 200ms until it returns nil or timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = check(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after %s: %v", what, timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func getBinding(ns, name string) (*tetherv1.WorkerBinding, error) {
+	wb := &tetherv1.WorkerBinding{}
+	return wb, suite.c.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, wb)
+}
+
+// waitBinding waits until the WorkerBinding satisfies ok (which explains
+// what is missing) and returns it.
+func waitBinding(t *testing.T, ns, name string, timeout time.Duration, what string, ok func(*tetherv1.WorkerBinding) error) *tetherv1.WorkerBinding {
+	t.Helper()
+	var wb *tetherv1.WorkerBinding
+	eventually(t, timeout, what, func() error {
+		var err error
+		if wb, err = getBinding(ns, name); err != nil {
+			return err
+		}
+		if err := ok(wb); err != nil {
+			return fmt.Errorf("%w (phase %s/%s: %s)", err, wb.Status.Phase, wb.Status.Reason, wb.Status.Message)
+		}
+		return nil
+	})
+	logf("%s/%s: %s (phase %s/%s)", ns, name, what, wb.Status.Phase, wb.Status.Reason)
+	return wb
+}
+
+func phaseIs(phase tetherv1.WorkerBindingPhase, reason string) func(*tetherv1.WorkerBinding) error {
+	return func(wb *tetherv1.WorkerBinding) error {
+		if wb.Status.Phase != phase || (reason != "" && wb.Status.Reason != reason) {
+			return fmt.Errorf("want %s/%s", phase, reason)
+		}
+		return nil
+	}
+}
+
+func getTrainJob(t *testing.T, ns, name string) *trainer.TrainJob {
+	t.Helper()
+	tj := &trainer.TrainJob{}
+	if err := suite.c.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, tj); err != nil {
+		t.Fatal(err)
+	}
+	return tj
+}
+
+// trainerPods lists the TrainJob's trainer pods (replicated job "node").
+func trainerPods(t *testing.T, ns, name string) []corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := suite.c.Client.List(context.Background(), &pods, client.InNamespace(ns),
+		client.MatchingLabels{"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": "node"}); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+// injectedPod waits for a running injected trainer pod other than skip.
+func injectedPod(t *testing.T, ns, name string, skip types.UID) *corev1.Pod {
+	t.Helper()
+	var found *corev1.Pod
+	eventually(t, 60*time.Second, "an injected trainer pod of "+name, func() error {
+		for _, p := range trainerPods(t, ns, name) {
+			if p.UID != skip && p.DeletionTimestamp == nil && p.Annotations[jobconfig.PodStatusAnnotation] != "" {
+				found = p.DeepCopy()
+				return nil
+			}
+		}
+		return fmt.Errorf("none yet")
+	})
+	return found
+}
+
+// eventReasons lists the reasons of the Events about the TrainJob, oldest first.
+func eventReasons(t *testing.T, ns, name string) []string {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := suite.c.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "TrainJob" && e.Regarding.Name == name {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
+
+func hasAll(have []string, want ...string) error {
+	set := map[string]bool{}
+	for _, h := range have {
+		set[h] = true
+	}
+	var missing []string
+	for _, w := range want {
+		if !set[w] {
+			missing = append(missing, w)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing %v in %v", missing, have)
+	}
+	return nil
+}
+
+// metricValue sums name{labels...} over the scraped text of every replica
+// (per-job series come from one replica: the session holder or the leader;
+// counters are per replica); labels are matched as substrings of the label
+// set. ok=false if no replica has the series.
+func metricValue(t *testing.T, name string, labels ...string) (float64, bool) {
+	t.Helper()
+	text, err := suite.tether.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return findMetric(text, name, labels...)
+}
+
+var sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$`)
+
+func findMetric(text, name string, labels ...string) (float64, bool) {
+	sum, found := 0.0, false
+	for _, line := range strings.Split(text, "\n") {
+		m := sampleLine.FindStringSubmatch(line)
+		if m == nil || m[1] != name {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			if !strings.Contains(m[2], l) {
+				match = false
+				break
+			}
+		}
+		if match {
+			if v, err := strconv.ParseFloat(m[3], 64); err == nil {
+				sum, found = sum+v, true
+			}
+		}
+	}
+	return sum, found
+}
+
+func jobLabels(ns, name string) []string {
+	return []string{`namespace="` + ns + `"`, `trainjob="` + name + `"`}
+}
+
+
+// podNow is the pod's current state (nil once deleted).
+func podNow(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{}
+	if err := suite.c.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, pod); err != nil {
+		return nil
+	}
+	return pod
+}
+
+// trainerTerminated says whether the pod's trainer container has ended.
+func trainerTerminated(pod *corev1.Pod) bool {
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == "node" && s.State.Terminated != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// dumpOnFailure prints the namespace's pods, TrainJobs and Events when the
+// test failed, so a CI log says where the flow stopped.
+func dumpOnFailure(t *testing.T, ns string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx := context.Background()
+		var pods corev1.PodList
+		_ = suite.c.Client.List(ctx, &pods, client.InNamespace(ns))
+		for _, p := range pods.Items {
+			t.Logf("pod %s: phase %s node %q deleting %v injected %v", p.Name, p.Status.Phase, p.Spec.NodeName,
+				p.DeletionTimestamp != nil, p.Annotations[jobconfig.PodStatusAnnotation] != "")
+			for _, c := range p.Status.Conditions {
+				t.Logf("  condition %s=%s %s %s", c.Type, c.Status, c.Reason, c.Message)
+			}
+		}
+		var tjs trainer.TrainJobList
+		_ = suite.c.Client.List(ctx, &tjs, client.InNamespace(ns))
+		for _, tj := range tjs.Items {
+			t.Logf("trainjob %s: suspend %v conditions %+v", tj.Name, ptr.Deref(tj.Spec.Suspend, false), tj.Status.Conditions)
+		}
+		var evs corev1.EventList
+		_ = suite.c.Client.List(ctx, &evs, client.InNamespace(ns))
+		for _, e := range evs.Items {
+			t.Logf("event %s/%s %s: %s", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+		}
+	})
+}

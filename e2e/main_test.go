@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tether-dev/tether/internal/localcluster"
+)
+
+// suite is the cluster every scenario but the Trainer v2.0.0 one shares.
+var suite struct {
+	c      *localcluster.Cluster
+	tether *localcluster.Tether
+	runner *localcluster.PodRunner
+}
+
+var timings struct {
+	sync.Mutex
+	lines []string
+}
+
+// controlPlaneArgs make the control plane's clocks short enough for a test:
+// status written at most every 2s, a missing manifest reported after 20s.
+var controlPlaneArgs = []string{"--status-interval=2s", "--artifact-grace=20s", "--missed-heartbeats=3"}
+
+// sidecarEnv shortens the sidecar's optional sync settings (not what the
+// webhook injects) so checkpoints upload within a second or two.
+var sidecarEnv = []string{"TETHER_SYNC_INTERVAL=1s", "TETHER_SETTLE_TIME=1s"}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("TETHER_E2E") != "1" {
+		fmt.Println("e2e: skipped (set TETHER_E2E=1 or run `make e2e`; it starts a full local cluster)")
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	start := time.Now()
+	c, err := localcluster.Start(ctx, localcluster.Options{Kueue: true, KeepDir: os.Getenv("TETHER_E2E_KEEP") == "1", Log: logf})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: starting the local cluster:", err)
+		return 1
+	}
+	defer func() {
+		if err := c.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: stopping the local cluster:", err)
+		}
+	}()
+	logf("cluster up in %.1fs (dir %s)", time.Since(start).Seconds(), c.Dir)
+	t0 := time.Now()
+	tether, err := c.StartTether(ctx, localcluster.TetherOptions{Replicas: 2, S3: true, Args: controlPlaneArgs})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: starting Tether:", err)
+		return 1
+	}
+	logf("tether control plane up (2 replicas, S3) in %.1fs", time.Since(t0).Seconds())
+	runner := c.NewPodRunner()
+	runner.SidecarEnv = sidecarEnv
+	runner.Plan = planFor
+	runner.Start(ctx)
+	suite.c, suite.tether, suite.runner = c, tether, runner
+	recordTiming("setup: cluster + Tether", time.Since(start))
+
+	code := m.Run()
+
+	timings.Lock()
+	sort.Strings(timings.lines)
+	fmt.Println("e2e wall times:\n  " + strings.Join(timings.lines, "\n  "))
+	timings.Unlock()
+	fmt.Printf("e2e total (incl. setup, before teardown): %.1fs\n", time.Since(start).Seconds())
+	return code
+}
+
+func logf(format string, args ...any) {
+	fmt.Printf("[e2e %s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+func recordTiming(name string, d time.Duration) {
+	timings.Lock()
+	defer timings.Unlock()
+	timings.lines = append(timings.lines, fmt.Sprintf("%-45s %6.1fs", name, d.Seconds()))
+}
+
+// timed records a scenario's wall time when it ends.
+func timed(t *testing.T) {
+	start := time.Now()
+	t.Cleanup(func() {
+		status := "ok"
+		if t.Failed() {
+			status = "FAILED"
+		}
+		recordTiming(t.Name()+" ("+status+")", time.Since(start))
+	})
+}

@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/ptr"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+// Scenario 1: a labeled TrainJob in a Kueue queue is suspended, admitted,
+// its pod injected; the worker registers, heartbeats, reports progress and
+// uploads checkpoints while training; the trainer exits 0, the manifest is
+// verified and the binding succeeds.
+func TestScenario1HappyPathWithKueue(t *testing.T) {
+	timed(t)
+	ns := newNamespace(t, "happy")
+	const name = "llm-finetune"
+	setPlans(ns, name, localcluster.TrainerPlan{Steps: 10, CheckpointEvery: 2, StepInterval: 800 * time.Millisecond})
+	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
+	create(t, tj)
+
+	// Kueue's webhook suspended it; Tether's stamped the binding identity.
+	if !ptr.Deref(tj.Spec.Suspend, false) {
+		t.Fatalf("Kueue did not suspend the queued TrainJob at creation: spec.suspend=%v", tj.Spec.Suspend)
+	}
+	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	if jobID == "" || tj.Annotations[jobconfig.WorkerIDAnnotation] == "" {
+		t.Fatalf("TrainJob webhook did not stamp identity: %v", tj.Annotations)
+	}
+	waitBinding(t, ns, name, 30*time.Second, "binding created while queued", func(wb *tetherv1.WorkerBinding) error {
+		if wb.Spec.JobID != jobID {
+			return fmt.Errorf("job id %q, want %q", wb.Spec.JobID, jobID)
+		}
+		return nil
+	})
+
+	// Kueue admits: the TrainJob is unsuspended and its pod is injected.
+	eventually(t, 60*time.Second, "Kueue admits the TrainJob", func() error {
+		if got := getTrainJob(t, ns, name); ptr.Deref(got.Spec.Suspend, false) {
+			return fmt.Errorf("still suspended")
+		}
+		return nil
+	})
+	pod := injectedPod(t, ns, name, "")
+	if pod.Labels["kueue.x-k8s.io/podset"] == "" {
+		t.Errorf("pod %s has no kueue.x-k8s.io/podset label: was it admitted by Kueue? labels %v", pod.Name, pod.Labels)
+	}
+	sidecar := pod.Spec.InitContainers[len(pod.Spec.InitContainers)-1]
+	if sidecar.RestartPolicy == nil || *sidecar.RestartPolicy != "Always" {
+		t.Fatalf("injected container %s is not a native sidecar", sidecar.Name)
+	}
+
+	// Registered, then heartbeating with progress, on the binding and in /metrics.
+	wb := waitBinding(t, ns, name, 60*time.Second, "registered and heartbeating", phaseIs(tetherv1.PhaseRunning, ""))
+	if wb.Status.Worker == nil || wb.Status.Worker.PodUID != string(pod.UID) {
+		t.Fatalf("registered worker %+v, want pod %s", wb.Status.Worker, pod.UID)
+	}
+	first := wb.Status.LastHeartbeatTime.Time
+	wb = waitBinding(t, ns, name, 30*time.Second, "progress and newer heartbeats", func(wb *tetherv1.WorkerBinding) error {
+		if wb.Status.Progress == nil || wb.Status.Progress.Step == nil || *wb.Status.Progress.Step < 2 {
+			return fmt.Errorf("no progress yet")
+		}
+		if !wb.Status.LastHeartbeatTime.After(first) {
+			return fmt.Errorf("heartbeat time not advancing")
+		}
+		return nil
+	})
+	eventually(t, 20*time.Second, "per-job series in /metrics", func() error {
+		if v, ok := metricValue(t, "tether_job_session_connected", jobLabels(ns, name)...); !ok || v != 1 {
+			return fmt.Errorf("tether_job_session_connected=%v (present %v)", v, ok)
+		}
+		if v, ok := metricValue(t, "tether_job_progress_step", jobLabels(ns, name)...); !ok || v < 2 {
+			return fmt.Errorf("tether_job_progress_step=%v", v)
+		}
+		if v, ok := metricValue(t, "tether_job_heartbeat_age_seconds", jobLabels(ns, name)...); !ok || v > 5 {
+			return fmt.Errorf("tether_job_heartbeat_age_seconds=%v", v)
+		}
+		if v, ok := metricValue(t, "tether_job_phase", append(jobLabels(ns, name), `phase="Running"`)...); !ok || v != 1 {
+			return fmt.Errorf("tether_job_phase{phase=Running}=%v", v)
+		}
+		return nil
+	})
+
+	// A checkpoint is stored, verified, while the trainer still runs.
+	dir := suite.runner.ArtifactDir(pod)
+	eventually(t, 30*time.Second, "a checkpoint verified during training", func() error {
+		stored := storedETags(t, jobID)
+		local := localFiles(t, dir)
+		for rel, etag := range stored {
+			if strings.HasPrefix(rel, "checkpoints/") && local[rel] == etag {
+				return nil
+			}
+		}
+		return fmt.Errorf("no checkpoint stored yet (stored %v)", stored)
+	})
+	if p := podNow(t, ns, pod.Name); p == nil || trainerTerminated(p) {
+		t.Fatal("the trainer had already exited: the checkpoint was not uploaded during training")
+	}
+
+	// The trainer exits 0; the manifest is verified; Succeeded.
+	wb = waitBinding(t, ns, name, 90*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
+	a := wb.Status.Artifacts
+	if a == nil || !a.ManifestVerified || ptr.Deref(wb.Status.TrainerExitCode, -1) != 0 {
+		t.Fatalf("succeeded without a verified manifest or exit 0: %+v exit %v", a, wb.Status.TrainerExitCode)
+	}
+	local := localFiles(t, dir)
+	if err := sameFiles(local, storedETags(t, jobID)); err != nil {
+		t.Fatalf("stored artifacts differ from the trainer's files: %v", err)
+	}
+	if int(a.Files) != len(local) {
+		t.Errorf("manifest lists %d files, the trainer wrote %d", a.Files, len(local))
+	}
+	if _, ok := local["model/final.safetensors"]; !ok {
+		t.Errorf("no final model among %v", local)
+	}
+	eventually(t, 60*time.Second, "TrainJob Complete", func() error {
+		if !meta.IsStatusConditionTrue(getTrainJob(t, ns, name).Status.Conditions, "Complete") {
+			return fmt.Errorf("not Complete")
+		}
+		return nil
+	})
+	eventually(t, 20*time.Second, "Events on the TrainJob", func() error {
+		return hasAll(eventReasons(t, ns, name), "TokenIssued", "Injected", "Registered", "TrainerSucceeded")
+	})
+	eventually(t, 20*time.Second, "phase and bytes in /metrics", func() error {
+		if v, ok := metricValue(t, "tether_job_phase", append(jobLabels(ns, name), `phase="Succeeded"`)...); !ok || v != 1 {
+			return fmt.Errorf("tether_job_phase{phase=Succeeded}=%v", v)
+		}
+		if v, ok := metricValue(t, "tether_artifacts_verified_files_total"); !ok || v < float64(len(local)) {
+			return fmt.Errorf("tether_artifacts_verified_files_total=%v, want >= %d", v, len(local))
+		}
+		return nil
+	})
+	logf("scenario 1: %d files, %d bytes verified; manifest %s", a.Files, a.Bytes, a.Manifest)
+}

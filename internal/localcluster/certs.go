@@ -1,0 +1,108 @@
+package localcluster
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// caNames are the CA names the other controllers' rotators check.
+var caNames = []string{"kueue-ca", "kubeflow-trainer-ca"}
+
+// servingNames are the serving certificate's DNS names: localhost, and the
+// Service names the other controllers' rotators check before they accept a
+// pre-populated certificate instead of making their own.
+var servingNames = []string{"localhost",
+	"kueue-webhook-service.kueue-system.svc",
+	"kubeflow-trainer-controller-manager.kubeflow-system.svc",
+}
+
+// CA signs the serving certificates of every webhook in the cluster: one CA
+// for all loopback webhooks, put into each configuration's caBundle.
+type CA struct {
+	CertPEM []byte
+	KeyPEM  []byte
+	cert    *x509.Certificate
+	key     *rsa.PrivateKey
+}
+
+func newCA() (*CA, error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "tether-localcluster-ca"},
+		// The cert-controller rotators of Kueue and Trainer v2.0.0 keep a
+		// pre-populated CA only if it verifies for their CA names and is
+		// valid beyond their 90-day lookahead.
+		DNSNames:              caNames,
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(2 * 365 * 24 * time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	// PKCS#1 RSA: the only key format cert-controller's rotators parse.
+	keyDER := x509.MarshalPKCS1PrivateKey(key)
+	return &CA{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: keyDER}), cert: cert, key: key}, nil
+}
+
+// writeServingCert writes tls.crt, tls.key and ca.crt for 127.0.0.1 and
+// localhost into dir (the layout controller-runtime and Tether read).
+func (ca *CA) writeServingCert(dir string) error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "localhost"},
+		DNSNames:     servingNames,
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(2 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return err
+	}
+	keyDER := x509.MarshalPKCS1PrivateKey(key)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: keyDER}),
+		"ca.crt":  ca.CertPEM,
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}

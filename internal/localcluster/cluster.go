@@ -1,0 +1,319 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	tetherv1alpha1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/internal/testenv"
+)
+
+// Versions of the components; they match hack/testbin.sh.
+const (
+	TrainerV23    = "v2.3.0"
+	TrainerV20    = "v2.0.0"
+	JobSetVersion = "v0.12.0"
+	KueueVersion  = "v0.17.0"
+)
+
+// Options choose what the cluster runs.
+type Options struct {
+	// Dir holds logs, certificates, kubeconfigs and artifacts (default: a
+	// new temporary directory, removed by Stop unless KeepDir).
+	Dir     string
+	KeepDir bool
+	// TrainerVersion is TrainerV23 (default) or TrainerV20.
+	TrainerVersion string
+	// Kueue starts Kueue and a ClusterQueue (needs Trainer >= v2.2).
+	Kueue bool
+	// Nodes is the number of kwok nodes (default 2), each 16 CPU / 64 GiB.
+	Nodes int
+	// Log receives one line per step (nil: silent).
+	Log func(format string, args ...any)
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	Opts Options
+	Dir  string
+	// Assets is the directory of the binaries hack/testbin.sh built.
+	Assets string
+	// Kubeconfig is an admin kubeconfig (system:masters) for kubectl.
+	Kubeconfig string
+	Config     *rest.Config
+	Client     client.Client
+	Clientset  kubernetes.Interface
+	Scheme     *runtime.Scheme
+	CA         *CA
+	CertDir    string
+
+	env *envtest.Environment
+
+	mu        sync.Mutex
+	processes []*Process
+	stops     []func() error
+}
+
+// Start brings up the cluster: etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler, kwok with fake nodes, JobSet, Trainer and (optionally) Kueue.
+// On error everything started so far is stopped.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	if opts.TrainerVersion == "" {
+		opts.TrainerVersion = TrainerV23
+	}
+	if opts.Nodes == 0 {
+		opts.Nodes = 2
+	}
+	if opts.Log == nil {
+		opts.Log = func(string, ...any) {}
+	}
+	if opts.Kueue && opts.TrainerVersion == TrainerV20 {
+		return nil, errors.New("kueue v0.17 needs Trainer >= v2.2: start Trainer v2.0.0 without Kueue")
+	}
+	c = &Cluster{Opts: opts, Dir: opts.Dir}
+	if c.Dir == "" {
+		if c.Dir, err = os.MkdirTemp("", "tether-localcluster-"); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if err != nil {
+			_ = c.Stop()
+			c = nil
+		}
+	}()
+	if c.Assets, err = assets(); err != nil {
+		return c, err
+	}
+	if c.CA, err = newCA(); err != nil {
+		return c, err
+	}
+	c.CertDir = filepath.Join(c.Dir, "certs")
+	if err = c.CA.writeServingCert(c.CertDir); err != nil {
+		return c, err
+	}
+	steps := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"kube-apiserver and etcd", c.startAPIServer},
+		{"kube-controller-manager", c.startControllerManager},
+		{"kube-scheduler", c.startScheduler},
+		{"kwok and fake nodes", c.startKwok},
+		{"jobset " + JobSetVersion, c.startJobSet},
+		{"trainer " + opts.TrainerVersion, c.startTrainer},
+	}
+	if opts.Kueue {
+		steps = append(steps, struct {
+			name string
+			fn   func(context.Context) error
+		}{"kueue " + KueueVersion, c.startKueue})
+	}
+	for _, s := range steps {
+		start := time.Now()
+		if err = s.fn(ctx); err != nil {
+			return c, fmt.Errorf("starting %s: %w", s.name, err)
+		}
+		opts.Log("started %s (%.1fs)", s.name, time.Since(start).Seconds())
+	}
+	return c, nil
+}
+
+// Stop stops every process the cluster started, newest first, then etcd and
+// kube-apiserver, and removes the directory unless Options.KeepDir.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	procs, stops := c.processes, c.stops
+	c.processes, c.stops = nil, nil
+	c.mu.Unlock()
+	var errs []error
+	for i := len(stops) - 1; i >= 0; i-- {
+		errs = append(errs, stops[i]())
+	}
+	for i := len(procs) - 1; i >= 0; i-- {
+		errs = append(errs, procs[i].Stop(5*time.Second))
+	}
+	if c.env != nil {
+		errs = append(errs, c.env.Stop())
+	}
+	if !c.Opts.KeepDir && c.Dir != "" && c.Opts.Dir == "" {
+		_ = os.RemoveAll(c.Dir)
+	}
+	return errors.Join(errs...)
+}
+
+// PIDs lists the processes the cluster started and still tracks.
+func (c *Cluster) PIDs() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var pids []int
+	for _, p := range c.processes {
+		pids = append(pids, p.PID())
+	}
+	return pids
+}
+
+// start starts a tracked process; Stop stops it.
+func (c *Cluster) start(name, bin string, args []string, env ...string) (*Process, error) {
+	p, err := startProcess(c.logDir(), name, bin, args, env)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.processes = append(c.processes, p)
+	c.mu.Unlock()
+	return p, nil
+}
+
+// untrack forgets p (it was stopped by its owner).
+func (c *Cluster) untrack(p *Process) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, q := range c.processes {
+		if q == p {
+			c.processes = append(c.processes[:i], c.processes[i+1:]...)
+			return
+		}
+	}
+}
+
+func (c *Cluster) onStop(fn func() error) {
+	c.mu.Lock()
+	c.stops = append(c.stops, fn)
+	c.mu.Unlock()
+}
+
+func (c *Cluster) logDir() string {
+	d := filepath.Join(c.Dir, "logs")
+	_ = os.MkdirAll(d, 0o700)
+	return d
+}
+
+func (c *Cluster) bin(name string) string { return filepath.Join(c.Assets, name) }
+
+// startAPIServer starts etcd and kube-apiserver through envtest (which
+// builds their flags, certificates and an admin user) and writes an admin
+// kubeconfig.
+func (c *Cluster) startAPIServer(ctx context.Context) error {
+	c.Scheme = runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, tetherv1alpha1.AddToScheme, trainer.AddToScheme} {
+		if err := add(c.Scheme); err != nil {
+			return err
+		}
+	}
+	c.env = &envtest.Environment{BinaryAssetsDirectory: c.Assets, Scheme: c.Scheme}
+	// The apiserver must not publish its own Endpoints (no Service network here).
+	c.env.ControlPlane.GetAPIServer().Configure().Set("endpoint-reconciler-type", "none")
+	cfg, err := c.env.Start()
+	if err != nil {
+		return fmt.Errorf("envtest with binaries from %s: %w", c.Assets, err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	c.Config = cfg
+	if c.Client, err = client.New(cfg, client.Options{Scheme: c.Scheme}); err != nil {
+		return err
+	}
+	if c.Clientset, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	admin, err := c.env.ControlPlane.AddUser(envtest.User{Name: "localcluster-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kc, err := admin.KubeConfig()
+	if err != nil {
+		return err
+	}
+	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
+	return os.WriteFile(c.Kubeconfig, kc, 0o600)
+}
+
+// installCRDs applies CRDs and waits until they are established.
+func (c *Cluster) installCRDs(ctx context.Context, crds []*unstructured.Unstructured) error {
+	if err := apply(ctx, c.Client, crds...); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, u := range crds {
+		for {
+			var crd apiextensionsv1.CustomResourceDefinition
+			if err := c.Client.Get(ctx, client.ObjectKey{Name: u.GetName()}, &crd); err != nil {
+				return err
+			}
+			if established(&crd) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("CRD %s not established after 30s", u.GetName())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, cond := range crd.Status.Conditions {
+		if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// assets is $KUBEBUILDER_ASSETS, else what hack/testbin.sh prints.
+func assets() (string, error) {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		out, err := exec.Command("bash", filepath.Join(testenv.RepoRoot(), "hack", "testbin.sh"), "--print-dir").Output()
+		if err != nil {
+			return "", fmt.Errorf("hack/testbin.sh --print-dir: %w", err)
+		}
+		dir = strings.TrimSpace(string(out))
+	}
+	var missing []string
+	for _, b := range []string{"kube-apiserver", "etcd", "kubectl", "kube-controller-manager", "kube-scheduler", "kwok", "jobset", "trainer-controller-manager", "kueue"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			missing = append(missing, b)
+		}
+	}
+	if len(missing) > 0 {
+		return "", fmt.Errorf("%s not built in %s: run `hack/testbin.sh e2e` (or `make e2e`) to build them from the Go module proxy", strings.Join(missing, ", "), dir)
+	}
+	return dir, nil
+}
+
+// moduleDir is the module cache directory of module@version (downloaded if
+// needed; hack/testbin.sh already fetched it when it built the binary).
+func moduleDir(module, version string) (string, error) {
+	cmd := exec.Command("go", "mod", "download", "-json", module+"@"+version)
+	cmd.Dir = testenv.RepoRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go mod download %s@%s: %w", module, version, err)
+	}
+	const key = `"Dir": "`
+	i := strings.Index(string(out), key)
+	if i < 0 {
+		return "", fmt.Errorf("go mod download %s@%s: no Dir in %s", module, version, out)
+	}
+	rest := string(out)[i+len(key):]
+	return rest[:strings.Index(rest, `"`)], nil
+}

@@ -1,0 +1,418 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+// TrainerPlan is what the trainer stand-in of one pod does (its flags).
+type TrainerPlan struct {
+	Steps, CheckpointEvery, ExitCode, StartStep int
+	StepInterval                                time.Duration
+}
+
+func (p TrainerPlan) args(dir string) []string {
+	args := []string{"--artifacts=" + dir}
+	if p.Steps > 0 {
+		args = append(args, fmt.Sprintf("--steps=%d", p.Steps))
+	}
+	if p.CheckpointEvery > 0 {
+		args = append(args, fmt.Sprintf("--checkpoint-every=%d", p.CheckpointEvery))
+	}
+	if p.StepInterval > 0 {
+		args = append(args, "--step-interval="+p.StepInterval.String())
+	}
+	if p.StartStep > 0 {
+		args = append(args, fmt.Sprintf("--start-step=%d", p.StartStep))
+	}
+	return append(args, fmt.Sprintf("--exit-code=%d", p.ExitCode))
+}
+
+// PodRunner plays the kubelet for the pods Tether injected (kwok makes them
+// Running but runs nothing). For each such pod it runs the real cmd/sidecar
+// binary with the environment the pod spec gives it (downward API resolved
+// from the Pod object), the token and CA from the Secret the pod mounts, and
+// the artifact volume as a host directory; next to it the trainer stand-in
+// in place of the trainer container. When the trainer exits it records the
+// exit code in the Pod's status, SIGTERMs the sidecar (as the kubelet does
+// with native sidecars once the main containers end), and finishes the pod.
+// When the pod is deleted (eviction, preemption) it SIGTERMs the trainer,
+// then the sidecar, waits up to the grace period, and removes the pod.
+type PodRunner struct {
+	c          *Cluster
+	sidecarBin string
+	trainerBin string
+	// Plan chooses each pod's trainer behaviour (default: TrainerPlan{}).
+	Plan func(pod *corev1.Pod) TrainerPlan
+	// ArtifactDir maps a pod to the host directory of its artifact volume.
+	// Default: one directory per TrainJob, kept across pods, as a
+	// PersistentVolumeClaim would be (so a resumed attempt sees the files of
+	// the one before).
+	ArtifactDir func(pod *corev1.Pod) string
+	// SidecarEnv is added to every sidecar's environment (optional settings
+	// such as TETHER_SYNC_INTERVAL, never what the webhook injects).
+	SidecarEnv []string
+
+	mu   sync.Mutex
+	pods map[types.UID]*runningPod
+	stop chan struct{}
+	done chan struct{}
+}
+
+type runningPod struct {
+	key       types.NamespacedName
+	sidecar   *Process
+	trainer   *Process
+	finishing bool
+	finished  bool
+	lastErr   string
+}
+
+// NewPodRunner prepares a runner; binaries come from StartTether's build.
+func (c *Cluster) NewPodRunner() *PodRunner {
+	binDir := filepath.Join(c.Dir, "bin")
+	r := &PodRunner{
+		c:          c,
+		sidecarBin: filepath.Join(binDir, "sidecar"),
+		trainerBin: filepath.Join(binDir, "trainer-standin"),
+		Plan:       func(*corev1.Pod) TrainerPlan { return TrainerPlan{} },
+		pods:       map[types.UID]*runningPod{},
+	}
+	r.ArtifactDir = func(pod *corev1.Pod) string {
+		return filepath.Join(c.Dir, "volumes", pod.Namespace, pod.Labels["jobset.sigs.k8s.io/jobset-name"], "artifacts")
+	}
+	return r
+}
+
+// Start begins watching pods (a 100ms poll of the API server).
+func (r *PodRunner) Start(ctx context.Context) {
+	r.stop, r.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(r.done)
+		for {
+			r.sync(ctx)
+			select {
+			case <-r.stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	r.c.onStop(r.Stop)
+}
+
+// Stop ends the watch and kills every process it started.
+func (r *PodRunner) Stop() error {
+	if r.stop == nil {
+		return nil
+	}
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+	<-r.done
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rp := range r.pods {
+		for _, p := range []*Process{rp.trainer, rp.sidecar} {
+			if p != nil {
+				_ = p.Signal(syscall.SIGCONT)
+				_ = p.Stop(2 * time.Second)
+			}
+		}
+	}
+	return nil
+}
+
+// Sidecar is the sidecar process of the pod (nil if not started).
+func (r *PodRunner) Sidecar(pod types.UID) *Process {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rp := r.pods[pod]; rp != nil {
+		return rp.sidecar
+	}
+	return nil
+}
+
+func (r *PodRunner) sync(ctx context.Context) {
+	var pods corev1.PodList
+	if err := r.c.Client.List(ctx, &pods); err != nil {
+		return
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.Annotations[jobconfig.PodStatusAnnotation] == "" || pod.Spec.NodeName == "" {
+			continue
+		}
+		r.mu.Lock()
+		rp := r.pods[pod.UID]
+		if rp == nil {
+			rp = &runningPod{key: client.ObjectKeyFromObject(pod)}
+			r.pods[pod.UID] = rp
+		}
+		r.mu.Unlock()
+		switch {
+		case rp.finished:
+		case pod.DeletionTimestamp != nil && !rp.finishing:
+			rp.finishing = true
+			go r.terminate(ctx, rp, pod)
+		case pod.Status.Phase == corev1.PodRunning && rp.sidecar == nil && !rp.finishing:
+			if err := r.startPod(ctx, rp, pod); err != nil {
+				// As the kubelet does with a missing Secret volume: the pod
+				// waits (ContainerCreating) and the mount is retried.
+				if msg := err.Error(); msg != rp.lastErr {
+					r.c.Opts.Log("pod %s: waiting: %v", rp.key, err)
+					rp.lastErr = msg
+				}
+				continue
+			}
+			go r.watchTrainer(ctx, rp)
+		}
+	}
+}
+
+// startPod starts the pod's sidecar, then its trainer.
+func (r *PodRunner) startPod(ctx context.Context, rp *runningPod, pod *corev1.Pod) error {
+	dir := filepath.Join(r.c.Dir, "pods", pod.Namespace, pod.Name+"-"+string(pod.UID)[:8])
+	tokenDir, artifacts := filepath.Join(dir, "token"), r.ArtifactDir(pod)
+	for _, d := range []string{tokenDir, artifacts} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	secretName := tokenSecretOf(pod)
+	if secretName == "" {
+		return fmt.Errorf("no token Secret volume in the injected pod")
+	}
+	var secret corev1.Secret
+	if err := r.c.Client.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: secretName}, &secret); err != nil {
+		return fmt.Errorf("token Secret %s: %w", secretName, err)
+	}
+	for k, v := range secret.Data {
+		if err := os.WriteFile(filepath.Join(tokenDir, k), v, 0o600); err != nil {
+			return err
+		}
+	}
+	var env []string
+	for k, v := range testenv.SidecarEnv(pod) {
+		switch k {
+		case binding.EnvTokenFile:
+			v = filepath.Join(tokenDir, filepath.Base(v))
+		case binding.EnvCAFile:
+			v = filepath.Join(tokenDir, filepath.Base(v))
+		case binding.EnvArtifactDir:
+			v = artifacts
+		}
+		env = append(env, k+"="+v)
+	}
+	env = append(env, r.SidecarEnv...)
+	logDir := filepath.Dir(dir)
+	sidecar, err := startProcess(logDir, filepath.Base(dir)+"-sidecar", r.sidecarBin, nil, env)
+	if err != nil {
+		return err
+	}
+	trainer, err := startProcess(logDir, filepath.Base(dir)+"-trainer", r.trainerBin, r.Plan(pod).args(artifacts), nil)
+	if err != nil {
+		_ = sidecar.Stop(time.Second)
+		return err
+	}
+	r.mu.Lock()
+	rp.sidecar, rp.trainer = sidecar, trainer
+	r.mu.Unlock()
+	return nil
+}
+
+// watchTrainer finishes the pod when its trainer exits by itself.
+func (r *PodRunner) watchTrainer(ctx context.Context, rp *runningPod) {
+	<-rp.trainer.Done()
+	r.mu.Lock()
+	if rp.finishing {
+		r.mu.Unlock()
+		return // terminate() owns the pod now
+	}
+	rp.finishing = true
+	r.mu.Unlock()
+	code := exitCode(rp.trainer)
+	// The kubelet first reports the trainer's end (the pod is still Running
+	// while its sidecar stops), then SIGTERMs the sidecar, then the pod ends.
+	_ = r.updateStatus(ctx, rp.key, func(pod *corev1.Pod) { setTerminated(pod, false, code) })
+	sidecarCode := r.stopSidecar(rp, gracePeriod(ctx, r.c.Client, rp.key))
+	_ = r.updateStatus(ctx, rp.key, func(pod *corev1.Pod) {
+		setTerminated(pod, true, sidecarCode)
+		pod.Status.Phase = corev1.PodSucceeded
+		if code != 0 {
+			pod.Status.Phase = corev1.PodFailed
+		}
+		setReady(pod, false)
+	})
+	rp.finished = true
+}
+
+// terminate handles a deleted pod: SIGTERM the trainer, then the sidecar
+// (within the grace period), record their ends, and remove the pod.
+func (r *PodRunner) terminate(ctx context.Context, rp *runningPod, pod *corev1.Pod) {
+	grace := 30 * time.Second
+	if pod.DeletionGracePeriodSeconds != nil {
+		grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	}
+	deadline := time.Now().Add(grace)
+	r.mu.Lock()
+	trainer := rp.trainer
+	r.mu.Unlock()
+	if trainer != nil {
+		_ = trainer.Signal(syscall.SIGTERM)
+		select {
+		case <-trainer.Done():
+		case <-time.After(time.Until(deadline)):
+			_ = trainer.Signal(syscall.SIGKILL)
+			<-trainer.Done()
+		}
+		code := exitCode(trainer)
+		_ = r.updateStatus(ctx, rp.key, func(p *corev1.Pod) { setTerminated(p, false, code) })
+		code = r.stopSidecar(rp, time.Until(deadline))
+		_ = r.updateStatus(ctx, rp.key, func(p *corev1.Pod) {
+			setTerminated(p, true, code)
+			p.Status.Phase = corev1.PodFailed
+			setReady(p, false)
+		})
+	}
+	err := r.c.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: rp.key.Namespace, Name: rp.key.Name, UID: pod.UID}},
+		client.GracePeriodSeconds(0), client.Preconditions{UID: ptr.To(pod.UID)})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		r.c.Opts.Log("deleting pod %s: %v", rp.key, err)
+	}
+	rp.finished = true
+}
+
+// stopSidecar sends SIGTERM (and SIGCONT, should a test have paused it) and
+// waits up to grace before SIGKILL; it returns the sidecar's exit code.
+func (r *PodRunner) stopSidecar(rp *runningPod, grace time.Duration) int32 {
+	r.mu.Lock()
+	s := rp.sidecar
+	r.mu.Unlock()
+	if s == nil {
+		return 0
+	}
+	_ = s.Signal(syscall.SIGTERM)
+	_ = s.Signal(syscall.SIGCONT)
+	select {
+	case <-s.Done():
+	case <-time.After(max(grace, 0)):
+		_ = s.Signal(syscall.SIGKILL)
+		<-s.Done()
+	}
+	return exitCode(s)
+}
+
+func (r *PodRunner) updateStatus(ctx context.Context, key types.NamespacedName, mutate func(*corev1.Pod)) error {
+	for range 20 {
+		var pod corev1.Pod
+		if err := r.c.Client.Get(ctx, key, &pod); err != nil {
+			return err
+		}
+		mutate(&pod)
+		err := r.c.Client.Status().Update(ctx, &pod)
+		if err == nil || !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("pod %s: status update kept conflicting", key)
+}
+
+func gracePeriod(ctx context.Context, c client.Client, key types.NamespacedName) time.Duration {
+	var pod corev1.Pod
+	if err := c.Get(ctx, key, &pod); err == nil && pod.Spec.TerminationGracePeriodSeconds != nil {
+		return time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return 30 * time.Second
+}
+
+// setTerminated marks the trainer containers (sidecar=false) or the injected
+// sidecar (sidecar=true) terminated with code.
+func setTerminated(pod *corev1.Pod, sidecar bool, code int32) {
+	now := metav1.Now()
+	state := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason(code), FinishedAt: now}}
+	statuses := pod.Status.ContainerStatuses
+	if sidecar {
+		statuses = pod.Status.InitContainerStatuses
+	}
+	for i := range statuses {
+		if statuses[i].State.Terminated != nil {
+			continue
+		}
+		if sidecar && i != len(statuses)-1 {
+			continue // the injected sidecar is the last init container
+		}
+		statuses[i].State = state
+		statuses[i].Ready = false
+		statuses[i].Started = ptr.To(false)
+	}
+}
+
+func setReady(pod *corev1.Pod, ready bool) {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodReady || pod.Status.Conditions[i].Type == corev1.ContainersReady {
+			pod.Status.Conditions[i].Status = status
+		}
+	}
+}
+
+func reason(code int32) string {
+	if code == 0 {
+		return "Completed"
+	}
+	return "Error"
+}
+
+func exitCode(p *Process) int32 {
+	_, err := p.Exited()
+	if err == nil {
+		return 0
+	}
+	if ee, ok := err.(interface{ ExitCode() int }); ok {
+		if c := ee.ExitCode(); c >= 0 {
+			return int32(c)
+		}
+		// Killed by a signal: 128 + signal, as a container runtime reports.
+		if ws, ok := err.(interface{ Sys() any }); ok {
+			if st, ok := ws.Sys().(syscall.WaitStatus); ok && st.Signaled() {
+				return 128 + int32(st.Signal())
+			}
+		}
+	}
+	return 1
+}
+
+// tokenSecretOf is the Secret of the pod's Tether token volume.
+func tokenSecretOf(pod *corev1.Pod) string {
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret != nil && strings.HasSuffix(v.Secret.SecretName, "-tether-token") {
+			return v.Secret.SecretName
+		}
+	}
+	return ""
+}

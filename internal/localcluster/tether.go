@@ -1,0 +1,371 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	"github.com/tether-dev/tether/internal/testenv"
+)
+
+// TetherOptions configure Tether's control plane in the cluster.
+type TetherOptions struct {
+	// Replicas of cmd/webhook (default 1); they share one leader lease.
+	Replicas int
+	// S3 stores artifacts in versitygw (required with more than one
+	// replica); otherwise the fs backend in <Dir>/artifacts.
+	S3 bool
+	// Args are extra control-plane flags (e.g. --status-interval=2s).
+	Args []string
+}
+
+// Tether is Tether's control plane running in the cluster: replicas of the
+// real cmd/webhook binary under the ServiceAccount and RBAC that
+// manifests/overlays/self-managed ships, behind loopback "Services" for the
+// webhook and the binding server.
+type Tether struct {
+	c          *Cluster
+	opts       TetherOptions
+	bin        string
+	kubeconfig string
+	args       []string
+	webhookLB  *balancer
+	bindingLB  *balancer
+	// ArtifactDir is the fs backend's directory ("" with S3).
+	ArtifactDir string
+	// S3 is the artifact store with TetherOptions.S3.
+	S3 *S3
+
+	mu       sync.Mutex
+	replicas []*Replica
+	stopPoll chan struct{}
+	pollDone chan struct{}
+}
+
+// Replica is one control-plane process.
+type Replica struct {
+	Index                                             int
+	WebhookAddr, BindingAddr, MetricsAddr, HealthAddr string
+	proc                                              *Process
+	terminating                                       bool
+}
+
+// Process is the replica's current process.
+func (r *Replica) Process() *Process { return r.proc }
+
+// BindingURL is the URL the injected sidecars use (the binding "Service").
+func (t *Tether) BindingURL() string { return "https://" + t.bindingLB.Addr() }
+
+// BuildBinaries builds ./cmd/webhook, ./cmd/sidecar and the trainer stand-in
+// into dir (the Go build cache makes repeat builds fast).
+func BuildBinaries(dir string) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-o", dir+string(filepath.Separator), "./cmd/webhook", "./cmd/sidecar", "./internal/localcluster/trainer-standin")
+	cmd.Dir = testenv.RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// StartTether installs manifests/overlays/self-managed (everything but the
+// Deployment: its CRD, namespace, ServiceAccount, RBAC, and the webhook
+// configuration rewritten to the loopback webhook "Service"), then starts the
+// replicas with the ServiceAccount's token, and waits until they are ready.
+func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether, error) {
+	if opts.Replicas == 0 {
+		opts.Replicas = 1
+	}
+	if opts.Replicas > 1 && !opts.S3 {
+		return nil, errors.New("more than one replica needs a shared artifact store: set TetherOptions.S3")
+	}
+	binDir := filepath.Join(c.Dir, "bin")
+	if err := BuildBinaries(binDir); err != nil {
+		return nil, err
+	}
+	t := &Tether{c: c, opts: opts, bin: filepath.Join(binDir, "webhook")}
+	var err error
+	if t.webhookLB, err = newBalancer(); err != nil {
+		return nil, err
+	}
+	if t.bindingLB, err = newBalancer(); err != nil {
+		return nil, err
+	}
+	c.onStop(func() error { t.webhookLB.close(); t.bindingLB.close(); return nil })
+	if err := t.install(ctx); err != nil {
+		return nil, err
+	}
+	if t.kubeconfig, err = c.serviceAccountKubeconfig(ctx, "tether-system", "tether-control-plane"); err != nil {
+		return nil, err
+	}
+	t.args = []string{
+		"--kubeconfig=" + t.kubeconfig,
+		"--namespace=tether-system",
+		"--leader-elect",
+		"--cert-mode=external",
+		"--cert-dir=" + c.CertDir,
+		"--binding-server-url=" + t.BindingURL(),
+		"--sidecar-image=ghcr.io/tether-dev/tether-sidecar:e2e",
+	}
+	if opts.S3 {
+		if t.S3, err = c.StartS3(ctx); err != nil {
+			return nil, err
+		}
+		t.args = append(t.args, "--artifact-backend=s3", "--s3-endpoint="+t.S3.Endpoint, "--s3-bucket="+t.S3.Bucket,
+			"--s3-insecure", "--s3-region=us-east-1", "--s3-credentials-dir="+t.S3.CredentialsDir)
+	} else {
+		t.ArtifactDir = filepath.Join(c.Dir, "artifacts")
+		if err := os.MkdirAll(t.ArtifactDir, 0o700); err != nil {
+			return nil, err
+		}
+		t.args = append(t.args, "--artifact-backend=fs", "--artifact-dir="+t.ArtifactDir)
+	}
+	t.args = append(t.args, opts.Args...)
+	for i := range opts.Replicas {
+		r := &Replica{Index: i}
+		for _, a := range []*string{&r.WebhookAddr, &r.BindingAddr, &r.MetricsAddr, &r.HealthAddr} {
+			if *a, err = freePort(); err != nil {
+				return nil, err
+			}
+		}
+		t.replicas = append(t.replicas, r)
+		if err := t.startReplica(r); err != nil {
+			return nil, err
+		}
+	}
+	t.stopPoll, t.pollDone = make(chan struct{}), make(chan struct{})
+	go t.pollReadiness()
+	c.onStop(t.stop)
+	for _, r := range t.replicas {
+		if err := t.waitReady(ctx, r, 60*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// install applies the rendered self-managed overlay minus the Deployment.
+func (t *Tether) install(ctx context.Context) error {
+	out, err := exec.Command(t.c.bin("kubectl"), "kustomize", filepath.Join(testenv.RepoRoot(), "manifests", "overlays", "self-managed")).Output()
+	if err != nil {
+		return fmt.Errorf("kubectl kustomize manifests/overlays/self-managed: %w", err)
+	}
+	objs, err := decodeObjects(out)
+	if err != nil {
+		return err
+	}
+	var crds, rest []*unstructured.Unstructured
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Deployment":
+			// Replaced by processes on this machine.
+		case "CustomResourceDefinition":
+			crds = append(crds, o)
+		case "MutatingWebhookConfiguration":
+			if err := webhookURLs(o, o.GetName(), t.webhookLB.Addr(), t.c.CA.CertPEM); err != nil {
+				return err
+			}
+			rest = append(rest, o)
+		default:
+			rest = append(rest, o)
+		}
+	}
+	if err := t.c.installCRDs(ctx, crds); err != nil {
+		return err
+	}
+	// Namespace first, then the rest.
+	for _, o := range rest {
+		if o.GetKind() == "Namespace" {
+			if err := apply(ctx, t.c.Client, o); err != nil {
+				return err
+			}
+		}
+	}
+	for _, o := range rest {
+		if o.GetKind() != "Namespace" {
+			if err := apply(ctx, t.c.Client, o); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (t *Tether) startReplica(r *Replica) error {
+	args := append([]string{
+		"--webhook-host=127.0.0.1",
+		"--webhook-port=" + portOf(r.WebhookAddr),
+		"--binding-bind-address=" + r.BindingAddr,
+		"--metrics-bind-address=" + r.MetricsAddr,
+		"--health-probe-bind-address=" + r.HealthAddr,
+	}, t.args...)
+	p, err := t.c.start(fmt.Sprintf("tether-%d", r.Index), t.bin, args, "POD_NAMESPACE=tether-system", fmt.Sprintf("POD_NAME=tether-control-plane-%d", r.Index))
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	r.proc, r.terminating = p, false
+	t.mu.Unlock()
+	return nil
+}
+
+// Replicas are the control plane's replicas.
+func (t *Tether) Replicas() []*Replica {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]*Replica(nil), t.replicas...)
+}
+
+// RestartReplica does what a rolling update does to one pod: the replica
+// leaves the Services (terminating), gets SIGTERM, and once it has exited a
+// new process with the same addresses starts and rejoins when ready.
+func (t *Tether) RestartReplica(ctx context.Context, i int) error {
+	r := t.replicas[i]
+	t.mu.Lock()
+	r.terminating = true
+	t.mu.Unlock()
+	t.webhookLB.setReady(r.WebhookAddr, false)
+	t.bindingLB.setReady(r.BindingAddr, false)
+	old := r.proc
+	if err := old.Stop(30 * time.Second); err != nil {
+		return err
+	}
+	t.c.untrack(old)
+	if err := t.startReplica(r); err != nil {
+		return err
+	}
+	return t.waitReady(ctx, r, 60*time.Second)
+}
+
+// KillReplica stops replica i at once (SIGKILL), as a crashed pod.
+func (t *Tether) KillReplica(i int) error {
+	r := t.replicas[i]
+	t.mu.Lock()
+	r.terminating = true
+	t.mu.Unlock()
+	t.webhookLB.setReady(r.WebhookAddr, false)
+	t.bindingLB.setReady(r.BindingAddr, false)
+	return r.proc.Stop(0)
+}
+
+// StartReplicaAgain starts a replica stopped by KillReplica.
+func (t *Tether) StartReplicaAgain(ctx context.Context, i int) error {
+	r := t.replicas[i]
+	t.c.untrack(r.proc)
+	if err := t.startReplica(r); err != nil {
+		return err
+	}
+	return t.waitReady(ctx, r, 60*time.Second)
+}
+
+func (t *Tether) waitReady(ctx context.Context, r *Replica, timeout time.Duration) error {
+	return t.c.waitFor(ctx, timeout, fmt.Sprintf("tether replica %d ready (log %s)", r.Index, r.proc.LogFile), func() (bool, error) {
+		if exited, err := r.proc.Exited(); exited {
+			return false, fmt.Errorf("tether replica %d exited (%v); see %s", r.Index, err, r.proc.LogFile)
+		}
+		return len(t.webhookLB.ready()) > 0 && contains(t.webhookLB.ready(), r.WebhookAddr), nil
+	})
+}
+
+// pollReadiness is the endpoints controller: every 200ms each replica's
+// /readyz decides whether it is behind the Services.
+func (t *Tether) pollReadiness() {
+	defer close(t.pollDone)
+	hc := &http.Client{Timeout: time.Second}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for _, r := range t.Replicas() {
+			t.mu.Lock()
+			terminating := r.terminating
+			t.mu.Unlock()
+			ready := false
+			if !terminating {
+				if resp, err := hc.Get("http://" + r.HealthAddr + "/readyz"); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+					ready = resp.StatusCode == http.StatusOK
+				}
+			}
+			t.webhookLB.setReady(r.WebhookAddr, ready)
+			t.bindingLB.setReady(r.BindingAddr, ready)
+		}
+		select {
+		case <-t.stopPoll:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (t *Tether) stop() error {
+	if t.stopPoll != nil {
+		close(t.stopPoll)
+		<-t.pollDone
+	}
+	return nil
+}
+
+// Metrics scrapes /metrics of every running replica and returns the text
+// of all of them (per-job series come from the replica holding the session
+// or the leader).
+func (t *Tether) Metrics() (string, error) {
+	var b strings.Builder
+	for _, r := range t.Replicas() {
+		if exited, _ := r.proc.Exited(); exited {
+			continue
+		}
+		resp, err := http.Get("http://" + r.MetricsAddr + "/metrics")
+		if err != nil {
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			return "", err
+		}
+		b.Write(body)
+	}
+	return b.String(), nil
+}
+
+// serviceAccountKubeconfig writes a kubeconfig with a token of ns/name.
+func (c *Cluster) serviceAccountKubeconfig(ctx context.Context, ns, name string) (string, error) {
+	tr, err := c.Clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token for ServiceAccount %s/%s: %w", ns, name, err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: c.Config.CAData}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts["default"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: name}
+	cfg.CurrentContext = "default"
+	path := filepath.Join(c.Dir, name+".kubeconfig")
+	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

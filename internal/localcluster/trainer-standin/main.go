@@ -1,0 +1,90 @@
+// Command trainer-standin takes the place of a training container in the
+// local cluster (kwok runs no containers): it "trains" for a number of steps,
+// writing a progress line every step, a checkpoint every few steps and a
+// final model, into the artifact directory it shares with the sidecar, then
+// exits with the code it was told to. SIGTERM ends it at once with 143, as
+// it would a real trainer that does not handle the signal.
+package main
+
+import (
+	"crypto/rand"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+func main() {
+	dir := flag.String("artifacts", "", "artifact directory (shared with the sidecar)")
+	steps := flag.Int("steps", 6, "training steps")
+	interval := flag.Duration("step-interval", 500*time.Millisecond, "time per step")
+	every := flag.Int("checkpoint-every", 2, "write a checkpoint every N steps")
+	size := flag.Int("checkpoint-bytes", 256<<10, "size of a checkpoint")
+	exitCode := flag.Int("exit-code", 0, "exit code after the last step; non-zero skips the final model")
+	startStep := flag.Int("start-step", 0, "first step (a resumed attempt continues the count)")
+	flag.Parse()
+	if *dir == "" {
+		fmt.Fprintln(os.Stderr, "trainer-standin: --artifacts is required")
+		os.Exit(2)
+	}
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
+	for step := *startStep + 1; step <= *startStep+*steps; step++ {
+		select {
+		case <-term:
+			fmt.Println("trainer-standin: SIGTERM at step", step)
+			os.Exit(143)
+		case <-time.After(*interval):
+		}
+		if step%*every == 0 {
+			must(writeFile(filepath.Join(*dir, "checkpoints", fmt.Sprintf("step-%04d.pt", step)), *size))
+			fmt.Println("trainer-standin: checkpoint", step)
+		}
+		done := float64(step-*startStep) / float64(*steps)
+		must(appendLine(filepath.Join(*dir, "tether-progress.jsonl"),
+			fmt.Sprintf(`{"step": %d, "epoch": %.2f, "loss": %.4f, "fraction": %.3f}`, step, float64(step)/10, 2.0/float64(step+1), done)))
+	}
+	if *exitCode != 0 {
+		fmt.Println("trainer-standin: failing with exit code", *exitCode)
+		os.Exit(*exitCode)
+	}
+	must(writeFile(filepath.Join(*dir, "model", "final.safetensors"), 3**size))
+	fmt.Println("trainer-standin: final model written")
+}
+
+// writeFile writes n random bytes to a temporary name and renames it, as
+// careful trainers do, so the sidecar never sees a half-written checkpoint.
+func writeFile(path string, n int) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintln(f, line); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "trainer-standin:", err)
+		os.Exit(1)
+	}
+}
