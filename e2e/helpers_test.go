@@ -252,7 +252,6 @@ func jobLabels(ns, name string) []string {
 	return []string{`namespace="` + ns + `"`, `trainjob="` + name + `"`}
 }
 
-
 // podNow is the pod's current state (nil once deleted).
 func podNow(t *testing.T, ns, name string) *corev1.Pod {
 	t.Helper()

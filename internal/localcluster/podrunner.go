@@ -26,6 +26,9 @@ import (
 type TrainerPlan struct {
 	Steps, CheckpointEvery, ExitCode, StartStep int
 	StepInterval                                time.Duration
+	// CorruptFirstCheckpoint overwrites the run's first checkpoint with
+	// garbage before a non-zero exit, as a crash while re-saving it would.
+	CorruptFirstCheckpoint bool
 }
 
 func (p TrainerPlan) args(dir string) []string {
@@ -41,6 +44,9 @@ func (p TrainerPlan) args(dir string) []string {
 	}
 	if p.StartStep > 0 {
 		args = append(args, fmt.Sprintf("--start-step=%d", p.StartStep))
+	}
+	if p.CorruptFirstCheckpoint {
+		args = append(args, "--corrupt-first-checkpoint")
 	}
 	return append(args, fmt.Sprintf("--exit-code=%d", p.ExitCode))
 }
@@ -66,6 +72,9 @@ type PodRunner struct {
 	// PersistentVolumeClaim would be (so a resumed attempt sees the files of
 	// the one before).
 	ArtifactDir func(pod *corev1.Pod) string
+	// Skip leaves a pod alone (it stays Running, nothing registers); a
+	// skipped pod that is deleted is removed at once.
+	Skip func(pod *corev1.Pod) bool
 	// SidecarEnv is added to every sidecar's environment (optional settings
 	// such as TETHER_SYNC_INTERVAL, never what the webhook injects).
 	SidecarEnv []string
@@ -171,8 +180,13 @@ func (r *PodRunner) sync(ctx context.Context) {
 			r.pods[pod.UID] = rp
 		}
 		r.mu.Unlock()
+		skip := r.Skip != nil && r.Skip(pod)
 		switch {
 		case rp.finished:
+		case skip && pod.DeletionTimestamp != nil && !rp.finishing:
+			rp.finishing = true
+			go r.terminate(ctx, rp, pod)
+		case skip:
 		case pod.DeletionTimestamp != nil && !rp.finishing:
 			rp.finishing = true
 			go r.terminate(ctx, rp, pod)

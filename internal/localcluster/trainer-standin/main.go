@@ -25,6 +25,7 @@ func main() {
 	size := flag.Int("checkpoint-bytes", 256<<10, "size of a checkpoint")
 	exitCode := flag.Int("exit-code", 0, "exit code after the last step; non-zero skips the final model")
 	startStep := flag.Int("start-step", 0, "first step (a resumed attempt continues the count)")
+	corrupt := flag.Bool("corrupt-first-checkpoint", false, "with a non-zero exit code: first overwrite the first checkpoint of this run in place with garbage, as a crash while re-saving it would")
 	flag.Parse()
 	if *dir == "" {
 		fmt.Fprintln(os.Stderr, "trainer-standin: --artifacts is required")
@@ -48,6 +49,11 @@ func main() {
 			fmt.Sprintf(`{"step": %d, "epoch": %.2f, "loss": %.4f, "fraction": %.3f}`, step, float64(step)/10, 2.0/float64(step+1), done)))
 	}
 	if *exitCode != 0 {
+		if *corrupt {
+			first := (*startStep / *every + 1) * *every
+			must(os.WriteFile(filepath.Join(*dir, "checkpoints", fmt.Sprintf("step-%04d.pt", first)), []byte("partial write"), 0o644))
+			fmt.Println("trainer-standin: corrupted checkpoint", first)
+		}
 		fmt.Println("trainer-standin: failing with exit code", *exitCode)
 		os.Exit(*exitCode)
 	}

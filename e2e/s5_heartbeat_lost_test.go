@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/internal/localcluster"
+)
+
+// Scenario 5: the sidecar is paused (SIGSTOP): the binding reports
+// HeartbeatLost; resumed (SIGCONT), heartbeats clear it and the job succeeds.
+func TestScenario5HeartbeatLost(t *testing.T) {
+	timed(t)
+	ns := newNamespace(t, "hblost")
+	const name = "stalls"
+	setPlans(ns, name, localcluster.TrainerPlan{Steps: 30, CheckpointEvery: 10, StepInterval: 600 * time.Millisecond})
+	create(t, bound(trainJob(name, ns)).Queue("user-queue").Obj())
+	pod := injectedPod(t, ns, name, "")
+	waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating))
+
+	sidecar := suite.runner.Sidecar(pod.UID)
+	if sidecar == nil {
+		t.Fatal("no sidecar process for the pod")
+	}
+	if err := sidecar.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = sidecar.Signal(syscall.SIGCONT)
+		}
+	}()
+	wb := waitBinding(t, ns, name, 30*time.Second, "HeartbeatLost", func(wb *tetherv1.WorkerBinding) error {
+		c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost)
+		if c == nil || c.Status != "True" || wb.Status.Reason != tetherv1.ReasonHeartbeatLost {
+			return fmt.Errorf("condition %+v", c)
+		}
+		return nil
+	})
+	logf("HeartbeatLost %.1fs after SIGSTOP (1s interval, 3 missed): %s", time.Since(stopped).Seconds(), wb.Status.Message)
+	eventually(t, 10*time.Second, "stale heartbeat age in /metrics", func() error {
+		// The session may already be closed (its read deadline passed), then
+		// the series is gone from the replica that held it; the phase stays.
+		if v, ok := metricValue(t, "tether_job_heartbeat_age_seconds", jobLabels(ns, name)...); ok && v < 3 {
+			return fmt.Errorf("heartbeat age %v while paused", v)
+		}
+		if v, ok := metricValue(t, "tether_job_phase", append(jobLabels(ns, name), `phase="Running"`)...); !ok || v != 1 {
+			return fmt.Errorf("tether_job_phase{phase=Running}=%v", v)
+		}
+		return nil
+	})
+	eventually(t, 10*time.Second, "HeartbeatLost Event", func() error { return hasAll(eventReasons(t, ns, name), "HeartbeatLost") })
+
+	if err := sidecar.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	waitBinding(t, ns, name, 30*time.Second, "heartbeats resumed", func(wb *tetherv1.WorkerBinding) error {
+		c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost)
+		if c == nil || c.Status != "False" || c.Reason != tetherv1.ReasonHeartbeatResumed || wb.Status.Reason != tetherv1.ReasonHeartbeating {
+			return fmt.Errorf("condition %+v", c)
+		}
+		if wb.Status.Attempt != 1 {
+			return fmt.Errorf("attempt %d, want 1 (a pause is not a new attempt)", wb.Status.Attempt)
+		}
+		return nil
+	})
+	waitBinding(t, ns, name, 60*time.Second, "Succeeded after the pause", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
+}

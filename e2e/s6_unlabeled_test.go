@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tether-dev/tether/pkg/mutate"
+)
+
+// Scenario 6: an unlabeled TrainJob in the same cluster runs untouched: its
+// TrainJob never reaches Tether's webhook (object selector), gets no Secret,
+// no binding, no annotations, no Events from Tether; its pod is admitted
+// unchanged (pods carry no TrainJob labels, so the pod webhook sees the
+// trainer pod, looks its TrainJob up and skips it as NotBound, silently).
+func TestScenario6UnlabeledUntouched(t *testing.T) {
+	timed(t)
+	ns := newNamespace(t, "plain")
+	const name = "not-bound"
+	tjBefore, _ := metricValue(t, "tether_trainjob_admissions_total")
+	notBoundBefore, _ := metricValue(t, "tether_pod_admissions_total", `reason="NotBound"`)
+	tj := trainJob(name, ns).Queue("user-queue").Obj()
+	create(t, tj)
+
+	var pod corev1.Pod
+	eventually(t, 60*time.Second, "the unlabeled TrainJob's pod", func() error {
+		pods := trainerPods(t, ns, name)
+		if len(pods) == 0 {
+			return fmt.Errorf("no pod yet")
+		}
+		pod = pods[0]
+		return nil
+	})
+	if len(pod.Spec.InitContainers) != 0 || pod.Annotations["tether.dev/status"] != "" || len(pod.Spec.Volumes) != 0 {
+		t.Fatalf("the unlabeled job's pod was modified: init %v, annotations %v, volumes %v", pod.Spec.InitContainers, pod.Annotations, pod.Spec.Volumes)
+	}
+	got := getTrainJob(t, ns, name)
+	for k := range got.Annotations {
+		if strings.HasPrefix(k, "tether.dev/") {
+			t.Errorf("unlabeled TrainJob got annotation %s", k)
+		}
+	}
+	ctx := context.Background()
+	err := suite.c.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: mutate.TokenSecretName(name)}, &corev1.Secret{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("token Secret of the unlabeled TrainJob: %v, want NotFound", err)
+	}
+	if _, err := getBinding(ns, name); !apierrors.IsNotFound(err) {
+		t.Errorf("WorkerBinding of the unlabeled TrainJob: %v, want NotFound", err)
+	}
+	if reasons := eventReasons(t, ns, name); len(reasons) > 0 {
+		for _, r := range reasons {
+			if r == "Injected" || r == "NotBound" || r == "TokenIssued" {
+				t.Errorf("Tether recorded Event %s on the unlabeled TrainJob", r)
+			}
+		}
+	}
+	eventually(t, 10*time.Second, "admission counters", func() error {
+		tjAfter, _ := metricValue(t, "tether_trainjob_admissions_total")
+		if tjAfter != tjBefore {
+			return fmt.Errorf("tether_trainjob_admissions_total went %v -> %v: the unlabeled TrainJob reached the webhook", tjBefore, tjAfter)
+		}
+		if n, _ := metricValue(t, "tether_pod_admissions_total", `reason="NotBound"`); n != notBoundBefore+1 {
+			return fmt.Errorf("pod admissions NotBound %v -> %v, want +1", notBoundBefore, n)
+		}
+		return nil
+	})
+	// Delete it so its quota frees for the scenarios after this one.
+	if err := suite.c.Client.Delete(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+}
