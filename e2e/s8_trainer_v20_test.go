@@ -49,10 +49,26 @@ func TestScenario8TrainerV20(t *testing.T) {
 
 	// A cluster of its own: Trainer v2.0.0, no Kueue; Tether with one
 	// replica and the fs artifact backend.
+	// Its own directory (not the default tether-localcluster-*), removed
+	// after the cluster stopped unless TETHER_E2E_KEEP=1.
 	setup := time.Now()
+	keep := os.Getenv("TETHER_E2E_KEEP") == "1"
+	clusterDir, err := os.MkdirTemp("", "tether-e2e-s8-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if keep {
+			logf("scenario 8: kept %s", clusterDir)
+			return
+		}
+		if err := os.RemoveAll(clusterDir); err != nil {
+			t.Errorf("removing %s: %v", clusterDir, err)
+		}
+	})
 	c, err := localcluster.Start(ctx, localcluster.Options{
+		Dir:            clusterDir,
 		TrainerVersion: localcluster.TrainerV20,
-		KeepDir:        os.Getenv("TETHER_E2E_KEEP") == "1",
 		Log:            func(format string, args ...any) { logf("v2.0.0 cluster: "+format, args...) },
 	})
 	if err != nil {

@@ -94,10 +94,14 @@ func podEnded(pods []corev1.Pod, st *tetherv1.WorkerBindingStatus) (bool, time.T
 
 // trainerExit finds the trainer container's termination in the attempt's
 // registered pod (or, before registration, the job's injected node-0 pod).
+// A pod that was deleted or disrupted (preemption, eviction, drain) did not
+// end by the trainer's own exit: its SIGTERM code (143) is not a verdict on
+// the training, and the job-level outcome decides (Suspended → Preempted, or
+// the TrainJob's Failed condition).
 func trainerExit(pods []corev1.Pod, st *tetherv1.WorkerBindingStatus, container string) (int32, bool) {
 	for i := range pods {
 		p := &pods[i]
-		if p.Annotations[jobconfig.PodStatusAnnotation] == "" {
+		if p.Annotations[jobconfig.PodStatusAnnotation] == "" || disrupted(p) {
 			continue
 		}
 		if st.Worker != nil && string(p.UID) != st.Worker.PodUID {
@@ -110,4 +114,18 @@ func trainerExit(pods []corev1.Pod, st *tetherv1.WorkerBindingStatus, container 
 		}
 	}
 	return 0, false
+}
+
+// disrupted reports whether the pod is being deleted or was marked for
+// disruption by the control plane (condition DisruptionTarget).
+func disrupted(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil {
+		return true
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
