@@ -327,21 +327,27 @@ func (t *Tether) stop() error {
 func (t *Tether) Metrics() (string, error) {
 	var b strings.Builder
 	for _, r := range t.Replicas() {
-		if exited, _ := r.proc.Exited(); exited {
-			continue
-		}
-		resp, err := http.Get("http://" + r.MetricsAddr + "/metrics")
+		text, err := r.Metrics()
 		if err != nil {
-			continue
+			continue // a replica that is down has no metrics
 		}
-		body, err := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		if err != nil {
-			return "", err
-		}
-		b.Write(body)
+		b.WriteString(text)
 	}
 	return b.String(), nil
+}
+
+// Metrics scrapes the replica's /metrics.
+func (r *Replica) Metrics() (string, error) {
+	if exited, _ := r.proc.Exited(); exited {
+		return "", fmt.Errorf("replica %d is not running", r.Index)
+	}
+	resp, err := http.Get("http://" + r.MetricsAddr + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
 }
 
 // serviceAccountKubeconfig writes a kubeconfig with a token of ns/name.

@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+const burstPrefix = "burst"
+
+// Scenario 7: both webhook replicas are restarted one after the other
+// (a rolling update), twice, while labeled TrainJobs are created ten per second,
+// each making its trainer pod: no TrainJob create fails, every pod is
+// created (no FailedCreate) and injected.
+func TestScenario7RollingRestartUnderBurst(t *testing.T) {
+	timed(t)
+	ns := newNamespace(t, burstPrefix)
+	ctx := context.Background()
+	deniedBefore, _ := metricValue(t, "tether_pod_admissions_total", `outcome="denied"`)
+
+	var created, failed atomic.Int64
+	var errMu sync.Mutex
+	var errs []string
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			tj := bound(trainJob(fmt.Sprintf("job-%03d", i), ns)).Obj()
+			if err := suite.c.Client.Create(ctx, tj); err != nil {
+				failed.Add(1)
+				errMu.Lock()
+				errs = append(errs, err.Error())
+				errMu.Unlock()
+				continue
+			}
+			if tj.Annotations[jobconfig.JobIDAnnotation] == "" {
+				failed.Add(1)
+				errMu.Lock()
+				errs = append(errs, tj.Name+": admitted without the webhook's job id")
+				errMu.Unlock()
+			}
+			created.Add(1)
+		}
+	}()
+	time.Sleep(time.Second)
+	start := time.Now()
+	for round := range 2 {
+		for i := range suite.tether.Replicas() {
+			if err := suite.tether.RestartReplica(ctx, i); err != nil {
+				close(stop)
+				t.Fatal(err)
+			}
+			logf("rolling restart %d: replica %d back after %.1fs", round+1, i, time.Since(start).Seconds())
+		}
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	<-done
+	logf("burst: %d TrainJobs created during a %.1fs rolling restart, %d failed", created.Load(), time.Since(start).Seconds(), failed.Load())
+	if failed.Load() > 0 {
+		t.Fatalf("%d TrainJob admissions failed during the rolling restart: %v", failed.Load(), errs)
+	}
+	n := int(created.Load())
+	if n < 10 {
+		t.Fatalf("only %d TrainJobs created: the burst did not overlap the restart", n)
+	}
+	eventually(t, 120*time.Second, "every TrainJob's pod created and injected", func() error {
+		var pods corev1.PodList
+		if err := suite.c.Client.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		injected := 0
+		for _, p := range pods.Items {
+			if p.Annotations[jobconfig.PodStatusAnnotation] != "" {
+				injected++
+			}
+		}
+		if injected < n {
+			return fmt.Errorf("%d of %d pods injected", injected, n)
+		}
+		return nil
+	})
+	var events corev1.EventList
+	if err := suite.c.Client.List(ctx, &events, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.Reason == "FailedCreate" {
+			t.Errorf("%s %s: FailedCreate: %s", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)
+		}
+	}
+	if denied, _ := metricValue(t, "tether_pod_admissions_total", `outcome="denied"`); denied != deniedBefore {
+		t.Errorf("pod admissions denied went %v -> %v", deniedBefore, denied)
+	}
+	// Free the nodes for whatever runs next.
+	if err := suite.c.Client.DeleteAllOf(ctx, getTrainJob(t, ns, "job-000"), client.InNamespace(ns)); err != nil {
+		t.Error(err)
+	}
+}
