@@ -418,6 +418,9 @@ func v20DumpOnFailure(t *testing.T, c *localcluster.Cluster, ns string) {
 			for _, cond := range p.Status.Conditions {
 				t.Logf("  condition %s=%s %s %s", cond.Type, cond.Status, cond.Reason, cond.Message)
 			}
+			for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+				t.Logf("  container %s: running %v terminated %+v", cs.Name, cs.State.Running != nil, cs.State.Terminated)
+			}
 		}
 		tjs := &unstructured.UnstructuredList{}
 		tjs.SetGroupVersionKind(v20TrainJobGVK.GroupVersion().WithKind("TrainJobList"))

@@ -55,6 +55,7 @@ func Registered(st *tetherv1.WorkerBindingStatus, pod tetherv1.WorkerStatus, now
 	}
 	if st.Attempt == 0 || (st.Phase == tetherv1.PhasePending && st.Reason == tetherv1.ReasonPreempted) {
 		st.Attempt++
+		newAttempt(st)
 		changed = true
 	}
 	return advance(st, tetherv1.PhaseRegistered, tetherv1.ReasonRegistered, "sidecar in pod "+pod.PodName+" registered") || changed
@@ -143,6 +144,11 @@ func TrainerExited(st *tetherv1.WorkerBindingStatus, code int32) bool {
 func ArtifactsRecorded(st *tetherv1.WorkerBindingStatus, a tetherv1.ArtifactsStatus) bool {
 	if IsFinal(st.Phase) {
 		return false
+	}
+	if st.Phase == tetherv1.PhasePending {
+		// Between attempts (preempted): the manifest the ended attempt's
+		// sidecar flushed says nothing about the next attempt's files.
+		a.ManifestVerified = false
 	}
 	prev := st.Artifacts
 	if prev != nil {
@@ -258,4 +264,15 @@ func FormatFloat(f *float64) string {
 // Describe is a one-line summary for logs and Events.
 func Describe(st *tetherv1.WorkerBindingStatus) string {
 	return fmt.Sprintf("%s (%s)", st.Phase, st.Reason)
+}
+
+// newAttempt forgets what belonged to the attempt before: its trainer exit
+// code and its manifest verdict (files already stored stay stored; the new
+// attempt's sidecar uploads a manifest of its own). Reported upload counters
+// and archived logs are kept.
+func newAttempt(st *tetherv1.WorkerBindingStatus) {
+	st.TrainerExitCode = nil
+	if a := st.Artifacts; a != nil {
+		st.Artifacts = &tetherv1.ArtifactsStatus{UploadedBytes: a.UploadedBytes, Logs: a.Logs}
+	}
 }

@@ -182,3 +182,28 @@ func TestCompletionIsGatedOnVerifiedArtifacts(t *testing.T) {
 		t.Fatalf("exit 1: %s/%s", st.Phase, st.Reason)
 	}
 }
+
+// Found by the e2e preemption scenario: the manifest the preempted attempt
+// flushed must not complete the next attempt before its own files are in.
+func TestAManifestDoesNotOutliveItsAttempt(t *testing.T) {
+	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
+	Registered(st, pod("a"), t0)
+	Heartbeat(st, t0, 1, nil)
+	UploadReported(st, 100, "")
+	ArtifactsRecorded(st, tetherv1.ArtifactsStatus{Manifest: "j/manifest.json", ManifestVerified: true, Files: 3})
+	Suspended(st, "evicted")
+	// The preempted sidecar's flush lands after the suspension.
+	ArtifactsRecorded(st, tetherv1.ArtifactsStatus{Manifest: "j/manifest.json", ManifestVerified: true, Files: 4})
+	if ManifestVerified(st) {
+		t.Fatal("a manifest recorded between attempts counts as verified")
+	}
+	Registered(st, pod("b"), t0.Add(time.Minute))
+	if ManifestVerified(st) || st.Artifacts.Files != 0 || st.Artifacts.UploadedBytes != 100 {
+		t.Fatalf("new attempt kept the old verdict or lost the counters: %+v", st.Artifacts)
+	}
+	Heartbeat(st, t0.Add(time.Minute), 2, nil)
+	TrainerExited(st, 0)
+	if st.Phase != tetherv1.PhaseFinishing || st.Reason != tetherv1.ReasonAwaitingArtifacts {
+		t.Fatalf("attempt 2 exit 0 before its manifest: %s/%s, want Finishing/AwaitingArtifacts", st.Phase, st.Reason)
+	}
+}
