@@ -57,9 +57,11 @@ e2e:
 bench: testbin
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
 
-## demo: the main job on an embedded default (local control plane, no cluster)
-demo: testbin
-	$(GO) run ./cmd/tether-demo
+## demo: the main job on an embedded default: a full local cluster on loopback
+## (no cluster or Docker needed); the first run builds the binaries (~10-12 min)
+demo:
+	bash hack/testbin.sh e2e
+	$(GO) run ./cmd/tether-demo $(DEMO_ARGS)
 
 ## lint: go vet, gofmt, and generated code up to date
 lint: verify-generate

@@ -1,211 +1,231 @@
-// Command tether-demo runs Tether's main job on an embedded default: a local
-// control plane (kube-apiserver + etcd built by hack/testbin.sh, Trainer's
-// CRDs), Tether's control plane in-process as its ServiceAccount, then a
-// labeled TrainJob and a JobSet-style trainer pod, printing each step and what
-// was injected; then the real sidecar binary registers, heartbeats, uploads a
-// stand-in trainer's checkpoints, and the job ends Succeeded with verified
-// artifacts. `make demo` runs it.
+// Command tether-demo runs Tether's main job on an embedded default: a full
+// local cluster on loopback (etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler, kwok fake nodes, JobSet, Kubeflow Trainer, Kueue; see
+// internal/localcluster), Tether's control plane installed from manifests/,
+// then one queued TrainJob with the one label a platform team adds. It
+// prints each step as it happens: queued, admitted by Kueue, pod injected,
+// sidecar registered, heartbeats with progress, checkpoints verified during
+// training, trainer exit, manifest verified, Succeeded; and where to look.
 //
-// There is no kubelet here: pods are admitted and stored, not run; the demo
-// runs the sidecar as a local process and writes the pod status the kubelet
-// would.
+// kwok runs no containers: the real cmd/sidecar binary and a trainer
+// stand-in run as local processes for the injected pod (PodRunner), with the
+// environment, token and files the pod spec gives the sidecar.
+// `make demo` runs it (after building the binaries once).
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/internal/localcluster"
 	"github.com/tether-dev/tether/internal/testobj"
-	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/jobconfig"
-	"github.com/tether-dev/tether/pkg/mutate"
+)
+
+const (
+	namespace = "ml-team"
+	jobName   = "llm-finetune"
 )
 
 func main() {
-	keep := flag.Bool("keep", false, "keep the local control plane running after the demo (Ctrl-C to stop) and print a KUBECONFIG to explore it")
+	hold := flag.Bool("hold", false, "keep the cluster running after the demo (Ctrl-C stops it) to explore it with kubectl")
 	flag.Parse()
-	// The demo prints its own story; components log errors only.
+	// The demo tells its own story; client-side logs are silenced.
 	klog.SetLogger(logr.Discard())
-	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel)))
-	if err := run(*keep); err != nil {
-		fmt.Fprintln(os.Stderr, "demo failed:", err)
+	ctrl.SetLogger(logr.Discard())
+	if err := run(*hold); err != nil {
+		fmt.Fprintln(os.Stderr, "\ndemo failed:", err)
 		os.Exit(1)
 	}
 }
 
 func step(format string, args ...any) {
-	fmt.Printf("\n==> "+format+"\n", args...)
+	fmt.Printf("\n==> %s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 }
 
-func run(keep bool) error {
+func detail(format string, args ...any) { fmt.Printf("    "+format+"\n", args...) }
+
+func run(hold bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	step("starting a local control plane (kube-apiserver v1.37.2 + etcd 3.6.16, Trainer v2.3 CRDs) and Tether as its ServiceAccount")
+	step("starting a local cluster on loopback (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, JobSet, Trainer v2.3.0, Kueue v0.17.0)")
 	start := time.Now()
-	// One replica: no leader election to hand over at exit.
-	env, err := testenv.Start(ctx, testenv.Options{ControlPlane: func(o *controlplane.Options) { o.LeaderElect = false }})
+	c, err := localcluster.Start(ctx, localcluster.Options{Kueue: true, KeepDir: hold,
+		Log: func(f string, a ...any) { detail(f, a...) }})
 	if err != nil {
 		return err
 	}
-	defer env.Stop()
-	fmt.Printf("    up in %s; webhook at https://%s:%d, metrics at http://%s/metrics\n",
-		time.Since(start).Round(100*time.Millisecond), env.Webhook.LocalServingHost, env.Webhook.LocalServingPort, env.MetricsAddr)
-	dir, err := os.MkdirTemp("", "tether-demo-")
+	defer c.Stop()
+	detail("cluster up in %s; logs of every component in %s", time.Since(start).Round(100*time.Millisecond), filepath.Join(c.Dir, "logs"))
+
+	step("installing Tether from manifests/overlays/self-managed (CRD, RBAC, webhook) and running cmd/webhook as its ServiceAccount")
+	start = time.Now()
+	tether, err := c.StartTether(ctx, localcluster.TetherOptions{Args: []string{"--status-interval=2s"}})
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	kubeconfig, err := env.Kubeconfig(dir)
-	if err != nil {
+	replica := tether.Replicas()[0]
+	detail("control plane ready in %s; webhook %s, binding server %s", time.Since(start).Round(100*time.Millisecond), replica.WebhookAddr, tether.BindingURL())
+	runner := c.NewPodRunner()
+	runner.SidecarEnv = []string{"TETHER_SYNC_INTERVAL=1s", "TETHER_SETTLE_TIME=1s", "TETHER_LOG_LEVEL=warn"}
+	runner.Plan = func(*corev1.Pod) localcluster.TrainerPlan {
+		return localcluster.TrainerPlan{Steps: 12, CheckpointEvery: 3, StepInterval: time.Second}
+	}
+	runner.Start(ctx)
+
+	if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
 		return err
 	}
-	c := env.Client
-
-	const ns, name = "ml-team", "llama-finetune"
-	step("creating namespace %s (Pod Security: restricted)", ns)
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}); err != nil {
+	if err := c.LocalQueue(ctx, namespace, "team-queue"); err != nil {
 		return err
 	}
-	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}); err != nil {
+	step("creating TrainJob %s/%s in Kueue queue team-queue, with the one label Tether needs: %s: %q", namespace, jobName, jobconfig.BindLabel, jobconfig.BindValue)
+	// A 2s heartbeat (default 10s) so the demo shows a few.
+	tj := testobj.MakeTrainJob(jobName, namespace).Queue("team-queue").Bound().Annotation(jobconfig.HeartbeatIntervalAnnotation, "2s").Obj()
+	tj.Spec.RuntimeRef.Name = localcluster.RuntimeName
+	if err := c.Client.Create(ctx, tj); err != nil {
+		return err
+	}
+	detail("Kueue suspended it (spec.suspend=%v); Tether's webhook stamped %s=%s", ptr.Deref(tj.Spec.Suspend, false),
+		jobconfig.JobIDAnnotation, tj.Annotations[jobconfig.JobIDAnnotation])
+
+	if err := follow(ctx, c, tether, runner); err != nil {
 		return err
 	}
 
-	step("creating TrainJob %s/%s with the one label: %s=%s (and a Kueue queue)", ns, name, jobconfig.BindLabel, jobconfig.BindValue)
-	tj := testobj.MakeTrainJob(name, ns).Bound().Queue("gpu-queue").Suspend(true).
-		Annotation(jobconfig.ArtifactPathAnnotation, "/workspace/output").
-		Annotation(jobconfig.ExcludeAnnotation, "**/*.tmp").Obj()
-	if err := c.Create(ctx, tj); err != nil {
-		return err
+	step("where to look")
+	detail("kubectl --kubeconfig %s get workerbindings -A", c.Kubeconfig)
+	if out, err := exec.Command(filepath.Join(c.Assets, "kubectl"), "--kubeconfig", c.Kubeconfig, "get", "workerbindings", "-A").CombinedOutput(); err == nil {
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			detail("  %s", l)
+		}
 	}
-	fmt.Printf("    admitted; the TrainJob webhook stamped:\n      %s: %s\n      %s: %s\n",
-		jobconfig.JobIDAnnotation, tj.Annotations[jobconfig.JobIDAnnotation],
-		jobconfig.WorkerIDAnnotation, tj.Annotations[jobconfig.WorkerIDAnnotation])
-
-	step("waiting for the controller: token Secret + WorkerBinding")
-	wb := &tetherv1.WorkerBinding{}
-	if err := poll(ctx, 20*time.Second, func() bool {
-		return c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, wb) == nil && wb.Status.Phase != ""
-	}); err != nil {
-		return fmt.Errorf("no WorkerBinding: %w", err)
+	detail("kubectl --kubeconfig %s describe trainjob -n %s %s   (Events: Injected, Registered, TrainerSucceeded, ...)", c.Kubeconfig, namespace, jobName)
+	detail("curl -s http://%s/metrics | grep tether_job_", replica.MetricsAddr)
+	if text, err := replica.Metrics(); err == nil {
+		for _, l := range strings.Split(text, "\n") {
+			if strings.HasPrefix(l, "tether_job_phase{") && strings.HasSuffix(l, " 1") {
+				detail("  %s", l)
+			}
+		}
 	}
-	secret := &corev1.Secret{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: mutate.TokenSecretName(name)}, secret); err != nil {
-		return err
-	}
-	fmt.Printf("    Secret %s: type %s, keys token (%d hex chars, never printed) and ca.crt (%d bytes), owned by TrainJob %s\n",
-		secret.Name, secret.Type, len(secret.Data["token"]), len(secret.Data["ca.crt"]), secret.OwnerReferences[0].Name)
-	kubectl(kubeconfig, "get", "workerbindings", "-n", ns, "-o", "wide")
-
-	step("creating the trainer pod JobSet would create for it (replicated job \"node\", index 0)")
-	pod := testobj.MakeTrainerPod(name, ns).RestrictedPodSecurity().Obj()
-	if err := c.Create(ctx, pod); err != nil {
-		return err
-	}
-	fmt.Printf("    admitted as %s; %s: %s\n", pod.Name, jobconfig.PodStatusAnnotation, pod.Annotations[jobconfig.PodStatusAnnotation])
-	injected := struct {
-		InitContainers []corev1.Container   `json:"initContainers"`
-		Volumes        []corev1.Volume      `json:"volumes"`
-		TrainerMounts  []corev1.VolumeMount `json:"trainerVolumeMounts"`
-	}{pod.Spec.InitContainers, pod.Spec.Volumes, pod.Spec.Containers[0].VolumeMounts}
-	out, _ := yaml.Marshal(injected)
-	fmt.Println("    what the pod webhook injected:")
-	fmt.Println(indent(string(out), "      "))
-
-	step("creating an initializer pod of the same job: left untouched")
-	initPod := testobj.MakeTrainerPod(name, ns).ReplicatedJob("dataset-initializer").RestrictedPodSecurity().Obj()
-	if err := c.Create(ctx, initPod); err != nil {
-		return err
-	}
-	fmt.Printf("    admitted as %s with %d init containers\n", initPod.Name, len(initPod.Spec.InitContainers))
-
-	if err := runWorker(ctx, env, c, pod, dir); err != nil {
-		return err
-	}
-	kubectl(kubeconfig, "get", "workerbindings", "-n", ns, "-o", "wide")
-
-	step("Events on the TrainJob")
-	time.Sleep(time.Second) // Events are sent asynchronously.
-	kubectl(kubeconfig, "get", "events", "-n", ns, "--field-selector", "involvedObject.kind=TrainJob", "-o",
-		"custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message")
-
-	step("Tether's metrics (http://%s/metrics)", env.MetricsAddr)
-	printMetrics(env.MetricsAddr)
-
-	fmt.Println("\nDone. Where to look in a real cluster: `kubectl get workerbindings -A`, `kubectl describe trainjob <name>` (Events),")
-	fmt.Println("the control plane's /metrics (tether_* and controller_runtime_webhook_latency_seconds).")
-	if keep {
-		fmt.Printf("\nThe local control plane keeps running. Explore it with:\n  export KUBECONFIG=%s\n  %s get workerbindings -A\nCtrl-C stops it.\n", kubeconfig, env.Kubectl())
+	detail("stored artifacts (fs backend): %s", tether.ArtifactDir)
+	_ = filepath.WalkDir(tether.ArtifactDir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && !strings.Contains(p, "/.tether/") {
+			info, _ := d.Info()
+			rel, _ := filepath.Rel(tether.ArtifactDir, p)
+			detail("  %-72s %9d bytes", rel, info.Size())
+		}
+		return nil
+	})
+	if hold {
+		step("holding the cluster; Ctrl-C stops every process (export KUBECONFIG=%s)", c.Kubeconfig)
 		<-ctx.Done()
 	}
 	return nil
 }
 
-func kubectl(kubeconfig string, args ...string) {
-	cmd := exec.Command(testenvKubectl(), append([]string{"--kubeconfig", kubeconfig}, args...)...)
-	out, err := cmd.CombinedOutput()
-	fmt.Println(indent(strings.TrimRight(string(out), "\n"), "    "))
-	if err != nil {
-		fmt.Println("    (kubectl:", err, ")")
-	}
-}
-
-func testenvKubectl() string {
-	dir, _ := testenv.Assets()
-	return dir + "/kubectl"
-}
-
-func printMetrics(addr string) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		fmt.Println("    ", err)
-		return
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "tether_") && !strings.Contains(line, "_bucket{") {
-			fmt.Println("    " + line)
-		}
-	}
-}
-
-func poll(ctx context.Context, timeout time.Duration, ok func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s", timeout)
-		}
+// follow prints the job's way from queued to Succeeded as it happens.
+func follow(ctx context.Context, c *localcluster.Cluster, tether *localcluster.Tether, runner *localcluster.PodRunner) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	var (
+		admitted, injected bool
+		lastPhase          string
+		heartbeats         int
+		lastSeq            int64
+		uploaded           int64
+	)
+	for time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(250 * time.Millisecond):
+		}
+		var tj = testobj.MakeTrainJob(jobName, namespace).Obj()
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(tj), tj); err != nil {
+			return err
+		}
+		if !admitted && !ptr.Deref(tj.Spec.Suspend, true) {
+			admitted = true
+			step("Kueue admitted the TrainJob: unsuspended; Trainer creates the JobSet, JobSet the Job, the Job the trainer pod")
+		}
+		if !injected {
+			var pods corev1.PodList
+			if err := c.Client.List(ctx, &pods, client.InNamespace(namespace)); err != nil {
+				return err
+			}
+			for _, p := range pods.Items {
+				if p.Annotations[jobconfig.PodStatusAnnotation] != "" {
+					injected = true
+					sc := p.Spec.InitContainers[len(p.Spec.InitContainers)-1]
+					step("pod %s admitted with the sidecar injected: init container %q (restartPolicy %s), image %s", p.Name, sc.Name, *sc.RestartPolicy, sc.Image)
+					detail("kwok ran it on %s; the sidecar and a trainer stand-in run as local processes (logs in %s)", p.Spec.NodeName, filepath.Join(c.Dir, "pods", namespace))
+				}
+			}
+		}
+		wb := &tetherv1.WorkerBinding{}
+		if err := c.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: jobName}, wb); err != nil {
+			continue
+		}
+		st := wb.Status
+		if phase := string(st.Phase) + "/" + st.Reason; phase != lastPhase {
+			lastPhase = phase
+			step("WorkerBinding %s: %s (%s)", phase, st.Message, describe(wb))
+		}
+		// Heartbeats arrive every second; the binding records them at most
+		// every --status-interval (2s here, 30s by default).
+		if st.Phase == tetherv1.PhaseRunning && st.LastSeq != lastSeq && st.LastHeartbeatTime != nil && heartbeats < 6 {
+			lastSeq = st.LastSeq
+			heartbeats++
+			progress := "no progress line yet"
+			if p := st.Progress; p != nil && p.Step != nil {
+				progress = fmt.Sprintf("step %d, loss %s", *p.Step, p.Loss)
+			}
+			detail("heartbeat seq %d recorded at %s: %s", st.LastSeq, st.LastHeartbeatTime.Format("15:04:05"), progress)
+		}
+		if a := st.Artifacts; a != nil && a.UploadedBytes > uploaded && !lifecycleFinal(st.Phase) {
+			uploaded = a.UploadedBytes
+			detail("artifacts verified so far (single PUT, ETag = MD5 checked): %d bytes", uploaded)
+		}
+		switch st.Phase {
+		case tetherv1.PhaseSucceeded:
+			a := st.Artifacts
+			detail("manifest %s verified: %d files, %d bytes; trainer exit code %d", a.Manifest, a.Files, a.Bytes, ptr.Deref(st.TrainerExitCode, -1))
+			return nil
+		case tetherv1.PhaseFailed:
+			return fmt.Errorf("the binding failed: %s: %s", st.Reason, st.Message)
 		}
 	}
-	return nil
+	return fmt.Errorf("the job did not finish within 3 minutes; see the logs in %s", c.Dir)
 }
 
-func indent(s, prefix string) string {
-	return prefix + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+prefix)
+func describe(wb *tetherv1.WorkerBinding) string {
+	parts := []string{fmt.Sprintf("attempt %d", wb.Status.Attempt)}
+	if w := wb.Status.Worker; w != nil {
+		parts = append(parts, "worker pod "+w.PodName)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func lifecycleFinal(p tetherv1.WorkerBindingPhase) bool {
+	return p == tetherv1.PhaseSucceeded || p == tetherv1.PhaseFailed
 }

@@ -195,7 +195,7 @@ func (r *PodRunner) sync(ctx context.Context) {
 				// As the kubelet does with a missing Secret volume: the pod
 				// waits (ContainerCreating) and the mount is retried.
 				if msg := err.Error(); msg != rp.lastErr {
-					r.c.Opts.Log("pod %s: waiting: %v", rp.key, err)
+					r.c.Opts.Log("pod %s: not started yet, as a kubelet would wait: %v", rp.key, err)
 					rp.lastErr = msg
 				}
 				continue
