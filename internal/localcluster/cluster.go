@@ -219,8 +219,17 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		}
 	}
 	c.env = &envtest.Environment{BinaryAssetsDirectory: c.Assets, Scheme: c.Scheme}
+	apiserver := c.env.ControlPlane.GetAPIServer()
 	// The apiserver must not publish its own Endpoints (no Service network here).
-	c.env.ControlPlane.GetAPIServer().Configure().Set("endpoint-reconciler-type", "none")
+	apiserver.Configure().Set("endpoint-reconciler-type", "none")
+	// envtest starts these two without a parent-death signal; through
+	// setpriv they die with the harness even if it is killed outright.
+	if wrapped, err := c.dieWithParent("kube-apiserver"); err == nil {
+		apiserver.Path = wrapped
+	}
+	if wrapped, err := c.dieWithParent("etcd"); err == nil {
+		c.env.ControlPlane.Etcd = &envtest.Etcd{Path: wrapped}
+	}
 	cfg, err := c.env.Start()
 	if err != nil {
 		return fmt.Errorf("envtest with binaries from %s: %w", c.Assets, err)
@@ -316,4 +325,19 @@ func moduleDir(module, version string) (string, error) {
 	}
 	rest := string(out)[i+len(key):]
 	return rest[:strings.Index(rest, `"`)], nil
+}
+
+// dieWithParent writes a script that execs the named binary under
+// `setpriv --pdeathsig KILL` (util-linux), and returns its path.
+func (c *Cluster) dieWithParent(name string) (string, error) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.Dir, "bin", name+"-pdeathsig")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	script := fmt.Sprintf("#!/bin/sh\nexec %s --pdeathsig KILL %s \"$@\"\n", setpriv, c.bin(name))
+	return path, os.WriteFile(path, []byte(script), 0o700)
 }
