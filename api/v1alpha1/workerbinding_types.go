@@ -48,6 +48,7 @@ const (
 	ReasonHeartbeatLost       = "HeartbeatLost"
 	ReasonHeartbeatResumed    = "HeartbeatResumed"
 	ReasonSuspended           = "Suspended"
+	ReasonAdmitted            = "Admitted"
 	ReasonPreempted           = "Preempted"
 	ReasonTerminating         = "Terminating"
 	ReasonTrainerSucceeded    = "TrainerSucceeded"

@@ -43,8 +43,12 @@ func (r *BindingReconciler) observe(tj *unstructured.Unstructured, st *tetherv1.
 			lifecycle.ArtifactsIncomplete(st, lifecycle.MissingArtifacts(st))
 		}
 	}
-	if c := meta.FindStatusCondition(conds, trainjob.ConditionSuspended); c != nil && c.Status == metav1.ConditionTrue {
-		lifecycle.Suspended(st, "TrainJob suspended: "+c.Reason)
+	if c := meta.FindStatusCondition(conds, trainjob.ConditionSuspended); c != nil {
+		if c.Status == metav1.ConditionTrue {
+			lifecycle.Suspended(st, "TrainJob suspended: "+c.Reason)
+		} else {
+			lifecycle.Resumed(st)
+		}
 	}
 
 	// A worker whose replica crashed is caught here: nobody holds its session,

@@ -234,6 +234,23 @@ func Suspended(st *tetherv1.WorkerBindingStatus, msg string) bool {
 	return set(st, tetherv1.PhasePending, tetherv1.ReasonPreempted, msg)
 }
 
+// Resumed: the TrainJob is no longer suspended (Kueue admitted it). A
+// binding that waited in the queue says so; a preempted one keeps its reason
+// (the next registration starts the next attempt) with a current message.
+func Resumed(st *tetherv1.WorkerBindingStatus) bool {
+	if st.Phase != tetherv1.PhasePending {
+		return false
+	}
+	switch st.Reason {
+	case tetherv1.ReasonSuspended:
+		return set(st, tetherv1.PhasePending, tetherv1.ReasonAdmitted, "TrainJob admitted; waiting for the sidecar to register")
+	case tetherv1.ReasonPreempted:
+		return set(st, tetherv1.PhasePending, tetherv1.ReasonPreempted,
+			fmt.Sprintf("attempt %d was preempted; TrainJob admitted again, waiting for the sidecar to register", st.Attempt))
+	}
+	return false
+}
+
 // JobFailed applies the TrainJob's Failed condition when the trainer's exit
 // code was not seen (for example its pod is already gone).
 func JobFailed(st *tetherv1.WorkerBindingStatus, msg string) bool {

@@ -127,6 +127,9 @@ func TestPreemptionStartsANewAttempt(t *testing.T) {
 	if !Suspended(st, "queued") || st.Reason != tetherv1.ReasonSuspended {
 		t.Fatalf("initial suspension: %+v", st)
 	}
+	if !Resumed(st) || st.Phase != tetherv1.PhasePending || st.Reason != tetherv1.ReasonAdmitted || Resumed(st) {
+		t.Fatalf("admission out of the queue: %+v", st)
+	}
 	Registered(st, pod("a"), t0)
 	Heartbeat(st, t0, 1, nil)
 	if !Suspended(st, "evicted") || st.Phase != tetherv1.PhasePending || st.Reason != tetherv1.ReasonPreempted || st.Worker != nil {
@@ -136,6 +139,9 @@ func TestPreemptionStartsANewAttempt(t *testing.T) {
 	Heartbeat(st, t0.Add(time.Second), 2, nil)
 	if st.Phase != tetherv1.PhasePending {
 		t.Fatalf("heartbeat of the preempted pod moved the phase to %s", st.Phase)
+	}
+	if !Resumed(st) || st.Reason != tetherv1.ReasonPreempted || !strings.Contains(st.Message, "admitted again") {
+		t.Fatalf("re-admission before registration: %+v", st)
 	}
 	Registered(st, pod("b"), t0.Add(time.Minute))
 	if st.Phase != tetherv1.PhaseRegistered || st.Attempt != 2 || st.Worker.PodUID != "b" {
