@@ -48,9 +48,10 @@ func TestScenario8TrainerV20(t *testing.T) {
 	ctx := context.Background()
 
 	// A cluster of its own: Trainer v2.0.0, no Kueue; Tether with one
-	// replica and the fs artifact backend.
-	// Its own directory (not the default tether-localcluster-*), removed
-	// after the cluster stopped unless TETHER_E2E_KEEP=1.
+	// replica and the fs artifact backend. Its directory is not the default
+	// tether-localcluster-* (a cleanup of those by another run would pull the
+	// control plane's cert dir away mid-test); it is removed after the
+	// cluster stopped unless TETHER_E2E_KEEP=1.
 	setup := time.Now()
 	keep := os.Getenv("TETHER_E2E_KEEP") == "1"
 	clusterDir, err := os.MkdirTemp("", "tether-e2e-s8-")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"github.com/prometheus/client_golang/prometheus"
@@ -203,7 +202,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		Client:   mgr.GetClient(),
 		Secrets:  mgr.GetAPIReader(),
 		Scheme:   scheme,
-		CABundle: func() ([]byte, error) { return os.ReadFile(caFile) },
+		CABundle: lastGoodFile(caFile),
 		Events:   recorder,
 
 		StatusInterval:   opts.StatusInterval,
