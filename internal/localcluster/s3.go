@@ -3,18 +3,18 @@ package localcluster
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/tether-dev/tether/internal/s3server"
 )
 
-// S3 is a versitygw server (posix backend) on loopback, plain HTTP, with one
-// bucket for Tether's artifacts.
+// S3 is a versitygw server (internal/s3server: posix backend) on loopback,
+// plain HTTP, with one bucket for Tether's artifacts.
 type S3 struct {
 	Endpoint       string // host:port
 	Bucket         string
@@ -42,24 +42,19 @@ func (c *Cluster) StartS3(ctx context.Context) (*S3, error) {
 	if err := os.WriteFile(filepath.Join(creds, "secret-key"), []byte(s3SecretKey), 0o600); err != nil {
 		return nil, err
 	}
-	addr, err := freePort()
+	logFile, err := os.OpenFile(filepath.Join(c.logDir(), "versitygw.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.start("versitygw", c.bin("versitygw"), []string{"--port", addr, "--access", s3AccessKey, "--secret", s3SecretKey,
-		"--quiet", "--keep-alive", "posix", data})
+	srv, err := s3server.Start(ctx, s3server.Options{Binary: c.bin("versitygw"), Dir: data, AccessKey: s3AccessKey, SecretKey: s3SecretKey, Output: logFile})
 	if err != nil {
+		_ = logFile.Close()
 		return nil, err
 	}
-	if err := waitTCP(ctx, p, addr, 30*time.Second); err != nil {
+	c.onStop(func() error { srv.Stop(); return logFile.Close() })
+	s := &S3{Endpoint: srv.Endpoint, Bucket: "tether-artifacts", CredentialsDir: creds, Admin: srv.Admin}
+	if err := srv.MakeBucket(ctx, s.Bucket, false); err != nil {
 		return nil, err
-	}
-	s := &S3{Endpoint: addr, Bucket: "tether-artifacts", CredentialsDir: creds}
-	if s.Admin, err = minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(s3AccessKey, s3SecretKey, ""), Region: "us-east-1"}); err != nil {
-		return nil, err
-	}
-	if err := c.retry(ctx, 20*time.Second, func() error { return s.Admin.MakeBucket(ctx, s.Bucket, minio.MakeBucketOptions{}) }); err != nil {
-		return nil, fmt.Errorf("creating bucket: %w (see %s)", err, p.LogFile)
 	}
 	return s, nil
 }

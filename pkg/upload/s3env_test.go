@@ -9,7 +9,6 @@ package upload
 // a valid token.
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -29,7 +28,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -38,7 +36,8 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/tether-dev/tether/internal/s3server"
 )
 
 const (
@@ -49,16 +48,12 @@ const (
 
 // s3env is the shared versitygw.
 type s3env struct {
-	addr   string // 127.0.0.1:port (TLS)
-	caPEM  []byte // trusts addr
-	admin  *minio.Client
-	cmd    *exec.Cmd
-	tmp    string
-	logBuf *bytes.Buffer
+	addr  string // 127.0.0.1:port (TLS)
+	caPEM []byte // trusts addr
+	admin *minio.Client
+	srv   *s3server.Server
+	tmp   string
 }
-
-// configureServerCmd adjusts the versitygw command (per OS).
-var configureServerCmd = func(*exec.Cmd) {}
 
 var (
 	s3Once sync.Once
@@ -70,8 +65,7 @@ var (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if s3 != nil {
-		_ = s3.cmd.Process.Kill()
-		_ = s3.cmd.Wait()
+		s3.srv.Stop()
 		os.RemoveAll(s3.tmp)
 	}
 	os.Exit(code)
@@ -97,23 +91,7 @@ func needS3(t *testing.T) *s3env {
 	return s3
 }
 
-func versitygwBinary() (string, string) {
-	out, err := exec.Command("bash", "../../hack/testbin.sh", "--print-dir").Output()
-	if err != nil {
-		return "", fmt.Sprintf("hack/testbin.sh --print-dir: %v", err)
-	}
-	bin := filepath.Join(strings.TrimSpace(string(out)), "versitygw")
-	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Sprintf("versitygw not found at %s; build it with: bash hack/testbin.sh versitygw", bin)
-	}
-	return bin, ""
-}
-
 func startS3() (*s3env, string, error) {
-	bin, skip := versitygwBinary()
-	if skip != "" {
-		return nil, skip, nil
-	}
 	tmp, err := os.MkdirTemp("", "tether-versitygw-")
 	if err != nil {
 		return nil, "", err
@@ -133,50 +111,22 @@ func startS3() (*s3env, string, error) {
 	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
 		return nil, "", err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, "", err
-	}
-	addr := l.Addr().String()
-	l.Close()
-	env := &s3env{addr: addr, caPEM: caPEM, tmp: tmp, logBuf: &bytes.Buffer{}}
-	env.cmd = exec.Command(bin, "--port", addr, "--access", adminKey, "--secret", adminSecre,
-		"--cert", certFile, "--key", keyFile, "--quiet", "--keep-alive", "posix", data)
-	env.cmd.Stdout, env.cmd.Stderr = env.logBuf, env.logBuf
-	configureServerCmd(env.cmd)
-	if err := env.cmd.Start(); err != nil {
-		return nil, "", err
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
-	env.admin, err = minio.New(addr, &minio.Options{
-		Creds:     credentials.NewStaticV4(adminKey, adminSecre, ""),
-		Secure:    true,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
-		Region:    "us-east-1",
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for {
-		err = env.admin.MakeBucket(ctx, Bucket, minio.MakeBucketOptions{})
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			_ = env.cmd.Process.Kill()
-			return nil, "", fmt.Errorf("versitygw did not come up: %v\n%s", err, env.logBuf)
-		}
-		time.Sleep(50 * time.Millisecond)
+	srv, err := s3server.Start(ctx, s3server.Options{Dir: data, AccessKey: adminKey, SecretKey: adminSecre,
+		CertFile: certFile, KeyFile: keyFile, CAPEM: caPEM})
+	if errors.Is(err, s3server.ErrNoBinary) {
+		return nil, err.Error(), nil
 	}
-	policy := fmt.Sprintf(`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":["s3:PutObject","s3:GetObject"],"Resource":["arn:aws:s3:::%s/*"]}]}`, Bucket)
-	if err := env.admin.SetBucketPolicy(ctx, Bucket, policy); err != nil {
-		_ = env.cmd.Process.Kill()
-		return nil, "", fmt.Errorf("bucket policy: %v", err)
+	if err != nil {
+		return nil, "", err
 	}
-	return env, "", nil
+	// Anonymous PUT and HEAD, as the binding endpoint allows a valid token.
+	if err := srv.MakeBucket(ctx, Bucket, true); err != nil {
+		srv.Stop()
+		return nil, "", err
+	}
+	return &s3env{addr: srv.Endpoint, caPEM: caPEM, admin: srv.Admin, srv: srv, tmp: tmp}, "", nil
 }
 
 // testPKI makes a CA and a leaf certificate for host.

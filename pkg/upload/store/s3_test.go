@@ -3,62 +3,20 @@ package store
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/tether-dev/tether/internal/s3server"
 	"github.com/tether-dev/tether/pkg/upload"
 )
-
-// versitygwBinary returns the versitygw built by hack/testbin.sh. Without
-// it the test fails on CI (CI=true) and is skipped elsewhere.
-func versitygwBinary(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	repo := filepath.Join(filepath.Dir(file), "..", "..", "..")
-	dir := ""
-	if out, err := exec.Command("bash", filepath.Join(repo, "hack", "testbin.sh"), "--print-dir").Output(); err == nil {
-		dir = strings.TrimSpace(string(out))
-	}
-	bin := filepath.Join(dir, "versitygw")
-	if _, err := os.Stat(bin); err != nil {
-		msg := fmt.Sprintf("versitygw not found at %q: build it with `bash hack/testbin.sh versitygw`", bin)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return bin
-}
-
-// syncBuffer collects a subprocess's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // versity is a versitygw serving a posix directory on loopback.
 type versity struct {
@@ -72,61 +30,24 @@ const (
 	versitySecret = "tether-test-secret-0123456789"
 )
 
-// startVersityGW runs versitygw for the test's duration.
+// startVersityGW runs versitygw for the test's duration. Without the binary
+// the test fails on CI (CI=true) and is skipped elsewhere.
 func startVersityGW(t *testing.T) *versity {
 	t.Helper()
-	bin := versitygwBinary(t)
-	for attempt := 1; ; attempt++ {
-		dir := t.TempDir()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		out := &syncBuffer{}
-		cmd := exec.Command(bin, "--port", addr, "--access", versityAccess, "--secret", versitySecret, "--quiet", "posix", dir)
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting versitygw: %v", err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		stop := func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if waitListening(addr, exited, 15*time.Second) {
-			t.Cleanup(func() {
-				stop()
-				if t.Failed() {
-					t.Logf("versitygw output:\n%s", out.String())
-				}
-			})
-			return &versity{endpoint: addr, access: versityAccess, secret: versitySecret}
-		}
-		stop()
-		if attempt == 3 {
-			t.Fatalf("versitygw did not start on %s:\n%s", addr, out.String())
-		}
+	s, err := s3server.Start(context.Background(), s3server.Options{Dir: t.TempDir(), AccessKey: versityAccess, SecretKey: versitySecret})
+	if errors.Is(err, s3server.ErrNoBinary) && os.Getenv("CI") != "true" {
+		t.Skip(err)
 	}
-}
-
-func waitListening(addr string, exited <-chan struct{}, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return false
-		default:
-		}
-		if resp, err := http.Get("http://" + addr + "/"); err == nil {
-			resp.Body.Close()
-			return true
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return false
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			t.Logf("versitygw output:\n%s", s.Output())
+		}
+	})
+	return &versity{endpoint: s.Endpoint, access: versityAccess, secret: versitySecret}
 }
 
 // newBackend returns an S3Backend on a new, empty bucket.
