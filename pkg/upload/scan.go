@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -55,7 +56,9 @@ type Scanner struct {
 	pruneDirs        []string // from Exclude globs "X/**": a directory matching X holds nothing to take
 	settle           time.Duration
 	now              func() time.Time
-	seen             map[string]observation
+	// mu guards seen: a final flush may scan while a periodic round does.
+	mu   sync.Mutex
+	seen map[string]observation
 }
 
 type observation struct {
@@ -164,6 +167,8 @@ func (s *Scanner) Selected(rel string) bool {
 // trainer has stopped). The error is for a directory that cannot be walked
 // at all; problems with single entries are in the result.
 func (s *Scanner) Scan(final bool) (ScanResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := s.now()
 	var res ScanResult
 	present := make(map[string]bool, len(s.seen))

@@ -266,3 +266,30 @@ func TestFlushCancelledAtRandomPoints(t *testing.T) {
 func filepathName(i int) string {
 	return []string{"model.safetensors", "ckpt/opt state.pt", "tokenizer.json", "-dash", "ünï/x.bin", "logs/a.log", "z"}[i]
 }
+
+// A flush whose time is already up (the budget spent, or a round still
+// holding the sync) reports every file missing and uploads no manifest:
+// found when the random-point test above drew a zero delay.
+func TestFlushWithNoTimeLeftReportsEveryFileMissing(t *testing.T) {
+	env := needS3(t)
+	job := newJobID(t)
+	dir := t.TempDir()
+	sums := tree(t, dir, map[string]int{"model.safetensors": 1 << 10, "ckpt/opt state.pt": 10})
+	u, _ := newTestUploader(t, env, job, uploaderOpts{})
+	s := newTestSyncer(t, newTestScanner(t, dir, nil), u, job)
+	// A round holds the sync, as a periodic round would.
+	s.sem <- struct{}{}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rep, err := s.Flush(ctx)
+	<-s.sem
+	if err == nil {
+		t.Fatal("flush with no time left returned no error")
+	}
+	if len(rep.Verified) != 0 || rep.Manifest != "" {
+		t.Fatalf("claimed %v verified, manifest %q", rep.Verified, rep.Manifest)
+	}
+	if len(rep.Missing) != len(sums) {
+		t.Fatalf("missing %q, want every file of %v", rep.Missing, sums)
+	}
+}
