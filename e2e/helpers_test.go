@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,8 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
@@ -30,10 +31,10 @@ var plans sync.Map // string -> []localcluster.TrainerPlan
 
 func setPlans(ns, name string, p ...localcluster.TrainerPlan) { plans.Store(ns+"/"+name, p) }
 
-var attempts sync.Map // pod UID -> plan index, and "ns/name" -> next index
+var attempts sync.Map // "ns/name" -> the next plan index
 
 func planFor(pod *corev1.Pod) localcluster.TrainerPlan {
-	key := pod.Namespace + "/" + pod.Labels["jobset.sigs.k8s.io/jobset-name"]
+	key := pod.Namespace + "/" + pod.Labels[jobconfig.JobSetNameLabel]
 	v, ok := plans.Load(key)
 	if !ok {
 		return localcluster.TrainerPlan{}
@@ -53,24 +54,24 @@ var nsSeq struct {
 	n int
 }
 
-// newNamespace creates a namespace with a LocalQueue "user-queue"; it is
-// deleted when the test ends.
-func newNamespace(t *testing.T, prefix string) string {
+// newNamespace creates a namespace, with a LocalQueue "user-queue" when the
+// cluster runs Kueue; its state is logged if the test fails.
+func (e *env) newNamespace(t *testing.T, prefix string) string {
 	t.Helper()
 	nsSeq.Lock()
 	nsSeq.n++
 	name := fmt.Sprintf("%s-%d", prefix, nsSeq.n)
 	nsSeq.Unlock()
 	ctx := context.Background()
-	if err := suite.c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+	if err := e.c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		t.Fatal(err)
 	}
-	if suite.c.Opts.Kueue {
-		if err := suite.c.LocalQueue(ctx, name, "user-queue"); err != nil {
+	if e.c.Opts.Kueue {
+		if err := e.c.LocalQueue(ctx, name, "user-queue"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	dumpOnFailure(t, name)
+	e.dumpOnFailure(t, name)
 	return name
 }
 
@@ -85,9 +86,9 @@ func bound(w *testobj.TrainJobWrapper) *testobj.TrainJobWrapper {
 	return w.Bound().Annotation(jobconfig.HeartbeatIntervalAnnotation, "1s")
 }
 
-func create(t *testing.T, obj client.Object) {
+func (e *env) create(t *testing.T, obj client.Object) {
 	t.Helper()
-	if err := suite.c.Client.Create(context.Background(), obj); err != nil {
+	if err := e.c.Client.Create(context.Background(), obj); err != nil {
 		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
 	}
 }
@@ -108,19 +109,19 @@ func eventually(t *testing.T, timeout time.Duration, what string, check func() e
 	}
 }
 
-func getBinding(ns, name string) (*tetherv1.WorkerBinding, error) {
+func (e *env) getBinding(ns, name string) (*tetherv1.WorkerBinding, error) {
 	wb := &tetherv1.WorkerBinding{}
-	return wb, suite.c.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, wb)
+	return wb, e.c.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, wb)
 }
 
 // waitBinding waits until the WorkerBinding satisfies ok (which explains
 // what is missing) and returns it.
-func waitBinding(t *testing.T, ns, name string, timeout time.Duration, what string, ok func(*tetherv1.WorkerBinding) error) *tetherv1.WorkerBinding {
+func (e *env) waitBinding(t *testing.T, ns, name string, timeout time.Duration, what string, ok func(*tetherv1.WorkerBinding) error) *tetherv1.WorkerBinding {
 	t.Helper()
 	var wb *tetherv1.WorkerBinding
 	eventually(t, timeout, what, func() error {
 		var err error
-		if wb, err = getBinding(ns, name); err != nil {
+		if wb, err = e.getBinding(ns, name); err != nil {
 			return err
 		}
 		if err := ok(wb); err != nil {
@@ -141,47 +142,50 @@ func phaseIs(phase tetherv1.WorkerBindingPhase, reason string) func(*tetherv1.Wo
 	}
 }
 
-func getTrainJob(t *testing.T, ns, name string) *trainer.TrainJob {
+func (e *env) getTrainJob(t *testing.T, ns, name string) *trainer.TrainJob {
 	t.Helper()
 	tj := &trainer.TrainJob{}
-	if err := suite.c.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, tj); err != nil {
+	if err := e.c.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, tj); err != nil {
 		t.Fatal(err)
 	}
 	return tj
 }
 
 // trainerPods lists the TrainJob's trainer pods (replicated job "node").
-func trainerPods(t *testing.T, ns, name string) []corev1.Pod {
+func (e *env) trainerPods(t *testing.T, ns, name string) []corev1.Pod {
 	t.Helper()
 	var pods corev1.PodList
-	if err := suite.c.Client.List(context.Background(), &pods, client.InNamespace(ns),
-		client.MatchingLabels{"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": "node"}); err != nil {
+	if err := e.c.Client.List(context.Background(), &pods, client.InNamespace(ns),
+		client.MatchingLabels{jobconfig.JobSetNameLabel: name, jobconfig.ReplicatedJobNameLabel: "node"}); err != nil {
 		t.Fatal(err)
 	}
 	return pods.Items
 }
 
 // injectedPod waits for a running injected trainer pod other than skip.
-func injectedPod(t *testing.T, ns, name string, skip types.UID) *corev1.Pod {
+func (e *env) injectedPod(t *testing.T, ns, name string, skip types.UID) *corev1.Pod {
 	t.Helper()
 	var found *corev1.Pod
 	eventually(t, 60*time.Second, "an injected trainer pod of "+name, func() error {
-		for _, p := range trainerPods(t, ns, name) {
+		var seen []string
+		for _, p := range e.trainerPods(t, ns, name) {
 			if p.UID != skip && p.DeletionTimestamp == nil && p.Annotations[jobconfig.PodStatusAnnotation] != "" {
 				found = p.DeepCopy()
 				return nil
 			}
+			seen = append(seen, fmt.Sprintf("%s (deleting %v, annotations %v)", p.Name, p.DeletionTimestamp != nil, p.Annotations))
 		}
-		return fmt.Errorf("none yet")
+		return fmt.Errorf("no pod with annotation %s yet; seen %v", jobconfig.PodStatusAnnotation, seen)
 	})
+	logf("%s/%s: injected pod %s", ns, name, found.Name)
 	return found
 }
 
 // eventReasons lists the reasons of the Events about the TrainJob, oldest first.
-func eventReasons(t *testing.T, ns, name string) []string {
+func (e *env) eventReasons(t *testing.T, ns, name string) []string {
 	t.Helper()
 	var list eventsv1.EventList
-	if err := suite.c.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+	if err := e.c.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
 	var reasons []string
@@ -214,9 +218,9 @@ func hasAll(have []string, want ...string) error {
 // (per-job series come from one replica: the session holder or the leader;
 // counters are per replica); labels are matched as substrings of the label
 // set. ok=false if no replica has the series.
-func metricValue(t *testing.T, name string, labels ...string) (float64, bool) {
+func (e *env) metricValue(t *testing.T, name string, labels ...string) (float64, bool) {
 	t.Helper()
-	text, err := suite.tether.Metrics()
+	text, err := e.tether.Metrics()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,10 +257,10 @@ func jobLabels(ns, name string) []string {
 }
 
 // podNow is the pod's current state (nil once deleted).
-func podNow(t *testing.T, ns, name string) *corev1.Pod {
+func (e *env) podNow(t *testing.T, ns, name string) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{}
-	if err := suite.c.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, pod); err != nil {
+	if err := e.c.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, pod); err != nil {
 		return nil
 	}
 	return pod
@@ -272,32 +276,43 @@ func trainerTerminated(pod *corev1.Pod) bool {
 	return false
 }
 
-// dumpOnFailure prints the namespace's pods, TrainJobs and Events when the
-// test failed, so a CI log says where the flow stopped.
-func dumpOnFailure(t *testing.T, ns string) {
+// dumpOnFailure logs the namespace's pods, TrainJobs (read unstructured:
+// any Trainer version), WorkerBindings and Events when the test failed, so
+// a CI log says where the flow stopped.
+func (e *env) dumpOnFailure(t *testing.T, ns string) {
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
 		ctx := context.Background()
 		var pods corev1.PodList
-		_ = suite.c.Client.List(ctx, &pods, client.InNamespace(ns))
+		_ = e.c.Client.List(ctx, &pods, client.InNamespace(ns))
 		for _, p := range pods.Items {
-			t.Logf("pod %s: phase %s node %q deleting %v injected %v", p.Name, p.Status.Phase, p.Spec.NodeName,
-				p.DeletionTimestamp != nil, p.Annotations[jobconfig.PodStatusAnnotation] != "")
+			t.Logf("pod %s: phase %s node %q deleting %v injected %v labels %v", p.Name, p.Status.Phase, p.Spec.NodeName,
+				p.DeletionTimestamp != nil, p.Annotations[jobconfig.PodStatusAnnotation] != "", p.Labels)
 			for _, c := range p.Status.Conditions {
 				t.Logf("  condition %s=%s %s %s", c.Type, c.Status, c.Reason, c.Message)
 			}
+			for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+				t.Logf("  container %s: running %v terminated %+v", cs.Name, cs.State.Running != nil, cs.State.Terminated)
+			}
 		}
-		var tjs trainer.TrainJobList
-		_ = suite.c.Client.List(ctx, &tjs, client.InNamespace(ns))
+		tjs := &unstructured.UnstructuredList{}
+		tjs.SetGroupVersionKind(trainer.GroupVersion.WithKind("TrainJobList"))
+		_ = e.c.Client.List(ctx, tjs, client.InNamespace(ns))
 		for _, tj := range tjs.Items {
-			t.Logf("trainjob %s: suspend %v conditions %+v", tj.Name, ptr.Deref(tj.Spec.Suspend, false), tj.Status.Conditions)
+			t.Logf("trainjob %s: annotations %v spec %v status %v", tj.GetName(), tj.GetAnnotations(), tj.Object["spec"], tj.Object["status"])
+		}
+		var wbs tetherv1.WorkerBindingList
+		_ = e.c.Client.List(ctx, &wbs, client.InNamespace(ns))
+		for _, wb := range wbs.Items {
+			t.Logf("workerbinding %s: spec %+v status %+v", wb.Name, wb.Spec, wb.Status)
 		}
 		var evs corev1.EventList
-		_ = suite.c.Client.List(ctx, &evs, client.InNamespace(ns))
-		for _, e := range evs.Items {
-			t.Logf("event %s/%s %s: %s", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+		_ = e.c.Client.List(ctx, &evs, client.InNamespace(ns))
+		for _, ev := range evs.Items {
+			t.Logf("event %s/%s %s: %s", ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Reason, ev.Message)
 		}
+		t.Logf("cluster logs in %s (set TETHER_E2E_KEEP=1 to keep them)", filepath.Join(e.c.Dir, "logs"))
 	})
 }

@@ -15,12 +15,16 @@ import (
 	"github.com/tether-dev/tether/internal/localcluster"
 )
 
-// suite is the cluster every scenario but the Trainer v2.0.0 one shares.
-var suite struct {
+// env is a cluster with Tether and a pod runner; the helpers of the
+// scenarios are its methods.
+type env struct {
 	c      *localcluster.Cluster
 	tether *localcluster.Tether
 	runner *localcluster.PodRunner
 }
+
+// suite is the cluster every scenario but the Trainer v2.0.0 one shares.
+var suite *env
 
 var timings struct {
 	sync.Mutex
@@ -70,7 +74,7 @@ func run(m *testing.M) int {
 	// Scenario 7 checks admission only: its many pods run nothing.
 	runner.Skip = func(pod *corev1.Pod) bool { return strings.HasPrefix(pod.Namespace, burstPrefix) }
 	runner.Start(ctx)
-	suite.c, suite.tether, suite.runner = c, tether, runner
+	suite = &env{c: c, tether: tether, runner: runner}
 	recordTiming("setup: cluster + Tether", time.Since(start))
 
 	code := m.Run()

@@ -20,11 +20,11 @@ import (
 // verified and the binding succeeds.
 func TestScenario1HappyPathWithKueue(t *testing.T) {
 	timed(t)
-	ns := newNamespace(t, "happy")
+	ns := suite.newNamespace(t, "happy")
 	const name = "llm-finetune"
 	setPlans(ns, name, localcluster.TrainerPlan{Steps: 10, CheckpointEvery: 2, StepInterval: 800 * time.Millisecond})
 	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
-	create(t, tj)
+	suite.create(t, tj)
 
 	// Kueue's webhook suspended it; Tether's stamped the binding identity.
 	if !ptr.Deref(tj.Spec.Suspend, false) {
@@ -34,7 +34,7 @@ func TestScenario1HappyPathWithKueue(t *testing.T) {
 	if jobID == "" || tj.Annotations[jobconfig.WorkerIDAnnotation] == "" {
 		t.Fatalf("TrainJob webhook did not stamp identity: %v", tj.Annotations)
 	}
-	waitBinding(t, ns, name, 30*time.Second, "binding created while queued", func(wb *tetherv1.WorkerBinding) error {
+	suite.waitBinding(t, ns, name, 30*time.Second, "binding created while queued", func(wb *tetherv1.WorkerBinding) error {
 		if wb.Spec.JobID != jobID {
 			return fmt.Errorf("job id %q, want %q", wb.Spec.JobID, jobID)
 		}
@@ -43,12 +43,12 @@ func TestScenario1HappyPathWithKueue(t *testing.T) {
 
 	// Kueue admits: the TrainJob is unsuspended and its pod is injected.
 	eventually(t, 60*time.Second, "Kueue admits the TrainJob", func() error {
-		if got := getTrainJob(t, ns, name); ptr.Deref(got.Spec.Suspend, false) {
+		if got := suite.getTrainJob(t, ns, name); ptr.Deref(got.Spec.Suspend, false) {
 			return fmt.Errorf("still suspended")
 		}
 		return nil
 	})
-	pod := injectedPod(t, ns, name, "")
+	pod := suite.injectedPod(t, ns, name, "")
 	if pod.Labels["kueue.x-k8s.io/podset"] == "" {
 		t.Errorf("pod %s has no kueue.x-k8s.io/podset label: was it admitted by Kueue? labels %v", pod.Name, pod.Labels)
 	}
@@ -58,12 +58,12 @@ func TestScenario1HappyPathWithKueue(t *testing.T) {
 	}
 
 	// Registered, then heartbeating with progress, on the binding and in /metrics.
-	wb := waitBinding(t, ns, name, 60*time.Second, "registered and heartbeating", phaseIs(tetherv1.PhaseRunning, ""))
+	wb := suite.waitBinding(t, ns, name, 60*time.Second, "registered and heartbeating", phaseIs(tetherv1.PhaseRunning, ""))
 	if wb.Status.Worker == nil || wb.Status.Worker.PodUID != string(pod.UID) {
 		t.Fatalf("registered worker %+v, want pod %s", wb.Status.Worker, pod.UID)
 	}
 	first := wb.Status.LastHeartbeatTime.Time
-	wb = waitBinding(t, ns, name, 30*time.Second, "progress and newer heartbeats", func(wb *tetherv1.WorkerBinding) error {
+	wb = suite.waitBinding(t, ns, name, 30*time.Second, "progress and newer heartbeats", func(wb *tetherv1.WorkerBinding) error {
 		if wb.Status.Progress == nil || wb.Status.Progress.Step == nil || *wb.Status.Progress.Step < 2 {
 			return fmt.Errorf("no progress yet")
 		}
@@ -73,16 +73,16 @@ func TestScenario1HappyPathWithKueue(t *testing.T) {
 		return nil
 	})
 	eventually(t, 20*time.Second, "per-job series in /metrics", func() error {
-		if v, ok := metricValue(t, "tether_job_session_connected", jobLabels(ns, name)...); !ok || v != 1 {
+		if v, ok := suite.metricValue(t, "tether_job_session_connected", jobLabels(ns, name)...); !ok || v != 1 {
 			return fmt.Errorf("tether_job_session_connected=%v (present %v)", v, ok)
 		}
-		if v, ok := metricValue(t, "tether_job_progress_step", jobLabels(ns, name)...); !ok || v < 2 {
+		if v, ok := suite.metricValue(t, "tether_job_progress_step", jobLabels(ns, name)...); !ok || v < 2 {
 			return fmt.Errorf("tether_job_progress_step=%v", v)
 		}
-		if v, ok := metricValue(t, "tether_job_heartbeat_age_seconds", jobLabels(ns, name)...); !ok || v > 5 {
+		if v, ok := suite.metricValue(t, "tether_job_heartbeat_age_seconds", jobLabels(ns, name)...); !ok || v > 5 {
 			return fmt.Errorf("tether_job_heartbeat_age_seconds=%v", v)
 		}
-		if v, ok := metricValue(t, "tether_job_phase", append(jobLabels(ns, name), `phase="Running"`)...); !ok || v != 1 {
+		if v, ok := suite.metricValue(t, "tether_job_phase", append(jobLabels(ns, name), `phase="Running"`)...); !ok || v != 1 {
 			return fmt.Errorf("tether_job_phase{phase=Running}=%v", v)
 		}
 		return nil
@@ -91,7 +91,7 @@ func TestScenario1HappyPathWithKueue(t *testing.T) {
 	// A checkpoint is stored, verified, while the trainer still runs.
 	dir := suite.runner.ArtifactDir(pod)
 	eventually(t, 30*time.Second, "a checkpoint verified during training", func() error {
-		stored := storedETags(t, jobID)
+		stored := suite.stored(t, jobID)
 		local := localFiles(t, dir)
 		for rel, etag := range stored {
 			if strings.HasPrefix(rel, "checkpoints/") && local[rel] == etag {
@@ -100,18 +100,18 @@ func TestScenario1HappyPathWithKueue(t *testing.T) {
 		}
 		return fmt.Errorf("no checkpoint stored yet (stored %v)", stored)
 	})
-	if p := podNow(t, ns, pod.Name); p == nil || trainerTerminated(p) {
+	if p := suite.podNow(t, ns, pod.Name); p == nil || trainerTerminated(p) {
 		t.Fatal("the trainer had already exited: the checkpoint was not uploaded during training")
 	}
 
 	// The trainer exits 0; the manifest is verified; Succeeded.
-	wb = waitBinding(t, ns, name, 90*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
+	wb = suite.waitBinding(t, ns, name, 90*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
 	a := wb.Status.Artifacts
 	if a == nil || !a.ManifestVerified || ptr.Deref(wb.Status.TrainerExitCode, -1) != 0 {
 		t.Fatalf("succeeded without a verified manifest or exit 0: %+v exit %v", a, wb.Status.TrainerExitCode)
 	}
 	local := localFiles(t, dir)
-	if err := sameFiles(local, storedETags(t, jobID)); err != nil {
+	if err := sameFiles(local, suite.stored(t, jobID)); err != nil {
 		t.Fatalf("stored artifacts differ from the trainer's files: %v", err)
 	}
 	if int(a.Files) != len(local) {
@@ -121,19 +121,19 @@ func TestScenario1HappyPathWithKueue(t *testing.T) {
 		t.Errorf("no final model among %v", local)
 	}
 	eventually(t, 60*time.Second, "TrainJob Complete", func() error {
-		if !meta.IsStatusConditionTrue(getTrainJob(t, ns, name).Status.Conditions, "Complete") {
+		if !meta.IsStatusConditionTrue(suite.getTrainJob(t, ns, name).Status.Conditions, "Complete") {
 			return fmt.Errorf("not Complete")
 		}
 		return nil
 	})
 	eventually(t, 20*time.Second, "Events on the TrainJob", func() error {
-		return hasAll(eventReasons(t, ns, name), "TokenIssued", "Injected", "Registered", "TrainerSucceeded")
+		return hasAll(suite.eventReasons(t, ns, name), "TokenIssued", "Injected", "Registered", "TrainerSucceeded")
 	})
 	eventually(t, 20*time.Second, "phase and bytes in /metrics", func() error {
-		if v, ok := metricValue(t, "tether_job_phase", append(jobLabels(ns, name), `phase="Succeeded"`)...); !ok || v != 1 {
+		if v, ok := suite.metricValue(t, "tether_job_phase", append(jobLabels(ns, name), `phase="Succeeded"`)...); !ok || v != 1 {
 			return fmt.Errorf("tether_job_phase{phase=Succeeded}=%v", v)
 		}
-		if v, ok := metricValue(t, "tether_artifacts_verified_files_total"); !ok || v < float64(len(local)) {
+		if v, ok := suite.metricValue(t, "tether_artifacts_verified_files_total"); !ok || v < float64(len(local)) {
 			return fmt.Errorf("tether_artifacts_verified_files_total=%v, want >= %d", v, len(local))
 		}
 		return nil

@@ -34,21 +34,21 @@ func perNode(w *testobj.TrainJobWrapper, cpu string) *testobj.TrainJobWrapper {
 // binding (attempt 2), does not send verified files again, and succeeds.
 func TestScenario3Preemption(t *testing.T) {
 	timed(t)
-	ns := newNamespace(t, "preempt")
+	ns := suite.newNamespace(t, "preempt")
 	const name, rival = "low-prio", "high-prio"
 	setPlans(ns, name,
 		localcluster.TrainerPlan{Steps: 200, CheckpointEvery: 3, StepInterval: 400 * time.Millisecond},
 		localcluster.TrainerPlan{Steps: 6, CheckpointEvery: 2, StepInterval: 400 * time.Millisecond, StartStep: 1000})
 	low := perNode(bound(trainJob(name, ns)).Queue("user-queue").Label("kueue.x-k8s.io/priority-class", "low"), "3").Obj()
-	create(t, low)
+	suite.create(t, low)
 	jobID := low.Annotations[jobconfig.JobIDAnnotation]
-	first := injectedPod(t, ns, name, "")
+	first := suite.injectedPod(t, ns, name, "")
 	dir := suite.runner.ArtifactDir(first)
-	wb := waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, ""))
+	wb := suite.waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, ""))
 	bindingUID := wb.UID
 	eventually(t, 60*time.Second, "two checkpoints verified", func() error {
 		n := 0
-		stored := storedETags(t, jobID)
+		stored := suite.stored(t, jobID)
 		for rel, sum := range localFiles(t, dir) {
 			if len(rel) > 12 && rel[:12] == "checkpoints/" && stored[rel] == sum {
 				n++
@@ -61,39 +61,39 @@ func TestScenario3Preemption(t *testing.T) {
 	})
 
 	// The rival needs the quota: Kueue preempts the bound job.
-	create(t, perNode(trainJob(rival, ns).Queue("user-queue").Label("kueue.x-k8s.io/priority-class", "high"), "3").Obj())
-	wb = waitBinding(t, ns, name, 60*time.Second, "Preempted", phaseIs(tetherv1.PhasePending, tetherv1.ReasonPreempted))
-	if !ptr.Deref(getTrainJob(t, ns, name).Spec.Suspend, false) {
+	suite.create(t, perNode(trainJob(rival, ns).Queue("user-queue").Label("kueue.x-k8s.io/priority-class", "high"), "3").Obj())
+	wb = suite.waitBinding(t, ns, name, 60*time.Second, "Preempted", phaseIs(tetherv1.PhasePending, tetherv1.ReasonPreempted))
+	if !ptr.Deref(suite.getTrainJob(t, ns, name).Spec.Suspend, false) {
 		t.Error("the preempted TrainJob is not suspended")
 	}
 	eventually(t, 60*time.Second, "the preempted pod gone (sidecar flushed and exited)", func() error {
-		if podNow(t, ns, first.Name) != nil {
+		if suite.podNow(t, ns, first.Name) != nil {
 			return fmt.Errorf("pod %s still exists", first.Name)
 		}
 		return nil
 	})
 	// Every file the trainer had finished is stored, verified.
 	afterFirst := localFiles(t, dir)
-	if err := sameFiles(afterFirst, storedETags(t, jobID)); err != nil {
+	if err := sameFiles(afterFirst, suite.stored(t, jobID)); err != nil {
 		t.Fatalf("after preemption, not every finished file was flushed: %v", err)
 	}
-	eventually(t, 20*time.Second, "Preempted Event", func() error { return hasAll(eventReasons(t, ns, name), "Preempted") })
-	putsBefore, _ := metricValue(t, "tether_artifacts_verified_files_total")
-	storedBefore := lastModified(t, jobID)
+	eventually(t, 20*time.Second, "Preempted Event", func() error { return hasAll(suite.eventReasons(t, ns, name), "Preempted") })
+	putsBefore, _ := suite.metricValue(t, "tether_artifacts_verified_files_total")
+	storedBefore := suite.lastModified(t, jobID)
 	logf("attempt 1 preempted with %d files stored", len(afterFirst))
 
 	// The rival leaves; the job is admitted again and resumes in a new pod.
-	if err := suite.c.Client.Delete(context.Background(), getTrainJob(t, ns, rival)); err != nil {
+	if err := suite.c.Client.Delete(context.Background(), suite.getTrainJob(t, ns, rival)); err != nil {
 		t.Fatal(err)
 	}
-	second := injectedPod(t, ns, name, first.UID)
-	wb = waitBinding(t, ns, name, 90*time.Second, "Succeeded on attempt 2", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
+	second := suite.injectedPod(t, ns, name, first.UID)
+	wb = suite.waitBinding(t, ns, name, 90*time.Second, "Succeeded on attempt 2", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
 	if wb.UID != bindingUID || wb.Status.Attempt != 2 || wb.Status.Worker == nil || wb.Status.Worker.PodUID != string(second.UID) {
 		t.Fatalf("binding uid %s attempt %d worker %+v; want the same binding %s, attempt 2, pod %s",
 			wb.UID, wb.Status.Attempt, wb.Status.Worker, bindingUID, second.UID)
 	}
 	final := localFiles(t, dir)
-	if err := sameFiles(final, storedETags(t, jobID)); err != nil {
+	if err := sameFiles(final, suite.stored(t, jobID)); err != nil {
 		t.Fatalf("after attempt 2: %v", err)
 	}
 	// Only what attempt 2 wrote or changed was sent, plus the manifest.
@@ -104,13 +104,13 @@ func TestScenario3Preemption(t *testing.T) {
 		}
 	}
 	eventually(t, 10*time.Second, "verified PUTs of attempt 2", func() error {
-		putsAfter, _ := metricValue(t, "tether_artifacts_verified_files_total")
+		putsAfter, _ := suite.metricValue(t, "tether_artifacts_verified_files_total")
 		if got := int(putsAfter - putsBefore); got != changed+1 {
 			return fmt.Errorf("attempt 2 sent %d files, want %d (its %d new or changed files and the manifest)", got, changed+1, changed)
 		}
 		return nil
 	})
-	storedAfter := lastModified(t, jobID)
+	storedAfter := suite.lastModified(t, jobID)
 	for rel := range afterFirst {
 		key := jobID + "/" + rel
 		if afterFirst[rel] == final[rel] && !storedAfter[key].Equal(storedBefore[key]) {

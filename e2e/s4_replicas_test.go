@@ -26,7 +26,7 @@ func watchPhases(ns, name string, stop <-chan struct{}) func() []string {
 		defer close(done)
 		last := ""
 		for {
-			if wb, err := getBinding(ns, name); err == nil {
+			if wb, err := suite.getBinding(ns, name); err == nil {
 				s := fmt.Sprintf("%s/%s/attempt=%d", wb.Status.Phase, wb.Status.Reason, wb.Status.Attempt)
 				if s != last {
 					mu.Lock()
@@ -66,17 +66,17 @@ func sessionHolder(t *testing.T, ns, name string) (int, error) {
 // the job succeeds.
 func TestScenario4ReplicaRestarts(t *testing.T) {
 	timed(t)
-	ns := newNamespace(t, "replicas")
+	ns := suite.newNamespace(t, "replicas")
 	const name = "long-run"
 	setPlans(ns, name, localcluster.TrainerPlan{Steps: 40, CheckpointEvery: 4, StepInterval: 500 * time.Millisecond})
 	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
-	create(t, tj)
+	suite.create(t, tj)
 	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
 	stop := make(chan struct{})
 	phases := watchPhases(ns, name, stop)
-	pod := injectedPod(t, ns, name, "")
+	pod := suite.injectedPod(t, ns, name, "")
 	dir := suite.runner.ArtifactDir(pod)
-	wb := waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, ""))
+	wb := suite.waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, ""))
 	registered := wb.Status.Worker.RegisteredTime
 
 	var holder int
@@ -106,7 +106,7 @@ func TestScenario4ReplicaRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	wb = waitBinding(t, ns, name, 120*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
+	wb = suite.waitBinding(t, ns, name, 120*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
 	close(stop)
 	seen := phases()
 	logf("phases seen: %v", seen)
@@ -129,7 +129,7 @@ func TestScenario4ReplicaRestarts(t *testing.T) {
 	if !wb.Status.Worker.RegisteredTime.Equal(&registered) {
 		t.Errorf("registration changed from %s to %s", registered, wb.Status.Worker.RegisteredTime)
 	}
-	if err := sameFiles(localFiles(t, dir), storedETags(t, jobID)); err != nil {
+	if err := sameFiles(localFiles(t, dir), suite.stored(t, jobID)); err != nil {
 		t.Fatalf("artifacts lost across restarts: %v", err)
 	}
 }

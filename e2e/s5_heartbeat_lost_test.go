@@ -16,12 +16,12 @@ import (
 // HeartbeatLost; resumed (SIGCONT), heartbeats clear it and the job succeeds.
 func TestScenario5HeartbeatLost(t *testing.T) {
 	timed(t)
-	ns := newNamespace(t, "hblost")
+	ns := suite.newNamespace(t, "hblost")
 	const name = "stalls"
 	setPlans(ns, name, localcluster.TrainerPlan{Steps: 30, CheckpointEvery: 10, StepInterval: 600 * time.Millisecond})
-	create(t, bound(trainJob(name, ns)).Queue("user-queue").Obj())
-	pod := injectedPod(t, ns, name, "")
-	waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating))
+	suite.create(t, bound(trainJob(name, ns)).Queue("user-queue").Obj())
+	pod := suite.injectedPod(t, ns, name, "")
+	suite.waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating))
 
 	sidecar := suite.runner.Sidecar(pod.UID)
 	if sidecar == nil {
@@ -37,7 +37,7 @@ func TestScenario5HeartbeatLost(t *testing.T) {
 			_ = sidecar.Signal(syscall.SIGCONT)
 		}
 	}()
-	wb := waitBinding(t, ns, name, 30*time.Second, "HeartbeatLost", func(wb *tetherv1.WorkerBinding) error {
+	wb := suite.waitBinding(t, ns, name, 30*time.Second, "HeartbeatLost", func(wb *tetherv1.WorkerBinding) error {
 		c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost)
 		if c == nil || c.Status != "True" || wb.Status.Reason != tetherv1.ReasonHeartbeatLost {
 			return fmt.Errorf("condition %+v", c)
@@ -48,21 +48,21 @@ func TestScenario5HeartbeatLost(t *testing.T) {
 	eventually(t, 10*time.Second, "stale heartbeat age in /metrics", func() error {
 		// The session may already be closed (its read deadline passed), then
 		// the series is gone from the replica that held it; the phase stays.
-		if v, ok := metricValue(t, "tether_job_heartbeat_age_seconds", jobLabels(ns, name)...); ok && v < 3 {
+		if v, ok := suite.metricValue(t, "tether_job_heartbeat_age_seconds", jobLabels(ns, name)...); ok && v < 3 {
 			return fmt.Errorf("heartbeat age %v while paused", v)
 		}
-		if v, ok := metricValue(t, "tether_job_phase", append(jobLabels(ns, name), `phase="Running"`)...); !ok || v != 1 {
+		if v, ok := suite.metricValue(t, "tether_job_phase", append(jobLabels(ns, name), `phase="Running"`)...); !ok || v != 1 {
 			return fmt.Errorf("tether_job_phase{phase=Running}=%v", v)
 		}
 		return nil
 	})
-	eventually(t, 10*time.Second, "HeartbeatLost Event", func() error { return hasAll(eventReasons(t, ns, name), "HeartbeatLost") })
+	eventually(t, 10*time.Second, "HeartbeatLost Event", func() error { return hasAll(suite.eventReasons(t, ns, name), "HeartbeatLost") })
 
 	if err := sidecar.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	resumed = true
-	waitBinding(t, ns, name, 30*time.Second, "heartbeats resumed", func(wb *tetherv1.WorkerBinding) error {
+	suite.waitBinding(t, ns, name, 30*time.Second, "heartbeats resumed", func(wb *tetherv1.WorkerBinding) error {
 		c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost)
 		if c == nil || c.Status != "False" || c.Reason != tetherv1.ReasonHeartbeatResumed || wb.Status.Reason != tetherv1.ReasonHeartbeating {
 			return fmt.Errorf("condition %+v", c)
@@ -72,5 +72,5 @@ func TestScenario5HeartbeatLost(t *testing.T) {
 		}
 		return nil
 	})
-	waitBinding(t, ns, name, 60*time.Second, "Succeeded after the pause", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
+	suite.waitBinding(t, ns, name, 60*time.Second, "Succeeded after the pause", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
 }

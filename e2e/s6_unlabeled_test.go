@@ -21,16 +21,16 @@ import (
 // trainer pod, looks its TrainJob up and skips it as NotBound, silently).
 func TestScenario6UnlabeledUntouched(t *testing.T) {
 	timed(t)
-	ns := newNamespace(t, "plain")
+	ns := suite.newNamespace(t, "plain")
 	const name = "not-bound"
-	tjBefore, _ := metricValue(t, "tether_trainjob_admissions_total")
-	notBoundBefore, _ := metricValue(t, "tether_pod_admissions_total", `reason="NotBound"`)
+	tjBefore, _ := suite.metricValue(t, "tether_trainjob_admissions_total")
+	notBoundBefore, _ := suite.metricValue(t, "tether_pod_admissions_total", `reason="NotBound"`)
 	tj := trainJob(name, ns).Queue("user-queue").Obj()
-	create(t, tj)
+	suite.create(t, tj)
 
 	var pod corev1.Pod
 	eventually(t, 60*time.Second, "the unlabeled TrainJob's pod", func() error {
-		pods := trainerPods(t, ns, name)
+		pods := suite.trainerPods(t, ns, name)
 		if len(pods) == 0 {
 			return fmt.Errorf("no pod yet")
 		}
@@ -40,7 +40,7 @@ func TestScenario6UnlabeledUntouched(t *testing.T) {
 	if len(pod.Spec.InitContainers) != 0 || pod.Annotations["tether.dev/status"] != "" || len(pod.Spec.Volumes) != 0 {
 		t.Fatalf("the unlabeled job's pod was modified: init %v, annotations %v, volumes %v", pod.Spec.InitContainers, pod.Annotations, pod.Spec.Volumes)
 	}
-	got := getTrainJob(t, ns, name)
+	got := suite.getTrainJob(t, ns, name)
 	for k := range got.Annotations {
 		if strings.HasPrefix(k, "tether.dev/") {
 			t.Errorf("unlabeled TrainJob got annotation %s", k)
@@ -51,10 +51,10 @@ func TestScenario6UnlabeledUntouched(t *testing.T) {
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("token Secret of the unlabeled TrainJob: %v, want NotFound", err)
 	}
-	if _, err := getBinding(ns, name); !apierrors.IsNotFound(err) {
+	if _, err := suite.getBinding(ns, name); !apierrors.IsNotFound(err) {
 		t.Errorf("WorkerBinding of the unlabeled TrainJob: %v, want NotFound", err)
 	}
-	if reasons := eventReasons(t, ns, name); len(reasons) > 0 {
+	if reasons := suite.eventReasons(t, ns, name); len(reasons) > 0 {
 		for _, r := range reasons {
 			if r == "Injected" || r == "NotBound" || r == "TokenIssued" {
 				t.Errorf("Tether recorded Event %s on the unlabeled TrainJob", r)
@@ -62,11 +62,11 @@ func TestScenario6UnlabeledUntouched(t *testing.T) {
 		}
 	}
 	eventually(t, 10*time.Second, "admission counters", func() error {
-		tjAfter, _ := metricValue(t, "tether_trainjob_admissions_total")
+		tjAfter, _ := suite.metricValue(t, "tether_trainjob_admissions_total")
 		if tjAfter != tjBefore {
 			return fmt.Errorf("tether_trainjob_admissions_total went %v -> %v: the unlabeled TrainJob reached the webhook", tjBefore, tjAfter)
 		}
-		if n, _ := metricValue(t, "tether_pod_admissions_total", `reason="NotBound"`); n != notBoundBefore+1 {
+		if n, _ := suite.metricValue(t, "tether_pod_admissions_total", `reason="NotBound"`); n != notBoundBefore+1 {
 			return fmt.Errorf("pod admissions NotBound %v -> %v, want +1", notBoundBefore, n)
 		}
 		return nil

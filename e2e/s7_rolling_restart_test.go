@@ -22,9 +22,9 @@ const burstPrefix = "burst"
 // created (no FailedCreate) and injected.
 func TestScenario7RollingRestartUnderBurst(t *testing.T) {
 	timed(t)
-	ns := newNamespace(t, burstPrefix)
+	ns := suite.newNamespace(t, burstPrefix)
 	ctx := context.Background()
-	deniedBefore, _ := metricValue(t, "tether_pod_admissions_total", `outcome="denied"`)
+	deniedBefore, _ := suite.metricValue(t, "tether_pod_admissions_total", `outcome="denied"`)
 
 	var created, failed atomic.Int64
 	var errMu sync.Mutex
@@ -105,11 +105,11 @@ func TestScenario7RollingRestartUnderBurst(t *testing.T) {
 			t.Errorf("%s %s: FailedCreate: %s", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)
 		}
 	}
-	if denied, _ := metricValue(t, "tether_pod_admissions_total", `outcome="denied"`); denied != deniedBefore {
+	if denied, _ := suite.metricValue(t, "tether_pod_admissions_total", `outcome="denied"`); denied != deniedBefore {
 		t.Errorf("pod admissions denied went %v -> %v", deniedBefore, denied)
 	}
 	// Free the nodes for whatever runs next.
-	if err := suite.c.Client.DeleteAllOf(ctx, getTrainJob(t, ns, "job-000"), client.InNamespace(ns)); err != nil {
+	if err := suite.c.Client.DeleteAllOf(ctx, suite.getTrainJob(t, ns, "job-000"), client.InNamespace(ns)); err != nil {
 		t.Error(err)
 	}
 }

@@ -2,19 +2,13 @@ package e2e
 
 import (
 	"context"
-	"crypto/md5"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
@@ -96,8 +89,9 @@ func TestScenario8TrainerV20(t *testing.T) {
 	runner.Plan = func(*corev1.Pod) localcluster.TrainerPlan { return plan }
 	runner.Start(ctx)
 	logf("scenario 8: cluster + Tether (1 replica, fs backend) up in %.1fs", time.Since(setup).Seconds())
+	e := &env{c: c, tether: tether, runner: runner}
 
-	ns := v20Namespace(t, c, "v20-happy")
+	ns := e.newNamespace(t, "v20-happy")
 	const name = "llm-finetune-v20"
 
 	// The TrainJob, in v2.0.0's shape; Tether's webhook stamps its identity.
@@ -114,7 +108,7 @@ func TestScenario8TrainerV20(t *testing.T) {
 	if suspend, found, _ := unstructured.NestedBool(tj.Object, "spec", "suspend"); found && suspend {
 		t.Fatalf("TrainJob suspended at creation without Kueue: spec %v", tj.Object["spec"])
 	}
-	v20WaitBinding(t, c, ns, name, 30*time.Second, "binding created", func(wb *tetherv1.WorkerBinding) error {
+	e.waitBinding(t, ns, name, 30*time.Second, "binding created", func(wb *tetherv1.WorkerBinding) error {
 		if wb.Spec.JobID != jobID || wb.Spec.WorkerID != workerID || wb.Spec.TrainJobName != name {
 			return fmt.Errorf("spec %+v, want job id %q, worker id %q, TrainJob %q", wb.Spec, jobID, workerID, name)
 		}
@@ -122,7 +116,7 @@ func TestScenario8TrainerV20(t *testing.T) {
 	})
 
 	// Trainer v2.0.0 makes the JobSet; the trainer pod is injected.
-	pod := v20InjectedPod(t, c, ns, name)
+	pod := e.injectedPod(t, ns, name, "")
 	if len(pod.Spec.InitContainers) == 0 {
 		t.Fatalf("injected pod %s has no init containers: %+v", pod.Name, pod.Spec)
 	}
@@ -136,12 +130,12 @@ func TestScenario8TrainerV20(t *testing.T) {
 	}
 
 	// Registered, then heartbeating with progress.
-	wb := v20WaitBinding(t, c, ns, name, 60*time.Second, "registered and heartbeating", phaseIs(tetherv1.PhaseRunning, ""))
+	wb := e.waitBinding(t, ns, name, 60*time.Second, "registered and heartbeating", phaseIs(tetherv1.PhaseRunning, ""))
 	if wb.Status.Worker == nil || wb.Status.Worker.PodUID != string(pod.UID) {
 		t.Fatalf("registered worker %+v, want pod %s (%s)", wb.Status.Worker, pod.Name, pod.UID)
 	}
 	first := wb.Status.LastHeartbeatTime
-	v20WaitBinding(t, c, ns, name, 30*time.Second, "progress and newer heartbeats", func(wb *tetherv1.WorkerBinding) error {
+	e.waitBinding(t, ns, name, 30*time.Second, "progress and newer heartbeats", func(wb *tetherv1.WorkerBinding) error {
 		if wb.Status.Progress == nil || wb.Status.Progress.Step == nil || *wb.Status.Progress.Step < 2 {
 			return fmt.Errorf("progress %+v, want step >= 2", wb.Status.Progress)
 		}
@@ -155,7 +149,7 @@ func TestScenario8TrainerV20(t *testing.T) {
 	// trainer still runs.
 	dir := runner.ArtifactDir(pod)
 	eventually(t, 30*time.Second, "a checkpoint stored during training", func() error {
-		stored := v20StoredMD5s(t, tether.ArtifactDir, jobID)
+		stored := e.stored(t, jobID)
 		local := localFiles(t, dir)
 		for rel, sum := range stored {
 			if strings.HasPrefix(rel, "checkpoints/") && local[rel] == sum {
@@ -164,18 +158,18 @@ func TestScenario8TrainerV20(t *testing.T) {
 		}
 		return fmt.Errorf("no checkpoint stored with the local MD5 yet (stored %v, local %v)", stored, local)
 	})
-	if p := v20PodNow(c, ns, pod.Name); p == nil || trainerTerminated(p) {
+	if p := e.podNow(t, ns, pod.Name); p == nil || trainerTerminated(p) {
 		t.Fatal("the trainer had already exited: the checkpoint was not uploaded during training")
 	}
 
 	// The trainer exits 0; the manifest is verified; Succeeded.
-	wb = v20WaitBinding(t, c, ns, name, 90*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
+	wb = e.waitBinding(t, ns, name, 90*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
 	a := wb.Status.Artifacts
 	if a == nil || !a.ManifestVerified || ptr.Deref(wb.Status.TrainerExitCode, -1) != 0 {
 		t.Fatalf("succeeded without a verified manifest or exit 0: artifacts %+v, exit code %v", a, wb.Status.TrainerExitCode)
 	}
 	local := localFiles(t, dir)
-	if err := sameFiles(local, v20StoredMD5s(t, tether.ArtifactDir, jobID)); err != nil {
+	if err := sameFiles(local, e.stored(t, jobID)); err != nil {
 		t.Fatalf("stored artifacts differ from the trainer's files: %v", err)
 	}
 	if int(a.Files) != len(local) {
@@ -194,31 +188,16 @@ func TestScenario8TrainerV20(t *testing.T) {
 		return nil
 	})
 	eventually(t, 20*time.Second, "Events on the TrainJob", func() error {
-		return hasAll(v20EventReasons(t, c, ns, name), "TokenIssued", "Injected", "Registered", "TrainerSucceeded")
+		return hasAll(e.eventReasons(t, ns, name), "TokenIssued", "Injected", "Registered", "TrainerSucceeded")
 	})
 	eventually(t, 20*time.Second, "tether_job_phase{phase=Succeeded} in /metrics", func() error {
-		text, err := tether.Metrics()
-		if err != nil {
-			return err
-		}
-		if v, ok := findMetric(text, "tether_job_phase", append(jobLabels(ns, name), `phase="Succeeded"`)...); !ok || v != 1 {
+		if v, ok := e.metricValue(t, "tether_job_phase", append(jobLabels(ns, name), `phase="Succeeded"`)...); !ok || v != 1 {
 			return fmt.Errorf("tether_job_phase{namespace=%q,trainjob=%q,phase=\"Succeeded\"}=%v (present %v), want 1", ns, name, v, ok)
 		}
 		return nil
 	})
 	logf("scenario 8: Trainer %s: %d files, %d bytes verified; manifest %s; TrainJob conditions %v",
 		localcluster.TrainerV20, a.Files, a.Bytes, a.Manifest, v20CondSummary(v20TrainJobConditions(t, c, ns, name)))
-}
-
-// v20Namespace creates a namespace in c (no LocalQueue: no Kueue); the
-// cluster goes away with the test, and with it the namespace.
-func v20Namespace(t *testing.T, c *localcluster.Cluster, name string) string {
-	t.Helper()
-	if err := c.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-		t.Fatalf("creating namespace %s: %v", name, err)
-	}
-	v20DumpOnFailure(t, c, name)
-	return name
 }
 
 // v20TrainJob is a bound TrainJob on the e2e runtime as Trainer v2.0.0's CRD
@@ -278,57 +257,6 @@ func v20CondSummary(conds []metav1.Condition) []string {
 	return out
 }
 
-// v20WaitBinding waits until the WorkerBinding (same name and namespace as
-// the TrainJob) satisfies ok, which explains what is missing.
-func v20WaitBinding(t *testing.T, c *localcluster.Cluster, ns, name string, timeout time.Duration, what string, ok func(*tetherv1.WorkerBinding) error) *tetherv1.WorkerBinding {
-	t.Helper()
-	var wb *tetherv1.WorkerBinding
-	eventually(t, timeout, what, func() error {
-		wb = &tetherv1.WorkerBinding{}
-		if err := c.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, wb); err != nil {
-			return err
-		}
-		if err := ok(wb); err != nil {
-			return fmt.Errorf("%w (phase %s/%s: %s)", err, wb.Status.Phase, wb.Status.Reason, wb.Status.Message)
-		}
-		return nil
-	})
-	logf("%s/%s: %s (phase %s/%s)", ns, name, what, wb.Status.Phase, wb.Status.Reason)
-	return wb
-}
-
-// v20TrainerPods lists the TrainJob's trainer pods (replicated job "node").
-func v20TrainerPods(c *localcluster.Cluster, ns, name string) ([]corev1.Pod, error) {
-	var pods corev1.PodList
-	err := c.Client.List(context.Background(), &pods, client.InNamespace(ns),
-		client.MatchingLabels{jobconfig.JobSetNameLabel: name, jobconfig.ReplicatedJobNameLabel: "node"})
-	return pods.Items, err
-}
-
-// v20InjectedPod waits for the TrainJob's injected trainer pod.
-func v20InjectedPod(t *testing.T, c *localcluster.Cluster, ns, name string) *corev1.Pod {
-	t.Helper()
-	var found *corev1.Pod
-	eventually(t, 60*time.Second, "an injected trainer pod of "+name, func() error {
-		pods, err := v20TrainerPods(c, ns, name)
-		if err != nil {
-			return err
-		}
-		var seen []string
-		for _, p := range pods {
-			if p.DeletionTimestamp == nil && p.Annotations[jobconfig.PodStatusAnnotation] != "" {
-				found = p.DeepCopy()
-				return nil
-			}
-			seen = append(seen, fmt.Sprintf("%s (annotations %v)", p.Name, p.Annotations))
-		}
-		return fmt.Errorf("want a pod with %s=%s, %s=node and annotation %s; seen %v",
-			jobconfig.JobSetNameLabel, name, jobconfig.ReplicatedJobNameLabel, jobconfig.PodStatusAnnotation, seen)
-	})
-	logf("%s/%s: injected pod %s (%s=%s)", ns, name, found.Name, jobconfig.PodStatusAnnotation, found.Annotations[jobconfig.PodStatusAnnotation])
-	return found
-}
-
 func v20HasContainer(pod *corev1.Pod, name string) bool {
 	for _, ctr := range pod.Spec.Containers {
 		if ctr.Name == name {
@@ -336,109 +264,4 @@ func v20HasContainer(pod *corev1.Pod, name string) bool {
 		}
 	}
 	return false
-}
-
-// v20PodNow is the pod's current state (nil once deleted).
-func v20PodNow(c *localcluster.Cluster, ns, name string) *corev1.Pod {
-	pod := &corev1.Pod{}
-	if err := c.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, pod); err != nil {
-		return nil
-	}
-	return pod
-}
-
-// v20StoredMD5s lists a job's objects in the fs backend
-// (<root>/<job-id>/<relative path>) with the MD5 of their content; its
-// manifest, logs/ and .tether/ are left out, as storedETags does for S3.
-func v20StoredMD5s(t *testing.T, root, jobID string) map[string]string {
-	t.Helper()
-	dir := filepath.Join(root, jobID)
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if p == dir && errors.Is(err, fs.ErrNotExist) {
-				return filepath.SkipDir // nothing stored yet
-			}
-			return err
-		}
-		if d.IsDir() {
-			return nil
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		if rel == "manifest.json" || strings.HasPrefix(rel, ".tether/") || strings.HasPrefix(rel, "logs/") {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		sum := md5.Sum(b)
-		out[rel] = hex.EncodeToString(sum[:])
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("reading the fs artifact store %s: %v", dir, err)
-	}
-	return out
-}
-
-// v20EventReasons lists the reasons of the events.k8s.io/v1 Events
-// regarding the TrainJob.
-func v20EventReasons(t *testing.T, c *localcluster.Cluster, ns, name string) []string {
-	t.Helper()
-	var list eventsv1.EventList
-	if err := c.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
-		t.Fatalf("listing Events in %s: %v", ns, err)
-	}
-	var reasons []string
-	for _, e := range list.Items {
-		if e.Regarding.Kind == "TrainJob" && e.Regarding.Name == name {
-			reasons = append(reasons, e.Reason)
-		}
-	}
-	return reasons
-}
-
-// v20DumpOnFailure logs the namespace's pods, TrainJobs, WorkerBindings and
-// Events when the test failed (it runs before the cluster stops).
-func v20DumpOnFailure(t *testing.T, c *localcluster.Cluster, ns string) {
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		ctx := context.Background()
-		var pods corev1.PodList
-		_ = c.Client.List(ctx, &pods, client.InNamespace(ns))
-		for _, p := range pods.Items {
-			t.Logf("pod %s: phase %s node %q deleting %v injected %v labels %v", p.Name, p.Status.Phase, p.Spec.NodeName,
-				p.DeletionTimestamp != nil, p.Annotations[jobconfig.PodStatusAnnotation] != "", p.Labels)
-			for _, cond := range p.Status.Conditions {
-				t.Logf("  condition %s=%s %s %s", cond.Type, cond.Status, cond.Reason, cond.Message)
-			}
-			for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
-				t.Logf("  container %s: running %v terminated %+v", cs.Name, cs.State.Running != nil, cs.State.Terminated)
-			}
-		}
-		tjs := &unstructured.UnstructuredList{}
-		tjs.SetGroupVersionKind(v20TrainJobGVK.GroupVersion().WithKind("TrainJobList"))
-		_ = c.Client.List(ctx, tjs, client.InNamespace(ns))
-		for _, tj := range tjs.Items {
-			t.Logf("trainjob %s: annotations %v spec %v status %v", tj.GetName(), tj.GetAnnotations(), tj.Object["spec"], tj.Object["status"])
-		}
-		var wbs tetherv1.WorkerBindingList
-		_ = c.Client.List(ctx, &wbs, client.InNamespace(ns))
-		for _, wb := range wbs.Items {
-			t.Logf("workerbinding %s: spec %+v status %+v", wb.Name, wb.Spec, wb.Status)
-		}
-		var evs corev1.EventList
-		_ = c.Client.List(ctx, &evs, client.InNamespace(ns))
-		for _, e := range evs.Items {
-			t.Logf("event %s/%s %s: %s", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
-		}
-		t.Logf("cluster logs in %s (set TETHER_E2E_KEEP=1 to keep them)", filepath.Join(c.Dir, "logs"))
-	})
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/tether-dev/tether/internal/localcluster"
 	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/lifecycle"
 )
 
 const (
@@ -202,7 +203,7 @@ func follow(ctx context.Context, c *localcluster.Cluster, tether *localcluster.T
 			}
 			detail("heartbeat seq %d recorded at %s: %s", st.LastSeq, st.LastHeartbeatTime.Format("15:04:05"), progress)
 		}
-		if a := st.Artifacts; a != nil && a.UploadedBytes > uploaded && !lifecycleFinal(st.Phase) {
+		if a := st.Artifacts; a != nil && a.UploadedBytes > uploaded && !lifecycle.IsFinal(st.Phase) {
 			uploaded = a.UploadedBytes
 			detail("artifacts verified so far (single PUT, ETag = MD5 checked): %d bytes", uploaded)
 		}
@@ -224,8 +225,4 @@ func describe(wb *tetherv1.WorkerBinding) string {
 		parts = append(parts, "worker pod "+w.PodName)
 	}
 	return strings.Join(parts, ", ")
-}
-
-func lifecycleFinal(p tetherv1.WorkerBindingPhase) bool {
-	return p == tetherv1.PhaseSucceeded || p == tetherv1.PhaseFailed
 }

@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -287,18 +288,15 @@ func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
 	return false
 }
 
-// assets is $KUBEBUILDER_ASSETS, else what hack/testbin.sh prints.
+// assets is the directory testenv.Assets resolves, holding every binary
+// the cluster runs.
 func assets() (string, error) {
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		out, err := exec.Command("bash", filepath.Join(testenv.RepoRoot(), "hack", "testbin.sh"), "--print-dir").Output()
-		if err != nil {
-			return "", fmt.Errorf("hack/testbin.sh --print-dir: %w", err)
-		}
-		dir = strings.TrimSpace(string(out))
+	dir, err := testenv.Assets()
+	if err != nil {
+		return "", fmt.Errorf("%w; the local cluster needs `hack/testbin.sh e2e` (or `make e2e`)", err)
 	}
 	var missing []string
-	for _, b := range []string{"kube-apiserver", "etcd", "kubectl", "kube-controller-manager", "kube-scheduler", "kwok", "jobset", "trainer-controller-manager", "kueue"} {
+	for _, b := range []string{"kubectl", "kube-controller-manager", "kube-scheduler", "kwok", "jobset", "trainer-controller-manager", "kueue"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			missing = append(missing, b)
 		}
@@ -318,13 +316,11 @@ func moduleDir(module, version string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("go mod download %s@%s: %w", module, version, err)
 	}
-	const key = `"Dir": "`
-	i := strings.Index(string(out), key)
-	if i < 0 {
-		return "", fmt.Errorf("go mod download %s@%s: no Dir in %s", module, version, out)
+	var mod struct{ Dir string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		return "", fmt.Errorf("go mod download %s@%s: no module directory in %s", module, version, out)
 	}
-	rest := string(out)[i+len(key):]
-	return rest[:strings.Index(rest, `"`)], nil
+	return mod.Dir, nil
 }
 
 // dieWithParent writes a script that execs the named binary under

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // startControllerManager runs the controllers a TrainJob needs: Jobs,
@@ -21,22 +22,23 @@ import (
 // lifts the not-ready taint a new node is created with once kwok reports
 // it Ready; kwok renews the node leases).
 func (c *Cluster) startControllerManager(ctx context.Context) error {
-	_, err := c.start("kube-controller-manager", c.bin("kube-controller-manager"), []string{
-		"--kubeconfig=" + c.Kubeconfig,
-		"--authentication-kubeconfig=" + c.Kubeconfig,
-		"--authorization-kubeconfig=" + c.Kubeconfig,
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port=0",
+	_, err := c.start("kube-controller-manager", c.bin("kube-controller-manager"), c.kubeComponentArgs(
 		"--controllers=job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,pod-garbage-collector-controller,ttl-after-finished-controller,node-lifecycle-controller",
 		"--concurrent-job-syncs=10",
-		"--v=1",
-	})
+	))
 	return err
 }
 
 func (c *Cluster) startScheduler(ctx context.Context) error {
-	_, err := c.start("kube-scheduler", c.bin("kube-scheduler"), []string{
+	_, err := c.start("kube-scheduler", c.bin("kube-scheduler"), c.kubeComponentArgs())
+	return err
+}
+
+// kubeComponentArgs are the flags kube-controller-manager and
+// kube-scheduler share here: admin credentials, one instance (no leader
+// election), no serving port, then extra.
+func (c *Cluster) kubeComponentArgs(extra ...string) []string {
+	return append([]string{
 		"--kubeconfig=" + c.Kubeconfig,
 		"--authentication-kubeconfig=" + c.Kubeconfig,
 		"--authorization-kubeconfig=" + c.Kubeconfig,
@@ -44,8 +46,7 @@ func (c *Cluster) startScheduler(ctx context.Context) error {
 		"--bind-address=127.0.0.1",
 		"--secure-port=0",
 		"--v=1",
-	})
-	return err
+	}, extra...)
 }
 
 // startKwok creates the fake nodes and runs kwok with stages that make pods
@@ -120,7 +121,7 @@ func (c *Cluster) startJobSet(ctx context.Context) error {
 	if err := c.installCRDs(ctx, crds); err != nil {
 		return err
 	}
-	addr, err := freePort()
+	addr, err := testenv.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -169,7 +170,7 @@ func (c *Cluster) startTrainer(ctx context.Context) error {
 	if err := c.installCRDs(ctx, crds); err != nil {
 		return err
 	}
-	addr, err := freePort()
+	addr, err := testenv.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -247,7 +248,7 @@ func (c *Cluster) startKueue(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	addr, err := freePort()
+	addr, err := testenv.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -393,8 +394,6 @@ func (c *Cluster) waitFor(ctx context.Context, timeout time.Duration, what strin
 		}
 	}
 }
-
-var _ = strconv.Itoa
 
 // startTrainerV20Hook runs Trainer v2.0.0 (see trainer_v20.go).
 func startTrainerV20Hook(ctx context.Context, c *Cluster, bin, work, addr string) error {

@@ -85,6 +85,8 @@ type PodRunner struct {
 	done chan struct{}
 }
 
+// runningPod is PodRunner's state of one pod; its fields but key and
+// lastErr (sync's own) are guarded by PodRunner.mu.
 type runningPod struct {
 	key       types.NamespacedName
 	sidecar   *Process
@@ -105,7 +107,7 @@ func (c *Cluster) NewPodRunner() *PodRunner {
 		pods:       map[types.UID]*runningPod{},
 	}
 	r.ArtifactDir = func(pod *corev1.Pod) string {
-		return filepath.Join(c.Dir, "volumes", pod.Namespace, pod.Labels["jobset.sigs.k8s.io/jobset-name"], "artifacts")
+		return filepath.Join(c.Dir, "volumes", pod.Namespace, pod.Labels[jobconfig.JobSetNameLabel], "artifacts")
 	}
 	return r
 }
@@ -173,35 +175,39 @@ func (r *PodRunner) sync(ctx context.Context) {
 		if pod.Annotations[jobconfig.PodStatusAnnotation] == "" || pod.Spec.NodeName == "" {
 			continue
 		}
+		skip := r.Skip != nil && r.Skip(pod)
+		// The pod's state is decided under the lock: watchTrainer and
+		// terminate change it from their own goroutines.
 		r.mu.Lock()
 		rp := r.pods[pod.UID]
 		if rp == nil {
 			rp = &runningPod{key: client.ObjectKeyFromObject(pod)}
 			r.pods[pod.UID] = rp
 		}
-		r.mu.Unlock()
-		skip := r.Skip != nil && r.Skip(pod)
+		start := false
 		switch {
 		case rp.finished:
-		case skip && pod.DeletionTimestamp != nil && !rp.finishing:
-			rp.finishing = true
-			go r.terminate(ctx, rp, pod)
-		case skip:
 		case pod.DeletionTimestamp != nil && !rp.finishing:
 			rp.finishing = true
 			go r.terminate(ctx, rp, pod)
+		case skip:
 		case pod.Status.Phase == corev1.PodRunning && rp.sidecar == nil && !rp.finishing:
-			if err := r.startPod(ctx, rp, pod); err != nil {
-				// As the kubelet does with a missing Secret volume: the pod
-				// waits (ContainerCreating) and the mount is retried.
-				if msg := err.Error(); msg != rp.lastErr {
-					r.c.Opts.Log("pod %s: not started yet, as a kubelet would wait: %v", rp.key, err)
-					rp.lastErr = msg
-				}
-				continue
-			}
-			go r.watchTrainer(ctx, rp)
+			start = true
 		}
+		r.mu.Unlock()
+		if !start {
+			continue
+		}
+		if err := r.startPod(ctx, rp, pod); err != nil {
+			// As the kubelet does with a missing Secret volume: the pod
+			// waits (ContainerCreating) and the mount is retried.
+			if msg := err.Error(); msg != rp.lastErr {
+				r.c.Opts.Log("pod %s: not started yet, as a kubelet would wait: %v", rp.key, err)
+				rp.lastErr = msg
+			}
+			continue
+		}
+		go r.watchTrainer(ctx, rp)
 	}
 }
 
@@ -279,7 +285,7 @@ func (r *PodRunner) watchTrainer(ctx context.Context, rp *runningPod) {
 		}
 		setReady(pod, false)
 	})
-	rp.finished = true
+	r.markFinished(rp)
 }
 
 // terminate handles a deleted pod: SIGTERM the trainer, then the sidecar
@@ -315,7 +321,14 @@ func (r *PodRunner) terminate(ctx context.Context, rp *runningPod, pod *corev1.P
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		r.c.Opts.Log("deleting pod %s: %v", rp.key, err)
 	}
+	r.markFinished(rp)
+}
+
+// markFinished records that the pod is done with; sync leaves it alone.
+func (r *PodRunner) markFinished(rp *runningPod) {
+	r.mu.Lock()
 	rp.finished = true
+	r.mu.Unlock()
 }
 
 // stopSidecar sends SIGTERM (and SIGCONT, should a test have paused it) and

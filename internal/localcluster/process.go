@@ -2,7 +2,6 @@ package localcluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -127,19 +126,7 @@ func waitTCP(ctx context.Context, p *Process, addr string, timeout time.Duration
 	}
 }
 
-// freePort returns a loopback address with a port free at the time of the call.
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 func portOf(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
 	return p
 }
-
-var errStopped = errors.New("cluster stopped")

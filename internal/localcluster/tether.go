@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -139,7 +140,7 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 	for i := range opts.Replicas {
 		r := &Replica{Index: i}
 		for _, a := range []*string{&r.WebhookAddr, &r.BindingAddr, &r.MetricsAddr, &r.HealthAddr} {
-			if *a, err = freePort(); err != nil {
+			if *a, err = testenv.FreeAddr(); err != nil {
 				return nil, err
 			}
 		}
@@ -161,11 +162,7 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 
 // install applies the rendered self-managed overlay minus the Deployment.
 func (t *Tether) install(ctx context.Context) error {
-	out, err := exec.Command(t.c.bin("kubectl"), "kustomize", filepath.Join(testenv.RepoRoot(), "manifests", "overlays", "self-managed")).Output()
-	if err != nil {
-		return fmt.Errorf("kubectl kustomize manifests/overlays/self-managed: %w", err)
-	}
-	objs, err := decodeObjects(out)
+	objs, _, err := testenv.Render(t.c.bin("kubectl"), "overlays/self-managed")
 	if err != nil {
 		return err
 	}
@@ -236,11 +233,7 @@ func (t *Tether) Replicas() []*Replica {
 // new process with the same addresses starts and rejoins when ready.
 func (t *Tether) RestartReplica(ctx context.Context, i int) error {
 	r := t.replicas[i]
-	t.mu.Lock()
-	r.terminating = true
-	t.mu.Unlock()
-	t.webhookLB.setReady(r.WebhookAddr, false)
-	t.bindingLB.setReady(r.BindingAddr, false)
+	t.leaveServices(r)
 	old := r.proc
 	if err := old.Stop(30 * time.Second); err != nil {
 		return err
@@ -255,12 +248,19 @@ func (t *Tether) RestartReplica(ctx context.Context, i int) error {
 // KillReplica stops replica i at once (SIGKILL), as a crashed pod.
 func (t *Tether) KillReplica(i int) error {
 	r := t.replicas[i]
+	t.leaveServices(r)
+	return r.proc.Stop(0)
+}
+
+// leaveServices marks the replica terminating and takes it out of both
+// Services at once, as the endpoints controller does for a terminating pod
+// (pollReadiness keeps it out until a new process is ready).
+func (t *Tether) leaveServices(r *Replica) {
 	t.mu.Lock()
 	r.terminating = true
 	t.mu.Unlock()
 	t.webhookLB.setReady(r.WebhookAddr, false)
 	t.bindingLB.setReady(r.BindingAddr, false)
-	return r.proc.Stop(0)
 }
 
 // StartReplicaAgain starts a replica stopped by KillReplica.
@@ -278,7 +278,7 @@ func (t *Tether) waitReady(ctx context.Context, r *Replica, timeout time.Duratio
 		if exited, err := r.proc.Exited(); exited {
 			return false, fmt.Errorf("tether replica %d exited (%v); see %s", r.Index, err, r.proc.LogFile)
 		}
-		return len(t.webhookLB.ready()) > 0 && contains(t.webhookLB.ready(), r.WebhookAddr), nil
+		return slices.Contains(t.webhookLB.ready(), r.WebhookAddr), nil
 	})
 }
 
@@ -365,13 +365,4 @@ func (c *Cluster) serviceAccountKubeconfig(ctx context.Context, ns, name string)
 	cfg.CurrentContext = "default"
 	path := filepath.Join(c.Dir, name+".kubeconfig")
 	return path, clientcmd.WriteToFile(*cfg, path)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -163,11 +163,11 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		_ = e.Stop()
 		return nil, err
 	}
-	if e.MetricsAddr, err = freeAddr(); err != nil {
+	if e.MetricsAddr, err = FreeAddr(); err != nil {
 		_ = e.Stop()
 		return nil, err
 	}
-	if e.BindingAddr, err = freeAddr(); err != nil {
+	if e.BindingAddr, err = FreeAddr(); err != nil {
 		_ = e.Stop()
 		return nil, err
 	}

@@ -23,7 +23,13 @@ const ServiceAccount = "system:serviceaccount:tether-system:tether-control-plane
 // Render returns the objects `kubectl kustomize <dir>` renders, dir relative
 // to manifests/.
 func (e *Env) Render(dir string) ([]*unstructured.Unstructured, []byte, error) {
-	out, err := exec.Command(e.Kubectl(), "kustomize", filepath.Join(RepoRoot(), "manifests", dir)).Output()
+	return Render(e.Kubectl(), dir)
+}
+
+// Render runs `<kubectl> kustomize manifests/<dir>` and returns the objects
+// and the YAML.
+func Render(kubectl, dir string) ([]*unstructured.Unstructured, []byte, error) {
+	out, err := exec.Command(kubectl, "kustomize", filepath.Join(RepoRoot(), "manifests", dir)).Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -93,7 +99,8 @@ func (e *Env) Kubeconfig(dir string) (string, error) {
 	return path, writeFile(path, kc)
 }
 
-func freeAddr() (string, error) {
+// FreeAddr is a 127.0.0.1 address whose port was free when asked.
+func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err

@@ -26,11 +26,11 @@ func (e *Env) StartReplica(ctx context.Context) (*Replica, error) {
 	if e.cpConfig == nil {
 		return nil, errors.New("start the first control plane before a replica")
 	}
-	bindingAddr, err := freeAddr()
+	bindingAddr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	webhookAddr, err := freeAddr()
+	webhookAddr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}
