@@ -9,6 +9,7 @@ import (
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -184,12 +185,16 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		case <-ctx.Done():
 			return nil
 		}
+		// Ready means able to answer: the pod webhook reads TrainJobs'
+		// metadata from the cache, whose informer would otherwise start
+		// on the first admission and could time it out (seen in the e2e
+		// rolling restart as a denied pod and a FailedCreate).
+		if err := syncCaches(ctx, mgr.GetCache()); err != nil {
+			return err
+		}
 		registerWebhooks()
 		close(cp.serving)
 		if opts.BindingAddr == "0" {
-			return nil
-		}
-		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			return nil
 		}
 		return bindingServer.Start(ctx)
@@ -259,4 +264,19 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return err
 	}
 	return cp.Start(ctx)
+}
+
+// syncCaches starts the informers the webhooks read (TrainJob metadata) and
+// waits until every informer of the cache has synced. A cancelled ctx (the
+// replica stopping) is not an error.
+func syncCaches(ctx context.Context, c cache.Cache) error {
+	tj := &metav1.PartialObjectMetadata{}
+	tj.SetGroupVersionKind(mutate.TrainJobGVK)
+	if _, err := c.GetInformer(ctx, tj); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("starting the TrainJob metadata informer: %w", err)
+	}
+	if !c.WaitForCacheSync(ctx) && ctx.Err() == nil {
+		return errors.New("the control plane's caches did not sync")
+	}
+	return nil
 }
