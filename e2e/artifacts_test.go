@@ -12,6 +12,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 )
 
 // localFiles lists the files of a directory with their MD5, relative paths
@@ -104,4 +109,49 @@ func (e *env) lastModified(t *testing.T, jobID string) map[string]time.Time {
 		t.Fatal(err)
 	}
 	return keys
+}
+
+// expectCheckpointDuringTraining waits until a checkpoint of the pod's
+// trainer is stored with its local MD5, and fails if the trainer had
+// already exited by then (the upload must happen during training).
+func (e *env) expectCheckpointDuringTraining(t *testing.T, pod *corev1.Pod, jobID string) {
+	t.Helper()
+	dir := e.runner.ArtifactDir(pod)
+	eventually(t, 30*time.Second, "a checkpoint verified during training", func() error {
+		stored := e.stored(t, jobID)
+		local := localFiles(t, dir)
+		for rel, sum := range stored {
+			if strings.HasPrefix(rel, "checkpoints/") && local[rel] == sum {
+				return nil
+			}
+		}
+		return fmt.Errorf("no checkpoint stored with the local MD5 yet (stored %v, local %v)", stored, local)
+	})
+	if p := e.podNow(t, pod.Namespace, pod.Name); p == nil || trainerTerminated(p) {
+		t.Fatal("the trainer had already exited: the checkpoint was not uploaded during training")
+	}
+}
+
+// expectSucceededWithArtifacts waits for Succeeded/TrainerSucceeded and
+// checks the completion gate's evidence: exit code 0, a verified manifest
+// listing every file the trainer wrote, each stored with its MD5, the final
+// model among them. It returns the binding and the trainer's files.
+func (e *env) expectSucceededWithArtifacts(t *testing.T, pod *corev1.Pod, name, jobID string) (*tetherv1.WorkerBinding, map[string]string) {
+	t.Helper()
+	wb := e.waitBinding(t, pod.Namespace, name, 90*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
+	a := wb.Status.Artifacts
+	if a == nil || !a.ManifestVerified || ptr.Deref(wb.Status.TrainerExitCode, -1) != 0 {
+		t.Fatalf("succeeded without a verified manifest or exit 0: artifacts %+v, exit code %v", a, wb.Status.TrainerExitCode)
+	}
+	local := localFiles(t, e.runner.ArtifactDir(pod))
+	if err := sameFiles(local, e.stored(t, jobID)); err != nil {
+		t.Fatalf("stored artifacts differ from the trainer's files: %v", err)
+	}
+	if int(a.Files) != len(local) {
+		t.Errorf("manifest lists %d files, the trainer wrote %d (%v)", a.Files, len(local), local)
+	}
+	if _, ok := local["model/final.safetensors"]; !ok {
+		t.Errorf("no final model among %v", local)
+	}
+	return wb, local
 }

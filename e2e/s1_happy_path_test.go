@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -88,38 +87,11 @@ func TestScenario1HappyPathWithKueue(t *testing.T) {
 		return nil
 	})
 
-	// A checkpoint is stored, verified, while the trainer still runs.
-	dir := suite.runner.ArtifactDir(pod)
-	eventually(t, 30*time.Second, "a checkpoint verified during training", func() error {
-		stored := suite.stored(t, jobID)
-		local := localFiles(t, dir)
-		for rel, etag := range stored {
-			if strings.HasPrefix(rel, "checkpoints/") && local[rel] == etag {
-				return nil
-			}
-		}
-		return fmt.Errorf("no checkpoint stored yet (stored %v)", stored)
-	})
-	if p := suite.podNow(t, ns, pod.Name); p == nil || trainerTerminated(p) {
-		t.Fatal("the trainer had already exited: the checkpoint was not uploaded during training")
-	}
-
-	// The trainer exits 0; the manifest is verified; Succeeded.
-	wb = suite.waitBinding(t, ns, name, 90*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
+	// A checkpoint is stored, verified, while the trainer still runs; then
+	// the trainer exits 0, the manifest is verified: Succeeded.
+	suite.expectCheckpointDuringTraining(t, pod, jobID)
+	wb, local := suite.expectSucceededWithArtifacts(t, pod, name, jobID)
 	a := wb.Status.Artifacts
-	if a == nil || !a.ManifestVerified || ptr.Deref(wb.Status.TrainerExitCode, -1) != 0 {
-		t.Fatalf("succeeded without a verified manifest or exit 0: %+v exit %v", a, wb.Status.TrainerExitCode)
-	}
-	local := localFiles(t, dir)
-	if err := sameFiles(local, suite.stored(t, jobID)); err != nil {
-		t.Fatalf("stored artifacts differ from the trainer's files: %v", err)
-	}
-	if int(a.Files) != len(local) {
-		t.Errorf("manifest lists %d files, the trainer wrote %d", a.Files, len(local))
-	}
-	if _, ok := local["model/final.safetensors"]; !ok {
-		t.Errorf("no final model among %v", local)
-	}
 	eventually(t, 60*time.Second, "TrainJob Complete", func() error {
 		if !meta.IsStatusConditionTrue(suite.getTrainJob(t, ns, name).Status.Conditions, "Complete") {
 			return fmt.Errorf("not Complete")

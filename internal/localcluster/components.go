@@ -114,18 +114,9 @@ func (c *Cluster) startJobSet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	crds, err := readObjects(filepath.Join(mod, "config", "components", "crd", "bases"))
+	addr, err := c.installAPI(ctx, filepath.Join(mod, "config", "components", "crd", "bases"),
+		filepath.Join(mod, "config", "components", "webhook", "manifests.yaml"), "jobset-")
 	if err != nil {
-		return err
-	}
-	if err := c.installCRDs(ctx, crds); err != nil {
-		return err
-	}
-	addr, err := testenv.FreeAddr()
-	if err != nil {
-		return err
-	}
-	if err := c.installWebhooks(ctx, filepath.Join(mod, "config", "components", "webhook", "manifests.yaml"), "jobset-", addr); err != nil {
 		return err
 	}
 	config := fmt.Sprintf(`apiVersion: config.jobset.x-k8s.io/v1alpha1
@@ -163,18 +154,9 @@ func (c *Cluster) startTrainer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	crds, err := readObjects(filepath.Join(mod, "manifests", "base", "crds"))
+	addr, err := c.installAPI(ctx, filepath.Join(mod, "manifests", "base", "crds"),
+		filepath.Join(mod, "manifests", "base", "webhook", "manifests.yaml"), "trainer-")
 	if err != nil {
-		return err
-	}
-	if err := c.installCRDs(ctx, crds); err != nil {
-		return err
-	}
-	addr, err := testenv.FreeAddr()
-	if err != nil {
-		return err
-	}
-	if err := c.installWebhooks(ctx, filepath.Join(mod, "manifests", "base", "webhook", "manifests.yaml"), "trainer-", addr); err != nil {
 		return err
 	}
 	if c.Opts.TrainerVersion == TrainerV20 {
@@ -339,6 +321,24 @@ func (c *Cluster) LocalQueue(ctx context.Context, ns, name string) error {
 		return err
 	}
 	return c.retry(ctx, 30*time.Second, func() error { return apply(ctx, c.Client, objs...) })
+}
+
+// installAPI installs a component's CRDs (crdDir) and its webhook
+// configurations (webhookFile, renamed with prefix), pointed at a free
+// loopback address it returns for the component to serve on.
+func (c *Cluster) installAPI(ctx context.Context, crdDir, webhookFile, prefix string) (string, error) {
+	crds, err := readObjects(crdDir)
+	if err != nil {
+		return "", err
+	}
+	if err := c.installCRDs(ctx, crds); err != nil {
+		return "", err
+	}
+	addr, err := testenv.FreeAddr()
+	if err != nil {
+		return "", err
+	}
+	return addr, c.installWebhooks(ctx, webhookFile, prefix, addr)
 }
 
 // installWebhooks applies the webhook configurations in file, rewritten to
