@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tether-dev/tether/internal/version"
 	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/mutate"
 )
@@ -88,7 +89,7 @@ func DefaultOptions() Options {
 		LogCapBytes:      10 << 20,
 		MetricsAddr:      ":8080",
 		HealthAddr:       ":8081",
-		SidecarImage:     "ghcr.io/tether-dev/tether-sidecar:v0.1.0",
+		SidecarImage:     version.Image("tether-sidecar"), // the tag is the control plane's own version
 		ServerURL:        "https://tether-control-plane.tether-system.svc:8443",
 	}
 }
