@@ -7,17 +7,30 @@ GO ?= go
 TESTBIN := $(shell bash hack/testbin.sh --print-dir)
 export KUBEBUILDER_ASSETS ?= $(TESTBIN)
 
+# Version of the binaries and tag of the images: internal/version.Version
+# unless given (make images VERSION=v0.2.0).
+VERSION ?= $(shell sed -n 's/^var Version = "\(.*\)"$$/\1/p' internal/version/version.go)
+# Platforms of `make images`, e.g. linux/amd64,linux/arm64 (default: this
+# machine's GOARCH); several make each image a multi-platform OCI index.
+IMAGE_PLATFORMS ?= linux/$(shell $(GO) env GOARCH)
+
 # Benchmarks: how long each load phase runs.
 TETHER_BENCH_DURATION ?= 20s
 export TETHER_BENCH_DURATION
 
-.PHONY: all build test unit integration fuzz bench demo e2e lint generate verify-generate testbin clean
+.PHONY: all build images test unit integration fuzz bench demo e2e lint generate verify-generate testbin clean
 
 all: build
 
 ## build: compile the control plane, the sidecar and the demo into bin/
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/...
+
+## images: OCI images of the control plane, the sidecar and the two test images
+## (trainer stand-in, pause) without a container engine, into bin/images/ (OCI
+## layout directories and tars, images.json); same commit, same digests
+images:
+	$(GO) run ./hack/images -out bin/images -version $(VERSION) -platforms $(IMAGE_PLATFORMS)
 
 ## testbin: build kube-apiserver, etcd, kubectl and versitygw (S3) from the Go module proxy (cached)
 testbin:
