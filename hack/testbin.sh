@@ -22,6 +22,13 @@ TRAINER_VERSION=${TRAINER_VERSION:-v2.3.0}
 # The oldest Trainer the injector supports, run next to v2.3.0 (internal/localcluster/trainer_v20.go).
 TRAINER_V20_VERSION=v2.0.0
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
+# The real node of the e2e suite (DESIGN.md §14): kubelet from the Kubernetes
+# wrapper module, containerd 2.x from the module proxy, runc and the CNI
+# loopback plugin from Debian (runc needs cgo and libseccomp: Debian's build
+# enforces seccomp, a CGO_ENABLED=0 build would not).
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
+DEBIAN_RUNC=${DEBIAN_RUNC:-runc}
+DEBIAN_CNI=${DEBIAN_CNI:-containernetworking-plugins}
 ROOT=${TETHER_TESTBIN:-${XDG_CACHE_HOME:-$HOME/.cache}/tether/testbin}
 CURRENT="$ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 
@@ -67,6 +74,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "k8s.io/kubectl/pkg/cmd"
 )
 GO
@@ -122,7 +130,7 @@ build() {
   if [[ -x "$out" ]]; then
     log "$name $version: cached ($out)"
   else
-    log "$name $version: building $pkg (one-time; kube-apiserver takes ~4 min cold on 2 cores)"
+    log "$name $version: building $pkg (one-time)"
     local start=$SECONDS
     mkdir -p "$ROOT/$name-$version"
     (cd "$wrapper" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg")
@@ -154,10 +162,67 @@ k8s_ldflags() {
 -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=2026-01-01T00:00:00Z"
 }
 
+# containerd builds containerd, its runc shim and ctr in one `go install`
+# (containerd's go.mod has no replace directives). The graph drivers that
+# need cgo are left out, as containerd's own static release does.
+containerd() {
+  local dir="$ROOT/containerd-$CONTAINERD_VERSION"
+  if [[ -x "$dir/containerd" && -x "$dir/containerd-shim-runc-v2" && -x "$dir/ctr" ]]; then
+    log "containerd $CONTAINERD_VERSION: cached ($dir)"
+  else
+    log "containerd $CONTAINERD_VERSION: building containerd, containerd-shim-runc-v2, ctr (one-time, ~4-5 min cold)"
+    local start=$SECONDS m=github.com/containerd/containerd/v2
+    GOBIN="$dir" CGO_ENABLED=0 go install -trimpath -tags "no_btrfs no_devmapper no_zfs urfave_cli_no_docs" \
+      -ldflags "-s -w -X $m/version.Version=$CONTAINERD_VERSION -X $m/version.Package=$m" \
+      "$m/cmd/containerd@$CONTAINERD_VERSION" "$m/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" "$m/cmd/ctr@$CONTAINERD_VERSION"
+    log "containerd $CONTAINERD_VERSION: built in $((SECONDS - start))s"
+  fi
+  local b
+  for b in containerd containerd-shim-runc-v2 ctr; do ln -sfn "$dir/$b" "$CURRENT/$b"; done
+}
+
+# debian_pkg extracts a Debian package (apt-get download + dpkg-deb -x, nothing
+# installed system-wide) into $ROOT/debian/<package>-<version> and prints
+# that directory. The version is the one apt would install today.
+debian_pkg() {
+  local pkg=$1 version
+  command -v apt-get >/dev/null || { log "$pkg: apt-get not found: the real node needs Debian's $pkg (install it, or run on Debian)"; exit 1; }
+  version=$(apt-cache policy "$pkg" 2>/dev/null | awk '/Candidate:/ {print $2}')
+  if [[ -z "$version" || "$version" == "(none)" ]]; then
+    log "$pkg: no candidate in apt's lists; running apt-get update"
+    apt-get update -qq >&2 || { log "$pkg: apt-get update failed (Debian's package mirror must be reachable)"; exit 1; }
+    version=$(apt-cache policy "$pkg" | awk '/Candidate:/ {print $2}')
+  fi
+  local dir="$ROOT/debian/$pkg-${version//[:~+]/_}"
+  if [[ ! -f "$dir/.ready" ]]; then
+    log "$pkg $version: downloading from Debian (one-time)"
+    local tmp
+    tmp=$(mktemp -d)
+    (cd "$tmp" && apt-get download -qq -o APT::Sandbox::User=root "$pkg=$version" >&2) || { rm -rf "$tmp"; log "$pkg: apt-get download failed"; exit 1; }
+    mkdir -p "$dir"
+    dpkg-deb -x "$tmp"/*.deb "$dir"
+    rm -rf "$tmp"
+    touch "$dir/.ready"
+  else
+    log "$pkg $version: cached ($dir)"
+  fi
+  echo "$dir"
+}
+
 for c in "${components[@]}"; do
   case "$c" in
     kube-apiserver|kube-controller-manager|kube-scheduler)
       build "$c" "$K8S_VERSION" "$(k8s_wrapper)" "k8s.io/kubernetes/cmd/$c" "$(k8s_ldflags)" ;;
+    kubelet)
+      build kubelet "$K8S_VERSION" "$(k8s_wrapper)" "k8s.io/kubernetes/cmd/kubelet" "$(k8s_ldflags)" ;;
+    containerd)
+      containerd ;;
+    runc)
+      d=$(debian_pkg "$DEBIAN_RUNC"); ln -sfn "$d/usr/sbin/runc" "$CURRENT/runc" ;;
+    cni-plugins)
+      d=$(debian_pkg "$DEBIAN_CNI"); ln -sfn "$d/usr/lib/cni" "$CURRENT/cni" ;;
+    node)
+      "$0" kubelet containerd runc cni-plugins ;;
     kubectl)
       build kubectl "$K8S_VERSION" "$(k8s_wrapper)" "k8s.io/kubernetes/cmd/kubectl" "$(k8s_ldflags)" ;;
     etcd)
@@ -180,8 +245,8 @@ for c in "${components[@]}"; do
     jobset)
       build jobset "$JOBSET_VERSION" "$(jobset_wrapper)" sigs.k8s.io/jobset ;;
     e2e)
-      "$0" kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue versitygw ;;
-    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubectl etcd controller-gen versitygw kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue e2e)"; exit 2 ;;
+      "$0" kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue versitygw node ;;
+    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd containerd runc cni-plugins node controller-gen versitygw kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue e2e)"; exit 2 ;;
   esac
 done
 log "ready: KUBEBUILDER_ASSETS=$CURRENT"

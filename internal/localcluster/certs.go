@@ -68,6 +68,22 @@ func newCA() (*CA, error) {
 // writeServingCert writes tls.crt, tls.key and ca.crt for 127.0.0.1 and
 // localhost into dir (the layout controller-runtime and Tether read).
 func (ca *CA) writeServingCert(dir string) error {
+	return ca.writeCert(dir, "tls", certRequest{commonName: "localhost", dnsNames: servingNames,
+		ips: []net.IP{net.ParseIP("127.0.0.1")}, usage: x509.ExtKeyUsageServerAuth})
+}
+
+// certRequest is one certificate the CA issues.
+type certRequest struct {
+	commonName   string
+	organization []string
+	dnsNames     []string
+	ips          []net.IP
+	usage        x509.ExtKeyUsage
+}
+
+// writeCert issues req and writes <prefix>.crt, <prefix>.key and ca.crt into
+// dir (RSA keys in PKCS#1, the one format every component here reads).
+func (ca *CA) writeCert(dir, prefix string, req certRequest) error {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return err
@@ -78,13 +94,13 @@ func (ca *CA) writeServingCert(dir string) error {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "localhost"},
-		DNSNames:     servingNames,
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		Subject:      pkix.Name{CommonName: req.commonName, Organization: req.organization},
+		DNSNames:     req.dnsNames,
+		IPAddresses:  req.ips,
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(2 * 365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{req.usage},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -95,9 +111,9 @@ func (ca *CA) writeServingCert(dir string) error {
 		return err
 	}
 	files := map[string][]byte{
-		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: keyDER}),
-		"ca.crt":  ca.CertPEM,
+		prefix + ".crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		prefix + ".key": pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: keyDER}),
+		"ca.crt":        ca.CertPEM,
 	}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {

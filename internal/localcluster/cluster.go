@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +33,8 @@ const (
 	TrainerV20    = "v2.0.0"
 	JobSetVersion = "v0.12.0"
 	KueueVersion  = "v0.17.0"
+	// KubernetesVersion is kube-apiserver's and the real node's kubelet's.
+	KubernetesVersion = "v1.37.2"
 )
 
 // Options choose what the cluster runs.
@@ -46,6 +49,10 @@ type Options struct {
 	Kueue bool
 	// Nodes is the number of kwok nodes (default 2), each 16 CPU / 64 GiB.
 	Nodes int
+	// RealNode adds a node run by a real kubelet and containerd (RealNode;
+	// needs `hack/testbin.sh node`, `make images` and root). With Kueue, the
+	// LocalQueues made by RealNodeQueue place their pods there.
+	RealNode bool
 	// Log receives one line per step (nil: silent).
 	Log func(format string, args ...any)
 }
@@ -64,6 +71,8 @@ type Cluster struct {
 	Scheme     *runtime.Scheme
 	CA         *CA
 	CertDir    string
+	// RealNode is the node run by a real kubelet (Options.RealNode), or nil.
+	RealNode *RealNode
 
 	env *envtest.Environment
 
@@ -126,6 +135,15 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			name string
 			fn   func(context.Context) error
 		}{"kueue " + KueueVersion, c.startKueue})
+	}
+	if opts.RealNode {
+		steps = append(steps, struct {
+			name string
+			fn   func(context.Context) error
+		}{"real node (kubelet " + KubernetesVersion + ", containerd, runc)", c.startRealNode}, struct {
+			name string
+			fn   func(context.Context) error
+		}{"real node runtime and queue", c.installRealNodeRuntime})
 	}
 	for _, s := range steps {
 		start := time.Now()
@@ -223,6 +241,19 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	apiserver := c.env.ControlPlane.GetAPIServer()
 	// The apiserver must not publish its own Endpoints (no Service network here).
 	apiserver.Configure().Set("endpoint-reconciler-type", "none")
+	// The real node's kubelet (RealNode) serves on 127.0.0.1 with a
+	// certificate from the cluster CA and accepts this client certificate:
+	// `kubectl logs` and the pods/log API go through it.
+	kubeletClient := filepath.Join(c.Dir, "kubelet-client")
+	if err := c.CA.writeCert(kubeletClient, "client", certRequest{commonName: "kube-apiserver-kubelet-client",
+		organization: []string{"system:masters"}, usage: x509.ExtKeyUsageClientAuth}); err != nil {
+		return err
+	}
+	apiserver.Configure().
+		Set("kubelet-certificate-authority", filepath.Join(kubeletClient, "ca.crt")).
+		Set("kubelet-client-certificate", filepath.Join(kubeletClient, "client.crt")).
+		Set("kubelet-client-key", filepath.Join(kubeletClient, "client.key")).
+		Set("kubelet-preferred-address-types", "InternalIP,Hostname")
 	// envtest starts these two without a parent-death signal; through
 	// setpriv they die with the harness even if it is killed outright.
 	if wrapped, err := c.dieWithParent("kube-apiserver"); err == nil {

@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -316,7 +317,20 @@ integrations:
 
 // LocalQueue creates a LocalQueue named name in ns, pointing at cluster-queue.
 func (c *Cluster) LocalQueue(ctx context.Context, ns, name string) error {
-	objs, err := decodeObjects([]byte(strings.NewReplacer("$NS", ns, "$NAME", name).Replace(localQueue)))
+	return c.localQueue(ctx, ns, name, "cluster-queue")
+}
+
+// RealNodeQueue creates a LocalQueue named name in ns whose TrainJobs run on
+// the real node (ClusterQueue RealNodeClusterQueue).
+func (c *Cluster) RealNodeQueue(ctx context.Context, ns, name string) error {
+	if c.RealNode == nil {
+		return errors.New("the cluster has no real node: start it with Options.RealNode")
+	}
+	return c.localQueue(ctx, ns, name, RealNodeClusterQueue)
+}
+
+func (c *Cluster) localQueue(ctx context.Context, ns, name, clusterQueue string) error {
+	objs, err := decodeObjects([]byte(strings.NewReplacer("$NS", ns, "$NAME", name, "$CLUSTER_QUEUE", clusterQueue).Replace(localQueue)))
 	if err != nil {
 		return err
 	}

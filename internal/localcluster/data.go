@@ -11,6 +11,8 @@ var (
 	kueueQueues []byte
 	//go:embed data/local-queue.yaml
 	localQueue string
+	//go:embed data/real-node-queues.yaml
+	realNodeQueues []byte
 )
 
 // RuntimeName is the ClusterTrainingRuntime every cluster has.

@@ -29,9 +29,14 @@ type TrainerPlan struct {
 	// CorruptFirstCheckpoint overwrites the run's first checkpoint with
 	// garbage before a non-zero exit, as a crash while re-saving it would.
 	CorruptFirstCheckpoint bool
+	// CheckpointMode and ModelMode are the files' modes (octal, e.g. "0600";
+	// default 0644).
+	CheckpointMode, ModelMode string
 }
 
-func (p TrainerPlan) args(dir string) []string {
+// Args are the stand-in's flags for artifact directory dir (a trainer
+// container's args on the real node).
+func (p TrainerPlan) Args(dir string) []string {
 	args := []string{"--artifacts=" + dir}
 	if p.Steps > 0 {
 		args = append(args, fmt.Sprintf("--steps=%d", p.Steps))
@@ -47,6 +52,12 @@ func (p TrainerPlan) args(dir string) []string {
 	}
 	if p.CorruptFirstCheckpoint {
 		args = append(args, "--corrupt-first-checkpoint")
+	}
+	if p.CheckpointMode != "" {
+		args = append(args, "--checkpoint-mode="+p.CheckpointMode)
+	}
+	if p.ModelMode != "" {
+		args = append(args, "--model-mode="+p.ModelMode)
 	}
 	return append(args, fmt.Sprintf("--exit-code=%d", p.ExitCode))
 }
@@ -172,7 +183,8 @@ func (r *PodRunner) sync(ctx context.Context) {
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if pod.Annotations[jobconfig.PodStatusAnnotation] == "" || pod.Spec.NodeName == "" {
+		// The real node's kubelet runs its own pods.
+		if pod.Annotations[jobconfig.PodStatusAnnotation] == "" || pod.Spec.NodeName == "" || pod.Spec.NodeName == RealNodeName {
 			continue
 		}
 		skip := r.Skip != nil && r.Skip(pod)
@@ -251,7 +263,7 @@ func (r *PodRunner) startPod(ctx context.Context, rp *runningPod, pod *corev1.Po
 	if err != nil {
 		return err
 	}
-	trainer, err := startProcess(logDir, filepath.Base(dir)+"-trainer", r.trainerBin, r.Plan(pod).args(artifacts), nil)
+	trainer, err := startProcess(logDir, filepath.Base(dir)+"-trainer", r.trainerBin, r.Plan(pod).Args(artifacts), nil)
 	if err != nil {
 		_ = sidecar.Stop(time.Second)
 		return err

@@ -27,6 +27,12 @@ type Process struct {
 // <logDir>/<name>.log. The process gets its own process group (so Stop
 // reaches its children) and dies with the harness (Pdeathsig).
 func startProcess(logDir, name, bin string, args []string, env []string) (*Process, error) {
+	return startProcessIn(logDir, name, bin, args, env, 0)
+}
+
+// startProcessIn is startProcess with the process in new namespaces
+// (cloneflags, e.g. CLONE_NEWPID|CLONE_NEWNS for the real node's init).
+func startProcessIn(logDir, name, bin string, args []string, env []string, cloneflags uintptr) (*Process, error) {
 	logFile := filepath.Join(logDir, name+".log")
 	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -35,7 +41,7 @@ func startProcess(logDir, name, bin string, args []string, env []string) (*Proce
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Cloneflags: cloneflags}
 	if err := cmd.Start(); err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("starting %s (%s): %w", name, bin, err)

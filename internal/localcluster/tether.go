@@ -75,7 +75,12 @@ func (t *Tether) BindingURL() string { return "https://" + t.bindingLB.Addr() }
 // BuildBinaries builds ./cmd/webhook, ./cmd/sidecar and the trainer stand-in
 // into dir (the Go build cache makes repeat builds fast).
 func BuildBinaries(dir string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-o", dir+string(filepath.Separator), "./cmd/webhook", "./cmd/sidecar", "./internal/localcluster/trainer-standin")
+	return goBuild(dir, "./cmd/webhook", "./cmd/sidecar", "./internal/localcluster/trainer-standin")
+}
+
+// goBuild builds static binaries of the module's packages into dir.
+func goBuild(dir string, pkgs ...string) error {
+	cmd := exec.Command("go", append([]string{"build", "-trimpath", "-o", dir + string(filepath.Separator)}, pkgs...)...)
 	cmd.Dir = testenv.RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -121,7 +126,13 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 		"--cert-mode=external",
 		"--cert-dir=" + c.CertDir,
 		"--binding-server-url=" + t.BindingURL(),
-		"--sidecar-image=ghcr.io/tether-dev/tether-sidecar:e2e",
+	}
+	// Pods on the real node run the sidecar image make images built; on kwok
+	// nodes PodRunner runs the binary, whatever the image says.
+	if c.RealNode != nil {
+		t.args = append(t.args, "--sidecar-image="+c.RealNode.Image("tether-sidecar"))
+	} else {
+		t.args = append(t.args, "--sidecar-image=ghcr.io/tether-dev/tether-sidecar:e2e")
 	}
 	if opts.S3 {
 		if t.S3, err = c.StartS3(ctx); err != nil {

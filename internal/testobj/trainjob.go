@@ -2,6 +2,7 @@ package testobj
 
 import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -74,5 +75,39 @@ func (w *TrainJobWrapper) Image(image string) *TrainJobWrapper {
 // Suspend sets spec.suspend.
 func (w *TrainJobWrapper) Suspend(s bool) *TrainJobWrapper {
 	w.Spec.Suspend = ptr.To(s)
+	return w
+}
+
+// Runtime sets spec.runtimeRef.name (a ClusterTrainingRuntime).
+func (w *TrainJobWrapper) Runtime(name string) *TrainJobWrapper {
+	w.Spec.RuntimeRef.Name = name
+	return w
+}
+
+// Command sets spec.trainer.command.
+func (w *TrainJobWrapper) Command(cmd ...string) *TrainJobWrapper {
+	if w.Spec.Trainer == nil {
+		w.Spec.Trainer = &trainer.Trainer{}
+	}
+	w.Spec.Trainer.Command = cmd
+	return w
+}
+
+// Args sets spec.trainer.args.
+func (w *TrainJobWrapper) Args(args ...string) *TrainJobWrapper {
+	if w.Spec.Trainer == nil {
+		w.Spec.Trainer = &trainer.Trainer{}
+	}
+	w.Spec.Trainer.Args = args
+	return w
+}
+
+// ResourcesPerNode sets spec.trainer.resourcesPerNode's requests (and
+// equal limits).
+func (w *TrainJobWrapper) ResourcesPerNode(list corev1.ResourceList) *TrainJobWrapper {
+	if w.Spec.Trainer == nil {
+		w.Spec.Trainer = &trainer.Trainer{}
+	}
+	w.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{Requests: list, Limits: list}
 	return w
 }

@@ -4,15 +4,26 @@
 // final model, into the artifact directory it shares with the sidecar, then
 // exits with the code it was told to. SIGTERM ends it at once with 143, as
 // it would a real trainer that does not handle the signal.
+//
+// Before it exits, by any path, it prints every file of the artifact
+// directory with its size and MD5 ("trainer-standin: file <path> <md5>
+// <size>"): on a real node the pod's emptyDir is gone once the pod ends, and
+// the pod's log (the kubelet serves it through the pods/log API) is the
+// record of what the trainer left for the sidecar.
 package main
 
 import (
+	"crypto/md5"
 	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -26,22 +37,35 @@ func main() {
 	exitCode := flag.Int("exit-code", 0, "exit code after the last step; non-zero skips the final model")
 	startStep := flag.Int("start-step", 0, "first step (a resumed attempt continues the count)")
 	corrupt := flag.Bool("corrupt-first-checkpoint", false, "with a non-zero exit code: first overwrite the first checkpoint of this run in place with garbage, as a crash while re-saving it would")
+	checkpointMode := flag.String("checkpoint-mode", "0644", "file mode of checkpoints (octal)")
+	modelMode := flag.String("model-mode", "0644", "file mode of the final model (octal)")
 	flag.Parse()
 	if *dir == "" {
 		fmt.Fprintln(os.Stderr, "trainer-standin: --artifacts is required")
 		os.Exit(2)
 	}
+	ckptPerm, err1 := strconv.ParseUint(*checkpointMode, 8, 32)
+	modelPerm, err2 := strconv.ParseUint(*modelMode, 8, 32)
+	if err1 != nil || err2 != nil {
+		fmt.Fprintln(os.Stderr, "trainer-standin: --checkpoint-mode and --model-mode take an octal mode such as 0644")
+		os.Exit(2)
+	}
+	exit := func(code int) {
+		listFiles(*dir)
+		os.Exit(code)
+	}
+	fmt.Printf("trainer-standin: uid %d gid %d groups %v\n", os.Getuid(), os.Getgid(), groups())
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
 	for step := *startStep + 1; step <= *startStep+*steps; step++ {
 		select {
 		case <-term:
 			fmt.Println("trainer-standin: SIGTERM at step", step)
-			os.Exit(143)
+			exit(143)
 		case <-time.After(*interval):
 		}
 		if step%*every == 0 {
-			must(writeFile(filepath.Join(*dir, "checkpoints", fmt.Sprintf("step-%04d.pt", step)), *size))
+			must(writeFile(filepath.Join(*dir, "checkpoints", fmt.Sprintf("step-%04d.pt", step)), *size, os.FileMode(ckptPerm)))
 			fmt.Println("trainer-standin: checkpoint", step)
 		}
 		done := float64(step-*startStep) / float64(*steps)
@@ -55,22 +79,50 @@ func main() {
 			fmt.Println("trainer-standin: corrupted checkpoint", first)
 		}
 		fmt.Println("trainer-standin: failing with exit code", *exitCode)
-		os.Exit(*exitCode)
+		exit(*exitCode)
 	}
-	must(writeFile(filepath.Join(*dir, "model", "final.safetensors"), 3**size))
+	must(writeFile(filepath.Join(*dir, "model", "final.safetensors"), 3**size, os.FileMode(modelPerm)))
 	fmt.Println("trainer-standin: final model written")
+	exit(0)
+}
+
+// listFiles prints each file under dir (but *.tmp) with its MD5 and size.
+func listFiles(dir string) {
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, ".tmp") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			fmt.Printf("trainer-standin: file %s unreadable: %v\n", p, err)
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, p)
+		sum := md5.Sum(b)
+		fmt.Printf("trainer-standin: file %s %s %d\n", filepath.ToSlash(rel), hex.EncodeToString(sum[:]), len(b))
+		return nil
+	})
+}
+
+func groups() []int {
+	g, _ := os.Getgroups()
+	return g
 }
 
 // writeFile writes n random bytes to a temporary name and renames it, as
 // careful trainers do, so the sidecar never sees a half-written checkpoint.
-func writeFile(path string, n int) error {
+func writeFile(path string, n int, perm os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, perm); err != nil {
+		return err
+	}
+	// WriteFile's mode is filtered by the umask; the flag's mode is exact.
+	if err := os.Chmod(tmp, perm); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)

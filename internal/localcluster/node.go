@@ -1,0 +1,565 @@
+package localcluster
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tether-dev/tether/internal/images"
+	"github.com/tether-dev/tether/internal/testenv"
+)
+
+// The real node: a kubelet v1.37.2 with containerd 2.x and Debian's runc,
+// registered beside the kwok nodes (DESIGN.md §14).
+const (
+	// RealNodeName is the node's name, and so its InternalIP: the kubelet
+	// refuses a loopback --node-ip, but --hostname-override=127.0.0.1 makes
+	// 127.0.0.1 the address the apiserver dials.
+	RealNodeName = "127.0.0.1"
+	// RealNodeLabel (= RealNodeLabelValue) labels the real node and taints it
+	// (NoSchedule), so only pods that tolerate it land there: those admitted
+	// through the RealNodeQueue, whose ResourceFlavor adds the node selector
+	// and the toleration.
+	RealNodeLabel      = "tether.dev/e2e-node"
+	RealNodeLabelValue = "real"
+	// RealNodeClusterQueue is the ClusterQueue whose flavor places pods on
+	// the real node; Cluster.RealNodeQueue makes LocalQueues for it.
+	RealNodeClusterQueue = "real-node"
+	// RealNodeRuntime is Trainer's own torch-distributed runtime with
+	// hostNetwork: true and dnsPolicy ClusterFirstWithHostNet, nothing else:
+	// pods on the real node share the host's loopback and never get a
+	// routable address.
+	RealNodeRuntime = "torch-distributed-host-network"
+)
+
+// nodeBinaries are what the real node runs, from hack/testbin.sh node.
+var nodeBinaries = []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "cni/loopback"}
+
+// kubeletSysctls are the host sysctls the kubelet sets at start
+// (pkg/kubelet/cm setupKernelTunables); each gets a value file bound over it
+// inside the node's mount namespace, so the host keeps its own.
+var kubeletSysctls = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
+
+// RealNode is the cluster's real node. Its containerd and kubelet run under
+// node-init, PID 1 of a private PID and mount namespace: every mount the node
+// makes stays in it, and when node-init ends the kernel ends every process
+// of the node, shims and containers included.
+type RealNode struct {
+	c *Cluster
+	// Dir holds everything of the node (containerd's root and state, the
+	// kubelet's root, pod logs, the directories bound over /var/lib,
+	// /var/log and /run).
+	Dir string
+	// CgroupRoot is the kubelet's cgroup root (in every hierarchy); Stop
+	// removes it.
+	CgroupRoot string
+	// KubeletAddr is the kubelet's serving address (127.0.0.1:port).
+	KubeletAddr string
+	// Images are the images imported into containerd (make images).
+	Images []images.Written
+	// ContainerdSocket is containerd's API socket (ctr --address).
+	ContainerdSocket string
+	init             *Process
+}
+
+// Image returns the reference of the image titled title (the last element
+// of its repository, e.g. "tether-sidecar"), or "" if the node has none.
+func (n *RealNode) Image(title string) string {
+	for _, im := range n.Images {
+		if path.Base(im.Name) == title {
+			return im.Ref
+		}
+	}
+	return ""
+}
+
+func (c *Cluster) startRealNode(ctx context.Context) error {
+	var missing []string
+	for _, b := range nodeBinaries {
+		if _, err := os.Stat(c.bin(b)); err != nil {
+			missing = append(missing, b)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("the real node needs %s in %s: run `hack/testbin.sh node` (kubelet and containerd from the Go module proxy, runc and CNI plugins from Debian's packages)",
+			strings.Join(missing, ", "), c.Assets)
+	}
+	images, err := nodeImages()
+	if err != nil {
+		return err
+	}
+	if err := c.buildNodeInit(); err != nil {
+		return err
+	}
+	id := filepath.Base(c.Dir)
+	n := &RealNode{c: c, Dir: filepath.Join(c.Dir, "node"), CgroupRoot: "/tether-" + id, Images: images}
+	n.ContainerdSocket = filepath.Join(n.Dir, "containerd", "containerd.sock")
+	if n.KubeletAddr, err = testenv.FreeAddr(); err != nil {
+		return err
+	}
+	spec, err := n.prepare()
+	if err != nil {
+		return err
+	}
+	if err := n.makeCgroupRoot(); err != nil {
+		return err
+	}
+	c.onStop(n.stop)
+	specPath := filepath.Join(n.Dir, "node-init.json")
+	raw, _ := json.MarshalIndent(spec, "", "  ")
+	if err := os.WriteFile(specPath, raw, 0o600); err != nil {
+		return err
+	}
+	if n.init, err = startProcessIn(c.logDir(), "node", filepath.Join(c.Dir, "bin", "node-init"), []string{"--spec=" + specPath},
+		nil, syscall.CLONE_NEWPID|syscall.CLONE_NEWNS); err != nil {
+		return err
+	}
+	c.RealNode = n
+	return c.waitFor(ctx, 120*time.Second, "real node Ready (see "+n.init.LogFile+" and "+filepath.Join(c.logDir(), "kubelet.log")+")", func() (bool, error) {
+		if exited, werr := n.init.Exited(); exited {
+			return false, fmt.Errorf("node-init exited (%v); see %s", werr, n.init.LogFile)
+		}
+		var node corev1.Node
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: RealNodeName}, &node); err != nil {
+			return false, nil
+		}
+		for _, t := range node.Spec.Taints {
+			if t.Key == corev1.TaintNodeNotReady {
+				return false, nil
+			}
+		}
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// nodeImages reads bin/images/images.json, which `make images` writes.
+func nodeImages() ([]images.Written, error) {
+	file := filepath.Join(testenv.RepoRoot(), "bin", "images", "images.json")
+	list, err := images.ReadList(file)
+	if err != nil {
+		return nil, fmt.Errorf("the real node runs Tether's images: %w; run `make images` first (`make e2e` does)", err)
+	}
+	for _, im := range list.Images {
+		if _, err := os.Stat(im.Path); err != nil {
+			return nil, fmt.Errorf("image %s: %w; run `make images` again", im.Ref, err)
+		}
+	}
+	return list.Images, nil
+}
+
+// nodeSpec mirrors node-init's Spec (internal/localcluster/node-init).
+type nodeSpec struct {
+	Binds     []nodeBind `json:"binds"`
+	Steps     []nodeStep `json:"steps"`
+	StopGrace string     `json:"stopGrace"`
+}
+
+type nodeBind struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+}
+
+type nodeStep struct {
+	Name            string   `json:"name"`
+	Path            string   `json:"path"`
+	Args            []string `json:"args"`
+	Env             []string `json:"env"`
+	Log             string   `json:"log"`
+	WaitSocket      string   `json:"waitSocket,omitempty"`
+	RunToCompletion bool     `json:"runToCompletion,omitempty"`
+}
+
+// prepare writes the node's directories, certificates and configuration,
+// and returns node-init's spec.
+func (n *RealNode) prepare() (*nodeSpec, error) {
+	c := n.c
+	dirs := map[string]string{}
+	for _, d := range []string{"var-lib", "var-log", "run", "sysctl", "containerd/root", "containerd/state", "containerd/opt",
+		"runc", "cni/net.d", "kubelet", "pod-logs", "volume-plugins", "pki"} {
+		dirs[d] = filepath.Join(n.Dir, d)
+		if err := os.MkdirAll(dirs[d], 0o700); err != nil {
+			return nil, err
+		}
+	}
+	// Pods' files: the kubelet's root must be traversable by a container's
+	// non-root user (emptyDir and Secret volumes live below it).
+	for _, d := range []string{n.Dir, dirs["kubelet"], filepath.Dir(dirs["containerd/root"])} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.Chmod(c.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := c.CA.writeCert(dirs["pki"], "kubelet", certRequest{commonName: RealNodeName,
+		ips: []net.IP{net.ParseIP("127.0.0.1")}, dnsNames: []string{"localhost"}, usage: x509.ExtKeyUsageServerAuth}); err != nil {
+		return nil, err
+	}
+	binds := []nodeBind{{dirs["var-lib"], "/var/lib"}, {dirs["var-log"], "/var/log"}, {dirs["run"], "/run"}}
+	for _, s := range kubeletSysctls {
+		host := filepath.Join("/proc/sys", s)
+		v, err := os.ReadFile(host)
+		if err != nil {
+			continue // not on this kernel: nothing for the kubelet to change
+		}
+		f := filepath.Join(dirs["sysctl"], strings.ReplaceAll(s, "/", "."))
+		if err := os.WriteFile(f, v, 0o644); err != nil {
+			return nil, err
+		}
+		binds = append(binds, nodeBind{f, host})
+	}
+	cni := `{"cniVersion": "1.0.0", "name": "loopback-only", "plugins": [{"type": "loopback"}]}`
+	if err := os.WriteFile(filepath.Join(dirs["cni/net.d"], "10-loopback.conflist"), []byte(cni), 0o644); err != nil {
+		return nil, err
+	}
+	resolv := filepath.Join(n.Dir, "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
+		return nil, err
+	}
+	pause := n.Image("tether-pause")
+	if pause == "" {
+		return nil, errors.New("bin/images has no tether-pause image: run `make images` again")
+	}
+	containerdConfig := fmt.Sprintf(`version = 3
+root = %[1]q
+state = %[2]q
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = %[4]q
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins.'io.containerd.internal.v1.opt']
+  path = %[5]q
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = 'overlayfs'
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = %[6]q
+[plugins.'io.containerd.cri.v1.runtime']
+  # The VM lacks CAP_SYS_RESOURCE: without this every sandbox fails with
+  # "can't get final child's PID from pipe: EOF" (DESIGN.md §14).
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = 'io.containerd.runc.v2'
+    runtime_path = %[7]q
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      BinaryName = %[8]q
+      Root = %[9]q
+      SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = [%[10]q]
+    conf_dir = %[11]q
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = '127.0.0.1'
+  stream_server_port = '0'
+`, dirs["containerd/root"], dirs["containerd/state"], n.ContainerdSocket, n.ContainerdSocket+".ttrpc", dirs["containerd/opt"],
+		pause, c.bin("containerd-shim-runc-v2"), c.bin("runc"), dirs["runc"], resolvedDir(c.bin("cni")), dirs["cni/net.d"])
+	containerdPath := filepath.Join(n.Dir, "containerd.toml")
+	if err := os.WriteFile(containerdPath, []byte(containerdConfig), 0o600); err != nil {
+		return nil, err
+	}
+	kubeletConfig := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: %[1]s
+readOnlyPort: 0
+healthzPort: 0
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: false
+  x509:
+    clientCAFile: %[2]q
+authorization:
+  mode: AlwaysAllow
+tlsCertFile: %[3]q
+tlsPrivateKeyFile: %[4]q
+containerRuntimeEndpoint: unix://%[5]s
+cgroupDriver: cgroupfs
+cgroupRoot: %[6]q
+failCgroupV1: false
+failSwapOn: false
+protectKernelDefaults: false
+podLogsDir: %[7]q
+volumePluginDir: %[8]q
+resolvConf: %[9]q
+registerWithTaints:
+- key: %[10]s
+  value: %[11]s
+  effect: NoSchedule
+# The kubelet refreshes Secret volumes on its pod sync; the default minute
+# made token-reissue scenarios wait that long.
+syncFrequency: 10s
+# A shared CI disk must not evict the scenarios' pods.
+evictionHard:
+  memory.available: 50Mi
+  nodefs.available: "1%%"
+  imagefs.available: "1%%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+maxPods: 110
+`, portOf(n.KubeletAddr), filepath.Join(dirs["pki"], "ca.crt"), filepath.Join(dirs["pki"], "kubelet.crt"), filepath.Join(dirs["pki"], "kubelet.key"),
+		n.ContainerdSocket, n.CgroupRoot, dirs["pod-logs"], dirs["volume-plugins"], resolv, RealNodeLabel, RealNodeLabelValue)
+	kubeletPath := filepath.Join(n.Dir, "kubelet.yaml")
+	if err := os.WriteFile(kubeletPath, []byte(kubeletConfig), 0o600); err != nil {
+		return nil, err
+	}
+	// Any pull fails at once on loopback: every image the node runs is imported.
+	env := []string{"PATH=" + c.Assets + ":/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + n.Dir,
+		"HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9", "NO_PROXY=", "TMPDIR=" + os.TempDir()}
+	logs := c.logDir()
+	steps := []nodeStep{{Name: "containerd", Path: c.bin("containerd"), Args: []string{"--config=" + containerdPath},
+		Env: env, Log: filepath.Join(logs, "containerd.log"), WaitSocket: n.ContainerdSocket}}
+	for _, im := range n.Images {
+		steps = append(steps, nodeStep{Name: "import " + im.Ref, Path: c.bin("ctr"),
+			Args: []string{"--address=" + n.ContainerdSocket, "--namespace=k8s.io", "images", "import", "--local", im.Path},
+			Env:  env, Log: filepath.Join(logs, "ctr-import.log"), RunToCompletion: true})
+	}
+	steps = append(steps, nodeStep{Name: "kubelet", Path: c.bin("kubelet"), Env: env, Log: filepath.Join(logs, "kubelet.log"),
+		Args: []string{"--config=" + kubeletPath, "--kubeconfig=" + c.Kubeconfig, "--hostname-override=" + RealNodeName,
+			"--node-labels=" + RealNodeLabel + "=" + RealNodeLabelValue, "--root-dir=" + dirs["kubelet"],
+			"--cert-dir=" + dirs["pki"], "--v=2"}})
+	return &nodeSpec{Binds: binds, Steps: steps, StopGrace: "15s"}, nil
+}
+
+// resolvedDir follows a symlink to a directory (the cni link in the assets).
+func resolvedDir(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
+}
+
+// cgroupHierarchies lists the mounted cgroup v1 hierarchies (and the v2
+// unified one), each a directory under /sys/fs/cgroup.
+func cgroupHierarchies() []string {
+	entries, err := os.ReadDir("/sys/fs/cgroup")
+	if err != nil {
+		return nil
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		return []string{"/sys/fs/cgroup"} // pure cgroup v2
+	}
+	var out []string
+	for _, e := range entries {
+		p := filepath.Join("/sys/fs/cgroup", e.Name())
+		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+			if _, err := os.Stat(filepath.Join(p, "cgroup.procs")); err == nil {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// makeCgroupRoot creates the kubelet's cgroup root in every hierarchy (the
+// kubelet requires it to exist); a cpuset cgroup starts with its parent's
+// CPUs and memory nodes, or no task could join it.
+func (n *RealNode) makeCgroupRoot() error {
+	for _, h := range cgroupHierarchies() {
+		dir := filepath.Join(h, n.CgroupRoot)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("creating cgroup %s: %w (the real node needs root and a writable /sys/fs/cgroup)", dir, err)
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if v, err := os.ReadFile(filepath.Join(h, f)); err == nil {
+				if cur, _ := os.ReadFile(filepath.Join(dir, f)); strings.TrimSpace(string(cur)) == "" {
+					if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// stop ends node-init (it stops the kubelet, then containerd; the kernel
+// ends the shims and containers left in its PID namespace), kills by PID
+// anything still in the node's cgroups, and removes them.
+func (n *RealNode) stop() error {
+	var errs []error
+	if n.init != nil {
+		errs = append(errs, n.init.Stop(40*time.Second))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		left, err := n.removeCgroups()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			errs = append(errs, fmt.Errorf("real node: cgroups not removed (%d processes left): %w", left, err))
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroups SIGKILLs every process in the node's cgroups and removes
+// them, deepest first; it returns how many processes it found.
+func (n *RealNode) removeCgroups() (int, error) {
+	found := 0
+	var errs []error
+	for _, h := range cgroupHierarchies() {
+		root := filepath.Join(h, n.CgroupRoot)
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		slices.SortFunc(dirs, func(a, b string) int { return len(b) - len(a) })
+		for _, d := range dirs {
+			for _, pid := range cgroupPIDs(d) {
+				found++
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
+				errs = append(errs, fmt.Errorf("%s: %w", d, err))
+			}
+		}
+	}
+	return found, errors.Join(errs...)
+}
+
+func cgroupPIDs(dir string) []int {
+	raw, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(raw)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// ContainerPIDs returns the host PIDs of the processes of a container of a
+// pod on the real node (its ID as in the pod's containerStatuses, with or
+// without the containerd:// prefix), found through its cgroup.
+func (n *RealNode) ContainerPIDs(containerID string) ([]int, error) {
+	id := containerID[strings.LastIndex(containerID, "/")+1:]
+	for _, h := range cgroupHierarchies() {
+		var pids []int
+		found := false
+		_ = filepath.WalkDir(filepath.Join(h, n.CgroupRoot), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() && d.Name() == id {
+				found = true
+				pids = append(pids, cgroupPIDs(p)...)
+				return filepath.SkipDir
+			}
+			return nil
+		})
+		if found {
+			return pids, nil
+		}
+	}
+	return nil, fmt.Errorf("no cgroup for container %s under %s", id, n.CgroupRoot)
+}
+
+// KillContainer sends sig to every process of the container, as the kernel's
+// OOM killer or a crash would end it; the kubelet sees the exit and restarts
+// it by the pod's restart policy.
+func (n *RealNode) KillContainer(containerID string, sig syscall.Signal) error {
+	pids, err := n.ContainerPIDs(containerID)
+	if err != nil {
+		return err
+	}
+	if len(pids) == 0 {
+		return fmt.Errorf("container %s has no processes", containerID)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+	}
+	return nil
+}
+
+// installRealNodeRuntime (a step after Trainer and Kueue) creates RealNodeRuntime from Trainer's own
+// torch-distributed runtime (its module's manifests) with hostNetwork and
+// dnsPolicy ClusterFirstWithHostNet added, and, with Kueue, the real node's
+// flavor and ClusterQueue.
+func (c *Cluster) installRealNodeRuntime(ctx context.Context) error {
+	mod, err := moduleDir("github.com/kubeflow/trainer/v2", c.Opts.TrainerVersion)
+	if err != nil {
+		return err
+	}
+	objs, err := readObjects(filepath.Join(mod, "manifests", "base", "runtimes", "torch_distributed.yaml"))
+	if err != nil {
+		return fmt.Errorf("Trainer %s's torch-distributed runtime: %w", c.Opts.TrainerVersion, err)
+	}
+	if len(objs) != 1 || objs[0].GetKind() != "ClusterTrainingRuntime" {
+		return fmt.Errorf("Trainer %s's torch_distributed.yaml: want one ClusterTrainingRuntime, got %d objects", c.Opts.TrainerVersion, len(objs))
+	}
+	rt := objs[0]
+	rt.SetName(RealNodeRuntime)
+	jobs, _, _ := unstructured.NestedSlice(rt.Object, "spec", "template", "spec", "replicatedJobs")
+	patched := false
+	for i, j := range jobs {
+		job, _ := j.(map[string]any)
+		if job["name"] != "node" {
+			continue
+		}
+		if err := unstructured.SetNestedField(job, true, "template", "spec", "template", "spec", "hostNetwork"); err != nil {
+			return err
+		}
+		if err := unstructured.SetNestedField(job, string(corev1.DNSClusterFirstWithHostNet), "template", "spec", "template", "spec", "dnsPolicy"); err != nil {
+			return err
+		}
+		jobs[i], patched = job, true
+	}
+	if !patched {
+		return fmt.Errorf("Trainer %s's torch-distributed runtime has no replicated job \"node\"", c.Opts.TrainerVersion)
+	}
+	if err := unstructured.SetNestedSlice(rt.Object, jobs, "spec", "template", "spec", "replicatedJobs"); err != nil {
+		return err
+	}
+	if err := c.retry(ctx, 30*time.Second, func() error { return apply(ctx, c.Client, rt) }); err != nil {
+		return err
+	}
+	if !c.Opts.Kueue {
+		return nil
+	}
+	queues, err := decodeObjects(realNodeQueues)
+	if err != nil {
+		return err
+	}
+	return c.retry(ctx, 60*time.Second, func() error { return apply(ctx, c.Client, queues...) })
+}
+
+// buildNodeInit builds node-init into <Dir>/bin.
+func (c *Cluster) buildNodeInit() error {
+	return goBuild(filepath.Join(c.Dir, "bin"), "./internal/localcluster/node-init")
+}
