@@ -50,7 +50,9 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx := context.Background()
 	start := time.Now()
-	c, err := localcluster.Start(ctx, localcluster.Options{Kueue: true, KeepDir: os.Getenv("TETHER_E2E_KEEP") == "1", Log: logf})
+	// The real node (r*_test.go) is on unless TETHER_E2E_REAL_NODE=0.
+	c, err := localcluster.Start(ctx, localcluster.Options{Kueue: true, KeepDir: os.Getenv("TETHER_E2E_KEEP") == "1", Log: logf,
+		RealNode: os.Getenv("TETHER_E2E_REAL_NODE") != "0"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting the local cluster:", err)
 		return 1

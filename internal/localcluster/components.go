@@ -19,12 +19,14 @@ import (
 )
 
 // startControllerManager runs the controllers a TrainJob needs: Jobs,
-// garbage collection of owned objects, namespaces, and node lifecycle (it
+// garbage collection of owned objects, namespaces, node lifecycle (it
 // lifts the not-ready taint a new node is created with once kwok reports
-// it Ready; kwok renews the node leases).
+// it Ready; kwok renews the node leases), and the binding of
+// PersistentVolumeClaims to PersistentVolumes (the real node's scenarios
+// keep artifacts on a hostPath PersistentVolume across pods).
 func (c *Cluster) startControllerManager(ctx context.Context) error {
 	_, err := c.start("kube-controller-manager", c.bin("kube-controller-manager"), c.kubeComponentArgs(
-		"--controllers=job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,pod-garbage-collector-controller,ttl-after-finished-controller,node-lifecycle-controller",
+		"--controllers=job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,pod-garbage-collector-controller,ttl-after-finished-controller,node-lifecycle-controller,persistentvolume-binder-controller",
 		"--concurrent-job-syncs=10",
 	))
 	return err

@@ -32,6 +32,9 @@ type TrainerPlan struct {
 	// CheckpointMode and ModelMode are the files' modes (octal, e.g. "0600";
 	// default 0644).
 	CheckpointMode, ModelMode string
+	// Resume continues after the last checkpoint in the directory (the same
+	// args serve every attempt of a TrainJob), to Steps in all.
+	Resume bool
 }
 
 // Args are the stand-in's flags for artifact directory dir (a trainer
@@ -52,6 +55,9 @@ func (p TrainerPlan) Args(dir string) []string {
 	}
 	if p.CorruptFirstCheckpoint {
 		args = append(args, "--corrupt-first-checkpoint")
+	}
+	if p.Resume {
+		args = append(args, "--resume")
 	}
 	if p.CheckpointMode != "" {
 		args = append(args, "--checkpoint-mode="+p.CheckpointMode)

@@ -111,3 +111,26 @@ func (w *TrainJobWrapper) ResourcesPerNode(list corev1.ResourceList) *TrainJobWr
 	w.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{Requests: list, Limits: list}
 	return w
 }
+
+// NodePatch adds a runtime patch (Trainer v2.2+, manager "tether.dev/test")
+// to the pods of replicated job "node": volumes, and mounts or a security
+// context for its containers.
+func (w *TrainJobWrapper) NodePatch(spec trainer.PodSpecPatch) *TrainJobWrapper {
+	w.Spec.RuntimePatches = append(w.Spec.RuntimePatches, trainer.RuntimePatch{
+		Manager: "tether.dev/test",
+		TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{Template: &trainer.JobSetTemplatePatch{
+			Spec: &trainer.JobSetSpecPatch{ReplicatedJobs: []trainer.ReplicatedJobPatch{{
+				Name: "node",
+				Template: &trainer.JobTemplatePatch{Spec: &trainer.JobSpecPatch{
+					Template: &trainer.PodTemplatePatch{Spec: &spec},
+				}},
+			}}},
+		}},
+	})
+	return w
+}
+
+// PriorityClass sets Kueue's workload priority class label.
+func (w *TrainJobWrapper) PriorityClass(name string) *TrainJobWrapper {
+	return w.Label("kueue.x-k8s.io/priority-class", name)
+}

@@ -37,6 +37,7 @@ func main() {
 	exitCode := flag.Int("exit-code", 0, "exit code after the last step; non-zero skips the final model")
 	startStep := flag.Int("start-step", 0, "first step (a resumed attempt continues the count)")
 	corrupt := flag.Bool("corrupt-first-checkpoint", false, "with a non-zero exit code: first overwrite the first checkpoint of this run in place with garbage, as a crash while re-saving it would")
+	resume := flag.Bool("resume", false, "continue after the last checkpoint found in the artifact directory (a volume kept across pods), up to --steps in all")
 	checkpointMode := flag.String("checkpoint-mode", "0644", "file mode of checkpoints (octal)")
 	modelMode := flag.String("model-mode", "0644", "file mode of the final model (octal)")
 	flag.Parse()
@@ -55,6 +56,12 @@ func main() {
 		os.Exit(code)
 	}
 	fmt.Printf("trainer-standin: uid %d gid %d groups %v\n", os.Getuid(), os.Getgid(), groups())
+	if *resume {
+		if last := lastCheckpoint(*dir); last > 0 {
+			*startStep, *steps = last, max(*steps-last, 0)
+			fmt.Println("trainer-standin: resuming after checkpoint", last)
+		}
+	}
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
 	for step := *startStep + 1; step <= *startStep+*steps; step++ {
@@ -102,6 +109,19 @@ func listFiles(dir string) {
 		fmt.Printf("trainer-standin: file %s %s %d\n", filepath.ToSlash(rel), hex.EncodeToString(sum[:]), len(b))
 		return nil
 	})
+}
+
+// lastCheckpoint is the highest step of checkpoints/step-NNNN.pt in dir (0: none).
+func lastCheckpoint(dir string) int {
+	entries, _ := os.ReadDir(filepath.Join(dir, "checkpoints"))
+	last := 0
+	for _, e := range entries {
+		var step int
+		if _, err := fmt.Sscanf(e.Name(), "step-%d.pt", &step); err == nil && strings.HasSuffix(e.Name(), ".pt") {
+			last = max(last, step)
+		}
+	}
+	return last
 }
 
 func groups() []int {

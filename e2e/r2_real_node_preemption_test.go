@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+// Real node, scenario 2: Kueue preempts a bound TrainJob on the real node.
+// The kubelet sends SIGTERM to the trainer, then to the sidecar, which
+// flushes every finished file within the grace period; the binding is
+// Preempted. Re-admitted, the job runs in a new pod, resumes from its last
+// checkpoint on the same PersistentVolumeClaim, does not send the verified
+// files again, and succeeds.
+func TestRealNode2Preemption(t *testing.T) {
+	needRealNode(t)
+	timed(t)
+	ctx := context.Background()
+	ns := suite.realNodeNamespace(t, "real-preempt")
+	const name, rival = "real-low-prio", "real-high-prio"
+	oneCPU := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("512Mi")}
+	patch, dir := suite.persistentArtifacts(t, ns, name)
+	plan := localcluster.TrainerPlan{Steps: 60, CheckpointEvery: 3, StepInterval: time.Second, Resume: true}
+	low := bound(realTrainJob(name, ns, plan)).PriorityClass("low").ResourcesPerNode(oneCPU).NodePatch(patch).Obj()
+	suite.create(t, low)
+	jobID := low.Annotations[jobconfig.JobIDAnnotation]
+	first := suite.waitRunningOnRealNode(t, suite.injectedPod(t, ns, name, ""))
+	wb := suite.waitBinding(t, ns, name, 90*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, ""))
+	bindingUID := wb.UID
+	eventually(t, 60*time.Second, "two checkpoints verified", func() error {
+		n := 0
+		stored := suite.stored(t, jobID)
+		for rel, sum := range localFiles(t, dir) {
+			if strings.HasPrefix(rel, "checkpoints/") && stored[rel] == sum {
+				n++
+			}
+		}
+		if n < 2 {
+			return fmt.Errorf("%d verified", n)
+		}
+		return nil
+	})
+
+	// A higher-priority job needs the real node's quota (1.5 CPU): Kueue
+	// preempts the bound one; the kubelet stops its pod.
+	suite.create(t, realTrainJob(rival, ns, localcluster.TrainerPlan{Steps: 2, StepInterval: 100 * time.Millisecond}).
+		PriorityClass("high").ResourcesPerNode(oneCPU).Obj())
+	suite.waitBinding(t, ns, name, 90*time.Second, "Preempted", phaseIs(tetherv1.PhasePending, tetherv1.ReasonPreempted))
+	var exit *corev1.ContainerStateTerminated
+	eventually(t, 90*time.Second, "the preempted pod gone (sidecar flushed and exited)", func() error {
+		if p := suite.podNow(t, ns, first.Name); p != nil {
+			if s := containerStatus(p, "node"); s != nil && s.State.Terminated != nil {
+				exit = s.State.Terminated
+			}
+			return fmt.Errorf("pod %s still exists", first.Name)
+		}
+		return nil
+	})
+	if exit != nil && exit.ExitCode != 143 {
+		t.Errorf("the trainer ended with %d, want 143 (the kubelet's SIGTERM)", exit.ExitCode)
+	}
+	afterFirst := localFiles(t, dir)
+	if err := sameFiles(afterFirst, suite.stored(t, jobID)); err != nil {
+		t.Fatalf("after preemption, not every finished file was flushed: %v", err)
+	}
+	if p := suite.getTrainJob(t, ns, name); !ptr.Deref(p.Spec.Suspend, false) {
+		t.Error("the preempted TrainJob is not suspended")
+	}
+	storedBefore := suite.lastModified(t, jobID)
+	putsBefore, _ := suite.metricValue(t, "tether_artifacts_verified_files_total")
+	logf("real node 2: attempt 1 preempted with %d files, all stored", len(afterFirst))
+
+	// The rival leaves; the job is admitted again and resumes in a new pod.
+	if err := suite.c.Client.Delete(ctx, suite.getTrainJob(t, ns, rival)); err != nil {
+		t.Fatal(err)
+	}
+	second := suite.injectedPod(t, ns, name, first.UID)
+	wb = suite.waitBinding(t, ns, name, 180*time.Second, "Succeeded on attempt 2", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
+	if wb.UID != bindingUID || wb.Status.Attempt != 2 || wb.Status.Worker == nil || wb.Status.Worker.PodUID != string(second.UID) {
+		t.Fatalf("binding uid %s attempt %d worker %+v; want the same binding %s, attempt 2, pod %s",
+			wb.UID, wb.Status.Attempt, wb.Status.Worker, bindingUID, second.UID)
+	}
+	final := localFiles(t, dir)
+	if err := sameAsStored(final, suite.stored(t, jobID)); err != nil {
+		t.Fatalf("after attempt 2: %v", err)
+	}
+	if _, ok := final["model/final.safetensors"]; !ok {
+		t.Fatalf("no final model: %v", final)
+	}
+	changed := 0
+	for rel, sum := range final {
+		if afterFirst[rel] != sum {
+			changed++
+		}
+	}
+	eventually(t, 20*time.Second, "verified PUTs of attempt 2", func() error {
+		putsAfter, _ := suite.metricValue(t, "tether_artifacts_verified_files_total")
+		if got := int(putsAfter - putsBefore); got != changed+1 {
+			return fmt.Errorf("attempt 2 sent %d files, want %d (its %d new or changed files and the manifest)", got, changed+1, changed)
+		}
+		return nil
+	})
+	storedAfter := suite.lastModified(t, jobID)
+	for rel := range afterFirst {
+		key := jobID + "/" + rel
+		if afterFirst[rel] == final[rel] && !storedAfter[key].Equal(storedBefore[key]) {
+			t.Errorf("%s was stored again by attempt 2 (last modified %s -> %s)", rel, storedBefore[key], storedAfter[key])
+		}
+	}
+	logf("real node 2: attempt 2 sent %d new or changed files, %d already verified files not re-sent", changed, len(final)-changed)
+}
