@@ -155,3 +155,33 @@ func (e *env) expectSucceededWithArtifacts(t *testing.T, pod *corev1.Pod, name, 
 	}
 	return wb, local
 }
+
+// expectOnlyChangedSent checks what a resumed attempt sent: exactly its new
+// or changed files (final against afterFirst, the files when the previous
+// attempt ended) plus the manifest, counted by the server's verified-files
+// counter since putsBefore; a file it did not change keeps the Last-Modified
+// it had in storedBefore. It returns how many files were new or changed.
+func (e *env) expectOnlyChangedSent(t *testing.T, jobID string, afterFirst, final map[string]string, putsBefore float64, storedBefore map[string]time.Time) int {
+	t.Helper()
+	changed := 0
+	for rel, sum := range final {
+		if afterFirst[rel] != sum {
+			changed++
+		}
+	}
+	eventually(t, 20*time.Second, "verified PUTs of the resumed attempt", func() error {
+		putsAfter, _ := e.metricValue(t, "tether_artifacts_verified_files_total")
+		if got := int(putsAfter - putsBefore); got != changed+1 {
+			return fmt.Errorf("the resumed attempt sent %d files, want %d (its %d new or changed files and the manifest)", got, changed+1, changed)
+		}
+		return nil
+	})
+	storedAfter := e.lastModified(t, jobID)
+	for rel := range afterFirst {
+		key := jobID + "/" + rel
+		if afterFirst[rel] == final[rel] && !storedAfter[key].Equal(storedBefore[key]) {
+			t.Errorf("%s was stored again by the resumed attempt (last modified %s -> %s)", rel, storedBefore[key], storedAfter[key])
+		}
+	}
+	return changed
+}

@@ -97,25 +97,6 @@ func TestRealNode2Preemption(t *testing.T) {
 	if _, ok := final["model/final.safetensors"]; !ok {
 		t.Fatalf("no final model: %v", final)
 	}
-	changed := 0
-	for rel, sum := range final {
-		if afterFirst[rel] != sum {
-			changed++
-		}
-	}
-	eventually(t, 20*time.Second, "verified PUTs of attempt 2", func() error {
-		putsAfter, _ := suite.metricValue(t, "tether_artifacts_verified_files_total")
-		if got := int(putsAfter - putsBefore); got != changed+1 {
-			return fmt.Errorf("attempt 2 sent %d files, want %d (its %d new or changed files and the manifest)", got, changed+1, changed)
-		}
-		return nil
-	})
-	storedAfter := suite.lastModified(t, jobID)
-	for rel := range afterFirst {
-		key := jobID + "/" + rel
-		if afterFirst[rel] == final[rel] && !storedAfter[key].Equal(storedBefore[key]) {
-			t.Errorf("%s was stored again by attempt 2 (last modified %s -> %s)", rel, storedBefore[key], storedAfter[key])
-		}
-	}
+	changed := suite.expectOnlyChangedSent(t, jobID, afterFirst, final, putsBefore, storedBefore)
 	logf("real node 2: attempt 2 sent %d new or changed files, %d already verified files not re-sent", changed, len(final)-changed)
 }

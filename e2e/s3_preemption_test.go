@@ -97,25 +97,6 @@ func TestScenario3Preemption(t *testing.T) {
 		t.Fatalf("after attempt 2: %v", err)
 	}
 	// Only what attempt 2 wrote or changed was sent, plus the manifest.
-	changed := 0
-	for rel, sum := range final {
-		if afterFirst[rel] != sum {
-			changed++
-		}
-	}
-	eventually(t, 10*time.Second, "verified PUTs of attempt 2", func() error {
-		putsAfter, _ := suite.metricValue(t, "tether_artifacts_verified_files_total")
-		if got := int(putsAfter - putsBefore); got != changed+1 {
-			return fmt.Errorf("attempt 2 sent %d files, want %d (its %d new or changed files and the manifest)", got, changed+1, changed)
-		}
-		return nil
-	})
-	storedAfter := suite.lastModified(t, jobID)
-	for rel := range afterFirst {
-		key := jobID + "/" + rel
-		if afterFirst[rel] == final[rel] && !storedAfter[key].Equal(storedBefore[key]) {
-			t.Errorf("%s was stored again by attempt 2 (last modified %s -> %s)", rel, storedBefore[key], storedAfter[key])
-		}
-	}
+	changed := suite.expectOnlyChangedSent(t, jobID, afterFirst, final, putsBefore, storedBefore)
 	logf("attempt 2: %d new or changed files sent, %d already verified files skipped", changed, len(final)-changed)
 }

@@ -5,11 +5,24 @@
 // hack/testbin.sh builds, then Tether's own control plane as processes with
 // the shipped manifests applied.
 //
-// No kubelet runs here, so PodRunner plays its part for bound trainer pods:
-// it runs the real cmd/sidecar binary with the environment and files the
-// injected pod spec gives it, a trainer stand-in in place of the training
-// container, and writes container states into the Pod's status as a kubelet
-// would. Every webhook is registered by loopback URL (never a Service), every
+// Two kinds of nodes. On the kwok nodes no kubelet runs, so PodRunner plays
+// its part for bound trainer pods: it runs the real cmd/sidecar binary with
+// the environment and files the injected pod spec gives it, a trainer
+// stand-in in place of the training container, and writes container states
+// into the Pod's status as a kubelet would. With Options.RealNode a real
+// node (RealNode, node.go) runs beside them: kubelet v1.37.2, containerd
+// v2.x and Debian's runc run the images of `make images` (Tether's sidecar,
+// the trainer stand-in, a pause image), with node address 127.0.0.1 and
+// hostNetwork pods only. containerd and the kubelet run under node-init,
+// PID 1 of a private PID and mount namespace: their mounts never reach the
+// host (/var/lib, /var/log, /run and the sysctls the kubelet sets are bound
+// to the node's own directory), and when node-init ends the kernel ends
+// every process of the node, shims and containers included; Stop then
+// removes the node's cgroups. A TrainJob reaches the real node through its
+// own Kueue queue (RealNodeQueue), whose flavor adds the node selector and
+// the toleration of the node's taint.
+//
+// Every webhook is registered by loopback URL (never a Service), every
 // listener binds 127.0.0.1, and every process is stopped by PID on Stop (and
 // killed by the kernel if the harness itself dies: Pdeathsig).
 package localcluster

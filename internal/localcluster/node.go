@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tether-dev/tether/internal/images"
+	"github.com/tether-dev/tether/internal/localcluster/nodespec"
 	"github.com/tether-dev/tether/internal/testenv"
 )
 
@@ -169,31 +170,9 @@ func nodeImages() ([]images.Written, error) {
 	return list.Images, nil
 }
 
-// nodeSpec mirrors node-init's Spec (internal/localcluster/node-init).
-type nodeSpec struct {
-	Binds     []nodeBind `json:"binds"`
-	Steps     []nodeStep `json:"steps"`
-	StopGrace string     `json:"stopGrace"`
-}
-
-type nodeBind struct {
-	Source string `json:"source"`
-	Target string `json:"target"`
-}
-
-type nodeStep struct {
-	Name            string   `json:"name"`
-	Path            string   `json:"path"`
-	Args            []string `json:"args"`
-	Env             []string `json:"env"`
-	Log             string   `json:"log"`
-	WaitSocket      string   `json:"waitSocket,omitempty"`
-	RunToCompletion bool     `json:"runToCompletion,omitempty"`
-}
-
 // prepare writes the node's directories, certificates and configuration,
 // and returns node-init's spec.
-func (n *RealNode) prepare() (*nodeSpec, error) {
+func (n *RealNode) prepare() (*nodespec.Spec, error) {
 	c := n.c
 	dirs := map[string]string{}
 	for _, d := range []string{"var-lib", "var-log", "run", "sysctl", "containerd/root", "containerd/state", "containerd/opt",
@@ -217,7 +196,7 @@ func (n *RealNode) prepare() (*nodeSpec, error) {
 		ips: []net.IP{net.ParseIP("127.0.0.1")}, dnsNames: []string{"localhost"}, usage: x509.ExtKeyUsageServerAuth}); err != nil {
 		return nil, err
 	}
-	binds := []nodeBind{{dirs["var-lib"], "/var/lib"}, {dirs["var-log"], "/var/log"}, {dirs["run"], "/run"}}
+	binds := []nodespec.Bind{{Source: dirs["var-lib"], Target: "/var/lib"}, {Source: dirs["var-log"], Target: "/var/log"}, {Source: dirs["run"], Target: "/run"}}
 	for _, s := range kubeletSysctls {
 		host := filepath.Join("/proc/sys", s)
 		v, err := os.ReadFile(host)
@@ -228,7 +207,7 @@ func (n *RealNode) prepare() (*nodeSpec, error) {
 		if err := os.WriteFile(f, v, 0o644); err != nil {
 			return nil, err
 		}
-		binds = append(binds, nodeBind{f, host})
+		binds = append(binds, nodespec.Bind{Source: f, Target: host})
 	}
 	cni := `{"cniVersion": "1.0.0", "name": "loopback-only", "plugins": [{"type": "loopback"}]}`
 	if err := os.WriteFile(filepath.Join(dirs["cni/net.d"], "10-loopback.conflist"), []byte(cni), 0o644); err != nil {
@@ -334,18 +313,18 @@ maxPods: 110
 	env := []string{"PATH=" + c.Assets + ":/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + n.Dir,
 		"HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9", "NO_PROXY=", "TMPDIR=" + os.TempDir()}
 	logs := c.logDir()
-	steps := []nodeStep{{Name: "containerd", Path: c.bin("containerd"), Args: []string{"--config=" + containerdPath},
+	steps := []nodespec.Step{{Name: "containerd", Path: c.bin("containerd"), Args: []string{"--config=" + containerdPath},
 		Env: env, Log: filepath.Join(logs, "containerd.log"), WaitSocket: n.ContainerdSocket}}
 	for _, im := range n.Images {
-		steps = append(steps, nodeStep{Name: "import " + im.Ref, Path: c.bin("ctr"),
+		steps = append(steps, nodespec.Step{Name: "import " + im.Ref, Path: c.bin("ctr"),
 			Args: []string{"--address=" + n.ContainerdSocket, "--namespace=k8s.io", "images", "import", "--local", im.Path},
 			Env:  env, Log: filepath.Join(logs, "ctr-import.log"), RunToCompletion: true})
 	}
-	steps = append(steps, nodeStep{Name: "kubelet", Path: c.bin("kubelet"), Env: env, Log: filepath.Join(logs, "kubelet.log"),
+	steps = append(steps, nodespec.Step{Name: "kubelet", Path: c.bin("kubelet"), Env: env, Log: filepath.Join(logs, "kubelet.log"),
 		Args: []string{"--config=" + kubeletPath, "--kubeconfig=" + c.Kubeconfig, "--hostname-override=" + RealNodeName,
 			"--node-labels=" + RealNodeLabel + "=" + RealNodeLabelValue, "--root-dir=" + dirs["kubelet"],
 			"--cert-dir=" + dirs["pki"], "--v=2"}})
-	return &nodeSpec{Binds: binds, Steps: steps, StopGrace: "15s"}, nil
+	return &nodespec.Spec{Binds: binds, Steps: steps, StopGrace: "15s"}, nil
 }
 
 // resolvedDir follows a symlink to a directory (the cni link in the assets).

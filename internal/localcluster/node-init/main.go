@@ -28,37 +28,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tether-dev/tether/internal/localcluster/nodespec"
 )
-
-// Spec is what the harness writes for node-init (JSON). Keep in step with
-// internal/localcluster/node.go.
-type Spec struct {
-	// Binds are bind mounts, made in order after / is private and /proc is
-	// this namespace's own. A Source that is a file binds a file.
-	Binds []Bind `json:"binds"`
-	// Steps run in order: a Step with WaitSocket is a daemon that must create
-	// that Unix socket; one with RunToCompletion must exit 0 before the next.
-	Steps []Step `json:"steps"`
-	// StopGrace is how long each daemon gets between SIGTERM and SIGKILL.
-	StopGrace string `json:"stopGrace"`
-}
-
-// Bind is one bind mount.
-type Bind struct {
-	Source string `json:"source"`
-	Target string `json:"target"`
-}
-
-// Step is one process of the node.
-type Step struct {
-	Name            string   `json:"name"`
-	Path            string   `json:"path"`
-	Args            []string `json:"args"`
-	Env             []string `json:"env"`
-	Log             string   `json:"log"`
-	WaitSocket      string   `json:"waitSocket,omitempty"`
-	RunToCompletion bool     `json:"runToCompletion,omitempty"`
-}
 
 func main() {
 	specPath := flag.String("spec", "", "path of the JSON Spec")
@@ -116,7 +88,7 @@ func (r *reaper) loop(sigchld <-chan os.Signal) {
 }
 
 type daemon struct {
-	step Step
+	step nodespec.Step
 	pid  int
 	done <-chan syscall.WaitStatus
 }
@@ -129,7 +101,7 @@ func run(specPath string) error {
 	if err != nil {
 		return err
 	}
-	var spec Spec
+	var spec nodespec.Spec
 	if err := json.Unmarshal(raw, &spec); err != nil {
 		return fmt.Errorf("spec %s: %w", specPath, err)
 	}
@@ -213,7 +185,7 @@ func run(specPath string) error {
 	}
 }
 
-func start(st Step) (int, error) {
+func start(st nodespec.Step) (int, error) {
 	logf, err := os.OpenFile(st.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, err
@@ -241,7 +213,7 @@ func start(st Step) (int, error) {
 	return pid, nil
 }
 
-func waitSocket(st Step, done <-chan syscall.WaitStatus) error {
+func waitSocket(st nodespec.Step, done <-chan syscall.WaitStatus) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if c, err := net.Dial("unix", st.WaitSocket); err == nil {
@@ -261,7 +233,7 @@ func waitSocket(st Step, done <-chan syscall.WaitStatus) error {
 
 // setupMounts makes this namespace's mounts private (nothing propagates to
 // the host), mounts /proc for the new PID namespace, and makes the binds.
-func setupMounts(binds []Bind) error {
+func setupMounts(binds []nodespec.Bind) error {
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making / private: %w", err)
 	}
