@@ -492,7 +492,7 @@ func createObjects(b *testing.B, ctx context.Context, env *testenv.Env, n int) [
 		wb := &tetherv1.WorkerBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: id.Binding, Namespace: namespace, Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
 			Spec: tetherv1.WorkerBindingSpec{TrainJobName: id.Binding, JobID: id.JobID, WorkerID: id.WorkerID,
-				TokenSecretName: mutate.TokenSecretName(id.Binding), TokenSHA256: hex.EncodeToString(sum[:])},
+				TokenSecretName: binding.TokenSecretName(id.Binding), TokenSHA256: hex.EncodeToString(sum[:])},
 		}
 		err := retryCreate(ctx, func() error { return c.Create(ctx, wb) })
 		if apierrors.IsAlreadyExists(err) {

@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
-	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -88,7 +88,7 @@ func trainJobOfPod(_ context.Context, o client.Object) []reconcile.Request {
 	if !ok {
 		return nil
 	}
-	name, ok := mutate.IsTrainerPod(pod)
+	name, ok := trainjob.IsTrainerPod(pod)
 	if !ok {
 		return nil
 	}
@@ -155,7 +155,7 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	// the token, the binding server can already find the binding by it.
 	secret, token, err := r.loadToken(ctx, tj)
 	if err != nil {
-		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", mutate.TokenSecretName(tj.GetName()), err)
+		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
 		return ctrl.Result{}, err
 	}
 	issue := token == ""
@@ -170,7 +170,7 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		wb = &tetherv1.WorkerBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: tj.GetName(), Namespace: tj.GetNamespace(), Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
 			Spec: tetherv1.WorkerBindingSpec{TrainJobName: tj.GetName(), JobID: jobID, WorkerID: workerID,
-				TokenSecretName: mutate.TokenSecretName(tj.GetName()), TokenSHA256: hash},
+				TokenSecretName: binding.TokenSecretName(tj.GetName()), TokenSHA256: hash},
 		}
 		if err := ctrl.SetControllerReference(tj, wb, r.Scheme); err != nil {
 			return ctrl.Result{}, err
@@ -189,7 +189,7 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	if err := r.writeSecret(ctx, tj, secret, token, ca); err != nil {
-		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", mutate.TokenSecretName(tj.GetName()), err)
+		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
 		return ctrl.Result{}, err
 	}
 	requeue, err := r.updateStatus(ctx, tj, wb)
@@ -216,7 +216,7 @@ func (r *BindingReconciler) jobIDOwner(ctx context.Context, jobID string, tj *un
 // name that the TrainJob does not own is an error.
 func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unstructured) (*corev1.Secret, string, error) {
 	secret := &corev1.Secret{}
-	err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: tj.GetNamespace(), Name: mutate.TokenSecretName(tj.GetName())}, secret)
+	err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: tj.GetNamespace(), Name: binding.TokenSecretName(tj.GetName())}, secret)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, "", nil
@@ -224,10 +224,10 @@ func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unst
 		return nil, "", err
 	case !metav1.IsControlledBy(secret, tj):
 		return nil, "", fmt.Errorf("exists but is not owned by this TrainJob (uid %s); delete it so Tether can issue a token", tj.GetUID())
-	case !validToken(secret.Data[TokenKey]):
+	case !validToken(secret.Data[binding.TokenKey]):
 		return secret, "", nil
 	}
-	return secret, string(secret.Data[TokenKey]), nil
+	return secret, string(secret.Data[binding.TokenKey]), nil
 }
 
 // writeSecret creates the token Secret, or updates it when its token or CA
@@ -235,23 +235,23 @@ func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unst
 func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Unstructured, secret *corev1.Secret, token string, ca []byte) error {
 	if secret == nil {
 		secret = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: mutate.TokenSecretName(tj.GetName()), Namespace: tj.GetNamespace(),
+			ObjectMeta: metav1.ObjectMeta{Name: binding.TokenSecretName(tj.GetName()), Namespace: tj.GetNamespace(),
 				Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
-			Type: TokenSecretType,
-			Data: map[string][]byte{TokenKey: []byte(token), CABundleKey: ca},
+			Type: binding.TokenSecretType,
+			Data: map[string][]byte{binding.TokenKey: []byte(token), binding.CABundleKey: ca},
 		}
 		if err := ctrl.SetControllerReference(tj, secret, r.Scheme); err != nil {
 			return err
 		}
 		return r.Client.Create(ctx, secret)
 	}
-	if string(secret.Data[TokenKey]) == token && bytes.Equal(secret.Data[CABundleKey], ca) {
+	if string(secret.Data[binding.TokenKey]) == token && bytes.Equal(secret.Data[binding.CABundleKey], ca) {
 		return nil
 	}
 	if secret.Data == nil {
 		secret.Data = map[string][]byte{}
 	}
-	secret.Data[TokenKey], secret.Data[CABundleKey] = []byte(token), ca
+	secret.Data[binding.TokenKey], secret.Data[binding.CABundleKey] = []byte(token), ca
 	return r.Client.Update(ctx, secret)
 }
 
@@ -306,7 +306,7 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 			eventType = corev1.EventTypeWarning
 		}
 		if r.Events != nil {
-			r.Events.Eventf(trainJobRef(tj), nil, eventType, wb.Status.Reason, "Bind", "binding %s: %s", wb.Status.Phase, wb.Status.Message)
+			r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, eventType, wb.Status.Reason, "Bind", "binding %s: %s", wb.Status.Phase, wb.Status.Message)
 		}
 	}
 	return requeue, nil
@@ -347,20 +347,18 @@ func (r *BindingReconciler) settlePending(ctx context.Context, wb *tetherv1.Work
 
 func (r *BindingReconciler) trainerPods(ctx context.Context, tj *unstructured.Unstructured) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	err := r.Client.List(ctx, &pods, client.InNamespace(tj.GetNamespace()), client.MatchingLabels{
-		jobconfig.JobSetNameLabel: tj.GetName(), jobconfig.ReplicatedJobNameLabel: jobconfig.TrainerReplicatedJob,
-	})
+	err := r.Client.List(ctx, &pods, client.InNamespace(tj.GetNamespace()), client.MatchingLabels(trainjob.TrainerPodLabels(tj.GetName())))
 	return pods.Items, err
 }
 
 func (r *BindingReconciler) normal(tj *unstructured.Unstructured, reason, note string, args ...any) {
 	if r.Events != nil {
-		r.Events.Eventf(trainJobRef(tj), nil, corev1.EventTypeNormal, reason, "Bind", note, args...)
+		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, corev1.EventTypeNormal, reason, "Bind", note, args...)
 	}
 }
 
 func (r *BindingReconciler) warn(tj *unstructured.Unstructured, reason, note string, args ...any) {
 	if r.Events != nil {
-		r.Events.Eventf(trainJobRef(tj), nil, corev1.EventTypeWarning, reason, "Bind", note, args...)
+		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, corev1.EventTypeWarning, reason, "Bind", note, args...)
 	}
 }

@@ -15,11 +15,6 @@ import (
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
-func trainJobRef(tj *unstructured.Unstructured) *corev1.ObjectReference {
-	return &corev1.ObjectReference{APIVersion: trainjob.GVK.GroupVersion().String(), Kind: trainjob.GVK.Kind,
-		Namespace: tj.GetNamespace(), Name: tj.GetName(), UID: tj.GetUID()}
-}
-
 // observe applies what the controller can see to the binding's status: the
 // trainer container's exit from the bound pod's status (the sidecar never
 // learns it), then the TrainJob's conditions. It returns the duration after

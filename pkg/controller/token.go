@@ -8,15 +8,6 @@ import (
 	"regexp"
 )
 
-// TokenSecretType marks token Secrets, so they are recognisable in a listing.
-const TokenSecretType = "tether.dev/binding-token"
-
-// Keys of a token Secret.
-const (
-	TokenKey    = "token"
-	CABundleKey = "ca.crt"
-)
-
 var tokenPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // NewToken returns a 256-bit random token, hex encoded.

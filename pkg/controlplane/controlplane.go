@@ -30,8 +30,8 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/controller"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // Webhook paths; manifests/ points the MutatingWebhookConfiguration at them.
@@ -80,7 +80,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 	}
 	scheme := NewScheme()
 	// Only trainer pods are cached: the controller needs nothing of any other pod.
-	trainerPods, err := labels.NewRequirement(jobconfig.ReplicatedJobNameLabel, selection.Equals, []string{jobconfig.TrainerReplicatedJob})
+	trainerPods, err := labels.NewRequirement(trainjob.ReplicatedJobNameLabel, selection.Equals, []string{trainjob.TrainerReplicatedJob})
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +271,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 // replica stopping) is not an error.
 func syncCaches(ctx context.Context, c cache.Cache) error {
 	tj := &metav1.PartialObjectMetadata{}
-	tj.SetGroupVersionKind(mutate.TrainJobGVK)
+	tj.SetGroupVersionKind(trainjob.GVK)
 	if _, err := c.GetInformer(ctx, tj); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("starting the TrainJob metadata informer: %w", err)
 	}

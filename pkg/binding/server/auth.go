@@ -18,6 +18,7 @@ import (
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // refusal is a request the server turns down: an HTTP status, a protocol
@@ -107,7 +108,7 @@ func (s *Server) checkIdentity(ctx context.Context, wb *tetherv1.WorkerBinding, 
 		JobID string `json:"jobID"`
 	}
 	_ = json.Unmarshal([]byte(p.Annotations[jobconfig.PodStatusAnnotation]), &status)
-	if string(p.UID) != pod.UID || p.Labels[jobconfig.JobSetNameLabel] != wb.Spec.TrainJobName || status.JobID != wb.Spec.JobID {
+	if string(p.UID) != pod.UID || p.Labels[trainjob.JobSetNameLabel] != wb.Spec.TrainJobName || status.JobID != wb.Spec.JobID {
 		return nil, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch",
 			"pod %s/%s is not an injected trainer pod of TrainJob %s", pod.Namespace, pod.Name, wb.Spec.TrainJobName)
 	}

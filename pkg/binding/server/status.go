@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // updateStatus applies mutate to the binding's status and writes it when
@@ -51,7 +51,7 @@ func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key type
 // trainJobMeta reads the binding's TrainJob metadata from the cache.
 func (s *Server) trainJobMeta(ctx context.Context, wb *tetherv1.WorkerBinding) (*metav1.PartialObjectMetadata, error) {
 	tj := &metav1.PartialObjectMetadata{}
-	tj.SetGroupVersionKind(mutate.TrainJobGVK)
+	tj.SetGroupVersionKind(trainjob.GVK)
 	err := s.cache.Get(ctx, types.NamespacedName{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}, tj)
 	return tj, err
 }
@@ -61,7 +61,7 @@ func (s *Server) recordTransition(wb *tetherv1.WorkerBinding) {
 	if s.events == nil {
 		return
 	}
-	ref := &corev1.ObjectReference{APIVersion: mutate.TrainJobGVK.GroupVersion().String(), Kind: mutate.TrainJobGVK.Kind,
+	ref := &corev1.ObjectReference{APIVersion: trainjob.GVK.GroupVersion().String(), Kind: trainjob.GVK.Kind,
 		Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
 	eventType := corev1.EventTypeNormal
 	if wb.Status.Phase == tetherv1.PhaseFailed || wb.Status.Reason == tetherv1.ReasonHeartbeatLost {

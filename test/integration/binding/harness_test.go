@@ -21,7 +21,6 @@ import (
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/mutate"
 )
 
 var nsCounter int
@@ -53,7 +52,7 @@ func newJob(t *testing.T, annotations map[string]string) *job {
 	// The kubelet mounts the token only once the Secret exists.
 	secret := &corev1.Secret{}
 	eventually(t, 15*time.Second, func() error {
-		return env.Client.Get(ctx, types.NamespacedName{Namespace: j.ns, Name: mutate.TokenSecretName(j.name)}, secret)
+		return env.Client.Get(ctx, types.NamespacedName{Namespace: j.ns, Name: binding.TokenSecretName(j.name)}, secret)
 	})
 	j.waitPhase(t, tetherv1.PhasePending, "")
 	j.pod = testobj.MakeTrainerPod(j.name, j.ns).Obj()
