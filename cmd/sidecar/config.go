@@ -1,12 +1,9 @@
 package main
 
 import (
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -16,7 +13,9 @@ import (
 
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
-	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
+	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+	"github.com/tether-dev/tether/pkg/sidecar/session"
 )
 
 // Optional settings, not part of what the pod webhook injects.
@@ -36,7 +35,7 @@ const (
 
 // config is everything the sidecar reads from its environment.
 type config struct {
-	client      binding.ClientConfig // without Logger, Progress, OnCommand
+	client      session.Config // without Logger, Progress, OnCommand
 	trainJob    string
 	artifactDir string
 	// include and exclude are the artifact globs (TETHER_INCLUDE and
@@ -88,9 +87,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		artifactDir:  req(binding.EnvArtifactDir),
 		include:      globs(binding.EnvInclude),
 		exclude:      globs(binding.EnvExclude),
-		flushBudget:  duration(EnvFlushBudget, upload.DefaultFlushBudget),
-		syncInterval: duration(EnvSyncInterval, upload.DefaultSyncInterval),
-		settleTime:   duration(EnvSettleTime, upload.DefaultSettleTime),
+		flushBudget:  duration(EnvFlushBudget, artifacts.DefaultFlushBudget),
+		syncInterval: duration(EnvSyncInterval, artifacts.DefaultSyncInterval),
+		settleTime:   duration(EnvSettleTime, artifacts.DefaultSettleTime),
 	}
 	c := &cfg.client
 	c.JobID = req(binding.EnvJobID)
@@ -169,29 +168,11 @@ func parseGlobs(list string) ([]string, error) {
 }
 
 func checkToken(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, binding.MaxTokenLength+64))
-	if err != nil {
-		return err
-	}
-	h := http.Header{binding.HeaderAuthorization: {"Bearer " + strings.TrimSpace(string(b))}}
-	if _, err := binding.TokenFromHeader(h); err != nil {
-		return fmt.Errorf("%s does not hold a 64-character lowercase hex token", path)
-	}
-	return nil
+	_, err := credentials.ReadToken(path)
+	return err
 }
 
 func checkCA(path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if !x509.NewCertPool().AppendCertsFromPEM(b) {
-		return fmt.Errorf("%s holds no PEM certificate", path)
-	}
-	return nil
+	_, _, err := credentials.LoadCA(path)
+	return err
 }

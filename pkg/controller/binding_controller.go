@@ -160,11 +160,11 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	issue := token == ""
 	if issue {
-		if token, err = NewToken(); err != nil {
+		if token, err = binding.NewToken(); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	hash := HashToken(token)
+	hash := token.Hash()
 	switch {
 	case wb == nil:
 		wb = &tetherv1.WorkerBinding{
@@ -214,7 +214,7 @@ func (r *BindingReconciler) jobIDOwner(ctx context.Context, jobID string, tj *un
 // loadToken reads the TrainJob's token Secret. It returns the Secret (nil
 // when absent) and its token ("" when absent or malformed); a Secret of that
 // name that the TrainJob does not own is an error.
-func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unstructured) (*corev1.Secret, string, error) {
+func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unstructured) (*corev1.Secret, binding.Token, error) {
 	secret := &corev1.Secret{}
 	err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: tj.GetNamespace(), Name: binding.TokenSecretName(tj.GetName())}, secret)
 	switch {
@@ -224,15 +224,17 @@ func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unst
 		return nil, "", err
 	case !metav1.IsControlledBy(secret, tj):
 		return nil, "", fmt.Errorf("exists but is not owned by this TrainJob (uid %s); delete it so Tether can issue a token", tj.GetUID())
-	case !validToken(secret.Data[binding.TokenKey]):
+	}
+	token, err := binding.ParseToken(string(secret.Data[binding.TokenKey]))
+	if err != nil {
 		return secret, "", nil
 	}
-	return secret, string(secret.Data[binding.TokenKey]), nil
+	return secret, token, nil
 }
 
 // writeSecret creates the token Secret, or updates it when its token or CA
 // bundle differ from what they should be.
-func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Unstructured, secret *corev1.Secret, token string, ca []byte) error {
+func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Unstructured, secret *corev1.Secret, token binding.Token, ca []byte) error {
 	if secret == nil {
 		secret = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: binding.TokenSecretName(tj.GetName()), Namespace: tj.GetNamespace(),
@@ -245,7 +247,7 @@ func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Un
 		}
 		return r.Client.Create(ctx, secret)
 	}
-	if string(secret.Data[binding.TokenKey]) == token && bytes.Equal(secret.Data[binding.CABundleKey], ca) {
+	if string(secret.Data[binding.TokenKey]) == string(token) && bytes.Equal(secret.Data[binding.CABundleKey], ca) {
 		return nil
 	}
 	if secret.Data == nil {

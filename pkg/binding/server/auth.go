@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -50,8 +48,7 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, namespace st
 	if err != nil {
 		return nil, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "malformed_token", "%v", err)
 	}
-	sum := sha256.Sum256([]byte(token))
-	hash := hex.EncodeToString(sum[:])
+	hash := token.Hash()
 	var list tetherv1.WorkerBindingList
 	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
 		return nil, refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "looking up the binding: %v", err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -77,24 +78,18 @@ func checkSegments(key string) string {
 
 // tokenFromHeader returns the request's token: exactly one upload.TokenHeader
 // value of 64 lowercase hex characters.
-func tokenFromHeader(h http.Header) (string, *apiError) {
+func tokenFromHeader(h http.Header) (binding.Token, *apiError) {
 	vs := h.Values(upload.TokenHeader)
 	if len(vs) == 0 {
 		return "", &apiError{http.StatusUnauthorized, "AccessDenied",
 			"the request has no " + upload.TokenHeader + " header: send the job's token (the token Secret's \"token\" key) in it"}
 	}
-	if len(vs) > 1 || !isToken(vs[0]) {
+	token, err := binding.ParseToken(vs[0])
+	if len(vs) > 1 || err != nil {
 		return "", &apiError{http.StatusUnauthorized, "AccessDenied",
 			"the " + upload.TokenHeader + " header must hold exactly one 64-character lowercase hex token"}
 	}
-	return vs[0], nil
-}
-
-func isToken(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	return isLowerHex(s)
+	return token, nil
 }
 
 func isLowerHex(s string) bool {

@@ -1,4 +1,4 @@
-package upload
+package artifacts
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -26,7 +25,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
+	miniocreds "github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // Defaults of UploaderConfig.
@@ -41,9 +44,7 @@ const (
 	// maxKeyLength is the longest key the binding server accepts (bytes):
 	// S3's 1024 less room for the server's pending prefix
 	// "<job-id>/.tether/pending/" (store.MaxKeyLength).
-	maxKeyLength = 1024 - len(ReservedDir+"/pending/")
-	// tokenLength is the length of a binding token (64 lowercase hex).
-	tokenLength = 64
+	maxKeyLength = 1024 - len(upload.ReservedDir+"/pending/")
 	// expectContinueMin: from this body size on, a PUT asks for
 	// "100-continue", so a refusal (401/403, checked before the body is read)
 	// costs a round trip instead of the whole body.
@@ -103,9 +104,8 @@ type Uploader struct {
 
 	verifiedBytes atomic.Int64
 
-	tlsMu   sync.Mutex
-	caPEM   []byte
-	rootCAs *x509.CertPool
+	ca      *credentials.CA
+	backoff *credentials.Backoff
 }
 
 // verifiedFile is what the Uploader knows of a file it verified: while its
@@ -213,7 +213,8 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 	if cfg.StallTimeout == 0 {
 		cfg.StallTimeout = DefaultStallTimeout
 	}
-	up := &Uploader{cfg: cfg, log: cfg.Logger, verified: map[string]verifiedFile{}}
+	up := &Uploader{cfg: cfg, log: cfg.Logger, verified: map[string]verifiedFile{},
+		ca: credentials.NewCA(cfg.CAFile), backoff: credentials.NewBackoff(cfg.BackoffInitial, cfg.BackoffMax)}
 	if up.log == nil {
 		up.log = slog.New(slog.DiscardHandler)
 	}
@@ -237,7 +238,7 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 	client, err := minio.New(u.Host, &minio.Options{
 		// Anonymous: requests are not SigV4-signed; the token header is
 		// the authentication (docs/artifacts.md).
-		Creds:        credentials.NewStatic("", "", "", credentials.SignatureAnonymous),
+		Creds:        miniocreds.NewStatic("", "", "", miniocreds.SignatureAnonymous),
 		Secure:       true,
 		Transport:    rt,
 		Region:       "us-east-1", // set: no GetBucketLocation request
@@ -350,7 +351,7 @@ func classify(err error, stall time.Duration) (transient bool, hint string) {
 		case "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "RequestTimeTooSkewed":
 			return true, ""
 		case "EntityTooLarge":
-			return false, fmt.Sprintf("a single PUT is at most %s: exclude the file with the %s annotation", humanBytes(MaxObjectSize), ExcludeAnnotation)
+			return false, fmt.Sprintf("a single PUT is at most %s: exclude the file with the %s annotation", humanBytes(upload.MaxObjectSize), ExcludeAnnotation)
 		case "BadDigest":
 			return false, "the server received other bytes than were sent"
 		}
@@ -403,7 +404,7 @@ func (u *Uploader) retry(ctx context.Context, name string, op func(attempt int) 
 			}
 			return attempt, &FileError{Path: name, Attempts: attempt, Err: err, Hint: h}
 		}
-		d := u.backoff(attempt)
+		d := u.backoffAfter(attempt)
 		u.log.Debug("upload attempt failed; retrying", "path", name, "attempt", attempt, "error", err, "retryIn", d)
 		t := time.NewTimer(d)
 		select {
@@ -416,16 +417,9 @@ func (u *Uploader) retry(ctx context.Context, name string, op func(attempt int) 
 	}
 }
 
-// backoff is the delay after the given failed attempt: full jitter over an
-// exponentially growing cap.
-func (u *Uploader) backoff(attempt int) time.Duration {
-	c := u.cfg.BackoffInitial
-	for i := 1; i < attempt && c < u.cfg.BackoffMax; i++ {
-		c *= 2
-	}
-	c = min(c, u.cfg.BackoffMax)
-	return time.Duration(rand.Int64N(int64(c))) + 1
-}
+// backoffAfter is the delay after the given failed attempt: full jitter over
+// an exponentially growing cap.
+func (u *Uploader) backoffAfter(attempt int) time.Duration { return u.backoff.After(attempt) }
 
 // ---- files ----
 
@@ -513,7 +507,7 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 	}
 	defer f.Close()
 	size, mtime := st.Size(), st.ModTime()
-	if size > MaxObjectSize {
+	if size > upload.MaxObjectSize {
 		return Result{}, &localError{TooLargeError{Path: rel, Size: size}}
 	}
 	if sum, ok := u.Verified(rel, size, mtime); ok {
@@ -523,7 +517,7 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 	// HEAD: an object of the same size may already be the file (a restarted
 	// sidecar, or a PUT whose answer was lost). Then one read of the file,
 	// and no upload if the MD5 matches.
-	info, err := u.client.StatObject(ctx, Bucket, key, minio.StatObjectOptions{})
+	info, err := u.client.StatObject(ctx, upload.Bucket, key, minio.StatObjectOptions{})
 	switch {
 	case err == nil && info.Size == size:
 		sum, err := md5Of(f, size)
@@ -608,7 +602,7 @@ func (u *Uploader) put(ctx context.Context, key string, body io.Reader, size int
 	defer close(done)
 	go u.watchStall(pr, cancel, done)
 
-	info, err := u.client.PutObject(actx, Bucket, key, pr, size, minio.PutObjectOptions{
+	info, err := u.client.PutObject(actx, upload.Bucket, key, pr, size, minio.PutObjectOptions{
 		DisableMultipart: true,
 		ContentType:      "application/octet-stream",
 	})
@@ -680,14 +674,14 @@ func trimETag(etag string) string {
 
 // PutManifest uploads m to <job-id>/manifest.json and verifies it like a
 // file. It is the caller's job to upload it last.
-func (u *Uploader) PutManifest(ctx context.Context, m Manifest) (Result, error) {
+func (u *Uploader) PutManifest(ctx context.Context, m upload.Manifest) (Result, error) {
 	data, err := EncodeManifest(m)
 	if err != nil {
-		return Result{}, &FileError{Path: ManifestName, Permanent: true, Err: err}
+		return Result{}, &FileError{Path: upload.ManifestName, Permanent: true, Err: err}
 	}
-	key := u.Key(ManifestName)
+	key := u.Key(upload.ManifestName)
 	var sum string
-	attempts, err := u.retry(ctx, ManifestName, func(int) error {
+	attempts, err := u.retry(ctx, upload.ManifestName, func(int) error {
 		s, err := u.put(ctx, key, bytes.NewReader(data), int64(len(data)))
 		sum = s
 		return err
@@ -695,7 +689,7 @@ func (u *Uploader) PutManifest(ctx context.Context, m Manifest) (Result, error) 
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Path: ManifestName, Size: int64(len(data)), MD5: sum, How: Uploaded, Attempts: attempts}, nil
+	return Result{Path: upload.ManifestName, Size: int64(len(data)), MD5: sum, How: Uploaded, Attempts: attempts}, nil
 }
 
 // ---- transport ----
@@ -715,28 +709,20 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	r := req.Clone(req.Context())
-	r.Header.Set(TokenHeader, token)
+	r.Header.Set(upload.TokenHeader, string(token))
 	if r.Method == http.MethodPut && r.ContentLength >= expectContinueMin {
 		r.Header.Set("Expect", "100-continue")
 	}
 	return t.next.RoundTrip(r)
 }
 
-func readToken(file string) (string, error) {
-	f, err := os.Open(file)
+// readToken reads the token file for one request.
+func readToken(file string) (binding.Token, error) {
+	token, err := credentials.ReadToken(file)
 	if err != nil {
-		return "", &tokenError{err: err}
+		return "", &tokenError{err: err, permanent: errors.Is(err, credentials.ErrMalformedToken)}
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, tokenLength+64))
-	if err != nil {
-		return "", &tokenError{err: err}
-	}
-	tok := strings.TrimSpace(string(b))
-	if len(tok) != tokenLength || strings.Trim(tok, "0123456789abcdef") != "" {
-		return "", &tokenError{err: fmt.Errorf("%s does not hold a 64-character lowercase hex token", file), permanent: true}
-	}
-	return tok, nil
+	return token, nil
 }
 
 // dialTLS dials with the CA file as it is now (re-read for every new
@@ -760,23 +746,11 @@ func (u *Uploader) dialTLS(ctx context.Context, network, addr string) (net.Conn,
 }
 
 func (u *Uploader) caPool() (*x509.CertPool, error) {
-	if u.cfg.CAFile == "" {
-		return nil, nil // system roots
+	pool, _, err := u.ca.Pool()
+	if errors.Is(err, credentials.ErrNoCertificate) {
+		return nil, &localError{err}
 	}
-	pem, err := os.ReadFile(u.cfg.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("read CA: %w", err)
-	}
-	u.tlsMu.Lock()
-	defer u.tlsMu.Unlock()
-	if u.rootCAs == nil || !bytes.Equal(pem, u.caPEM) {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, &localError{fmt.Errorf("read CA: %s holds no PEM certificate", u.cfg.CAFile)}
-		}
-		u.caPEM, u.rootCAs = pem, pool
-	}
-	return u.rootCAs, nil
+	return pool, err
 }
 
 // TooLargeError is a file over MaxObjectSize: a single PUT cannot carry it.
@@ -786,7 +760,7 @@ type TooLargeError struct {
 }
 
 func (e TooLargeError) Error() string {
-	return fmt.Sprintf("its size %d bytes (%s) is over the %s limit of a single PUT (upload.MaxObjectSize)", e.Size, humanBytes(e.Size), humanBytes(MaxObjectSize))
+	return fmt.Sprintf("its size %d bytes (%s) is over the %s limit of a single PUT (upload.MaxObjectSize)", e.Size, humanBytes(e.Size), humanBytes(upload.MaxObjectSize))
 }
 
 func (e TooLargeError) hint() string {

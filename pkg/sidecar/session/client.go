@@ -1,10 +1,9 @@
-package binding
+package session
 
 import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,14 +12,23 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+)
+
+// Default reconnect backoff of the Client.
+const (
+	DefaultBackoffInitial = 500 * time.Millisecond
+	DefaultBackoffMax     = 30 * time.Second
 )
 
 // DefaultHeartbeatInterval is the Client's heartbeat interval when neither
@@ -39,9 +47,9 @@ const (
 	commandQueue = 32
 )
 
-// ClientConfig configures a Client. ServerURL, TokenFile, JobID and WorkerID
+// Config configures a Client. ServerURL, TokenFile, JobID and WorkerID
 // are required.
-type ClientConfig struct {
+type Config struct {
 	// ServerURL is the binding server's https base URL; PathRegister and
 	// PathSession are appended to its path.
 	ServerURL string
@@ -57,7 +65,7 @@ type ClientConfig struct {
 
 	JobID    string
 	WorkerID string
-	Pod      PodIdentity
+	Pod      binding.PodIdentity
 	// SidecarVersion is sent at registration, for information.
 	SidecarVersion string
 
@@ -83,7 +91,7 @@ type ClientConfig struct {
 	// never from the one that writes heartbeats, so a slow file system delays
 	// the reported progress and not the heartbeats. A call still running when
 	// Run returns is not waited for.
-	Progress      func() *Progress
+	Progress      func() *binding.Progress
 	UploadedBytes func() int64
 	// ArtifactError, if set, returns the last artifact upload failure ("" when
 	// none): the file, the error and what to do. It travels in heartbeats so
@@ -95,7 +103,7 @@ type ClientConfig struct {
 	// message). Commands run one at a time, in the order they arrived, on a
 	// goroutine of their own; ctx is Run's. Without OnCommand every command
 	// is acknowledged with OK false.
-	OnCommand func(ctx context.Context, cmd Command) error
+	OnCommand func(ctx context.Context, cmd binding.Command) error
 
 	// HTTPClient and Dialer replace the ones the client builds (tests). When
 	// set, CAFile is not used for that connection and the caller owns their
@@ -120,7 +128,7 @@ type PermanentError struct {
 	CloseText string
 	// Response is the server's explanation of an HTTP refusal (nil when the
 	// body was not an ErrorResponse) or, for "read token", a local one.
-	Response *ErrorResponse
+	Response *binding.ErrorResponse
 }
 
 func (e *PermanentError) Error() string {
@@ -162,15 +170,15 @@ func IsPermanent(err error) bool {
 
 func closeCodeMeaning(code int) string {
 	switch code {
-	case CloseReplaced:
+	case binding.CloseReplaced:
 		return "replaced by a newer session of this worker"
-	case CloseRevoked:
+	case binding.CloseRevoked:
 		return "binding revoked: the TrainJob is gone or the token no longer matches it"
-	case CloseFinished:
+	case binding.CloseFinished:
 		return "binding finished: the job succeeded or failed"
-	case CloseProtocolError:
+	case binding.CloseProtocolError:
 		return "protocol error"
-	case CloseHeartbeatTimeout:
+	case binding.CloseHeartbeatTimeout:
 		return "heartbeat timeout"
 	}
 	return "close code " + strconv.Itoa(code)
@@ -181,7 +189,7 @@ func closeCodeMeaning(code int) string {
 type retryAfterError struct {
 	op     string
 	status int
-	resp   *ErrorResponse
+	resp   *binding.ErrorResponse
 	after  time.Duration
 }
 
@@ -205,7 +213,7 @@ func (e *retryAfterError) Unwrap() error {
 // reconnects with backoff until the binding ends or its context is
 // cancelled.
 type Client struct {
-	cfg         ClientConfig
+	cfg         Config
 	log         *slog.Logger
 	registerURL string
 	sessionURL  string
@@ -227,27 +235,25 @@ type Client struct {
 	mu   sync.Mutex
 	sess *session
 
-	tlsMu   sync.Mutex
-	caPEM   []byte
-	tlsConf *tls.Config
+	ca *credentials.CA
 
 	sample atomic.Pointer[progressSample]
 	cmds   chan commandRequest
 }
 
 type progressSample struct {
-	progress      *Progress
+	progress      *binding.Progress
 	uploaded      int64
 	artifactError string
 }
 
 type commandRequest struct {
-	cmd Command
+	cmd binding.Command
 	s   *session
 }
 
 // NewClient checks cfg and returns a Client.
-func NewClient(cfg ClientConfig) (*Client, error) {
+func NewClient(cfg Config) (*Client, error) {
 	u, err := url.Parse(cfg.ServerURL)
 	switch {
 	case cfg.ServerURL == "":
@@ -277,14 +283,14 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.BackoffMax <= 0 {
 		cfg.BackoffMax = DefaultBackoffMax
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger}
+	c := &Client{cfg: cfg, log: cfg.Logger, ca: credentials.NewCA(cfg.CAFile)}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	base := strings.TrimSuffix(u.Path, "/")
-	u.Path = base + PathRegister
+	u.Path = base + binding.PathRegister
 	c.registerURL = u.String()
-	u.Scheme, u.Path = "wss", base+PathSession
+	u.Scheme, u.Path = "wss", base+binding.PathSession
 	c.sessionURL = u.String()
 	iv := cfg.HeartbeatInterval
 	if iv == 0 {
@@ -331,11 +337,11 @@ func (c *Client) currentSession() *session {
 // Register registers the worker: POST PathRegister. It retries network
 // errors and every answer but 400, 401, 403 and 410 with backoff until ctx
 // ends; those four are returned at once as a *PermanentError.
-func (c *Client) Register(ctx context.Context) (RegisterResponse, error) {
-	return c.register(ctx, newBackoff(c.cfg.BackoffInitial, c.cfg.BackoffMax))
+func (c *Client) Register(ctx context.Context) (binding.RegisterResponse, error) {
+	return c.register(ctx, credentials.NewBackoff(c.cfg.BackoffInitial, c.cfg.BackoffMax))
 }
 
-func (c *Client) register(ctx context.Context, bo *backoff) (RegisterResponse, error) {
+func (c *Client) register(ctx context.Context, bo *credentials.Backoff) (binding.RegisterResponse, error) {
 	var last error // the last failure not caused by ctx, for the final error
 	for {
 		rr, err := c.registerOnce(ctx)
@@ -343,57 +349,57 @@ func (c *Client) register(ctx context.Context, bo *backoff) (RegisterResponse, e
 			return rr, nil
 		}
 		if IsPermanent(err) {
-			return RegisterResponse{}, err
+			return binding.RegisterResponse{}, err
 		}
 		if ctx.Err() != nil {
 			if last == nil {
 				last = err
 			}
-			return RegisterResponse{}, fmt.Errorf("register: %w (last error: %v)", ctx.Err(), last)
+			return binding.RegisterResponse{}, fmt.Errorf("register: %w (last error: %v)", ctx.Err(), last)
 		}
 		last = err
 		d := c.retryDelay(bo, err)
 		c.log.Warn("registration failed; retrying", "error", err, "retryIn", d)
-		if serr := sleepCtx(ctx, d); serr != nil {
-			return RegisterResponse{}, fmt.Errorf("register: %w (last error: %v)", serr, last)
+		if serr := credentials.Sleep(ctx, d); serr != nil {
+			return binding.RegisterResponse{}, fmt.Errorf("register: %w (last error: %v)", serr, last)
 		}
 	}
 }
 
-func (c *Client) registerOnce(ctx context.Context) (RegisterResponse, error) {
+func (c *Client) registerOnce(ctx context.Context) (binding.RegisterResponse, error) {
 	token, err := c.readToken()
 	if err != nil {
-		return RegisterResponse{}, err
+		return binding.RegisterResponse{}, err
 	}
 	hc, err := c.httpClient()
 	if err != nil {
-		return RegisterResponse{}, err
+		return binding.RegisterResponse{}, err
 	}
-	body, err := json.Marshal(RegisterRequest{
+	body, err := json.Marshal(binding.RegisterRequest{
 		JobID: c.cfg.JobID, WorkerID: c.cfg.WorkerID, Pod: c.cfg.Pod, SidecarVersion: c.cfg.SidecarVersion,
 	})
 	if err != nil {
-		return RegisterResponse{}, err
+		return binding.RegisterResponse{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.registerURL, bytes.NewReader(body))
 	if err != nil {
-		return RegisterResponse{}, err
+		return binding.RegisterResponse{}, err
 	}
 	req.Header = c.headers(token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := hc.Do(req)
 	if err != nil {
-		return RegisterResponse{}, fmt.Errorf("register: %w", err)
+		return binding.RegisterResponse{}, fmt.Errorf("register: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return RegisterResponse{}, statusError("register", resp)
+		return binding.RegisterResponse{}, statusError("register", resp)
 	}
-	var rr RegisterResponse
+	var rr binding.RegisterResponse
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponseBody)).Decode(&rr); err != nil {
-		return RegisterResponse{}, fmt.Errorf("register: decoding the answer: %w", err)
+		return binding.RegisterResponse{}, fmt.Errorf("register: decoding the answer: %w", err)
 	}
 	c.registered.Store(true)
 	c.noteRegistered(rr)
@@ -402,7 +408,7 @@ func (c *Client) registerOnce(ctx context.Context) (RegisterResponse, error) {
 
 // noteRegistered resumes the heartbeat sequence after the server's LastSeq
 // (never going back) and adopts the server's interval if shorter.
-func (c *Client) noteRegistered(rr RegisterResponse) {
+func (c *Client) noteRegistered(rr binding.RegisterResponse) {
 	c.seqMu.Lock()
 	c.lastSent = max(c.lastSent, rr.LastSeq)
 	c.seqMu.Unlock()
@@ -433,14 +439,14 @@ func (c *Client) nextSeq() uint64 {
 // statusError turns a non-success HTTP answer into a *PermanentError or a
 // *retryAfterError.
 func statusError(op string, resp *http.Response) error {
-	var er *ErrorResponse
+	var er *binding.ErrorResponse
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
 	if len(bytes.TrimSpace(b)) > 0 {
-		var e ErrorResponse
+		var e binding.ErrorResponse
 		if json.Unmarshal(b, &e) == nil && e.Code != "" {
 			er = &e
 		} else {
-			er = &ErrorResponse{Message: truncate(strings.TrimSpace(string(b)), 256)}
+			er = &binding.ErrorResponse{Message: truncate(strings.TrimSpace(string(b)), 256)}
 		}
 	}
 	switch resp.StatusCode {
@@ -456,8 +462,8 @@ func statusError(op string, resp *http.Response) error {
 
 // retryDelay is the next backoff, or the server's Retry-After if longer
 // (capped by BackoffMax).
-func (c *Client) retryDelay(bo *backoff, err error) time.Duration {
-	d := bo.next()
+func (c *Client) retryDelay(bo *credentials.Backoff, err error) time.Duration {
+	d := bo.Next()
 	var ra *retryAfterError
 	if errors.As(err, &ra) && ra.after > d {
 		d = min(ra.after, c.cfg.BackoffMax)
@@ -470,30 +476,24 @@ func (c *Client) retryDelay(bo *backoff, err error) time.Duration {
 // readToken reads and checks the token file. An unreadable file is a
 // retryable error (the kubelet may be swapping it); a malformed token is
 // permanent, as the server would refuse it with 401.
-func (c *Client) readToken() (string, error) {
-	f, err := os.Open(c.cfg.TokenFile)
-	if err != nil {
-		return "", fmt.Errorf("read token: %w", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxTokenLength+64))
-	if err != nil {
-		return "", fmt.Errorf("read token %s: %w", c.cfg.TokenFile, err)
-	}
-	token := strings.TrimSpace(string(b))
-	if _, err := TokenFromHeader(http.Header{HeaderAuthorization: {"Bearer " + token}}); err != nil {
-		return "", &PermanentError{Op: "read token", Response: &ErrorResponse{
-			Code:    ErrUnauthorized,
+func (c *Client) readToken() (binding.Token, error) {
+	token, err := credentials.ReadToken(c.cfg.TokenFile)
+	switch {
+	case errors.Is(err, credentials.ErrMalformedToken):
+		return "", &PermanentError{Op: "read token", Response: &binding.ErrorResponse{
+			Code:    binding.ErrUnauthorized,
 			Message: "token file " + c.cfg.TokenFile + " does not hold a 64-character lowercase hex token",
 		}}
+	case err != nil:
+		return "", fmt.Errorf("read token: %w", err)
 	}
 	return token, nil
 }
 
-func (c *Client) headers(token string) http.Header {
+func (c *Client) headers(token binding.Token) http.Header {
 	h := http.Header{}
-	h.Set(HeaderAuthorization, "Bearer "+token)
-	h.Set(HeaderProtocolVersion, ProtocolVersion)
+	h.Set(binding.HeaderAuthorization, token.BearerHeader())
+	h.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
 	ua := "tether-sidecar"
 	if c.cfg.SidecarVersion != "" {
 		ua += "/" + c.cfg.SidecarVersion
@@ -503,39 +503,26 @@ func (c *Client) headers(token string) http.Header {
 }
 
 // sessionHeaders are headers plus the identity a session must claim.
-func (c *Client) sessionHeaders(token string) http.Header {
+func (c *Client) sessionHeaders(token binding.Token) http.Header {
 	h := c.headers(token)
-	h.Set(HeaderJobID, c.cfg.JobID)
-	h.Set(HeaderWorkerID, c.cfg.WorkerID)
-	h.Set(HeaderPodNamespace, c.cfg.Pod.Namespace)
-	h.Set(HeaderPodName, c.cfg.Pod.Name)
-	h.Set(HeaderPodUID, c.cfg.Pod.UID)
+	h.Set(binding.HeaderJobID, c.cfg.JobID)
+	h.Set(binding.HeaderWorkerID, c.cfg.WorkerID)
+	h.Set(binding.HeaderPodNamespace, c.cfg.Pod.Namespace)
+	h.Set(binding.HeaderPodName, c.cfg.Pod.Name)
+	h.Set(binding.HeaderPodUID, c.cfg.Pod.UID)
 	return h
 }
 
-// tlsConfig re-reads CAFile and returns a fresh copy of the TLS
-// configuration (rebuilt only when the file changed).
+// tlsConfig is a fresh TLS configuration with the CA file as it is now.
 func (c *Client) tlsConfig() (*tls.Config, error) {
-	if c.cfg.CAFile == "" {
-		return &tls.Config{MinVersion: tls.VersionTLS12}, nil
-	}
-	pem, err := os.ReadFile(c.cfg.CAFile)
+	pool, changed, err := c.ca.Pool()
 	if err != nil {
-		return nil, fmt.Errorf("read CA: %w", err)
+		return nil, err
 	}
-	c.tlsMu.Lock()
-	defer c.tlsMu.Unlock()
-	if c.tlsConf == nil || !bytes.Equal(pem, c.caPEM) {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("read CA: %s holds no PEM certificate", c.cfg.CAFile)
-		}
-		if c.tlsConf != nil {
-			c.log.Info("CA bundle changed; using the new one", "file", c.cfg.CAFile)
-		}
-		c.caPEM, c.tlsConf = pem, &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	if changed {
+		c.log.Info("CA bundle changed; using the new one", "file", c.ca.File())
 	}
-	return c.tlsConf.Clone(), nil
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, nil
 }
 
 func (c *Client) httpClient() (*http.Client, error) {
@@ -597,14 +584,14 @@ type sentHeartbeat struct {
 }
 
 type writeRequest struct {
-	frame Frame
+	frame binding.Frame
 	done  chan error
 }
 
 var errSessionClosed = errors.New("session closed")
 
 // send hands f to the session's writer and waits until it was written.
-func (s *session) send(ctx context.Context, f Frame) error {
+func (s *session) send(ctx context.Context, f binding.Frame) error {
 	req := writeRequest{frame: f, done: make(chan error, 1)}
 	select {
 	case s.out <- req:
@@ -667,7 +654,7 @@ func (c *Client) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if c.cfg.Progress != nil || c.cfg.UploadedBytes != nil || c.cfg.ArtifactError != nil {
-		go c.sampleLoop(ctx) // not waited for: see ClientConfig.Progress
+		go c.sampleLoop(ctx) // not waited for: see Config.Progress
 	}
 	c.cmds = make(chan commandRequest, commandQueue)
 	wg.Add(1)
@@ -676,7 +663,7 @@ func (c *Client) Run(ctx context.Context) error {
 		c.commandLoop(ctx)
 	}()
 
-	bo := newBackoff(c.cfg.BackoffInitial, c.cfg.BackoffMax)
+	bo := credentials.NewBackoff(c.cfg.BackoffInitial, c.cfg.BackoffMax)
 	for {
 		rr, err := c.register(ctx, bo)
 		if ctx.Err() != nil {
@@ -696,11 +683,11 @@ func (c *Client) Run(ctx context.Context) error {
 			return err
 		}
 		if healthy {
-			bo.reset()
+			bo.Reset()
 		}
 		d := c.retryDelay(bo, err)
 		c.log.Warn("session lost; reconnecting", "error", err, "retryIn", d)
-		if sleepCtx(ctx, d) != nil {
+		if credentials.Sleep(ctx, d) != nil {
 			return nil
 		}
 	}
@@ -735,7 +722,7 @@ func (c *Client) runSession(ctx context.Context) (healthy bool, err error) {
 	s := &session{conn: conn, out: make(chan writeRequest), done: make(chan struct{})}
 	var acked atomic.Bool
 
-	conn.SetReadLimit(MaxFrameSize)
+	conn.SetReadLimit(binding.MaxFrameSize)
 	extend := func() { _ = conn.SetReadDeadline(time.Now().Add(readTimeout)) }
 	extend()
 	conn.SetPingHandler(func(data string) error {
@@ -837,16 +824,16 @@ func (c *Client) runSession(ctx context.Context) (healthy bool, err error) {
 // reject (DecodeFrame is the server's check) is left out rather than
 // breaking the session.
 func (c *Client) heartbeatFrame() ([]byte, uint64) {
-	hb := &Heartbeat{Seq: c.nextSeq(), SentAt: time.Now().UTC()}
+	hb := &binding.Heartbeat{Seq: c.nextSeq(), SentAt: time.Now().UTC()}
 	if smp := c.sample.Load(); smp != nil {
-		hb.Progress = sanitizeProgress(smp.progress)
+		hb.Progress = smp.progress.Sanitized()
 		hb.UploadedBytes = max(smp.uploaded, 0)
 		hb.ArtifactError = smp.artifactError
 	}
-	f := Frame{Type: FrameHeartbeat, Heartbeat: hb}
+	f := binding.Frame{Type: binding.FrameHeartbeat, Heartbeat: hb}
 	b, err := json.Marshal(f)
 	if err == nil {
-		_, err = DecodeFrame(b)
+		_, err = binding.DecodeFrame(b)
 	}
 	if err != nil {
 		c.log.Warn("leaving invalid progress out of the heartbeat", "error", err)
@@ -856,29 +843,14 @@ func (c *Client) heartbeatFrame() ([]byte, uint64) {
 	return b, hb.Seq
 }
 
-func sanitizeProgress(p *Progress) *Progress {
-	if p == nil {
-		return nil
-	}
-	q := *p
-	q.Epoch, q.Loss, q.Fraction = finite(q.Epoch), finite(q.Loss), finite(q.Fraction)
-	if q.Fraction != nil && (*q.Fraction < 0 || *q.Fraction > 1) {
-		q.Fraction = nil
-	}
-	if q.Step == nil && q.Epoch == nil && q.Loss == nil && q.Fraction == nil {
-		return nil
-	}
-	return &q
-}
-
 // sessionEnded classifies the error that ended the reader.
 func (c *Client) sessionEnded(err error, readTimeout time.Duration) error {
 	var ce *websocket.CloseError
 	if errors.As(err, &ce) {
 		switch ce.Code {
-		case CloseReplaced, CloseRevoked, CloseFinished:
+		case binding.CloseReplaced, binding.CloseRevoked, binding.CloseFinished:
 			return &PermanentError{Op: "session", CloseCode: ce.Code, CloseText: ce.Text}
-		case CloseProtocolError:
+		case binding.CloseProtocolError:
 			c.log.Warn("the server closed the session for a protocol error", "reason", ce.Text)
 		}
 		return fmt.Errorf("server closed the session with %d (%s): %q", ce.Code, closeCodeMeaning(ce.Code), ce.Text)
@@ -893,7 +865,7 @@ func (c *Client) sessionEnded(err error, readTimeout time.Duration) error {
 // handleFrame runs on the reader goroutine and must not block on the writer
 // for long.
 func (c *Client) handleFrame(ctx context.Context, s *session, data []byte, acked *atomic.Bool) {
-	f, err := DecodeFrame(data)
+	f, err := binding.DecodeFrame(data)
 	if err != nil {
 		// Be lenient with the server: ignore the frame, but answer a
 		// command we cannot read (e.g. one from a newer server) so that the
@@ -905,31 +877,31 @@ func (c *Client) handleFrame(ctx context.Context, s *session, data []byte, acked
 				Name string `json:"name"`
 			} `json:"command"`
 		}
-		if json.Unmarshal(data, &raw) == nil && raw.Type == FrameCommand && raw.Command != nil && raw.Command.ID != "" {
+		if json.Unmarshal(data, &raw) == nil && raw.Type == binding.FrameCommand && raw.Command != nil && raw.Command.ID != "" {
 			c.log.Warn("refusing an unsupported command", "id", raw.Command.ID, "command", truncate(raw.Command.Name, 64))
-			go c.sendAck(ctx, s, CommandAck{ID: raw.Command.ID, Error: "unsupported command " + strconv.Quote(truncate(raw.Command.Name, 64))})
+			go c.sendAck(ctx, s, binding.CommandAck{ID: raw.Command.ID, Error: "unsupported command " + strconv.Quote(truncate(raw.Command.Name, 64))})
 			return
 		}
 		c.log.Warn("ignoring a malformed frame from the server", "error", err)
 		return
 	}
 	switch f.Type {
-	case FrameAck:
+	case binding.FrameAck:
 		acked.Store(true)
 		c.noteAck(s, f.Ack)
-	case FrameCommand:
+	case binding.FrameCommand:
 		c.log.Info("command received", "id", f.Command.ID, "command", f.Command.Name, "reason", f.Command.Reason)
 		select {
 		case c.cmds <- commandRequest{cmd: *f.Command, s: s}:
 		default:
-			go c.sendAck(ctx, s, CommandAck{ID: f.Command.ID, Error: "too many commands pending"})
+			go c.sendAck(ctx, s, binding.CommandAck{ID: f.Command.ID, Error: "too many commands pending"})
 		}
 	default:
 		c.log.Warn("ignoring a frame the server should not send", "type", f.Type)
 	}
 }
 
-func (c *Client) noteAck(s *session, a *Ack) {
+func (c *Client) noteAck(s *session, a *binding.Ack) {
 	c.seqMu.Lock()
 	sent := c.lastSent
 	c.seqMu.Unlock()
@@ -964,7 +936,7 @@ func (c *Client) commandLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case r := <-c.cmds:
-			ack := CommandAck{ID: r.cmd.ID}
+			ack := binding.CommandAck{ID: r.cmd.ID}
 			if err := c.execute(ctx, r.cmd); err != nil {
 				ack.Error = err.Error()
 				c.log.Warn("command failed", "id", r.cmd.ID, "command", r.cmd.Name, "error", err)
@@ -977,7 +949,7 @@ func (c *Client) commandLoop(ctx context.Context) {
 	}
 }
 
-func (c *Client) execute(ctx context.Context, cmd Command) (err error) {
+func (c *Client) execute(ctx context.Context, cmd binding.Command) (err error) {
 	if c.cfg.OnCommand == nil {
 		return errors.New("this sidecar executes no commands")
 	}
@@ -991,9 +963,9 @@ func (c *Client) execute(ctx context.Context, cmd Command) (err error) {
 
 // sendAck answers on the session the command came from. If that session has
 // ended the ack is lost; the server has to push the command again.
-func (c *Client) sendAck(ctx context.Context, s *session, ack CommandAck) {
+func (c *Client) sendAck(ctx context.Context, s *session, ack binding.CommandAck) {
 	ack.Error = truncate(ack.Error, maxAckError)
-	if err := s.send(ctx, Frame{Type: FrameCommandAck, CommandAck: &ack}); err != nil {
+	if err := s.send(ctx, binding.Frame{Type: binding.FrameCommandAck, CommandAck: &ack}); err != nil {
 		c.log.Warn("could not acknowledge a command", "id", ack.ID, "error", err)
 	}
 }
@@ -1008,10 +980,10 @@ func (c *Client) sampleLoop(ctx context.Context) {
 			smp.uploaded = c.cfg.UploadedBytes()
 		}
 		if c.cfg.ArtifactError != nil {
-			smp.artifactError = truncateUTF8(c.cfg.ArtifactError(), MaxArtifactErrorLength)
+			smp.artifactError = truncateUTF8(c.cfg.ArtifactError(), binding.MaxArtifactErrorLength)
 		}
 		c.sample.Store(smp)
-		if sleepCtx(ctx, c.HeartbeatInterval()) != nil {
+		if credentials.Sleep(ctx, c.HeartbeatInterval()) != nil {
 			return
 		}
 	}
@@ -1026,7 +998,7 @@ func (c *Client) sampleLoop(ctx context.Context) {
 // replaces any the server still holds for this worker, so call Finish when
 // shutting down, right before cancelling Run.
 func (c *Client) Finish(ctx context.Context, reason string) error {
-	f := Frame{Type: FrameFinishing, Finishing: &Finishing{Reason: reason}}
+	f := binding.Frame{Type: binding.FrameFinishing, Finishing: &binding.Finishing{Reason: reason}}
 	if s := c.currentSession(); s != nil {
 		err := s.send(ctx, f)
 		if err == nil || ctx.Err() != nil {
@@ -1087,4 +1059,15 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// truncateUTF8 cuts s to at most n bytes on a UTF-8 boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
