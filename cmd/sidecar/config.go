@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bmatcuk/doublestar/v4"
-
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
@@ -153,18 +151,7 @@ func parseGlobs(list string) ([]string, error) {
 	if strings.TrimSpace(list) == "" {
 		return nil, nil
 	}
-	gs := jobconfig.SplitGlobs(list)
-	for _, g := range gs {
-		switch {
-		case g == "":
-			return nil, fmt.Errorf("empty glob in %q", list)
-		case strings.HasPrefix(g, "/"):
-			return nil, fmt.Errorf("glob %q must be relative to the artifact directory", g)
-		case !doublestar.ValidatePattern(g):
-			return nil, fmt.Errorf("glob %q is malformed", g)
-		}
-	}
-	return gs, nil
+	return jobconfig.ParseGlobList(list)
 }
 
 func checkToken(path string) error {

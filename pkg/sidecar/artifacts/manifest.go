@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -26,7 +27,7 @@ func EncodeManifest(m upload.Manifest) ([]byte, error) {
 	if m.Version != upload.ManifestVersion {
 		return nil, fmt.Errorf("manifest: version %q, want %q", m.Version, upload.ManifestVersion)
 	}
-	if !validJobID(m.JobID) {
+	if !binding.ValidID(m.JobID) {
 		return nil, fmt.Errorf("manifest: invalid job id %q", m.JobID)
 	}
 	seen := make(map[string]bool, len(m.Files))

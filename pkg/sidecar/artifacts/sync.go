@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -108,7 +109,7 @@ func NewSyncer(cfg SyncerConfig) (*Syncer, error) {
 	switch {
 	case cfg.Scanner == nil || cfg.Uploader == nil:
 		return nil, errors.New("syncer: Scanner and Uploader are required")
-	case !validJobID(cfg.JobID):
+	case !binding.ValidID(cfg.JobID):
 		return nil, fmt.Errorf("syncer: invalid JobID %q", cfg.JobID)
 	case cfg.Interval < 0 || cfg.Workers < 0:
 		return nil, errors.New("syncer: negative Interval or Workers")
