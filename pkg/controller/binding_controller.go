@@ -25,6 +25,7 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -117,7 +118,7 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	jobID, workerID := tj.GetAnnotations()[jobconfig.JobIDAnnotation], tj.GetAnnotations()[jobconfig.WorkerIDAnnotation]
 	if jobID == "" || workerID == "" {
-		r.warn(tj, "NotStamped", "TrainJob is labeled %s=%s but has no %s/%s annotations (Tether's TrainJob webhook did not see it); remove and re-add the label",
+		r.warn(tj, lifecycle.ReasonNotStamped, "TrainJob is labeled %s=%s but has no %s/%s annotations (Tether's TrainJob webhook did not see it); remove and re-add the label",
 			jobconfig.BindLabel, jobconfig.BindValue, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation)
 		return ctrl.Result{}, nil
 	}
@@ -178,14 +179,14 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		if err := r.Client.Create(ctx, wb); err != nil {
 			return ctrl.Result{}, client.IgnoreAlreadyExists(err)
 		}
-		r.normal(tj, "Bound", "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
+		r.normal(tj, lifecycle.ReasonBound, "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
 	case wb.Spec.TokenSHA256 != hash:
 		wb.Spec.TokenSHA256 = hash
 		if err := r.Client.Update(ctx, wb); err != nil {
 			return ctrl.Result{}, err
 		}
 		if issue {
-			r.warn(tj, "TokenReissued", "token Secret %s was missing or malformed and was issued anew; running sidecars must restart to pick it up", wb.Spec.TokenSecretName)
+			r.warn(tj, lifecycle.ReasonTokenReissued, "token Secret %s was missing or malformed and was issued anew; running sidecars must restart to pick it up", wb.Spec.TokenSecretName)
 		}
 	}
 	if err := r.writeSecret(ctx, tj, secret, token, ca); err != nil {
@@ -261,11 +262,7 @@ func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Un
 // the token is issued, and whether the job's trainer pods carry the sidecar.
 func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding) (time.Duration, error) {
 	before := wb.Status.DeepCopy()
-	if wb.Status.Phase == "" {
-		wb.Status.Phase = tetherv1.PhasePending
-		wb.Status.Reason = tetherv1.ReasonTokenIssued
-		wb.Status.Message = "waiting for the sidecar to register"
-	}
+	lifecycle.Initial(&wb.Status)
 	wb.Status.ObservedGeneration = wb.Generation
 	meta.SetStatusCondition(&wb.Status.Conditions, metav1.Condition{Type: tetherv1.ConditionTokenIssued, Status: metav1.ConditionTrue,
 		Reason: tetherv1.ReasonTokenIssued, Message: "token Secret " + wb.Spec.TokenSecretName, ObservedGeneration: wb.Generation})
@@ -302,14 +299,9 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 	if err := r.Client.Status().Update(ctx, wb); err != nil {
 		return 0, err
 	}
-	if before.Phase != wb.Status.Phase || before.Reason != wb.Status.Reason {
-		eventType := corev1.EventTypeNormal
-		if wb.Status.Phase == tetherv1.PhaseFailed || wb.Status.Reason == tetherv1.ReasonHeartbeatLost {
-			eventType = corev1.EventTypeWarning
-		}
-		if r.Events != nil {
-			r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, eventType, wb.Status.Reason, "Bind", "binding %s: %s", wb.Status.Phase, wb.Status.Message)
-		}
+	if lifecycle.Transitioned(before.Phase, before.Reason, &wb.Status) && r.Events != nil {
+		eventType, reason, note := lifecycle.TransitionEvent(&wb.Status)
+		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, eventType, reason, lifecycle.EventAction, "%s", note)
 	}
 	return requeue, nil
 }
@@ -355,12 +347,12 @@ func (r *BindingReconciler) trainerPods(ctx context.Context, tj *unstructured.Un
 
 func (r *BindingReconciler) normal(tj *unstructured.Unstructured, reason, note string, args ...any) {
 	if r.Events != nil {
-		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, corev1.EventTypeNormal, reason, "Bind", note, args...)
+		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, corev1.EventTypeNormal, reason, lifecycle.EventAction, note, args...)
 	}
 }
 
 func (r *BindingReconciler) warn(tj *unstructured.Unstructured, reason, note string, args ...any) {
 	if r.Events != nil {
-		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, corev1.EventTypeWarning, reason, "Bind", note, args...)
+		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, corev1.EventTypeWarning, reason, lifecycle.EventAction, note, args...)
 	}
 }

@@ -10,9 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -79,11 +77,6 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	scheme := NewScheme()
-	// Only trainer pods are cached: the controller needs nothing of any other pod.
-	trainerPods, err := labels.NewRequirement(trainjob.ReplicatedJobNameLabel, selection.Equals, []string{trainjob.TrainerReplicatedJob})
-	if err != nil {
-		return nil, err
-	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
@@ -98,7 +91,8 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		WebhookServer: webhook.NewServer(webhook.Options{Host: opts.WebhookHost, Port: opts.WebhookPort, CertDir: opts.CertDir}),
 		Cache: cache.Options{
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}: {Label: labels.NewSelector().Add(*trainerPods)},
+				// Only trainer pods are cached: the controller needs nothing of any other pod.
+				&corev1.Pod{}: {Label: trainjob.TrainerPodSelector()},
 			},
 			// Nothing reads managedFields; every cached copy would carry them.
 			DefaultTransform: cache.TransformStripManagedFields(),

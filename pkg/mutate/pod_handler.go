@@ -23,6 +23,9 @@ import (
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
+// eventAction is the action of the pod webhook's Events.
+const eventAction = "Inject"
+
 // PodHandler serves the pod webhook.
 type PodHandler struct {
 	Injector PodInjector
@@ -173,14 +176,14 @@ func (h *PodHandler) record(ctx context.Context, tj *metav1.ObjectMeta, pod *cor
 	ref := trainjob.Ref(tj.Namespace, tj.Name, tj.UID)
 	switch d.Outcome {
 	case OutcomeInjected:
-		h.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, string(d.Reason), "Inject", "injected the Tether sidecar into pod %s", podName(pod))
+		h.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, string(d.Reason), eventAction, "injected the Tether sidecar into pod %s", podName(pod))
 		for _, w := range d.Warnings {
-			h.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, "InjectionWarning", "Inject", "pod %s: %s", podName(pod), w)
+			h.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, string(ReasonInjectionWarning), eventAction, "pod %s: %s", podName(pod), w)
 		}
 	case OutcomeSkipped:
-		h.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, string(d.Reason), "Inject", "did not inject pod %s: %s", podName(pod), d.Message)
+		h.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, string(d.Reason), eventAction, "did not inject pod %s: %s", podName(pod), d.Message)
 	case OutcomeDenied:
-		h.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, string(d.Reason), "Inject", "denied pod %s: %s", podName(pod), d.Message)
+		h.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, string(d.Reason), eventAction, "denied pod %s: %s", podName(pod), d.Message)
 	}
 }
 

@@ -3,13 +3,13 @@ package server
 import (
 	"context"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -35,7 +35,7 @@ func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key type
 			return wb, nil
 		}
 		err := s.writer.Status().Update(ctx, wb)
-		if err == nil && (phase != wb.Status.Phase || reason != wb.Status.Reason) {
+		if err == nil && lifecycle.Transitioned(phase, reason, &wb.Status) {
 			s.recordTransition(wb)
 		}
 		if err == nil || !apierrors.IsConflict(err) || attempt == 4 || s.live == nil {
@@ -61,11 +61,6 @@ func (s *Server) recordTransition(wb *tetherv1.WorkerBinding) {
 	if s.events == nil {
 		return
 	}
-	ref := &corev1.ObjectReference{APIVersion: trainjob.GVK.GroupVersion().String(), Kind: trainjob.GVK.Kind,
-		Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
-	eventType := corev1.EventTypeNormal
-	if wb.Status.Phase == tetherv1.PhaseFailed || wb.Status.Reason == tetherv1.ReasonHeartbeatLost {
-		eventType = corev1.EventTypeWarning
-	}
-	s.events.Eventf(ref, nil, eventType, wb.Status.Reason, "Bind", "binding %s: %s", wb.Status.Phase, wb.Status.Message)
+	eventType, reason, note := lifecycle.TransitionEvent(&wb.Status)
+	s.events.Eventf(trainjob.Ref(wb.Namespace, wb.Spec.TrainJobName, ""), nil, eventType, reason, lifecycle.EventAction, "%s", note)
 }
