@@ -173,6 +173,7 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 			Spec: tetherv1.WorkerBindingSpec{TrainJobName: tj.GetName(), JobID: jobID, WorkerID: workerID,
 				TokenSecretName: binding.TokenSecretName(tj.GetName()), TokenSHA256: hash},
 		}
+		wb.Spec.Settings = r.settings(ctx, tj)
 		if err := ctrl.SetControllerReference(tj, wb, r.Scheme); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -180,12 +181,17 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, client.IgnoreAlreadyExists(err)
 		}
 		r.normal(tj, lifecycle.ReasonBound, "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
-	case wb.Spec.TokenSHA256 != hash:
+	case wb.Spec.TokenSHA256 != hash || !lifecycle.SettingsRecorded(&wb.Spec):
+		rehashed := wb.Spec.TokenSHA256 != hash
 		wb.Spec.TokenSHA256 = hash
+		if !lifecycle.SettingsRecorded(&wb.Spec) {
+			// A binding of an older release, or whose settings were invalid so far.
+			wb.Spec.Settings = r.settings(ctx, tj)
+		}
 		if err := r.Client.Update(ctx, wb); err != nil {
 			return ctrl.Result{}, err
 		}
-		if issue {
+		if issue && rehashed {
 			r.warn(tj, lifecycle.ReasonTokenReissued, "token Secret %s was missing or malformed and was issued anew; running sidecars must restart to pick it up", wb.Spec.TokenSecretName)
 		}
 	}
@@ -195,6 +201,18 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	requeue, err := r.updateStatus(ctx, tj, wb)
 	return ctrl.Result{RequeueAfter: requeue}, err
+}
+
+// settings parses the TrainJob's settings for the binding to record. Invalid
+// ones are not recorded (the pod webhook denies the job's pods meanwhile, with
+// the reason): the next reconcile records them once they are fixed.
+func (r *BindingReconciler) settings(ctx context.Context, tj *unstructured.Unstructured) tetherv1.WorkerBindingSettings {
+	s, err := jobconfig.Parse(tj.GetAnnotations())
+	if err != nil {
+		logf.FromContext(ctx).Info("settings not recorded on the binding yet: the TrainJob's settings annotations are invalid", "error", err.Error())
+		return tetherv1.WorkerBindingSettings{}
+	}
+	return lifecycle.RecordSettings(s)
 }
 
 // jobIDOwner returns the namespace/name of another live binding that holds
@@ -282,12 +300,11 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 	if r.Now != nil {
 		now = r.Now()
 	}
-	requeue := r.observe(tj, &wb.Status, pods, now)
+	requeue := r.observe(tj, wb, pods, now)
 	// Whoever made the binding final (this controller, or the binding
 	// server on a verified manifest), its pending artifacts are settled here.
 	defer r.settlePending(ctx, wb)
-	settings, _ := jobconfig.Parse(tj.GetAnnotations())
-	if _, err := r.Logs.archive(ctx, &wb.Status, wb.Spec.JobID, settings.TrainerContainer, pods); err != nil {
+	if _, err := r.Logs.archive(ctx, &wb.Status, wb.Spec.JobID, lifecycle.Settings(&wb.Spec).TrainerContainer, pods); err != nil {
 		logf.FromContext(ctx).Info("trainer log not archived yet; will retry", "error", err.Error())
 		if requeue == 0 || requeue > 10*time.Second {
 			requeue = 10 * time.Second

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -46,14 +45,6 @@ func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key type
 			return nil, err
 		}
 	}
-}
-
-// trainJobMeta reads the binding's TrainJob metadata from the cache.
-func (s *Server) trainJobMeta(ctx context.Context, wb *tetherv1.WorkerBinding) (*metav1.PartialObjectMetadata, error) {
-	tj := &metav1.PartialObjectMetadata{}
-	tj.SetGroupVersionKind(trainjob.GVK)
-	err := s.cache.Get(ctx, types.NamespacedName{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}, tj)
-	return tj, err
 }
 
 // recordTransition records a phase or reason change as an Event on the TrainJob.
