@@ -181,13 +181,19 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, client.IgnoreAlreadyExists(err)
 		}
 		r.normal(tj, lifecycle.ReasonBound, "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
-	case wb.Spec.TokenSHA256 != hash || !lifecycle.SettingsRecorded(&wb.Spec):
+	default:
 		rehashed := wb.Spec.TokenSHA256 != hash
-		wb.Spec.TokenSHA256 = hash
+		recorded := false
 		if !lifecycle.SettingsRecorded(&wb.Spec) {
 			// A binding of an older release, or whose settings were invalid so far.
-			wb.Spec.Settings = r.settings(ctx, tj)
+			if s := r.settings(ctx, tj); s != (tetherv1.WorkerBindingSettings{}) {
+				wb.Spec.Settings, recorded = s, true
+			}
 		}
+		if !rehashed && !recorded {
+			break
+		}
+		wb.Spec.TokenSHA256 = hash
 		if err := r.Client.Update(ctx, wb); err != nil {
 			return ctrl.Result{}, err
 		}
