@@ -16,14 +16,16 @@ import (
 	"github.com/tether-dev/tether/pkg/sidecar/session"
 )
 
+// EnvFlushBudget bounds the final flush on SIGTERM. The pod webhook always
+// sets it, from the pod's terminationGracePeriodSeconds (the grace period
+// less 5s, at least 5s); unset, the sidecar uses 25s, what the webhook gives
+// a pod with the default 30s grace period.
+const EnvFlushBudget = binding.EnvFlushBudget
+
 // Optional settings, not part of what the pod webhook injects.
 const (
 	// EnvLogLevel sets the log level: debug, info (default), warn or error.
 	EnvLogLevel = "TETHER_LOG_LEVEL"
-	// EnvFlushBudget bounds the final flush on SIGTERM (default 25s, for
-	// the pod's default 30s termination grace period). The pod webhook sets
-	// it from the pod's terminationGracePeriodSeconds.
-	EnvFlushBudget = binding.EnvFlushBudget
 	// EnvSyncInterval is the time between two sync rounds (default 10s).
 	EnvSyncInterval = "TETHER_SYNC_INTERVAL"
 	// EnvSettleTime is how long a file must be unchanged to be uploaded

@@ -29,6 +29,9 @@ import (
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
+// conflictRetry is how soon a reconcile that lost a write race runs again.
+const conflictRetry = 100 * time.Millisecond
+
 // JobIDIndex indexes WorkerBindings by spec.jobID to find duplicate job ids.
 const JobIDIndex = "spec.jobID"
 
@@ -101,8 +104,9 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	res, err := r.reconcile(ctx, req)
 	if apierrors.IsConflict(err) {
 		// Another writer (the binding server, another reconcile) was first:
-		// the normal race of optimistic concurrency, retried at once.
-		return ctrl.Result{Requeue: true}, nil
+		// the normal race of optimistic concurrency, retried shortly, once
+		// the cache has the other write.
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 	return res, err
 }

@@ -130,7 +130,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		Addr: opts.BindingAddr, CertDir: opts.CertDir,
 		StatusInterval: opts.StatusInterval, MissedHeartbeats: opts.MissedHeartbeats,
 	}, mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient(), mgr.GetLogger().WithName("binding"), recorder)
-	backend, err := artifactBackend(opts)
+	backend, err := artifactBackend(opts, mgr.GetLogger().WithName("artifacts"))
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 
 	// Metrics are registered while the control plane runs, so a control
 	// plane restarted in the same process (tests) exports its own.
-	collectors := append(bindingServer.Metrics().Collectors(), &controller.PhaseCollector{Cache: mgr.GetCache(), Elected: mgr.Elected()})
+	collectors := append(append(mutate.Collectors(), bindingServer.Metrics().Collectors()...), &controller.PhaseCollector{Cache: mgr.GetCache(), Elected: mgr.Elected()})
 	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
 		var registered []prometheus.Collector
 		for _, c := range collectors {

@@ -12,25 +12,25 @@ import (
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
-// updateStatus applies mutate to the binding's status and writes it when
-// mutate reports a change. A conflict (another replica or the controller
+// updateStatus applies change to the binding's status and writes it when
+// change reports a change. A conflict (another replica or the controller
 // wrote first) re-reads from the API server and re-applies: the lifecycle
 // rules decide again on the fresh status, so no write regresses another.
-func (s *Server) updateStatus(ctx context.Context, key types.NamespacedName, mutate func(*tetherv1.WorkerBindingStatus) bool) (*tetherv1.WorkerBinding, error) {
-	return s.updateStatusFrom(ctx, s.cache, key, mutate)
+func (s *Server) updateStatus(ctx context.Context, key types.NamespacedName, change func(*tetherv1.WorkerBindingStatus) bool) (*tetherv1.WorkerBinding, error) {
+	return s.updateStatusFrom(ctx, s.cache, key, change)
 }
 
 // updateStatusFrom is updateStatus starting from a read of r: the API server
 // when the decision depends on a write this server just made, which the
 // cache may not show yet.
-func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key types.NamespacedName, mutate func(*tetherv1.WorkerBindingStatus) bool) (*tetherv1.WorkerBinding, error) {
+func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key types.NamespacedName, change func(*tetherv1.WorkerBindingStatus) bool) (*tetherv1.WorkerBinding, error) {
 	wb := &tetherv1.WorkerBinding{}
 	if err := r.Get(ctx, key, wb); err != nil {
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
 		phase, reason := wb.Status.Phase, wb.Status.Reason
-		if !mutate(&wb.Status) {
+		if !change(&wb.Status) {
 			return wb, nil
 		}
 		err := s.writer.Status().Update(ctx, wb)
