@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -159,23 +158,14 @@ func (e *FileError) Unwrap() error { return e.Err }
 
 // NewUploader checks cfg and returns an Uploader. It makes no request.
 func NewUploader(cfg UploaderConfig) (*Uploader, error) {
-	u, err := url.Parse(cfg.ServerURL)
+	u, err := credentials.ParseServerURL(cfg.ServerURL)
 	switch {
-	case cfg.ServerURL == "":
-		return nil, errors.New("uploader: ServerURL is required")
 	case err != nil:
-		return nil, fmt.Errorf("uploader: ServerURL: %w", err)
-	case u.Scheme != "https":
-		// The token must never cross the network in clear text.
-		return nil, fmt.Errorf("uploader: ServerURL %q: scheme must be https", cfg.ServerURL)
-	case u.Host == "":
-		return nil, fmt.Errorf("uploader: ServerURL %q has no host", cfg.ServerURL)
+		return nil, fmt.Errorf("uploader: %w", err)
 	case u.Path != "" && u.Path != "/":
 		// minio-go endpoints are host:port; the contract puts the bucket at
 		// the listener's root.
 		return nil, fmt.Errorf("uploader: ServerURL %q: the artifact endpoint is path-style at the server's root; a path prefix is not supported", cfg.ServerURL)
-	case u.User != nil || u.RawQuery != "" || u.Fragment != "":
-		return nil, fmt.Errorf("uploader: ServerURL %q must not carry user info, a query or a fragment", cfg.ServerURL)
 	case cfg.TokenFile == "":
 		return nil, errors.New("uploader: TokenFile is required")
 	case !binding.ValidID(cfg.JobID):

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,19 +59,10 @@ type commandRequest struct {
 
 // NewClient checks cfg and returns a Client.
 func NewClient(cfg Config) (*Client, error) {
-	u, err := url.Parse(cfg.ServerURL)
+	u, err := credentials.ParseServerURL(cfg.ServerURL)
 	switch {
-	case cfg.ServerURL == "":
-		return nil, errors.New("binding client: ServerURL is required")
 	case err != nil:
-		return nil, fmt.Errorf("binding client: ServerURL: %w", err)
-	case u.Scheme != "https":
-		// The token must never cross the network in clear text.
-		return nil, fmt.Errorf("binding client: ServerURL %q: scheme must be https", cfg.ServerURL)
-	case u.Host == "":
-		return nil, fmt.Errorf("binding client: ServerURL %q has no host", cfg.ServerURL)
-	case u.User != nil || u.RawQuery != "" || u.Fragment != "":
-		return nil, fmt.Errorf("binding client: ServerURL %q must not carry user info, a query or a fragment", cfg.ServerURL)
+		return nil, fmt.Errorf("binding client: %w", err)
 	case cfg.TokenFile == "":
 		return nil, errors.New("binding client: TokenFile is required")
 	case cfg.JobID == "" || cfg.WorkerID == "":
