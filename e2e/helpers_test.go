@@ -23,6 +23,7 @@ import (
 	"github.com/tether-dev/tether/internal/localcluster"
 	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // plans holds each TrainJob's trainer plan, by namespace/name; a TrainJob's
@@ -34,7 +35,7 @@ func setPlans(ns, name string, p ...localcluster.TrainerPlan) { plans.Store(ns+"
 var attempts sync.Map // "ns/name" -> the next plan index
 
 func planFor(pod *corev1.Pod) localcluster.TrainerPlan {
-	key := pod.Namespace + "/" + pod.Labels[jobconfig.JobSetNameLabel]
+	key := pod.Namespace + "/" + pod.Labels[trainjob.JobSetNameLabel]
 	v, ok := plans.Load(key)
 	if !ok {
 		return localcluster.TrainerPlan{}
@@ -156,7 +157,7 @@ func (e *env) trainerPods(t *testing.T, ns, name string) []corev1.Pod {
 	t.Helper()
 	var pods corev1.PodList
 	if err := e.c.Client.List(context.Background(), &pods, client.InNamespace(ns),
-		client.MatchingLabels{jobconfig.JobSetNameLabel: name, jobconfig.ReplicatedJobNameLabel: "node"}); err != nil {
+		client.MatchingLabels{trainjob.JobSetNameLabel: name, trainjob.ReplicatedJobNameLabel: "node"}); err != nil {
 		t.Fatal(err)
 	}
 	return pods.Items

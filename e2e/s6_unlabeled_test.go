@@ -11,7 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/binding"
 )
 
 // Scenario 6: an unlabeled TrainJob in the same cluster runs untouched: its
@@ -47,7 +47,7 @@ func TestScenario6UnlabeledUntouched(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	err := suite.c.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: mutate.TokenSecretName(name)}, &corev1.Secret{})
+	err := suite.c.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: binding.TokenSecretName(name)}, &corev1.Secret{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("token Secret of the unlabeled TrainJob: %v, want NotFound", err)
 	}

@@ -84,6 +84,26 @@ type WorkerBindingSpec struct {
 	// finds a binding by it. The token itself is never stored here.
 	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
 	TokenSHA256 string `json:"tokenSHA256"`
+
+	// Settings are the job's settings that matter after admission, recorded
+	// from the TrainJob's annotations when they are first valid (normally at
+	// creation): the controller and the binding server read them here rather
+	// than parsing the TrainJob again.
+	// +optional
+	Settings WorkerBindingSettings `json:"settings,omitempty"`
+}
+
+// WorkerBindingSettings are a bound job's recorded settings. Empty fields
+// mean the defaults (a binding created by an older release).
+type WorkerBindingSettings struct {
+	// HeartbeatInterval is how often the sidecar heartbeats (the interval
+	// the pod webhook gave it).
+	// +optional
+	HeartbeatInterval metav1.Duration `json:"heartbeatInterval,omitempty"`
+
+	// TrainerContainer names the container whose exit code is the trainer's.
+	// +optional
+	TrainerContainer string `json:"trainerContainer,omitempty"`
 }
 
 // WorkerBindingStatus is the observed state of a bound job.

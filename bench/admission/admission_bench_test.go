@@ -47,6 +47,7 @@ import (
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 const (
@@ -258,7 +259,7 @@ func podHandler(b *testing.B, ctx context.Context, env *testenv.Env) *mutate.Pod
 		b.Fatal(err)
 	}
 	tj := &metav1.PartialObjectMetadata{}
-	tj.SetGroupVersionKind(mutate.TrainJobGVK)
+	tj.SetGroupVersionKind(trainjob.GVK)
 	if _, err := trainJobs.GetInformer(ctx, tj); err != nil {
 		b.Fatal(err)
 	}
@@ -391,7 +392,7 @@ func admissionReviewBody(b *testing.B, ctx context.Context, env *testenv.Env) []
 		{Name: "PET_NNODES", Value: "1"},
 		{Name: "PET_NPROC_PER_NODE", Value: "8"},
 		{Name: "PET_NODE_RANK", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
-			FieldPath: "metadata.annotations['" + jobconfig.CompletionIndexLabel + "']"}}},
+			FieldPath: "metadata.annotations['" + trainjob.CompletionIndexLabel + "']"}}},
 		{Name: "PET_MASTER_ADDR", Value: trainJobName + "-node-0-0." + trainJobName},
 		{Name: "PET_MASTER_PORT", Value: "29400"},
 	}

@@ -53,6 +53,7 @@ import (
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/sidecar/credentials"
 )
 
 const (
@@ -492,7 +493,7 @@ func createObjects(b *testing.B, ctx context.Context, env *testenv.Env, n int) [
 		wb := &tetherv1.WorkerBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: id.Binding, Namespace: namespace, Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
 			Spec: tetherv1.WorkerBindingSpec{TrainJobName: id.Binding, JobID: id.JobID, WorkerID: id.WorkerID,
-				TokenSecretName: mutate.TokenSecretName(id.Binding), TokenSHA256: hex.EncodeToString(sum[:])},
+				TokenSecretName: binding.TokenSecretName(id.Binding), TokenSHA256: hex.EncodeToString(sum[:])},
 		}
 		err := retryCreate(ctx, func() error { return c.Create(ctx, wb) })
 		if apierrors.IsAlreadyExists(err) {
@@ -1219,7 +1220,7 @@ func runLoadGenerator(path string) int {
 	// 3. Warm up until every session has sent its first heartbeat (which
 	// writes Registered -> Running), then hold.
 	holdStart := time.Unix(0, g.lastOpen.Load()).Add(g.interval + time.Second)
-	if err := sleepCtx(ctx, time.Until(holdStart)); err != nil {
+	if err := credentials.Sleep(ctx, time.Until(holdStart)); err != nil {
 		return fail("%v", err)
 	}
 	holdStart = time.Now()
@@ -1228,7 +1229,7 @@ func runLoadGenerator(path string) int {
 	openAtStart := g.openSessions()
 	emit("hold-start", map[string]any{"open": openAtStart})
 	genLogf("measured phase started with %d open sessions", openAtStart)
-	if err := sleepCtx(ctx, hold); err != nil {
+	if err := credentials.Sleep(ctx, hold); err != nil {
 		return fail("%v", err)
 	}
 	holdEnd := time.Now()
@@ -1253,20 +1254,6 @@ func runLoadGenerator(path string) int {
 	}
 	emit("result", res)
 	return 0
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func readIdentities(path string) ([]identity, error) {
@@ -1436,7 +1423,7 @@ func (g *generator) registerOne(ctx context.Context, hc *http.Client, id identit
 	var lastErr error
 	for attempt := range 5 {
 		if attempt > 0 {
-			if err := sleepCtx(ctx, time.Duration(200<<attempt)*time.Millisecond); err != nil {
+			if err := credentials.Sleep(ctx, time.Duration(200<<attempt)*time.Millisecond); err != nil {
 				return nil, err
 			}
 		}
@@ -1498,12 +1485,12 @@ func (g *generator) dial(ctx context.Context, res *loadgenResult) {
 					continue
 				}
 				if r := g.cfg.DialRate; r > 0 {
-					_ = sleepCtx(ctx, time.Until(start.Add(time.Duration(i)*time.Second/time.Duration(r))))
+					_ = credentials.Sleep(ctx, time.Until(start.Add(time.Duration(i)*time.Second/time.Duration(r))))
 				}
 				var err error
 				for attempt := range 3 {
 					if attempt > 0 {
-						_ = sleepCtx(ctx, time.Duration(attempt)*time.Second)
+						_ = credentials.Sleep(ctx, time.Duration(attempt)*time.Second)
 					}
 					var conn *websocket.Conn
 					var resp *http.Response

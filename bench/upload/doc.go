@@ -1,5 +1,5 @@
 // Package upload benchmarks the sidecar's artifact upload path end to end:
-// upload.Uploader (minio-go, TLS, token header, MD5 streamed, ETag verified)
+// artifacts.Uploader (minio-go, TLS, token header, MD5 streamed, ETag verified)
 // against the binding server's S3-compatible endpoint (store.Handler with
 // store.FSBackend), over HTTPS on 127.0.0.1.
 //

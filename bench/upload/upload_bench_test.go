@@ -34,6 +34,8 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/pkg/upload/store"
 )
@@ -278,8 +280,8 @@ func startServer(b *testing.B, cfg benchConfig) *server {
 		Backend: s.backend,
 		// Stand-in for the binding server's token -> WorkerBinding lookup:
 		// one token, one writable job.
-		Authorize: func(_ context.Context, token string) (store.Job, error) {
-			if token != s.token {
+		Authorize: func(_ context.Context, token binding.Token) (store.Job, error) {
+			if string(token) != s.token {
 				return store.Job{}, store.Unauthorized("no binding holds this token")
 			}
 			return store.Job{Namespace: "tether-bench", Name: "bench-worker-0", JobID: s.jobID, Writable: true}, nil
@@ -368,9 +370,9 @@ func (c *countingConn) Write(p []byte) (int, error) {
 
 // ---- the two paths ----
 
-func (s *server) newUploader() (*upload.Uploader, error) {
+func (s *server) newUploader() (*artifacts.Uploader, error) {
 	// The sidecar's configuration (cmd/sidecar), defaults otherwise.
-	return upload.NewUploader(upload.UploaderConfig{ServerURL: s.url, JobID: s.jobID, TokenFile: s.tokenFile, CAFile: s.caFile})
+	return artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: s.url, JobID: s.jobID, TokenFile: s.tokenFile, CAFile: s.caFile})
 }
 
 // uploaderPut uploads fx with a new Uploader (a new connection, nothing
@@ -392,15 +394,15 @@ func (s *server) uploaderPut(ctx context.Context, fx *fixture) error {
 	return checkResult(res, fx)
 }
 
-func checkResult(res upload.Result, fx *fixture) error {
-	if res.How != upload.Uploaded || res.Attempts != 1 || res.Size != fx.size || res.MD5 != fx.md5 {
+func checkResult(res artifacts.Result, fx *fixture) error {
+	if res.How != artifacts.Uploaded || res.Attempts != 1 || res.Size != fx.size || res.MD5 != fx.md5 {
 		return fmt.Errorf("uploader result %+v, want uploaded in 1 attempt, size %d, md5 %s", res, fx.size, fx.md5)
 	}
 	return nil
 }
 
 // floorTransport has the Uploader's HTTP and TLS client settings
-// (pkg/upload.NewUploader and its dialTLS) and trusts roots.
+// (pkg/artifacts.NewUploader and its dialTLS) and trusts roots.
 func floorTransport(serverURL string, roots *x509.CertPool) *http.Transport {
 	host, _, _ := net.SplitHostPort(strings.TrimPrefix(serverURL, "https://"))
 	d := &tls.Dialer{
@@ -677,12 +679,12 @@ func logSample(path string, round int, size int64, x sample) {
 
 // childReport is what a child prints (one JSON line on stdout).
 type childReport struct {
-	Mode     string        `json:"mode"`
-	Result   upload.Result `json:"result"`
-	Err      string        `json:"err,omitempty"`
-	HWMStart int64         `json:"hwmStartKiB"` // VmHWM when the child started its work
-	HWM      int64         `json:"hwmKiB"`      // VmHWM at the end: the peak RSS
-	RSS      int64         `json:"rssKiB"`      // VmRSS at the end
+	Mode     string           `json:"mode"`
+	Result   artifacts.Result `json:"result"`
+	Err      string           `json:"err,omitempty"`
+	HWMStart int64            `json:"hwmStartKiB"` // VmHWM when the child started its work
+	HWM      int64            `json:"hwmKiB"`      // VmHWM at the end: the peak RSS
+	RSS      int64            `json:"rssKiB"`      // VmRSS at the end
 	// Around the upload:
 	Rchar   int64         `json:"rchar"`
 	ReadB   int64         `json:"readBytes"`
@@ -837,7 +839,7 @@ func childUpload(mode string, rep *childReport) error {
 	var put func() error
 	switch mode {
 	case "upload":
-		up, err := upload.NewUploader(upload.UploaderConfig{ServerURL: env("URL"), JobID: env("JOB"), TokenFile: env("TOKEN_FILE"), CAFile: env("CA_FILE")})
+		up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: env("URL"), JobID: env("JOB"), TokenFile: env("TOKEN_FILE"), CAFile: env("CA_FILE")})
 		if err != nil {
 			return err
 		}

@@ -1,32 +1,31 @@
 package main
 
 import (
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/bmatcuk/doublestar/v4"
-
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
-	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
+	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+	"github.com/tether-dev/tether/pkg/sidecar/session"
 )
+
+// EnvFlushBudget bounds the final flush on SIGTERM. The pod webhook always
+// sets it, from the pod's terminationGracePeriodSeconds (the grace period
+// less 5s, at least 5s); unset, the sidecar uses 25s, what the webhook gives
+// a pod with the default 30s grace period.
+const EnvFlushBudget = binding.EnvFlushBudget
 
 // Optional settings, not part of what the pod webhook injects.
 const (
 	// EnvLogLevel sets the log level: debug, info (default), warn or error.
 	EnvLogLevel = "TETHER_LOG_LEVEL"
-	// EnvFlushBudget bounds the final flush on SIGTERM (default 25s, for
-	// the pod's default 30s termination grace period). The pod webhook sets
-	// it from the pod's terminationGracePeriodSeconds.
-	EnvFlushBudget = binding.EnvFlushBudget
 	// EnvSyncInterval is the time between two sync rounds (default 10s).
 	EnvSyncInterval = "TETHER_SYNC_INTERVAL"
 	// EnvSettleTime is how long a file must be unchanged to be uploaded
@@ -36,7 +35,7 @@ const (
 
 // config is everything the sidecar reads from its environment.
 type config struct {
-	client      binding.ClientConfig // without Logger, Progress, OnCommand
+	client      session.Config // without Logger, Progress, OnCommand
 	trainJob    string
 	artifactDir string
 	// include and exclude are the artifact globs (TETHER_INCLUDE and
@@ -88,9 +87,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		artifactDir:  req(binding.EnvArtifactDir),
 		include:      globs(binding.EnvInclude),
 		exclude:      globs(binding.EnvExclude),
-		flushBudget:  duration(EnvFlushBudget, upload.DefaultFlushBudget),
-		syncInterval: duration(EnvSyncInterval, upload.DefaultSyncInterval),
-		settleTime:   duration(EnvSettleTime, upload.DefaultSettleTime),
+		flushBudget:  duration(EnvFlushBudget, artifacts.DefaultFlushBudget),
+		syncInterval: duration(EnvSyncInterval, artifacts.DefaultSyncInterval),
+		settleTime:   duration(EnvSettleTime, artifacts.DefaultSettleTime),
 	}
 	c := &cfg.client
 	c.JobID = req(binding.EnvJobID)
@@ -154,44 +153,15 @@ func parseGlobs(list string) ([]string, error) {
 	if strings.TrimSpace(list) == "" {
 		return nil, nil
 	}
-	gs := jobconfig.SplitGlobs(list)
-	for _, g := range gs {
-		switch {
-		case g == "":
-			return nil, fmt.Errorf("empty glob in %q", list)
-		case strings.HasPrefix(g, "/"):
-			return nil, fmt.Errorf("glob %q must be relative to the artifact directory", g)
-		case !doublestar.ValidatePattern(g):
-			return nil, fmt.Errorf("glob %q is malformed", g)
-		}
-	}
-	return gs, nil
+	return jobconfig.ParseGlobList(list)
 }
 
 func checkToken(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, binding.MaxTokenLength+64))
-	if err != nil {
-		return err
-	}
-	h := http.Header{binding.HeaderAuthorization: {"Bearer " + strings.TrimSpace(string(b))}}
-	if _, err := binding.TokenFromHeader(h); err != nil {
-		return fmt.Errorf("%s does not hold a 64-character lowercase hex token", path)
-	}
-	return nil
+	_, err := credentials.ReadToken(path)
+	return err
 }
 
 func checkCA(path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if !x509.NewCertPool().AppendCertsFromPEM(b) {
-		return fmt.Errorf("%s holds no PEM certificate", path)
-	}
-	return nil
+	_, _, err := credentials.LoadCA(path)
+	return err
 }

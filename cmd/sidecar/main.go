@@ -9,7 +9,7 @@
 // lost.
 //
 // Alongside, it syncs the artifact directory to the binding server's
-// artifact endpoint (docs/artifacts.md, pkg/upload): every 10s
+// artifact endpoint (docs/artifacts.md, pkg/sidecar/artifacts): every 10s
 // (TETHER_SYNC_INTERVAL) it uploads the files selected by TETHER_INCLUDE and
 // TETHER_EXCLUDE whose size and mtime have been unchanged for 10s
 // (TETHER_SETTLE_TIME), each as one PUT verified by its ETag. Commands:
@@ -45,7 +45,9 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
+	"github.com/tether-dev/tether/pkg/sidecar/progress"
+	"github.com/tether-dev/tether/pkg/sidecar/session"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3";
@@ -79,7 +81,7 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 	cc := cfg.client
 	cc.SidecarVersion = sidecarVersion()
 	cc.Logger = log
-	cc.Progress = progressFunc(binding.NewProgressReader(cfg.artifactDir), log)
+	cc.Progress = progressFunc(progress.NewReader(cfg.artifactDir), log)
 	syncer, scanner, err := newSyncer(cfg, log)
 	if err != nil {
 		log.Error("invalid sidecar configuration", "error", err)
@@ -91,7 +93,7 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 	cc.OnCommand = func(ctx context.Context, cmd binding.Command) error {
 		return execute(ctx, syncer, cmd)
 	}
-	client, err := binding.NewClient(cc)
+	client, err := session.NewClient(cc)
 	if err != nil {
 		log.Error("invalid sidecar configuration", "error", err)
 		return 2
@@ -125,7 +127,7 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 			return 0
 		}
 		if !bindingEnded(err) {
-			log.Error("tether sidecar stopping: the binding server refused it", "error", err, "permanent", binding.IsPermanent(err))
+			log.Error("tether sidecar stopping: the binding server refused it", "error", err, "permanent", session.IsPermanent(err))
 			return 1
 		}
 		// The binding finished, was revoked or taken over. A native sidecar
@@ -170,8 +172,8 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 }
 
 // newSyncer builds the artifact sync from the configuration.
-func newSyncer(cfg config, log *slog.Logger) (*upload.Syncer, *upload.Scanner, error) {
-	up, err := upload.NewUploader(upload.UploaderConfig{
+func newSyncer(cfg config, log *slog.Logger) (*artifacts.Syncer, *artifacts.Scanner, error) {
+	up, err := artifacts.NewUploader(artifacts.UploaderConfig{
 		ServerURL: cfg.client.ServerURL,
 		JobID:     cfg.client.JobID,
 		TokenFile: cfg.client.TokenFile,
@@ -181,7 +183,7 @@ func newSyncer(cfg config, log *slog.Logger) (*upload.Syncer, *upload.Scanner, e
 	if err != nil {
 		return nil, nil, err
 	}
-	sc, err := upload.NewScanner(upload.ScannerConfig{
+	sc, err := artifacts.NewScanner(artifacts.ScannerConfig{
 		Dir:     cfg.artifactDir,
 		Include: cfg.include,
 		Exclude: cfg.exclude,
@@ -190,7 +192,7 @@ func newSyncer(cfg config, log *slog.Logger) (*upload.Syncer, *upload.Scanner, e
 	if err != nil {
 		return nil, nil, err
 	}
-	sy, err := upload.NewSyncer(upload.SyncerConfig{
+	sy, err := artifacts.NewSyncer(artifacts.SyncerConfig{
 		Scanner:  sc,
 		Uploader: up,
 		JobID:    cfg.client.JobID,
@@ -207,7 +209,7 @@ func newSyncer(cfg config, log *slog.Logger) (*upload.Syncer, *upload.Scanner, e
 // execute runs a command the server pushed; nil acknowledges it OK. A
 // command delivered again (same id) is executed again: it is idempotent, as
 // verified files are neither read nor sent twice.
-func execute(ctx context.Context, syncer *upload.Syncer, cmd binding.Command) error {
+func execute(ctx context.Context, syncer *artifacts.Syncer, cmd binding.Command) error {
 	switch cmd.Name {
 	case binding.CommandFlush:
 		_, err := syncer.FlushNow(ctx)
@@ -221,7 +223,7 @@ func execute(ctx context.Context, syncer *upload.Syncer, cmd binding.Command) er
 
 // logFinalReport logs the outcome of the final flush: what was verified and
 // what is missing, each missing file with its error.
-func logFinalReport(log *slog.Logger, rep *upload.Report, err error) {
+func logFinalReport(log *slog.Logger, rep *artifacts.Report, err error) {
 	if rep == nil {
 		log.Error("final artifact flush failed", "error", err)
 		return
@@ -247,7 +249,7 @@ func logFinalReport(log *slog.Logger, rep *upload.Report, err error) {
 // revoked, or the worker's session taken over), as opposed to a refusal that
 // a restart might fix (a token not yet valid, a server misconfiguration).
 func bindingEnded(err error) bool {
-	var pe *binding.PermanentError
+	var pe *session.PermanentError
 	if !errors.As(err, &pe) {
 		return false
 	}
@@ -272,7 +274,7 @@ func signalName(sig os.Signal) string {
 
 // progressFunc reads progress for heartbeats and logs a read error once per
 // distinct error, not on every heartbeat.
-func progressFunc(r *binding.ProgressReader, log *slog.Logger) func() *binding.Progress {
+func progressFunc(r *progress.Reader, log *slog.Logger) func() *binding.Progress {
 	var mu sync.Mutex
 	var lastErr string
 	return func() *binding.Progress {

@@ -1,5 +1,6 @@
-// Command webhook is Tether's control plane: the TrainJob and Pod admission
-// webhooks, the binding controller, certificate management and metrics, in
+// Command webhook is Tether's whole control plane, not only its webhooks: the
+// TrainJob and Pod admission webhooks, the binding controller, the binding
+// server with its artifact endpoint, certificate management and metrics, in
 // one binary (see pkg/controlplane).
 package main
 
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"os"
 
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -20,7 +22,11 @@ func main() {
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	logger := zap.New(zap.UseFlagOptions(&zapOpts))
+	ctrl.SetLogger(logger)
+	// client-go logs through klog (leader election, for one): into the same
+	// structured log, not as text lines between its JSON ones.
+	klog.SetLogger(logger)
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // TrainerPlan is what the trainer stand-in of one pod does (its flags).
@@ -124,7 +125,7 @@ func (c *Cluster) NewPodRunner() *PodRunner {
 		pods:       map[types.UID]*runningPod{},
 	}
 	r.ArtifactDir = func(pod *corev1.Pod) string {
-		return filepath.Join(c.Dir, "volumes", pod.Namespace, pod.Labels[jobconfig.JobSetNameLabel], "artifacts")
+		return filepath.Join(c.Dir, "volumes", pod.Namespace, pod.Labels[trainjob.JobSetNameLabel], "artifacts")
 	}
 	return r
 }

@@ -5,7 +5,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // PodWrapper builds a pod as JobSet and the Job controller create it for a TrainJob.
@@ -20,13 +20,13 @@ func MakeTrainerPod(trainJob, namespace string) *PodWrapper {
 			GenerateName: trainJob + "-node-0-0-",
 			Namespace:    namespace,
 			Labels: map[string]string{
-				jobconfig.JobSetNameLabel:        trainJob,
-				jobconfig.ReplicatedJobNameLabel: jobconfig.TrainerReplicatedJob,
-				jobconfig.JobIndexLabel:          "0",
-				jobconfig.CompletionIndexLabel:   "0",
-				"batch.kubernetes.io/job-name":   trainJob + "-node-0",
+				trainjob.JobSetNameLabel:        trainJob,
+				trainjob.ReplicatedJobNameLabel: trainjob.TrainerReplicatedJob,
+				trainjob.JobIndexLabel:          "0",
+				trainjob.CompletionIndexLabel:   "0",
+				"batch.kubernetes.io/job-name":  trainJob + "-node-0",
 			},
-			Annotations: map[string]string{jobconfig.CompletionIndexLabel: "0"},
+			Annotations: map[string]string{trainjob.CompletionIndexLabel: "0"},
 		},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
@@ -57,17 +57,17 @@ func (w *PodWrapper) Name(name string) *PodWrapper {
 
 // ReplicatedJob sets the JobSet replicated job (e.g. dataset-initializer).
 func (w *PodWrapper) ReplicatedJob(name string) *PodWrapper {
-	w.Labels[jobconfig.ReplicatedJobNameLabel] = name
+	w.Labels[trainjob.ReplicatedJobNameLabel] = name
 	if w.GenerateName != "" {
-		w.GenerateName = w.Labels[jobconfig.JobSetNameLabel] + "-" + name + "-0-0-"
+		w.GenerateName = w.Labels[trainjob.JobSetNameLabel] + "-" + name + "-0-0-"
 	}
 	return w
 }
 
 // CompletionIndex sets the indexed Job's completion index (the node rank).
 func (w *PodWrapper) CompletionIndex(i string) *PodWrapper {
-	w.Labels[jobconfig.CompletionIndexLabel] = i
-	w.Annotations[jobconfig.CompletionIndexLabel] = i
+	w.Labels[trainjob.CompletionIndexLabel] = i
+	w.Annotations[trainjob.CompletionIndexLabel] = i
 	return w
 }
 

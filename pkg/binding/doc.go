@@ -1,6 +1,9 @@
 // Package binding is the protocol between a bound job's sidecar and Tether's
-// control plane, and both of its halves: the Server that runs in cmd/webhook
-// and the Client that cmd/sidecar uses.
+// control plane, and nothing else: messages and frames, headers, paths,
+// limits, close and error codes, the sidecar's environment variables, the
+// token (one type: issue, parse, hash, header) and the token Secret's keys.
+// Both halves import it: the server in pkg/binding/server (control plane),
+// the client in pkg/sidecar/session (sidecar).
 //
 // The wire protocol (docs/protocol.md) is versioned: registration is one
 // HTTPS POST; liveness, progress and commands travel over one WebSocket

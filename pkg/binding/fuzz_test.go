@@ -72,10 +72,10 @@ func FuzzTokenFromHeader(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(token) != 64 || strings.Trim(token, "0123456789abcdef") != "" {
+		if len(token) != 64 || strings.Trim(string(token), "0123456789abcdef") != "" {
 			t.Fatalf("accepted token %q from %q", token, v)
 		}
-		if !strings.HasSuffix(h.Get(HeaderAuthorization), " "+token) {
+		if !strings.HasSuffix(h.Get(HeaderAuthorization), " "+string(token)) {
 			t.Fatalf("token %q is not the header's credential %q", token, v)
 		}
 	})

@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
-	"unicode/utf8"
 )
 
 // ProtocolVersion is the version of the wire protocol this package speaks.
@@ -153,17 +153,6 @@ type Heartbeat struct {
 // MaxArtifactErrorLength bounds Heartbeat.ArtifactError.
 const MaxArtifactErrorLength = 1024
 
-// truncateUTF8 cuts s to at most n bytes on a UTF-8 boundary.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
 // Progress is what the trainer reported through the progress file.
 type Progress struct {
 	Step  *int64   `json:"step,omitempty"`
@@ -172,6 +161,31 @@ type Progress struct {
 	// Fraction is progress from 0 to 1 when the trainer knows its total.
 	Fraction  *float64  `json:"fraction,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt,omitempty"`
+}
+
+// Sanitized is p without what a heartbeat cannot carry: NaN and infinities
+// (JSON has none) and a fraction outside [0, 1]; nil when nothing is left.
+func (p *Progress) Sanitized() *Progress {
+	if p == nil {
+		return nil
+	}
+	q := *p
+	q.Epoch, q.Loss, q.Fraction = finite(q.Epoch), finite(q.Loss), finite(q.Fraction)
+	if q.Fraction != nil && (*q.Fraction < 0 || *q.Fraction > 1) {
+		q.Fraction = nil
+	}
+	if q.Step == nil && q.Epoch == nil && q.Loss == nil && q.Fraction == nil {
+		return nil
+	}
+	return &q
+}
+
+// finite drops NaN and infinities.
+func finite(f *float64) *float64 {
+	if f == nil || math.IsNaN(*f) || math.IsInf(*f, 0) {
+		return nil
+	}
+	return f
 }
 
 // Ack answers a heartbeat.

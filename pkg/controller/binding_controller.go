@@ -23,10 +23,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
-	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
+
+// conflictRetry is how soon a reconcile that lost a write race runs again.
+const conflictRetry = 100 * time.Millisecond
 
 // JobIDIndex indexes WorkerBindings by spec.jobID to find duplicate job ids.
 const JobIDIndex = "spec.jobID"
@@ -88,7 +92,7 @@ func trainJobOfPod(_ context.Context, o client.Object) []reconcile.Request {
 	if !ok {
 		return nil
 	}
-	name, ok := mutate.IsTrainerPod(pod)
+	name, ok := trainjob.IsTrainerPod(pod)
 	if !ok {
 		return nil
 	}
@@ -100,8 +104,9 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	res, err := r.reconcile(ctx, req)
 	if apierrors.IsConflict(err) {
 		// Another writer (the binding server, another reconcile) was first:
-		// the normal race of optimistic concurrency, retried at once.
-		return ctrl.Result{Requeue: true}, nil
+		// the normal race of optimistic concurrency, retried shortly, once
+		// the cache has the other write.
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 	return res, err
 }
@@ -117,7 +122,7 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	jobID, workerID := tj.GetAnnotations()[jobconfig.JobIDAnnotation], tj.GetAnnotations()[jobconfig.WorkerIDAnnotation]
 	if jobID == "" || workerID == "" {
-		r.warn(tj, "NotStamped", "TrainJob is labeled %s=%s but has no %s/%s annotations (Tether's TrainJob webhook did not see it); remove and re-add the label",
+		r.warn(tj, lifecycle.ReasonNotStamped, "TrainJob is labeled %s=%s but has no %s/%s annotations (Tether's TrainJob webhook did not see it); remove and re-add the label",
 			jobconfig.BindLabel, jobconfig.BindValue, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation)
 		return ctrl.Result{}, nil
 	}
@@ -155,45 +160,69 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	// the token, the binding server can already find the binding by it.
 	secret, token, err := r.loadToken(ctx, tj)
 	if err != nil {
-		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", mutate.TokenSecretName(tj.GetName()), err)
+		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
 		return ctrl.Result{}, err
 	}
 	issue := token == ""
 	if issue {
-		if token, err = NewToken(); err != nil {
+		if token, err = binding.NewToken(); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	hash := HashToken(token)
+	hash := token.Hash()
 	switch {
 	case wb == nil:
 		wb = &tetherv1.WorkerBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: tj.GetName(), Namespace: tj.GetNamespace(), Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
 			Spec: tetherv1.WorkerBindingSpec{TrainJobName: tj.GetName(), JobID: jobID, WorkerID: workerID,
-				TokenSecretName: mutate.TokenSecretName(tj.GetName()), TokenSHA256: hash},
+				TokenSecretName: binding.TokenSecretName(tj.GetName()), TokenSHA256: hash},
 		}
+		wb.Spec.Settings = r.settings(ctx, tj)
 		if err := ctrl.SetControllerReference(tj, wb, r.Scheme); err != nil {
 			return ctrl.Result{}, err
 		}
 		if err := r.Client.Create(ctx, wb); err != nil {
 			return ctrl.Result{}, client.IgnoreAlreadyExists(err)
 		}
-		r.normal(tj, "Bound", "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
-	case wb.Spec.TokenSHA256 != hash:
+		r.normal(tj, lifecycle.ReasonBound, "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
+	default:
+		rehashed := wb.Spec.TokenSHA256 != hash
+		recorded := false
+		if !lifecycle.SettingsRecorded(&wb.Spec) {
+			// A binding of an older release, or whose settings were invalid so far.
+			if s := r.settings(ctx, tj); s != (tetherv1.WorkerBindingSettings{}) {
+				wb.Spec.Settings, recorded = s, true
+			}
+		}
+		if !rehashed && !recorded {
+			break
+		}
 		wb.Spec.TokenSHA256 = hash
 		if err := r.Client.Update(ctx, wb); err != nil {
 			return ctrl.Result{}, err
 		}
-		if issue {
-			r.warn(tj, "TokenReissued", "token Secret %s was missing or malformed and was issued anew; running sidecars must restart to pick it up", wb.Spec.TokenSecretName)
+		if issue && rehashed {
+			r.warn(tj, lifecycle.ReasonTokenReissued, "token Secret %s was missing or malformed and was issued anew; running sidecars must restart to pick it up", wb.Spec.TokenSecretName)
 		}
 	}
 	if err := r.writeSecret(ctx, tj, secret, token, ca); err != nil {
-		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", mutate.TokenSecretName(tj.GetName()), err)
+		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
 		return ctrl.Result{}, err
 	}
 	requeue, err := r.updateStatus(ctx, tj, wb)
 	return ctrl.Result{RequeueAfter: requeue}, err
+}
+
+// settings parses the TrainJob's settings for the binding to record. Invalid
+// ones are not recorded (the pod webhook denies the job's pods meanwhile, with
+// the reason): the next reconcile records them once they are fixed.
+func (r *BindingReconciler) settings(ctx context.Context, tj *unstructured.Unstructured) tetherv1.WorkerBindingSettings {
+	s, err := jobconfig.Parse(tj.GetAnnotations())
+	if err != nil {
+		logf.FromContext(ctx).Info("settings not recorded on the binding yet: the TrainJob's settings annotations are invalid", "error", err.Error())
+		return tetherv1.WorkerBindingSettings{}
+	}
+	return lifecycle.RecordSettings(s)
 }
 
 // jobIDOwner returns the namespace/name of another live binding that holds
@@ -214,9 +243,9 @@ func (r *BindingReconciler) jobIDOwner(ctx context.Context, jobID string, tj *un
 // loadToken reads the TrainJob's token Secret. It returns the Secret (nil
 // when absent) and its token ("" when absent or malformed); a Secret of that
 // name that the TrainJob does not own is an error.
-func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unstructured) (*corev1.Secret, string, error) {
+func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unstructured) (*corev1.Secret, binding.Token, error) {
 	secret := &corev1.Secret{}
-	err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: tj.GetNamespace(), Name: mutate.TokenSecretName(tj.GetName())}, secret)
+	err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: tj.GetNamespace(), Name: binding.TokenSecretName(tj.GetName())}, secret)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, "", nil
@@ -224,34 +253,36 @@ func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unst
 		return nil, "", err
 	case !metav1.IsControlledBy(secret, tj):
 		return nil, "", fmt.Errorf("exists but is not owned by this TrainJob (uid %s); delete it so Tether can issue a token", tj.GetUID())
-	case !validToken(secret.Data[TokenKey]):
+	}
+	token, err := binding.ParseToken(string(secret.Data[binding.TokenKey]))
+	if err != nil {
 		return secret, "", nil
 	}
-	return secret, string(secret.Data[TokenKey]), nil
+	return secret, token, nil
 }
 
 // writeSecret creates the token Secret, or updates it when its token or CA
 // bundle differ from what they should be.
-func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Unstructured, secret *corev1.Secret, token string, ca []byte) error {
+func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Unstructured, secret *corev1.Secret, token binding.Token, ca []byte) error {
 	if secret == nil {
 		secret = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: mutate.TokenSecretName(tj.GetName()), Namespace: tj.GetNamespace(),
+			ObjectMeta: metav1.ObjectMeta{Name: binding.TokenSecretName(tj.GetName()), Namespace: tj.GetNamespace(),
 				Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
-			Type: TokenSecretType,
-			Data: map[string][]byte{TokenKey: []byte(token), CABundleKey: ca},
+			Type: binding.TokenSecretType,
+			Data: map[string][]byte{binding.TokenKey: []byte(token), binding.CABundleKey: ca},
 		}
 		if err := ctrl.SetControllerReference(tj, secret, r.Scheme); err != nil {
 			return err
 		}
 		return r.Client.Create(ctx, secret)
 	}
-	if string(secret.Data[TokenKey]) == token && bytes.Equal(secret.Data[CABundleKey], ca) {
+	if string(secret.Data[binding.TokenKey]) == string(token) && bytes.Equal(secret.Data[binding.CABundleKey], ca) {
 		return nil
 	}
 	if secret.Data == nil {
 		secret.Data = map[string][]byte{}
 	}
-	secret.Data[TokenKey], secret.Data[CABundleKey] = []byte(token), ca
+	secret.Data[binding.TokenKey], secret.Data[binding.CABundleKey] = []byte(token), ca
 	return r.Client.Update(ctx, secret)
 }
 
@@ -259,11 +290,7 @@ func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Un
 // the token is issued, and whether the job's trainer pods carry the sidecar.
 func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding) (time.Duration, error) {
 	before := wb.Status.DeepCopy()
-	if wb.Status.Phase == "" {
-		wb.Status.Phase = tetherv1.PhasePending
-		wb.Status.Reason = tetherv1.ReasonTokenIssued
-		wb.Status.Message = "waiting for the sidecar to register"
-	}
+	lifecycle.Initial(&wb.Status)
 	wb.Status.ObservedGeneration = wb.Generation
 	meta.SetStatusCondition(&wb.Status.Conditions, metav1.Condition{Type: tetherv1.ConditionTokenIssued, Status: metav1.ConditionTrue,
 		Reason: tetherv1.ReasonTokenIssued, Message: "token Secret " + wb.Spec.TokenSecretName, ObservedGeneration: wb.Generation})
@@ -283,12 +310,11 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 	if r.Now != nil {
 		now = r.Now()
 	}
-	requeue := r.observe(tj, &wb.Status, pods, now)
+	requeue := r.observe(tj, wb, pods, now)
 	// Whoever made the binding final (this controller, or the binding
 	// server on a verified manifest), its pending artifacts are settled here.
 	defer r.settlePending(ctx, wb)
-	settings, _ := jobconfig.Parse(tj.GetAnnotations())
-	if _, err := r.Logs.archive(ctx, &wb.Status, wb.Spec.JobID, settings.TrainerContainer, pods); err != nil {
+	if _, err := r.Logs.archive(ctx, &wb.Status, wb.Spec.JobID, lifecycle.Settings(&wb.Spec).TrainerContainer, pods); err != nil {
 		logf.FromContext(ctx).Info("trainer log not archived yet; will retry", "error", err.Error())
 		if requeue == 0 || requeue > 10*time.Second {
 			requeue = 10 * time.Second
@@ -300,14 +326,9 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 	if err := r.Client.Status().Update(ctx, wb); err != nil {
 		return 0, err
 	}
-	if before.Phase != wb.Status.Phase || before.Reason != wb.Status.Reason {
-		eventType := corev1.EventTypeNormal
-		if wb.Status.Phase == tetherv1.PhaseFailed || wb.Status.Reason == tetherv1.ReasonHeartbeatLost {
-			eventType = corev1.EventTypeWarning
-		}
-		if r.Events != nil {
-			r.Events.Eventf(trainJobRef(tj), nil, eventType, wb.Status.Reason, "Bind", "binding %s: %s", wb.Status.Phase, wb.Status.Message)
-		}
+	if lifecycle.Transitioned(before.Phase, before.Reason, &wb.Status) && r.Events != nil {
+		eventType, reason, note := lifecycle.TransitionEvent(&wb.Status)
+		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, eventType, reason, lifecycle.EventAction, "%s", note)
 	}
 	return requeue, nil
 }
@@ -347,20 +368,18 @@ func (r *BindingReconciler) settlePending(ctx context.Context, wb *tetherv1.Work
 
 func (r *BindingReconciler) trainerPods(ctx context.Context, tj *unstructured.Unstructured) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	err := r.Client.List(ctx, &pods, client.InNamespace(tj.GetNamespace()), client.MatchingLabels{
-		jobconfig.JobSetNameLabel: tj.GetName(), jobconfig.ReplicatedJobNameLabel: jobconfig.TrainerReplicatedJob,
-	})
+	err := r.Client.List(ctx, &pods, client.InNamespace(tj.GetNamespace()), client.MatchingLabels(trainjob.TrainerPodLabels(tj.GetName())))
 	return pods.Items, err
 }
 
 func (r *BindingReconciler) normal(tj *unstructured.Unstructured, reason, note string, args ...any) {
 	if r.Events != nil {
-		r.Events.Eventf(trainJobRef(tj), nil, corev1.EventTypeNormal, reason, "Bind", note, args...)
+		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, corev1.EventTypeNormal, reason, lifecycle.EventAction, note, args...)
 	}
 }
 
 func (r *BindingReconciler) warn(tj *unstructured.Unstructured, reason, note string, args ...any) {
 	if r.Events != nil {
-		r.Events.Eventf(trainJobRef(tj), nil, corev1.EventTypeWarning, reason, "Bind", note, args...)
+		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, corev1.EventTypeWarning, reason, lifecycle.EventAction, note, args...)
 	}
 }

@@ -15,17 +15,13 @@ import (
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
-func trainJobRef(tj *unstructured.Unstructured) *corev1.ObjectReference {
-	return &corev1.ObjectReference{APIVersion: trainjob.GVK.GroupVersion().String(), Kind: trainjob.GVK.Kind,
-		Namespace: tj.GetNamespace(), Name: tj.GetName(), UID: tj.GetUID()}
-}
-
 // observe applies what the controller can see to the binding's status: the
 // trainer container's exit from the bound pod's status (the sidecar never
 // learns it), then the TrainJob's conditions. It returns the duration after
 // which a silent worker counts as HeartbeatLost (0: not applicable).
-func (r *BindingReconciler) observe(tj *unstructured.Unstructured, st *tetherv1.WorkerBindingStatus, pods []corev1.Pod, now time.Time) time.Duration {
-	settings, _ := jobconfig.Parse(tj.GetAnnotations())
+func (r *BindingReconciler) observe(tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, pods []corev1.Pod, now time.Time) time.Duration {
+	st := &wb.Status
+	settings := lifecycle.Settings(&wb.Spec)
 	if code, ok := trainerExit(pods, st, settings.TrainerContainer); ok {
 		lifecycle.TrainerExited(st, code)
 	}
@@ -56,7 +52,7 @@ func (r *BindingReconciler) observe(tj *unstructured.Unstructured, st *tetherv1.
 	if st.Phase != tetherv1.PhaseRegistered && st.Phase != tetherv1.PhaseRunning {
 		return 0
 	}
-	budget := r.StatusInterval + time.Duration(r.MissedHeartbeats)*settings.HeartbeatInterval
+	budget := r.StatusInterval + time.Duration(r.MissedHeartbeats)*settings.HeartbeatInterval.Duration
 	last := st.LastHeartbeatTime
 	if last == nil && st.Worker != nil {
 		last = &st.Worker.RegisteredTime

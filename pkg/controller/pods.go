@@ -11,7 +11,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/jobconfig"
-	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // podsInjectedCondition tells whether the job's bound trainer pod (node 0)
@@ -21,7 +21,7 @@ func podsInjectedCondition(pods []corev1.Pod) metav1.Condition {
 	var missing, injected []string
 	for i := range pods {
 		p := &pods[i]
-		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || !mutate.IsPrimaryNode(p) {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || !trainjob.IsPrimaryNode(p) {
 			continue
 		}
 		if p.Annotations[jobconfig.PodStatusAnnotation] == "" {

@@ -5,18 +5,31 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
+// staleTempAge is how old a temporary file of the fs backend must be to count
+// as a crashed writer's leftover: a PUT in progress writes to its file at
+// least once per upload stall timeout (a minute), so it is never this old.
+const staleTempAge = time.Hour
+
 // artifactBackend builds the configured artifact store.
-func artifactBackend(opts Options) (upload.Backend, error) {
+func artifactBackend(opts Options, log logr.Logger) (upload.Backend, error) {
 	if opts.ArtifactBackend == "fs" {
 		if err := os.MkdirAll(opts.ArtifactDir, 0o750); err != nil {
 			return nil, fmt.Errorf("--artifact-dir: %w", err)
 		}
-		return store.FSBackend{Root: opts.ArtifactDir}, nil
+		b := store.FSBackend{Root: opts.ArtifactDir}
+		// Not fatal: leftovers only take space, and the next start tries again.
+		if err := b.RemoveStaleTemp(staleTempAge); err != nil {
+			log.Error(err, "removing stale temporary files", "dir", opts.ArtifactDir)
+		}
+		return b, nil
 	}
 	var access, secret string
 	if dir := opts.S3.CredentialsDir; dir != "" {

@@ -10,9 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -30,8 +28,8 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/controller"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // Webhook paths; manifests/ points the MutatingWebhookConfiguration at them.
@@ -79,11 +77,6 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	scheme := NewScheme()
-	// Only trainer pods are cached: the controller needs nothing of any other pod.
-	trainerPods, err := labels.NewRequirement(jobconfig.ReplicatedJobNameLabel, selection.Equals, []string{jobconfig.TrainerReplicatedJob})
-	if err != nil {
-		return nil, err
-	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
@@ -98,7 +91,8 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		WebhookServer: webhook.NewServer(webhook.Options{Host: opts.WebhookHost, Port: opts.WebhookPort, CertDir: opts.CertDir}),
 		Cache: cache.Options{
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}: {Label: labels.NewSelector().Add(*trainerPods)},
+				// Only trainer pods are cached: the controller needs nothing of any other pod.
+				&corev1.Pod{}: {Label: trainjob.TrainerPodSelector()},
 			},
 			// Nothing reads managedFields; every cached copy would carry them.
 			DefaultTransform: cache.TransformStripManagedFields(),
@@ -136,7 +130,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		Addr: opts.BindingAddr, CertDir: opts.CertDir,
 		StatusInterval: opts.StatusInterval, MissedHeartbeats: opts.MissedHeartbeats,
 	}, mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient(), mgr.GetLogger().WithName("binding"), recorder)
-	backend, err := artifactBackend(opts)
+	backend, err := artifactBackend(opts, mgr.GetLogger().WithName("artifacts"))
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +146,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 
 	// Metrics are registered while the control plane runs, so a control
 	// plane restarted in the same process (tests) exports its own.
-	collectors := append(bindingServer.Metrics().Collectors(), &controller.PhaseCollector{Cache: mgr.GetCache(), Elected: mgr.Elected()})
+	collectors := append(append(mutate.Collectors(), bindingServer.Metrics().Collectors()...), &controller.PhaseCollector{Cache: mgr.GetCache(), Elected: mgr.Elected()})
 	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
 		var registered []prometheus.Collector
 		for _, c := range collectors {
@@ -271,7 +265,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 // replica stopping) is not an error.
 func syncCaches(ctx context.Context, c cache.Cache) error {
 	tj := &metav1.PartialObjectMetadata{}
-	tj.SetGroupVersionKind(mutate.TrainJobGVK)
+	tj.SetGroupVersionKind(trainjob.GVK)
 	if _, err := c.GetInformer(ctx, tj); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("starting the TrainJob metadata informer: %w", err)
 	}

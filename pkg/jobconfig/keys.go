@@ -31,17 +31,6 @@ const (
 	PodStatusAnnotation = "tether.dev/status"
 )
 
-// Labels that Trainer (through JobSet and Job) puts on the pods it creates.
-const (
-	JobSetNameLabel        = "jobset.sigs.k8s.io/jobset-name"
-	ReplicatedJobNameLabel = "jobset.sigs.k8s.io/replicatedjob-name"
-	JobIndexLabel          = "jobset.sigs.k8s.io/job-index"
-	CompletionIndexLabel   = "batch.kubernetes.io/job-completion-index"
-	// TrainerReplicatedJob is the replicated job that runs the trainer in
-	// every Trainer v2 runtime; the initializers and launcher are others.
-	TrainerReplicatedJob = "node"
-)
-
 // IsBound reports whether labels carry the bind label with its binding value.
 func IsBound(labels map[string]string) bool {
 	return labels[BindLabel] == BindValue

@@ -10,6 +10,8 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 	"github.com/distribution/reference"
+
+	"github.com/tether-dev/tether/pkg/binding"
 )
 
 // Defaults for settings a TrainJob does not set.
@@ -43,18 +45,14 @@ func (e *InvalidAnnotationError) Error() string {
 	return fmt.Sprintf("annotation %s=%q is invalid: %s (example: %s: %q)", e.Key, e.Value, e.Problem, e.Key, e.Example)
 }
 
-// idPattern is what a job or worker id may look like: it becomes an object-key
-// prefix and a metric label, so it stays a short, path-safe token.
-var idPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
-
 // dnsLabel is the shape of a container name.
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // ValidateID checks a job or worker id found under key.
 func ValidateID(key, value string) error {
-	if !idPattern.MatchString(value) {
+	if !binding.ValidID(value) {
 		return &InvalidAnnotationError{Key: key, Value: value,
-			Problem: "must be 1-63 lowercase letters, digits, '.', '_' or '-', starting and ending with a letter or digit",
+			Problem: "must be " + binding.IDRule,
 			Example: "llama-finetune-0042"}
 	}
 	return nil
@@ -181,18 +179,28 @@ func parseGlobs(key string, annotations map[string]string) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	const example = "checkpoints/**,*.safetensors"
-	var globs []string
-	for _, g := range SplitGlobs(v) {
+	globs, err := ParseGlobList(v)
+	if err != nil {
+		return nil, &InvalidAnnotationError{Key: key, Value: v, Problem: err.Error(), Example: "checkpoints/**,*.safetensors"}
+	}
+	return globs, nil
+}
+
+// ParseGlobList splits a comma-separated glob list (SplitGlobs) and checks
+// every glob: not empty, relative to the artifact path, well-formed. The
+// include and exclude annotations and the sidecar's TETHER_INCLUDE and
+// TETHER_EXCLUDE are all read with it.
+func ParseGlobList(list string) ([]string, error) {
+	globs := SplitGlobs(list)
+	for _, g := range globs {
 		switch {
 		case g == "":
-			return nil, &InvalidAnnotationError{Key: key, Value: v, Problem: "empty glob in the list", Example: example}
+			return nil, errors.New("empty glob in the list")
 		case strings.HasPrefix(g, "/"):
-			return nil, &InvalidAnnotationError{Key: key, Value: v, Problem: fmt.Sprintf("glob %q must be relative to the artifact path", g), Example: example}
+			return nil, fmt.Errorf("glob %q must be relative to the artifact path", g)
 		case !doublestar.ValidatePattern(g):
-			return nil, &InvalidAnnotationError{Key: key, Value: v, Problem: fmt.Sprintf("glob %q is malformed", g), Example: example}
+			return nil, fmt.Errorf("glob %q is malformed", g)
 		}
-		globs = append(globs, g)
 	}
 	return globs, nil
 }

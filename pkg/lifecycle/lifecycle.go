@@ -40,6 +40,16 @@ func advance(st *tetherv1.WorkerBindingStatus, phase tetherv1.WorkerBindingPhase
 	return true
 }
 
+// Initial gives a binding without a phase its first status: Pending, its
+// token issued, waiting for the sidecar. It reports whether anything changed.
+func Initial(st *tetherv1.WorkerBindingStatus) bool {
+	if st.Phase != "" {
+		return false
+	}
+	st.Phase, st.Reason, st.Message = tetherv1.PhasePending, tetherv1.ReasonTokenIssued, "waiting for the sidecar to register"
+	return true
+}
+
 // Registered: a sidecar presented the binding's token from pod. A different
 // pod than the attempt's registered one (a recreated pod) is recorded; the
 // same pod registering again (a restarted sidecar) changes nothing.

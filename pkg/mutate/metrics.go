@@ -2,7 +2,6 @@ package mutate
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // Admission latency is already published per webhook path by controller-runtime
@@ -19,6 +18,8 @@ var (
 	}, []string{"outcome"})
 )
 
-func init() {
-	metrics.Registry.MustRegister(podAdmissions, trainJobAdmissions)
+// Collectors returns the webhooks' collectors, for the control plane to
+// register (as it registers the binding server's and the controller's).
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{podAdmissions, trainJobAdmissions}
 }

@@ -15,6 +15,8 @@ type Reason string
 
 const (
 	ReasonInjected Reason = "Injected"
+	// ReasonInjectionWarning is the Event reason of an injection's warnings.
+	ReasonInjectionWarning Reason = "InjectionWarning"
 
 	// Skips: the pod is admitted unchanged.
 	SkipNotTrainerPod   Reason = "NotTrainerPod"   // not the trainer replicated job

@@ -10,30 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // PodInjector decides whether and how a trainer pod gets the sidecar.
 type PodInjector struct {
 	Sidecar SidecarConfig
-}
-
-// IsTrainerPod reports whether pod belongs to a JobSet's trainer replicated job,
-// and returns the JobSet (= TrainJob) name.
-func IsTrainerPod(pod *corev1.Pod) (trainJob string, ok bool) {
-	name := pod.Labels[jobconfig.JobSetNameLabel]
-	return name, name != "" && pod.Labels[jobconfig.ReplicatedJobNameLabel] == jobconfig.TrainerReplicatedJob
-}
-
-// IsPrimaryNode reports whether pod is node rank 0: the first Job of the
-// replicated job and completion index 0 of that indexed Job. Only node 0 is
-// bound; see docs/platform.md.
-func IsPrimaryNode(pod *corev1.Pod) bool {
-	zeroOrUnset := func(v string) bool { return v == "" || v == "0" }
-	idx := pod.Labels[jobconfig.CompletionIndexLabel]
-	if idx == "" {
-		idx = pod.Annotations[jobconfig.CompletionIndexLabel]
-	}
-	return zeroOrUnset(pod.Labels[jobconfig.JobIndexLabel]) && zeroOrUnset(idx)
 }
 
 // Inject decides about pod, whose TrainJob is trainJob (nil when none exists),
@@ -42,7 +24,7 @@ func IsPrimaryNode(pod *corev1.Pod) bool {
 // (the handler's JSON patch adds exactly these). On any other outcome pod is
 // untouched.
 func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decision {
-	name, ok := IsTrainerPod(pod)
+	name, ok := trainjob.IsTrainerPod(pod)
 	switch {
 	case !ok:
 		return skipped(SkipNotTrainerPod, "not a pod of a JobSet's trainer replicated job")
@@ -52,7 +34,7 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		return skipped(SkipNotBound, "TrainJob is not labeled "+jobconfig.BindLabel+"="+jobconfig.BindValue)
 	case pod.Annotations[jobconfig.PodStatusAnnotation] != "":
 		return skipped(SkipAlreadyInjected, "pod already carries "+jobconfig.PodStatusAnnotation)
-	case !IsPrimaryNode(pod):
+	case !trainjob.IsPrimaryNode(pod):
 		return skipped(SkipNotPrimaryNode, "only node 0 of a multi-node TrainJob is bound")
 	}
 

@@ -22,6 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // testSidecar is the control plane's sidecar configuration in every pod case.
@@ -243,8 +245,8 @@ func readTrainJob(t *testing.T, path string) client.Reader {
 	if err := json.Unmarshal(j, tj); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	if gvk := tj.GroupVersionKind(); gvk != TrainJobGVK {
-		t.Fatalf("%s is a %s, want a %s", path, gvk, TrainJobGVK)
+	if gvk := tj.GroupVersionKind(); gvk != trainjob.GVK {
+		t.Fatalf("%s is a %s, want a %s", path, gvk, trainjob.GVK)
 	}
 	return oneTrainJob{tj}
 }
@@ -261,11 +263,11 @@ func (r oneTrainJob) Get(_ context.Context, key client.ObjectKey, obj client.Obj
 	if !ok {
 		return fmt.Errorf("test reader serves *metav1.PartialObjectMetadata only, got %T", obj)
 	}
-	if gvk := pom.GroupVersionKind(); gvk != TrainJobGVK {
-		return fmt.Errorf("test reader serves %s only, got a Get for %s", TrainJobGVK, gvk)
+	if gvk := pom.GroupVersionKind(); gvk != trainjob.GVK {
+		return fmt.Errorf("test reader serves %s only, got a Get for %s", trainjob.GVK, gvk)
 	}
 	if r.obj == nil || key.Namespace != r.obj.Namespace || key.Name != r.obj.Name {
-		return apierrors.NewNotFound(schema.GroupResource{Group: TrainJobGVK.Group, Resource: "trainjobs"}, key.Name)
+		return apierrors.NewNotFound(schema.GroupResource{Group: trainjob.GVK.Group, Resource: "trainjobs"}, key.Name)
 	}
 	r.obj.DeepCopyInto(pom)
 	return nil

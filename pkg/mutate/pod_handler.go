@@ -14,24 +14,17 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
-// TrainJobGVK is Kubeflow Trainer's TrainJob; every Trainer v2 release serves it
-// as v1alpha1. Tether reads its metadata only.
-var TrainJobGVK = schema.GroupVersionKind{Group: "trainer.kubeflow.org", Version: "v1alpha1", Kind: "TrainJob"}
-
-// TrainJobRef is the reference Events about a TrainJob point at. It is built
-// from metadata alone: Tether never decodes a TrainJob's spec.
-func TrainJobRef(tj *metav1.ObjectMeta) *corev1.ObjectReference {
-	return &corev1.ObjectReference{APIVersion: TrainJobGVK.GroupVersion().String(), Kind: TrainJobGVK.Kind,
-		Namespace: tj.Namespace, Name: tj.Name, UID: tj.UID}
-}
+// eventAction is the action of the pod webhook's Events.
+const eventAction = "Inject"
 
 // PodHandler serves the pod webhook.
 type PodHandler struct {
@@ -147,12 +140,12 @@ func appendOps[T any](ops []jsonpatch.JsonPatchOperation, path string, before, a
 
 // lookup finds the pod's TrainJob. A returned decision short-circuits Inject.
 func (h *PodHandler) lookup(ctx context.Context, pod *corev1.Pod) (*metav1.ObjectMeta, *Decision) {
-	name, ok := IsTrainerPod(pod)
+	name, ok := trainjob.IsTrainerPod(pod)
 	if !ok {
 		return nil, nil
 	}
 	tj := &metav1.PartialObjectMetadata{}
-	tj.SetGroupVersionKind(TrainJobGVK)
+	tj.SetGroupVersionKind(trainjob.GVK)
 	err := h.TrainJobs.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, tj)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -180,17 +173,17 @@ func (h *PodHandler) record(ctx context.Context, tj *metav1.ObjectMeta, pod *cor
 	if h.Recorder == nil || dryRun || tj == nil || d.Reason == SkipNotBound || d.Reason == SkipAlreadyInjected {
 		return
 	}
-	ref := TrainJobRef(tj)
+	ref := trainjob.Ref(tj.Namespace, tj.Name, tj.UID)
 	switch d.Outcome {
 	case OutcomeInjected:
-		h.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, string(d.Reason), "Inject", "injected the Tether sidecar into pod %s", podName(pod))
+		h.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, string(d.Reason), eventAction, "injected the Tether sidecar into pod %s", podName(pod))
 		for _, w := range d.Warnings {
-			h.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, "InjectionWarning", "Inject", "pod %s: %s", podName(pod), w)
+			h.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, string(ReasonInjectionWarning), eventAction, "pod %s: %s", podName(pod), w)
 		}
 	case OutcomeSkipped:
-		h.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, string(d.Reason), "Inject", "did not inject pod %s: %s", podName(pod), d.Message)
+		h.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, string(d.Reason), eventAction, "did not inject pod %s: %s", podName(pod), d.Message)
 	case OutcomeDenied:
-		h.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, string(d.Reason), "Inject", "denied pod %s: %s", podName(pod), d.Message)
+		h.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, string(d.Reason), eventAction, "denied pod %s: %s", podName(pod), d.Message)
 	}
 }
 

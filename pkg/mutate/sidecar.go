@@ -27,9 +27,6 @@ const (
 	SidecarUID = 65532
 )
 
-// TokenSecretName is the Secret the controller creates for a bound TrainJob.
-func TokenSecretName(trainJob string) string { return trainJob + "-tether-token" }
-
 // SidecarConfig is what the control plane decides about every sidecar.
 type SidecarConfig struct {
 	Image     string
@@ -84,8 +81,8 @@ func renderSidecar(in sidecarInput) corev1.Container {
 		{Name: binding.EnvWorkerID, Value: in.workerID},
 		{Name: binding.EnvTrainJob, Value: in.trainJob},
 		{Name: binding.EnvServerURL, Value: in.serverURL},
-		{Name: binding.EnvTokenFile, Value: SidecarTokenDir + "/token"},
-		{Name: binding.EnvCAFile, Value: SidecarTokenDir + "/ca.crt"},
+		{Name: binding.EnvTokenFile, Value: SidecarTokenDir + "/" + binding.TokenKey},
+		{Name: binding.EnvCAFile, Value: SidecarTokenDir + "/" + binding.CABundleKey},
 		{Name: binding.EnvArtifactDir, Value: SidecarArtifactDir},
 		{Name: binding.EnvHeartbeatInterval, Value: in.heartbeat},
 		{Name: binding.EnvFlushBudget, Value: in.flushBudget},
@@ -132,7 +129,7 @@ func fieldEnv(name, path string) corev1.EnvVar {
 
 func tokenVolume(trainJob string) corev1.Volume {
 	return corev1.Volume{Name: TokenVolumeName, VolumeSource: corev1.VolumeSource{
-		Secret: &corev1.SecretVolumeSource{SecretName: TokenSecretName(trainJob), DefaultMode: ptr.To[int32](0o444)},
+		Secret: &corev1.SecretVolumeSource{SecretName: binding.TokenSecretName(trainJob), DefaultMode: ptr.To[int32](0o444)},
 	}}
 }
 

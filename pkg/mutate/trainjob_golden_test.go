@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // sequentialIDs returns a TrainJobMutator.NewID that hands out
@@ -61,8 +62,8 @@ func trainJobRequest(t *testing.T, object, old []byte) admissionv1.AdmissionRequ
 	}
 	req := admissionv1.AdmissionRequest{
 		UID:       types.UID("trainjob-request"),
-		Kind:      metav1.GroupVersionKind(TrainJobGVK),
-		Resource:  metav1.GroupVersionResource{Group: TrainJobGVK.Group, Version: TrainJobGVK.Version, Resource: "trainjobs"},
+		Kind:      metav1.GroupVersionKind(trainjob.GVK),
+		Resource:  metav1.GroupVersionResource{Group: trainjob.GVK.Group, Version: trainjob.GVK.Version, Resource: "trainjobs"},
 		Name:      meta.Name,
 		Namespace: meta.Namespace,
 		Operation: admissionv1.Create,

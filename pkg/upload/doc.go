@@ -1,8 +1,8 @@
-// Package upload moves a bound job's artifacts from the trainer's artifact
-// directory to storage, with verified integrity (docs/artifacts.md).
+// Package upload is the artifact contract both sides share
+// (docs/artifacts.md): the wire constants (bucket, token header, limits),
+// the manifest's types, the key rules, and the Backend a store writes to.
 //
-// This package holds what both sides share: the wire constants, the
-// manifest, and the Backend a store writes to. The sidecar's uploader is in
-// this package too (it must stay free of Kubernetes client code); the binding
-// server's S3-compatible endpoint and its backends are in pkg/upload/store.
+// The sidecar's scanner, uploader and syncer are in pkg/sidecar/artifacts;
+// the binding server's S3-compatible endpoint and its backends are in
+// pkg/upload/store. This package must stay free of either side's code.
 package upload

@@ -2,9 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"net/http"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,18 +34,13 @@ func (s *Server) EnableArtifacts(backend upload.Backend) *store.Handler {
 
 // authorizeArtifacts finds the binding holding token; the store then checks
 // that the key lies under the binding's job id.
-func (s *Server) authorizeArtifacts(ctx context.Context, token string) (store.Job, error) {
-	h := http.Header{}
-	h.Set(binding.HeaderAuthorization, "Bearer "+token)
-	if _, err := binding.TokenFromHeader(h); err != nil {
-		return store.Job{}, store.Unauthorized("the %s header must hold the job's 64-character hex token", upload.TokenHeader)
-	}
-	sum := sha256.Sum256([]byte(token))
+func (s *Server) authorizeArtifacts(ctx context.Context, token binding.Token) (store.Job, error) {
+	hash := token.Hash()
 	var list tetherv1.WorkerBindingList
-	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hex.EncodeToString(sum[:])}); err != nil {
+	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
 		return store.Job{}, err
 	}
-	wb := findByHash(list.Items, hex.EncodeToString(sum[:]))
+	wb := findByHash(list.Items, hash)
 	if wb == nil || wb.DeletionTimestamp != nil {
 		s.metrics.refusals.WithLabelValues("artifact_unknown_token").Inc()
 		return store.Job{}, store.Unauthorized("no binding holds this token (the TrainJob was deleted or its token reissued)")

@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -18,6 +16,7 @@ import (
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // refusal is a request the server turns down: an HTTP status, a protocol
@@ -49,8 +48,7 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, namespace st
 	if err != nil {
 		return nil, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "malformed_token", "%v", err)
 	}
-	sum := sha256.Sum256([]byte(token))
-	hash := hex.EncodeToString(sum[:])
+	hash := token.Hash()
 	var list tetherv1.WorkerBindingList
 	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
 		return nil, refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "looking up the binding: %v", err)
@@ -107,7 +105,7 @@ func (s *Server) checkIdentity(ctx context.Context, wb *tetherv1.WorkerBinding, 
 		JobID string `json:"jobID"`
 	}
 	_ = json.Unmarshal([]byte(p.Annotations[jobconfig.PodStatusAnnotation]), &status)
-	if string(p.UID) != pod.UID || p.Labels[jobconfig.JobSetNameLabel] != wb.Spec.TrainJobName || status.JobID != wb.Spec.JobID {
+	if string(p.UID) != pod.UID || p.Labels[trainjob.JobSetNameLabel] != wb.Spec.TrainJobName || status.JobID != wb.Spec.JobID {
 		return nil, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch",
 			"pod %s/%s is not an injected trainer pod of TrainJob %s", pod.Namespace, pod.Name, wb.Spec.TrainJobName)
 	}

@@ -10,7 +10,6 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 )
 
@@ -51,18 +50,14 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(binding.RegisterResponse{
 		JobID: wb.Spec.JobID, WorkerID: wb.Spec.WorkerID, Phase: string(updated.Status.Phase),
-		HeartbeatInterval: binding.Duration{Duration: s.heartbeatInterval(r, wb)}, LastSeq: lastSeq,
+		HeartbeatInterval: binding.Duration{Duration: heartbeatInterval(wb)}, LastSeq: lastSeq,
 	})
 }
 
-// heartbeatInterval is the interval the job's settings ask for.
-func (s *Server) heartbeatInterval(r *http.Request, wb *tetherv1.WorkerBinding) time.Duration {
-	if tj, err := s.trainJobMeta(r.Context(), wb); err == nil {
-		if settings, err := jobconfig.Parse(tj.Annotations); err == nil {
-			return settings.HeartbeatInterval
-		}
-	}
-	return jobconfig.DefaultHeartbeatInterval
+// heartbeatInterval is the interval recorded on the binding: the one the pod
+// webhook gave the sidecar.
+func heartbeatInterval(wb *tetherv1.WorkerBinding) time.Duration {
+	return lifecycle.Settings(&wb.Spec).HeartbeatInterval.Duration
 }
 
 // reject answers a refused request and counts it; the log line names the

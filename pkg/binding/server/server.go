@@ -65,8 +65,8 @@ func (o *Options) defaults() {
 // every replica.
 type Server struct {
 	opts Options
-	// Cache reads WorkerBindings (indexed by TokenHashIndex), TrainJob
-	// metadata and trainer pods.
+	// Cache reads WorkerBindings (indexed by TokenHashIndex) and trainer
+	// pods. The job's settings come from the binding, never the TrainJob.
 	cache client.Reader
 	// live reads from the API server when the cache may lag (a pod that was
 	// just created, a conflict on write).

@@ -96,7 +96,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := types.NamespacedName{Namespace: wb.Namespace, Name: wb.Name}
-	interval := s.heartbeatInterval(r, wb)
+	interval := heartbeatInterval(wb)
 	sess := &session{key: key, conn: conn, log: s.log.WithValues("binding", key.String(), "pod", pod.Name),
 		send: make(chan binding.Frame, 16), closing: make(chan closeRequest, 1), done: make(chan struct{})}
 	st, old := s.hub.attach(key, sess, func() *workerState {

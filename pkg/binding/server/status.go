@@ -3,39 +3,38 @@ package server
 import (
 	"context"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
-// updateStatus applies mutate to the binding's status and writes it when
-// mutate reports a change. A conflict (another replica or the controller
+// updateStatus applies change to the binding's status and writes it when
+// change reports a change. A conflict (another replica or the controller
 // wrote first) re-reads from the API server and re-applies: the lifecycle
 // rules decide again on the fresh status, so no write regresses another.
-func (s *Server) updateStatus(ctx context.Context, key types.NamespacedName, mutate func(*tetherv1.WorkerBindingStatus) bool) (*tetherv1.WorkerBinding, error) {
-	return s.updateStatusFrom(ctx, s.cache, key, mutate)
+func (s *Server) updateStatus(ctx context.Context, key types.NamespacedName, change func(*tetherv1.WorkerBindingStatus) bool) (*tetherv1.WorkerBinding, error) {
+	return s.updateStatusFrom(ctx, s.cache, key, change)
 }
 
 // updateStatusFrom is updateStatus starting from a read of r: the API server
 // when the decision depends on a write this server just made, which the
 // cache may not show yet.
-func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key types.NamespacedName, mutate func(*tetherv1.WorkerBindingStatus) bool) (*tetherv1.WorkerBinding, error) {
+func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key types.NamespacedName, change func(*tetherv1.WorkerBindingStatus) bool) (*tetherv1.WorkerBinding, error) {
 	wb := &tetherv1.WorkerBinding{}
 	if err := r.Get(ctx, key, wb); err != nil {
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
 		phase, reason := wb.Status.Phase, wb.Status.Reason
-		if !mutate(&wb.Status) {
+		if !change(&wb.Status) {
 			return wb, nil
 		}
 		err := s.writer.Status().Update(ctx, wb)
-		if err == nil && (phase != wb.Status.Phase || reason != wb.Status.Reason) {
+		if err == nil && lifecycle.Transitioned(phase, reason, &wb.Status) {
 			s.recordTransition(wb)
 		}
 		if err == nil || !apierrors.IsConflict(err) || attempt == 4 || s.live == nil {
@@ -48,24 +47,11 @@ func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key type
 	}
 }
 
-// trainJobMeta reads the binding's TrainJob metadata from the cache.
-func (s *Server) trainJobMeta(ctx context.Context, wb *tetherv1.WorkerBinding) (*metav1.PartialObjectMetadata, error) {
-	tj := &metav1.PartialObjectMetadata{}
-	tj.SetGroupVersionKind(mutate.TrainJobGVK)
-	err := s.cache.Get(ctx, types.NamespacedName{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}, tj)
-	return tj, err
-}
-
 // recordTransition records a phase or reason change as an Event on the TrainJob.
 func (s *Server) recordTransition(wb *tetherv1.WorkerBinding) {
 	if s.events == nil {
 		return
 	}
-	ref := &corev1.ObjectReference{APIVersion: mutate.TrainJobGVK.GroupVersion().String(), Kind: mutate.TrainJobGVK.Kind,
-		Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
-	eventType := corev1.EventTypeNormal
-	if wb.Status.Phase == tetherv1.PhaseFailed || wb.Status.Reason == tetherv1.ReasonHeartbeatLost {
-		eventType = corev1.EventTypeWarning
-	}
-	s.events.Eventf(ref, nil, eventType, wb.Status.Reason, "Bind", "binding %s: %s", wb.Status.Phase, wb.Status.Message)
+	eventType, reason, note := lifecycle.TransitionEvent(&wb.Status)
+	s.events.Eventf(trainjob.Ref(wb.Namespace, wb.Spec.TrainJobName, ""), nil, eventType, reason, lifecycle.EventAction, "%s", note)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -77,11 +78,11 @@ func newEnv(t *testing.T, backend upload.Backend, configure ...func(*Handler, *h
 	}, funcr.Options{Verbosity: 1})
 	e.h = &Handler{
 		Backend: e.backend,
-		Authorize: func(_ context.Context, token string) (Job, error) {
-			if token == tokenDown {
+		Authorize: func(_ context.Context, token binding.Token) (Job, error) {
+			if string(token) == tokenDown {
 				return Job{}, errors.New("the cache is not synced")
 			}
-			if j, ok := testJobs[token]; ok {
+			if j, ok := testJobs[string(token)]; ok {
 				return j, nil
 			}
 			return Job{}, Unauthorized("no binding holds this token")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -33,7 +34,7 @@ type Job struct {
 // Authorizer returns the job whose binding holds token. It refuses with an
 // *AuthError (Unauthorized, Forbidden); any other error means it cannot
 // decide now (answered with 503, the client retries).
-type Authorizer func(ctx context.Context, token string) (Job, error)
+type Authorizer func(ctx context.Context, token binding.Token) (Job, error)
 
 // Stater is implemented by backends that know when an object was stored.
 // HEAD responses carry its Last-Modified; without a Stater they carry the

@@ -216,7 +216,7 @@ func testRefusedBeforeBody(t *testing.T, e *env) {
 
 func testTraversal(t *testing.T, e *env) {
 	e.mustPut("job-a/x", []byte("x"))
-	long := "job-a/" + strings.Repeat(strings.Repeat("l", 200)+"/", 4) + strings.Repeat("m", MaxKeyLength-6-4*201)
+	long := "job-a/" + strings.Repeat(strings.Repeat("l", 200)+"/", 4) + strings.Repeat("m", upload.MaxKeyLength-6-4*201)
 	cases := []struct {
 		path   string // after /tether-artifacts/
 		status int
@@ -255,7 +255,7 @@ func testTraversal(t *testing.T, e *env) {
 	}
 	e.wantObject("job-a/x", []byte("x"))
 	// The longest key is fine.
-	if len(long) != MaxKeyLength {
+	if len(long) != upload.MaxKeyLength {
 		t.Fatalf("test key is %d bytes", len(long))
 	}
 	e.mustPut(long, []byte("long"))

@@ -6,17 +6,12 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
-// pendingInfix is what a pending key adds between the job id and the path:
-// <job-id>/.tether/pending/<path>.
-const pendingInfix = upload.ReservedDir + "/pending/"
-
-// MaxKeyLength is the longest key a client may PUT. S3 limits keys to 1024
-// bytes; a key must still fit when it is stored as pending, so the limit is
-// 1024 minus len(".tether/pending/") = 1008.
-const MaxKeyLength = 1024 - len(pendingInfix)
+// pendingInfix is what a pending key adds between the job id and the path.
+const pendingInfix = upload.PendingDir
 
 // PendingKey is where a PUT to key is stored while an object with a different
 // ETag already holds key. key must be a valid client key.
@@ -30,16 +25,16 @@ func pendingPrefix(jobID string) string { return jobID + "/" + pendingInfix }
 
 // checkKey checks a client's object key against the contract: <job-id>/<path>
 // with forward slashes, no empty, "." or ".." segment, valid UTF-8 without
-// NUL, at most MaxKeyLength bytes, and not under <job-id>/.tether/. It returns
+// NUL, at most upload.MaxKeyLength bytes, and not under <job-id>/.tether/. It returns
 // the job id (the first segment) and the path.
 func checkKey(key string) (jobID, path string, e *apiError) {
 	switch {
 	case key == "":
 		return "", "", &apiError{http.StatusBadRequest, "InvalidRequest",
 			"the request names no object key: use /" + upload.Bucket + "/<job-id>/<path>"}
-	case len(key) > MaxKeyLength:
+	case len(key) > upload.MaxKeyLength:
 		return "", "", &apiError{http.StatusBadRequest, "KeyTooLongError",
-			fmt.Sprintf("the key is %d bytes long; keys are at most %d bytes (S3's 1024 minus room for %q): shorten the artifact's path", len(key), MaxKeyLength, pendingInfix)}
+			fmt.Sprintf("the key is %d bytes long; keys are at most %d bytes (S3's 1024 minus room for %q): shorten the artifact's path", len(key), upload.MaxKeyLength, pendingInfix)}
 	case !utf8.ValidString(key):
 		return "", "", &apiError{http.StatusBadRequest, "InvalidArgument",
 			"the key is not valid UTF-8: artifact paths must be UTF-8 file names"}
@@ -77,24 +72,18 @@ func checkSegments(key string) string {
 
 // tokenFromHeader returns the request's token: exactly one upload.TokenHeader
 // value of 64 lowercase hex characters.
-func tokenFromHeader(h http.Header) (string, *apiError) {
+func tokenFromHeader(h http.Header) (binding.Token, *apiError) {
 	vs := h.Values(upload.TokenHeader)
 	if len(vs) == 0 {
 		return "", &apiError{http.StatusUnauthorized, "AccessDenied",
 			"the request has no " + upload.TokenHeader + " header: send the job's token (the token Secret's \"token\" key) in it"}
 	}
-	if len(vs) > 1 || !isToken(vs[0]) {
+	token, err := binding.ParseToken(vs[0])
+	if len(vs) > 1 || err != nil {
 		return "", &apiError{http.StatusUnauthorized, "AccessDenied",
 			"the " + upload.TokenHeader + " header must hold exactly one 64-character lowercase hex token"}
 	}
-	return vs[0], nil
-}
-
-func isToken(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	return isLowerHex(s)
+	return token, nil
 }
 
 func isLowerHex(s string) bool {

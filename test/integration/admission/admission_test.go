@@ -21,6 +21,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/testobj"
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 )
@@ -79,7 +80,7 @@ func TestLabeledTrainJobIsStampedAndBound(t *testing.T) {
 		}
 		return nil
 	})
-	secret, err := get(t, &corev1.Secret{}, ns, mutate.TokenSecretName("llama"))
+	secret, err := get(t, &corev1.Secret{}, ns, binding.TokenSecretName("llama"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestDryRunCreatePersistsNothing(t *testing.T) {
 		if _, err := get(t, &trainer.TrainJob{}, ns, "dry"); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("TrainJob after dry run: err = %v, want NotFound", err)
 		}
-		if _, err := get(t, &corev1.Secret{}, ns, mutate.TokenSecretName("dry")); !apierrors.IsNotFound(err) {
+		if _, err := get(t, &corev1.Secret{}, ns, binding.TokenSecretName("dry")); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("token Secret after dry run: err = %v, want NotFound", err)
 		}
 		if _, err := get(t, &tetherv1.WorkerBinding{}, ns, "dry"); !apierrors.IsNotFound(err) {
@@ -180,7 +181,7 @@ func TestUnlabeledTrainJobIsUntouched(t *testing.T) {
 		t.Errorf("pod of an unlabeled TrainJob was mutated: %v", pod.Spec.InitContainers)
 	}
 	consistently(t, 2*time.Second, func() error {
-		if _, err := get(t, &corev1.Secret{}, ns, mutate.TokenSecretName("plain")); !apierrors.IsNotFound(err) {
+		if _, err := get(t, &corev1.Secret{}, ns, binding.TokenSecretName("plain")); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("token Secret for an unlabeled job: err = %v", err)
 		}
 		if _, err := get(t, &tetherv1.WorkerBinding{}, ns, "plain"); !apierrors.IsNotFound(err) {
@@ -242,7 +243,7 @@ func TestPodInRestrictedNamespaceGetsSidecar(t *testing.T) {
 	// The token Secret volume is the job's own.
 	var found bool
 	for _, v := range pod.Spec.Volumes {
-		if v.Secret != nil && v.Secret.SecretName == mutate.TokenSecretName("secure") {
+		if v.Secret != nil && v.Secret.SecretName == binding.TokenSecretName("secure") {
 			found = true
 		}
 	}

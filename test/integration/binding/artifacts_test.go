@@ -18,24 +18,25 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // syncer is the sidecar's artifact sync for job j, pointed at the control
 // plane's binding server (fs backend).
-func (j *job) syncer(t *testing.T) *upload.Syncer {
+func (j *job) syncer(t *testing.T) *artifacts.Syncer {
 	t.Helper()
 	cfg := j.clientConfig()
-	up, err := upload.NewUploader(upload.UploaderConfig{ServerURL: cfg.ServerURL, JobID: cfg.JobID, TokenFile: j.tokenFile, CAFile: j.caFile})
+	up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: cfg.ServerURL, JobID: cfg.JobID, TokenFile: j.tokenFile, CAFile: j.caFile})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Files count as finished 1 ms after their last write (10 s in a pod).
-	sc, err := upload.NewScanner(upload.ScannerConfig{Dir: j.artifactDir, Settle: time.Millisecond})
+	sc, err := artifacts.NewScanner(artifacts.ScannerConfig{Dir: j.artifactDir, Settle: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := upload.NewSyncer(upload.SyncerConfig{Scanner: sc, Uploader: up, JobID: cfg.JobID})
+	s, err := artifacts.NewSyncer(artifacts.SyncerConfig{Scanner: sc, Uploader: up, JobID: cfg.JobID})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,13 +22,14 @@ import (
 	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/sidecar/session"
 )
 
 // rawPeer speaks the protocol by hand, to send what a correct client never would.
 type rawPeer struct {
 	t     *testing.T
 	j     *job
-	cfg   binding.ClientConfig
+	cfg   session.Config
 	token string
 	tls   *tls.Config
 }
@@ -187,7 +188,7 @@ func TestRevokedAndFinishedBindingsAreRefused(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		var pe *binding.PermanentError
+		var pe *session.PermanentError
 		if !errors.As(err, &pe) || (pe.CloseCode != binding.CloseRevoked && pe.StatusCode != http.StatusUnauthorized) {
 			t.Errorf("client ended with %v, want close %d or 401", err, binding.CloseRevoked)
 		}

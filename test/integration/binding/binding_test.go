@@ -21,6 +21,7 @@ import (
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/sidecar/session"
 )
 
 func TestRegisterHeartbeatProgressAndMetrics(t *testing.T) {
@@ -71,12 +72,12 @@ func TestCrossJobTokenIsRefusedOnEveryEndpoint(t *testing.T) {
 	// a's token with b's identity: registration and session are refused.
 	cfg := b.clientConfig()
 	cfg.TokenFile = a.tokenFile
-	c, err := binding.NewClient(cfg)
+	c, err := session.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.Register(context.Background())
-	var pe *binding.PermanentError
+	var pe *session.PermanentError
 	if !errors.As(err, &pe) || pe.StatusCode != http.StatusForbidden {
 		t.Fatalf("register with another job's token: %v, want 403", err)
 	}
@@ -87,7 +88,7 @@ func TestCrossJobTokenIsRefusedOnEveryEndpoint(t *testing.T) {
 	// a's token, a's ids, but b's pod.
 	cfg = a.clientConfig()
 	cfg.Pod = b.clientConfig().Pod
-	c, _ = binding.NewClient(cfg)
+	c, _ = session.NewClient(cfg)
 	if _, err := c.Register(context.Background()); !errors.As(err, &pe) || pe.StatusCode != http.StatusForbidden {
 		t.Fatalf("register from another job's pod: %v, want 403", err)
 	}
@@ -135,7 +136,7 @@ func TestCommandsAreDeliveredAndAcknowledged(t *testing.T) {
 	// A finished binding ends the session for good.
 	select {
 	case err := <-done:
-		var pe *binding.PermanentError
+		var pe *session.PermanentError
 		if !errors.As(err, &pe) || pe.CloseCode != binding.CloseFinished {
 			t.Errorf("client ended with %v, want close %d", err, binding.CloseFinished)
 		}
@@ -151,7 +152,7 @@ func TestSecondSessionReplacesFirst(t *testing.T) {
 	second, _, _ := runningClient(t, j.clientConfig())
 	select {
 	case err := <-firstDone:
-		var pe *binding.PermanentError
+		var pe *session.PermanentError
 		if !errors.As(err, &pe) || pe.CloseCode != binding.CloseReplaced {
 			t.Fatalf("first client ended with %v, want close %d", err, binding.CloseReplaced)
 		}

@@ -21,7 +21,8 @@ import (
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/sidecar/progress"
+	"github.com/tether-dev/tether/pkg/sidecar/session"
 )
 
 var nsCounter int
@@ -53,7 +54,7 @@ func newJob(t *testing.T, annotations map[string]string) *job {
 	// The kubelet mounts the token only once the Secret exists.
 	secret := &corev1.Secret{}
 	eventually(t, 15*time.Second, func() error {
-		return env.Client.Get(ctx, types.NamespacedName{Namespace: j.ns, Name: mutate.TokenSecretName(j.name)}, secret)
+		return env.Client.Get(ctx, types.NamespacedName{Namespace: j.ns, Name: binding.TokenSecretName(j.name)}, secret)
 	})
 	j.waitPhase(t, tetherv1.PhasePending, "")
 	j.pod = testobj.MakeTrainerPod(j.name, j.ns).Obj()
@@ -79,24 +80,24 @@ func (j *job) sidecarEnv() map[string]string { return testenv.SidecarEnv(j.pod) 
 
 // clientConfig is the configuration cmd/sidecar builds from that environment,
 // with this test's files in place of the kubelet's mounts.
-func (j *job) clientConfig() binding.ClientConfig {
+func (j *job) clientConfig() session.Config {
 	e := j.sidecarEnv()
 	interval, _ := time.ParseDuration(e[binding.EnvHeartbeatInterval])
-	return binding.ClientConfig{
+	return session.Config{
 		ServerURL: e[binding.EnvServerURL], TokenFile: j.tokenFile, CAFile: j.caFile,
 		JobID: e[binding.EnvJobID], WorkerID: e[binding.EnvWorkerID],
 		Pod:               binding.PodIdentity{Namespace: e[binding.EnvPodNamespace], Name: e[binding.EnvPodName], UID: e[binding.EnvPodUID]},
 		HeartbeatInterval: interval,
 		BackoffInitial:    50 * time.Millisecond, BackoffMax: 500 * time.Millisecond,
-		Progress: binding.NewProgressReader(j.artifactDir).Progress,
+		Progress: progress.NewReader(j.artifactDir).Progress,
 	}
 }
 
 // runningClient runs a client until the test ends; its Run error is returned
 // on the channel.
-func runningClient(t *testing.T, cfg binding.ClientConfig) (*binding.Client, context.CancelFunc, <-chan error) {
+func runningClient(t *testing.T, cfg session.Config) (*session.Client, context.CancelFunc, <-chan error) {
 	t.Helper()
-	c, err := binding.NewClient(cfg)
+	c, err := session.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,9 @@ import (
 
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/jobconfig"
-	"github.com/tether-dev/tether/pkg/mutate"
 )
 
 // mountSecret does what the kubelet does for a Secret volume, which this
@@ -107,7 +107,7 @@ func TestSelfManagedCertificateServesAdmission(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		var token corev1.Secret
-		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns.Name, Name: mutate.TokenSecretName("tj")}, &token)
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns.Name, Name: binding.TokenSecretName("tj")}, &token)
 		if err == nil {
 			if !bytes.Equal(token.Data["ca.crt"], secret.Data["ca.crt"]) {
 				t.Fatal("token Secret ca.crt is not the rotator's CA")

@@ -1,4 +1,4 @@
-package binding
+package session
 
 import (
 	"bytes"
@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/tether-dev/tether/pkg/binding"
 )
 
 // The stub server below exists ONLY to drive the Client's state machine over
@@ -55,13 +57,13 @@ type stubServer struct {
 	interval      time.Duration // RegisterResponse.HeartbeatInterval
 	registers     int
 	sessions      int
-	registered    []RegisterRequest
-	heartbeats    []Heartbeat // of every session, in arrival order
+	registered    []binding.RegisterRequest
+	heartbeats    []binding.Heartbeat // of every session, in arrival order
 	// session serves one upgraded connection; nil means ackAll.
 	session func(ss *stubSession)
 
-	events chan Frame // commandAcks and finishing frames
-	closes chan int   // close codes the client sent
+	events chan binding.Frame // commandAcks and finishing frames
+	closes chan int           // close codes the client sent
 }
 
 type stubSession struct {
@@ -74,11 +76,11 @@ func newStubServer(t *testing.T) *stubServer {
 	t.Helper()
 	s := &stubServer{
 		t: t, token: testToken, interval: 50 * time.Millisecond,
-		events: make(chan Frame, 64), closes: make(chan int, 16),
+		events: make(chan binding.Frame, 64), closes: make(chan int, 16),
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+PathRegister, s.handleRegister)
-	mux.HandleFunc("GET "+PathSession, s.handleSession)
+	mux.HandleFunc("POST "+binding.PathRegister, s.handleRegister)
+	mux.HandleFunc("GET "+binding.PathSession, s.handleSession)
 	s.srv = httptest.NewUnstartedServer(mux)
 	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // TLS handshake failures are expected in some tests
 	s.srv.StartTLS()
@@ -91,7 +93,7 @@ func newStubServer(t *testing.T) *stubServer {
 func (s *stubServer) writeError(w http.ResponseWriter, status int, code string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(ErrorResponse{Code: code, Message: "stub says " + code})
+	_ = json.NewEncoder(w).Encode(binding.ErrorResponse{Code: code, Message: "stub says " + code})
 }
 
 // authorize checks what every request must carry.
@@ -99,17 +101,17 @@ func (s *stubServer) authorize(w http.ResponseWriter, r *http.Request) bool {
 	if r.URL.RawQuery != "" {
 		s.t.Errorf("%s carries a query %q; the token must never be in the URL", r.URL.Path, r.URL.RawQuery)
 	}
-	if v := r.Header.Get(HeaderProtocolVersion); v != ProtocolVersion {
-		s.t.Errorf("%s: %s = %q, want %q", r.URL.Path, HeaderProtocolVersion, v, ProtocolVersion)
-		s.writeError(w, http.StatusBadRequest, ErrUnsupportedVersion)
+	if v := r.Header.Get(binding.HeaderProtocolVersion); v != binding.ProtocolVersion {
+		s.t.Errorf("%s: %s = %q, want %q", r.URL.Path, binding.HeaderProtocolVersion, v, binding.ProtocolVersion)
+		s.writeError(w, http.StatusBadRequest, binding.ErrUnsupportedVersion)
 		return false
 	}
-	tok, err := TokenFromHeader(r.Header)
+	tok, err := binding.TokenFromHeader(r.Header)
 	s.mu.Lock()
 	want := s.token
 	s.mu.Unlock()
-	if err != nil || tok != want {
-		s.writeError(w, http.StatusUnauthorized, ErrUnauthorized)
+	if err != nil || string(tok) != want {
+		s.writeError(w, http.StatusUnauthorized, binding.ErrUnauthorized)
 		return false
 	}
 	return true
@@ -126,25 +128,25 @@ func (s *stubServer) handleRegister(w http.ResponseWriter, r *http.Request) {
 	if !s.authorize(w, r) {
 		return
 	}
-	var req RegisterRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRegisterBody)).Decode(&req); err != nil {
+	var req binding.RegisterRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, binding.MaxRegisterBody)).Decode(&req); err != nil {
 		s.t.Errorf("register body: %v", err)
-		s.writeError(w, http.StatusBadRequest, ErrBadRequest)
+		s.writeError(w, http.StatusBadRequest, binding.ErrBadRequest)
 		return
 	}
 	if code != 0 {
-		codes := map[int]string{400: ErrUnsupportedVersion, 401: ErrUnauthorized, 403: ErrForbidden, 410: ErrBindingFinished}
+		codes := map[int]string{400: binding.ErrUnsupportedVersion, 401: binding.ErrUnauthorized, 403: binding.ErrForbidden, 410: binding.ErrBindingFinished}
 		ec := codes[code]
 		if ec == "" {
-			ec = ErrUnavailable
+			ec = binding.ErrUnavailable
 		}
 		s.writeError(w, code, ec)
 		return
 	}
 	s.mu.Lock()
 	s.registered = append(s.registered, req)
-	resp := RegisterResponse{JobID: req.JobID, WorkerID: req.WorkerID, Phase: "Running",
-		HeartbeatInterval: Duration{s.interval}, LastSeq: s.lastSeq}
+	resp := binding.RegisterResponse{JobID: req.JobID, WorkerID: req.WorkerID, Phase: "Running",
+		HeartbeatInterval: binding.Duration{Duration: s.interval}, LastSeq: s.lastSeq}
 	s.mu.Unlock()
 	_ = json.NewEncoder(w).Encode(resp)
 }
@@ -157,7 +159,7 @@ func (s *stubServer) handleSession(w http.ResponseWriter, r *http.Request) {
 	if s.sessionCode != 0 {
 		code := s.sessionCode
 		s.mu.Unlock()
-		s.writeError(w, code, ErrForbidden)
+		s.writeError(w, code, binding.ErrForbidden)
 		return
 	}
 	s.sessions++
@@ -170,7 +172,7 @@ func (s *stubServer) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer conn.Close()
-	conn.SetReadLimit(MaxFrameSize)
+	conn.SetReadLimit(binding.MaxFrameSize)
 	ss.conn = conn
 	conn.SetCloseHandler(func(code int, text string) error {
 		s.closes <- code
@@ -186,22 +188,22 @@ func (s *stubServer) handleSession(w http.ResponseWriter, r *http.Request) {
 // next reads the next client frame, recording heartbeats and forwarding
 // commandAcks and finishing frames to events. ok is false once the
 // connection is gone.
-func (ss *stubSession) next() (f Frame, ok bool) {
+func (ss *stubSession) next() (f binding.Frame, ok bool) {
 	_, data, err := ss.conn.ReadMessage()
 	if err != nil {
-		return Frame{}, false
+		return binding.Frame{}, false
 	}
-	f, err = DecodeFrame(data)
+	f, err = binding.DecodeFrame(data)
 	if err != nil {
 		ss.s.t.Errorf("client sent a frame the server would reject: %v: %s", err, data)
-		return Frame{}, false
+		return binding.Frame{}, false
 	}
 	switch f.Type {
-	case FrameHeartbeat:
+	case binding.FrameHeartbeat:
 		ss.s.mu.Lock()
 		ss.s.heartbeats = append(ss.s.heartbeats, *f.Heartbeat)
 		ss.s.mu.Unlock()
-	case FrameCommandAck, FrameFinishing:
+	case binding.FrameCommandAck, binding.FrameFinishing:
 		ss.s.events <- f
 	default:
 		ss.s.t.Errorf("client sent a %q frame", f.Type)
@@ -209,7 +211,7 @@ func (ss *stubSession) next() (f Frame, ok bool) {
 	return f, true
 }
 
-func (ss *stubSession) write(f Frame) {
+func (ss *stubSession) write(f binding.Frame) {
 	b, err := json.Marshal(f)
 	if err != nil {
 		ss.s.t.Fatal(err)
@@ -218,7 +220,7 @@ func (ss *stubSession) write(f Frame) {
 }
 
 func (ss *stubSession) ack(seq uint64) {
-	ss.write(Frame{Type: FrameAck, Ack: &Ack{Seq: seq, ServerTime: time.Now(), Phase: "Running"}})
+	ss.write(binding.Frame{Type: binding.FrameAck, Ack: &binding.Ack{Seq: seq, ServerTime: time.Now(), Phase: "Running"}})
 }
 
 // ackAll acknowledges every heartbeat until the connection ends.
@@ -228,7 +230,7 @@ func (ss *stubSession) ackAll() {
 		if !ok {
 			return
 		}
-		if f.Type == FrameHeartbeat {
+		if f.Type == binding.FrameHeartbeat {
 			ss.ack(f.Heartbeat.Seq)
 		}
 	}
@@ -241,7 +243,7 @@ func (ss *stubSession) ackN(n int) {
 		if !ok {
 			return
 		}
-		if f.Type == FrameHeartbeat {
+		if f.Type == binding.FrameHeartbeat {
 			ss.ack(f.Heartbeat.Seq)
 			n--
 		}
@@ -308,16 +310,16 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-func newTestClient(t *testing.T, s *stubServer, mutate func(*ClientConfig)) *Client {
+func newTestClient(t *testing.T, s *stubServer, mutate func(*Config)) *Client {
 	t.Helper()
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
 	writeFile(t, tokenFile, testToken+"\n")
 	logs := &syncBuffer{}
-	cfg := ClientConfig{
+	cfg := Config{
 		ServerURL: s.srv.URL, TokenFile: tokenFile, CAFile: s.caFile,
 		JobID: "job-1", WorkerID: "worker-0",
-		Pod:               PodIdentity{Namespace: "ns", Name: "pod-0", UID: "uid-0", Node: "node-a"},
+		Pod:               binding.PodIdentity{Namespace: "ns", Name: "pod-0", UID: "uid-0", Node: "node-a"},
 		SidecarVersion:    "test",
 		HeartbeatInterval: 50 * time.Millisecond,
 		RequestTimeout:    2 * time.Second,
@@ -395,7 +397,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func waitEvent(t *testing.T, s *stubServer, typ string) Frame {
+func waitEvent(t *testing.T, s *stubServer, typ string) binding.Frame {
 	t.Helper()
 	timeout := time.After(testWait)
 	for {
@@ -423,8 +425,8 @@ func TestRegisterOK(t *testing.T) {
 	if rr.LastSeq != 41 || rr.Phase != "Running" || rr.HeartbeatInterval.Duration != 50*time.Millisecond {
 		t.Errorf("response = %+v", rr)
 	}
-	want := RegisterRequest{JobID: "job-1", WorkerID: "worker-0", SidecarVersion: "test",
-		Pod: PodIdentity{Namespace: "ns", Name: "pod-0", UID: "uid-0", Node: "node-a"}}
+	want := binding.RegisterRequest{JobID: "job-1", WorkerID: "worker-0", SidecarVersion: "test",
+		Pod: binding.PodIdentity{Namespace: "ns", Name: "pod-0", UID: "uid-0", Node: "node-a"}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.registered) != 1 || s.registered[0] != want {
@@ -437,10 +439,10 @@ func TestRegisterPermanentErrors(t *testing.T) {
 		status int
 		code   string
 	}{
-		{http.StatusBadRequest, ErrUnsupportedVersion},
-		{http.StatusUnauthorized, ErrUnauthorized},
-		{http.StatusForbidden, ErrForbidden},
-		{http.StatusGone, ErrBindingFinished},
+		{http.StatusBadRequest, binding.ErrUnsupportedVersion},
+		{http.StatusUnauthorized, binding.ErrUnauthorized},
+		{http.StatusForbidden, binding.ErrForbidden},
+		{http.StatusGone, binding.ErrBindingFinished},
 	} {
 		t.Run(http.StatusText(tc.status), func(t *testing.T) {
 			s := newStubServer(t)
@@ -454,7 +456,7 @@ func TestRegisterPermanentErrors(t *testing.T) {
 			if pe.StatusCode != tc.status || pe.Response == nil || pe.Response.Code != tc.code {
 				t.Errorf("err = %+v (%v), want status %d code %s", pe, err, tc.status, tc.code)
 			}
-			var er *ErrorResponse
+			var er *binding.ErrorResponse
 			if !errors.As(err, &er) || er.Code != tc.code {
 				t.Errorf("errors.As(ErrorResponse) = %v", er)
 			}
@@ -568,30 +570,30 @@ func TestRunHeartbeatsAndCommands(t *testing.T) {
 			if !ok {
 				return
 			}
-			if f.Type != FrameHeartbeat {
+			if f.Type != binding.FrameHeartbeat {
 				continue
 			}
 			ss.ack(f.Heartbeat.Seq)
 			if f.Heartbeat.Seq == 43 {
-				ss.write(Frame{Type: FrameCommand, Command: &Command{ID: "c1", Name: CommandFlush}})
-				ss.write(Frame{Type: FrameCommand, Command: &Command{ID: "c2", Name: CommandDrain, Reason: "preempted"}})
+				ss.write(binding.Frame{Type: binding.FrameCommand, Command: &binding.Command{ID: "c1", Name: binding.CommandFlush}})
+				ss.write(binding.Frame{Type: binding.FrameCommand, Command: &binding.Command{ID: "c2", Name: binding.CommandDrain, Reason: "preempted"}})
 				// A command a newer server might send: the client must
 				// still answer it.
-				ss.write(Frame{Type: FrameCommand, Command: &Command{ID: "c3", Name: "snapshot"}})
+				ss.write(binding.Frame{Type: binding.FrameCommand, Command: &binding.Command{ID: "c3", Name: "snapshot"}})
 			}
 		}
 	}
 	step, fraction := int64(7), 0.5
-	var gotCmds []Command
+	var gotCmds []binding.Command
 	var cmdMu sync.Mutex
-	c := newTestClient(t, s, func(cfg *ClientConfig) {
-		cfg.Progress = func() *Progress { return &Progress{Step: &step, Fraction: &fraction} }
+	c := newTestClient(t, s, func(cfg *Config) {
+		cfg.Progress = func() *binding.Progress { return &binding.Progress{Step: &step, Fraction: &fraction} }
 		cfg.UploadedBytes = func() int64 { return 1234 }
-		cfg.OnCommand = func(ctx context.Context, cmd Command) error {
+		cfg.OnCommand = func(ctx context.Context, cmd binding.Command) error {
 			cmdMu.Lock()
 			gotCmds = append(gotCmds, cmd)
 			cmdMu.Unlock()
-			if cmd.Name == CommandDrain {
+			if cmd.Name == binding.CommandDrain {
 				return errors.New("drain failed")
 			}
 			return nil
@@ -599,9 +601,9 @@ func TestRunHeartbeatsAndCommands(t *testing.T) {
 	})
 	_, stop := startRun(t, c)
 
-	acks := map[string]CommandAck{}
+	acks := map[string]binding.CommandAck{}
 	for len(acks) < 3 {
-		f := waitEvent(t, s, FrameCommandAck)
+		f := waitEvent(t, s, binding.FrameCommandAck)
 		acks[f.CommandAck.ID] = *f.CommandAck
 	}
 	if a := acks["c1"]; !a.OK || a.Error != "" {
@@ -652,7 +654,7 @@ func TestRunHeartbeatsAndCommands(t *testing.T) {
 }
 
 func TestRunStopsOnFinalClose(t *testing.T) {
-	for _, code := range []int{CloseReplaced, CloseRevoked, CloseFinished} {
+	for _, code := range []int{binding.CloseReplaced, binding.CloseRevoked, binding.CloseFinished} {
 		t.Run(closeCodeMeaning(code), func(t *testing.T) {
 			s := newStubServer(t)
 			s.session = func(ss *stubSession) {
@@ -722,7 +724,7 @@ func TestRunReconnectsAfterProtocolError(t *testing.T) {
 	s.session = func(ss *stubSession) {
 		if ss.n == 1 {
 			ss.ackN(1)
-			ss.closeWith(CloseProtocolError, "stub dislikes you")
+			ss.closeWith(binding.CloseProtocolError, "stub dislikes you")
 			return
 		}
 		ss.ackAll()
@@ -794,7 +796,7 @@ func TestFinishOnLiveSession(t *testing.T) {
 	if err := c.Finish(ctx, "SIGTERM"); err != nil {
 		t.Fatal(err)
 	}
-	if f := waitEvent(t, s, FrameFinishing); f.Finishing.Reason != "SIGTERM" {
+	if f := waitEvent(t, s, binding.FrameFinishing); f.Finishing.Reason != "SIGTERM" {
 		t.Errorf("finishing = %+v", f.Finishing)
 	}
 	if err := stop(); err != nil {
@@ -813,7 +815,7 @@ func TestFinishWithoutSession(t *testing.T) {
 	if err := c.Finish(ctx, "SIGTERM"); err != nil {
 		t.Fatal(err)
 	}
-	if f := waitEvent(t, s, FrameFinishing); f.Finishing.Reason != "SIGTERM" {
+	if f := waitEvent(t, s, binding.FrameFinishing); f.Finishing.Reason != "SIGTERM" {
 		t.Errorf("finishing = %+v", f.Finishing)
 	}
 	if registers, sessions := s.counts(); registers != 1 || sessions != 1 {
@@ -832,21 +834,21 @@ func TestFinishWithoutSession(t *testing.T) {
 // ---- pieces ----
 
 func TestNewClientValidates(t *testing.T) {
-	ok := ClientConfig{ServerURL: "https://tether.example:8443", TokenFile: "/t", JobID: "j", WorkerID: "w"}
+	ok := Config{ServerURL: "https://tether.example:8443", TokenFile: "/t", JobID: "j", WorkerID: "w"}
 	if _, err := NewClient(ok); err != nil {
 		t.Fatal(err)
 	}
-	for name, mutate := range map[string]func(*ClientConfig){
-		"no URL":     func(c *ClientConfig) { c.ServerURL = "" },
-		"http":       func(c *ClientConfig) { c.ServerURL = "http://tether.example" },
-		"query":      func(c *ClientConfig) { c.ServerURL = "https://tether.example/?token=x" },
-		"user":       func(c *ClientConfig) { c.ServerURL = "https://u:p@tether.example" },
-		"no token":   func(c *ClientConfig) { c.TokenFile = "" },
-		"no job":     func(c *ClientConfig) { c.JobID = "" },
-		"no worker":  func(c *ClientConfig) { c.WorkerID = "" },
-		"negative":   func(c *ClientConfig) { c.HeartbeatInterval = -time.Second },
-		"no host":    func(c *ClientConfig) { c.ServerURL = "https:///x" },
-		"bad escape": func(c *ClientConfig) { c.ServerURL = "https://%zz" },
+	for name, mutate := range map[string]func(*Config){
+		"no URL":     func(c *Config) { c.ServerURL = "" },
+		"http":       func(c *Config) { c.ServerURL = "http://tether.example" },
+		"query":      func(c *Config) { c.ServerURL = "https://tether.example/?token=x" },
+		"user":       func(c *Config) { c.ServerURL = "https://u:p@tether.example" },
+		"no token":   func(c *Config) { c.TokenFile = "" },
+		"no job":     func(c *Config) { c.JobID = "" },
+		"no worker":  func(c *Config) { c.WorkerID = "" },
+		"negative":   func(c *Config) { c.HeartbeatInterval = -time.Second },
+		"no host":    func(c *Config) { c.ServerURL = "https:///x" },
+		"bad escape": func(c *Config) { c.ServerURL = "https://%zz" },
 	} {
 		cfg := ok
 		mutate(&cfg)
@@ -857,7 +859,7 @@ func TestNewClientValidates(t *testing.T) {
 }
 
 func TestClientURLs(t *testing.T) {
-	c, err := NewClient(ClientConfig{ServerURL: "https://tether.example:8443/base/", TokenFile: "/t", JobID: "j", WorkerID: "w"})
+	c, err := NewClient(Config{ServerURL: "https://tether.example:8443/base/", TokenFile: "/t", JobID: "j", WorkerID: "w"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -867,14 +869,14 @@ func TestClientURLs(t *testing.T) {
 }
 
 func TestHeartbeatLeavesOutInvalidProgress(t *testing.T) {
-	c, err := NewClient(ClientConfig{ServerURL: "https://x", TokenFile: "/t", JobID: "j", WorkerID: "w"})
+	c, err := NewClient(Config{ServerURL: "https://x", TokenFile: "/t", JobID: "j", WorkerID: "w"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	step, big, nan := int64(3), 1.5, math.NaN()
-	c.sample.Store(&progressSample{progress: &Progress{Step: &step, Fraction: &big, Loss: &nan}, uploaded: -5})
+	c.sample.Store(&progressSample{progress: &binding.Progress{Step: &step, Fraction: &big, Loss: &nan}, uploaded: -5})
 	b, seq := c.heartbeatFrame()
-	f, err := DecodeFrame(b)
+	f, err := binding.DecodeFrame(b)
 	if err != nil {
 		t.Fatalf("heartbeat rejected: %v: %s", err, b)
 	}
@@ -886,16 +888,16 @@ func TestHeartbeatLeavesOutInvalidProgress(t *testing.T) {
 }
 
 func TestServerIntervalWinsWhenShorter(t *testing.T) {
-	c, err := NewClient(ClientConfig{ServerURL: "https://x", TokenFile: "/t", JobID: "j", WorkerID: "w",
+	c, err := NewClient(Config{ServerURL: "https://x", TokenFile: "/t", JobID: "j", WorkerID: "w",
 		HeartbeatInterval: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.noteRegistered(RegisterResponse{HeartbeatInterval: Duration{20 * time.Second}, LastSeq: 7})
+	c.noteRegistered(binding.RegisterResponse{HeartbeatInterval: binding.Duration{Duration: 20 * time.Second}, LastSeq: 7})
 	if c.HeartbeatInterval() != 10*time.Second {
 		t.Errorf("interval %v, want the configured 10s", c.HeartbeatInterval())
 	}
-	c.noteRegistered(RegisterResponse{HeartbeatInterval: Duration{2 * time.Second}, LastSeq: 3})
+	c.noteRegistered(binding.RegisterResponse{HeartbeatInterval: binding.Duration{Duration: 2 * time.Second}, LastSeq: 3})
 	if c.HeartbeatInterval() != 2*time.Second {
 		t.Errorf("interval %v, want the server's 2s", c.HeartbeatInterval())
 	}
@@ -909,8 +911,8 @@ func TestPermanentErrorMessages(t *testing.T) {
 		err  *PermanentError
 		want string
 	}{
-		{&PermanentError{Op: "session", CloseCode: CloseReplaced, CloseText: "newer"}, `session: server closed the session with 4001 (replaced by a newer session of this worker): "newer"`},
-		{&PermanentError{Op: "register", StatusCode: 403, Response: &ErrorResponse{Code: ErrForbidden, Message: "other pod"}}, "register: HTTP 403: Forbidden: other pod"},
+		{&PermanentError{Op: "session", CloseCode: binding.CloseReplaced, CloseText: "newer"}, `session: server closed the session with 4001 (replaced by a newer session of this worker): "newer"`},
+		{&PermanentError{Op: "register", StatusCode: 403, Response: &binding.ErrorResponse{Code: binding.ErrForbidden, Message: "other pod"}}, "register: HTTP 403: Forbidden: other pod"},
 	} {
 		if got := tc.err.Error(); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)

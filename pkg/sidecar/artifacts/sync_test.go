@@ -1,4 +1,4 @@
-package upload
+package artifacts
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // tree writes files named by size and returns path → MD5.
@@ -42,10 +44,10 @@ func checkStored(t *testing.T, env *s3env, job string, rep *Report, sums map[str
 	}
 }
 
-func readManifest(t *testing.T, env *s3env, job string) Manifest {
+func readManifest(t *testing.T, env *s3env, job string) upload.Manifest {
 	t.Helper()
-	var m Manifest
-	if err := json.Unmarshal(env.get(t, job+"/"+ManifestName), &m); err != nil {
+	var m upload.Manifest
+	if err := json.Unmarshal(env.get(t, job+"/"+upload.ManifestName), &m); err != nil {
 		t.Fatal(err)
 	}
 	return m
@@ -125,7 +127,7 @@ func TestSyncerTooLargeFileIsMissingOthersProceed(t *testing.T) {
 	sums := tree(t, dir, map[string]int{"a.txt": 10, "b/c.bin": 1 << 20})
 	f, err := os.Create(filepath.Join(dir, "huge.bin"))
 	must(t, err)
-	must(t, f.Truncate(MaxObjectSize+1))
+	must(t, f.Truncate(upload.MaxObjectSize+1))
 	f.Close()
 
 	u, c := newTestUploader(t, env, job, uploaderOpts{})
@@ -242,7 +244,7 @@ func TestFlushCancelledAtRandomPoints(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("trial %d: verified %q + missing %q ≠ files %q", trial, verifiedPaths(rep), rep.Missing, want)
 		}
-		_, stored := env.stat(t, job+"/"+ManifestName)
+		_, stored := env.stat(t, job+"/"+upload.ManifestName)
 		switch {
 		case len(rep.Missing) == 0 && rep.Manifest != "":
 			complete++

@@ -1,4 +1,4 @@
-package upload
+package artifacts
 
 // Test environment: a real S3 server (versitygw, posix backend, as a
 // subprocess on 127.0.0.1 with TLS) and a fault-injecting proxy in front of
@@ -38,6 +38,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/tether-dev/tether/internal/s3server"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 const (
@@ -122,7 +123,7 @@ func startS3() (*s3env, string, error) {
 		return nil, "", err
 	}
 	// Anonymous PUT and HEAD, as the binding endpoint allows a valid token.
-	if err := srv.MakeBucket(ctx, Bucket, true); err != nil {
+	if err := srv.MakeBucket(ctx, upload.Bucket, true); err != nil {
 		srv.Stop()
 		return nil, "", err
 	}
@@ -171,7 +172,7 @@ func testPKI(host string) (caPEM, certPEM, keyPEM []byte, err error) {
 // stat HEADs key with the admin credentials (not through the uploader).
 func (e *s3env) stat(t *testing.T, key string) (minio.ObjectInfo, bool) {
 	t.Helper()
-	info, err := e.admin.StatObject(context.Background(), Bucket, key, minio.StatObjectOptions{})
+	info, err := e.admin.StatObject(context.Background(), upload.Bucket, key, minio.StatObjectOptions{})
 	if err != nil {
 		if minio.ToErrorResponse(err).StatusCode == http.StatusNotFound {
 			return info, false
@@ -183,7 +184,7 @@ func (e *s3env) stat(t *testing.T, key string) (minio.ObjectInfo, bool) {
 
 func (e *s3env) get(t *testing.T, key string) []byte {
 	t.Helper()
-	o, err := e.admin.GetObject(context.Background(), Bucket, key, minio.GetObjectOptions{})
+	o, err := e.admin.GetObject(context.Background(), upload.Bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,12 +242,12 @@ type counter struct {
 
 func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.mu.Lock()
-	if r.Header.Get(TokenHeader) != testToken {
+	if r.Header.Get(upload.TokenHeader) != testToken {
 		c.bad++
 	}
 	switch r.Method {
 	case http.MethodPut:
-		c.puts = append(c.puts, strings.TrimPrefix(r.URL.Path, "/"+Bucket+"/"))
+		c.puts = append(c.puts, strings.TrimPrefix(r.URL.Path, "/"+upload.Bucket+"/"))
 	case http.MethodHead:
 		c.heads++
 	}
@@ -401,7 +402,7 @@ func (p *faultProxy) injected() []string {
 func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f := pass
 	if r.Method == http.MethodPut && p.decide != nil {
-		key := strings.TrimPrefix(r.URL.Path, "/"+Bucket+"/")
+		key := strings.TrimPrefix(r.URL.Path, "/"+upload.Bucket+"/")
 		p.mu.Lock()
 		p.perKey[key]++
 		n := p.perKey[key]

@@ -1,4 +1,4 @@
-package binding
+package progress
 
 import (
 	"bytes"
@@ -10,13 +10,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/tether-dev/tether/pkg/binding"
 )
 
-// DefaultProgressWindow is how much of the end of the progress file a
-// ProgressReader reads: the last complete line must fit in it.
-const DefaultProgressWindow = 64 << 10
+// DefaultWindow is how much of the end of the progress file a
+// Reader reads: the last complete line must fit in it.
+const DefaultWindow = 64 << 10
 
-// ProgressReader reports the last complete line of a trainer's progress file
+// Reader reports the last complete line of a trainer's progress file
 // (ProgressFile in the artifact directory: one JSON object per line, each line
 // ending in "\n", e.g. {"step":100,"epoch":1.5,"loss":0.23,"fraction":0.4}).
 //
@@ -31,18 +33,18 @@ const DefaultProgressWindow = 64 << 10
 // a regular file is read (not a symlink, FIFO or device), and values the
 // protocol would reject (a fraction outside [0,1]) are dropped.
 //
-// A ProgressReader is safe for concurrent use.
-type ProgressReader struct {
+// A Reader is safe for concurrent use.
+type Reader struct {
 	// Path of the progress file.
 	Path string
 	// Window bounds the bytes read from the end of the file; 0 means
-	// DefaultProgressWindow.
+	// DefaultWindow.
 	Window int64
 }
 
-// NewProgressReader reads ProgressFile in artifactDir.
-func NewProgressReader(artifactDir string) *ProgressReader {
-	return &ProgressReader{Path: filepath.Join(artifactDir, ProgressFile)}
+// NewReader reads ProgressFile in artifactDir.
+func NewReader(artifactDir string) *Reader {
+	return &Reader{Path: filepath.Join(artifactDir, binding.ProgressFile)}
 }
 
 // errNotRegular reports a progress path that is not a regular file.
@@ -51,7 +53,7 @@ var errNotRegular = errors.New("not a regular file")
 // Read returns the progress in the last valid complete line, with UpdatedAt
 // set to the file's modification time. It returns (nil, nil) when the file
 // does not exist or holds no valid complete line in the window.
-func (r *ProgressReader) Read() (*Progress, error) {
+func (r *Reader) Read() (*binding.Progress, error) {
 	// Lstat first: opening a FIFO would block, and a symlink could point
 	// anywhere in the sidecar's file system.
 	st, err := os.Lstat(r.Path)
@@ -82,7 +84,7 @@ func (r *ProgressReader) Read() (*Progress, error) {
 	}
 	window := r.Window
 	if window <= 0 {
-		window = DefaultProgressWindow
+		window = DefaultWindow
 	}
 	size := fst.Size()
 	start := max(size-window, 0)
@@ -100,7 +102,7 @@ func (r *ProgressReader) Read() (*Progress, error) {
 
 // Progress is Read for ClientConfig.Progress: nil when there is no progress
 // or it cannot be read.
-func (r *ProgressReader) Progress() *Progress {
+func (r *Reader) Progress() *binding.Progress {
 	p, err := r.Read()
 	if err != nil {
 		return nil
@@ -111,7 +113,7 @@ func (r *ProgressReader) Progress() *Progress {
 // lastProgressLine returns the last complete line of buf that is valid
 // progress. cutStart says buf begins in the middle of the file, so its first
 // line may be the tail of a longer one and is not considered.
-func lastProgressLine(buf []byte, cutStart bool) *Progress {
+func lastProgressLine(buf []byte, cutStart bool) *binding.Progress {
 	end := bytes.LastIndexByte(buf, '\n')
 	for end >= 0 {
 		lineStart := bytes.LastIndexByte(buf[:end], '\n') + 1
@@ -135,7 +137,7 @@ type progressLine struct {
 	Fraction *float64 `json:"fraction"`
 }
 
-func parseProgressLine(line []byte) *Progress {
+func parseProgressLine(line []byte) *binding.Progress {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 || line[0] != '{' {
 		return nil
@@ -144,24 +146,10 @@ func parseProgressLine(line []byte) *Progress {
 	if err := json.Unmarshal(line, &l); err != nil {
 		return nil
 	}
-	p := &Progress{Epoch: finite(l.Epoch), Loss: finite(l.Loss)}
-	if s := finite(l.Step); s != nil && *s >= math.MinInt64 && *s < math.MaxInt64 {
+	p := &binding.Progress{Epoch: l.Epoch, Loss: l.Loss, Fraction: l.Fraction}
+	if s := l.Step; s != nil && !math.IsNaN(*s) && !math.IsInf(*s, 0) && *s >= math.MinInt64 && *s < math.MaxInt64 {
 		v := int64(*s)
 		p.Step = &v
 	}
-	if fr := finite(l.Fraction); fr != nil && *fr >= 0 && *fr <= 1 {
-		p.Fraction = fr
-	}
-	if p.Step == nil && p.Epoch == nil && p.Loss == nil && p.Fraction == nil {
-		return nil
-	}
-	return p
-}
-
-// finite drops NaN and infinities, which JSON cannot carry.
-func finite(f *float64) *float64 {
-	if f == nil || math.IsNaN(*f) || math.IsInf(*f, 0) {
-		return nil
-	}
-	return f
+	return p.Sanitized()
 }

@@ -1,4 +1,4 @@
-package upload
+package artifacts
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // Defaults of SyncerConfig.
@@ -57,7 +60,7 @@ type Report struct {
 	Final bool
 	// Verified are the files verified (now or earlier, unchanged since), in
 	// path order: what a manifest lists.
-	Verified []ManifestFile
+	Verified []upload.ManifestFile
 	// Uploaded counts the files sent in this round, AlreadyPresent those
 	// found stored, and UploadedBytes the bytes sent.
 	Uploaded, AlreadyPresent int
@@ -106,7 +109,7 @@ func NewSyncer(cfg SyncerConfig) (*Syncer, error) {
 	switch {
 	case cfg.Scanner == nil || cfg.Uploader == nil:
 		return nil, errors.New("syncer: Scanner and Uploader are required")
-	case !validJobID(cfg.JobID):
+	case !binding.ValidID(cfg.JobID):
 		return nil, fmt.Errorf("syncer: invalid JobID %q", cfg.JobID)
 	case cfg.Interval < 0 || cfg.Workers < 0:
 		return nil, errors.New("syncer: negative Interval or Workers")
@@ -322,7 +325,7 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 			rep.Failed = append(rep.Failed, fe)
 			rep.Missing = append(rep.Missing, o.file.Path)
 		default:
-			rep.Verified = append(rep.Verified, ManifestFile{Path: o.res.Path, Size: o.res.Size, MD5: o.res.MD5})
+			rep.Verified = append(rep.Verified, upload.ManifestFile{Path: o.res.Path, Size: o.res.Size, MD5: o.res.MD5})
 			switch o.res.How {
 			case Uploaded:
 				rep.Uploaded++
@@ -338,12 +341,12 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 		for _, f := range scan.Files {
 			if !f.Finished {
 				if sum, ok := s.cfg.Uploader.Verified(f.Path, f.Size, f.ModTime); ok {
-					rep.Verified = append(rep.Verified, ManifestFile{Path: f.Path, Size: f.Size, MD5: sum})
+					rep.Verified = append(rep.Verified, upload.ManifestFile{Path: f.Path, Size: f.Size, MD5: sum})
 				}
 			}
 		}
 	}
-	slices.SortFunc(rep.Verified, func(a, b ManifestFile) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(rep.Verified, func(a, b upload.ManifestFile) int { return strings.Compare(a.Path, b.Path) })
 	slices.Sort(rep.Missing)
 	slices.Sort(rep.Pending)
 	rep.Duration = time.Since(start)

@@ -1,4 +1,4 @@
-package binding
+package progress
 
 import (
 	"errors"
@@ -7,19 +7,21 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/pkg/binding"
 )
 
-func progressFile(t *testing.T, content string) (*ProgressReader, string) {
+func progressFile(t *testing.T, content string) (*Reader, string) {
 	t.Helper()
 	dir := t.TempDir()
-	r := NewProgressReader(dir)
+	r := NewReader(dir)
 	if err := os.WriteFile(r.Path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return r, r.Path
 }
 
-func readProgress(t *testing.T, r *ProgressReader) *Progress {
+func readProgress(t *testing.T, r *Reader) *binding.Progress {
 	t.Helper()
 	p, err := r.Read()
 	if err != nil {
@@ -28,7 +30,7 @@ func readProgress(t *testing.T, r *ProgressReader) *Progress {
 	return p
 }
 
-func stepOf(p *Progress) int64 {
+func stepOf(p *binding.Progress) int64 {
 	if p == nil || p.Step == nil {
 		return -1
 	}
@@ -36,7 +38,7 @@ func stepOf(p *Progress) int64 {
 }
 
 func TestProgressMissingFile(t *testing.T) {
-	r := NewProgressReader(t.TempDir())
+	r := NewReader(t.TempDir())
 	if p := readProgress(t, r); p != nil {
 		t.Errorf("got %+v for a missing file", p)
 	}
@@ -140,7 +142,7 @@ func TestProgressReadsOnlyTheWindow(t *testing.T) {
 		t.Errorf("step %d, want 2", got)
 	}
 	// A last line longer than the window cannot be read.
-	r3, _ := progressFile(t, `{"step":2,"pad":"`+strings.Repeat("p", DefaultProgressWindow)+`"}`+"\n")
+	r3, _ := progressFile(t, `{"step":2,"pad":"`+strings.Repeat("p", DefaultWindow)+`"}`+"\n")
 	if p := readProgress(t, r3); p != nil {
 		t.Errorf("got %+v from a line longer than the window", p)
 	}
@@ -152,7 +154,7 @@ func TestProgressRefusesNonRegularFiles(t *testing.T) {
 	if err := os.WriteFile(target, []byte("{\"step\":1}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := NewProgressReader(dir)
+	r := NewReader(dir)
 	if err := os.Symlink(target, r.Path); err != nil {
 		t.Skip(err)
 	}

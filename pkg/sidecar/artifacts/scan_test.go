@@ -1,4 +1,4 @@
-package upload
+package artifacts
 
 import (
 	"os"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 func paths(fs []LocalFile) []string {
@@ -88,7 +89,7 @@ func TestScanKeepsNamesExact(t *testing.T) {
 
 func TestScanRefusesReservedAndInvalidNames(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, dir, ManifestName, []byte("{}"))
+	writeFile(t, dir, upload.ManifestName, []byte("{}"))
 	writeFile(t, dir, ".tether/pending/x", []byte("x"))
 	writeFile(t, dir, "bad-\xff-utf8", []byte("x"))
 	writeFile(t, dir, "ok", []byte("ok"))
@@ -102,7 +103,7 @@ func TestScanRefusesReservedAndInvalidNames(t *testing.T) {
 	for _, e := range res.Errors {
 		errs[e.Path] = e.Error()
 	}
-	if !strings.Contains(errs[ManifestName], "manifest") || !strings.Contains(errs[".tether/pending/x"], "reserved") ||
+	if !strings.Contains(errs[upload.ManifestName], "manifest") || !strings.Contains(errs[".tether/pending/x"], "reserved") ||
 		!strings.Contains(errs["bad-\xff-utf8"], "UTF-8") || len(errs) != 3 {
 		t.Errorf("errors %q", errs)
 	}
@@ -163,11 +164,11 @@ func TestScanTooLargeFile(t *testing.T) {
 	writeFile(t, dir, "z.txt", []byte("z"))
 	f, err := os.Create(filepath.Join(dir, "huge.bin"))
 	must(t, err)
-	must(t, f.Truncate(MaxObjectSize+1)) // sparse
+	must(t, f.Truncate(upload.MaxObjectSize+1)) // sparse
 	f.Close()
 	f, err = os.Create(filepath.Join(dir, "limit.bin"))
 	must(t, err)
-	must(t, f.Truncate(MaxObjectSize)) // exactly the limit: allowed
+	must(t, f.Truncate(upload.MaxObjectSize)) // exactly the limit: allowed
 	f.Close()
 
 	res, err := newTestScanner(t, dir, nil).Scan(true)

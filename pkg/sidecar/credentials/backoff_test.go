@@ -1,4 +1,4 @@
-package binding
+package credentials
 
 import (
 	"context"
@@ -8,39 +8,39 @@ import (
 )
 
 func TestBackoffGrowsToMaxWithFullJitter(t *testing.T) {
-	b := newBackoff(500*time.Millisecond, 30*time.Second)
+	b := NewBackoff(500*time.Millisecond, 30*time.Second)
 	b.randN = func(n int64) int64 { return n - 1 } // the top of the range
 	want := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second,
 		8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
 	for i, w := range want {
-		if got := b.next(); got != w {
+		if got := b.Next(); got != w {
 			t.Errorf("attempt %d: %v, want %v", i, got, w)
 		}
 	}
 	for range 100 { // no overflow, however long the outage
-		if got := b.next(); got != 30*time.Second {
+		if got := b.Next(); got != 30*time.Second {
 			t.Fatalf("after many attempts: %v", got)
 		}
 	}
-	b.reset()
-	if got := b.next(); got != 500*time.Millisecond {
+	b.Reset()
+	if got := b.Next(); got != 500*time.Millisecond {
 		t.Errorf("after reset: %v", got)
 	}
 }
 
 func TestBackoffJitterStaysInRange(t *testing.T) {
-	b := newBackoff(time.Millisecond, 8*time.Millisecond)
+	b := NewBackoff(time.Millisecond, 8*time.Millisecond)
 	var low, high bool
 	for i := range 2000 {
-		ceil := b.ceiling()
-		d := b.next()
+		ceil := b.Ceiling()
+		d := b.Next()
 		if d < 0 || d > ceil {
 			t.Fatalf("draw %d: %v outside [0, %v]", i, d, ceil)
 		}
 		low = low || d < ceil/2
 		high = high || d > ceil/2
 		if i%10 == 9 {
-			b.reset()
+			b.Reset()
 		}
 	}
 	if !low || !high {
@@ -49,20 +49,20 @@ func TestBackoffJitterStaysInRange(t *testing.T) {
 }
 
 func TestNewBackoffDefaults(t *testing.T) {
-	b := newBackoff(0, 0)
+	b := NewBackoff(0, 0)
 	if b.initial != DefaultBackoffInitial || b.max != DefaultBackoffInitial {
-		t.Errorf("newBackoff(0, 0) = %+v", b)
+		t.Errorf("NewBackoff(0, 0) = %+v", b)
 	}
 }
 
-func TestSleepCtx(t *testing.T) {
-	if err := sleepCtx(context.Background(), time.Millisecond); err != nil {
+func TestSleep(t *testing.T) {
+	if err := Sleep(context.Background(), time.Millisecond); err != nil {
 		t.Error(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	start := time.Now()
-	if err := sleepCtx(ctx, time.Hour); !errors.Is(err, context.Canceled) || time.Since(start) > time.Second {
-		t.Errorf("sleepCtx on a cancelled context = %v", err)
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) || time.Since(start) > time.Second {
+		t.Errorf("Sleep on a cancelled context = %v", err)
 	}
 }

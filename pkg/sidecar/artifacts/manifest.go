@@ -1,30 +1,33 @@
-package upload
+package artifacts
 
 import (
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // NewManifest returns the manifest of jobID listing files, sorted by path.
-func NewManifest(jobID string, files []ManifestFile) Manifest {
+func NewManifest(jobID string, files []upload.ManifestFile) upload.Manifest {
 	fs := slices.Clone(files)
-	slices.SortFunc(fs, func(a, b ManifestFile) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(fs, func(a, b upload.ManifestFile) int { return strings.Compare(a.Path, b.Path) })
 	if fs == nil {
-		fs = []ManifestFile{} // "files": [] rather than null
+		fs = []upload.ManifestFile{} // "files": [] rather than null
 	}
-	return Manifest{Version: ManifestVersion, JobID: jobID, Files: fs}
+	return upload.Manifest{Version: upload.ManifestVersion, JobID: jobID, Files: fs}
 }
 
 // EncodeManifest checks m and returns its JSON: version v1, a job id, unique
 // well-formed paths, sizes within a single PUT, lowercase hex MD5s, and at
 // most MaxManifestSize bytes.
-func EncodeManifest(m Manifest) ([]byte, error) {
-	if m.Version != ManifestVersion {
-		return nil, fmt.Errorf("manifest: version %q, want %q", m.Version, ManifestVersion)
+func EncodeManifest(m upload.Manifest) ([]byte, error) {
+	if m.Version != upload.ManifestVersion {
+		return nil, fmt.Errorf("manifest: version %q, want %q", m.Version, upload.ManifestVersion)
 	}
-	if !validJobID(m.JobID) {
+	if !binding.ValidID(m.JobID) {
 		return nil, fmt.Errorf("manifest: invalid job id %q", m.JobID)
 	}
 	seen := make(map[string]bool, len(m.Files))
@@ -36,7 +39,7 @@ func EncodeManifest(m Manifest) ([]byte, error) {
 			return nil, fmt.Errorf("manifest: path %q is reserved", f.Path)
 		case seen[f.Path]:
 			return nil, fmt.Errorf("manifest: path %q listed twice", f.Path)
-		case f.Size < 0 || f.Size > MaxObjectSize:
+		case f.Size < 0 || f.Size > upload.MaxObjectSize:
 			return nil, fmt.Errorf("manifest: %q: size %d out of range", f.Path, f.Size)
 		case len(f.MD5) != 32 || strings.Trim(f.MD5, "0123456789abcdef") != "":
 			return nil, fmt.Errorf("manifest: %q: MD5 %q is not 32 lowercase hex digits", f.Path, f.MD5)
@@ -44,15 +47,15 @@ func EncodeManifest(m Manifest) ([]byte, error) {
 		seen[f.Path] = true
 	}
 	if m.Files == nil {
-		m.Files = []ManifestFile{}
+		m.Files = []upload.ManifestFile{}
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > MaxManifestSize {
+	if len(b) > upload.MaxManifestSize {
 		return nil, fmt.Errorf("manifest: %d files make %s of JSON, over the %s limit; exclude files with the %s annotation",
-			len(m.Files), humanBytes(int64(len(b))), humanBytes(MaxManifestSize), ExcludeAnnotation)
+			len(m.Files), humanBytes(int64(len(b))), humanBytes(upload.MaxManifestSize), ExcludeAnnotation)
 	}
 	return b, nil
 }
@@ -62,10 +65,10 @@ func EncodeManifest(m Manifest) ([]byte, error) {
 // server's reserved directory.
 func reservedPath(rel string) string {
 	switch {
-	case rel == ManifestName:
-		return fmt.Sprintf("its key <job-id>/%s is the job's manifest, which the sidecar writes", ManifestName)
-	case rel == ReservedDir || strings.HasPrefix(rel, ReservedDir+"/"):
-		return fmt.Sprintf("keys under <job-id>/%s/ are reserved for the server", ReservedDir)
+	case rel == upload.ManifestName:
+		return fmt.Sprintf("its key <job-id>/%s is the job's manifest, which the sidecar writes", upload.ManifestName)
+	case rel == upload.ReservedDir || strings.HasPrefix(rel, upload.ReservedDir+"/"):
+		return fmt.Sprintf("keys under <job-id>/%s/ are reserved for the server", upload.ReservedDir)
 	}
 	return ""
 }

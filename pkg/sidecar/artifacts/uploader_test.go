@@ -1,4 +1,4 @@
-package upload
+package artifacts
 
 import (
 	"context"
@@ -352,7 +352,7 @@ func TestBackoffIsBoundedFullJitter(t *testing.T) {
 	for attempt := 1; attempt < 10; attempt++ {
 		capd := min(100*time.Millisecond<<(attempt-1), time.Second)
 		for range 200 {
-			if d := u.backoff(attempt); d <= 0 || d > capd {
+			if d := u.backoffAfter(attempt); d <= 0 || d > capd {
 				t.Fatalf("attempt %d: %v outside (0, %v]", attempt, d, capd)
 			}
 		}

@@ -1,4 +1,4 @@
-package upload
+package artifacts
 
 import (
 	"errors"
@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/bmatcuk/doublestar/v4"
+
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // ExcludeAnnotation is the TrainJob annotation whose globs the sidecar
@@ -234,7 +236,7 @@ func (s *Scanner) Scan(final bool) (ScanResult, error) {
 				Err:  errors.New("reserved name: " + why),
 				Hint: "rename or move it, or exclude it with the " + ExcludeAnnotation + " annotation"})
 			return nil
-		case info.Size() > MaxObjectSize:
+		case info.Size() > upload.MaxObjectSize:
 			tl := TooLargeError{Path: p, Size: info.Size()}
 			res.Errors = append(res.Errors, &FileError{Path: p, Permanent: true, Err: tl, Hint: tl.hint()})
 			return nil

@@ -1,0 +1,6 @@
+// Package archtest holds no code: its test checks that imports in the module
+// run downward (docs in README.md, "Layout"): the protocol packages import no
+// half, nothing below the control plane's wiring imports the webhooks, the
+// control plane does not compile against the sidecar's code, and the sidecar
+// does not reach Kubernetes client code.
+package archtest

@@ -1,0 +1,270 @@
+package artifacts
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// UploadFile verifies the regular file rel (slash-separated, relative to
+// root) on the server: unchanged since this Uploader verified it → nothing
+// is done; an object of the same size is stored → the file is read once and,
+// if the ETag matches its MD5, not sent; otherwise it is sent in one PUT and
+// read once, its MD5 computed as it streams. Symlinks are never followed.
+// The error is a *FileError.
+func (u *Uploader) UploadFile(ctx context.Context, root *os.Root, rel string) (Result, error) {
+	key := u.Key(rel)
+	if err := checkKey(rel, key); err != nil {
+		return Result{}, &FileError{Path: rel, Permanent: true, Err: err, Hint: "rename the file or exclude it with the " + ExcludeAnnotation + " annotation"}
+	}
+	var res Result
+	attempts, err := u.retry(ctx, rel, func(int) error {
+		r, err := u.uploadOnce(ctx, root, rel, key)
+		if err == nil {
+			res = r
+		}
+		return err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	res.Attempts = attempts
+	return res, nil
+}
+
+// checkKey refuses what the contract forbids in a key.
+func checkKey(rel, key string) error {
+	switch {
+	case rel == "" || strings.HasPrefix(rel, "/") || strings.HasSuffix(rel, "/"):
+		return fmt.Errorf("invalid relative path")
+	case !utf8.ValidString(rel):
+		return fmt.Errorf("the name is not valid UTF-8, which an object key must be")
+	case len(key) > upload.MaxKeyLength:
+		return fmt.Errorf("its object key is %d bytes long; the binding server takes at most %d", len(key), upload.MaxKeyLength)
+	}
+	for _, seg := range strings.Split(rel, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("the path has an empty, '.' or '..' segment")
+		}
+	}
+	return nil
+}
+
+// openRegular opens rel under root without following a symlink: the entry
+// itself must be a regular file, and the opened file must be that entry.
+// os.Root keeps every access inside the root.
+func openRegular(root *os.Root, rel string) (*os.File, fs.FileInfo, error) {
+	name := fsPath(rel)
+	lst, err := root.Lstat(name)
+	if err != nil {
+		return nil, nil, &localError{err}
+	}
+	if !lst.Mode().IsRegular() {
+		return nil, nil, &localError{fmt.Errorf("not a regular file (%s); symlinks are never followed", lst.Mode().Type())}
+	}
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, &localError{err}
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, &localError{err}
+	}
+	if !st.Mode().IsRegular() || !os.SameFile(lst, st) {
+		f.Close()
+		return nil, nil, &localError{errors.New("the file was replaced while it was opened (by a symlink or another file)")}
+	}
+	return f, st, nil
+}
+
+func sameVersion(a, b fs.FileInfo) bool {
+	return a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
+}
+
+func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key string) (Result, error) {
+	f, st, err := openRegular(root, rel)
+	if err != nil {
+		u.forget(rel)
+		return Result{}, err
+	}
+	defer f.Close()
+	size, mtime := st.Size(), st.ModTime()
+	if size > upload.MaxObjectSize {
+		return Result{}, &localError{TooLargeError{Path: rel, Size: size}}
+	}
+	if sum, ok := u.Verified(rel, size, mtime); ok {
+		return Result{Path: rel, Size: size, MD5: sum, How: Unchanged}, nil
+	}
+
+	// HEAD: an object of the same size may already be the file (a restarted
+	// sidecar, or a PUT whose answer was lost). Then one read of the file,
+	// and no upload if the MD5 matches.
+	info, err := u.client.StatObject(ctx, upload.Bucket, key, minio.StatObjectOptions{})
+	switch {
+	case err == nil && info.Size == size:
+		sum, err := md5Of(f, size)
+		if err != nil {
+			return Result{}, err
+		}
+		if err := unchanged(f, st); err != nil {
+			return Result{}, err
+		}
+		if strings.EqualFold(trimETag(info.ETag), sum) {
+			u.remember(rel, size, mtime, sum)
+			u.verifiedBytes.Add(size)
+			return Result{Path: rel, Size: size, MD5: sum, How: AlreadyPresent}, nil
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return Result{}, &localError{err}
+		}
+	case err == nil, statusOf(err) == http.StatusNotFound:
+	default:
+		return Result{}, fmt.Errorf("HEAD %s: %w", key, err)
+	}
+
+	sum, err := u.put(ctx, key, f, size)
+	if err != nil {
+		return Result{}, err
+	}
+	// The bytes sent were read from the file as it was at st; if it changed
+	// meanwhile, what the server holds may be a mix: not verified.
+	if err := unchanged(f, st); err != nil {
+		return Result{}, err
+	}
+	u.remember(rel, size, mtime, sum)
+	u.verifiedBytes.Add(size)
+	return Result{Path: rel, Size: size, MD5: sum, How: Uploaded}, nil
+}
+
+func unchanged(f *os.File, st fs.FileInfo) error {
+	now, err := f.Stat()
+	if err != nil {
+		return &localError{err}
+	}
+	if !sameVersion(st, now) {
+		return fmt.Errorf("%w (size %d → %d)", errChanged, st.Size(), now.Size())
+	}
+	return nil
+}
+
+// md5Of reads exactly size bytes of r and returns their hex MD5.
+func md5Of(r io.Reader, size int64) (string, error) {
+	h := md5.New()
+	n, err := io.Copy(h, io.LimitReader(r, size))
+	if err != nil {
+		return "", &localError{err}
+	}
+	if n != size {
+		return "", fmt.Errorf("%w (read %d of %d bytes)", errChanged, n, size)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// put sends size bytes of body as one PUT to key and returns their MD5, if
+// and only if the server's ETag equals it.
+//
+// No Content-MD5 is sent: it must precede the body, so it would need a
+// second read of the file (or the whole file in memory), and the contract
+// is that a file is read once. Integrity does not depend on it: the server
+// computes the MD5 of what it streams to storage and answers with the stored
+// object's ETag only once that ETag matched its own MD5; the sidecar
+// compares that ETag with the MD5 of the bytes it actually sent, so any
+// difference between what was read and what was stored fails verification.
+// (Content-MD5 would only let the server refuse a corrupted body itself.)
+func (u *Uploader) put(ctx context.Context, key string, body io.Reader, size int64) (string, error) {
+	h := md5.New()
+	pr := &progressReader{r: io.TeeReader(io.LimitReader(body, size), h)}
+	pr.touch()
+
+	// A stalled body (the server or the network stopped taking bytes) ends
+	// the attempt; ResponseHeaderTimeout covers the wait for the answer.
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go u.watchStall(pr, cancel, done)
+
+	info, err := u.client.PutObject(actx, upload.Bucket, key, pr, size, minio.PutObjectOptions{
+		DisableMultipart: true,
+		ContentType:      "application/octet-stream",
+	})
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(context.Cause(actx), errStalled) {
+			return "", fmt.Errorf("PUT %s: %w for %s", key, errStalled, u.cfg.StallTimeout)
+		}
+		return "", fmt.Errorf("PUT %s: %w", key, err)
+	}
+	if n := pr.n.Load(); n != size {
+		return "", fmt.Errorf("PUT %s: %w (sent %d of %d bytes)", key, errChanged, n, size)
+	}
+	return checkETag(key, h, info.ETag)
+}
+
+func checkETag(key string, h hash.Hash, etag string) (string, error) {
+	sum := hex.EncodeToString(h.Sum(nil))
+	if got := trimETag(etag); !strings.EqualFold(got, sum) {
+		return "", fmt.Errorf("PUT %s: %w: the server answered ETag %q, the MD5 of the bytes sent is %s", key, errETagMismatch, got, sum)
+	}
+	return sum, nil
+}
+
+func (u *Uploader) watchStall(pr *progressReader, cancel context.CancelCauseFunc, done <-chan struct{}) {
+	tick := max(u.cfg.StallTimeout/4, 10*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if pr.finished.Load() {
+				return // the wait for the answer is ResponseHeaderTimeout's
+			}
+			if time.Since(time.Unix(0, pr.last.Load())) > u.cfg.StallTimeout {
+				cancel(errStalled)
+				return
+			}
+		}
+	}
+}
+
+// progressReader counts what was read and when.
+type progressReader struct {
+	r        io.Reader
+	n        atomic.Int64
+	last     atomic.Int64 // unix nanoseconds of the last progress
+	finished atomic.Bool
+}
+
+func (p *progressReader) touch() { p.last.Store(time.Now().UnixNano()) }
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.n.Add(int64(n))
+	p.touch()
+	if err != nil {
+		p.finished.Store(true)
+	}
+	return n, err
+}
+
+func trimETag(etag string) string {
+	return strings.ToLower(strings.Trim(strings.TrimPrefix(etag, "W/"), `"`))
+}

@@ -1,0 +1,34 @@
+package artifacts
+
+import (
+	"fmt"
+
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// TooLargeError is a file over MaxObjectSize: a single PUT cannot carry it.
+type TooLargeError struct {
+	Path string
+	Size int64
+}
+
+func (e TooLargeError) Error() string {
+	return fmt.Sprintf("its size %d bytes (%s) is over the %s limit of a single PUT (upload.MaxObjectSize)", e.Size, humanBytes(e.Size), humanBytes(upload.MaxObjectSize))
+}
+
+func (e TooLargeError) hint() string {
+	return fmt.Sprintf("it is never uploaded and the job's artifacts are incomplete: split it, or exclude it with the %s annotation (e.g. %s: %q)",
+		ExcludeAnnotation, ExcludeAnnotation, e.Path)
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,74 @@
+package artifacts
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// tokenTransport adds the token, read from its file for every request.
+type tokenTransport struct {
+	file string
+	next http.RoundTripper
+}
+
+func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	token, err := readToken(t.file)
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	r := req.Clone(req.Context())
+	r.Header.Set(upload.TokenHeader, string(token))
+	if r.Method == http.MethodPut && r.ContentLength >= expectContinueMin {
+		r.Header.Set("Expect", "100-continue")
+	}
+	return t.next.RoundTrip(r)
+}
+
+// readToken reads the token file for one request.
+func readToken(file string) (binding.Token, error) {
+	token, err := credentials.ReadToken(file)
+	if err != nil {
+		return "", &tokenError{err: err, permanent: errors.Is(err, credentials.ErrMalformedToken)}
+	}
+	return token, nil
+}
+
+// dialTLS dials with the CA file as it is now (re-read for every new
+// connection, parsed again only when it changed).
+func (u *Uploader) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+	pool, err := u.caPool()
+	if err != nil {
+		return nil, err
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	d := &tls.Dialer{
+		NetDialer: &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second},
+		Config:    &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: host, NextProtos: []string{"http/1.1"}},
+	}
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	return d.DialContext(ctx, network, addr)
+}
+
+func (u *Uploader) caPool() (*x509.CertPool, error) {
+	pool, _, err := u.ca.Pool()
+	if errors.Is(err, credentials.ErrNoCertificate) {
+		return nil, &localError{err}
+	}
+	return pool, err
+}

@@ -1,0 +1,261 @@
+package artifacts
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	miniocreds "github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+)
+
+// Defaults of UploaderConfig.
+const (
+	DefaultMaxAttempts    = 5
+	DefaultBackoffInitial = 250 * time.Millisecond
+	DefaultBackoffMax     = 5 * time.Second
+	DefaultStallTimeout   = time.Minute
+)
+
+const (
+	// expectContinueMin: from this body size on, a PUT asks for
+	// "100-continue", so a refusal (401/403, checked before the body is read)
+	// costs a round trip instead of the whole body.
+	expectContinueMin = 64 << 10
+	// responseHeaderTimeout bounds the wait for the answer once a body is sent
+	// (the server checks the stored object's ETag before it answers).
+	responseHeaderTimeout = 2 * time.Minute
+	dialTimeout           = 10 * time.Second
+)
+
+// UploaderConfig configures an Uploader. ServerURL, JobID and TokenFile are
+// required.
+type UploaderConfig struct {
+	// ServerURL is the binding server's https URL (TETHER_SERVER_URL); the
+	// artifact endpoint is path-style on the same listener, so only its
+	// host:port is used and it must have no path.
+	ServerURL string
+	// JobID prefixes every key: <job-id>/<path>.
+	JobID string
+	// TokenFile holds the job's token. It is read again for every request,
+	// so a rotated token is picked up; the token is only ever put in the
+	// TokenHeader header and never logged or put in an error.
+	TokenFile string
+	// CAFile holds the PEM bundle that verifies the server; it is read again
+	// for every new connection. Empty means the system roots.
+	CAFile string
+
+	// MaxAttempts bounds the attempts per file (transient failures only;
+	// a permanent one is never retried); 0 means DefaultMaxAttempts.
+	MaxAttempts int
+	// BackoffInitial and BackoffMax shape the delay between attempts
+	// (exponential, full jitter); 0 means the defaults.
+	BackoffInitial, BackoffMax time.Duration
+	// StallTimeout abandons an attempt whose body has not progressed for
+	// this long (a transient failure); 0 means DefaultStallTimeout.
+	StallTimeout time.Duration
+
+	// Logger receives debug logs of retries; nil discards them.
+	Logger *slog.Logger
+	// WrapTransport, if set, wraps the HTTP transport below the layer that
+	// adds the token (tests count, inspect or break requests with it).
+	WrapTransport func(http.RoundTripper) http.RoundTripper
+}
+
+// Uploader puts one file as one verified PUT. It is safe for concurrent use.
+//
+// A file is verified only when the server's ETag equals the MD5 the
+// Uploader computed over the very bytes it sent, while sending them; nothing
+// else ever counts as verified.
+type Uploader struct {
+	cfg    UploaderConfig
+	log    *slog.Logger
+	client *minio.Client
+
+	mu       sync.Mutex
+	verified map[string]verifiedFile // by relative path
+
+	verifiedBytes atomic.Int64
+
+	ca      *credentials.CA
+	backoff *credentials.Backoff
+}
+
+// verifiedFile is what the Uploader knows of a file it verified: while its
+// size and mtime are unchanged it is neither read nor sent again.
+type verifiedFile struct {
+	size  int64
+	mtime time.Time
+	md5   string
+}
+
+// How says how a file came to be verified.
+type How string
+
+const (
+	// Uploaded: sent, and the server's ETag matched.
+	Uploaded How = "uploaded"
+	// AlreadyPresent: the stored object had the same size and its ETag
+	// matched the local MD5 (the file was read, not sent).
+	AlreadyPresent How = "present"
+	// Unchanged: verified earlier by this process, size and mtime unchanged
+	// since (the file was neither read nor sent).
+	Unchanged How = "unchanged"
+)
+
+// Result describes a verified file.
+type Result struct {
+	Path string
+	Size int64
+	// MD5 is the lowercase hex MD5 of the content, equal to the stored ETag.
+	MD5      string
+	How      How
+	Attempts int
+}
+
+// FileError says why a file is not verified and what to do about it.
+type FileError struct {
+	// Path is relative to the artifact directory ("" for the manifest).
+	Path string
+	// Attempts is how many attempts were made (0: none, e.g. a file refused
+	// before any request).
+	Attempts int
+	// Permanent reports that retrying the same request cannot help.
+	Permanent bool
+	Err       error
+	// Hint says what to do.
+	Hint string
+}
+
+func (e *FileError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%q: ", e.Path)
+	switch {
+	case e.Attempts > 1:
+		fmt.Fprintf(&b, "not verified after %d attempts: ", e.Attempts)
+	case e.Attempts == 1:
+		b.WriteString("not verified: ")
+	default:
+		b.WriteString("not uploaded: ")
+	}
+	b.WriteString(e.Err.Error())
+	if e.Hint != "" {
+		b.WriteString("; " + e.Hint)
+	}
+	return b.String()
+}
+
+func (e *FileError) Unwrap() error { return e.Err }
+
+// NewUploader checks cfg and returns an Uploader. It makes no request.
+func NewUploader(cfg UploaderConfig) (*Uploader, error) {
+	u, err := credentials.ParseServerURL(cfg.ServerURL)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("uploader: %w", err)
+	case u.Path != "" && u.Path != "/":
+		// minio-go endpoints are host:port; the contract puts the bucket at
+		// the listener's root.
+		return nil, fmt.Errorf("uploader: ServerURL %q: the artifact endpoint is path-style at the server's root; a path prefix is not supported", cfg.ServerURL)
+	case cfg.TokenFile == "":
+		return nil, errors.New("uploader: TokenFile is required")
+	case !binding.ValidID(cfg.JobID):
+		return nil, fmt.Errorf("uploader: JobID %q is not a job id (%s)", cfg.JobID, binding.IDRule)
+	case cfg.MaxAttempts < 0 || cfg.BackoffInitial < 0 || cfg.BackoffMax < 0 || cfg.StallTimeout < 0:
+		return nil, errors.New("uploader: negative MaxAttempts, backoff or StallTimeout")
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if cfg.BackoffInitial == 0 {
+		cfg.BackoffInitial = DefaultBackoffInitial
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	cfg.BackoffMax = max(cfg.BackoffMax, cfg.BackoffInitial)
+	if cfg.StallTimeout == 0 {
+		cfg.StallTimeout = DefaultStallTimeout
+	}
+	up := &Uploader{cfg: cfg, log: cfg.Logger, verified: map[string]verifiedFile{},
+		ca: credentials.NewCA(cfg.CAFile), backoff: credentials.NewBackoff(cfg.BackoffInitial, cfg.BackoffMax)}
+	if up.log == nil {
+		up.log = slog.New(slog.DiscardHandler)
+	}
+
+	tr := &http.Transport{
+		Proxy:                 nil, // the binding server is in the cluster
+		DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialTLSContext:        up.dialTLS,
+		ResponseHeaderTimeout: responseHeaderTimeout,
+		ExpectContinueTimeout: 2 * time.Second,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true,
+	}
+	var rt http.RoundTripper = tr
+	if cfg.WrapTransport != nil {
+		rt = cfg.WrapTransport(rt)
+	}
+	rt = &tokenTransport{file: cfg.TokenFile, next: rt}
+
+	client, err := minio.New(u.Host, &minio.Options{
+		// Anonymous: requests are not SigV4-signed; the token header is
+		// the authentication (docs/artifacts.md).
+		Creds:        miniocreds.NewStatic("", "", "", miniocreds.SignatureAnonymous),
+		Secure:       true,
+		Transport:    rt,
+		Region:       "us-east-1", // set: no GetBucketLocation request
+		BucketLookup: minio.BucketLookupPath,
+		// The Uploader retries (it must re-read the file to retry a PUT
+		// anyway: the body is a one-pass stream).
+		MaxRetries: 1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("uploader: %w", err)
+	}
+	up.client = client
+	return up, nil
+}
+
+// Key is the object key of a path relative to the artifact directory.
+func (u *Uploader) Key(rel string) string { return u.cfg.JobID + "/" + rel }
+
+// VerifiedBytes is the total size of the files this Uploader has verified,
+// whether it sent them or found them already stored (each verification
+// counts once; a file verified unchanged again does not count again). The
+// manifest is not counted.
+func (u *Uploader) VerifiedBytes() int64 { return u.verifiedBytes.Load() }
+
+// Verified returns what the Uploader knows verified for rel, if its size
+// and mtime are still size and mtime.
+func (u *Uploader) Verified(rel string, size int64, mtime time.Time) (md5hex string, ok bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	v, ok := u.verified[rel]
+	if !ok || v.size != size || !v.mtime.Equal(mtime) {
+		return "", false
+	}
+	return v.md5, true
+}
+
+func (u *Uploader) remember(rel string, size int64, mtime time.Time, sum string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.verified[rel] = verifiedFile{size: size, mtime: mtime, md5: sum}
+}
+
+func (u *Uploader) forget(rel string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	delete(u.verified, rel)
+}

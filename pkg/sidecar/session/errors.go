@@ -1,0 +1,107 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tether-dev/tether/pkg/binding"
+)
+
+// PermanentError is a refusal that retrying cannot fix: the server answered
+// a registration or session upgrade with 400, 401, 403 or 410, closed the
+// session with CloseReplaced, CloseRevoked or CloseFinished, or the token file
+// holds no well-formed token.
+type PermanentError struct {
+	// Op is what was refused: "register", "open session", "session",
+	// "read token".
+	Op string
+	// StatusCode is the HTTP status of a refused request, 0 otherwise.
+	StatusCode int
+	// CloseCode and CloseText are the WebSocket close that ended the
+	// session, 0 and "" otherwise.
+	CloseCode int
+	CloseText string
+	// Response is the server's explanation of an HTTP refusal (nil when the
+	// body was not an ErrorResponse) or, for "read token", a local one.
+	Response *binding.ErrorResponse
+}
+
+func (e *PermanentError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Op)
+	b.WriteString(": ")
+	switch {
+	case e.CloseCode != 0:
+		fmt.Fprintf(&b, "server closed the session with %d (%s)", e.CloseCode, closeCodeMeaning(e.CloseCode))
+		if e.CloseText != "" {
+			fmt.Fprintf(&b, ": %q", e.CloseText)
+		}
+	case e.StatusCode != 0:
+		fmt.Fprintf(&b, "HTTP %d", e.StatusCode)
+		if e.Response != nil {
+			b.WriteString(": " + e.Response.Error())
+		}
+	case e.Response != nil:
+		b.WriteString(e.Response.Error())
+	default:
+		b.WriteString("refused")
+	}
+	return b.String()
+}
+
+// Unwrap returns the server's ErrorResponse, if any.
+func (e *PermanentError) Unwrap() error {
+	if e.Response == nil {
+		return nil
+	}
+	return e.Response
+}
+
+// IsPermanent reports whether err is, or wraps, a *PermanentError.
+func IsPermanent(err error) bool {
+	var pe *PermanentError
+	return errors.As(err, &pe)
+}
+
+func closeCodeMeaning(code int) string {
+	switch code {
+	case binding.CloseReplaced:
+		return "replaced by a newer session of this worker"
+	case binding.CloseRevoked:
+		return "binding revoked: the TrainJob is gone or the token no longer matches it"
+	case binding.CloseFinished:
+		return "binding finished: the job succeeded or failed"
+	case binding.CloseProtocolError:
+		return "protocol error"
+	case binding.CloseHeartbeatTimeout:
+		return "heartbeat timeout"
+	}
+	return "close code " + strconv.Itoa(code)
+}
+
+// retryAfterError is a retryable HTTP refusal; after is the server's
+// Retry-After, 0 if none.
+type retryAfterError struct {
+	op     string
+	status int
+	resp   *binding.ErrorResponse
+	after  time.Duration
+}
+
+func (e *retryAfterError) Error() string {
+	s := fmt.Sprintf("%s: HTTP %d", e.op, e.status)
+	if e.resp != nil {
+		s += ": " + e.resp.Error()
+	}
+	return s
+}
+
+func (e *retryAfterError) Unwrap() error {
+	if e.resp == nil {
+		return nil
+	}
+	return e.resp
+}
