@@ -17,8 +17,8 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // Real node, scenario 3: Pod Security "restricted".
@@ -136,8 +136,8 @@ func restrictedTrainerPod(ns, name, image string, compliant bool) *corev1.Pod {
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-node-0-0-dryrun", Labels: map[string]string{
-			jobconfig.JobSetNameLabel: name, jobconfig.ReplicatedJobNameLabel: "node",
-			jobconfig.JobIndexLabel: "0", jobconfig.CompletionIndexLabel: "0",
+			trainjob.JobSetNameLabel: name, trainjob.ReplicatedJobNameLabel: "node",
+			trainjob.JobIndexLabel: "0", trainjob.CompletionIndexLabel: "0",
 		}},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyOnFailure, Containers: []corev1.Container{trainer}},
 	}
