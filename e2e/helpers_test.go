@@ -185,17 +185,27 @@ func (e *env) injectedPod(t *testing.T, ns, name string, skip types.UID) *corev1
 // eventReasons lists the reasons of the Events about the TrainJob, oldest first.
 func (e *env) eventReasons(t *testing.T, ns, name string) []string {
 	t.Helper()
+	var reasons []string
+	for _, ev := range e.events(t, ns, name) {
+		reasons = append(reasons, ev.Reason)
+	}
+	return reasons
+}
+
+// events lists the Events about the TrainJob.
+func (e *env) events(t *testing.T, ns, name string) []eventsv1.Event {
+	t.Helper()
 	var list eventsv1.EventList
 	if err := e.c.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
-	var reasons []string
-	for _, e := range list.Items {
-		if e.Regarding.Kind == "TrainJob" && e.Regarding.Name == name {
-			reasons = append(reasons, e.Reason)
+	var out []eventsv1.Event
+	for _, ev := range list.Items {
+		if ev.Regarding.Kind == "TrainJob" && ev.Regarding.Name == name {
+			out = append(out, ev)
 		}
 	}
-	return reasons
+	return out
 }
 
 func hasAll(have []string, want ...string) error {

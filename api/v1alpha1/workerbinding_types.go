@@ -206,10 +206,16 @@ type ArtifactsStatus struct {
 	Files int32 `json:"files,omitempty"`
 	// +optional
 	Bytes int64 `json:"bytes,omitempty"`
-	// Missing names up to 10 manifest files that are not stored as listed.
+	// Missing names up to 10 files that are not verified: manifest files
+	// not stored as listed, or files the worker's final flush could not
+	// verify (with no manifest uploaded; LastError says why the first one
+	// failed).
 	// +optional
 	// +kubebuilder:validation:MaxItems=10
 	Missing []string `json:"missing,omitempty"`
+	// MissingCount counts every such file (Missing names at most 10).
+	// +optional
+	MissingCount int32 `json:"missingCount,omitempty"`
 	// UploadedBytes is what the worker reports having had verified so far.
 	// +optional
 	UploadedBytes int64 `json:"uploadedBytes,omitempty"`

@@ -154,6 +154,14 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 		// for it) but takes no new file.
 		rep, err := syncer.Flush(bctx)
 		logFinalReport(log, rep, err)
+		if fin, ok := unverifiedReport(name, rep, err); ok {
+			// Named on the binding: this log ends with the pod.
+			rctx, rcancel := context.WithTimeout(bctx, finishTimeout)
+			if err := client.FinishWith(rctx, fin); err != nil {
+				log.Warn("could not report the unverified artifacts to the server", "error", err)
+			}
+			rcancel()
+		}
 		stopSyncing()
 		cancel()
 		select {
@@ -243,6 +251,20 @@ func logFinalReport(log *slog.Logger, rep *artifacts.Report, err error) {
 	}
 	log.Error("artifacts incomplete: no verified manifest", "verified", len(rep.Verified), "missing", len(rep.Missing),
 		"error", err)
+}
+
+// unverifiedReport is the Finishing payload that names what the final flush
+// left unverified (ok=false when it verified everything).
+func unverifiedReport(reason string, rep *artifacts.Report, flushErr error) (binding.Finishing, bool) {
+	if flushErr == nil || rep == nil || len(rep.Missing) == 0 {
+		return binding.Finishing{}, false
+	}
+	msg := flushErr.Error()
+	if len(rep.Failed) > 0 {
+		msg = rep.Failed[0].Error()
+	}
+	// Session.FinishWith keeps it within the protocol's bounds.
+	return binding.Finishing{Reason: reason, Unverified: rep.Missing, UnverifiedCount: len(rep.Missing), ArtifactError: msg}, true
 }
 
 // bindingEnded reports whether err says the binding is over (finished,

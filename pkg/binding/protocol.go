@@ -210,10 +210,28 @@ type CommandAck struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Finishing says the pod is terminating (SIGTERM).
+// Finishing says the pod is terminating (SIGTERM). The sidecar sends it when
+// the signal arrives and, if its final flush left files unverified, once
+// more after the flush with what it could not verify: the binding then names
+// them (a sidecar log line alone would be lost with the pod).
 type Finishing struct {
 	Reason string `json:"reason,omitempty"`
+	// Unverified names up to MaxReportedUnverified files the final flush
+	// could not verify, in path order; UnverifiedCount counts them all.
+	Unverified      []string `json:"unverified,omitempty"`
+	UnverifiedCount int      `json:"unverifiedCount,omitempty"`
+	// ArtifactError is why the first of them failed and what to do (at
+	// most MaxArtifactErrorLength bytes).
+	ArtifactError string `json:"artifactError,omitempty"`
 }
+
+// MaxReportedUnverified bounds Finishing.Unverified (the WorkerBinding names
+// at most that many missing files), and MaxReportedPathLength each path (an
+// S3 key's limit).
+const (
+	MaxReportedUnverified = 10
+	MaxReportedPathLength = 1024
+)
 
 // ErrMalformedFrame wraps every decoding failure.
 var ErrMalformedFrame = errors.New("malformed frame")
@@ -280,6 +298,20 @@ func DecodeFrame(b []byte) (Frame, error) {
 	case FrameFinishing:
 		if f.Finishing == nil {
 			return bad("finishing frame without finishing payload")
+		}
+		fin := f.Finishing
+		switch {
+		case len(fin.Unverified) > MaxReportedUnverified:
+			return bad("finishing: %d unverified paths, at most %d", len(fin.Unverified), MaxReportedUnverified)
+		case fin.UnverifiedCount < len(fin.Unverified):
+			return bad("finishing: unverifiedCount %d below the %d paths listed", fin.UnverifiedCount, len(fin.Unverified))
+		case len(fin.ArtifactError) > MaxArtifactErrorLength:
+			return bad("finishing: artifactError longer than %d bytes", MaxArtifactErrorLength)
+		}
+		for _, p := range fin.Unverified {
+			if p == "" || len(p) > MaxReportedPathLength {
+				return bad("finishing: unverified path of %d bytes (1..%d)", len(p), MaxReportedPathLength)
+			}
 		}
 	default:
 		return bad("unknown frame type %q", f.Type)

@@ -2,7 +2,9 @@ package lifecycle
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -196,6 +198,32 @@ func ArtifactsIncomplete(st *tetherv1.WorkerBindingStatus, detail string) bool {
 	return advance(st, tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete, "artifacts incomplete: "+detail)
 }
 
+// FlushUnverified records what the worker's final flush could not verify:
+// up to ten paths, how many in all, and why the first failed. A binding with
+// a verified manifest keeps that verdict; one already failed as
+// ArtifactsIncomplete gets its message told again with the files named.
+func FlushUnverified(st *tetherv1.WorkerBindingStatus, paths []string, count int, lastError string) bool {
+	if len(paths) == 0 || ManifestVerified(st) {
+		return false
+	}
+	if st.Artifacts == nil {
+		st.Artifacts = &tetherv1.ArtifactsStatus{}
+	}
+	a := st.Artifacts
+	if a.Manifest != "" {
+		return false // the server's verdict on an uploaded manifest names what it lacks
+	}
+	paths = paths[:min(len(paths), 10)]
+	changed := !slices.Equal(a.Missing, paths) || int(a.MissingCount) != count || a.LastError != lastError
+	a.Missing, a.MissingCount, a.LastError = slices.Clone(paths), int32(count), lastError
+	if st.Phase == tetherv1.PhaseFailed && st.Reason == tetherv1.ReasonArtifactsIncomplete {
+		if msg := "artifacts incomplete: " + MissingArtifacts(st); msg != st.Message {
+			st.Message, changed = msg, true
+		}
+	}
+	return changed
+}
+
 // ManifestVerified reports whether the server verified the job's manifest.
 func ManifestVerified(st *tetherv1.WorkerBindingStatus) bool {
 	return st.Artifacts != nil && st.Artifacts.ManifestVerified
@@ -204,6 +232,14 @@ func ManifestVerified(st *tetherv1.WorkerBindingStatus) bool {
 // MissingArtifacts describes what keeps the manifest from being verified.
 func MissingArtifacts(st *tetherv1.WorkerBindingStatus) string {
 	switch a := st.Artifacts; {
+	case a != nil && a.Manifest == "" && len(a.Missing) > 0:
+		shown := a.Missing[:min(len(a.Missing), 3)]
+		more := ""
+		if n := int(a.MissingCount) - len(shown); n > 0 {
+			more = fmt.Sprintf(" and %d more", n)
+		}
+		return fmt.Sprintf("no manifest was uploaded: the worker's final flush could not verify %d file(s), %s%s; first error: %s",
+			max(int(a.MissingCount), len(a.Missing)), strings.Join(shown, ", "), more, a.LastError)
 	case a == nil || a.Manifest == "":
 		return "no manifest was uploaded"
 	case len(a.Missing) > 0:

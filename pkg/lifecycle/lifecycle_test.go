@@ -213,3 +213,43 @@ func TestAManifestDoesNotOutliveItsAttempt(t *testing.T) {
 		t.Fatalf("attempt 2 exit 0 before its manifest: %s/%s, want Finishing/AwaitingArtifacts", st.Phase, st.Reason)
 	}
 }
+
+func TestFlushUnverifiedNamesTheFiles(t *testing.T) {
+	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
+	Registered(st, pod("a"), t0)
+	Heartbeat(st, t0, 1, nil)
+	Finishing(st, "SIGTERM")
+	paths := []string{"checkpoints/a.pt", "checkpoints/b.pt"}
+	why := `"checkpoints/a.pt": not verified: open: permission denied (mode 0600, owner uid 0 gid 0; the sidecar runs as uid 65532, gid 65532)`
+	if !FlushUnverified(st, paths, 12, why) {
+		t.Fatal("reported no change")
+	}
+	if FlushUnverified(st, paths, 12, why) {
+		t.Error("the same report twice reported a change")
+	}
+	a := st.Artifacts
+	if len(a.Missing) != 2 || a.MissingCount != 12 || a.LastError != why {
+		t.Fatalf("artifacts %+v", a)
+	}
+	TrainerExited(st, 0)
+	ArtifactsIncomplete(st, MissingArtifacts(st))
+	for _, want := range []string{"12 file(s)", "checkpoints/a.pt, checkpoints/b.pt", "and 10 more", "permission denied"} {
+		if !strings.Contains(st.Message, want) {
+			t.Errorf("message %q lacks %q", st.Message, want)
+		}
+	}
+	// A report that lands after the verdict tells the verdict again.
+	st2 := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
+	Registered(st2, pod("b"), t0)
+	TrainerExited(st2, 0)
+	ArtifactsIncomplete(st2, MissingArtifacts(st2))
+	if !FlushUnverified(st2, paths[:1], 1, why) || !strings.Contains(st2.Message, "checkpoints/a.pt") {
+		t.Errorf("late report: message %q", st2.Message)
+	}
+	// A verified manifest is never overruled by a worker's report.
+	st3 := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhaseRunning,
+		Artifacts: &tetherv1.ArtifactsStatus{Manifest: "j/manifest.json", ManifestVerified: true}}
+	if FlushUnverified(st3, paths, 2, why) || len(st3.Artifacts.Missing) != 0 {
+		t.Errorf("a verified manifest was changed: %+v", st3.Artifacts)
+	}
+}

@@ -224,8 +224,10 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 			}
 			sess.push(binding.Frame{Type: binding.FrameAck, Ack: &binding.Ack{Seq: hb.Seq, ServerTime: s.opts.Now(), Phase: phase}})
 		case binding.FrameFinishing:
+			fin := f.Finishing
 			if _, err := s.updateStatus(ctx, sess.key, func(st *tetherv1.WorkerBindingStatus) bool {
-				return lifecycle.Finishing(st, f.Finishing.Reason)
+				finishing := lifecycle.Finishing(st, fin.Reason)
+				return lifecycle.FlushUnverified(st, fin.Unverified, fin.UnverifiedCount, fin.ArtifactError) || finishing
 			}); err != nil {
 				sess.log.Error(err, "recording Finishing")
 			}

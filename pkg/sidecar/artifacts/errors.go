@@ -50,7 +50,7 @@ func classify(err error, stall time.Duration) (transient bool, hint string) {
 		return false, tl.hint()
 	case errors.As(err, &le):
 		if errors.Is(err, fs.ErrPermission) {
-			return false, "the sidecar cannot read it: make it readable by others (e.g. umask 022 in the trainer)"
+			return false, "the sidecar cannot read it: have the trainer write it readable by others (umask 022), or by a group the sidecar is in (the pod's securityContext.fsGroup, with umask 027)"
 		}
 		return false, ""
 	case errors.As(err, &te):

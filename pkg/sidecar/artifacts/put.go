@@ -80,6 +80,9 @@ func openRegular(root *os.Root, rel string) (*os.File, fs.FileInfo, error) {
 	}
 	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			err = fmt.Errorf("%w (%s)", err, permissionDetail(lst))
+		}
 		return nil, nil, &localError{err}
 	}
 	st, err := f.Stat()

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 
@@ -917,5 +919,27 @@ func TestPermanentErrorMessages(t *testing.T) {
 		if got := tc.err.Error(); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)
 		}
+	}
+}
+
+func TestFinishWithKeepsTheReportWithinBounds(t *testing.T) {
+	s := newStubServer(t)
+	c := newTestClient(t, s, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	paths := []string{"", strings.Repeat("p", binding.MaxReportedPathLength+1)}
+	for i := range 20 {
+		paths = append(paths, fmt.Sprintf("checkpoints/%02d.pt", i))
+	}
+	long := strings.Repeat("é", binding.MaxArtifactErrorLength) // 2 bytes a rune
+	if err := c.FinishWith(ctx, binding.Finishing{Reason: "SIGTERM", Unverified: paths, UnverifiedCount: 22, ArtifactError: long}); err != nil {
+		t.Fatal(err)
+	}
+	f := waitEvent(t, s, binding.FrameFinishing).Finishing
+	if len(f.Unverified) != binding.MaxReportedUnverified || f.Unverified[0] != "checkpoints/00.pt" || f.UnverifiedCount != 22 {
+		t.Errorf("unverified %v (count %d): want the first %d valid paths and the whole count", f.Unverified, f.UnverifiedCount, binding.MaxReportedUnverified)
+	}
+	if len(f.ArtifactError) > binding.MaxArtifactErrorLength || !utf8.ValidString(f.ArtifactError) {
+		t.Errorf("artifactError of %d bytes (valid UTF-8 %v)", len(f.ArtifactError), utf8.ValidString(f.ArtifactError))
 	}
 }

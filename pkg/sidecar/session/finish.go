@@ -20,7 +20,24 @@ import (
 // replaces any the server still holds for this worker, so call Finish when
 // shutting down, right before cancelling Run.
 func (c *Client) Finish(ctx context.Context, reason string) error {
-	f := binding.Frame{Type: binding.FrameFinishing, Finishing: &binding.Finishing{Reason: reason}}
+	return c.FinishWith(ctx, binding.Finishing{Reason: reason})
+}
+
+// FinishWith is Finish with a whole Finishing payload: the final flush's
+// unverified files, sent after the flush. It keeps the payload within the
+// protocol's bounds (the first MaxReportedUnverified paths that fit, the
+// error cut at MaxArtifactErrorLength).
+func (c *Client) FinishWith(ctx context.Context, fin binding.Finishing) error {
+	var paths []string
+	for _, p := range fin.Unverified {
+		if len(paths) < binding.MaxReportedUnverified && p != "" && len(p) <= binding.MaxReportedPathLength {
+			paths = append(paths, p)
+		}
+	}
+	fin.Unverified = paths
+	fin.UnverifiedCount = max(fin.UnverifiedCount, len(paths))
+	fin.ArtifactError = truncateUTF8(fin.ArtifactError, binding.MaxArtifactErrorLength)
+	f := binding.Frame{Type: binding.FrameFinishing, Finishing: &fin}
 	if s := c.currentSession(); s != nil {
 		err := s.send(ctx, f)
 		if err == nil || ctx.Err() != nil {
