@@ -85,12 +85,29 @@ type WorkerBindingSpec struct {
 	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
 	TokenSHA256 string `json:"tokenSHA256"`
 
+	// PreviousToken is the token the last reissue replaced, still accepted
+	// until its ValidUntil: the kubelet updates a running pod's Secret
+	// volume only on its next sync of the pod (about a minute by default),
+	// and until then the sidecar holds the old token. Cleared once expired.
+	// +optional
+	PreviousToken *PreviousToken `json:"previousToken,omitempty"`
+
 	// Settings are the job's settings that matter after admission, recorded
 	// from the TrainJob's annotations when they are first valid (normally at
 	// creation): the controller and the binding server read them here rather
 	// than parsing the TrainJob again.
 	// +optional
 	Settings WorkerBindingSettings `json:"settings,omitempty"`
+}
+
+// PreviousToken is a replaced token's hash and how long it stays valid.
+type PreviousToken struct {
+	// SHA256 is the lowercase hex SHA-256 of the replaced token.
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	SHA256 string `json:"sha256"`
+	// ValidUntil is when the binding server stops accepting it and closes
+	// the sessions it opened.
+	ValidUntil metav1.Time `json:"validUntil"`
 }
 
 // WorkerBindingSettings are a bound job's recorded settings. Empty fields

@@ -55,6 +55,10 @@ const (
 	CloseFinished = 4004
 	// CloseHeartbeatTimeout: nothing was read within the read deadline.
 	CloseHeartbeatTimeout = 4005
+	// CloseTokenExpired: the token the session was opened with was
+	// replaced and its overlap has ended; the worker reconnects with the
+	// token file's current token (the kubelet has updated it by then).
+	CloseTokenExpired = 4006
 )
 
 // Error codes in an ErrorResponse (HTTP) and in close reasons.

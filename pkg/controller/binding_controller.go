@@ -60,8 +60,19 @@ type BindingReconciler struct {
 	// Pending settles uploads that would have replaced an earlier object:
 	// promoted when the binding succeeds, dropped when it fails (nil: off).
 	Pending PendingArtifacts
+	// TokenOverlap is how long a reissued token's predecessor stays valid:
+	// running pods hold the old token until the kubelet refreshes their
+	// Secret volume (its pod sync, about a minute by default). 0: none.
+	TokenOverlap time.Duration
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+}
+
+func (r *BindingReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
 }
 
 // SetupWithManager registers the reconciler, its index and its watches.
@@ -187,6 +198,7 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		r.normal(tj, lifecycle.ReasonBound, "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
 	default:
 		rehashed := wb.Spec.TokenSHA256 != hash
+		expired := wb.Spec.PreviousToken != nil && !r.now().Before(wb.Spec.PreviousToken.ValidUntil.Time)
 		recorded := false
 		if !lifecycle.SettingsRecorded(&wb.Spec) {
 			// A binding of an older release, or whose settings were invalid so far.
@@ -194,15 +206,23 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 				wb.Spec.Settings, recorded = s, true
 			}
 		}
-		if !rehashed && !recorded {
+		if !rehashed && !recorded && !expired {
 			break
+		}
+		switch {
+		case rehashed && wb.Spec.TokenSHA256 != "" && r.TokenOverlap > 0:
+			wb.Spec.PreviousToken = &tetherv1.PreviousToken{SHA256: wb.Spec.TokenSHA256,
+				ValidUntil: metav1.NewTime(r.now().Add(r.TokenOverlap))}
+		case rehashed, expired:
+			wb.Spec.PreviousToken = nil
 		}
 		wb.Spec.TokenSHA256 = hash
 		if err := r.Client.Update(ctx, wb); err != nil {
 			return ctrl.Result{}, err
 		}
 		if issue && rehashed {
-			r.warn(tj, lifecycle.ReasonTokenReissued, "token Secret %s was missing or malformed and was issued anew; running sidecars must restart to pick it up", wb.Spec.TokenSecretName)
+			r.warn(tj, lifecycle.ReasonTokenReissued, "token Secret %s was missing or malformed and was issued anew; the previous token stays valid for %s, while the kubelet updates the running pod's token volume",
+				wb.Spec.TokenSecretName, r.TokenOverlap)
 		}
 	}
 	if err := r.writeSecret(ctx, tj, secret, token, ca); err != nil {
@@ -210,6 +230,12 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	requeue, err := r.updateStatus(ctx, tj, wb)
+	if p := wb.Spec.PreviousToken; p != nil && err == nil {
+		// Back when the previous token expires, to clear it.
+		if until := p.ValidUntil.Sub(r.now()) + time.Second; requeue == 0 || until < requeue {
+			requeue = max(until, time.Second)
+		}
+	}
 	return ctrl.Result{RequeueAfter: requeue}, err
 }
 
@@ -306,10 +332,7 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 	if cond.Reason == tetherv1.ReasonPodsNotInjected && (prev == nil || prev.Message != cond.Message) {
 		r.warn(tj, tetherv1.ReasonPodsNotInjected, "%s", cond.Message)
 	}
-	now := time.Now()
-	if r.Now != nil {
-		now = r.Now()
-	}
+	now := r.now()
 	requeue := r.observe(tj, wb, pods, now)
 	// Whoever made the binding final (this controller, or the binding
 	// server on a verified manifest), its pending artifacts are settled here.

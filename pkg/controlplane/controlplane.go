@@ -207,6 +207,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		StatusInterval:   opts.StatusInterval,
 		MissedHeartbeats: opts.MissedHeartbeats,
 		ArtifactGrace:    opts.ArtifactGrace,
+		TokenOverlap:     opts.TokenOverlap,
 		Pending:          artifacts,
 		Logs:             &controller.LogArchiver{Source: logSource, Store: backend, MaxBytes: opts.LogCapBytes},
 	}).SetupWithManager(mgr); err != nil {

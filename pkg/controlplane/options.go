@@ -50,6 +50,8 @@ type Options struct {
 	MissedHeartbeats int
 	// ArtifactGrace: see controller.BindingReconciler.ArtifactGrace.
 	ArtifactGrace time.Duration
+	// TokenOverlap: see controller.BindingReconciler.TokenOverlap.
+	TokenOverlap time.Duration
 
 	// Artifact storage (docs/artifacts.md): ArtifactBackend is "fs" (a
 	// directory, the embedded default) or "s3" (a bucket).
@@ -84,6 +86,7 @@ func DefaultOptions() Options {
 		StatusInterval:   30 * time.Second,
 		MissedHeartbeats: 3,
 		ArtifactGrace:    10 * time.Second,
+		TokenOverlap:     2 * time.Minute,
 		ArtifactBackend:  "fs",
 		ArtifactDir:      "/var/lib/tether/artifacts",
 		LogCapBytes:      10 << 20,
@@ -115,6 +118,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.BindingAddr, "binding-bind-address", o.BindingAddr, "address of the binding server (HTTPS, same certificate as the webhooks)")
 	fs.DurationVar(&o.StatusInterval, "status-interval", o.StatusInterval, "at most one heartbeat-only WorkerBinding status write per binding per interval (transitions are written at once)")
 	fs.IntVar(&o.MissedHeartbeats, "missed-heartbeats", o.MissedHeartbeats, "heartbeat intervals without a heartbeat before a worker is HeartbeatLost")
+	fs.DurationVar(&o.TokenOverlap, "token-overlap", o.TokenOverlap, "after a token Secret is reissued, how long the previous token stays valid: the kubelet updates a running pod's token volume on its next pod sync (its syncFrequency, 1m by default); 0 ends it at once")
 	fs.DurationVar(&o.ArtifactGrace, "artifact-grace", o.ArtifactGrace, "after a trainer pod ends, how long to wait for its artifact manifest before the binding fails as ArtifactsIncomplete")
 	fs.StringVar(&o.ArtifactBackend, "artifact-backend", o.ArtifactBackend, "where artifacts are stored: fs (a directory; one replica or a shared volume) or s3 (a bucket)")
 	fs.StringVar(&o.ArtifactDir, "artifact-dir", o.ArtifactDir, "directory of the fs artifact backend")
@@ -154,6 +158,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--status-interval=%s: must be at least 1s", o.StatusInterval)
 	case o.MissedHeartbeats < 1:
 		return fmt.Errorf("--missed-heartbeats=%d: must be at least 1", o.MissedHeartbeats)
+	case o.TokenOverlap < 0 || o.TokenOverlap > time.Hour:
+		return fmt.Errorf("--token-overlap=%s: must be between 0 and 1h (a replaced token must die soon)", o.TokenOverlap)
 	}
 	return nil
 }

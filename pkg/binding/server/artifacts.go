@@ -40,7 +40,7 @@ func (s *Server) authorizeArtifacts(ctx context.Context, token binding.Token) (s
 	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
 		return store.Job{}, err
 	}
-	wb := findByHash(list.Items, hash)
+	wb := findByHash(list.Items, hash, s.opts.Now())
 	if wb == nil || wb.DeletionTimestamp != nil {
 		s.metrics.refusals.WithLabelValues("artifact_unknown_token").Inc()
 		return store.Job{}, store.Unauthorized("no binding holds this token (the TrainJob was deleted or its token reissued)")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,11 +54,12 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, namespace st
 	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
 		return nil, refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "looking up the binding: %v", err)
 	}
-	wb := findByHash(list.Items, hash)
+	now := s.opts.Now()
+	wb := findByHash(list.Items, hash, now)
 	if wb == nil && s.live != nil && namespace != "" {
 		var live tetherv1.WorkerBindingList
 		if err := s.live.List(ctx, &live, client.InNamespace(namespace)); err == nil {
-			wb = findByHash(live.Items, hash)
+			wb = findByHash(live.Items, hash, now)
 		}
 	}
 	switch {
@@ -73,14 +75,25 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, namespace st
 	return wb, nil
 }
 
-func findByHash(items []tetherv1.WorkerBinding, hash string) *tetherv1.WorkerBinding {
+func findByHash(items []tetherv1.WorkerBinding, hash string, now time.Time) *tetherv1.WorkerBinding {
 	var found *tetherv1.WorkerBinding
 	for i := range items {
-		if subtle.ConstantTimeCompare([]byte(items[i].Spec.TokenSHA256), []byte(hash)) == 1 {
+		if tokenAccepted(&items[i], hash, now) {
 			found = &items[i]
 		}
 	}
 	return found
+}
+
+// tokenAccepted reports whether the token hashing to hash is good for wb at
+// now: its current token, or the one its last reissue replaced while that
+// overlap lasts. Hashes are compared in constant time.
+func tokenAccepted(wb *tetherv1.WorkerBinding, hash string, now time.Time) bool {
+	if subtle.ConstantTimeCompare([]byte(wb.Spec.TokenSHA256), []byte(hash)) == 1 {
+		return true
+	}
+	p := wb.Spec.PreviousToken
+	return p != nil && now.Before(p.ValidUntil.Time) && subtle.ConstantTimeCompare([]byte(p.SHA256), []byte(hash)) == 1
 }
 
 // checkIdentity refuses a request whose claimed job, worker or pod is not the

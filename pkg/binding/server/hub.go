@@ -140,6 +140,8 @@ func closeCodeName(code int) string {
 		return "finished"
 	case binding.CloseHeartbeatTimeout:
 		return "heartbeat_timeout"
+	case binding.CloseTokenExpired:
+		return "token_expired"
 	case websocket.CloseGoingAway:
 		return "going_away"
 	case websocket.CloseMessageTooBig:

@@ -15,7 +15,8 @@ import (
 const livenessPeriod = time.Second
 
 // watchLiveness checks, every livenessPeriod, each worker this replica knows:
-// a binding that was deleted or finished closes its session; a worker whose
+// a binding that was deleted or finished closes its session, and so does a
+// session opened with a token the binding no longer accepts; a worker whose
 // session ended and who has not come back within the missed-heartbeat budget
 // is HeartbeatLost; a pending command is pushed.
 //
@@ -50,6 +51,11 @@ func (s *Server) watchLiveness(ctx context.Context) {
 				continue
 			}
 			if st.connected {
+				if !tokenAccepted(wb, st.session.tokenHash, now) {
+					st.session.close(binding.CloseTokenExpired, "token reissued and the previous one's overlap is over: reconnect with the current token")
+					s.metrics.refusals.WithLabelValues("token_expired").Inc()
+					continue
+				}
 				s.pushPendingCommand(ctx, st.key, wb)
 				continue
 			}

@@ -23,12 +23,17 @@ import (
 	"github.com/tether-dev/tether/pkg/binding"
 )
 
-// TokenHashIndex indexes WorkerBindings by spec.tokenSHA256.
+// TokenHashIndex indexes WorkerBindings by the hashes of the tokens they
+// hold: spec.tokenSHA256 and, while it lasts, spec.previousToken.sha256.
 const TokenHashIndex = "spec.tokenSHA256"
 
 // IndexTokenHash is the indexer function for TokenHashIndex.
 func IndexTokenHash(o client.Object) []string {
-	return []string{o.(*tetherv1.WorkerBinding).Spec.TokenSHA256}
+	wb := o.(*tetherv1.WorkerBinding)
+	if p := wb.Spec.PreviousToken; p != nil {
+		return []string{wb.Spec.TokenSHA256, p.SHA256}
+	}
+	return []string{wb.Spec.TokenSHA256}
 }
 
 // Options configure a Server.

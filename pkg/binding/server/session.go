@@ -27,8 +27,12 @@ const writeWait = 10 * time.Second
 type session struct {
 	key  types.NamespacedName
 	conn *websocket.Conn
-	log  logr.Logger
-	send chan binding.Frame
+	// tokenHash is the hash of the token the session was opened with: once
+	// the binding no longer accepts it (reissued, overlap over), the
+	// liveness check closes the session with CloseTokenExpired.
+	tokenHash string
+	log       logr.Logger
+	send      chan binding.Frame
 
 	closeOnce sync.Once
 	closing   chan closeRequest
@@ -97,7 +101,8 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	}
 	key := types.NamespacedName{Namespace: wb.Namespace, Name: wb.Name}
 	interval := heartbeatInterval(wb)
-	sess := &session{key: key, conn: conn, log: s.log.WithValues("binding", key.String(), "pod", pod.Name),
+	token, _ := binding.TokenFromHeader(r.Header) // authenticate parsed it already
+	sess := &session{key: key, conn: conn, tokenHash: token.Hash(), log: s.log.WithValues("binding", key.String(), "pod", pod.Name),
 		send: make(chan binding.Frame, 16), closing: make(chan closeRequest, 1), done: make(chan struct{})}
 	st, old := s.hub.attach(key, sess, func() *workerState {
 		return &workerState{namespace: wb.Namespace, trainJob: wb.Spec.TrainJobName, lastSeq: uint64(wb.Status.LastSeq),
@@ -261,6 +266,11 @@ func (s *Server) readError(ctx context.Context, sess *session, err error) int {
 		s.markLost(ctx, sess.key, "no heartbeat within the read deadline")
 		return binding.CloseHeartbeatTimeout
 	default:
+		if code := sess.closedWith(); code != 0 {
+			// Our own close ended the connection before the peer echoed it:
+			// the session ended for that reason, not a lost connection.
+			return code
+		}
 		return websocket.CloseAbnormalClosure
 	}
 }

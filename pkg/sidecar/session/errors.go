@@ -78,6 +78,8 @@ func closeCodeMeaning(code int) string {
 		return "protocol error"
 	case binding.CloseHeartbeatTimeout:
 		return "heartbeat timeout"
+	case binding.CloseTokenExpired:
+		return "token reissued: reconnecting with the token file's current token"
 	}
 	return "close code " + strconv.Itoa(code)
 }

@@ -6,12 +6,16 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/pkg/controlplane"
 )
+
+const tokenOverlap = 5 * time.Second
 
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunSuite(m, &env, testenv.Options{}))
+	// A short token overlap, so the reissue test sees it end.
+	os.Exit(testenv.RunSuite(m, &env, testenv.Options{ControlPlane: func(o *controlplane.Options) { o.TokenOverlap = tokenOverlap }}))
 }
 
 func eventually(t *testing.T, timeout time.Duration, check func() error) {

@@ -1,0 +1,112 @@
+package binding
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+// TestReissuedTokenOverlap deletes a running job's token Secret. The
+// controller issues a new token; the old one keeps working for the overlap
+// (the kubelet has not updated the pod's token volume yet), then is refused,
+// and the session opened with it is closed with CloseTokenExpired; the
+// worker, whose token file now holds the new token, reconnects and goes on
+// heartbeating without a gap in its phase.
+func TestReissuedTokenOverlap(t *testing.T) {
+	ctx := context.Background()
+	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	_, _, done := runningClient(t, j.clientConfig())
+	j.waitPhase(t, tetherv1.PhaseRunning, "")
+	oldPeer := newRawPeer(t, j)
+	oldHash := binding.Token(oldPeer.token).Hash()
+
+	key := types.NamespacedName{Namespace: j.ns, Name: binding.TokenSecretName(j.name)}
+	secret := &corev1.Secret{}
+	if err := env.Client.Get(ctx, key, secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	reissued := time.Now()
+	var newToken []byte
+	eventually(t, 15*time.Second, func() error {
+		s := &corev1.Secret{}
+		if err := env.Client.Get(ctx, key, s); err != nil {
+			return err
+		}
+		if string(s.Data[binding.TokenKey]) == oldPeer.token {
+			return fmt.Errorf("token not reissued yet")
+		}
+		newToken = s.Data[binding.TokenKey]
+		return nil
+	})
+	wb := j.binding(t)
+	p := wb.Spec.PreviousToken
+	if p == nil || p.SHA256 != oldHash || wb.Spec.TokenSHA256 == oldHash {
+		t.Fatalf("binding spec after reissue: token %s previous %+v; want the old hash %s as previous", wb.Spec.TokenSHA256, p, oldHash)
+	}
+	if d := p.ValidUntil.Sub(reissued); d < tokenOverlap-2*time.Second || d > tokenOverlap+2*time.Second {
+		t.Errorf("previous token valid until %s, %s after the reissue; want about %s", p.ValidUntil, d, tokenOverlap)
+	}
+	waitForEvent(t, j, "TokenReissued")
+
+	// During the overlap the old token still works.
+	if code, e := oldPeer.register(oldPeer.headers(), oldPeer.registerBody()); code != http.StatusOK {
+		t.Fatalf("register with the previous token during the overlap: %d %+v", code, e)
+	}
+	// The kubelet updates the pod's token volume.
+	if err := os.WriteFile(j.tokenFile, newToken, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// After it, the old token is refused and its session closed; the worker
+	// reconnects with the new token and keeps heartbeating.
+	time.Sleep(time.Until(p.ValidUntil.Time) + 500*time.Millisecond)
+	eventually(t, 10*time.Second, func() error {
+		if code, _ := oldPeer.register(oldPeer.headers(), oldPeer.registerBody()); code != http.StatusUnauthorized {
+			return fmt.Errorf("register with the expired previous token: %d, want 401", code)
+		}
+		return nil
+	})
+	eventually(t, 15*time.Second, func() error {
+		if counter(t, `tether_binding_sessions_closed_total{reason="token_expired"}`) < 1 {
+			select {
+			case err := <-done:
+				t.Fatalf("the worker stopped: %v", err)
+			default:
+			}
+			return fmt.Errorf("no session closed as token_expired yet (sessions closed: %v; binding spec %+v)", metrics(t, "tether_binding_sessions_closed_total"), j.binding(t).Spec)
+		}
+		return nil
+	})
+	expiredAt := time.Now()
+	eventually(t, 15*time.Second, func() error {
+		wb := j.binding(t)
+		if wb.Status.Phase != tetherv1.PhaseRunning {
+			return fmt.Errorf("phase %s/%s", wb.Status.Phase, wb.Status.Reason)
+		}
+		if hb := wb.Status.LastHeartbeatTime; hb == nil || !hb.Time.After(expiredAt) {
+			return fmt.Errorf("no heartbeat since the old token expired (last %v)", hb)
+		}
+		if wb.Spec.PreviousToken != nil {
+			return fmt.Errorf("the expired previous token is still on the binding: %+v", wb.Spec.PreviousToken)
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the worker stopped instead of reconnecting with the new token: %v", err)
+	default:
+	}
+}
