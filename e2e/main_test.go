@@ -32,8 +32,10 @@ var timings struct {
 }
 
 // controlPlaneArgs make the control plane's clocks short enough for a test:
-// status written at most every 2s, a missing manifest reported after 20s.
-var controlPlaneArgs = []string{"--status-interval=2s", "--artifact-grace=20s", "--missed-heartbeats=3"}
+// status written at most every 2s, a missing manifest reported after 20s, a
+// reissued token's predecessor valid 30s (the real node's kubelet refreshes
+// Secret volumes every 10s, its syncFrequency).
+var controlPlaneArgs = []string{"--status-interval=2s", "--artifact-grace=20s", "--missed-heartbeats=3", "--token-overlap=30s"}
 
 // sidecarEnv shortens the sidecar's optional sync settings (not what the
 // webhook injects) so checkpoints upload within a second or two.

@@ -542,3 +542,11 @@ func (c *Cluster) installRealNodeRuntime(ctx context.Context) error {
 func (c *Cluster) buildNodeInit() error {
 	return goBuild(filepath.Join(c.Dir, "bin"), "./internal/localcluster/node-init")
 }
+
+// InNode is path p as the node's own processes see it: the kubelet's Secret
+// and projected volumes are tmpfs mounts inside the node's private mount
+// namespace, invisible at the same path on the host; /proc/<pid>/root of
+// node-init reaches them.
+func (n *RealNode) InNode(p string) string {
+	return filepath.Join("/proc", strconv.Itoa(n.init.PID()), "root", p)
+}
