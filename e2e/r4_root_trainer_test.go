@@ -37,12 +37,7 @@ func TestRealNode4RootTrainerFileModes(t *testing.T) {
 	pod := suite.waitRunningOnRealNode(t, suite.injectedPod(t, ns, name, ""))
 
 	wb := suite.waitBinding(t, ns, name, 120*time.Second, "final: artifacts incomplete", phaseIs(tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete))
-	pod = suite.waitPod(t, ns, pod.Name, 60*time.Second, "pod Succeeded", func(p *corev1.Pod) error {
-		if p.Status.Phase != corev1.PodSucceeded {
-			return fmt.Errorf("phase %s", p.Status.Phase)
-		}
-		return nil
-	})
+	pod = suite.waitPodSucceeded(t, pod)
 	trainerLog := suite.podLog(t, pod, "node", false)
 	if !strings.Contains(trainerLog, "trainer-standin: uid 0 gid 0") {
 		t.Fatalf("the trainer did not run as root: %s", trainerLog)

@@ -98,16 +98,8 @@ func TestRealNode5SidecarKilled(t *testing.T) {
 	}
 
 	wb := suite.waitBinding(t, ns, name, 120*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
-	pod = suite.waitPod(t, ns, pod.Name, 60*time.Second, "pod Succeeded", func(p *corev1.Pod) error {
-		if p.Status.Phase != corev1.PodSucceeded {
-			return fmt.Errorf("phase %s", p.Status.Phase)
-		}
-		return nil
-	})
-	files := standinFiles(suite.podLog(t, pod, "node", false))
-	if err := sameAsStored(files, suite.stored(t, jobID)); err != nil {
-		t.Fatalf("after the sidecar restart: %v", err)
-	}
+	pod = suite.waitPodSucceeded(t, pod)
+	files := suite.expectStoredAsTrainerLeft(t, pod, jobID)
 	if int(wb.Status.Artifacts.Files) != len(files) || !wb.Status.Artifacts.ManifestVerified {
 		t.Fatalf("artifacts %+v, the trainer left %d files", wb.Status.Artifacts, len(files))
 	}

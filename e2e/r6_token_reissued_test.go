@@ -117,15 +117,10 @@ func TestRealNode6TokenReissued(t *testing.T) {
 	})
 
 	wb = suite.waitBinding(t, ns, name, 120*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
-	pod = suite.waitPod(t, ns, pod.Name, 60*time.Second, "pod Succeeded", func(p *corev1.Pod) error {
-		if p.Status.Phase != corev1.PodSucceeded {
-			return fmt.Errorf("phase %s", p.Status.Phase)
-		}
-		return nil
-	})
-	files := standinFiles(suite.podLog(t, pod, "node", false))
-	if err := sameAsStored(files, suite.stored(t, jobID)); err != nil {
-		t.Fatal(err)
+	pod = suite.waitPodSucceeded(t, pod)
+	files := suite.expectStoredAsTrainerLeft(t, pod, jobID)
+	if a := wb.Status.Artifacts; !a.ManifestVerified || int(a.Files) != len(files) {
+		t.Errorf("manifest %+v, the trainer left %d files", a, len(files))
 	}
 	if s := containerStatus(pod, mutate.SidecarName); s.RestartCount != 0 {
 		t.Errorf("the sidecar restarted %d times; a reissued token must not need a restart", s.RestartCount)

@@ -209,3 +209,30 @@ func (e *env) persistentArtifacts(t *testing.T, ns, name string) (trainer.PodSpe
 		Containers: []trainer.ContainerPatch{{Name: "node", VolumeMounts: []corev1.VolumeMount{{Name: "checkpoints", MountPath: jobconfig.DefaultArtifactPath}}}},
 	}, dir
 }
+
+// waitPodSucceeded waits until the pod's phase is Succeeded.
+func (e *env) waitPodSucceeded(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	return e.waitPod(t, pod.Namespace, pod.Name, 60*time.Second, "pod Succeeded", func(p *corev1.Pod) error {
+		if p.Status.Phase != corev1.PodSucceeded {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return nil
+	})
+}
+
+// expectStoredAsTrainerLeft reads the stand-in's closing file list from its
+// log (through the kubelet) and checks that exactly those files are stored,
+// each with its MD5; it returns the list.
+func (e *env) expectStoredAsTrainerLeft(t *testing.T, pod *corev1.Pod, jobID string) map[string]string {
+	t.Helper()
+	log := e.podLog(t, pod, "node", false)
+	files := standinFiles(log)
+	if len(files) == 0 {
+		t.Fatalf("no file list in the trainer's log:\n%s", log)
+	}
+	if err := sameAsStored(files, e.stored(t, jobID)); err != nil {
+		t.Fatalf("stored artifacts differ from the trainer's files: %v", err)
+	}
+	return files
+}
