@@ -182,16 +182,6 @@ func (n *RealNode) prepare() (*nodespec.Spec, error) {
 			return nil, err
 		}
 	}
-	// Pods' files: the kubelet's root must be traversable by a container's
-	// non-root user (emptyDir and Secret volumes live below it).
-	for _, d := range []string{n.Dir, dirs["kubelet"], filepath.Dir(dirs["containerd/root"])} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	if err := os.Chmod(c.Dir, 0o755); err != nil {
-		return nil, err
-	}
 	if err := c.CA.writeCert(dirs["pki"], "kubelet", certRequest{commonName: RealNodeName,
 		ips: []net.IP{net.ParseIP("127.0.0.1")}, dnsNames: []string{"localhost"}, usage: x509.ExtKeyUsageServerAuth}); err != nil {
 		return nil, err
