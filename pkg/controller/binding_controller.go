@@ -221,8 +221,11 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, err
 		}
 		if issue && rehashed {
-			r.warn(tj, lifecycle.ReasonTokenReissued, "token Secret %s was missing or malformed and was issued anew; the previous token stays valid for %s, while the kubelet updates the running pod's token volume",
-				wb.Spec.TokenSecretName, r.TokenOverlap)
+			overlap := "the previous token is refused from now on (--token-overlap=0)"
+			if wb.Spec.PreviousToken != nil {
+				overlap = "the previous token stays valid for " + r.TokenOverlap.String() + ", while the kubelet updates the running pod's token volume"
+			}
+			r.warn(tj, lifecycle.ReasonTokenReissued, "token Secret %s was missing or malformed and was issued anew; %s", wb.Spec.TokenSecretName, overlap)
 		}
 	}
 	if err := r.writeSecret(ctx, tj, secret, token, ca); err != nil {

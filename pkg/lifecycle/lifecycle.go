@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
 )
 
 // rank orders the phases of one attempt; a transition may only go up.
@@ -213,7 +214,7 @@ func FlushUnverified(st *tetherv1.WorkerBindingStatus, paths []string, count int
 	if a.Manifest != "" {
 		return false // the server's verdict on an uploaded manifest names what it lacks
 	}
-	paths = paths[:min(len(paths), 10)]
+	paths = paths[:min(len(paths), binding.MaxReportedUnverified)]
 	changed := !slices.Equal(a.Missing, paths) || int(a.MissingCount) != count || a.LastError != lastError
 	a.Missing, a.MissingCount, a.LastError = slices.Clone(paths), int32(count), lastError
 	if st.Phase == tetherv1.PhaseFailed && st.Reason == tetherv1.ReasonArtifactsIncomplete {
