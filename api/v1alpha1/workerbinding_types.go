@@ -57,6 +57,26 @@ const (
 	ReasonCancelled           = "Cancelled"
 	ReasonArtifactsIncomplete = "ArtifactsIncomplete"
 	ReasonAwaitingArtifacts   = "AwaitingArtifacts"
+	ReasonTrainerExited       = "TrainerExited"
+	ReasonAttemptStarted      = "AttemptStarted"
+)
+
+// What started an attempt (status.attemptStartedBy). Every one of them
+// starts a new attempt, numbered by status.attempt.
+const (
+	// AttemptAdmission: the job's first pod after its first admission.
+	AttemptAdmission = "Admission"
+	// AttemptReadmission: Kueue admitted the job again after preempting it.
+	AttemptReadmission = "Readmission"
+	// AttemptJobSetRestart: JobSet recreated every pod (failurePolicy
+	// RestartJobSet; label jobset.sigs.k8s.io/restart-attempt).
+	AttemptJobSetRestart = "JobSetRestart"
+	// AttemptPodReplaced: a node's pod was replaced by a new pod of the
+	// same rank (restartPolicy Never, or the pod was deleted).
+	AttemptPodReplaced = "PodReplaced"
+	// AttemptTrainerRestarted: a node's trainer container was restarted in
+	// place by the kubelet (restartPolicy OnFailure, JobSet's default).
+	AttemptTrainerRestarted = "TrainerRestarted"
 )
 
 // WorkerBindingSpec is the fixed identity of a bound job. It never changes
@@ -121,6 +141,12 @@ type WorkerBindingSettings struct {
 	// TrainerContainer names the container whose exit code is the trainer's.
 	// +optional
 	TrainerContainer string `json:"trainerContainer,omitempty"`
+
+	// Nodes is which nodes of the job are bound: all (the default) or
+	// primary (rank 0 only; annotation tether.dev/nodes).
+	// +optional
+	// +kubebuilder:validation:Enum=all;primary
+	Nodes string `json:"nodes,omitempty"`
 }
 
 // WorkerBindingStatus is the observed state of a bound job.
@@ -141,31 +167,77 @@ type WorkerBindingStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Attempt counts the times the job was (re)admitted and its worker
-	// registered: a preempted job's next pod starts a new attempt.
+	// Attempt numbers the job's attempts: the first pod after admission
+	// starts attempt 1, and each Kueue re-admission, JobSet restart,
+	// replacement pod and in-place trainer restart starts the next one
+	// (AttemptStartedBy says which). docs/platform.md shows each case.
 	// +optional
 	Attempt int32 `json:"attempt,omitempty"`
 
-	// Worker is the pod that registered for the current attempt.
+	// AttemptStartedBy is what started the current attempt: Admission,
+	// Readmission, JobSetRestart, PodReplaced or TrainerRestarted.
+	// +optional
+	AttemptStartedBy string `json:"attemptStartedBy,omitempty"`
+
+	// AttemptStartTime is when the current attempt started.
+	// +optional
+	AttemptStartTime *metav1.Time `json:"attemptStartTime,omitempty"`
+
+	// AttemptNode is the rank whose pod or trainer started the current
+	// attempt (PodReplaced, TrainerRestarted).
+	// +optional
+	AttemptNode *int32 `json:"attemptNode,omitempty"`
+
+	// JobSetRestartAttempt is the JobSet restart attempt of the current
+	// pods (their jobset.sigs.k8s.io/restart-attempt label).
+	// +optional
+	JobSetRestartAttempt int32 `json:"jobSetRestartAttempt,omitempty"`
+
+	// NodeCount is how many nodes of the job are bound (read from its
+	// JobSet; 1 with spec.settings.nodes=primary). 0 until known.
+	// +optional
+	NodeCount int32 `json:"nodeCount,omitempty"`
+
+	// Nodes is each bound node's worker, by rank (at most 256 nodes,
+	// binding.MaxBoundNodes).
+	// +optional
+	// +listType=map
+	// +listMapKey=rank
+	// +kubebuilder:validation:MaxItems=256
+	Nodes []NodeStatus `json:"nodes,omitempty"`
+
+	// Worker is node 0's pod in the current attempt (the node whose
+	// progress the binding shows). Nodes has every node's.
 	// +optional
 	Worker *WorkerStatus `json:"worker,omitempty"`
 
-	// LastHeartbeatTime is when the binding server last heard from the
-	// worker. It is written at most once per status interval.
+	// LastHeartbeatTime is when the binding server last heard from any of
+	// the job's nodes. It is written at most once per status interval.
 	// +optional
 	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
 
-	// LastSeq is the highest heartbeat sequence number acknowledged.
+	// LastSeq is the highest heartbeat sequence number acknowledged from node 0.
 	// +optional
 	LastSeq int64 `json:"lastSeq,omitempty"`
 
-	// Progress is the last progress the worker reported.
+	// Progress is the last progress node 0 reported. It may go backwards
+	// when a restarted trainer resumes from an earlier checkpoint.
 	// +optional
 	Progress *Progress `json:"progress,omitempty"`
 
-	// TrainerExitCode is the trainer container's exit code, from pod status.
+	// TrainerExitCode is the exit code of the last trainer exit seen on
+	// any node (LastTrainerExit has the details).
 	// +optional
 	TrainerExitCode *int32 `json:"trainerExitCode,omitempty"`
+
+	// TrainerExits counts the trainer exits seen on every node over the
+	// job's life (each is also an Event).
+	// +optional
+	TrainerExits int32 `json:"trainerExits,omitempty"`
+
+	// LastTrainerExit is the last trainer exit seen on any node.
+	// +optional
+	LastTrainerExit *TrainerExit `json:"lastTrainerExit,omitempty"`
 
 	// Artifacts is what the binding server verified of the job's artifacts.
 	// +optional
@@ -190,6 +262,93 @@ type WorkerStatus struct {
 	NodeName string `json:"nodeName,omitempty"`
 	// RegisteredTime is when the sidecar registered.
 	RegisteredTime metav1.Time `json:"registeredTime"`
+}
+
+// NodeStatus is one bound node's worker in the current attempt.
+type NodeStatus struct {
+	// Rank is the node's rank: the pod's Job completion index (Trainer's
+	// runtimes run every node as one indexed Job), or its JobSet job index
+	// when each Job runs one pod.
+	Rank int32 `json:"rank"`
+	// +optional
+	PodName string `json:"podName,omitempty"`
+	// +optional
+	PodUID string `json:"podUID,omitempty"`
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// RegisteredTime is when the node's sidecar registered in this attempt.
+	// +optional
+	RegisteredTime *metav1.Time `json:"registeredTime,omitempty"`
+	// LastHeartbeatTime is when the binding server last heard from the
+	// node's sidecar (written at most once per status interval).
+	// +optional
+	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
+	// LastSeq is the node's highest acknowledged heartbeat sequence number.
+	// +optional
+	LastSeq int64 `json:"lastSeq,omitempty"`
+	// HeartbeatLost is true while the node's sidecar misses its heartbeats.
+	// +optional
+	HeartbeatLost bool `json:"heartbeatLost,omitempty"`
+	// Terminating is true once the node's sidecar reported SIGTERM.
+	// +optional
+	Terminating bool `json:"terminating,omitempty"`
+	// UploadedBytes is what the node's sidecar reports having had verified.
+	// +optional
+	UploadedBytes int64 `json:"uploadedBytes,omitempty"`
+	// Restarts is how often the kubelet restarted this pod's trainer container.
+	// +optional
+	Restarts int32 `json:"restarts,omitempty"`
+	// LastExit is the node's last trainer exit.
+	// +optional
+	LastExit *TrainerExit `json:"lastExit,omitempty"`
+	// Artifacts is the server's verdict on the node's manifest in this attempt.
+	// +optional
+	Artifacts *NodeArtifacts `json:"artifacts,omitempty"`
+}
+
+// NodeArtifacts is what one node's sidecar had verified in this attempt.
+type NodeArtifacts struct {
+	// Manifest is the object key of the node's manifest, once uploaded:
+	// <job-id>/manifest.json for rank 0, <job-id>/nodes/<rank>/manifest.json
+	// for the others.
+	// +optional
+	Manifest string `json:"manifest,omitempty"`
+	// Verified is true when every file the manifest lists is stored as listed.
+	// +optional
+	Verified bool `json:"verified,omitempty"`
+	// Files and Bytes count the manifest's files.
+	// +optional
+	Files int32 `json:"files,omitempty"`
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
+	// Missing names up to 10 files, by key relative to the job's prefix,
+	// that are not stored as the manifest lists them or that the node's
+	// final flush could not verify; MissingCount counts them all.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	Missing []string `json:"missing,omitempty"`
+	// +optional
+	MissingCount int32 `json:"missingCount,omitempty"`
+	// LastError is why the manifest or the first missing file failed.
+	// +optional
+	LastError string `json:"lastError,omitempty"`
+}
+
+// TrainerExit is one exit of a node's trainer container.
+type TrainerExit struct {
+	Rank     int32  `json:"rank"`
+	PodName  string `json:"podName"`
+	ExitCode int32  `json:"exitCode"`
+	// Reason is the container runtime's (Error, OOMKilled, Completed, ...).
+	// +optional
+	Reason     string      `json:"reason,omitempty"`
+	FinishedAt metav1.Time `json:"finishedAt"`
+	// Attempt is the attempt the exit ended.
+	// +optional
+	Attempt int32 `json:"attempt,omitempty"`
+	// Restarted is true once the kubelet restarted the container after it.
+	// +optional
+	Restarted bool `json:"restarted,omitempty"`
 }
 
 // Progress is training progress as the trainer reported it. Numbers travel
@@ -251,8 +410,19 @@ type ArtifactsStatus struct {
 type CommandStatus struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
-	// State is Sent, Acknowledged or Failed.
+	// State is Sent, Acknowledged (by every node it was sent to) or
+	// Failed (a node answered with an error, in Message).
 	State string `json:"state"`
+	// SentNodes and AckedNodes are the ranks it was sent to and those that
+	// acknowledged it.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	SentNodes []int32 `json:"sentNodes,omitempty"`
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	AckedNodes []int32 `json:"ackedNodes,omitempty"`
 	// +optional
 	Message string `json:"message,omitempty"`
 	// +optional
@@ -269,6 +439,8 @@ type CommandStatus struct {
 // +kubebuilder:printcolumn:name="Job ID",type=string,JSONPath=`.spec.jobID`
 // +kubebuilder:printcolumn:name="Worker",type=string,JSONPath=`.spec.workerID`,priority=1
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Attempt",type=integer,JSONPath=`.status.attempt`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodeCount`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Step",type=integer,JSONPath=`.status.progress.step`
 // +kubebuilder:printcolumn:name="Artifacts",type=integer,JSONPath=`.status.artifacts.files`

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +46,9 @@ type config struct {
 	// settleTime shape the periodic sync.
 	flushBudget, syncInterval, settleTime time.Duration
 	logLevel                              slog.Level
+	// nodeRank is the pod's node rank (TETHER_NODE_RANK; 0 when unset, as
+	// from a webhook that bound node 0 only).
+	nodeRank int
 }
 
 // loadConfig reads and checks the environment. Every error names the
@@ -112,6 +116,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 			errs = append(errs, fmt.Errorf("%s=%q: must be positive", binding.EnvHeartbeatInterval, v))
 		default:
 			c.HeartbeatInterval = d
+		}
+	}
+	if v := strings.TrimSpace(getenv(binding.EnvNodeRank)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n >= binding.MaxBoundNodes {
+			errs = append(errs, fmt.Errorf("%s=%q: want the node rank, 0 to %d", binding.EnvNodeRank, v, binding.MaxBoundNodes-1))
+		} else {
+			cfg.nodeRank = n
 		}
 	}
 	if v := getenv(EnvLogLevel); v != "" {

@@ -99,7 +99,7 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 		return 2
 	}
 	log.Info("tether sidecar starting", "version", cc.SidecarVersion, "job", cc.JobID, "worker", cc.WorkerID,
-		"trainJob", cfg.trainJob, "pod", cc.Pod.Namespace+"/"+cc.Pod.Name, "server", cc.ServerURL,
+		"trainJob", cfg.trainJob, "node", cfg.nodeRank, "pod", cc.Pod.Namespace+"/"+cc.Pod.Name, "server", cc.ServerURL,
 		"artifacts", cfg.artifactDir, "include", cfg.include, "exclude", cfg.exclude,
 		"heartbeatInterval", cc.HeartbeatInterval, "syncInterval", cfg.syncInterval, "settleTime", cfg.settleTime,
 		"flushBudget", cfg.flushBudget)
@@ -184,6 +184,7 @@ func newSyncer(cfg config, log *slog.Logger) (*artifacts.Syncer, *artifacts.Scan
 	up, err := artifacts.NewUploader(artifacts.UploaderConfig{
 		ServerURL: cfg.client.ServerURL,
 		JobID:     cfg.client.JobID,
+		NodeRank:  cfg.nodeRank,
 		TokenFile: cfg.client.TokenFile,
 		CAFile:    cfg.client.CAFile,
 		Logger:    log,

@@ -1,8 +1,12 @@
 package testobj
 
 import (
+	"strconv"
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/tether-dev/tether/pkg/trainjob"
@@ -118,4 +122,96 @@ func (w *PodWrapper) RestrictedPodSecurity() *PodWrapper {
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 	return w
+}
+
+// UID sets the pod's UID (and its name, if none is set yet, to the UID).
+func (w *PodWrapper) UID(uid string) *PodWrapper {
+	w.ObjectMeta.UID = types.UID(uid)
+	if w.ObjectMeta.Name == "" {
+		w.ObjectMeta.Name, w.GenerateName = uid, ""
+	}
+	return w
+}
+
+// Created sets the pod's creation time.
+func (w *PodWrapper) Created(t time.Time) *PodWrapper {
+	w.CreationTimestamp = metav1.NewTime(t)
+	return w
+}
+
+// RestartAttempt sets the JobSet restart attempt that created the pod.
+func (w *PodWrapper) RestartAttempt(n int) *PodWrapper {
+	w.Labels[trainjob.RestartAttemptLabel] = strconv.Itoa(n)
+	return w
+}
+
+// Injected marks the pod as Tether's pod webhook injected it (the status
+// annotation only; golden tests cover the rest).
+func (w *PodWrapper) Injected() *PodWrapper {
+	return w.Annotation("tether.dev/status", `{"version":"v1alpha1"}`)
+}
+
+// Running sets the pod Running with its "node" container running, restarted
+// restarts times in place.
+func (w *PodWrapper) Running(restarts int32) *PodWrapper {
+	w.Status.Phase = corev1.PodRunning
+	w.trainer().State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	w.trainer().RestartCount = restarts
+	return w
+}
+
+// LastExit records the "node" container's termination before its last
+// restart (lastState.terminated).
+func (w *PodWrapper) LastExit(code int32, at time.Time) *PodWrapper {
+	w.trainer().LastTerminationState = corev1.ContainerState{Terminated: exit(code, at)}
+	return w
+}
+
+// Exited sets the "node" container terminated with code at at; the pod's
+// phase follows (Succeeded for 0 with restartPolicy Never or exit 0,
+// Failed for a non-zero code with restartPolicy Never, else Running: the
+// kubelet restarts it).
+func (w *PodWrapper) Exited(code int32, at time.Time) *PodWrapper {
+	cs := w.trainer()
+	cs.State = corev1.ContainerState{Terminated: exit(code, at)}
+	switch {
+	case code == 0:
+		w.Status.Phase = corev1.PodSucceeded
+	case w.Spec.RestartPolicy == corev1.RestartPolicyNever:
+		w.Status.Phase = corev1.PodFailed
+	default:
+		w.Status.Phase = corev1.PodRunning
+	}
+	return w
+}
+
+// RestartPolicy sets the pod's restartPolicy (JobSet defaults it to OnFailure).
+func (w *PodWrapper) RestartPolicy(p corev1.RestartPolicy) *PodWrapper {
+	w.Spec.RestartPolicy = p
+	return w
+}
+
+// Deleting marks the pod as being deleted (preemption, eviction).
+func (w *PodWrapper) Deleting(at time.Time) *PodWrapper {
+	t := metav1.NewTime(at)
+	w.DeletionTimestamp = &t
+	return w
+}
+
+func (w *PodWrapper) trainer() *corev1.ContainerStatus {
+	for i := range w.Status.ContainerStatuses {
+		if w.Status.ContainerStatuses[i].Name == "node" {
+			return &w.Status.ContainerStatuses[i]
+		}
+	}
+	w.Status.ContainerStatuses = append(w.Status.ContainerStatuses, corev1.ContainerStatus{Name: "node"})
+	return &w.Status.ContainerStatuses[len(w.Status.ContainerStatuses)-1]
+}
+
+func exit(code int32, at time.Time) *corev1.ContainerStateTerminated {
+	reason := "Completed"
+	if code != 0 {
+		reason = "Error"
+	}
+	return &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, FinishedAt: metav1.NewTime(at)}
 }

@@ -40,6 +40,10 @@ const (
 	MaxFrameSize = 16 << 10
 	// MaxTokenLength bounds the Authorization header's token.
 	MaxTokenLength = 256
+	// MaxBoundNodes bounds the nodes of one job that Tether binds (node
+	// ranks 0..255; the WorkerBinding's status.nodes): the pod webhook
+	// denies a pod of a higher rank, naming tether.dev/nodes=primary.
+	MaxBoundNodes = 256
 )
 
 // WebSocket close codes (4000-4999 are application codes).
@@ -101,6 +105,14 @@ type RegisterResponse struct {
 	// LastSeq is the highest heartbeat sequence number the server has
 	// acknowledged for this worker, so a restarted sidecar resumes after it.
 	LastSeq uint64 `json:"lastSeq"`
+	// NodeRank is the node rank the server took from the pod (its Job
+	// completion index); NodeCount how many nodes of the job are bound (0
+	// while unknown). Informational: the sidecar's keys come from its
+	// TETHER_NODE_RANK, which the pod webhook derived the same way.
+	NodeRank  int32 `json:"nodeRank"`
+	NodeCount int32 `json:"nodeCount,omitempty"`
+	// Attempt is the binding's attempt after registration.
+	Attempt int32 `json:"attempt,omitempty"`
 }
 
 // ErrorResponse is the body of every non-200 HTTP answer.

@@ -17,6 +17,9 @@ const (
 	EnvPodNamespace      = "TETHER_POD_NAMESPACE"
 	EnvPodUID            = "TETHER_POD_UID"
 	EnvNodeName          = "TETHER_NODE_NAME"
+	// EnvNodeRank is the pod's node rank in the job (its Job completion
+	// index): node rank > 0 keeps its artifacts under <job-id>/nodes/<rank>/.
+	EnvNodeRank = "TETHER_NODE_RANK"
 	// EnvFlushBudget bounds the sidecar's final flush on SIGTERM; the pod
 	// webhook derives it from the pod's termination grace period.
 	EnvFlushBudget = "TETHER_FLUSH_BUDGET"

@@ -43,7 +43,10 @@ type BindingReconciler struct {
 	// Secrets reads Secrets straight from the API server by name: token
 	// Secrets are never cached, so the control plane needs no list/watch on them.
 	Secrets client.Reader
-	Scheme  *runtime.Scheme
+	// Live reads from the API server what is never cached: a bound
+	// TrainJob's JobSet, once, to count its nodes (nil: counted from pods).
+	Live   client.Reader
+	Scheme *runtime.Scheme
 	// CABundle returns the PEM the sidecar must trust to reach the binding server.
 	CABundle func() ([]byte, error)
 	Events   events.EventRecorder
@@ -328,7 +331,7 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 	if err != nil {
 		return 0, err
 	}
-	cond := podsInjectedCondition(pods)
+	cond := podsInjectedCondition(pods, lifecycle.Settings(&wb.Spec).Nodes)
 	cond.ObservedGeneration = wb.Generation
 	prev := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionPodsInjected)
 	meta.SetStatusCondition(&wb.Status.Conditions, cond)
@@ -336,7 +339,7 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 		r.warn(tj, tetherv1.ReasonPodsNotInjected, "%s", cond.Message)
 	}
 	now := r.now()
-	requeue := r.observe(tj, wb, pods, now)
+	requeue, observed := r.observe(ctx, tj, wb, pods, now)
 	// Whoever made the binding final (this controller, or the binding
 	// server on a verified manifest), its pending artifacts are settled here.
 	defer r.settlePending(ctx, wb)
@@ -352,9 +355,17 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 	if err := r.Client.Status().Update(ctx, wb); err != nil {
 		return 0, err
 	}
-	if lifecycle.Transitioned(before.Phase, before.Reason, &wb.Status) && r.Events != nil {
-		eventType, reason, note := lifecycle.TransitionEvent(&wb.Status)
-		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, eventType, reason, lifecycle.EventAction, "%s", note)
+	if r.Events != nil {
+		// Announced once written: a write that lost a race is re-observed,
+		// and announced, by the next reconcile.
+		ref := trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID())
+		for _, o := range observed {
+			r.Events.Eventf(ref, nil, o.eventType, o.reason, lifecycle.EventAction, "%s", o.note)
+		}
+		if lifecycle.Transitioned(before.Phase, before.Reason, &wb.Status) {
+			eventType, reason, note := lifecycle.TransitionEvent(&wb.Status)
+			r.Events.Eventf(ref, nil, eventType, reason, lifecycle.EventAction, "%s", note)
+		}
 	}
 	return requeue, nil
 }

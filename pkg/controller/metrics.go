@@ -15,6 +15,15 @@ var (
 	descPhase = prometheus.NewDesc("tether_job_phase",
 		"1 for the phase the job's WorkerBinding is in (one series per phase), reported by the elected replica.",
 		[]string{"namespace", "trainjob", "phase"}, nil)
+	descAttempt = prometheus.NewDesc("tether_job_attempt",
+		"The job's current attempt (status.attempt): each Kueue re-admission, JobSet restart, replacement pod and in-place trainer restart starts the next.",
+		[]string{"namespace", "trainjob"}, nil)
+	descTrainerExits = prometheus.NewDesc("tether_job_trainer_exits",
+		"Trainer container exits seen on every node of the job (status.trainerExits).",
+		[]string{"namespace", "trainjob"}, nil)
+	descNodes = prometheus.NewDesc("tether_job_nodes",
+		"Nodes of the job that are bound (status.nodeCount; 0 until known).",
+		[]string{"namespace", "trainjob"}, nil)
 )
 
 // PhaseCollector reports every binding's phase at scrape time from the
@@ -26,7 +35,11 @@ type PhaseCollector struct {
 }
 
 // Describe implements prometheus.Collector.
-func (c *PhaseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descPhase }
+func (c *PhaseCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPhase, descAttempt, descTrainerExits, descNodes} {
+		ch <- d
+	}
+}
 
 // Collect implements prometheus.Collector.
 func (c *PhaseCollector) Collect(ch chan<- prometheus.Metric) {
@@ -50,5 +63,8 @@ func (c *PhaseCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descPhase, prometheus.GaugeValue, v, wb.Namespace, wb.Spec.TrainJobName, string(p))
 		}
+		ch <- prometheus.MustNewConstMetric(descAttempt, prometheus.GaugeValue, float64(wb.Status.Attempt), wb.Namespace, wb.Spec.TrainJobName)
+		ch <- prometheus.MustNewConstMetric(descTrainerExits, prometheus.GaugeValue, float64(wb.Status.TrainerExits), wb.Namespace, wb.Spec.TrainJobName)
+		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(wb.Status.NodeCount), wb.Namespace, wb.Spec.TrainJobName)
 	}
 }

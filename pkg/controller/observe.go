@@ -1,40 +1,90 @@
 package controller
 
 import (
+	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
-// observe applies what the controller can see to the binding's status: the
-// trainer container's exit from the bound pod's status (the sidecar never
-// learns it), then the TrainJob's conditions. It returns the duration after
-// which a silent worker counts as HeartbeatLost (0: not applicable).
-func (r *BindingReconciler) observe(tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, pods []corev1.Pod, now time.Time) time.Duration {
+// observation is what a reconcile saw that deserves an Event beyond a
+// phase transition: a trainer exit, a new attempt.
+type observation struct {
+	eventType, reason, note string
+}
+
+// observe applies what the controller can see to the binding's status: how
+// many nodes the job has (its JobSet), each node's injected pod and its
+// trainer container's exits and restarts (the sidecar never learns them),
+// then the TrainJob's conditions, which alone make the binding final (with
+// the artifact gate). It returns the duration after which it must look again
+// (a heartbeat budget, the artifact grace; 0: none) and what to announce.
+func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, pods []corev1.Pod, now time.Time) (time.Duration, []observation) {
 	st := &wb.Status
 	settings := lifecycle.Settings(&wb.Spec)
-	if code, ok := trainerExit(pods, st, settings.TrainerContainer); ok {
-		lifecycle.TrainerExited(st, code)
+	var obs []observation
+	r.recordNodeCount(ctx, tj, wb, settings)
+
+	for _, p := range boundPods(pods, settings) {
+		// Only a rank's newest pod is its pod: an older one (failed, being
+		// replaced) only has its exits recorded while it is still the node's.
+		if p.newest {
+			if _, started := lifecycle.PodSeen(st, p.seen, false, now); started != "" {
+				obs = append(obs, attemptObservation(st, started))
+			}
+		}
+		if disrupted(p.pod) {
+			// Deleted or disrupted (preemption, eviction, drain): its SIGTERM
+			// exit (143) is not a verdict on the training, and the job-level
+			// outcome decides.
+			continue
+		}
+		cs := containerStatus(p.pod, settings.TrainerContainer)
+		if cs == nil {
+			continue
+		}
+		// The exit before the last restart first, then the current one.
+		for _, t := range []*corev1.ContainerStateTerminated{cs.LastTerminationState.Terminated, cs.State.Terminated} {
+			if t == nil {
+				continue
+			}
+			// restartCount counts the restarts so far: those after the last
+			// termination, none yet after the current one.
+			_, isNew := lifecycle.TrainerExited(st, p.seen.Rank, p.seen.UID, lifecycle.Exit{Code: t.ExitCode, Reason: t.Reason, FinishedAt: t.FinishedAt.Time},
+				cs.RestartCount, now)
+			if isNew {
+				eventType, note := lifecycle.ExitEvent(st, p.seen.Rank)
+				obs = append(obs, observation{eventType, tetherv1.ReasonTrainerExited, note})
+			}
+		}
 	}
+
 	conds := trainjob.Conditions(tj)
 	if c := meta.FindStatusCondition(conds, trainjob.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
 		lifecycle.JobFailed(st, fmt.Sprintf("TrainJob failed: %s", c.Message))
 	}
-	// Exit 0 waits for the artifacts; once the pod is over and the grace for
-	// the manifest's status write has passed, what is missing is named.
-	if st.Phase == tetherv1.PhaseFinishing && st.Reason == tetherv1.ReasonAwaitingArtifacts {
-		if ended, at := podEnded(pods, st); ended {
-			if wait := at.Add(r.ArtifactGrace).Sub(now); wait > 0 {
-				return wait
+	if c := meta.FindStatusCondition(conds, trainjob.ConditionComplete); c != nil && c.Status == metav1.ConditionTrue {
+		lifecycle.JobCompleted(st)
+		// The sidecars upload their manifests before their pods end, so
+		// before the TrainJob completes; the grace covers the status write
+		// of the last verdict.
+		if st.Phase == tetherv1.PhaseFinishing && st.Reason == tetherv1.ReasonAwaitingArtifacts {
+			if wait := c.LastTransitionTime.Add(r.ArtifactGrace).Sub(now); wait > 0 {
+				return wait, obs
 			}
 			lifecycle.ArtifactsIncomplete(st, lifecycle.MissingArtifacts(st))
 		}
@@ -46,74 +96,118 @@ func (r *BindingReconciler) observe(tj *unstructured.Unstructured, wb *tetherv1.
 			lifecycle.Resumed(st)
 		}
 	}
+	return r.checkHeartbeats(st, settings, now), obs
+}
 
-	// A worker whose replica crashed is caught here: nobody holds its session,
-	// and its last recorded heartbeat ages past the budget.
+// checkHeartbeats catches a worker whose replica crashed: nobody holds its
+// session, and its node's last recorded heartbeat ages past the budget.
+func (r *BindingReconciler) checkHeartbeats(st *tetherv1.WorkerBindingStatus, settings tetherv1.WorkerBindingSettings, now time.Time) time.Duration {
 	if st.Phase != tetherv1.PhaseRegistered && st.Phase != tetherv1.PhaseRunning {
 		return 0
 	}
 	budget := r.StatusInterval + time.Duration(r.MissedHeartbeats)*settings.HeartbeatInterval.Duration
-	last := st.LastHeartbeatTime
-	if last == nil && st.Worker != nil {
-		last = &st.Worker.RegisteredTime
+	var next time.Duration
+	for i := range st.Nodes {
+		n := &st.Nodes[i]
+		last := n.LastHeartbeatTime
+		if last == nil {
+			last = n.RegisteredTime
+		}
+		if last == nil || n.HeartbeatLost || n.Terminating || n.LastExit != nil && n.LastExit.ExitCode == 0 && !n.LastExit.Restarted {
+			continue
+		}
+		wait := budget - now.Sub(last.Time) + time.Second
+		if now.Sub(last.Time) > budget {
+			lifecycle.HeartbeatLost(st, n.Rank, fmt.Sprintf("no heartbeat recorded for %s", now.Sub(last.Time).Round(time.Second)))
+			wait = budget
+		}
+		if next == 0 || wait < next {
+			next = wait
+		}
 	}
-	if last == nil {
-		return 0
-	}
-	if age := now.Sub(last.Time); age > budget {
-		lifecycle.HeartbeatLost(st, fmt.Sprintf("no heartbeat recorded for %s", age.Round(time.Second)))
-		return budget
-	} else {
-		return budget - age + time.Second
-	}
+	return next
 }
 
-// podEnded reports whether the attempt's injected pod has ended (phase
-// Succeeded or Failed, or no longer there), and when its last container
-// finished.
-func podEnded(pods []corev1.Pod, st *tetherv1.WorkerBindingStatus) (bool, time.Time) {
-	for i := range pods {
-		p := &pods[i]
-		if p.Annotations[jobconfig.PodStatusAnnotation] == "" || (st.Worker != nil && string(p.UID) != st.Worker.PodUID) {
-			continue
-		}
-		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			return false, time.Time{}
-		}
-		var last time.Time
-		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
-			if t := cs.State.Terminated; t != nil && t.FinishedAt.After(last) {
-				last = t.FinishedAt.Time
-			}
-		}
-		return true, last
+// recordNodeCount records how many nodes the binding binds: 1 for
+// nodes=primary, else the JobSet's trainer nodes (read once; until the
+// JobSet exists the binding counts the nodes it has seen).
+func (r *BindingReconciler) recordNodeCount(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, settings tetherv1.WorkerBindingSettings) {
+	if wb.Status.NodeCount > 0 {
+		return
 	}
-	// No pod of this attempt remains: it ended.
-	return st.Worker != nil, time.Time{}
+	if settings.Nodes == jobconfig.NodesPrimary {
+		lifecycle.SetNodeCount(&wb.Status, 1)
+		return
+	}
+	if r.Live == nil {
+		return
+	}
+	n, err := trainjob.NodeCount(ctx, r.Live, types.NamespacedName{Namespace: tj.GetNamespace(), Name: tj.GetName()})
+	switch {
+	case apierrors.IsNotFound(err):
+		return // Trainer has not created it yet (or the job is still queued)
+	case err != nil:
+		logf.FromContext(ctx).Info("cannot read the TrainJob's JobSet to count its nodes; will retry", "error", err.Error())
+		return
+	}
+	lifecycle.SetNodeCount(&wb.Status, n)
 }
 
-// trainerExit finds the trainer container's termination in the attempt's
-// registered pod (or, before registration, the job's injected node-0 pod).
-// A pod that was deleted or disrupted (preemption, eviction, drain) did not
-// end by the trainer's own exit: its SIGTERM code (143) is not a verdict on
-// the training, and the job-level outcome decides (Suspended → Preempted, or
-// the TrainJob's Failed condition).
-func trainerExit(pods []corev1.Pod, st *tetherv1.WorkerBindingStatus, container string) (int32, bool) {
+// boundPod is an injected trainer pod of a bound node.
+type boundPod struct {
+	pod  *corev1.Pod
+	seen lifecycle.Pod
+	// newest is true for the newest pod of its rank.
+	newest bool
+}
+
+// boundPods are the job's injected trainer pods of bound nodes, oldest
+// first, so that a replacement is seen after the pod it replaces.
+func boundPods(pods []corev1.Pod, settings tetherv1.WorkerBindingSettings) []boundPod {
+	var out []boundPod
 	for i := range pods {
 		p := &pods[i]
-		if p.Annotations[jobconfig.PodStatusAnnotation] == "" || disrupted(p) {
+		if p.Annotations[jobconfig.PodStatusAnnotation] == "" {
 			continue
 		}
-		if st.Worker != nil && string(p.UID) != st.Worker.PodUID {
+		rank, err := trainjob.Rank(p)
+		if err != nil || rank >= binding.MaxBoundNodes || rank > 0 && settings.Nodes == jobconfig.NodesPrimary {
 			continue
 		}
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name == container && cs.State.Terminated != nil {
-				return cs.State.Terminated.ExitCode, true
-			}
+		out = append(out, boundPod{pod: p, seen: lifecycle.Pod{Rank: int32(rank), Name: p.Name, UID: string(p.UID),
+			NodeName: p.Spec.NodeName, RestartAttempt: trainjob.RestartAttempt(p)}})
+	}
+	sort.SliceStable(out, func(a, b int) bool {
+		ta, tb := out[a].pod.CreationTimestamp, out[b].pod.CreationTimestamp
+		if !ta.Equal(&tb) {
+			return ta.Before(&tb)
+		}
+		return out[a].pod.Name < out[b].pod.Name
+	})
+	seen := map[int32]bool{}
+	for i := len(out) - 1; i >= 0; i-- {
+		if r := out[i].seen.Rank; !seen[r] {
+			seen[r], out[i].newest = true, true
 		}
 	}
-	return 0, false
+	return out
+}
+
+func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].Name == name {
+			return &p.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+func attemptObservation(st *tetherv1.WorkerBindingStatus, by string) observation {
+	note := fmt.Sprintf("attempt %d started: %s", st.Attempt, by)
+	if st.AttemptNode != nil && st.NodeCount > 1 {
+		note += fmt.Sprintf(" (node %d)", *st.AttemptNode)
+	}
+	return observation{corev1.EventTypeNormal, tetherv1.ReasonAttemptStarted, note}
 }
 
 // disrupted reports whether the pod is being deleted or was marked for

@@ -200,6 +200,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 	if err := (&controller.BindingReconciler{
 		Client:   mgr.GetClient(),
 		Secrets:  mgr.GetAPIReader(),
+		Live:     mgr.GetAPIReader(),
 		Scheme:   scheme,
 		CABundle: lastGoodFile(caFile),
 		Events:   recorder,

@@ -23,12 +23,25 @@ const (
 	HeartbeatIntervalAnnotation = "tether.dev/heartbeat-interval"
 	// TrainerContainerAnnotation names the trainer container in the pod.
 	TrainerContainerAnnotation = "tether.dev/trainer-container"
+	// NodesAnnotation says which nodes of a multi-node job are bound:
+	// NodesAll (the default) or NodesPrimary.
+	NodesAnnotation = "tether.dev/nodes"
 	// SidecarImageAnnotation overrides the control plane's sidecar image for one job.
 	SidecarImageAnnotation = "tether.dev/sidecar-image"
 
 	// PodStatusAnnotation records what the pod webhook injected; its presence
 	// makes re-invocation a no-op.
 	PodStatusAnnotation = "tether.dev/status"
+)
+
+// Values of NodesAnnotation.
+const (
+	// NodesAll binds every node: each gets a sidecar and its own artifact
+	// prefix, and the job completes once every node's manifest is verified.
+	NodesAll = "all"
+	// NodesPrimary binds node rank 0 only, for jobs that write every
+	// artifact on rank 0 (Tether's behaviour before multi-node binding).
+	NodesPrimary = "primary"
 )
 
 // IsBound reports whether labels carry the bind label with its binding value.

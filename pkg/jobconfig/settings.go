@@ -33,6 +33,8 @@ type Settings struct {
 	TrainerContainer  string
 	// SidecarImage is empty unless the TrainJob overrides the control plane's image.
 	SidecarImage string
+	// Nodes is NodesAll or NodesPrimary.
+	Nodes string
 }
 
 // InvalidAnnotationError says which annotation is wrong, what it holds and what
@@ -93,8 +95,17 @@ func parse(annotations map[string]string) (Settings, []error) {
 		ArtifactPath:      DefaultArtifactPath,
 		HeartbeatInterval: DefaultHeartbeatInterval,
 		TrainerContainer:  DefaultTrainerContainer,
+		Nodes:             NodesAll,
 	}
 	var errs []error
+	if v, ok := annotations[NodesAnnotation]; ok {
+		if v != NodesAll && v != NodesPrimary {
+			errs = append(errs, &InvalidAnnotationError{Key: NodesAnnotation, Value: v,
+				Problem: "must be " + NodesAll + " (every node is bound) or " + NodesPrimary + " (node rank 0 only)", Example: NodesPrimary})
+		} else {
+			s.Nodes = v
+		}
+	}
 	if v, ok := annotations[ArtifactPathAnnotation]; ok {
 		if err := validateArtifactPath(v); err != nil {
 			errs = append(errs, err)

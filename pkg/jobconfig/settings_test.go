@@ -14,6 +14,7 @@ func defaults() Settings {
 		ArtifactPath:      DefaultArtifactPath,
 		HeartbeatInterval: DefaultHeartbeatInterval,
 		TrainerContainer:  DefaultTrainerContainer,
+		Nodes:             NodesAll,
 	}
 }
 
@@ -69,6 +70,8 @@ func TestParseValid(t *testing.T) {
 		{SidecarImageAnnotation, "ghcr.io/tether-dev/tether-sidecar:v0.1.0", func(s *Settings) { s.SidecarImage = "ghcr.io/tether-dev/tether-sidecar:v0.1.0" }},
 		{SidecarImageAnnotation, "registry.example.com:5000/mirror/tether-sidecar", func(s *Settings) { s.SidecarImage = "registry.example.com:5000/mirror/tether-sidecar" }},
 		{SidecarImageAnnotation, "busybox", func(s *Settings) { s.SidecarImage = "busybox" }},
+		{NodesAnnotation, NodesPrimary, func(s *Settings) { s.Nodes = NodesPrimary }},
+		{NodesAnnotation, NodesAll, func(s *Settings) {}},
 		{SidecarImageAnnotation, "ghcr.io/tether-dev/tether-sidecar@sha256:" + strings.Repeat("ab", 32), func(s *Settings) {
 			s.SidecarImage = "ghcr.io/tether-dev/tether-sidecar@sha256:" + strings.Repeat("ab", 32)
 		}},
@@ -99,6 +102,8 @@ func TestParseInvalid(t *testing.T) {
 		problem    string // a substring of the error's problem
 	}{
 		{ArtifactPathAnnotation, "", "absolute"},
+		{NodesAnnotation, "rank0", "must be all (every node is bound) or primary"},
+		{NodesAnnotation, "Primary", "must be all"},
 		{ArtifactPathAnnotation, "workspace/artifacts", "absolute"},
 		{ArtifactPathAnnotation, "/workspace/../etc", "clean"},
 		{ArtifactPathAnnotation, "/workspace/./artifacts", "clean"},

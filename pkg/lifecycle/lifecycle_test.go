@@ -10,78 +10,95 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 )
 
+// The whole phase machine is driven through histories in
+// pkg/controller/history_test.go; these are the rules one at a time.
+
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-func pod(uid string) tetherv1.WorkerStatus {
-	return tetherv1.WorkerStatus{PodName: "p-" + uid, PodUID: uid}
+func pod(uid string) Pod { return Pod{Name: "p-" + uid, UID: uid} }
+
+func podOf(rank int32, uid string) Pod { return Pod{Rank: rank, Name: "p-" + uid, UID: uid} }
+
+// running is a one-node binding whose pod a registered and heartbeats.
+func running() *tetherv1.WorkerBindingStatus {
+	st := &tetherv1.WorkerBindingStatus{}
+	Initial(st)
+	SetNodeCount(st, 1)
+	PodSeen(st, pod("a"), true, t0)
+	Heartbeat(st, 0, "a", t0, 1, nil)
+	return st
+}
+
+func verified(rank int32) tetherv1.NodeArtifacts {
+	return tetherv1.NodeArtifacts{Manifest: "j/manifest.json", Verified: true, Files: 2}
 }
 
 func TestHappyPath(t *testing.T) {
-	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
+	st := &tetherv1.WorkerBindingStatus{}
+	Initial(st)
+	SetNodeCount(st, 1)
 	steps := []struct {
 		name  string
 		apply func() bool
 		phase tetherv1.WorkerBindingPhase
 	}{
-		{"register", func() bool { return Registered(st, pod("a"), t0) }, tetherv1.PhaseRegistered},
-		{"heartbeat", func() bool { return Heartbeat(st, t0, 1, nil) }, tetherv1.PhaseRunning},
-		{"finishing", func() bool { return Finishing(st, "SIGTERM") }, tetherv1.PhaseFinishing},
-		{"exit 0", func() bool { return TrainerExited(st, 0) }, tetherv1.PhaseFinishing},
-		{"manifest", func() bool {
-			return ArtifactsRecorded(st, tetherv1.ArtifactsStatus{Manifest: "j/manifest.json", ManifestVerified: true, Files: 2})
-		}, tetherv1.PhaseSucceeded},
+		{"register", func() bool { c, _ := PodSeen(st, pod("a"), true, t0); return c }, tetherv1.PhaseRegistered},
+		{"heartbeat", func() bool { return Heartbeat(st, 0, "a", t0, 1, nil) }, tetherv1.PhaseRunning},
+		{"finishing", func() bool { return Finishing(st, 0, "a", "SIGTERM") }, tetherv1.PhaseFinishing},
+		{"exit 0", func() bool { c, _ := TrainerExited(st, 0, "a", Exit{FinishedAt: t0.Add(time.Minute)}, 0, t0); return c }, tetherv1.PhaseFinishing},
+		{"manifest", func() bool { return ArtifactsRecorded(st, 0, verified(0)) }, tetherv1.PhaseFinishing},
+		{"complete", func() bool { return JobCompleted(st) }, tetherv1.PhaseSucceeded},
 	}
 	for _, s := range steps {
 		if !s.apply() {
 			t.Fatalf("%s: reported no change", s.name)
 		}
 		if st.Phase != s.phase {
-			t.Fatalf("%s: phase %s, want %s", s.name, st.Phase, s.phase)
+			t.Fatalf("%s: phase %s (%s), want %s", s.name, st.Phase, st.Message, s.phase)
 		}
 	}
-	if st.Attempt != 1 {
-		t.Errorf("attempt = %d, want 1", st.Attempt)
+	if st.Attempt != 1 || st.AttemptStartedBy != tetherv1.AttemptAdmission {
+		t.Errorf("attempt = %d by %q, want 1 by Admission", st.Attempt, st.AttemptStartedBy)
+	}
+	if st.Worker == nil || st.Worker.PodUID != "a" {
+		t.Errorf("worker %+v, want node 0's pod a", st.Worker)
 	}
 }
 
 func TestNoRegression(t *testing.T) {
-	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
-	Registered(st, pod("a"), t0)
-	Heartbeat(st, t0, 5, nil)
+	st := running()
+	Heartbeat(st, 0, "a", t0, 5, nil)
 	// A restarted sidecar registers again from the same pod: nothing moves back.
-	if Registered(st, pod("a"), t0.Add(time.Minute)) {
-		t.Error("re-registration of the same pod reported a change")
+	if c, started := PodSeen(st, pod("a"), true, t0.Add(time.Minute)); c || started != "" {
+		t.Errorf("re-registration of the same pod reported a change (started %q)", started)
 	}
 	if st.Phase != tetherv1.PhaseRunning {
 		t.Errorf("phase %s after re-registration, want Running", st.Phase)
 	}
 	// An older sequence number does not lower LastSeq.
-	Heartbeat(st, t0.Add(2*time.Minute), 3, nil)
-	if st.LastSeq != 5 {
-		t.Errorf("LastSeq = %d, want 5", st.LastSeq)
+	Heartbeat(st, 0, "a", t0.Add(2*time.Minute), 3, nil)
+	if st.LastSeq != 5 || st.Nodes[0].LastSeq != 5 {
+		t.Errorf("LastSeq = %d (node %d), want 5", st.LastSeq, st.Nodes[0].LastSeq)
 	}
 }
 
 func TestFinalPhasesAreFinal(t *testing.T) {
-	for _, final := range []func(*tetherv1.WorkerBindingStatus) bool{
-		func(st *tetherv1.WorkerBindingStatus) bool {
-			ArtifactsRecorded(st, tetherv1.ArtifactsStatus{Manifest: "m", ManifestVerified: true})
-			return TrainerExited(st, 0)
-		},
-		func(st *tetherv1.WorkerBindingStatus) bool { return TrainerExited(st, 137) },
-		func(st *tetherv1.WorkerBindingStatus) bool { return Cancelled(st, "by test") },
+	for _, final := range []func(*tetherv1.WorkerBindingStatus){
+		func(st *tetherv1.WorkerBindingStatus) { ArtifactsRecorded(st, 0, verified(0)); JobCompleted(st) },
+		func(st *tetherv1.WorkerBindingStatus) { JobFailed(st, "TrainJob failed") },
+		func(st *tetherv1.WorkerBindingStatus) { Cancelled(st, "by test") },
 	} {
-		st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
-		Registered(st, pod("a"), t0)
+		st := running()
 		final(st)
 		was := *st.DeepCopy()
 		for name, ev := range map[string]func() bool{
-			"register":  func() bool { return Registered(st, pod("b"), t0) },
-			"heartbeat": func() bool { return Heartbeat(st, t0, 9, nil) },
-			"lost":      func() bool { return HeartbeatLost(st, "x") },
-			"finishing": func() bool { return Finishing(st, "x") },
-			"exit":      func() bool { return TrainerExited(st, 1) },
+			"register":  func() bool { c, _ := PodSeen(st, pod("b"), true, t0); return c },
+			"heartbeat": func() bool { return Heartbeat(st, 0, "a", t0, 9, nil) },
+			"lost":      func() bool { return HeartbeatLost(st, 0, "x") },
+			"finishing": func() bool { return Finishing(st, 0, "a", "x") },
+			"exit":      func() bool { c, _ := TrainerExited(st, 0, "a", Exit{Code: 1, FinishedAt: t0.Add(time.Hour)}, 1, t0); return c },
 			"suspended": func() bool { return Suspended(st, "x") },
+			"failed":    func() bool { return JobFailed(st, "x") },
 		} {
 			if ev() {
 				t.Errorf("%s after %s changed the status", name, was.Phase)
@@ -93,145 +110,136 @@ func TestFinalPhasesAreFinal(t *testing.T) {
 	}
 }
 
-func TestTrainerFailedRecordsExitCode(t *testing.T) {
-	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhaseRunning}
-	TrainerExited(st, 3)
-	if st.Phase != tetherv1.PhaseFailed || st.Reason != tetherv1.ReasonTrainerFailed || st.TrainerExitCode == nil || *st.TrainerExitCode != 3 {
-		t.Errorf("status %+v, want Failed/TrainerFailed with exit code 3", st)
+func TestATrainerExitIsNoVerdict(t *testing.T) {
+	st := running()
+	c, isNew := TrainerExited(st, 0, "a", Exit{Code: 3, Reason: "Error", FinishedAt: t0.Add(time.Minute)}, 0, t0)
+	if !c || !isNew {
+		t.Fatalf("exit not recorded as new: changed %v new %v", c, isNew)
 	}
-	if st.Message != "trainer exited with code 3" {
-		t.Errorf("message %q", st.Message)
+	if st.Phase != tetherv1.PhaseRunning || st.TrainerExitCode == nil || *st.TrainerExitCode != 3 || st.TrainerExits != 1 {
+		t.Fatalf("status %s/%s exit %v count %d, want Running with exit 3 recorded once", st.Phase, st.Reason, st.TrainerExitCode, st.TrainerExits)
+	}
+	if _, again := TrainerExited(st, 0, "a", Exit{Code: 3, FinishedAt: t0.Add(time.Minute)}, 0, t0); again {
+		t.Error("the same exit seen again counted as new")
+	}
+	// The kubelet restarts it: attempt 2, the exit marked restarted.
+	TrainerExited(st, 0, "a", Exit{Code: 3, FinishedAt: t0.Add(time.Minute)}, 1, t0.Add(2*time.Minute))
+	if st.Attempt != 2 || st.AttemptStartedBy != tetherv1.AttemptTrainerRestarted || !st.Nodes[0].LastExit.Restarted || st.Nodes[0].Restarts != 1 {
+		t.Fatalf("restart in place: attempt %d by %s, node %+v", st.Attempt, st.AttemptStartedBy, st.Nodes[0])
+	}
+	JobFailed(st, "TrainJob failed: BackoffLimitExceeded")
+	if st.Reason != tetherv1.ReasonTrainerFailed || !strings.Contains(st.Message, "exited with code 3 (Error)") {
+		t.Errorf("verdict %s %q does not name the last exit", st.Reason, st.Message)
+	}
+	// A TrainJob that failed with no failing exit seen (its pods are gone).
+	st2 := running()
+	JobFailed(st2, "TrainJob failed: DeadlineExceeded")
+	if st2.Reason != tetherv1.ReasonJobFailed {
+		t.Errorf("reason %s, want JobFailed", st2.Reason)
 	}
 }
 
-func TestHeartbeatLostAndRecovered(t *testing.T) {
-	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
-	Registered(st, pod("a"), t0)
-	Heartbeat(st, t0, 1, nil)
-	if !HeartbeatLost(st, "silent") || !IsHeartbeatLost(st) || st.Reason != tetherv1.ReasonHeartbeatLost {
+func TestHeartbeatLostAndRecoveredPerNode(t *testing.T) {
+	st := &tetherv1.WorkerBindingStatus{}
+	Initial(st)
+	SetNodeCount(st, 3)
+	for r, uid := range []string{"a", "b", "c"} {
+		PodSeen(st, Pod{Rank: int32(r), Name: "p-" + uid, UID: uid, NodeName: "n" + uid}, true, t0)
+		Heartbeat(st, int32(r), uid, t0, 1, nil)
+	}
+	if !HeartbeatLost(st, 2, "no heartbeat for 40s") || !IsHeartbeatLost(st) || st.Reason != tetherv1.ReasonHeartbeatLost {
 		t.Fatalf("HeartbeatLost not recorded: %+v", st)
 	}
-	if HeartbeatLost(st, "silent") {
+	if HeartbeatLost(st, 2, "again") {
 		t.Error("a second HeartbeatLost for the same silence reported a change")
 	}
-	if !Heartbeat(st, t0.Add(time.Minute), 2, nil) || IsHeartbeatLost(st) {
-		t.Fatalf("heartbeat did not clear HeartbeatLost: %+v", st.Conditions)
+	HeartbeatLost(st, 0, "session ended")
+	msg := st.Message
+	for _, want := range []string{"node 2 (pod p-c on nc): silent since", "node 0 (pod p-a on na): session ended"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
 	}
-	if st.Phase != tetherv1.PhaseRunning || st.Reason != tetherv1.ReasonHeartbeating {
-		t.Errorf("after recovery %s/%s, want Running/Heartbeating", st.Phase, st.Reason)
+	Heartbeat(st, 0, "a", t0.Add(time.Minute), 2, nil)
+	if !IsHeartbeatLost(st) || strings.Contains(st.Message, "node 0") {
+		t.Fatalf("after node 0 resumed: lost %v, message %q", IsHeartbeatLost(st), st.Message)
+	}
+	Heartbeat(st, 2, "c", t0.Add(time.Minute), 2, nil)
+	if IsHeartbeatLost(st) || st.Phase != tetherv1.PhaseRunning || st.Reason != tetherv1.ReasonHeartbeating {
+		t.Errorf("after recovery %s/%s lost %v, want Running/Heartbeating", st.Phase, st.Reason, IsHeartbeatLost(st))
 	}
 }
 
 func TestPreemptionStartsANewAttempt(t *testing.T) {
-	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
+	st := &tetherv1.WorkerBindingStatus{}
+	Initial(st)
 	if !Suspended(st, "queued") || st.Reason != tetherv1.ReasonSuspended {
 		t.Fatalf("initial suspension: %+v", st)
 	}
 	if !Resumed(st) || st.Phase != tetherv1.PhasePending || st.Reason != tetherv1.ReasonAdmitted || Resumed(st) {
 		t.Fatalf("admission out of the queue: %+v", st)
 	}
-	Registered(st, pod("a"), t0)
-	Heartbeat(st, t0, 1, nil)
+	PodSeen(st, pod("a"), true, t0)
+	Heartbeat(st, 0, "a", t0, 1, nil)
 	if !Suspended(st, "evicted") || st.Phase != tetherv1.PhasePending || st.Reason != tetherv1.ReasonPreempted || st.Worker != nil {
 		t.Fatalf("eviction of a running job: %+v", st)
 	}
 	// The old pod's sidecar, still heartbeating, does not revive the attempt.
-	Heartbeat(st, t0.Add(time.Second), 2, nil)
+	Heartbeat(st, 0, "a", t0.Add(time.Second), 2, nil)
 	if st.Phase != tetherv1.PhasePending {
 		t.Fatalf("heartbeat of the preempted pod moved the phase to %s", st.Phase)
 	}
 	if !Resumed(st) || st.Reason != tetherv1.ReasonPreempted || !strings.Contains(st.Message, "admitted again") {
 		t.Fatalf("re-admission before registration: %+v", st)
 	}
-	Registered(st, pod("b"), t0.Add(time.Minute))
-	if st.Phase != tetherv1.PhaseRegistered || st.Attempt != 2 || st.Worker.PodUID != "b" {
-		t.Fatalf("re-admission: %+v", st)
+	_, started := PodSeen(st, pod("b"), true, t0.Add(time.Minute))
+	if st.Phase != tetherv1.PhaseRegistered || st.Attempt != 2 || started != tetherv1.AttemptReadmission || st.Worker.PodUID != "b" {
+		t.Fatalf("re-admission: started %q, %+v", started, st)
 	}
 	if c := st.Worker.RegisteredTime; !c.Equal(&metav1.Time{Time: t0.Add(time.Minute)}) {
 		t.Errorf("registered time %v", c)
 	}
 }
 
-func TestCompletionIsGatedOnVerifiedArtifacts(t *testing.T) {
-	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
-	Registered(st, pod("a"), t0)
-	Heartbeat(st, t0, 1, nil)
-	// An unverified manifest (a file missing) does not complete the job.
-	ArtifactsRecorded(st, tetherv1.ArtifactsStatus{Manifest: "j/manifest.json", Missing: []string{"model.pt"}})
-	TrainerExited(st, 0)
-	if st.Phase != tetherv1.PhaseFinishing || st.Reason != tetherv1.ReasonAwaitingArtifacts {
-		t.Fatalf("exit 0 with an unverified manifest: %s/%s", st.Phase, st.Reason)
-	}
-	if !ArtifactsIncomplete(st, MissingArtifacts(st)) || st.Phase != tetherv1.PhaseFailed || st.Reason != tetherv1.ReasonArtifactsIncomplete {
-		t.Fatalf("pod ended without a verified manifest: %s/%s", st.Phase, st.Reason)
-	}
-	if !strings.Contains(st.Message, "model.pt") {
-		t.Errorf("message %q does not name the missing file", st.Message)
-	}
-
-	// Manifest first, exit 0 second: Succeeded at the exit.
-	st = &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhaseRunning}
-	ArtifactsRecorded(st, tetherv1.ArtifactsStatus{Manifest: "j/manifest.json", ManifestVerified: true})
-	if st.Phase != tetherv1.PhaseRunning {
-		t.Fatalf("a verified manifest alone completed the job: %s", st.Phase)
-	}
-	TrainerExited(st, 0)
-	if st.Phase != tetherv1.PhaseSucceeded {
-		t.Fatalf("exit 0 after a verified manifest: %s", st.Phase)
-	}
-
-	// A failed trainer fails whatever its artifacts.
-	st = &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhaseRunning}
-	ArtifactsRecorded(st, tetherv1.ArtifactsStatus{Manifest: "j/manifest.json", ManifestVerified: true})
-	TrainerExited(st, 1)
-	if st.Phase != tetherv1.PhaseFailed || st.Reason != tetherv1.ReasonTrainerFailed {
-		t.Fatalf("exit 1: %s/%s", st.Phase, st.Reason)
-	}
-}
-
 // Found by the e2e preemption scenario: the manifest the preempted attempt
 // flushed must not complete the next attempt before its own files are in.
 func TestAManifestDoesNotOutliveItsAttempt(t *testing.T) {
-	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
-	Registered(st, pod("a"), t0)
-	Heartbeat(st, t0, 1, nil)
-	UploadReported(st, 100, "")
-	ArtifactsRecorded(st, tetherv1.ArtifactsStatus{Manifest: "j/manifest.json", ManifestVerified: true, Files: 3})
+	st := running()
+	UploadReported(st, 0, "a", 100, "")
+	ArtifactsRecorded(st, 0, verified(0))
 	Suspended(st, "evicted")
 	// The preempted sidecar's flush lands after the suspension.
-	ArtifactsRecorded(st, tetherv1.ArtifactsStatus{Manifest: "j/manifest.json", ManifestVerified: true, Files: 4})
+	ArtifactsRecorded(st, 0, verified(0))
 	if ManifestVerified(st) {
 		t.Fatal("a manifest recorded between attempts counts as verified")
 	}
-	Registered(st, pod("b"), t0.Add(time.Minute))
+	PodSeen(st, pod("b"), true, t0.Add(time.Minute))
 	if ManifestVerified(st) || st.Artifacts.Files != 0 || st.Artifacts.UploadedBytes != 100 {
 		t.Fatalf("new attempt kept the old verdict or lost the counters: %+v", st.Artifacts)
 	}
-	Heartbeat(st, t0.Add(time.Minute), 2, nil)
-	TrainerExited(st, 0)
+	Heartbeat(st, 0, "b", t0.Add(time.Minute), 2, nil)
+	JobCompleted(st)
 	if st.Phase != tetherv1.PhaseFinishing || st.Reason != tetherv1.ReasonAwaitingArtifacts {
-		t.Fatalf("attempt 2 exit 0 before its manifest: %s/%s, want Finishing/AwaitingArtifacts", st.Phase, st.Reason)
+		t.Fatalf("attempt 2 complete before its manifest: %s/%s, want Finishing/AwaitingArtifacts", st.Phase, st.Reason)
 	}
 }
 
 func TestFlushUnverifiedNamesTheFiles(t *testing.T) {
-	st := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
-	Registered(st, pod("a"), t0)
-	Heartbeat(st, t0, 1, nil)
-	Finishing(st, "SIGTERM")
+	st := running()
+	Finishing(st, 0, "a", "SIGTERM")
 	paths := []string{"checkpoints/a.pt", "checkpoints/b.pt"}
 	why := `"checkpoints/a.pt": not verified: open: permission denied (mode 0600, owner uid 0 gid 0; the sidecar runs as uid 65532, gid 65532)`
-	if !FlushUnverified(st, paths, 12, why) {
+	if !FlushUnverified(st, 0, paths, 12, why) {
 		t.Fatal("reported no change")
 	}
-	if FlushUnverified(st, paths, 12, why) {
+	if FlushUnverified(st, 0, paths, 12, why) {
 		t.Error("the same report twice reported a change")
 	}
 	a := st.Artifacts
 	if len(a.Missing) != 2 || a.MissingCount != 12 || a.LastError != why {
 		t.Fatalf("artifacts %+v", a)
 	}
-	TrainerExited(st, 0)
+	JobCompleted(st)
 	ArtifactsIncomplete(st, MissingArtifacts(st))
 	for _, want := range []string{"12 file(s)", "checkpoints/a.pt, checkpoints/b.pt", "and 10 more", "permission denied"} {
 		if !strings.Contains(st.Message, want) {
@@ -239,17 +247,33 @@ func TestFlushUnverifiedNamesTheFiles(t *testing.T) {
 		}
 	}
 	// A report that lands after the verdict tells the verdict again.
-	st2 := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhasePending}
-	Registered(st2, pod("b"), t0)
-	TrainerExited(st2, 0)
+	st2 := running()
+	JobCompleted(st2)
 	ArtifactsIncomplete(st2, MissingArtifacts(st2))
-	if !FlushUnverified(st2, paths[:1], 1, why) || !strings.Contains(st2.Message, "checkpoints/a.pt") {
+	if !FlushUnverified(st2, 0, paths[:1], 1, why) || !strings.Contains(st2.Message, "checkpoints/a.pt") {
 		t.Errorf("late report: message %q", st2.Message)
 	}
-	// A verified manifest is never overruled by a worker's report.
-	st3 := &tetherv1.WorkerBindingStatus{Phase: tetherv1.PhaseRunning,
-		Artifacts: &tetherv1.ArtifactsStatus{Manifest: "j/manifest.json", ManifestVerified: true}}
-	if FlushUnverified(st3, paths, 2, why) || len(st3.Artifacts.Missing) != 0 {
+	// A node whose manifest was checked keeps the server's verdict.
+	st3 := running()
+	ArtifactsRecorded(st3, 0, verified(0))
+	if FlushUnverified(st3, 0, paths, 2, why) || len(st3.Artifacts.Missing) != 0 {
 		t.Errorf("a verified manifest was changed: %+v", st3.Artifacts)
+	}
+}
+
+func TestNodesKeepTheirOwnFilesApart(t *testing.T) {
+	st := &tetherv1.WorkerBindingStatus{}
+	Initial(st)
+	SetNodeCount(st, 2)
+	PodSeen(st, podOf(0, "a"), true, t0)
+	PodSeen(st, podOf(1, "b"), true, t0)
+	FlushUnverified(st, 1, []string{"ckpt/__1_0.distcp"}, 1, "permission denied")
+	ArtifactsRecorded(st, 0, tetherv1.NodeArtifacts{Manifest: "j/manifest.json", Verified: true, Files: 3, Bytes: 30})
+	a := st.Artifacts
+	if a.ManifestVerified || a.Files != 3 || len(a.Missing) != 1 || a.Missing[0] != "nodes/1/ckpt/__1_0.distcp" || a.LastError != "node 1: permission denied" {
+		t.Fatalf("aggregate %+v", a)
+	}
+	if got := MissingArtifacts(st); !strings.Contains(got, "node 1: no manifest was uploaded: the worker's final flush could not verify 1 file(s), nodes/1/ckpt/__1_0.distcp") {
+		t.Errorf("MissingArtifacts = %q", got)
 	}
 }

@@ -9,7 +9,8 @@ import (
 
 // RecordSettings is what a WorkerBinding records of a job's parsed settings.
 func RecordSettings(s jobconfig.Settings) tetherv1.WorkerBindingSettings {
-	return tetherv1.WorkerBindingSettings{HeartbeatInterval: metav1.Duration{Duration: s.HeartbeatInterval}, TrainerContainer: s.TrainerContainer}
+	return tetherv1.WorkerBindingSettings{HeartbeatInterval: metav1.Duration{Duration: s.HeartbeatInterval}, TrainerContainer: s.TrainerContainer,
+		Nodes: s.Nodes}
 }
 
 // SettingsRecorded reports whether the binding carries its settings.
@@ -27,6 +28,14 @@ func Settings(spec *tetherv1.WorkerBindingSpec) tetherv1.WorkerBindingSettings {
 	}
 	if s.TrainerContainer == "" {
 		s.TrainerContainer = jobconfig.DefaultTrainerContainer
+	}
+	if s.Nodes == "" {
+		// Settings recorded without Nodes: a binding of an older release,
+		// which bound node 0 only; nothing recorded yet: the default.
+		s.Nodes = jobconfig.NodesAll
+		if SettingsRecorded(spec) {
+			s.Nodes = jobconfig.NodesPrimary
+		}
 	}
 	return s
 }

@@ -23,7 +23,7 @@ const (
 	SkipNoTrainJob      Reason = "NoTrainJob"      // its JobSet has no TrainJob of the same name
 	SkipNotBound        Reason = "NotBound"        // the TrainJob is not labeled for binding
 	SkipAlreadyInjected Reason = "AlreadyInjected" // re-invocation or a copied spec
-	SkipNotPrimaryNode  Reason = "NotPrimaryNode"  // node rank > 0: only node 0 is bound
+	SkipNotPrimaryNode  Reason = "NotPrimaryNode"  // node rank > 0 of a job bound with tether.dev/nodes=primary
 
 	// Denials: a bound job's pod would run without its sidecar.
 	DenyMissingIdentity    Reason = "MissingIdentity"
@@ -33,6 +33,7 @@ const (
 	DenyNameConflict       Reason = "NameConflict"
 	DenyTrainJobLookup     Reason = "TrainJobLookupFailed"
 	DenyUndecodable        Reason = "Undecodable"
+	DenyNodeRank           Reason = "NodeRank" // no node rank, or one beyond binding.MaxBoundNodes
 )
 
 // Decision is the injector's verdict on one pod.

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
@@ -34,8 +35,6 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		return skipped(SkipNotBound, "TrainJob is not labeled "+jobconfig.BindLabel+"="+jobconfig.BindValue)
 	case pod.Annotations[jobconfig.PodStatusAnnotation] != "":
 		return skipped(SkipAlreadyInjected, "pod already carries "+jobconfig.PodStatusAnnotation)
-	case !trainjob.IsPrimaryNode(pod):
-		return skipped(SkipNotPrimaryNode, "only node 0 of a multi-node TrainJob is bound")
 	}
 
 	jobID, workerID := trainJob.Annotations[jobconfig.JobIDAnnotation], trainJob.Annotations[jobconfig.WorkerIDAnnotation]
@@ -47,6 +46,16 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 	settings, err := jobconfig.Parse(trainJob.Annotations)
 	if err != nil {
 		return denied(DenyInvalidSettings, fmt.Sprintf("TrainJob %s: %v", name, err))
+	}
+	rank, err := trainjob.Rank(pod)
+	switch {
+	case err == nil && rank > 0 && settings.Nodes == jobconfig.NodesPrimary:
+		return skipped(SkipNotPrimaryNode, fmt.Sprintf("node %d: TrainJob %s binds node 0 only (%s=%s)", rank, name, jobconfig.NodesAnnotation, jobconfig.NodesPrimary))
+	case err != nil:
+		return denied(DenyNodeRank, fmt.Sprintf("%v; set annotation %s=%s on TrainJob %s to bind node 0 only", err, jobconfig.NodesAnnotation, jobconfig.NodesPrimary, name))
+	case rank >= binding.MaxBoundNodes:
+		return denied(DenyNodeRank, fmt.Sprintf("pod is node %d; Tether binds at most %d nodes of a job: set annotation %s=%s on TrainJob %s to bind node 0 only",
+			rank, binding.MaxBoundNodes, jobconfig.NodesAnnotation, jobconfig.NodesPrimary, name))
 	}
 	trainer := findContainer(pod.Spec.Containers, settings.TrainerContainer)
 	if trainer == nil {
@@ -76,7 +85,7 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 	}
 	pod.Spec.Volumes = append(pod.Spec.Volumes, tokenVolume(name))
 	pod.Spec.InitContainers = append(pod.Spec.InitContainers, renderSidecar(sidecarInput{
-		image: image, serverURL: i.Sidecar.ServerURL, trainJob: name, jobID: jobID, workerID: workerID,
+		image: image, serverURL: i.Sidecar.ServerURL, trainJob: name, jobID: jobID, workerID: workerID, rank: rank,
 		heartbeat:     settings.HeartbeatInterval.String(),
 		flushBudget:   flushBudget(pod).String(),
 		include:       strings.Join(settings.Include, ","),

@@ -2,6 +2,7 @@ package mutate
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,9 +68,11 @@ func restrictedSecurityContext() *corev1.SecurityContext {
 // sidecarInput is everything one injection needs to render the sidecar.
 type sidecarInput struct {
 	image, serverURL, trainJob, jobID, workerID string
-	heartbeat, flushBudget                      string
-	include, exclude                            string
-	artifactMount                               corev1.VolumeMount
+	// rank is the pod's node rank (TETHER_NODE_RANK).
+	rank                   int
+	heartbeat, flushBudget string
+	include, exclude       string
+	artifactMount          corev1.VolumeMount
 	// nestedMounts are mounted after artifactMount, below SidecarArtifactDir.
 	nestedMounts []corev1.VolumeMount
 	resources    corev1.ResourceRequirements
@@ -84,6 +87,7 @@ func renderSidecar(in sidecarInput) corev1.Container {
 		{Name: binding.EnvTokenFile, Value: SidecarTokenDir + "/" + binding.TokenKey},
 		{Name: binding.EnvCAFile, Value: SidecarTokenDir + "/" + binding.CABundleKey},
 		{Name: binding.EnvArtifactDir, Value: SidecarArtifactDir},
+		{Name: binding.EnvNodeRank, Value: strconv.Itoa(in.rank)},
 		{Name: binding.EnvHeartbeatInterval, Value: in.heartbeat},
 		{Name: binding.EnvFlushBudget, Value: in.flushBudget},
 	}

@@ -43,14 +43,9 @@ func TrainerPodSelector() labels.Selector {
 	return labels.NewSelector().Add(*req)
 }
 
-// IsPrimaryNode reports whether pod is node rank 0: the first Job of the
-// replicated job and completion index 0 of that indexed Job. Only node 0 is
-// bound; see docs/platform.md.
+// IsPrimaryNode reports whether pod is node rank 0 (see Rank); a pod
+// whose rank cannot be told is not.
 func IsPrimaryNode(pod *corev1.Pod) bool {
-	zeroOrUnset := func(v string) bool { return v == "" || v == "0" }
-	idx := pod.Labels[CompletionIndexLabel]
-	if idx == "" {
-		idx = pod.Annotations[CompletionIndexLabel]
-	}
-	return zeroOrUnset(pod.Labels[JobIndexLabel]) && zeroOrUnset(idx)
+	r, err := Rank(pod)
+	return err == nil && r == 0
 }

@@ -45,20 +45,23 @@ func (s *Server) authorizeArtifacts(ctx context.Context, token binding.Token) (s
 		s.metrics.refusals.WithLabelValues("artifact_unknown_token").Inc()
 		return store.Job{}, store.Unauthorized("no binding holds this token (the TrainJob was deleted or its token reissued)")
 	}
-	return store.Job{Namespace: wb.Namespace, Name: wb.Name, JobID: wb.Spec.JobID, Writable: !lifecycle.IsFinal(wb.Status.Phase)}, nil
+	return store.Job{Namespace: wb.Namespace, Name: wb.Name, JobID: wb.Spec.JobID, Writable: !lifecycle.IsFinal(wb.Status.Phase),
+		Nodes: int(wb.Status.NodeCount)}, nil
 }
 
-// manifestVerified records the store's verdict on a job's manifest; with the
-// trainer already exited 0, a verified manifest completes the binding.
+// manifestVerified records the store's verdict on a node's manifest; once
+// the TrainJob is complete, the last node's verified manifest completes the
+// binding.
 func (s *Server) manifestVerified(ctx context.Context, job store.Job, res store.ManifestResult) {
-	a := tetherv1.ArtifactsStatus{Manifest: res.Key, ManifestVerified: res.Verified, Files: int32(res.Files), Bytes: res.Bytes,
-		Missing: res.Missing, LastError: res.Err}
+	a := tetherv1.NodeArtifacts{Manifest: res.Key, Verified: res.Verified, Files: int32(res.Files), Bytes: res.Bytes,
+		Missing: res.Missing, MissingCount: int32(res.MissingCount), LastError: res.Err}
 	key := types.NamespacedName{Namespace: job.Namespace, Name: job.Name}
 	if _, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {
-		return lifecycle.ArtifactsRecorded(st, a)
+		return lifecycle.ArtifactsRecorded(st, int32(res.Rank), a)
 	}); err != nil {
-		s.log.Error(err, "recording the artifact manifest", "binding", key.String())
+		s.log.Error(err, "recording the artifact manifest", "binding", key.String(), "node", res.Rank)
 		return
 	}
-	s.log.Info("artifact manifest checked", "binding", key.String(), "verified", res.Verified, "files", res.Files, "bytes", res.Bytes, "missing", res.Missing)
+	s.log.Info("artifact manifest checked", "binding", key.String(), "node", res.Rank, "verified", res.Verified,
+		"files", res.Files, "bytes", res.Bytes, "missing", res.Missing)
 }

@@ -2,10 +2,11 @@ package server
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
@@ -13,8 +14,8 @@ import (
 )
 
 // CommandAnnotation on a WorkerBinding asks the binding server to push a
-// command to the worker: "<name>:<id>", e.g. "flush:42". A new id pushes the
-// command again; the outcome is status.lastCommand.
+// command to the job's workers: "<name>:<id>", e.g. "flush:42". A new id
+// pushes the command again; the outcome is status.lastCommand.
 const CommandAnnotation = "tether.dev/command"
 
 // Command states in status.lastCommand.
@@ -38,17 +39,20 @@ func parseCommand(wb *tetherv1.WorkerBinding) (binding.Command, bool) {
 	return binding.Command{}, false
 }
 
-// pushPendingCommand sends the binding's requested command to its worker's
-// session, unless it was already sent.
-func (s *Server) pushPendingCommand(ctx context.Context, key types.NamespacedName, wb *tetherv1.WorkerBinding) {
+// pushPendingCommand sends the binding's requested command to node key's
+// session, unless it was sent there already or it is answered.
+func (s *Server) pushPendingCommand(ctx context.Context, key workerKey, wb *tetherv1.WorkerBinding) {
 	if wb == nil {
 		wb = &tetherv1.WorkerBinding{}
-		if err := s.cache.Get(ctx, key, wb); err != nil {
+		if err := s.cache.Get(ctx, key.binding, wb); err != nil {
 			return
 		}
 	}
 	cmd, ok := parseCommand(wb)
-	if !ok || (wb.Status.LastCommand != nil && wb.Status.LastCommand.ID == cmd.ID && wb.Status.LastCommand.State != CommandSent) {
+	if !ok {
+		return
+	}
+	if c := wb.Status.LastCommand; c != nil && c.ID == cmd.ID && c.State != CommandSent {
 		// Answered already. A command still "Sent" (its session dropped
 		// before the ack) is sent again on the next session: commands are
 		// delivered at least once, and workers de-duplicate by id.
@@ -66,13 +70,25 @@ func (s *Server) pushPendingCommand(ctx context.Context, key types.NamespacedNam
 	if !fresh {
 		return
 	}
-	// Record "Sent" before sending, so the worker's ack always finds it.
+	// Record "Sent" to this node before sending, so its ack always finds it.
 	now := metav1.NewTime(s.opts.Now())
-	if _, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {
-		st.LastCommand = &tetherv1.CommandStatus{ID: cmd.ID, Name: cmd.Name, State: CommandSent, Time: &now}
+	if _, err := s.updateStatus(ctx, key.binding, func(st *tetherv1.WorkerBindingStatus) bool {
+		c := st.LastCommand
+		if c == nil || c.ID != cmd.ID {
+			st.LastCommand = &tetherv1.CommandStatus{ID: cmd.ID, Name: cmd.Name, State: CommandSent, Time: &now, SentNodes: []int32{key.rank}}
+			return true
+		}
+		if slices.Contains(c.SentNodes, key.rank) {
+			return false
+		}
+		c.SentNodes = append(c.SentNodes, key.rank)
+		slices.Sort(c.SentNodes)
+		if c.State == CommandAcknowledged {
+			c.State = CommandSent // another node has it to answer now
+		}
 		return true
 	}); err != nil {
-		s.log.Error(err, "recording a sent command", "binding", key.String())
+		s.log.Error(err, "recording a sent command", "binding", key.binding.String(), "node", key.rank)
 		s.hub.update(key, func(st *workerState) { st.lastCommandID = "" })
 		return
 	}
@@ -83,31 +99,40 @@ func (s *Server) pushPendingCommand(ctx context.Context, key types.NamespacedNam
 	sess.log.Info("command sent", "command", cmd.Name, "id", cmd.ID)
 }
 
-// commandAcked records the worker's answer to a command; an acknowledged
-// cancel ends the binding as Cancelled.
+// commandAcked records a node's answer to a command. The command is
+// Acknowledged once every node it was sent to answered OK, Failed as soon
+// as one answered with an error; an acknowledged cancel ends the binding as
+// Cancelled (every node flushed).
 func (s *Server) commandAcked(ctx context.Context, sess *session, ack *binding.CommandAck) {
 	now := metav1.NewTime(s.opts.Now())
-	var name string
+	var name, state string
 	reader := s.live
 	if reader == nil {
 		reader = s.cache
 	}
+	rank := sess.key.rank
 	// The "Sent" record was written moments ago: read it from the API server.
-	_, err := s.updateStatusFrom(ctx, reader, sess.key, func(st *tetherv1.WorkerBindingStatus) bool {
+	_, err := s.updateStatusFrom(ctx, reader, sess.key.binding, func(st *tetherv1.WorkerBindingStatus) bool {
 		c := st.LastCommand
-		if c == nil || c.ID != ack.ID || c.State != CommandSent {
+		if c == nil || c.ID != ack.ID || c.State == CommandFailed || !slices.Contains(c.SentNodes, rank) || slices.Contains(c.AckedNodes, rank) {
 			return false
 		}
 		name = c.Name
 		c.Time = &now
-		if ack.OK {
+		if !ack.OK {
+			c.State, c.Message = CommandFailed, nodeTag(st, rank)+ack.Error
+			state = c.State
+			return true
+		}
+		c.AckedNodes = append(c.AckedNodes, rank)
+		slices.Sort(c.AckedNodes)
+		if len(c.AckedNodes) >= len(c.SentNodes) {
 			c.State, c.Message = CommandAcknowledged, ""
-		} else {
-			c.State, c.Message = CommandFailed, ack.Error
+			if c.Name == binding.CommandCancel {
+				lifecycle.Cancelled(st, "cancelled by the orchestrator (command "+c.ID+")")
+			}
 		}
-		if ack.OK && c.Name == binding.CommandCancel {
-			lifecycle.Cancelled(st, "cancelled by the orchestrator (command "+c.ID+")")
-		}
+		state = c.State
 		return true
 	})
 	if err != nil {
@@ -123,5 +148,13 @@ func (s *Server) commandAcked(ctx context.Context, sess *session, ack *binding.C
 		result = "failed"
 	}
 	s.metrics.commands.WithLabelValues(name, result).Inc()
-	sess.log.Info("command answered", "command", name, "id", ack.ID, "ok", ack.OK, "error", ack.Error)
+	sess.log.Info("command answered", "command", name, "id", ack.ID, "ok", ack.OK, "error", ack.Error, "state", state)
+}
+
+// nodeTag prefixes a multi-node job's messages with the node.
+func nodeTag(st *tetherv1.WorkerBindingStatus, rank int32) string {
+	if st.NodeCount <= 1 {
+		return ""
+	}
+	return "node " + strconv.Itoa(int(rank)) + ": "
 }

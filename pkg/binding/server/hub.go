@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -10,16 +11,26 @@ import (
 	"github.com/tether-dev/tether/pkg/binding"
 )
 
+// workerKey names one node's worker: the binding and the node's rank.
+type workerKey struct {
+	binding types.NamespacedName
+	rank    int32
+}
+
+func (k workerKey) String() string { return fmt.Sprintf("%s[node %d]", k.binding, k.rank) }
+
 // workerState is what the server remembers of a worker between writes.
 type workerState struct {
 	namespace, trainJob string
-	interval            time.Duration
-	lastHeartbeat       time.Time
-	lastSeq             uint64
-	progress            *binding.Progress
-	uploadedBytes       int64
-	artifactError       string
-	phase               string
+	// podUID is the pod whose session this is.
+	podUID        string
+	interval      time.Duration
+	lastHeartbeat time.Time
+	lastSeq       uint64
+	progress      *binding.Progress
+	uploadedBytes int64
+	artifactError string
+	phase         string
 	// lastWrite is when heartbeat fields were last written to the status.
 	lastWrite time.Time
 	// lost is true once HeartbeatLost was recorded for the current silence.
@@ -32,13 +43,13 @@ type workerState struct {
 // hub holds one session per worker and what is known of each worker.
 type hub struct {
 	mu     sync.Mutex
-	states map[types.NamespacedName]*workerState
+	states map[workerKey]*workerState
 }
 
-func newHub() *hub { return &hub{states: map[types.NamespacedName]*workerState{}} }
+func newHub() *hub { return &hub{states: map[workerKey]*workerState{}} }
 
 // attach makes sess the worker's session and returns the one it replaces.
-func (h *hub) attach(key types.NamespacedName, sess *session, init func() *workerState) (*workerState, *session) {
+func (h *hub) attach(key workerKey, sess *session, init func() *workerState) (*workerState, *session) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := h.states[key]
@@ -52,7 +63,7 @@ func (h *hub) attach(key types.NamespacedName, sess *session, init func() *worke
 }
 
 // detach forgets sess if it is still the worker's session.
-func (h *hub) detach(key types.NamespacedName, sess *session) {
+func (h *hub) detach(key workerKey, sess *session) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if st := h.states[key]; st != nil && st.session == sess {
@@ -60,14 +71,14 @@ func (h *hub) detach(key types.NamespacedName, sess *session) {
 	}
 }
 
-func (h *hub) state(key types.NamespacedName) *workerState {
+func (h *hub) state(key workerKey) *workerState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.states[key]
 }
 
 // get copies the worker's state.
-func (h *hub) get(key types.NamespacedName) (workerState, bool) {
+func (h *hub) get(key workerKey) (workerState, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := h.states[key]
@@ -77,7 +88,7 @@ func (h *hub) get(key types.NamespacedName) (workerState, bool) {
 	return *st, true
 }
 
-func (h *hub) forget(key types.NamespacedName) {
+func (h *hub) forget(key workerKey) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.states, key)
@@ -85,7 +96,7 @@ func (h *hub) forget(key types.NamespacedName) {
 
 // snapshot copies the states for a reader that must not hold the lock.
 type stateSnapshot struct {
-	key types.NamespacedName
+	key workerKey
 	workerState
 	connected bool
 }
@@ -101,12 +112,25 @@ func (h *hub) snapshot() []stateSnapshot {
 }
 
 // update runs f on the worker's state under the lock.
-func (h *hub) update(key types.NamespacedName, f func(*workerState)) {
+func (h *hub) update(key workerKey, f func(*workerState)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if st := h.states[key]; st != nil {
 		f(st)
 	}
+}
+
+// workersOf returns the keys of the binding's workers this replica knows.
+func (h *hub) workersOf(b types.NamespacedName) []workerKey {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []workerKey
+	for k := range h.states {
+		if k.binding == b {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func (h *hub) sessions() []*session {

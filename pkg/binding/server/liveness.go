@@ -33,7 +33,7 @@ func (s *Server) watchLiveness(ctx context.Context) {
 		now := s.opts.Now()
 		for _, st := range s.hub.snapshot() {
 			wb := &tetherv1.WorkerBinding{}
-			err := s.cache.Get(ctx, st.key, wb)
+			err := s.cache.Get(ctx, st.key.binding, wb)
 			switch {
 			case apierrors.IsNotFound(err) || (err == nil && wb.DeletionTimestamp != nil):
 				if st.session != nil {
@@ -50,7 +50,14 @@ func (s *Server) watchLiveness(ctx context.Context) {
 				s.hub.forget(st.key)
 				continue
 			}
+			node := lifecycle.Node(&wb.Status, st.key.rank)
 			if st.connected {
+				if node != nil && node.PodUID != "" && node.PodUID != st.session.podUID && node.RegisteredTime != nil {
+					// The node has a newer pod (replaced, or a new attempt): this
+					// session speaks for one that is gone.
+					st.session.close(binding.CloseReplaced, "the node's pod was replaced by "+node.PodName)
+					continue
+				}
 				if !tokenAccepted(wb, st.session.tokenHash, now) {
 					st.session.close(binding.CloseTokenExpired, "token reissued and the previous one's overlap is over: reconnect with the current token")
 					s.metrics.refusals.WithLabelValues("token_expired").Inc()
@@ -59,7 +66,7 @@ func (s *Server) watchLiveness(ctx context.Context) {
 				s.pushPendingCommand(ctx, st.key, wb)
 				continue
 			}
-			if hb := wb.Status.LastHeartbeatTime; hb != nil && hb.After(st.lastHeartbeat) {
+			if node != nil && node.LastHeartbeatTime != nil && node.LastHeartbeatTime.After(st.lastHeartbeat) {
 				// Another replica heard from the worker after this one did.
 				s.hub.forget(st.key)
 				continue

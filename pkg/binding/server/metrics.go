@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,7 @@ type metrics struct {
 	pingRTT        prometheus.Histogram
 	artifactFiles  prometheus.Counter
 	artifactBytes  prometheus.Counter
+	attempts       *prometheus.CounterVec
 
 	jobs *jobCollector
 }
@@ -51,6 +53,9 @@ func newMetrics(h *hub, now func() time.Time) *metrics {
 			Help: "Artifact objects stored and verified (ETag equal to the streamed MD5)."}),
 		artifactBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_artifacts_verified_bytes_total",
 			Help: "Bytes of artifact objects stored and verified."}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_binding_attempts_total",
+			Help: "Attempts of bound jobs that started at a worker's registration, by what started them (Admission, Readmission, JobSetRestart, PodReplaced)."},
+			[]string{"started_by"}),
 		jobs: &jobCollector{hub: h, now: now},
 	}
 }
@@ -58,15 +63,17 @@ func newMetrics(h *hub, now func() time.Time) *metrics {
 // Collectors returns everything to register.
 func (m *metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.registrations, m.refusals, m.sessionsOpened, m.sessionsClosed, m.replaced,
-		m.heartbeats, m.heartbeatsLost, m.commands, m.pingRTT, m.artifactFiles, m.artifactBytes, m.jobs}
+		m.heartbeats, m.heartbeatsLost, m.commands, m.pingRTT, m.artifactFiles, m.artifactBytes, m.attempts, m.jobs}
 }
 
 var (
-	jobLabels        = []string{"namespace", "trainjob"}
+	jobLabels = []string{"namespace", "trainjob"}
+	// nodeLabels add the node's rank: every node of a job has its own worker.
+	nodeLabels       = []string{"namespace", "trainjob", "node"}
 	descHeartbeatAge = prometheus.NewDesc("tether_job_heartbeat_age_seconds",
-		"Seconds since the job's worker last heartbeated (workers held by this replica).", jobLabels, nil)
+		"Seconds since the node's worker last heartbeated (workers held by this replica).", nodeLabels, nil)
 	descConnected = prometheus.NewDesc("tether_job_session_connected",
-		"1 while the job's worker has an open session on this replica.", jobLabels, nil)
+		"1 while the node's worker has an open session on this replica.", nodeLabels, nil)
 	descStep = prometheus.NewDesc("tether_job_progress_step",
 		"Last training step the job reported.", jobLabels, nil)
 	descEpoch = prometheus.NewDesc("tether_job_progress_epoch",
@@ -76,7 +83,7 @@ var (
 	descFraction = prometheus.NewDesc("tether_job_progress_ratio",
 		"Last progress fraction (0..1) the job reported.", jobLabels, nil)
 	descUploaded = prometheus.NewDesc("tether_job_uploaded_bytes",
-		"Bytes of artifacts the job's worker has had verified.", jobLabels, nil)
+		"Bytes of artifacts the node's worker has had verified.", nodeLabels, nil)
 )
 
 // jobCollector emits per-job series from the hub at scrape time.
@@ -94,17 +101,18 @@ func (c *jobCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *jobCollector) Collect(ch chan<- prometheus.Metric) {
 	now := c.now()
 	for _, st := range c.hub.snapshot() {
-		ns, tj := st.namespace, st.trainJob
+		ns, tj, node := st.namespace, st.trainJob, strconv.Itoa(int(st.key.rank))
 		if !st.lastHeartbeat.IsZero() {
-			ch <- prometheus.MustNewConstMetric(descHeartbeatAge, prometheus.GaugeValue, now.Sub(st.lastHeartbeat).Seconds(), ns, tj)
+			ch <- prometheus.MustNewConstMetric(descHeartbeatAge, prometheus.GaugeValue, now.Sub(st.lastHeartbeat).Seconds(), ns, tj, node)
 		}
 		connected := 0.0
 		if st.connected {
 			connected = 1
 		}
-		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, connected, ns, tj)
-		ch <- prometheus.MustNewConstMetric(descUploaded, prometheus.GaugeValue, float64(st.uploadedBytes), ns, tj)
-		if p := st.progress; p != nil {
+		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, connected, ns, tj, node)
+		ch <- prometheus.MustNewConstMetric(descUploaded, prometheus.GaugeValue, float64(st.uploadedBytes), ns, tj, node)
+		// Progress is the job's: node 0's.
+		if p := st.progress; p != nil && st.key.rank == 0 {
 			if p.Step != nil {
 				ch <- prometheus.MustNewConstMetric(descStep, prometheus.GaugeValue, float64(*p.Step), ns, tj)
 			}

@@ -2,15 +2,19 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
@@ -31,27 +35,77 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, ref, wb)
 		return
 	}
+	rank, ref := boundRank(wb, pod)
+	if ref != nil {
+		s.reject(w, r, ref, wb)
+		return
+	}
+	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		// A pod on its way out never becomes the node's pod again (its
+		// replacement may already be).
+		s.reject(w, r, refuse(http.StatusConflict, binding.ErrBadRequest, "pod_ended",
+			"pod %s is terminating or has ended: it cannot register", pod.Name), wb)
+		return
+	}
 	key := types.NamespacedName{Namespace: wb.Namespace, Name: wb.Name}
-	worker := tetherv1.WorkerStatus{PodName: pod.Name, PodUID: string(pod.UID), NodeName: pod.Spec.NodeName}
+	seen := lifecycle.Pod{Rank: rank, Name: pod.Name, UID: string(pod.UID), NodeName: pod.Spec.NodeName, RestartAttempt: trainjob.RestartAttempt(pod)}
+	var started string
 	updated, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {
-		return lifecycle.Registered(st, worker, s.opts.Now())
+		var changed bool
+		changed, started = lifecycle.PodSeen(st, seen, true, s.opts.Now())
+		return changed
 	})
 	if err != nil {
 		s.reject(w, r, refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "recording the registration: %v", err), wb)
 		return
 	}
 	s.metrics.registrations.Inc()
-	s.log.Info("worker registered", "binding", key.String(), "pod", pod.Name, "phase", updated.Status.Phase, "attempt", updated.Status.Attempt)
+	if started != "" {
+		s.metrics.attempts.WithLabelValues(started).Inc()
+		if s.events != nil {
+			note := fmt.Sprintf("attempt %d started: %s (node %d, pod %s registered)", updated.Status.Attempt, started, rank, pod.Name)
+			s.events.Eventf(trainjob.Ref(wb.Namespace, wb.Spec.TrainJobName, ""), nil, corev1.EventTypeNormal, tetherv1.ReasonAttemptStarted,
+				lifecycle.EventAction, "%s", note)
+		}
+	}
+	s.log.Info("worker registered", "binding", key.String(), "node", rank, "pod", pod.Name, "phase", updated.Status.Phase,
+		"attempt", updated.Status.Attempt, "attemptStartedBy", updated.Status.AttemptStartedBy)
 
-	lastSeq := uint64(updated.Status.LastSeq)
-	if st := s.hub.state(key); st != nil && st.lastSeq > lastSeq {
+	var lastSeq uint64
+	if n := lifecycle.Node(&updated.Status, rank); n != nil {
+		lastSeq = uint64(n.LastSeq)
+	}
+	if st := s.hub.state(workerKey{key, rank}); st != nil && st.lastSeq > lastSeq {
 		lastSeq = st.lastSeq
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(binding.RegisterResponse{
 		JobID: wb.Spec.JobID, WorkerID: wb.Spec.WorkerID, Phase: string(updated.Status.Phase),
 		HeartbeatInterval: binding.Duration{Duration: heartbeatInterval(wb)}, LastSeq: lastSeq,
+		NodeRank: rank, NodeCount: updated.Status.NodeCount, Attempt: updated.Status.Attempt,
 	})
+}
+
+// boundRank is the pod's node rank, refused when the binding does not bind
+// that node (settings nodes=primary, or a rank beyond MaxBoundNodes or the
+// job's node count).
+func boundRank(wb *tetherv1.WorkerBinding, pod *corev1.Pod) (int32, *refusal) {
+	r, err := trainjob.Rank(pod)
+	if err != nil {
+		return 0, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch", "%v", err)
+	}
+	switch {
+	case r >= binding.MaxBoundNodes:
+		return 0, refuse(http.StatusForbidden, binding.ErrForbidden, "node_not_bound",
+			"pod %s is node %d; a binding binds at most %d nodes", pod.Name, r, binding.MaxBoundNodes)
+	case r > 0 && lifecycle.Settings(&wb.Spec).Nodes == jobconfig.NodesPrimary:
+		return 0, refuse(http.StatusForbidden, binding.ErrForbidden, "node_not_bound",
+			"pod %s is node %d and the binding binds node 0 only (%s=%s)", pod.Name, r, jobconfig.NodesAnnotation, jobconfig.NodesPrimary)
+	case wb.Status.NodeCount > 0 && int32(r) >= wb.Status.NodeCount:
+		return 0, refuse(http.StatusForbidden, binding.ErrForbidden, "node_not_bound",
+			"pod %s is node %d of a job of %d nodes", pod.Name, r, wb.Status.NodeCount)
+	}
+	return int32(r), nil
 }
 
 // heartbeatInterval is the interval recorded on the binding: the one the pod

@@ -25,8 +25,10 @@ const writeWait = 10 * time.Second
 // session is one worker's WebSocket connection. Only its writer goroutine
 // writes to conn (gorilla allows one concurrent writer).
 type session struct {
-	key  types.NamespacedName
-	conn *websocket.Conn
+	key workerKey
+	// podUID is the registered pod the session speaks for.
+	podUID string
+	conn   *websocket.Conn
 	// tokenHash is the hash of the token the session was opened with: once
 	// the binding no longer accepts it (reissued, overlap over), the
 	// liveness check closes the session with CloseTokenExpired.
@@ -84,11 +86,17 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pod := binding.PodIdentity{Namespace: wb.Namespace, Name: r.Header.Get(binding.HeaderPodName), UID: r.Header.Get(binding.HeaderPodUID)}
-	if _, ref := s.checkIdentity(ctx, wb, r.Header.Get(binding.HeaderJobID), r.Header.Get(binding.HeaderWorkerID), pod); ref != nil {
+	p, ref := s.checkIdentity(ctx, wb, r.Header.Get(binding.HeaderJobID), r.Header.Get(binding.HeaderWorkerID), pod)
+	if ref != nil {
 		s.reject(w, r, ref, wb)
 		return
 	}
-	if !s.registered(ctx, wb, pod.UID) {
+	rank, ref := boundRank(wb, p)
+	if ref != nil {
+		s.reject(w, r, ref, wb)
+		return
+	}
+	if !s.registered(ctx, wb, rank, pod.UID) {
 		s.reject(w, r, refuse(http.StatusConflict, binding.ErrBadRequest, "not_registered",
 			"pod %s is not the binding's registered worker: register first", pod.Name), wb)
 		return
@@ -99,16 +107,26 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		s.metrics.refusals.WithLabelValues("bad_upgrade").Inc()
 		return
 	}
-	key := types.NamespacedName{Namespace: wb.Namespace, Name: wb.Name}
+	key := workerKey{types.NamespacedName{Namespace: wb.Namespace, Name: wb.Name}, rank}
 	interval := heartbeatInterval(wb)
 	token, _ := binding.TokenFromHeader(r.Header) // authenticate parsed it already
-	sess := &session{key: key, conn: conn, tokenHash: token.Hash(), log: s.log.WithValues("binding", key.String(), "pod", pod.Name),
+	sess := &session{key: key, podUID: pod.UID, conn: conn, tokenHash: token.Hash(),
+		log:  s.log.WithValues("binding", key.binding.String(), "node", rank, "pod", pod.Name),
 		send: make(chan binding.Frame, 16), closing: make(chan closeRequest, 1), done: make(chan struct{})}
+	var lastSeq uint64
+	if n := lifecycle.Node(&wb.Status, rank); n != nil && n.PodUID == pod.UID {
+		lastSeq = uint64(n.LastSeq)
+	}
 	st, old := s.hub.attach(key, sess, func() *workerState {
-		return &workerState{namespace: wb.Namespace, trainJob: wb.Spec.TrainJobName, lastSeq: uint64(wb.Status.LastSeq),
+		return &workerState{namespace: wb.Namespace, trainJob: wb.Spec.TrainJobName, lastSeq: lastSeq,
 			phase: string(wb.Status.Phase)}
 	})
 	s.hub.update(key, func(st *workerState) {
+		if st.podUID != pod.UID {
+			// A replacement pod of the node: what the old one reported is not its.
+			st.podUID, st.progress, st.uploadedBytes, st.artifactError, st.lost = pod.UID, nil, 0, "", false
+			st.lastHeartbeat = time.Time{}
+		}
 		st.interval = interval
 		// The first heartbeat of every session is written, so other replicas
 		// see at once that this one has the worker now.
@@ -139,11 +157,15 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	}()
 }
 
-// registered reports whether podUID registered for the binding's current
-// attempt, asking the API server when the cache has not caught up with a
-// registration that just happened.
-func (s *Server) registered(ctx context.Context, wb *tetherv1.WorkerBinding, podUID string) bool {
-	if wb.Status.Worker != nil && wb.Status.Worker.PodUID == podUID {
+// registered reports whether podUID registered as node rank in the
+// binding's current attempt, asking the API server when the cache has not
+// caught up with a registration that just happened.
+func (s *Server) registered(ctx context.Context, wb *tetherv1.WorkerBinding, rank int32, podUID string) bool {
+	is := func(st *tetherv1.WorkerBindingStatus) bool {
+		n := lifecycle.Node(st, rank)
+		return n != nil && n.PodUID == podUID && n.RegisteredTime != nil
+	}
+	if is(&wb.Status) {
 		return true
 	}
 	if s.live == nil {
@@ -153,7 +175,7 @@ func (s *Server) registered(ctx context.Context, wb *tetherv1.WorkerBinding, pod
 	if err := s.live.Get(ctx, types.NamespacedName{Namespace: wb.Namespace, Name: wb.Name}, fresh); err != nil {
 		return false
 	}
-	return fresh.Status.Worker != nil && fresh.Status.Worker.PodUID == podUID
+	return is(&fresh.Status)
 }
 
 // writeLoop is the session's only writer: queued frames, pings that measure
@@ -223,16 +245,16 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 				return binding.CloseProtocolError
 			}
 			lastSeq = hb.Seq
-			phase, code := s.heartbeat(ctx, sess.key, hb)
+			phase, code := s.heartbeat(ctx, sess, hb)
 			if code != 0 {
 				return code
 			}
 			sess.push(binding.Frame{Type: binding.FrameAck, Ack: &binding.Ack{Seq: hb.Seq, ServerTime: s.opts.Now(), Phase: phase}})
 		case binding.FrameFinishing:
 			fin := f.Finishing
-			if _, err := s.updateStatus(ctx, sess.key, func(st *tetherv1.WorkerBindingStatus) bool {
-				finishing := lifecycle.Finishing(st, fin.Reason)
-				return lifecycle.FlushUnverified(st, fin.Unverified, fin.UnverifiedCount, fin.ArtifactError) || finishing
+			if _, err := s.updateStatus(ctx, sess.key.binding, func(st *tetherv1.WorkerBindingStatus) bool {
+				finishing := lifecycle.Finishing(st, sess.key.rank, sess.podUID, fin.Reason)
+				return lifecycle.FlushUnverified(st, sess.key.rank, fin.Unverified, fin.UnverifiedCount, fin.ArtifactError) || finishing
 			}); err != nil {
 				sess.log.Error(err, "recording Finishing")
 			}
@@ -278,7 +300,8 @@ func (s *Server) readError(ctx context.Context, sess *session, err error) int {
 // heartbeat records a heartbeat in memory and writes the status when a
 // transition happens or the status interval has passed. It returns the phase
 // for the ack, or a close code when the binding cannot take heartbeats.
-func (s *Server) heartbeat(ctx context.Context, key types.NamespacedName, hb *binding.Heartbeat) (string, int) {
+func (s *Server) heartbeat(ctx context.Context, sess *session, hb *binding.Heartbeat) (string, int) {
+	key := sess.key
 	now := s.opts.Now()
 	var write, wasLost bool
 	var phase string
@@ -307,10 +330,10 @@ func (s *Server) heartbeat(ctx context.Context, key types.NamespacedName, hb *bi
 	if write {
 		// Written by the status writers, never on the session's reader:
 		// a slow API server must not delay acks or starve pongs.
-		s.writes.Add(key)
+		s.writes.Add(key.binding)
 	}
 	if wasLost {
-		s.log.Info("heartbeats resumed", "binding", key.String())
+		s.log.Info("heartbeats resumed", "binding", key.binding.String(), "node", key.rank)
 	}
 	return phase, 0
 }
@@ -344,35 +367,60 @@ func (s *Server) runStatusWriters(ctx context.Context) {
 	s.writes.ShutDown()
 }
 
-// writeHeartbeatStatus writes what the hub knows of a worker's heartbeats,
-// and ends its session if the binding turned out final or deleted.
+// writeHeartbeatStatus writes what the hub knows of the binding's workers'
+// heartbeats (every node this replica holds, in one write), and ends their
+// sessions if the binding turned out final or deleted.
 func (s *Server) writeHeartbeatStatus(ctx context.Context, key types.NamespacedName) error {
-	st, ok := s.hub.get(key)
-	if !ok || st.lastHeartbeat.IsZero() {
+	type beat struct {
+		rank int32
+		workerState
+	}
+	var beats []beat
+	for _, k := range s.hub.workersOf(key) {
+		if st, ok := s.hub.get(k); ok && !st.lastHeartbeat.IsZero() {
+			beats = append(beats, beat{k.rank, st})
+		}
+	}
+	if len(beats) == 0 {
 		return nil
 	}
-	progress := toAPIProgress(st.progress)
 	wb, err := s.updateStatus(ctx, key, func(status *tetherv1.WorkerBindingStatus) bool {
-		lifecycle.Heartbeat(status, st.lastHeartbeat, int64(st.lastSeq), progress)
-		lifecycle.UploadReported(status, st.uploadedBytes, st.artifactError)
-		return true
+		changed := false
+		for _, b := range beats {
+			if lifecycle.Heartbeat(status, b.rank, b.podUID, b.lastHeartbeat, int64(b.lastSeq), toAPIProgress(b.progress)) {
+				changed = true
+			}
+			if lifecycle.UploadReported(status, b.rank, b.podUID, b.uploadedBytes, b.artifactError) {
+				changed = true
+			}
+		}
+		return changed
 	})
 	switch {
 	case apierrors.IsNotFound(err):
-		s.closeSession(key, binding.CloseRevoked, "binding deleted")
+		s.closeSessions(key, binding.CloseRevoked, "binding deleted")
 		return nil
 	case err != nil:
 		return err
 	case wb.DeletionTimestamp != nil:
-		s.closeSession(key, binding.CloseRevoked, "binding deleted")
+		s.closeSessions(key, binding.CloseRevoked, "binding deleted")
 	case lifecycle.IsFinal(wb.Status.Phase):
-		s.closeSession(key, binding.CloseFinished, "binding "+string(wb.Status.Phase))
+		s.closeSessions(key, binding.CloseFinished, "binding "+string(wb.Status.Phase))
 	}
-	s.hub.update(key, func(st *workerState) { st.phase = string(wb.Status.Phase) })
+	for _, b := range beats {
+		s.hub.update(workerKey{key, b.rank}, func(st *workerState) { st.phase = string(wb.Status.Phase) })
+	}
 	return nil
 }
 
-func (s *Server) closeSession(key types.NamespacedName, code int, reason string) {
+// closeSessions closes the sessions of every worker of the binding.
+func (s *Server) closeSessions(key types.NamespacedName, code int, reason string) {
+	for _, k := range s.hub.workersOf(key) {
+		s.closeSession(k, code, reason)
+	}
+}
+
+func (s *Server) closeSession(key workerKey, code int, reason string) {
 	var sess *session
 	s.hub.update(key, func(st *workerState) { sess = st.session })
 	if sess != nil {
@@ -381,7 +429,7 @@ func (s *Server) closeSession(key types.NamespacedName, code int, reason string)
 }
 
 // markLost records HeartbeatLost once per silence.
-func (s *Server) markLost(ctx context.Context, key types.NamespacedName, msg string) {
+func (s *Server) markLost(ctx context.Context, key workerKey, msg string) {
 	first := false
 	s.hub.update(key, func(st *workerState) {
 		first = !st.lost
@@ -391,13 +439,13 @@ func (s *Server) markLost(ctx context.Context, key types.NamespacedName, msg str
 		return
 	}
 	s.metrics.heartbeatsLost.Inc()
-	if _, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {
-		return lifecycle.HeartbeatLost(st, msg)
+	if _, err := s.updateStatus(ctx, key.binding, func(st *tetherv1.WorkerBindingStatus) bool {
+		return lifecycle.HeartbeatLost(st, key.rank, msg)
 	}); err != nil {
-		s.log.Error(err, "recording HeartbeatLost", "binding", key.String())
+		s.log.Error(err, "recording HeartbeatLost", "binding", key.binding.String(), "node", key.rank)
 		return
 	}
-	s.log.Info("heartbeat lost", "binding", key.String(), "why", msg)
+	s.log.Info("heartbeat lost", "binding", key.binding.String(), "node", key.rank, "why", msg)
 }
 
 func toAPIProgress(p *binding.Progress) *tetherv1.Progress {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // Defaults of UploaderConfig.
@@ -46,6 +47,9 @@ type UploaderConfig struct {
 	ServerURL string
 	// JobID prefixes every key: <job-id>/<path>.
 	JobID string
+	// NodeRank is the pod's node rank: rank r > 0 keeps its keys, manifest
+	// included, under <job-id>/nodes/<r>/ (upload.NodePrefix).
+	NodeRank int
 	// TokenFile holds the job's token. It is read again for every request,
 	// so a rotated token is picked up; the token is only ever put in the
 	// TokenHeader header and never logged or put in an error.
@@ -228,7 +232,7 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 }
 
 // Key is the object key of a path relative to the artifact directory.
-func (u *Uploader) Key(rel string) string { return u.cfg.JobID + "/" + rel }
+func (u *Uploader) Key(rel string) string { return u.cfg.JobID + "/" + upload.NodePrefix(u.cfg.NodeRank) + rel }
 
 // VerifiedBytes is the total size of the files this Uploader has verified,
 // whether it sent them or found them already stored (each verification

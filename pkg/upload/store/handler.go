@@ -29,6 +29,9 @@ type Job struct {
 	// Writable is false once the binding is final (Succeeded or Failed):
 	// its artifacts can still be HEADed but no longer PUT.
 	Writable bool
+	// Nodes is how many nodes of the job are bound: with more than one,
+	// nodes/<rank>/manifest.json is node rank's manifest (upload.NodesDir).
+	Nodes int
 }
 
 // Authorizer returns the job whose binding holds token. It refuses with an
@@ -323,7 +326,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		rq.fail(e)
 		return
 	}
-	isManifest := path == upload.ManifestName
+	manifestRank, isManifest := upload.ManifestRank(path, job.Nodes)
 	switch {
 	case isManifest && size > upload.MaxManifestSize:
 		rq.fail(&apiError{http.StatusBadRequest, "EntityTooLarge",
@@ -369,7 +372,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		known = dig.md5.Sum(nil)
 		m, perr := parseManifest(buf, jobID)
 		if perr != nil {
-			h.manifestResult(after, job, ManifestResult{Key: rq.key, Err: "malformed manifest: " + perr.Error()})
+			h.manifestResult(after, job, ManifestResult{Key: rq.key, Rank: manifestRank, Err: "malformed manifest: " + perr.Error()})
 			rq.fail(&apiError{http.StatusBadRequest, "MalformedManifest",
 				"the manifest was not stored: " + perr.Error() + " (docs/artifacts.md describes the format)"})
 			return
@@ -468,7 +471,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 
 	hd := rq.w.Header()
 	if manifest != nil {
-		res, verr := verifyManifest(after, h.Backend, rq.key, manifest, h.manifestWorkers())
+		res, verr := verifyManifest(after, h.Backend, rq.key, manifestRank, manifest, h.manifestWorkers())
 		h.manifestResult(after, job, res)
 		rq.log = rq.log.WithValues("manifestVerified", res.Verified, "files", res.Files, "bytes", res.Bytes)
 		if verr != nil {

@@ -15,16 +15,22 @@ import (
 // ManifestResult is the outcome of a manifest PUT: what the manifest lists
 // and whether every entry is stored as listed.
 type ManifestResult struct {
-	// Key is the manifest's key, <job-id>/manifest.json.
+	// Key is the manifest's key: <job-id>/manifest.json, or node Rank's
+	// <job-id>/nodes/<rank>/manifest.json in a multi-node job.
 	Key string
+	// Rank is the node whose manifest it is; its entries are relative to
+	// the node's prefix (upload.NodePrefix).
+	Rank int
 	// Files and Bytes count the manifest's entries and their sizes.
 	Files, Bytes int64
 	// Verified is true when every entry is stored with the listed size and
 	// MD5 (its pending object if one exists, else its final object).
 	Verified bool
 	// Missing lists the first (at most 10) entries, in manifest order, that
-	// are not stored or are stored with another size or MD5.
-	Missing []string
+	// are not stored or are stored with another size or MD5; MissingCount
+	// counts them all.
+	Missing      []string
+	MissingCount int
 	// Err says why the manifest is not verified: malformed, entries missing
 	// or different, or the backend failed while checking. Empty if Verified.
 	Err string
@@ -86,8 +92,9 @@ type entryState struct {
 //
 // The error is the first backend failure: the result is then not verified,
 // and nothing can be said about the entries that could not be checked.
-func verifyManifest(ctx context.Context, b upload.Backend, key string, m *upload.Manifest, workers int) (ManifestResult, error) {
-	res := ManifestResult{Key: key, Files: int64(len(m.Files))}
+func verifyManifest(ctx context.Context, b upload.Backend, key string, rank int, m *upload.Manifest, workers int) (ManifestResult, error) {
+	res := ManifestResult{Key: key, Rank: rank, Files: int64(len(m.Files))}
+	base := m.JobID + "/" + upload.NodePrefix(rank)
 	for _, f := range m.Files {
 		res.Bytes += f.Size
 	}
@@ -97,7 +104,7 @@ func verifyManifest(ctx context.Context, b upload.Backend, key string, m *upload
 	for range min(workers, len(m.Files)) {
 		wg.Go(func() {
 			for i := range next {
-				states[i] = checkEntry(ctx, b, m.JobID, m.Files[i])
+				states[i] = checkEntry(ctx, b, base, m.Files[i])
 			}
 		})
 	}
@@ -137,14 +144,16 @@ func verifyManifest(ctx context.Context, b upload.Backend, key string, m *upload
 		}
 	case nMissing > 0:
 		res.Err = fmt.Sprintf("%d of %d files missing or different (first: %s)", nMissing, len(m.Files), firstMissing)
-	default:
-		res.Verified = true
 	}
+	res.MissingCount = nMissing
+	res.Verified = nErr == 0 && nMissing == 0
 	return res, backendErr
 }
 
-func checkEntry(ctx context.Context, b upload.Backend, jobID string, f upload.ManifestFile) entryState {
-	key := jobID + "/" + f.Path
+// checkEntry checks one entry; base is the node's prefix, <job-id>/ or
+// <job-id>/nodes/<rank>/.
+func checkEntry(ctx context.Context, b upload.Backend, base string, f upload.ManifestFile) entryState {
+	key := base + f.Path
 	info, err := b.Head(ctx, PendingKey(key))
 	if errors.Is(err, upload.ErrNotFound) {
 		info, err = b.Head(ctx, key)

@@ -282,25 +282,43 @@ func TestPodsCreatedBeforeBindingAreReported(t *testing.T) {
 	waitForEvent(t, ns, "early", tetherv1.ReasonPodsNotInjected)
 }
 
-func TestMultiNodeBindsNodeZeroOnly(t *testing.T) {
+func TestMultiNodeBindsEveryNode(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t, nil)
-	tj := testobj.MakeTrainJob("multi", ns).Bound().NumNodes(2).Obj()
-	if err := env.Client.Create(ctx, tj); err != nil {
-		t.Fatal(err)
-	}
-	node0 := testobj.MakeTrainerPod("multi", ns).Obj()
-	node1 := testobj.MakeTrainerPod("multi", ns).CompletionIndex("1").Obj()
-	for _, p := range []*corev1.Pod{node0, node1} {
-		if err := env.Client.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if len(node0.Spec.InitContainers) != 1 {
-		t.Error("node 0 did not get the sidecar")
-	}
-	if len(node1.Spec.InitContainers) != 0 {
-		t.Error("node 1 got a sidecar; only node 0 is bound")
+	for _, tc := range []struct {
+		name      string
+		scope     string
+		wantRanks []string // TETHER_NODE_RANK of the pods that get the sidecar
+	}{
+		{"all", "", []string{"0", "1"}},
+		{"primary", jobconfig.NodesPrimary, []string{"0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := testobj.MakeTrainJob("multi-"+tc.name, ns).Bound().NumNodes(2)
+			if tc.scope != "" {
+				w = w.Annotation(jobconfig.NodesAnnotation, tc.scope)
+			}
+			if err := env.Client.Create(ctx, w.Obj()); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, idx := range []string{"0", "1"} {
+				p := testobj.MakeTrainerPod("multi-"+tc.name, ns).CompletionIndex(idx).Obj()
+				if err := env.Client.Create(ctx, p); err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range p.Spec.InitContainers {
+					for _, e := range c.Env {
+						if e.Name == binding.EnvNodeRank {
+							got = append(got, e.Value)
+						}
+					}
+				}
+			}
+			if strings.Join(got, ",") != strings.Join(tc.wantRanks, ",") {
+				t.Errorf("sidecars with node ranks %v, want %v", got, tc.wantRanks)
+			}
+		})
 	}
 }
 

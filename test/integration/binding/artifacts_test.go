@@ -93,6 +93,7 @@ func TestArtifactsVerifiedThenSucceeded(t *testing.T) {
 	}
 	// Exit 0 and a verified manifest: Succeeded.
 	finishTrainer(t, j, 0)
+	setTrainJobCondition(t, j, "Complete", "jobset completed")
 	j.waitPhase(t, tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded)
 }
 
@@ -113,6 +114,7 @@ func TestFailedTrainerNeverOverwritesGoodArtifacts(t *testing.T) {
 		t.Fatalf("second upload: %v %+v", err, rep)
 	}
 	finishTrainer(t, j, 1)
+	setTrainJobCondition(t, j, "Failed", "jobset failed: BackoffLimitExceeded")
 	wb := j.waitPhase(t, tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed)
 	eventually(t, 10*time.Second, func() error {
 		if got := stored(t, wb.Spec.JobID+"/model.pt"); !bytes.Equal(got, good) {

@@ -207,6 +207,7 @@ func TestRevokedAndFinishedBindingsAreRefused(t *testing.T) {
 		t.Fatal(code)
 	}
 	finishTrainer(t, f, 2)
+	setTrainJobCondition(t, f, "Failed", "jobset failed: BackoffLimitExceeded")
 	f.waitPhase(t, tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed)
 	if code, e := pf.register(pf.headers(), pf.registerBody()); code != http.StatusGone || e.Code != binding.ErrBindingFinished {
 		t.Errorf("register for a finished job: %d %+v, want 410 BindingFinished", code, e)

@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
@@ -199,19 +201,30 @@ func TestTrainerExitCodeFromPodStatus(t *testing.T) {
 		phase  tetherv1.WorkerBindingPhase
 		reason string
 	}{
-		// Exit 0 alone does not succeed the job: without a verified
-		// artifact manifest it ends ArtifactsIncomplete (issue 4's tests
-		// cover the Succeeded path with real uploads).
+		// The TrainJob's Complete alone does not succeed the job: without
+		// a verified artifact manifest it ends ArtifactsIncomplete (issue
+		// 4's tests cover the Succeeded path with real uploads).
 		{0, tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete},
 		{3, tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed},
 	} {
 		j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
 		_, _, done := runningClient(t, j.clientConfig())
+		j.waitPhase(t, tetherv1.PhasePending, "")
 		j.waitPhase(t, tetherv1.PhaseRunning, "")
 		finishTrainer(t, j, tc.code)
+		// No exit is a verdict: the binding records it and stays live.
+		eventually(t, 15*time.Second, func() error {
+			wb := j.binding(t)
+			if wb.Status.TrainerExits != 1 || wb.Status.Phase != tetherv1.PhaseRunning {
+				return fmt.Errorf("after the exit: %s/%s, %d exits recorded; want Running with 1", wb.Status.Phase, wb.Status.Reason, wb.Status.TrainerExits)
+			}
+			return nil
+		})
 		if tc.code == 0 {
-			j.waitPhase(t, tetherv1.PhaseFinishing, tetherv1.ReasonAwaitingArtifacts)
 			endPod(t, j)
+			setTrainJobCondition(t, j, "Complete", "jobset completed")
+		} else {
+			setTrainJobCondition(t, j, "Failed", "jobset failed: BackoffLimitExceeded")
 		}
 		wb := j.waitPhase(t, tc.phase, tc.reason)
 		if wb.Status.TrainerExitCode == nil || *wb.Status.TrainerExitCode != tc.code {
@@ -281,6 +294,21 @@ func finishTrainer(t *testing.T, j *job, code int32) {
 	j.pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", State: corev1.ContainerState{
 		Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Completed"}}}}
 	if err := env.Client.Status().Update(context.Background(), j.pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setTrainJobCondition sets a TrainJob condition True, as Trainer copies
+// JobSet's Complete or Failed (no Trainer runs here).
+func setTrainJobCondition(t *testing.T, j *job, typ, msg string) {
+	t.Helper()
+	ctx := context.Background()
+	tj := &trainer.TrainJob{}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: j.ns, Name: j.name}, tj); err != nil {
+		t.Fatal(err)
+	}
+	meta.SetStatusCondition(&tj.Status.Conditions, metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: typ, Message: msg})
+	if err := env.Client.Status().Update(ctx, tj); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -47,6 +47,7 @@ func TestTwoReplicasServeOneBinding(t *testing.T) {
 	}
 
 	finishTrainer(t, j, 3)
+	setTrainJobCondition(t, j, "Failed", "jobset failed: BackoffLimitExceeded")
 	j.waitPhase(t, tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed)
 	select {
 	case <-done:

@@ -1,0 +1,266 @@
+package lifecycle
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// maxMissing bounds status.artifacts.missing (its CRD MaxItems).
+const maxMissing = binding.MaxReportedUnverified
+
+// boundRanks is how many nodes must have a verified manifest: NodeCount
+// once known, else every node seen so far (at least one).
+func boundRanks(st *tetherv1.WorkerBindingStatus) int32 {
+	if st.NodeCount > 0 {
+		return st.NodeCount
+	}
+	return max(int32(len(st.Nodes)), 1)
+}
+
+// ManifestVerified reports whether every bound node's manifest is verified.
+func ManifestVerified(st *tetherv1.WorkerBindingStatus) bool {
+	for r := range boundRanks(st) {
+		n := Node(st, r)
+		if n == nil || n.Artifacts == nil || !n.Artifacts.Verified {
+			return false
+		}
+	}
+	return true
+}
+
+// unverifiedNodes names the manifests still missing a verdict.
+func unverifiedNodes(st *tetherv1.WorkerBindingStatus) string {
+	var ranks []string
+	for r := range boundRanks(st) {
+		if n := Node(st, r); n == nil || n.Artifacts == nil || !n.Artifacts.Verified {
+			ranks = append(ranks, fmt.Sprint(r))
+		}
+	}
+	if st.NodeCount <= 1 {
+		return "the artifact manifest"
+	}
+	if len(ranks) > 5 {
+		ranks = append(ranks[:5], fmt.Sprintf("and %d more", len(ranks)-5))
+	}
+	return "the manifests of node(s) " + strings.Join(ranks, ", ")
+}
+
+// ArtifactsRecorded stores the server's verdict on node rank's manifest and,
+// once the TrainJob is complete, completes the binding when every node's is
+// verified. Between attempts (preempted) a manifest the ended attempt's
+// sidecar flushed says nothing about the next attempt's files.
+func ArtifactsRecorded(st *tetherv1.WorkerBindingStatus, rank int32, a tetherv1.NodeArtifacts) bool {
+	if IsFinal(st.Phase) {
+		return false
+	}
+	if st.Phase == tetherv1.PhasePending && st.Reason == tetherv1.ReasonPreempted {
+		a.Verified = false
+	}
+	n := node(st, rank)
+	if n == nil {
+		return false
+	}
+	a.Missing = prefixed(rank, a.Missing)
+	changed := n.Artifacts == nil || !equalNodeArtifacts(n.Artifacts, &a)
+	n.Artifacts = &a
+	aggregateArtifacts(st)
+	if st.Phase == tetherv1.PhaseFinishing && st.Reason == tetherv1.ReasonAwaitingArtifacts {
+		return gate(st) || changed
+	}
+	return changed
+}
+
+func equalNodeArtifacts(a, b *tetherv1.NodeArtifacts) bool {
+	return a.Manifest == b.Manifest && a.Verified == b.Verified && a.Files == b.Files && a.Bytes == b.Bytes &&
+		slices.Equal(a.Missing, b.Missing) && a.MissingCount == b.MissingCount && a.LastError == b.LastError
+}
+
+// prefixed turns node-relative paths into paths relative to the job's prefix.
+func prefixed(rank int32, paths []string) []string {
+	p := upload.NodePrefix(int(rank))
+	if p == "" || len(paths) == 0 {
+		return paths
+	}
+	out := make([]string, len(paths))
+	for i, s := range paths {
+		out[i] = p + s
+	}
+	return out
+}
+
+// FlushUnverified records what node rank's final flush could not verify:
+// up to ten paths, how many in all, and why the first failed. A node whose
+// manifest was uploaded keeps the server's verdict, which names what it
+// lacks; a binding already failed as ArtifactsIncomplete gets its message
+// told again with the files named.
+func FlushUnverified(st *tetherv1.WorkerBindingStatus, rank int32, paths []string, count int, lastError string) bool {
+	if len(paths) == 0 {
+		return false
+	}
+	n := node(st, rank)
+	if n == nil || n.Artifacts != nil && n.Artifacts.Manifest != "" {
+		return false
+	}
+	paths = prefixed(rank, paths[:min(len(paths), maxMissing)])
+	a := tetherv1.NodeArtifacts{Missing: slices.Clone(paths), MissingCount: int32(max(count, len(paths))), LastError: lastError}
+	if n.Artifacts != nil && equalNodeArtifacts(n.Artifacts, &a) {
+		return false
+	}
+	n.Artifacts = &a
+	aggregateArtifacts(st)
+	if st.Phase == tetherv1.PhaseFailed && st.Reason == tetherv1.ReasonArtifactsIncomplete {
+		st.Message = "artifacts incomplete: " + MissingArtifacts(st)
+	}
+	return true
+}
+
+// UploadReported records what node rank's sidecar says of its uploads: the
+// bytes it has had verified and its last upload failure ("" when none).
+func UploadReported(st *tetherv1.WorkerBindingStatus, rank int32, podUID string, uploadedBytes int64, lastError string) bool {
+	n := current(st, rank, podUID)
+	if n == nil {
+		return false
+	}
+	if st.Artifacts == nil {
+		if uploadedBytes == 0 && lastError == "" {
+			return false
+		}
+		st.Artifacts = &tetherv1.ArtifactsStatus{}
+	}
+	a := st.Artifacts
+	before := *a
+	n.UploadedBytes = uploadedBytes
+	var sum int64
+	for i := range st.Nodes {
+		sum += st.Nodes[i].UploadedBytes
+	}
+	// Counters the worker reports survive a new attempt's restart from 0.
+	a.UploadedBytes = max(sum, a.UploadedBytes)
+	tag := ""
+	if st.NodeCount > 1 {
+		tag = fmt.Sprintf("node %d: ", rank)
+	}
+	switch {
+	case lastError != "":
+		a.LastError = tag + lastError
+	case a.LastError != "" && (tag == "" || strings.HasPrefix(a.LastError, tag)):
+		a.LastError = ""
+	}
+	return a.UploadedBytes != before.UploadedBytes || a.LastError != before.LastError
+}
+
+// aggregateArtifacts sums the nodes' verdicts into status.artifacts: rank
+// 0's manifest key, verified when every bound node's is, the files, bytes
+// and missing files of all nodes (missing bounded).
+func aggregateArtifacts(st *tetherv1.WorkerBindingStatus) {
+	found := false
+	var agg tetherv1.ArtifactsStatus
+	for i := range st.Nodes {
+		na := st.Nodes[i].Artifacts
+		if na == nil {
+			continue
+		}
+		found = true
+		if st.Nodes[i].Rank == 0 {
+			agg.Manifest = na.Manifest
+		}
+		agg.Files += na.Files
+		agg.Bytes += na.Bytes
+		agg.MissingCount += max(na.MissingCount, int32(len(na.Missing)))
+		for _, m := range na.Missing {
+			if len(agg.Missing) < maxMissing {
+				agg.Missing = append(agg.Missing, m)
+			}
+		}
+		if agg.LastError == "" && na.LastError != "" {
+			agg.LastError = na.LastError
+			if st.NodeCount > 1 {
+				agg.LastError = fmt.Sprintf("node %d: %s", st.Nodes[i].Rank, na.LastError)
+			}
+		}
+	}
+	if !found && st.Artifacts == nil {
+		return
+	}
+	agg.ManifestVerified = found && ManifestVerified(st)
+	if prev := st.Artifacts; prev != nil {
+		agg.UploadedBytes, agg.Logs = prev.UploadedBytes, prev.Logs
+		if agg.LastError == "" {
+			agg.LastError = prev.LastError
+		}
+	}
+	st.Artifacts = &agg
+}
+
+// ArtifactsIncomplete fails a binding whose TrainJob completed but whose
+// nodes' manifests were not all verified in time.
+func ArtifactsIncomplete(st *tetherv1.WorkerBindingStatus, detail string) bool {
+	if IsFinal(st.Phase) || ManifestVerified(st) {
+		return false
+	}
+	return finish(st, tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete, "artifacts incomplete: "+detail)
+}
+
+// MissingArtifacts describes what keeps the bound nodes' manifests from
+// being verified, naming each node (at most three) and its files or cause.
+func MissingArtifacts(st *tetherv1.WorkerBindingStatus) string {
+	var parts []string
+	more := 0
+	for r := range boundRanks(st) {
+		n := Node(st, r)
+		if n != nil && n.Artifacts != nil && n.Artifacts.Verified {
+			continue
+		}
+		if len(parts) == 3 {
+			more++
+			continue
+		}
+		d := nodeMissing(n)
+		if st.NodeCount > 1 {
+			d = fmt.Sprintf("node %d: %s", r, d)
+		}
+		parts = append(parts, d)
+	}
+	if len(parts) == 0 {
+		return "the manifest was not verified"
+	}
+	out := strings.Join(parts, "; ")
+	if more > 0 {
+		out += fmt.Sprintf("; and %d more nodes", more)
+	}
+	return out
+}
+
+func nodeMissing(n *tetherv1.NodeStatus) string {
+	var a *tetherv1.NodeArtifacts
+	if n != nil {
+		a = n.Artifacts
+	}
+	switch {
+	case a == nil:
+		return "no manifest was uploaded"
+	case a.Manifest == "" && len(a.Missing) > 0:
+		shown := a.Missing[:min(len(a.Missing), 3)]
+		more := ""
+		if k := int(a.MissingCount) - len(shown); k > 0 {
+			more = fmt.Sprintf(" and %d more", k)
+		}
+		return fmt.Sprintf("no manifest was uploaded: the worker's final flush could not verify %d file(s), %s%s; first error: %s",
+			max(int(a.MissingCount), len(a.Missing)), strings.Join(shown, ", "), more, a.LastError)
+	case a.Manifest == "" && a.LastError != "":
+		return "no manifest was uploaded: " + a.LastError
+	case a.Manifest == "":
+		return "no manifest was uploaded"
+	case len(a.Missing) > 0:
+		return fmt.Sprintf("%s is not stored as the manifest lists it", a.Missing[0])
+	case a.LastError != "":
+		return a.LastError
+	default:
+		return "the manifest was not verified"
+	}
+}

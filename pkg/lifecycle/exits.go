@@ -1,0 +1,129 @@
+package lifecycle
+
+import (
+	"fmt"
+	"time"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+)
+
+// Exit is one termination of a node's trainer container, from pod status.
+type Exit struct {
+	Code       int32
+	Reason     string
+	FinishedAt time.Time
+}
+
+// TrainerExited records an exit of the trainer container of node rank's pod
+// podUID (state.terminated or lastState.terminated) and the container's
+// restartCount. No exit is a verdict: the job's outcome is the TrainJob's
+// (JobCompleted, JobFailed). A restart in place (restartCount above the one
+// recorded) starts a new attempt. An exit is new when it finished after the
+// node's last recorded one; newExit says so (the caller announces it with an
+// Event). Exits of a pod that is not the node's in this attempt are ignored.
+func TrainerExited(st *tetherv1.WorkerBindingStatus, rank int32, podUID string, e Exit, restartCount int32, now time.Time) (changed, newExit bool) {
+	n := current(st, rank, podUID)
+	if IsFinal(st.Phase) || n == nil {
+		return false, false
+	}
+	if n.LastExit == nil || e.FinishedAt.Truncate(time.Second).After(n.LastExit.FinishedAt.Time) {
+		x := tetherv1.TrainerExit{Rank: rank, PodName: n.PodName, ExitCode: e.Code, Reason: e.Reason,
+			FinishedAt: metav1Time(e.FinishedAt), Attempt: st.Attempt}
+		n.LastExit = &x
+		last := x
+		st.LastTrainerExit = &last
+		code := e.Code
+		st.TrainerExitCode = &code
+		st.TrainerExits++
+		changed, newExit = true, true
+	}
+	if restartCount > n.Restarts {
+		rk := rank
+		startAttempt(st, tetherv1.AttemptTrainerRestarted, &rk, restartCount-n.Restarts, now)
+		n.Restarts = restartCount
+		if n.LastExit != nil && !n.LastExit.Restarted {
+			n.LastExit.Restarted = true
+			if l := st.LastTrainerExit; l != nil && l.Rank == rank && l.FinishedAt.Equal(&n.LastExit.FinishedAt) {
+				l.Restarted = true
+			}
+		}
+		// The restarted trainer writes on; a manifest verdict of the run
+		// before says nothing of it.
+		n.Artifacts = nil
+		aggregateArtifacts(st)
+		changed = true
+	}
+	return derive(st) || changed, newExit
+}
+
+// DescribeExit is an exit for Events and messages.
+func DescribeExit(st *tetherv1.WorkerBindingStatus, x *tetherv1.TrainerExit) string {
+	reason := ""
+	if x.Reason != "" {
+		reason = " (" + x.Reason + ")"
+	}
+	where := "pod " + x.PodName
+	if st.NodeCount > 1 {
+		where = fmt.Sprintf("node %d (pod %s)", x.Rank, x.PodName)
+	}
+	return fmt.Sprintf("trainer on %s exited with code %d%s at %s", where, x.ExitCode, reason, x.FinishedAt.UTC().Format(time.RFC3339))
+}
+
+// ExitEvent is the Event announcing node rank's newly recorded exit.
+func ExitEvent(st *tetherv1.WorkerBindingStatus, rank int32) (eventType, note string) {
+	n := Node(st, rank)
+	if n == nil || n.LastExit == nil {
+		return "", ""
+	}
+	note = DescribeExit(st, n.LastExit)
+	eventType = "Normal"
+	if n.LastExit.ExitCode != 0 {
+		eventType = "Warning"
+	}
+	if n.LastExit.Restarted {
+		note += fmt.Sprintf("; restarted in place (restart %d), attempt %d", n.Restarts, st.Attempt)
+	}
+	return eventType, note
+}
+
+// JobFailed applies the TrainJob's Failed condition: the binding fails with
+// the last trainer exit named (TrainerFailed) or, when no failing exit was
+// seen, as JobFailed.
+func JobFailed(st *tetherv1.WorkerBindingStatus, msg string) bool {
+	if IsFinal(st.Phase) {
+		return false
+	}
+	x := st.LastTrainerExit
+	if x == nil || x.ExitCode == 0 {
+		return finish(st, tetherv1.PhaseFailed, tetherv1.ReasonJobFailed, msg)
+	}
+	history := fmt.Sprintf("%s; last %s", msg, DescribeExit(st, x))
+	if st.TrainerExits > 1 {
+		history += fmt.Sprintf("; %d trainer exits in %d attempts", st.TrainerExits, st.Attempt)
+	}
+	return finish(st, tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed, history)
+}
+
+// JobCompleted applies the TrainJob's Complete condition: the binding
+// succeeds once every bound node's manifest is verified, and until then is
+// Finishing, awaiting its artifacts.
+func JobCompleted(st *tetherv1.WorkerBindingStatus) bool {
+	if IsFinal(st.Phase) {
+		return false
+	}
+	return gate(st)
+}
+
+// gate is the completion rule: the TrainJob is Complete (the phase says so)
+// and every bound node's manifest is verified.
+func gate(st *tetherv1.WorkerBindingStatus) bool {
+	if ManifestVerified(st) {
+		msg := "trainer exited 0 and every artifact is verified"
+		if st.NodeCount > 1 {
+			msg = fmt.Sprintf("TrainJob complete and the artifacts of all %d nodes are verified", st.NodeCount)
+		}
+		return finish(st, tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded, msg)
+	}
+	return set(st, tetherv1.PhaseFinishing, tetherv1.ReasonAwaitingArtifacts,
+		"TrainJob complete; waiting for "+unverifiedNodes(st)+" to be verified")
+}
