@@ -195,7 +195,7 @@ func TestPhaseMachineHistories(t *testing.T) {
 		},
 		want: want{phase: tetherv1.PhaseSucceeded, attempt: 2, startedBy: tetherv1.AttemptPodReplaced, trainerExits: 2, lastExitCode: code(0)},
 	}, {
-		name: "JobSet restart (failurePolicy RestartJobSet): every pod recreated, attempt 2 for the whole job",
+		name:  "JobSet restart (failurePolicy RestartJobSet): every pod recreated, attempt 2 for the whole job",
 		nodes: 2,
 		steps: []step{
 			{t: 1, pods: ps(pod(0, "a0", 1).Running(0), pod(1, "a1", 1).Running(0)), conds: admitted, server: registerAll(0, "a0", "a1")},

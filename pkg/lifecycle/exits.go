@@ -26,7 +26,14 @@ func TrainerExited(st *tetherv1.WorkerBindingStatus, rank int32, podUID string, 
 	if IsFinal(st.Phase) || n == nil {
 		return false, false
 	}
-	if n.LastExit == nil || e.FinishedAt.Truncate(time.Second).After(n.LastExit.FinishedAt.Time) {
+	isNew := n.LastExit == nil || e.FinishedAt.Truncate(time.Second).After(n.LastExit.FinishedAt.Time)
+	if e.FinishedAt.IsZero() {
+		// A runtime that reports no finish time: the exit is new unless the
+		// node's last one is the same and was not followed by a restart.
+		e.FinishedAt = now
+		isNew = n.LastExit == nil || n.LastExit.Restarted || n.LastExit.ExitCode != e.Code
+	}
+	if isNew {
 		x := tetherv1.TrainerExit{Rank: rank, PodName: n.PodName, ExitCode: e.Code, Reason: e.Reason,
 			FinishedAt: metav1Time(e.FinishedAt), Attempt: st.Attempt}
 		n.LastExit = &x

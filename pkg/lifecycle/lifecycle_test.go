@@ -96,7 +96,10 @@ func TestFinalPhasesAreFinal(t *testing.T) {
 			"heartbeat": func() bool { return Heartbeat(st, 0, "a", t0, 9, nil) },
 			"lost":      func() bool { return HeartbeatLost(st, 0, "x") },
 			"finishing": func() bool { return Finishing(st, 0, "a", "x") },
-			"exit":      func() bool { c, _ := TrainerExited(st, 0, "a", Exit{Code: 1, FinishedAt: t0.Add(time.Hour)}, 1, t0); return c },
+			"exit": func() bool {
+				c, _ := TrainerExited(st, 0, "a", Exit{Code: 1, FinishedAt: t0.Add(time.Hour)}, 1, t0)
+				return c
+			},
 			"suspended": func() bool { return Suspended(st, "x") },
 			"failed":    func() bool { return JobFailed(st, "x") },
 		} {

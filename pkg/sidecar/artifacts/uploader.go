@@ -232,7 +232,9 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 }
 
 // Key is the object key of a path relative to the artifact directory.
-func (u *Uploader) Key(rel string) string { return u.cfg.JobID + "/" + upload.NodePrefix(u.cfg.NodeRank) + rel }
+func (u *Uploader) Key(rel string) string {
+	return u.cfg.JobID + "/" + upload.NodePrefix(u.cfg.NodeRank) + rel
+}
 
 // VerifiedBytes is the total size of the files this Uploader has verified,
 // whether it sent them or found them already stored (each verification

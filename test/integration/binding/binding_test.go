@@ -48,9 +48,10 @@ func TestRegisterHeartbeatProgressAndMetrics(t *testing.T) {
 		t.Error("no heartbeat was acknowledged")
 	}
 	want := map[string]string{
-		"tether_job_progress_step{" + jobLabel(j) + "}":     "120",
-		"tether_job_progress_ratio{" + jobLabel(j) + "}":    "0.4",
-		"tether_job_session_connected{" + jobLabel(j) + "}": "1",
+		"tether_job_progress_step{" + jobLabel(j) + "}":         "120",
+		"tether_job_progress_ratio{" + jobLabel(j) + "}":        "0.4",
+		"tether_job_session_connected{" + nodeLabel(j, 0) + "}": "1",
+		"tether_job_attempt{" + jobLabel(j) + "}":               "1",
 	}
 	lines := strings.Join(metrics(t, "tether_job_"), "\n")
 	for series, v := range want {
@@ -209,7 +210,6 @@ func TestTrainerExitCodeFromPodStatus(t *testing.T) {
 	} {
 		j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
 		_, _, done := runningClient(t, j.clientConfig())
-		j.waitPhase(t, tetherv1.PhasePending, "")
 		j.waitPhase(t, tetherv1.PhaseRunning, "")
 		finishTrainer(t, j, tc.code)
 		// No exit is a verdict: the binding records it and stays live.
@@ -240,7 +240,7 @@ func TestTrainerExitCodeFromPodStatus(t *testing.T) {
 		}
 		// The job's per-job series disappear once its binding ended.
 		eventually(t, 10*time.Second, func() error {
-			if lines := metrics(t, "tether_job_session_connected{"+jobLabel(j)); len(lines) != 0 {
+			if lines := metrics(t, fmt.Sprintf("tether_job_session_connected{namespace=%q,", j.ns)); len(lines) != 0 {
 				return errors.New("per-job series still exported: " + strings.Join(lines, "; "))
 			}
 			return nil
@@ -292,7 +292,7 @@ func finishTrainer(t *testing.T, j *job, code int32) {
 	t.Helper()
 	j.pod.Status.Phase = corev1.PodRunning
 	j.pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "node", State: corev1.ContainerState{
-		Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Completed"}}}}
+		Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Completed", FinishedAt: metav1.Now()}}}}
 	if err := env.Client.Status().Update(context.Background(), j.pod); err != nil {
 		t.Fatal(err)
 	}

@@ -163,3 +163,8 @@ func metrics(t *testing.T, prefix string) []string {
 func jobLabel(j *job) string {
 	return fmt.Sprintf(`namespace="%s",trainjob="%s"`, j.ns, j.name)
 }
+
+// nodeLabel is the label set of a per-node series (labels sort by name).
+func nodeLabel(j *job, rank int) string {
+	return fmt.Sprintf(`namespace="%s",node="%d",trainjob="%s"`, j.ns, rank, j.name)
+}
