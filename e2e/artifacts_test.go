@@ -17,6 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // localFiles lists the files of a directory with their MD5, relative paths
@@ -88,7 +90,10 @@ func (e *env) stored(t *testing.T, jobID string) map[string]string {
 // skipServerKeys says whether a stored path is not one of the trainer's
 // files: the manifest, archived logs, the server's own keys.
 func skipServerKeys(rel string) bool {
-	return rel == "manifest.json" || strings.HasPrefix(rel, ".tether/") || strings.HasPrefix(rel, "logs/")
+	if _, ok := upload.ManifestRank(rel, binding.MaxBoundNodes); ok {
+		return true // a node's manifest
+	}
+	return strings.HasPrefix(rel, ".tether/") || strings.HasPrefix(rel, "logs/")
 }
 
 // sameFiles says whether every local file is stored with its MD5 as ETag.

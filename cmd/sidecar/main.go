@@ -205,6 +205,7 @@ func newSyncer(cfg config, log *slog.Logger) (*artifacts.Syncer, *artifacts.Scan
 		Scanner:  sc,
 		Uploader: up,
 		JobID:    cfg.client.JobID,
+		PodUID:   cfg.client.Pod.UID,
 		Interval: cfg.syncInterval,
 		Logger:   log,
 	})

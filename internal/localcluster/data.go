@@ -15,5 +15,15 @@ var (
 	realNodeQueues []byte
 )
 
-// RuntimeName is the ClusterTrainingRuntime every cluster has.
-const RuntimeName = "tether-e2e"
+// The ClusterTrainingRuntimes every cluster has (data/runtime.yaml).
+const (
+	// RuntimeName runs the trainer with Trainer's and JobSet's defaults
+	// (restartPolicy OnFailure) but backoffLimit 0: one attempt per admission.
+	RuntimeName = "tether-e2e"
+	// RuntimeNever has restartPolicy Never and backoffLimit 2: each failure
+	// is a new pod of the same completion index.
+	RuntimeNever = "tether-e2e-never"
+	// RuntimeJobSetRestart restarts the whole JobSet once on a failed Job
+	// (failurePolicy maxRestarts 1).
+	RuntimeJobSetRestart = "tether-e2e-jobset-restart"
+)

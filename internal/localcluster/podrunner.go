@@ -36,6 +36,17 @@ type TrainerPlan struct {
 	// Resume continues after the last checkpoint in the directory (the same
 	// args serve every attempt of a TrainJob), to Steps in all.
 	Resume bool
+	// Shards writes sharded checkpoints: a shard per rank, rank 0 also the
+	// checkpoint's .metadata and the only final model.
+	Shards bool
+	// FailRuns fails (with ExitCode) only the first FailRuns runs in one
+	// artifact directory: a container restarted in place keeps it.
+	FailRuns int
+	// FailAfterSteps stops a failing run after that many steps.
+	FailAfterSteps int
+	// FailPods, in PodRunner, fails (with ExitCode) only the first FailPods
+	// pods it runs of each rank of the TrainJob; later pods exit 0.
+	FailPods int
 }
 
 // Args are the stand-in's flags for artifact directory dir (a trainer
@@ -59,6 +70,15 @@ func (p TrainerPlan) Args(dir string) []string {
 	}
 	if p.Resume {
 		args = append(args, "--resume")
+	}
+	if p.Shards {
+		args = append(args, "--shards")
+	}
+	if p.FailRuns > 0 {
+		args = append(args, fmt.Sprintf("--fail-runs=%d", p.FailRuns))
+	}
+	if p.FailAfterSteps > 0 {
+		args = append(args, fmt.Sprintf("--fail-after-steps=%d", p.FailAfterSteps))
 	}
 	if p.CheckpointMode != "" {
 		args = append(args, "--checkpoint-mode="+p.CheckpointMode)
@@ -86,9 +106,10 @@ type PodRunner struct {
 	// Plan chooses each pod's trainer behaviour (default: TrainerPlan{}).
 	Plan func(pod *corev1.Pod) TrainerPlan
 	// ArtifactDir maps a pod to the host directory of its artifact volume.
-	// Default: one directory per TrainJob, kept across pods, as a
-	// PersistentVolumeClaim would be (so a resumed attempt sees the files of
-	// the one before).
+	// Default: one directory per node of a TrainJob, kept across its pods,
+	// as node-local storage or a PersistentVolumeClaim per rank would be (so
+	// a resumed attempt sees the files of the one before, and each node of
+	// a multi-node job only its own).
 	ArtifactDir func(pod *corev1.Pod) string
 	// Skip leaves a pod alone (it stays Running, nothing registers); a
 	// skipped pod that is deleted is removed at once.
@@ -99,6 +120,8 @@ type PodRunner struct {
 
 	mu   sync.Mutex
 	pods map[types.UID]*runningPod
+	// started counts the pods started per TrainJob rank (for FailPods).
+	started map[string]int
 	stop chan struct{}
 	done chan struct{}
 }
@@ -123,9 +146,14 @@ func (c *Cluster) NewPodRunner() *PodRunner {
 		trainerBin: filepath.Join(binDir, "trainer-standin"),
 		Plan:       func(*corev1.Pod) TrainerPlan { return TrainerPlan{} },
 		pods:       map[types.UID]*runningPod{},
+		started:    map[string]int{},
 	}
 	r.ArtifactDir = func(pod *corev1.Pod) string {
-		return filepath.Join(c.Dir, "volumes", pod.Namespace, pod.Labels[trainjob.JobSetNameLabel], "artifacts")
+		dir := filepath.Join(c.Dir, "volumes", pod.Namespace, pod.Labels[trainjob.JobSetNameLabel], "artifacts")
+		if rank, err := trainjob.Rank(pod); err == nil && rank > 0 {
+			dir += fmt.Sprintf("-node-%d", rank)
+		}
+		return dir
 	}
 	return r
 }
@@ -270,7 +298,7 @@ func (r *PodRunner) startPod(ctx context.Context, rp *runningPod, pod *corev1.Po
 	if err != nil {
 		return err
 	}
-	trainer, err := startProcess(logDir, filepath.Base(dir)+"-trainer", r.trainerBin, r.Plan(pod).Args(artifacts), nil)
+	trainer, err := startProcess(logDir, filepath.Base(dir)+"-trainer", r.trainerBin, r.trainerArgs(pod, artifacts), nil)
 	if err != nil {
 		_ = sidecar.Stop(time.Second)
 		return err
@@ -279,6 +307,22 @@ func (r *PodRunner) startPod(ctx context.Context, rp *runningPod, pod *corev1.Po
 	rp.sidecar, rp.trainer = sidecar, trainer
 	r.mu.Unlock()
 	return nil
+}
+
+// trainerArgs are the stand-in's flags for pod: its plan, its rank, and
+// for a plan with FailPods the exit code this pod of its rank gets.
+func (r *PodRunner) trainerArgs(pod *corev1.Pod, artifacts string) []string {
+	plan := r.Plan(pod)
+	rank, _ := trainjob.Rank(pod)
+	key := fmt.Sprintf("%s/%s/%d", pod.Namespace, pod.Labels[trainjob.JobSetNameLabel], rank)
+	r.mu.Lock()
+	r.started[key]++
+	n := r.started[key]
+	r.mu.Unlock()
+	if plan.FailPods > 0 && n > plan.FailPods {
+		plan.ExitCode, plan.CorruptFirstCheckpoint = 0, false
+	}
+	return append(plan.Args(artifacts), fmt.Sprintf("--rank=%d", rank))
 }
 
 // watchTrainer finishes the pod when its trainer exits by itself.

@@ -50,12 +50,16 @@ func unverifiedNodes(st *tetherv1.WorkerBindingStatus) string {
 	return "the manifests of node(s) " + strings.Join(ranks, ", ")
 }
 
-// ArtifactsRecorded stores the server's verdict on node rank's manifest and,
-// once the TrainJob is complete, completes the binding when every node's is
-// verified. Between attempts (preempted) a manifest the ended attempt's
-// sidecar flushed says nothing about the next attempt's files.
-func ArtifactsRecorded(st *tetherv1.WorkerBindingStatus, rank int32, a tetherv1.NodeArtifacts) bool {
+// ArtifactsRecorded stores the server's verdict on node rank's manifest,
+// written by pod podUID ("" from an older sidecar), and, once the TrainJob is
+// complete, completes the binding when every node's is verified. A manifest
+// of a pod that is not the node's in this attempt (replaced, or flushed
+// after a preemption) says nothing about the current attempt's files.
+func ArtifactsRecorded(st *tetherv1.WorkerBindingStatus, rank int32, podUID string, a tetherv1.NodeArtifacts) bool {
 	if IsFinal(st.Phase) {
+		return false
+	}
+	if n := Node(st, rank); podUID != "" && n != nil && n.PodUID != "" && n.PodUID != podUID {
 		return false
 	}
 	if st.Phase == tetherv1.PhasePending && st.Reason == tetherv1.ReasonPreempted {

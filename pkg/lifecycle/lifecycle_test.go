@@ -46,7 +46,7 @@ func TestHappyPath(t *testing.T) {
 		{"heartbeat", func() bool { return Heartbeat(st, 0, "a", t0, 1, nil) }, tetherv1.PhaseRunning},
 		{"finishing", func() bool { return Finishing(st, 0, "a", "SIGTERM") }, tetherv1.PhaseFinishing},
 		{"exit 0", func() bool { c, _ := TrainerExited(st, 0, "a", Exit{FinishedAt: t0.Add(time.Minute)}, 0, t0); return c }, tetherv1.PhaseFinishing},
-		{"manifest", func() bool { return ArtifactsRecorded(st, 0, verified(0)) }, tetherv1.PhaseFinishing},
+		{"manifest", func() bool { return ArtifactsRecorded(st, 0, "a", verified(0)) }, tetherv1.PhaseFinishing},
 		{"complete", func() bool { return JobCompleted(st) }, tetherv1.PhaseSucceeded},
 	}
 	for _, s := range steps {
@@ -84,7 +84,7 @@ func TestNoRegression(t *testing.T) {
 
 func TestFinalPhasesAreFinal(t *testing.T) {
 	for _, final := range []func(*tetherv1.WorkerBindingStatus){
-		func(st *tetherv1.WorkerBindingStatus) { ArtifactsRecorded(st, 0, verified(0)); JobCompleted(st) },
+		func(st *tetherv1.WorkerBindingStatus) { ArtifactsRecorded(st, 0, "a", verified(0)); JobCompleted(st) },
 		func(st *tetherv1.WorkerBindingStatus) { JobFailed(st, "TrainJob failed") },
 		func(st *tetherv1.WorkerBindingStatus) { Cancelled(st, "by test") },
 	} {
@@ -209,10 +209,10 @@ func TestPreemptionStartsANewAttempt(t *testing.T) {
 func TestAManifestDoesNotOutliveItsAttempt(t *testing.T) {
 	st := running()
 	UploadReported(st, 0, "a", 100, "")
-	ArtifactsRecorded(st, 0, verified(0))
+	ArtifactsRecorded(st, 0, "a", verified(0))
 	Suspended(st, "evicted")
 	// The preempted sidecar's flush lands after the suspension.
-	ArtifactsRecorded(st, 0, verified(0))
+	ArtifactsRecorded(st, 0, "a", verified(0))
 	if ManifestVerified(st) {
 		t.Fatal("a manifest recorded between attempts counts as verified")
 	}
@@ -258,7 +258,7 @@ func TestFlushUnverifiedNamesTheFiles(t *testing.T) {
 	}
 	// A node whose manifest was checked keeps the server's verdict.
 	st3 := running()
-	ArtifactsRecorded(st3, 0, verified(0))
+	ArtifactsRecorded(st3, 0, "a", verified(0))
 	if FlushUnverified(st3, 0, paths, 2, why) || len(st3.Artifacts.Missing) != 0 {
 		t.Errorf("a verified manifest was changed: %+v", st3.Artifacts)
 	}
@@ -271,12 +271,27 @@ func TestNodesKeepTheirOwnFilesApart(t *testing.T) {
 	PodSeen(st, podOf(0, "a"), true, t0)
 	PodSeen(st, podOf(1, "b"), true, t0)
 	FlushUnverified(st, 1, []string{"ckpt/__1_0.distcp"}, 1, "permission denied")
-	ArtifactsRecorded(st, 0, tetherv1.NodeArtifacts{Manifest: "j/manifest.json", Verified: true, Files: 3, Bytes: 30})
+	ArtifactsRecorded(st, 0, "a", tetherv1.NodeArtifacts{Manifest: "j/manifest.json", Verified: true, Files: 3, Bytes: 30})
 	a := st.Artifacts
 	if a.ManifestVerified || a.Files != 3 || len(a.Missing) != 1 || a.Missing[0] != "nodes/1/ckpt/__1_0.distcp" || a.LastError != "node 1: permission denied" {
 		t.Fatalf("aggregate %+v", a)
 	}
 	if got := MissingArtifacts(st); !strings.Contains(got, "node 1: no manifest was uploaded: the worker's final flush could not verify 1 file(s), nodes/1/ckpt/__1_0.distcp") {
 		t.Errorf("MissingArtifacts = %q", got)
+	}
+}
+
+func TestAReplacedPodsManifestIsNotTheNodes(t *testing.T) {
+	st := running()
+	c, started := PodSeen(st, pod("b"), true, t0.Add(time.Minute))
+	if !c || started != tetherv1.AttemptPodReplaced || st.Attempt != 2 {
+		t.Fatalf("replacement: changed %v, started %q, attempt %d", c, started, st.Attempt)
+	}
+	// The old pod's final flush lands after its replacement registered.
+	if ArtifactsRecorded(st, 0, "a", verified(0)) || ManifestVerified(st) {
+		t.Fatal("the replaced pod's manifest was taken as the node's")
+	}
+	if !ArtifactsRecorded(st, 0, "b", verified(0)) || !ManifestVerified(st) {
+		t.Fatal("the current pod's manifest was not recorded")
 	}
 }

@@ -25,9 +25,13 @@ const (
 
 // Manifest lists every artifact of a job; the sidecar uploads it last.
 type Manifest struct {
-	Version string         `json:"version"`
-	JobID   string         `json:"jobID"`
-	Files   []ManifestFile `json:"files"`
+	Version string `json:"version"`
+	JobID   string `json:"jobID"`
+	// PodUID is the pod whose sidecar wrote it (optional): a verdict on a
+	// manifest of a pod that is no longer its node's (replaced, preempted)
+	// is not the current attempt's.
+	PodUID string         `json:"podUID,omitempty"`
+	Files  []ManifestFile `json:"files"`
 }
 
 // ManifestFile is one verified artifact.

@@ -5,6 +5,13 @@
 // exits with the code it was told to. SIGTERM ends it at once with 143, as
 // it would a real trainer that does not handle the signal.
 //
+// For a multi-node job, --shards writes each checkpoint as a sharded one
+// (PyTorch DCP's layout): every rank its own checkpoints/step-NNNN/__<rank>_0.distcp,
+// rank 0 also the checkpoint's .metadata and the final model, so that with
+// node-local storage each shard exists only on its own node. --fail-runs N
+// fails the first N runs in one artifact directory (a container restarted in
+// place keeps its emptyDir), counted in the file .standin-runs.
+//
 // Before it exits, by any path, it prints every file of the artifact
 // directory with its size and MD5 ("trainer-standin: file <path> <md5>
 // <size>"): on a real node the pod's emptyDir is gone once the pod ends, and
@@ -40,6 +47,10 @@ func main() {
 	resume := flag.Bool("resume", false, "continue after the last checkpoint found in the artifact directory (a volume kept across pods), up to --steps in all")
 	checkpointMode := flag.String("checkpoint-mode", "0644", "file mode of checkpoints (octal)")
 	modelMode := flag.String("model-mode", "0644", "file mode of the final model (octal)")
+	rank := flag.Int("rank", envInt("JOB_COMPLETION_INDEX"), "node rank (default: the indexed Job's JOB_COMPLETION_INDEX)")
+	shards := flag.Bool("shards", false, "write sharded checkpoints (a shard per rank; rank 0 also .metadata and the final model)")
+	failRuns := flag.Int("fail-runs", 0, "with --exit-code: fail only the first N runs in this artifact directory, then succeed")
+	failAfter := flag.Int("fail-after-steps", 0, "with --exit-code: a failing run stops after this many steps (0: all of them)")
 	flag.Parse()
 	if *dir == "" {
 		fmt.Fprintln(os.Stderr, "trainer-standin: --artifacts is required")
@@ -55,7 +66,19 @@ func main() {
 		listFiles(*dir)
 		os.Exit(code)
 	}
-	fmt.Printf("trainer-standin: uid %d gid %d groups %v\n", os.Getuid(), os.Getgid(), groups())
+	fmt.Printf("trainer-standin: uid %d gid %d groups %v rank %d\n", os.Getuid(), os.Getgid(), groups(), *rank)
+	if *failRuns > 0 && *exitCode != 0 {
+		runs := countRun(*dir)
+		if runs > *failRuns {
+			fmt.Printf("trainer-standin: run %d, after %d failing runs: succeeding\n", runs, *failRuns)
+			*exitCode, *corrupt = 0, false
+		} else {
+			fmt.Printf("trainer-standin: run %d of %d failing runs\n", runs, *failRuns)
+		}
+	}
+	if *exitCode != 0 && *failAfter > 0 {
+		*steps = min(*steps, *failAfter)
+	}
 	if *resume {
 		if last := lastCheckpoint(*dir); last > 0 {
 			*startStep, *steps = last, max(*steps-last, 0)
@@ -71,7 +94,14 @@ func main() {
 			exit(143)
 		case <-time.After(*interval):
 		}
-		if step%*every == 0 {
+		if step%*every == 0 && *shards {
+			ckpt := filepath.Join(*dir, "checkpoints", fmt.Sprintf("step-%04d", step))
+			must(writeFile(filepath.Join(ckpt, fmt.Sprintf("__%d_0.distcp", *rank)), *size, os.FileMode(ckptPerm)))
+			if *rank == 0 {
+				must(writeFile(filepath.Join(ckpt, ".metadata"), 4<<10, os.FileMode(ckptPerm)))
+			}
+			fmt.Println("trainer-standin: sharded checkpoint", step, "rank", *rank)
+		} else if step%*every == 0 {
 			must(writeFile(filepath.Join(*dir, "checkpoints", fmt.Sprintf("step-%04d.pt", step)), *size, os.FileMode(ckptPerm)))
 			fmt.Println("trainer-standin: checkpoint", step)
 		}
@@ -88,15 +118,36 @@ func main() {
 		fmt.Println("trainer-standin: failing with exit code", *exitCode)
 		exit(*exitCode)
 	}
+	if *shards && *rank != 0 {
+		fmt.Println("trainer-standin: done (the final model is rank 0's)")
+		exit(0)
+	}
 	must(writeFile(filepath.Join(*dir, "model", "final.safetensors"), 3**size, os.FileMode(modelPerm)))
 	fmt.Println("trainer-standin: final model written")
 	exit(0)
 }
 
+// runsFile counts the runs in an artifact directory (for --fail-runs).
+const runsFile = ".standin-runs"
+
+// countRun records one more run in dir and returns how many there were.
+func countRun(dir string) int {
+	b, _ := os.ReadFile(filepath.Join(dir, runsFile))
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	n++
+	must(os.WriteFile(filepath.Join(dir, runsFile), []byte(strconv.Itoa(n)+"\n"), 0o644))
+	return n
+}
+
+func envInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
+}
+
 // listFiles prints each file under dir (but *.tmp) with its MD5 and size.
 func listFiles(dir string) {
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasSuffix(p, ".tmp") {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, ".tmp") || d.Name() == runsFile {
 			return nil
 		}
 		b, err := os.ReadFile(p)

@@ -57,7 +57,7 @@ func (s *Server) manifestVerified(ctx context.Context, job store.Job, res store.
 		Missing: res.Missing, MissingCount: int32(res.MissingCount), LastError: res.Err}
 	key := types.NamespacedName{Namespace: job.Namespace, Name: job.Name}
 	if _, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {
-		return lifecycle.ArtifactsRecorded(st, int32(res.Rank), a)
+		return lifecycle.ArtifactsRecorded(st, int32(res.Rank), res.PodUID, a)
 	}); err != nil {
 		s.log.Error(err, "recording the artifact manifest", "binding", key.String(), "node", res.Rank)
 		return

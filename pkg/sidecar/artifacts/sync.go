@@ -32,6 +32,8 @@ type SyncerConfig struct {
 	Uploader *Uploader
 	// JobID is the manifest's job id.
 	JobID string
+	// PodUID is the pod the sidecar runs in, recorded in the manifest.
+	PodUID string
 	// Interval between two rounds of Run; 0 means DefaultSyncInterval.
 	Interval time.Duration
 	// Workers uploading at once; 0 means DefaultWorkers.
@@ -176,7 +178,9 @@ func (s *Syncer) Flush(ctx context.Context) (*Report, error) {
 	case ctx.Err() != nil:
 		rep.ManifestErr = fmt.Errorf("manifest not uploaded: %w", ctx.Err())
 	default:
-		res, err := s.cfg.Uploader.PutManifest(ctx, NewManifest(s.cfg.JobID, rep.Verified))
+		m := NewManifest(s.cfg.JobID, rep.Verified)
+		m.PodUID = s.cfg.PodUID
+		res, err := s.cfg.Uploader.PutManifest(ctx, m)
 		if err != nil {
 			rep.ManifestErr = err
 		} else {

@@ -19,8 +19,10 @@ type ManifestResult struct {
 	// <job-id>/nodes/<rank>/manifest.json in a multi-node job.
 	Key string
 	// Rank is the node whose manifest it is; its entries are relative to
-	// the node's prefix (upload.NodePrefix).
-	Rank int
+	// the node's prefix (upload.NodePrefix). PodUID is the manifest's
+	// (empty from an older sidecar).
+	Rank   int
+	PodUID string
 	// Files and Bytes count the manifest's entries and their sizes.
 	Files, Bytes int64
 	// Verified is true when every entry is stored with the listed size and
@@ -93,7 +95,7 @@ type entryState struct {
 // The error is the first backend failure: the result is then not verified,
 // and nothing can be said about the entries that could not be checked.
 func verifyManifest(ctx context.Context, b upload.Backend, key string, rank int, m *upload.Manifest, workers int) (ManifestResult, error) {
-	res := ManifestResult{Key: key, Rank: rank, Files: int64(len(m.Files))}
+	res := ManifestResult{Key: key, Rank: rank, PodUID: m.PodUID, Files: int64(len(m.Files))}
 	base := m.JobID + "/" + upload.NodePrefix(rank)
 	for _, f := range m.Files {
 		res.Bytes += f.Size
