@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -24,7 +23,8 @@ func podsInjectedCondition(pods []corev1.Pod) metav1.Condition {
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || !trainjob.IsPrimaryNode(p) {
 			continue
 		}
-		if p.Annotations[jobconfig.PodStatusAnnotation] == "" {
+		// The container, not the annotation: a copied tether.dev/status is no sidecar.
+		if !trainjob.IsInjected(p) {
 			missing = append(missing, p.Name)
 		} else {
 			injected = append(injected, p.Name)

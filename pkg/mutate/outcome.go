@@ -22,7 +22,7 @@ const (
 	SkipNotTrainerPod   Reason = "NotTrainerPod"   // not the trainer replicated job
 	SkipNoTrainJob      Reason = "NoTrainJob"      // its JobSet has no TrainJob of the same name
 	SkipNotBound        Reason = "NotBound"        // the TrainJob is not labeled for binding
-	SkipAlreadyInjected Reason = "AlreadyInjected" // re-invocation or a copied spec
+	SkipAlreadyInjected Reason = "AlreadyInjected" // re-invocation: status, sidecar and ids agree
 	SkipNotPrimaryNode  Reason = "NotPrimaryNode"  // node rank > 0: only node 0 is bound
 
 	// Denials: a bound job's pod would run without its sidecar.
@@ -31,6 +31,7 @@ const (
 	DenyNoTrainerContainer Reason = "NoTrainerContainer"
 	DenyArtifactMount      Reason = "ArtifactMountConflict"
 	DenyNameConflict       Reason = "NameConflict"
+	DenyStaleInjection     Reason = "StaleInjection" // a copied status with Tether's names, not this job's injection
 	DenyTrainJobLookup     Reason = "TrainJobLookupFailed"
 	DenyUndecodable        Reason = "Undecodable"
 )
