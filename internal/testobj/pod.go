@@ -55,6 +55,14 @@ func (w *PodWrapper) Name(name string) *PodWrapper {
 	return w
 }
 
+// Routed adds the label a bound job's trainer pods inherit from their JobSet's
+// pod template (put there by Tether's JobSet webhook): only routed pods reach
+// the pod webhook.
+func (w *PodWrapper) Routed() *PodWrapper {
+	w.Labels["tether.dev/bind"] = "true"
+	return w
+}
+
 // ReplicatedJob sets the JobSet replicated job (e.g. dataset-initializer).
 func (w *PodWrapper) ReplicatedJob(name string) *PodWrapper {
 	w.Labels[trainjob.ReplicatedJobNameLabel] = name

@@ -35,6 +35,7 @@ import (
 // Webhook paths; manifests/ points the MutatingWebhookConfiguration at them.
 const (
 	TrainJobWebhookPath = "/mutate-trainjob"
+	JobSetWebhookPath   = "/mutate-jobset"
 	PodWebhookPath      = "/mutate-pod"
 )
 
@@ -115,7 +116,10 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 	recorder := mgr.GetEventRecorder("tether")
 	registerWebhooks := func() {
 		hookServer := mgr.GetWebhookServer()
-		hookServer.Register(TrainJobWebhookPath, &webhook.Admission{Handler: &mutate.TrainJobHandler{}})
+		hookServer.Register(TrainJobWebhookPath, &webhook.Admission{Handler: &mutate.TrainJobHandler{
+			Shapes: &mutate.CRDShapes{Reader: mgr.GetAPIReader()},
+		}})
+		hookServer.Register(JobSetWebhookPath, &webhook.Admission{Handler: &mutate.JobSetHandler{}})
 		hookServer.Register(PodWebhookPath, &webhook.Admission{Handler: &mutate.PodHandler{
 			Injector:  mutate.PodInjector{Sidecar: opts.sidecarConfig()},
 			TrainJobs: mgr.GetClient(),

@@ -16,10 +16,15 @@ var (
 		Name: "tether_trainjob_admissions_total",
 		Help: "TrainJobs seen by the TrainJob webhook, by outcome (stamped, unchanged, denied).",
 	}, []string{"outcome"})
+
+	jobSetAdmissions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tether_jobset_admissions_total",
+		Help: "Bound jobs' JobSets seen by the JobSet webhook, by outcome (labeled: the trainer pod template got tether.dev/bind; unchanged; denied).",
+	}, []string{"outcome"})
 )
 
 // Collectors returns the webhooks' collectors, for the control plane to
 // register (as it registers the binding server's and the controller's).
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{podAdmissions, trainJobAdmissions}
+	return []prometheus.Collector{podAdmissions, trainJobAdmissions, jobSetAdmissions}
 }

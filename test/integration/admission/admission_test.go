@@ -205,6 +205,13 @@ func TestLabelingAnExistingTrainJobBindsIt(t *testing.T) {
 	if tj.Annotations[jobconfig.JobIDAnnotation] == "" {
 		t.Fatalf("UPDATE adding the label did not stamp the job: %v", tj.Annotations)
 	}
+	// Trainer v2.3's CRD (read by the webhook under the shipped RBAC) has
+	// spec.runtimePatches: Tether's entry labels the JobSet, which routes the
+	// job's pods to the pod webhook. Allowed here because the job is suspended.
+	if n := len(tj.Spec.RuntimePatches); n != 1 || tj.Spec.RuntimePatches[0].Manager != mutate.RuntimePatchManager ||
+		tj.Spec.RuntimePatches[0].TrainingRuntimeSpec == nil || tj.Spec.RuntimePatches[0].TrainingRuntimeSpec.Template.Metadata.Labels[mutate.RouteLabel] != "true" {
+		t.Fatalf("runtimePatches after binding = %+v, want Tether's entry labeling the JobSet %s=true", tj.Spec.RuntimePatches, mutate.RouteLabel)
+	}
 	eventually(t, 15*time.Second, func() error {
 		_, err := get(t, &tetherv1.WorkerBinding{}, ns, "later")
 		return err
@@ -226,7 +233,7 @@ func TestPodInRestrictedNamespaceGetsSidecar(t *testing.T) {
 		t.Fatalf("non-compliant pod: err = %v, want a Pod Security restricted violation", err)
 	}
 
-	pod := testobj.MakeTrainerPod("secure", ns).RestrictedPodSecurity().Obj()
+	pod := testobj.MakeTrainerPod("secure", ns).Routed().RestrictedPodSecurity().Obj()
 	if err := env.Client.Create(ctx, pod); err != nil {
 		t.Fatalf("trainer pod of a bound job in a restricted namespace: %v", err)
 	}
@@ -289,8 +296,8 @@ func TestMultiNodeBindsNodeZeroOnly(t *testing.T) {
 	if err := env.Client.Create(ctx, tj); err != nil {
 		t.Fatal(err)
 	}
-	node0 := testobj.MakeTrainerPod("multi", ns).Obj()
-	node1 := testobj.MakeTrainerPod("multi", ns).CompletionIndex("1").Obj()
+	node0 := testobj.MakeTrainerPod("multi", ns).Routed().Obj()
+	node1 := testobj.MakeTrainerPod("multi", ns).Routed().CompletionIndex("1").Obj()
 	for _, p := range []*corev1.Pod{node0, node1} {
 		if err := env.Client.Create(ctx, p); err != nil {
 			t.Fatal(err)
