@@ -200,6 +200,10 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		return nil, err
 	}
 
+	if err := mgr.Add(&mutate.InjectionReporter{Cache: mgr.GetCache(), TrainJobs: mgr.GetClient(), Recorder: recorder}); err != nil {
+		return nil, err
+	}
+
 	caFile := opts.caBundleFile()
 	if err := (&controller.BindingReconciler{
 		Client:   mgr.GetClient(),

@@ -4,9 +4,12 @@ package mutate
 type Outcome string
 
 const (
-	OutcomeInjected Outcome = "injected"
-	OutcomeSkipped  Outcome = "skipped"
-	OutcomeDenied   Outcome = "denied"
+	// OutcomePatched: the sidecar patch was returned. Not "injected": a later
+	// admission step (Pod Security, quota, another webhook) may still refuse
+	// the pod; InjectionReporter announces the pods that exist.
+	OutcomePatched Outcome = "patched"
+	OutcomeSkipped Outcome = "skipped"
+	OutcomeDenied  Outcome = "denied"
 )
 
 // Reason says why. Skip and deny reasons are bounded enums: they are metric
@@ -48,7 +51,7 @@ type Decision struct {
 }
 
 func injected(warnings []string) Decision {
-	return Decision{Outcome: OutcomeInjected, Reason: ReasonInjected, Warnings: warnings}
+	return Decision{Outcome: OutcomePatched, Reason: ReasonInjected, Warnings: warnings}
 }
 
 func skipped(r Reason, msg string) Decision {

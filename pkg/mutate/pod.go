@@ -19,7 +19,7 @@ type PodInjector struct {
 }
 
 // Inject decides about pod, whose TrainJob is trainJob (nil when none exists),
-// and on OutcomeInjected has changed pod in place, only ever by appending: to
+// and on OutcomePatched has changed pod in place, only ever by appending: to
 // its init containers, volumes, the trainer's volume mounts and annotations
 // (the handler's JSON patch adds exactly these). On any other outcome pod is
 // untouched.

@@ -121,7 +121,7 @@ func TestPodWebhookGolden(t *testing.T) {
 				if len(resp.Patch) != 0 {
 					t.Errorf("skipped pod patched: %s", resp.Patch)
 				}
-			case OutcomeInjected:
+			case OutcomePatched:
 				if len(resp.Patch) == 0 {
 					t.Error("injected, but the response has no patch")
 				}

@@ -184,16 +184,18 @@ func (h *PodHandler) record(ctx context.Context, tj *metav1.ObjectMeta, pod *cor
 	switch {
 	case d.Outcome == OutcomeDenied:
 		log.Info("denied trainer pod", "message", d.Message)
-	case d.Outcome == OutcomeInjected:
-		log.V(1).Info("injected sidecar")
+	case d.Outcome == OutcomePatched:
+		log.V(1).Info("returned the sidecar patch")
 	}
 	if h.Recorder == nil || dryRun || tj == nil || d.Reason == SkipNotBound || d.Reason == SkipAlreadyInjected {
 		return
 	}
 	ref := trainjob.Ref(tj.Namespace, tj.Name, tj.UID)
 	switch d.Outcome {
-	case OutcomeInjected:
-		h.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, string(d.Reason), eventAction, "injected the Tether sidecar into pod %s", podName(pod))
+	case OutcomePatched:
+		// No "Injected" here: the pod may still be refused after this webhook
+		// (InjectionReporter announces it once it exists). The warnings are
+		// about the spec as submitted, true either way.
 		for _, w := range d.Warnings {
 			h.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, string(ReasonInjectionWarning), eventAction, "pod %s: %s", podName(pod), w)
 		}

@@ -226,8 +226,10 @@ func TestPodInRestrictedNamespaceGetsSidecar(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Pod Security admission is enforcing here: a non-compliant pod is refused.
-	loose := testobj.MakeTrainerPod("other", ns).Obj()
+	// Pod Security admission is enforcing here: a non-compliant pod is
+	// refused, after Tether's webhook patched it. That pod never existed, so
+	// Tether must not announce it as injected (only the compliant one below).
+	loose := testobj.MakeTrainerPod("secure", ns).Routed().Obj()
 	loose.Spec.Containers[0].SecurityContext = nil
 	if err := env.Client.Create(ctx, loose); err == nil || !strings.Contains(err.Error(), "restricted") {
 		t.Fatalf("non-compliant pod: err = %v, want a Pod Security restricted violation", err)
@@ -258,6 +260,22 @@ func TestPodInRestrictedNamespaceGetsSidecar(t *testing.T) {
 		t.Errorf("pod volumes %v lack the job's token Secret", pod.Spec.Volumes)
 	}
 	waitForEvent(t, ns, "secure", string(mutate.ReasonInjected))
+	consistently(t, 2*time.Second, func() error {
+		var list eventsv1.EventList
+		if err := env.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		var injected []string
+		for _, e := range list.Items {
+			if e.Regarding.Name == "secure" && e.Reason == string(mutate.ReasonInjected) {
+				injected = append(injected, e.Note)
+			}
+		}
+		if len(injected) != 1 || !strings.Contains(injected[0], pod.Name) {
+			return fmt.Errorf("Injected Events %q, want one, naming %s (the refused pod was never created)", injected, pod.Name)
+		}
+		return nil
+	})
 }
 
 func TestPodsCreatedBeforeBindingAreReported(t *testing.T) {
