@@ -42,6 +42,17 @@ func TestScenario9OutageBlastRadius(t *testing.T) {
 	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hold-pods"},
 		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}}
 	suite.create(t, quota)
+	// Quota admission enforces it once the quota controller has written its status.
+	eventually(t, 30*time.Second, "the ResourceQuota's status", func() error {
+		q := &corev1.ResourceQuota{}
+		if err := suite.c.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: quota.Name}, q); err != nil {
+			return err
+		}
+		if _, ok := q.Status.Hard[corev1.ResourcePods]; !ok {
+			return fmt.Errorf("no status.hard yet")
+		}
+		return nil
+	})
 	patchedBefore, _ := suite.metricValue(t, "tether_pod_admissions_total", `outcome="patched"`)
 	injectedBefore, _ := suite.metricValue(t, "tether_pods_injected_total")
 
@@ -154,7 +165,7 @@ func TestScenario9OutageBlastRadius(t *testing.T) {
 		}
 		return nil
 	})
-	hold := 15 * time.Second
+	hold := 30 * time.Second
 	for end := time.Now().Add(hold); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
 		if pods := suite.trainerPods(t, ns, name); len(pods) != 0 {
 			t.Fatalf("bound job's pod %s was created while Tether is down (init containers %v)", pods[0].Name, pods[0].Spec.InitContainers)

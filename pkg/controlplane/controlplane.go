@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"github.com/prometheus/client_golang/prometheus"
@@ -107,6 +108,12 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	guardCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err = checkFSReplicas(guardCtx, mgr.GetAPIReader(), opts)
+	cancel()
+	if err != nil {
+		return nil, err
 	}
 	cp := &ControlPlane{Manager: mgr, certsReady: make(chan struct{}), serving: make(chan struct{})}
 	if err := setupCerts(mgr, opts, cp.certsReady); err != nil {
