@@ -75,9 +75,12 @@ func routeBySpecLabels(obj *trainJobRouting, bound bool) []jsonpatch.JsonPatchOp
 }
 
 // routeByRuntimePatch: Trainer v2.2+ merge each runtime patch's
-// template.metadata.labels into the JobSet's labels, and refuse any change to
-// runtimePatches unless the TrainJob is suspended before or after the update
-// (checkRuntimePatchesImmutability, v2.3.0): Tether changes its entry only then.
+// template.metadata.labels into the JobSet's labels, and refuse an update
+// that changes runtimePatches unless the TrainJob is suspended after it
+// (v2.2.0; v2.3.0: before or after) and its JobSet has no active Job
+// (checkRuntimePatchesImmutability). A refused update would be someone
+// else's (Kueue admitting or preempting the job), so Tether changes its entry
+// only at CREATE and in updates that keep the TrainJob suspended.
 func routeByRuntimePatch(obj, old *trainJobRouting, bound bool) ([]jsonpatch.JsonPatchOperation, []string) {
 	idx := -1
 	for k, p := range obj.Spec.RuntimePatches {
@@ -85,14 +88,14 @@ func routeByRuntimePatch(obj, old *trainJobRouting, bound bool) ([]jsonpatch.Jso
 			idx = k
 		}
 	}
-	mayChange := old == nil || old.suspended() || obj.suspended()
+	mayChange := old == nil || old.suspended() && obj.suspended()
 	switch {
 	case bound && idx >= 0 && routesJobSet(obj.Spec.RuntimePatches[idx]):
 		return nil, nil
 	case bound && !mayChange:
-		return nil, []string{fmt.Sprintf("TrainJob is bound while running: Trainer lets spec.runtimePatches change only while the TrainJob is suspended, "+
-			"so pods its Jobs create from now on are not routed to Tether and run without the sidecar (reported as %s); "+
-			"suspend and resume the TrainJob, or bind TrainJobs at creation or while queued", "PodsNotInjected")}
+		return nil, []string{fmt.Sprintf("TrainJob is bound but not routed to Tether: Trainer lets spec.runtimePatches change only while the TrainJob "+
+			"stays suspended, so Tether could not add its entry in this update; pods its Jobs create without it run without the sidecar "+
+			"(reported as %s). Bind TrainJobs at creation or while queued (suspended), or update a suspended one again", "PodsNotInjected")}
 	case bound && idx >= 0:
 		// Someone changed Tether's entry: put it back.
 		return []jsonpatch.JsonPatchOperation{{Operation: "replace", Path: fmt.Sprintf("/spec/runtimePatches/%d", idx), Value: routingRuntimePatch()}}, nil

@@ -147,6 +147,10 @@ func TestTrainJobRoutingUpdates(t *testing.T) {
 		wantWarned bool
 	}{
 		{name: "bound while running: Trainer would refuse the change", shape: ShapeRuntimePatches, obj: running, old: running, bound: true, wantWarned: true},
+		// Kueue admitting (v2.2.0 refuses a change unless suspended after) or
+		// preempting (the JobSet may still be active): not Tether's update to fail.
+		{name: "unsuspended in this update", shape: ShapeRuntimePatches, obj: running, old: suspended, bound: true, wantWarned: true},
+		{name: "suspended in this update", shape: ShapeRuntimePatches, obj: suspended, old: running, bound: true, wantWarned: true},
 		{name: "bound while suspended", shape: ShapeRuntimePatches, obj: suspended, old: suspended, bound: true, wantOps: "add /spec/runtimePatches"},
 		{name: "entry edited, suspended: put back", shape: ShapeRuntimePatches, obj: editedSus, old: editedSus, bound: true, wantOps: "replace /spec/runtimePatches/0"},
 		{name: "routed, running", shape: ShapeRuntimePatches, obj: routedRun, old: routedRun, bound: true},
