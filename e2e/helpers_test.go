@@ -170,7 +170,7 @@ func (e *env) injectedPod(t *testing.T, ns, name string, skip types.UID) *corev1
 	eventually(t, 60*time.Second, "an injected trainer pod of "+name, func() error {
 		var seen []string
 		for _, p := range e.trainerPods(t, ns, name) {
-			if p.UID != skip && p.DeletionTimestamp == nil && p.Annotations[jobconfig.PodStatusAnnotation] != "" {
+			if p.UID != skip && p.DeletionTimestamp == nil && trainjob.IsInjected(&p) {
 				found = p.DeepCopy()
 				return nil
 			}

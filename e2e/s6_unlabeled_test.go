@@ -16,15 +16,16 @@ import (
 
 // Scenario 6: an unlabeled TrainJob in the same cluster runs untouched: its
 // TrainJob never reaches Tether's webhook (object selector), gets no Secret,
-// no binding, no annotations, no Events from Tether; its pod is admitted
-// unchanged (pods carry no TrainJob labels, so the pod webhook sees the
-// trainer pod, looks its TrainJob up and skips it as NotBound, silently).
+// no binding, no annotations, no Events from Tether; neither its JobSet nor
+// its pod reaches Tether's JobSet and pod webhooks (they select on
+// tether.dev/bind, which only bound jobs' JobSets and pod templates carry).
 func TestScenario6UnlabeledUntouched(t *testing.T) {
 	timed(t)
 	ns := suite.newNamespace(t, "plain")
 	const name = "not-bound"
 	tjBefore, _ := suite.metricValue(t, "tether_trainjob_admissions_total")
-	notBoundBefore, _ := suite.metricValue(t, "tether_pod_admissions_total", `reason="NotBound"`)
+	podsBefore, _ := suite.metricValue(t, "tether_pod_admissions_total")
+	jobSetsBefore, _ := suite.metricValue(t, "tether_jobset_admissions_total")
 	tj := trainJob(name, ns).Queue("user-queue").Obj()
 	suite.create(t, tj)
 
@@ -37,6 +38,9 @@ func TestScenario6UnlabeledUntouched(t *testing.T) {
 		pod = pods[0]
 		return nil
 	})
+	if _, ok := pod.Labels["tether.dev/bind"]; ok {
+		t.Errorf("the unlabeled job's pod carries tether.dev/bind: %v", pod.Labels)
+	}
 	if len(pod.Spec.InitContainers) != 0 || pod.Annotations["tether.dev/status"] != "" || len(pod.Spec.Volumes) != 0 {
 		t.Fatalf("the unlabeled job's pod was modified: init %v, annotations %v, volumes %v", pod.Spec.InitContainers, pod.Annotations, pod.Spec.Volumes)
 	}
@@ -66,8 +70,11 @@ func TestScenario6UnlabeledUntouched(t *testing.T) {
 		if tjAfter != tjBefore {
 			return fmt.Errorf("tether_trainjob_admissions_total went %v -> %v: the unlabeled TrainJob reached the webhook", tjBefore, tjAfter)
 		}
-		if n, _ := suite.metricValue(t, "tether_pod_admissions_total", `reason="NotBound"`); n != notBoundBefore+1 {
-			return fmt.Errorf("pod admissions NotBound %v -> %v, want +1", notBoundBefore, n)
+		if n, _ := suite.metricValue(t, "tether_pod_admissions_total"); n != podsBefore {
+			return fmt.Errorf("tether_pod_admissions_total went %v -> %v: the unlabeled job's pod reached the pod webhook", podsBefore, n)
+		}
+		if n, _ := suite.metricValue(t, "tether_jobset_admissions_total"); n != jobSetsBefore {
+			return fmt.Errorf("tether_jobset_admissions_total went %v -> %v: the unlabeled job's JobSet reached the JobSet webhook", jobSetsBefore, n)
 		}
 		return nil
 	})

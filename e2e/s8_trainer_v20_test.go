@@ -113,8 +113,21 @@ func TestScenario8TrainerV20(t *testing.T) {
 		return nil
 	})
 
+	// Routing on v2.0.0: the TrainJob webhook put tether.dev/bind in
+	// spec.labels (v2.0 has no runtimePatches), Trainer copied it onto the
+	// JobSet, Tether's JobSet webhook onto the trainer pod template.
+	if v, _, _ := unstructured.NestedString(tj.Object, "spec", "labels", jobconfig.BindLabel); v != "true" {
+		t.Fatalf("TrainJob spec.labels %v: want %s=true (Trainer v2.0 routing)", tj.Object["spec"], jobconfig.BindLabel)
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(tj.Object, "spec", "runtimePatches"); found {
+		t.Fatalf("spec.runtimePatches on a Trainer v2.0 TrainJob: %v", tj.Object["spec"])
+	}
+
 	// Trainer v2.0.0 makes the JobSet; the trainer pod is injected.
 	pod := e.injectedPod(t, ns, name, "")
+	if pod.Labels[jobconfig.BindLabel] != "true" {
+		t.Fatalf("injected pod %s lacks %s=true: labels %v", pod.Name, jobconfig.BindLabel, pod.Labels)
+	}
 	if len(pod.Spec.InitContainers) == 0 {
 		t.Fatalf("injected pod %s has no init containers: %+v", pod.Name, pod.Spec)
 	}

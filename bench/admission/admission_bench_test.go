@@ -378,7 +378,7 @@ func serveWebhooks(b *testing.B, ctx context.Context, h *mutate.PodHandler, cfg 
 // defaults and built-in admission changes a webhook sees.
 func admissionReviewBody(b *testing.B, ctx context.Context, env *testenv.Env) []byte {
 	b.Helper()
-	pod := testobj.MakeTrainerPod(trainJobName, namespace).
+	pod := testobj.MakeTrainerPod(trainJobName, namespace).Routed().
 		Volume(corev1.Volume{Name: "initializer", VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "initializer"}}}).
 		Mount("node", corev1.VolumeMount{Name: "initializer", MountPath: "/workspace"}).

@@ -467,7 +467,7 @@ func createObjects(b *testing.B, ctx context.Context, env *testenv.Env, n int) [
 		id := &ids[i]
 		status := mutate.InjectionStatus{Version: mutate.StatusVersion, JobID: id.JobID, WorkerID: id.WorkerID,
 			Sidecar: mutate.SidecarName, ArtifactVolume: mutate.ArtifactVolumeName}.String()
-		pod := testobj.MakeTrainerPod(id.Binding, namespace).Name(id.Pod).Annotation(jobconfig.PodStatusAnnotation, status).Obj()
+		pod := testobj.MakeTrainerPod(id.Binding, namespace).Routed().Name(id.Pod).Annotation(jobconfig.PodStatusAnnotation, status).Obj()
 		err := retryCreate(ctx, func() error { return c.Create(ctx, pod) })
 		if apierrors.IsAlreadyExists(err) { // created by an attempt whose answer was lost
 			err = c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: id.Pod}, pod)

@@ -39,6 +39,7 @@ import (
 	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 const (
@@ -175,7 +176,7 @@ func follow(ctx context.Context, c *localcluster.Cluster, tether *localcluster.T
 				return err
 			}
 			for _, p := range pods.Items {
-				if p.Annotations[jobconfig.PodStatusAnnotation] != "" {
+				if trainjob.IsInjected(&p) {
 					injected = true
 					sc := p.Spec.InitContainers[len(p.Spec.InitContainers)-1]
 					step("pod %s admitted with the sidecar injected: init container %q (restartPolicy %s), image %s", p.Name, sc.Name, *sc.RestartPolicy, sc.Image)

@@ -23,10 +23,12 @@ import (
 // lifts the not-ready taint a new node is created with once kwok reports
 // it Ready; kwok renews the node leases), and the binding of
 // PersistentVolumeClaims to PersistentVolumes (the real node's scenarios
-// keep artifacts on a hostPath PersistentVolume across pods).
+// keep artifacts on a hostPath PersistentVolume across pods), and
+// ResourceQuota usage (quota admission enforces a quota only once this
+// controller has written its status; scenario 9 holds pods back with one).
 func (c *Cluster) startControllerManager(ctx context.Context) error {
 	_, err := c.start("kube-controller-manager", c.bin("kube-controller-manager"), c.kubeComponentArgs(
-		"--controllers=job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,pod-garbage-collector-controller,ttl-after-finished-controller,node-lifecycle-controller,persistentvolume-binder-controller",
+		"--controllers=job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,pod-garbage-collector-controller,ttl-after-finished-controller,node-lifecycle-controller,persistentvolume-binder-controller,resourcequota-controller",
 		"--concurrent-job-syncs=10",
 	))
 	return err

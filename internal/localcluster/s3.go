@@ -22,13 +22,16 @@ type S3 struct {
 	Admin          *minio.Client
 }
 
-const (
-	s3AccessKey = "tether-e2e-access"
-	s3SecretKey = "tether-e2e-secret-key-0123456789"
-)
+// S3Config is the store's bucket and root credentials.
+type S3Config struct {
+	Bucket, AccessKey, SecretKey string
+}
 
-// StartS3 starts versitygw and creates the bucket "tether-artifacts".
-func (c *Cluster) StartS3(ctx context.Context) (*S3, error) {
+// DefaultS3Config is the store's configuration when no manifest gives one.
+var DefaultS3Config = S3Config{Bucket: "tether-artifacts", AccessKey: "tether-e2e-access", SecretKey: "tether-e2e-secret-key-0123456789"}
+
+// StartS3 starts versitygw with cfg's credentials and creates cfg's bucket.
+func (c *Cluster) StartS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	data := filepath.Join(c.Dir, "s3-data")
 	creds := filepath.Join(c.Dir, "s3-credentials")
 	for _, d := range []string{data, creds} {
@@ -36,23 +39,23 @@ func (c *Cluster) StartS3(ctx context.Context) (*S3, error) {
 			return nil, err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(creds, "access-key"), []byte(s3AccessKey), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(creds, "access-key"), []byte(cfg.AccessKey), 0o600); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(creds, "secret-key"), []byte(s3SecretKey), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(creds, "secret-key"), []byte(cfg.SecretKey), 0o600); err != nil {
 		return nil, err
 	}
 	logFile, err := os.OpenFile(filepath.Join(c.logDir(), "versitygw.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := s3server.Start(ctx, s3server.Options{Binary: c.bin("versitygw"), Dir: data, AccessKey: s3AccessKey, SecretKey: s3SecretKey, Output: logFile})
+	srv, err := s3server.Start(ctx, s3server.Options{Binary: c.bin("versitygw"), Dir: data, AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey, Output: logFile})
 	if err != nil {
 		_ = logFile.Close()
 		return nil, err
 	}
 	c.onStop(func() error { srv.Stop(); return logFile.Close() })
-	s := &S3{Endpoint: srv.Endpoint, Bucket: "tether-artifacts", CredentialsDir: creds, Admin: srv.Admin}
+	s := &S3{Endpoint: srv.Endpoint, Bucket: cfg.Bucket, CredentialsDir: creds, Admin: srv.Admin}
 	if err := srv.MakeBucket(ctx, s.Bucket, false); err != nil {
 		return nil, err
 	}

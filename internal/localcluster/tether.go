@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -28,8 +29,11 @@ import (
 type TetherOptions struct {
 	// Replicas of cmd/webhook (default 1); they share one leader lease.
 	Replicas int
-	// S3 stores artifacts in versitygw (required with more than one
-	// replica); otherwise the fs backend in <Dir>/artifacts.
+	// S3 installs manifests/overlays/quick-start, the default install, and
+	// runs its artifact store (versitygw) as a local process with the
+	// bucket and credentials the overlay ships (required with more than one
+	// replica); otherwise overlays/self-managed and the fs backend in
+	// <Dir>/artifacts.
 	S3 bool
 	// Args are extra control-plane flags (e.g. --status-interval=2s).
 	Args []string
@@ -89,10 +93,12 @@ func goBuild(dir string, pkgs ...string) error {
 	return nil
 }
 
-// StartTether installs manifests/overlays/self-managed (everything but the
-// Deployment: its CRD, namespace, ServiceAccount, RBAC, and the webhook
-// configuration rewritten to the loopback webhook "Service"), then starts the
-// replicas with the ServiceAccount's token, and waits until they are ready.
+// StartTether installs manifests/overlays/quick-start with S3, else
+// overlays/self-managed (everything but what runs as processes here: the
+// CRD, namespace, ServiceAccount, RBAC, the store's Secret and NetworkPolicy,
+// and the webhook configuration rewritten to the loopback webhook
+// "Service"), then starts the replicas with the ServiceAccount's token, and
+// waits until they are ready.
 func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether, error) {
 	if opts.Replicas == 0 {
 		opts.Replicas = 1
@@ -113,7 +119,12 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 		return nil, err
 	}
 	c.onStop(func() error { t.webhookLB.close(); t.bindingLB.close(); return nil })
-	if err := t.install(ctx); err != nil {
+	overlay := "overlays/self-managed"
+	if opts.S3 {
+		overlay = "overlays/quick-start"
+	}
+	s3cfg, err := t.install(ctx, overlay)
+	if err != nil {
 		return nil, err
 	}
 	if t.kubeconfig, err = c.serviceAccountKubeconfig(ctx, "tether-system", "tether-control-plane"); err != nil {
@@ -135,7 +146,7 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 		t.args = append(t.args, "--sidecar-image=ghcr.io/tether-dev/tether-sidecar:e2e")
 	}
 	if opts.S3 {
-		if t.S3, err = c.StartS3(ctx); err != nil {
+		if t.S3, err = c.StartS3(ctx, s3cfg); err != nil {
 			return nil, err
 		}
 		t.args = append(t.args, "--artifact-backend=s3", "--s3-endpoint="+t.S3.Endpoint, "--s3-bucket="+t.S3.Bucket,
@@ -171,22 +182,40 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 	return t, nil
 }
 
-// install applies the rendered self-managed overlay minus the Deployment.
-func (t *Tether) install(ctx context.Context) error {
-	objs, _, err := testenv.Render(t.c.bin("kubectl"), "overlays/self-managed")
+// install applies the rendered overlay minus what runs as processes here
+// (the Deployments, and the in-cluster store's claim and Service), and
+// returns the store's bucket and credentials as the overlay ships them.
+func (t *Tether) install(ctx context.Context, overlay string) (S3Config, error) {
+	s3cfg := DefaultS3Config
+	objs, _, err := testenv.Render(t.c.bin("kubectl"), overlay)
 	if err != nil {
-		return err
+		return s3cfg, err
 	}
 	var crds, rest []*unstructured.Unstructured
 	for _, o := range objs {
+		switch {
+		case o.GetKind() == "Deployment" && o.GetName() == "tether-control-plane":
+			if b := deploymentArg(o, "--s3-bucket="); b != "" {
+				s3cfg.Bucket = b
+			}
+		case o.GetKind() == "Secret" && o.GetName() == "tether-artifacts-credentials":
+			a, _, _ := unstructured.NestedString(o.Object, "data", "access-key")
+			k, _, _ := unstructured.NestedString(o.Object, "data", "secret-key")
+			if s3cfg.AccessKey, err = decodeSecretValue(a); err != nil {
+				return s3cfg, err
+			}
+			if s3cfg.SecretKey, err = decodeSecretValue(k); err != nil {
+				return s3cfg, err
+			}
+		}
 		switch o.GetKind() {
-		case "Deployment":
+		case "Deployment", "PersistentVolumeClaim":
 			// Replaced by processes on this machine.
 		case "CustomResourceDefinition":
 			crds = append(crds, o)
 		case "MutatingWebhookConfiguration":
 			if err := webhookURLs(o, o.GetName(), t.webhookLB.Addr(), t.c.CA.CertPEM); err != nil {
-				return err
+				return s3cfg, err
 			}
 			rest = append(rest, o)
 		default:
@@ -194,24 +223,48 @@ func (t *Tether) install(ctx context.Context) error {
 		}
 	}
 	if err := t.c.installCRDs(ctx, crds); err != nil {
-		return err
+		return s3cfg, err
 	}
 	// Namespace first, then the rest.
 	for _, o := range rest {
 		if o.GetKind() == "Namespace" {
 			if err := apply(ctx, t.c.Client, o); err != nil {
-				return err
+				return s3cfg, err
 			}
 		}
 	}
 	for _, o := range rest {
 		if o.GetKind() != "Namespace" {
 			if err := apply(ctx, t.c.Client, o); err != nil {
-				return err
+				return s3cfg, err
 			}
 		}
 	}
-	return nil
+	return s3cfg, nil
+}
+
+// deploymentArg is the value of the first container argument of Deployment
+// d that starts with prefix, or "".
+func deploymentArg(d *unstructured.Unstructured, prefix string) string {
+	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	for _, c := range containers {
+		args, _, _ := unstructured.NestedStringSlice(c.(map[string]any), "args")
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, prefix); ok {
+				return v
+			}
+		}
+	}
+	return ""
+}
+
+// decodeSecretValue decodes a rendered Secret's data value.
+func decodeSecretValue(v string) (string, error) {
+	b, err := base64.StdEncoding.DecodeString(v)
+	if err != nil {
+		return "", fmt.Errorf("rendered Secret tether-artifacts-credentials: %w", err)
+	}
+	return string(b), nil
 }
 
 func (t *Tether) startReplica(r *Replica) error {

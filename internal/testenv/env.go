@@ -202,6 +202,10 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	return e, nil
 }
 
+// ControlPlaneConfig is the credentials the running control plane uses
+// (its ServiceAccount's, unless Options.AsAdmin).
+func (e *Env) ControlPlaneConfig() *rest.Config { return e.cpConfig }
+
 // StartControlPlane starts Tether's control plane in-process with cfg's
 // credentials, configured for this environment, then modified by opts.ControlPlane.
 func (e *Env) StartControlPlane(ctx context.Context, cfg *rest.Config, opts Options) error {

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -56,6 +58,14 @@ func (w *PodWrapper) Obj() *corev1.Pod { return &w.Pod }
 // Name sets a fixed name instead of generateName.
 func (w *PodWrapper) Name(name string) *PodWrapper {
 	w.ObjectMeta.Name, w.GenerateName = name, ""
+	return w
+}
+
+// Routed adds the label a bound job's trainer pods inherit from their JobSet's
+// pod template (put there by Tether's JobSet webhook): only routed pods reach
+// the pod webhook.
+func (w *PodWrapper) Routed() *PodWrapper {
+	w.Labels["tether.dev/bind"] = "true"
 	return w
 }
 
@@ -145,10 +155,15 @@ func (w *PodWrapper) RestartAttempt(n int) *PodWrapper {
 	return w
 }
 
-// Injected marks the pod as Tether's pod webhook injected it (the status
-// annotation only; golden tests cover the rest).
+// Injected makes the pod look as Tether's pod webhook leaves it, as far as
+// trainjob.CheckInjected looks: the status annotation and the native sidecar
+// with the same ids (golden tests cover the rest of an injection).
 func (w *PodWrapper) Injected() *PodWrapper {
-	return w.Annotation("tether.dev/status", `{"version":"v1alpha1"}`)
+	const job, worker = "job", "worker"
+	w.Annotation(jobconfig.PodStatusAnnotation, trainjob.InjectionStatus{Version: trainjob.InjectionStatusVersion, JobID: job, WorkerID: worker,
+		Sidecar: trainjob.SidecarContainer}.String())
+	return w.InitContainer(corev1.Container{Name: trainjob.SidecarContainer, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Env: []corev1.EnvVar{{Name: binding.EnvJobID, Value: job}, {Name: binding.EnvWorkerID, Value: worker}}})
 }
 
 // Running sets the pod Running with its "node" container running, restarted

@@ -167,7 +167,7 @@ func boundPods(pods []corev1.Pod, settings tetherv1.WorkerBindingSettings) []bou
 	var out []boundPod
 	for i := range pods {
 		p := &pods[i]
-		if p.Annotations[jobconfig.PodStatusAnnotation] == "" {
+		if !trainjob.IsInjected(p) {
 			continue
 		}
 		rank, err := trainjob.Rank(p)

@@ -28,7 +28,8 @@ func podsInjectedCondition(pods []corev1.Pod, nodes string) metav1.Condition {
 		if nodes == jobconfig.NodesPrimary && !trainjob.IsPrimaryNode(p) {
 			continue
 		}
-		if p.Annotations[jobconfig.PodStatusAnnotation] == "" {
+		// The container, not the annotation: a copied tether.dev/status is no sidecar.
+		if !trainjob.IsInjected(p) {
 			missing = append(missing, p.Name)
 		} else {
 			injected = append(injected, p.Name)

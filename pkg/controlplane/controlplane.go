@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,7 @@ import (
 // Webhook paths; manifests/ points the MutatingWebhookConfiguration at them.
 const (
 	TrainJobWebhookPath = "/mutate-trainjob"
+	JobSetWebhookPath   = "/mutate-jobset"
 	PodWebhookPath      = "/mutate-pod"
 )
 
@@ -107,6 +109,12 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
+	guardCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err = checkFSReplicas(guardCtx, mgr.GetAPIReader(), opts)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
 	cp := &ControlPlane{Manager: mgr, certsReady: make(chan struct{}), serving: make(chan struct{})}
 	if err := setupCerts(mgr, opts, cp.certsReady); err != nil {
 		return nil, err
@@ -115,7 +123,10 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 	recorder := mgr.GetEventRecorder("tether")
 	registerWebhooks := func() {
 		hookServer := mgr.GetWebhookServer()
-		hookServer.Register(TrainJobWebhookPath, &webhook.Admission{Handler: &mutate.TrainJobHandler{}})
+		hookServer.Register(TrainJobWebhookPath, &webhook.Admission{Handler: &mutate.TrainJobHandler{
+			Shapes: &mutate.CRDShapes{Reader: mgr.GetAPIReader()},
+		}})
+		hookServer.Register(JobSetWebhookPath, &webhook.Admission{Handler: &mutate.JobSetHandler{}})
 		hookServer.Register(PodWebhookPath, &webhook.Admission{Handler: &mutate.PodHandler{
 			Injector:  mutate.PodInjector{Sidecar: opts.sidecarConfig()},
 			TrainJobs: mgr.GetClient(),
@@ -193,6 +204,10 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		}
 		return bindingServer.Start(ctx)
 	})); err != nil {
+		return nil, err
+	}
+
+	if err := mgr.Add(&mutate.InjectionReporter{Cache: mgr.GetCache(), TrainJobs: mgr.GetClient(), Recorder: recorder}); err != nil {
 		return nil, err
 	}
 

@@ -57,7 +57,14 @@ type Options struct {
 	// directory, the embedded default) or "s3" (a bucket).
 	ArtifactBackend string
 	ArtifactDir     string
-	S3              S3Options
+	// ArtifactDirShared declares ArtifactDir one volume every replica mounts
+	// (ReadWriteMany); without it the fs backend refuses more than one
+	// replica of Deployment (checkFSReplicas).
+	ArtifactDirShared bool
+	// Deployment is the control plane's own Deployment in Namespace, read
+	// for its replica count; empty skips the check (not in a Deployment).
+	Deployment string
+	S3         S3Options
 	// LogCapBytes bounds each archived trainer log (its end is kept).
 	LogCapBytes int64
 	// LogSource replaces reading logs through the API server (pods/log):
@@ -122,6 +129,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ArtifactGrace, "artifact-grace", o.ArtifactGrace, "after a trainer pod ends, how long to wait for its artifact manifest before the binding fails as ArtifactsIncomplete")
 	fs.StringVar(&o.ArtifactBackend, "artifact-backend", o.ArtifactBackend, "where artifacts are stored: fs (a directory; one replica or a shared volume) or s3 (a bucket)")
 	fs.StringVar(&o.ArtifactDir, "artifact-dir", o.ArtifactDir, "directory of the fs artifact backend")
+	fs.BoolVar(&o.ArtifactDirShared, "artifact-dir-shared", o.ArtifactDirShared, "declare --artifact-dir one volume that every replica mounts (ReadWriteMany); without it the fs backend refuses to start when --deployment has more than one replica")
+	fs.StringVar(&o.Deployment, "deployment", o.Deployment, "the control plane's own Deployment (in --namespace), whose replica count the fs backend checks; empty: not checked")
 	fs.StringVar(&o.S3.Endpoint, "s3-endpoint", o.S3.Endpoint, "S3 endpoint host[:port] of the s3 artifact backend")
 	fs.StringVar(&o.S3.Bucket, "s3-bucket", o.S3.Bucket, "bucket of the s3 artifact backend")
 	fs.StringVar(&o.S3.Prefix, "s3-prefix", o.S3.Prefix, "key prefix inside the bucket (e.g. tether/)")

@@ -9,17 +9,27 @@ import (
 var (
 	podAdmissions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tether_pod_admissions_total",
-		Help: "Trainer pods seen by the pod webhook, by outcome (injected, skipped, denied) and reason.",
+		Help: "Trainer pods seen by the pod webhook, by outcome (patched: the sidecar patch was returned, the pod may still be refused by a later admission step; skipped; denied) and reason.",
 	}, []string{"outcome", "reason"})
 
 	trainJobAdmissions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tether_trainjob_admissions_total",
 		Help: "TrainJobs seen by the TrainJob webhook, by outcome (stamped, unchanged, denied).",
 	}, []string{"outcome"})
+
+	podsInjected = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tether_pods_injected_total",
+		Help: "Trainer pods created with the Tether sidecar, counted by the leader when its pod informer first sees them.",
+	})
+
+	jobSetAdmissions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tether_jobset_admissions_total",
+		Help: "Bound jobs' JobSets seen by the JobSet webhook, by outcome (labeled: the trainer pod template got tether.dev/bind; unchanged; denied).",
+	}, []string{"outcome"})
 )
 
 // Collectors returns the webhooks' collectors, for the control plane to
 // register (as it registers the binding server's and the controller's).
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{podAdmissions, trainJobAdmissions}
+	return []prometheus.Collector{podAdmissions, trainJobAdmissions, jobSetAdmissions, podsInjected}
 }

@@ -4,9 +4,12 @@ package mutate
 type Outcome string
 
 const (
-	OutcomeInjected Outcome = "injected"
-	OutcomeSkipped  Outcome = "skipped"
-	OutcomeDenied   Outcome = "denied"
+	// OutcomePatched: the sidecar patch was returned. Not "injected": a later
+	// admission step (Pod Security, quota, another webhook) may still refuse
+	// the pod; InjectionReporter announces the pods that exist.
+	OutcomePatched Outcome = "patched"
+	OutcomeSkipped Outcome = "skipped"
+	OutcomeDenied  Outcome = "denied"
 )
 
 // Reason says why. Skip and deny reasons are bounded enums: they are metric
@@ -22,7 +25,7 @@ const (
 	SkipNotTrainerPod   Reason = "NotTrainerPod"   // not the trainer replicated job
 	SkipNoTrainJob      Reason = "NoTrainJob"      // its JobSet has no TrainJob of the same name
 	SkipNotBound        Reason = "NotBound"        // the TrainJob is not labeled for binding
-	SkipAlreadyInjected Reason = "AlreadyInjected" // re-invocation or a copied spec
+	SkipAlreadyInjected Reason = "AlreadyInjected" // re-invocation: status, sidecar and ids agree
 	SkipNotPrimaryNode  Reason = "NotPrimaryNode"  // node rank > 0 of a job bound with tether.dev/nodes=primary
 
 	// Denials: a bound job's pod would run without its sidecar.
@@ -31,6 +34,7 @@ const (
 	DenyNoTrainerContainer Reason = "NoTrainerContainer"
 	DenyArtifactMount      Reason = "ArtifactMountConflict"
 	DenyNameConflict       Reason = "NameConflict"
+	DenyStaleInjection     Reason = "StaleInjection" // a copied status with Tether's names, not this job's injection
 	DenyTrainJobLookup     Reason = "TrainJobLookupFailed"
 	DenyUndecodable        Reason = "Undecodable"
 	DenyNodeRank           Reason = "NodeRank" // no node rank, or one beyond binding.MaxBoundNodes
@@ -48,7 +52,7 @@ type Decision struct {
 }
 
 func injected(warnings []string) Decision {
-	return Decision{Outcome: OutcomeInjected, Reason: ReasonInjected, Warnings: warnings}
+	return Decision{Outcome: OutcomePatched, Reason: ReasonInjected, Warnings: warnings}
 }
 
 func skipped(r Reason, msg string) Decision {

@@ -20,7 +20,7 @@ type PodInjector struct {
 }
 
 // Inject decides about pod, whose TrainJob is trainJob (nil when none exists),
-// and on OutcomeInjected has changed pod in place, only ever by appending: to
+// and on OutcomePatched has changed pod in place, only ever by appending: to
 // its init containers, volumes, the trainer's volume mounts and annotations
 // (the handler's JSON patch adds exactly these). On any other outcome pod is
 // untouched.
@@ -33,8 +33,6 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		return skipped(SkipNoTrainJob, fmt.Sprintf("no TrainJob named %q", name))
 	case !jobconfig.IsBound(trainJob.Labels):
 		return skipped(SkipNotBound, "TrainJob is not labeled "+jobconfig.BindLabel+"="+jobconfig.BindValue)
-	case pod.Annotations[jobconfig.PodStatusAnnotation] != "":
-		return skipped(SkipAlreadyInjected, "pod already carries "+jobconfig.PodStatusAnnotation)
 	}
 
 	jobID, workerID := trainJob.Annotations[jobconfig.JobIDAnnotation], trainJob.Annotations[jobconfig.WorkerIDAnnotation]
@@ -42,6 +40,15 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		return denied(DenyMissingIdentity, fmt.Sprintf("TrainJob %s is labeled %s=%s but has no %s or %s annotation: "+
 			"it was bound while Tether's TrainJob webhook was not called; remove and re-add the label to stamp it, then recreate the pods",
 			name, jobconfig.BindLabel, jobconfig.BindValue, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation))
+	}
+	// Already injected means proven (status, container and ids agree), not
+	// announced: an annotation copied from a dumped pod or set in a runtime
+	// template is replaced by a real injection, or the pod is denied.
+	var stale error
+	if _, has := pod.Annotations[jobconfig.PodStatusAnnotation]; has {
+		if stale = trainjob.CheckInjected(pod, jobID, workerID); stale == nil {
+			return skipped(SkipAlreadyInjected, "pod already carries the sidecar and "+jobconfig.PodStatusAnnotation+" for this job")
+		}
 	}
 	settings, err := jobconfig.Parse(trainJob.Annotations)
 	if err != nil {
@@ -63,7 +70,7 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 			"set annotation %s on TrainJob %s to the trainer's container name",
 			settings.TrainerContainer, containerNames(pod.Spec.Containers), jobconfig.TrainerContainerAnnotation, name))
 	}
-	if d, conflict := nameConflicts(pod); conflict {
+	if d, conflict := nameConflicts(pod, stale); conflict {
 		return d
 	}
 
@@ -97,12 +104,16 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[jobconfig.PodStatusAnnotation] = InjectionStatus{
-		Version: StatusVersion, JobID: jobID, WorkerID: workerID, Sidecar: SidecarName,
+	pod.Annotations[jobconfig.PodStatusAnnotation] = trainjob.InjectionStatus{
+		Version: trainjob.InjectionStatusVersion, JobID: jobID, WorkerID: workerID, Sidecar: SidecarName,
 		ArtifactVolume: artifacts.mount.Name, Reused: artifacts.reused,
 	}.String()
 
 	var warnings []string
+	if stale != nil {
+		warnings = append(warnings, fmt.Sprintf("replaced annotation %s, which was not this job's injection (%v): "+
+			"remove it from the pod template", jobconfig.PodStatusAnnotation, stale))
+	}
 	if pod.Spec.HostNetwork && pod.Spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
 		warnings = append(warnings, fmt.Sprintf("pod uses hostNetwork with dnsPolicy %q: the sidecar cannot resolve "+
 			"cluster Service names unless dnsPolicy is ClusterFirstWithHostNet", dnsPolicyOrDefault(pod.Spec.DNSPolicy)))
@@ -184,20 +195,32 @@ func planArtifacts(pod *corev1.Pod, trainer *corev1.Container, artifactPath stri
 }
 
 // nameConflicts denies a pod that already uses one of the names the webhook
-// adds, without carrying the status annotation: injecting would clash.
-func nameConflicts(pod *corev1.Pod) (Decision, bool) {
+// adds without being this job's injection (stale is why, when the pod carries
+// a status annotation that is not): injecting would clash.
+func nameConflicts(pod *corev1.Pod, stale error) (Decision, bool) {
+	conflict := ""
 	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
 		if c.Name == SidecarName {
-			return denied(DenyNameConflict, fmt.Sprintf("pod already has a container named %q but no %s annotation; "+
-				"rename that container", SidecarName, jobconfig.PodStatusAnnotation)), true
+			conflict = fmt.Sprintf("a container named %q", SidecarName)
 		}
 	}
 	for _, v := range pod.Spec.Volumes {
-		if v.Name == TokenVolumeName || v.Name == ArtifactVolumeName {
-			return denied(DenyNameConflict, fmt.Sprintf("pod already has a volume named %q, which Tether reserves; rename that volume", v.Name)), true
+		if conflict == "" && (v.Name == TokenVolumeName || v.Name == ArtifactVolumeName) {
+			conflict = fmt.Sprintf("a volume named %q", v.Name)
 		}
 	}
-	return Decision{}, false
+	switch {
+	case conflict == "":
+		return Decision{}, false
+	case stale != nil:
+		// Typically a runtime template copied from an injected pod of another job.
+		return denied(DenyStaleInjection, fmt.Sprintf("pod already has %s and a %s annotation, but is not this job's injection: %v; "+
+			"remove Tether's init container, volumes and annotation from the pod template", conflict, jobconfig.PodStatusAnnotation, stale)), true
+	case strings.HasPrefix(conflict, "a container"):
+		return denied(DenyNameConflict, fmt.Sprintf("pod already has %s but no %s annotation; rename that container", conflict, jobconfig.PodStatusAnnotation)), true
+	default:
+		return denied(DenyNameConflict, fmt.Sprintf("pod already has %s, which Tether reserves; rename that volume", conflict)), true
+	}
 }
 
 func findContainer(cs []corev1.Container, name string) *corev1.Container {

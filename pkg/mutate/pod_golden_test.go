@@ -75,6 +75,9 @@ var podCases = map[string]podExpectation{
 	"invalid-settings":                         {reason: DenyInvalidSettings},
 	"token-volume-conflict":                    {reason: DenyNameConflict},
 	"sidecar-name-conflict":                    {reason: DenyNameConflict},
+	"status-annotation-without-sidecar": {reason: ReasonInjected,
+		warning: `replaced annotation tether.dev/status, which was not this job's injection (tether.dev/status is set but the pod has no tether-sidecar init container)`},
+	"stale-injection-other-job": {reason: DenyStaleInjection},
 }
 
 // TestPodWebhookGolden runs testdata/pod through PodHandler.
@@ -120,7 +123,7 @@ func TestPodWebhookGolden(t *testing.T) {
 				if len(resp.Patch) != 0 {
 					t.Errorf("skipped pod patched: %s", resp.Patch)
 				}
-			case OutcomeInjected:
+			case OutcomePatched:
 				if len(resp.Patch) == 0 {
 					t.Error("injected, but the response has no patch")
 				}

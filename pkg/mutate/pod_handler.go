@@ -20,6 +20,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -95,14 +96,27 @@ func injectionPatch(before, after *corev1.Pod) ([]jsonpatch.JsonPatchOperation, 
 	for k := range after.Spec.Containers {
 		ops = appendOps(ops, fmt.Sprintf("/spec/containers/%d/volumeMounts", k), before.Spec.Containers[k].VolumeMounts, after.Spec.Containers[k].VolumeMounts)
 	}
-	added := map[string]string{}
+	added, replaced := map[string]string{}, map[string]string{}
 	for k, v := range after.Annotations {
-		if _, had := before.Annotations[k]; !had {
+		prev, had := before.Annotations[k]
+		switch {
+		case !had:
 			added[k] = v
+		case prev != v:
+			// Only the status annotation: a stale one is replaced (Inject).
+			replaced[k] = v
 		}
 	}
 	if len(added) > 0 {
 		ops = append(ops, annotationPatch(before.Annotations == nil, added)...)
+	}
+	for _, k := range sortedKeys(replaced) {
+		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "replace", Path: "/metadata/annotations/" + escapeJSONPointer(k), Value: replaced[k]})
+	}
+	for k := range replaced {
+		if k != jobconfig.PodStatusAnnotation {
+			return nil, fmt.Errorf("injection changed annotation %s", k)
+		}
 	}
 
 	// What is left of after without the additions must be before.
@@ -115,6 +129,9 @@ func injectionPatch(before, after *corev1.Pod) ([]jsonpatch.JsonPatchOperation, 
 	}
 	for k := range added {
 		delete(rest.Annotations, k)
+	}
+	for k := range replaced {
+		rest.Annotations[k] = before.Annotations[k]
 	}
 	if !equality.Semantic.DeepEqual(before, rest) {
 		return nil, errors.New("injection changed the pod beyond appending to its init containers, volumes, volume mounts and annotations")
@@ -167,16 +184,18 @@ func (h *PodHandler) record(ctx context.Context, tj *metav1.ObjectMeta, pod *cor
 	switch {
 	case d.Outcome == OutcomeDenied:
 		log.Info("denied trainer pod", "message", d.Message)
-	case d.Outcome == OutcomeInjected:
-		log.V(1).Info("injected sidecar")
+	case d.Outcome == OutcomePatched:
+		log.V(1).Info("returned the sidecar patch")
 	}
 	if h.Recorder == nil || dryRun || tj == nil || d.Reason == SkipNotBound || d.Reason == SkipAlreadyInjected {
 		return
 	}
 	ref := trainjob.Ref(tj.Namespace, tj.Name, tj.UID)
 	switch d.Outcome {
-	case OutcomeInjected:
-		h.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, string(d.Reason), eventAction, "injected the Tether sidecar into pod %s", podName(pod))
+	case OutcomePatched:
+		// No "Injected" here: the pod may still be refused after this webhook
+		// (InjectionReporter announces it once it exists). The warnings are
+		// about the spec as submitted, true either way.
 		for _, w := range d.Warnings {
 			h.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, string(ReasonInjectionWarning), eventAction, "pod %s: %s", podName(pod), w)
 		}
@@ -196,3 +215,12 @@ func podName(pod *corev1.Pod) string {
 }
 
 func sortStrings(s []string) { sort.Strings(s) }
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,7 +1,6 @@
 package mutate
 
 import (
-	"encoding/json"
 	"strconv"
 	"time"
 
@@ -10,12 +9,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // Names of what the pod webhook adds. They are fixed so that a second
 // injection can recognise the first.
 const (
-	SidecarName        = "tether-sidecar"
+	SidecarName        = trainjob.SidecarContainer
 	TokenVolumeName    = "tether-token"
 	ArtifactVolumeName = "tether-artifacts"
 
@@ -137,25 +137,12 @@ func tokenVolume(trainJob string) corev1.Volume {
 	}}
 }
 
-// InjectionStatus is the value of the pod's tether.dev/status annotation.
-type InjectionStatus struct {
-	Version  string `json:"version"`
-	JobID    string `json:"jobID"`
-	WorkerID string `json:"workerID"`
-	Sidecar  string `json:"sidecar"`
-	// ArtifactVolume is the volume shared with the trainer; Reused says it was
-	// the trainer's own rather than one Tether added.
-	ArtifactVolume string `json:"artifactVolume"`
-	Reused         bool   `json:"reused"`
-}
+// InjectionStatus is the value of the pod's tether.dev/status annotation
+// (defined in pkg/trainjob, which the controller shares).
+type InjectionStatus = trainjob.InjectionStatus
 
 // StatusVersion changes when what the webhook injects changes shape.
-const StatusVersion = "v1alpha1"
-
-func (s InjectionStatus) String() string {
-	b, _ := json.Marshal(s)
-	return string(b)
-}
+const StatusVersion = trainjob.InjectionStatusVersion
 
 // flushBudget is the sidecar's time for its final artifact flush: the pod's
 // termination grace period (the kubelet's SIGKILL deadline, which the

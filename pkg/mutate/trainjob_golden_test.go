@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -27,14 +28,21 @@ func sequentialIDs() func() string {
 
 // TestTrainJobWebhookGolden runs testdata/trainjob through TrainJobHandler.
 // TrainJobs of every Trainer version are plain YAML here: the webhook decodes
-// metadata only, and this test asserts that it never changes anything else.
+// metadata and the few spec fields routing reads, and this test asserts that
+// it changes nothing but the identity annotations and Tether's routing label
+// (spec.labels on Trainer v2.0/v2.1, cases trainer-v2.0-* and trainer-v2.1-*;
+// its spec.runtimePatches entry on v2.2+, every other case).
 func TestTrainJobWebhookGolden(t *testing.T) {
 	dir := goldenDir{dir: "testdata/trainjob", optional: []string{".old.yaml"}}
 	for _, name := range dir.cases(t) {
 		t.Run(name, func(t *testing.T) {
 			in := readJSON(t, dir.path(name, inSuffix))
 			old := readOptionalJSON(t, dir.path(name, ".old.yaml"))
-			h := &TrainJobHandler{Mutator: TrainJobMutator{NewID: sequentialIDs()}}
+			shape := ShapeRuntimePatches
+			if strings.HasPrefix(name, "trainer-v2.0-") || strings.HasPrefix(name, "trainer-v2.1-") {
+				shape = ShapeSpecLabels
+			}
+			h := &TrainJobHandler{Mutator: TrainJobMutator{NewID: sequentialIDs()}, Shapes: FixedShape(shape)}
 
 			resp := admit(t, h, trainJobRequest(t, in, old))
 			if !resp.Allowed {
@@ -77,8 +85,8 @@ func trainJobRequest(t *testing.T, object, old []byte) admissionv1.AdmissionRequ
 }
 
 // checkOnlyIdentityAdded asserts that out is in plus, at most, the identity
-// annotations: every Trainer version's spec, and every other label and
-// annotation, comes out as it went in.
+// annotations and the routing label (withoutRouting): every Trainer version's
+// spec, and every other label and annotation, comes out as it went in.
 func checkOnlyIdentityAdded(t *testing.T, in, out []byte) {
 	t.Helper()
 	var before, after map[string]any
@@ -97,6 +105,8 @@ func checkOnlyIdentityAdded(t *testing.T, in, out []byte) {
 		return a
 	}
 	beforeAnn, afterAnn := annotations(before), annotations(after)
+	withoutRouting(before)
+	withoutRouting(after)
 	if !reflect.DeepEqual(before, after) {
 		t.Errorf("the webhook changed more than metadata.annotations:\n%s",
 			unifiedDiff("input", "output", toYAML(t, mustJSON(t, before)), toYAML(t, mustJSON(t, after))))
@@ -120,4 +130,29 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// withoutRouting removes from a TrainJob what routing may add or remove: the
+// route label in spec.labels and Tether's spec.runtimePatches entry (and the
+// field, once empty).
+func withoutRouting(obj map[string]any) {
+	spec, _ := obj["spec"].(map[string]any)
+	if labels, ok := spec["labels"].(map[string]any); ok {
+		delete(labels, RouteLabel)
+		if len(labels) == 0 {
+			delete(spec, "labels")
+		}
+	}
+	if patches, ok := spec["runtimePatches"].([]any); ok {
+		kept := []any{}
+		for _, p := range patches {
+			if m, _ := p.(map[string]any); m["manager"] != RuntimePatchManager {
+				kept = append(kept, p)
+			}
+		}
+		spec["runtimePatches"] = kept
+		if len(kept) == 0 {
+			delete(spec, "runtimePatches")
+		}
+	}
 }

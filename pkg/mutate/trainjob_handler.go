@@ -3,6 +3,8 @@ package mutate
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -11,12 +13,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
 // TrainJobHandler serves the TrainJob webhook. It decodes metadata only, so
 // it works on every Trainer version's TrainJob shape and never touches spec.
 type TrainJobHandler struct {
 	Mutator TrainJobMutator
+	// Shapes tells how the installed Trainer labels a JobSet (routing.go).
+	Shapes TrainerShapes
 }
 
 var _ admission.Handler = (*TrainJobHandler)(nil)
@@ -28,13 +34,16 @@ func (h *TrainJobHandler) Handle(ctx context.Context, req admission.Request) adm
 		return admission.Allowed("")
 	}
 	var obj, old metav1.PartialObjectMetadata
-	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+	var route trainJobRouting
+	var oldRoute *trainJobRouting // nil at CREATE
+	if err := errors.Join(json.Unmarshal(req.Object.Raw, &obj), json.Unmarshal(req.Object.Raw, &route)); err != nil {
 		trainJobAdmissions.WithLabelValues("denied").Inc()
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	var oldMeta *metav1.ObjectMeta // nil at CREATE
 	if req.Operation == admissionv1.Update {
-		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+		oldRoute = &trainJobRouting{}
+		if err := errors.Join(json.Unmarshal(req.OldObject.Raw, &old), json.Unmarshal(req.OldObject.Raw, oldRoute)); err != nil {
 			trainJobAdmissions.WithLabelValues("denied").Inc()
 			return admission.Errored(http.StatusBadRequest, err)
 		}
@@ -46,13 +55,47 @@ func (h *TrainJobHandler) Handle(ctx context.Context, req admission.Request) adm
 		log.Info("denied TrainJob", "reason", err.Error())
 		return admission.Denied(err.Error())
 	}
-	if len(add) == 0 {
+	routeOps, warnings, err := h.route(ctx, &obj.ObjectMeta, &route, oldRoute)
+	if err != nil {
+		trainJobAdmissions.WithLabelValues("denied").Inc()
+		log.Info("denied TrainJob", "reason", err.Error())
+		return admission.Denied(err.Error())
+	}
+	if len(add) == 0 && len(routeOps) == 0 {
 		trainJobAdmissions.WithLabelValues("unchanged").Inc()
-		return admission.Allowed("")
+		resp := admission.Allowed("")
+		resp.Warnings = warnings
+		return resp
 	}
 	trainJobAdmissions.WithLabelValues("stamped").Inc()
-	log.V(1).Info("stamped TrainJob identity", "annotations", add)
-	return admission.Patched("", annotationPatch(obj.Annotations == nil, add)...)
+	log.V(1).Info("stamped TrainJob", "annotations", add, "routing", len(routeOps) > 0)
+	var ops []jsonpatch.JsonPatchOperation
+	if len(add) > 0 {
+		ops = annotationPatch(obj.Annotations == nil, add)
+	}
+	resp := admission.Patched("", append(ops, routeOps...)...)
+	resp.Warnings = warnings
+	return resp
+}
+
+// route returns the spec patch that routes a bound job's trainer pods to the
+// pod webhook (routing.go). A bound TrainJob whose Trainer shape is unknown is
+// denied: admitted, its pods would bypass the pod webhook and run without the
+// sidecar. A TrainJob being deleted is left alone, so that its finalizers can go.
+func (h *TrainJobHandler) route(ctx context.Context, obj *metav1.ObjectMeta, route, old *trainJobRouting) ([]jsonpatch.JsonPatchOperation, []string, error) {
+	bound := jobconfig.IsBound(obj.Labels)
+	if obj.DeletionTimestamp != nil || h.Shapes == nil {
+		return nil, nil, nil
+	}
+	shape, err := h.Shapes.Shape(ctx)
+	switch {
+	case err != nil && bound:
+		return nil, nil, fmt.Errorf("Tether cannot bind this TrainJob yet: %w", err)
+	case err != nil:
+		return nil, nil, nil // unbinding: nothing to route
+	}
+	ops, warnings := routeTrainJob(shape, route, old, bound)
+	return ops, warnings, nil
 }
 
 // annotationPatch adds annotations with JSON-patch operations on

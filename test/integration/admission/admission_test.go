@@ -205,6 +205,13 @@ func TestLabelingAnExistingTrainJobBindsIt(t *testing.T) {
 	if tj.Annotations[jobconfig.JobIDAnnotation] == "" {
 		t.Fatalf("UPDATE adding the label did not stamp the job: %v", tj.Annotations)
 	}
+	// Trainer v2.3's CRD (read by the webhook under the shipped RBAC) has
+	// spec.runtimePatches: Tether's entry labels the JobSet, which routes the
+	// job's pods to the pod webhook. Allowed here because the job is suspended.
+	if n := len(tj.Spec.RuntimePatches); n != 1 || tj.Spec.RuntimePatches[0].Manager != mutate.RuntimePatchManager ||
+		tj.Spec.RuntimePatches[0].TrainingRuntimeSpec == nil || tj.Spec.RuntimePatches[0].TrainingRuntimeSpec.Template.Metadata.Labels[mutate.RouteLabel] != "true" {
+		t.Fatalf("runtimePatches after binding = %+v, want Tether's entry labeling the JobSet %s=true", tj.Spec.RuntimePatches, mutate.RouteLabel)
+	}
 	eventually(t, 15*time.Second, func() error {
 		_, err := get(t, &tetherv1.WorkerBinding{}, ns, "later")
 		return err
@@ -219,14 +226,16 @@ func TestPodInRestrictedNamespaceGetsSidecar(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Pod Security admission is enforcing here: a non-compliant pod is refused.
-	loose := testobj.MakeTrainerPod("other", ns).Obj()
+	// Pod Security admission is enforcing here: a non-compliant pod is
+	// refused, after Tether's webhook patched it. That pod never existed, so
+	// Tether must not announce it as injected (only the compliant one below).
+	loose := testobj.MakeTrainerPod("secure", ns).Routed().Obj()
 	loose.Spec.Containers[0].SecurityContext = nil
 	if err := env.Client.Create(ctx, loose); err == nil || !strings.Contains(err.Error(), "restricted") {
 		t.Fatalf("non-compliant pod: err = %v, want a Pod Security restricted violation", err)
 	}
 
-	pod := testobj.MakeTrainerPod("secure", ns).RestrictedPodSecurity().Obj()
+	pod := testobj.MakeTrainerPod("secure", ns).Routed().RestrictedPodSecurity().Obj()
 	if err := env.Client.Create(ctx, pod); err != nil {
 		t.Fatalf("trainer pod of a bound job in a restricted namespace: %v", err)
 	}
@@ -251,6 +260,22 @@ func TestPodInRestrictedNamespaceGetsSidecar(t *testing.T) {
 		t.Errorf("pod volumes %v lack the job's token Secret", pod.Spec.Volumes)
 	}
 	waitForEvent(t, ns, "secure", string(mutate.ReasonInjected))
+	consistently(t, 2*time.Second, func() error {
+		var list eventsv1.EventList
+		if err := env.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		var injected []string
+		for _, e := range list.Items {
+			if e.Regarding.Name == "secure" && e.Reason == string(mutate.ReasonInjected) {
+				injected = append(injected, e.Note)
+			}
+		}
+		if len(injected) != 1 || !strings.Contains(injected[0], pod.Name) {
+			return fmt.Errorf("Injected Events %q, want one, naming %s (the refused pod was never created)", injected, pod.Name)
+		}
+		return nil
+	})
 }
 
 func TestPodsCreatedBeforeBindingAreReported(t *testing.T) {
@@ -303,7 +328,7 @@ func TestMultiNodeBindsEveryNode(t *testing.T) {
 			}
 			var got []string
 			for _, idx := range []string{"0", "1"} {
-				p := testobj.MakeTrainerPod("multi-"+tc.name, ns).CompletionIndex(idx).Obj()
+				p := testobj.MakeTrainerPod("multi-"+tc.name, ns).Routed().CompletionIndex(idx).Obj()
 				if err := env.Client.Create(ctx, p); err != nil {
 					t.Fatal(err)
 				}

@@ -57,7 +57,7 @@ func newJob(t *testing.T, annotations map[string]string) *job {
 		return env.Client.Get(ctx, types.NamespacedName{Namespace: j.ns, Name: binding.TokenSecretName(j.name)}, secret)
 	})
 	j.waitPhase(t, tetherv1.PhasePending, "")
-	j.pod = testobj.MakeTrainerPod(j.name, j.ns).Obj()
+	j.pod = testobj.MakeTrainerPod(j.name, j.ns).Routed().Obj()
 	mustCreate(t, j.pod)
 	if len(j.pod.Spec.InitContainers) == 0 {
 		t.Fatal("trainer pod was not injected")

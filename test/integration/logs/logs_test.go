@@ -62,7 +62,7 @@ func TestTrainerLogArchivedWithItsEnd(t *testing.T) {
 	// Both nodes' trainer logs are archived, bound (node 0) or not (node 1).
 	var pods []*corev1.Pod
 	for _, idx := range []string{"0", "1"} {
-		p := testobj.MakeTrainerPod("llm", ns).CompletionIndex(idx).Name("llm-node-0-" + idx).Obj()
+		p := testobj.MakeTrainerPod("llm", ns).Routed().CompletionIndex(idx).Name("llm-node-0-" + idx).Obj()
 		if err := env.Client.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}

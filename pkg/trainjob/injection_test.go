@@ -1,0 +1,62 @@
+package trainjob
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+func injectedPod(jobID, workerID string) *corev1.Pod {
+	st := InjectionStatus{Version: InjectionStatusVersion, JobID: jobID, WorkerID: workerID, Sidecar: SidecarContainer}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{jobconfig.PodStatusAnnotation: st.String()}},
+		Spec: corev1.PodSpec{InitContainers: []corev1.Container{{
+			Name: SidecarContainer, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+			Env: []corev1.EnvVar{{Name: binding.EnvJobID, Value: jobID}, {Name: binding.EnvWorkerID, Value: workerID}},
+		}}},
+	}
+}
+
+func TestCheckInjected(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		pod     func(*corev1.Pod)
+		job     string
+		wantErr string // "" means injected for job
+		// isInjected is IsInjected's answer: it compares with no job.
+		isInjected bool
+	}{
+		{name: "injected", pod: func(*corev1.Pod) {}, isInjected: true},
+		{name: "injected for this job", pod: func(*corev1.Pod) {}, job: "j1", isInjected: true},
+		{name: "other job", pod: func(*corev1.Pod) {}, job: "j2", wantErr: `names job "j1" worker "w1", but this pod belongs to job "j2"`, isInjected: true},
+		{name: "no annotation", pod: func(p *corev1.Pod) { p.Annotations = nil }, wantErr: "no tether.dev/status annotation"},
+		{name: "garbage", pod: func(p *corev1.Pod) { p.Annotations[jobconfig.PodStatusAnnotation] = "yes" }, wantErr: "is not Tether's JSON status"},
+		{name: "other version", pod: func(p *corev1.Pod) {
+			p.Annotations[jobconfig.PodStatusAnnotation] = strings.Replace(p.Annotations[jobconfig.PodStatusAnnotation], InjectionStatusVersion, "v0", 1)
+		}, wantErr: `has version "v0"`},
+		{name: "annotation only", pod: func(p *corev1.Pod) { p.Spec.InitContainers = nil }, wantErr: "has no tether-sidecar init container"},
+		{name: "not a native sidecar", pod: func(p *corev1.Pod) { p.Spec.InitContainers[0].RestartPolicy = nil }, wantErr: "not a native sidecar"},
+		{name: "sidecar of another job", pod: func(p *corev1.Pod) { p.Spec.InitContainers[0].Env[0].Value = "j9" }, wantErr: `set up for job "j9"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := injectedPod("j1", "w1")
+			tc.pod(p)
+			err := CheckInjected(p, tc.job, "")
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("CheckInjected: %v, want injected", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("CheckInjected: %v, want an error containing %q", err, tc.wantErr)
+			}
+			if got := IsInjected(p); got != tc.isInjected {
+				t.Errorf("IsInjected = %v, want %v", got, tc.isInjected)
+			}
+		})
+	}
+}
