@@ -122,8 +122,8 @@ type PodRunner struct {
 	pods map[types.UID]*runningPod
 	// started counts the pods started per TrainJob rank (for FailPods).
 	started map[string]int
-	stop chan struct{}
-	done chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // runningPod is PodRunner's state of one pod; its fields but key and
