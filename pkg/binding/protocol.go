@@ -59,6 +59,9 @@ const (
 	// replaced and its overlap has ended; the worker reconnects with the
 	// token file's current token (the kubelet has updated it by then).
 	CloseTokenExpired = 4006
+	// CloseRateLimited: the worker sent frames faster than the session's
+	// budget (FramesPerInterval per heartbeat interval, FrameBurst at once).
+	CloseRateLimited = 4007
 )
 
 // Error codes in an ErrorResponse (HTTP) and in close reasons.
@@ -69,6 +72,7 @@ const (
 	ErrUnsupportedVersion = "UnsupportedVersion" // 400: HeaderProtocolVersion is not ProtocolVersion
 	ErrBadRequest         = "BadRequest"         // 400: the body is not a valid request
 	ErrUnavailable        = "Unavailable"        // 503: the server cannot decide now; retry
+	ErrRateLimited        = "RateLimited"        // 429: too many requests with this token; retry after Retry-After
 )
 
 // PodIdentity is the pod a sidecar runs in, from the downward API.

@@ -76,6 +76,7 @@ func (s *Server) pushPendingCommand(ctx context.Context, key types.NamespacedNam
 		s.hub.update(key, func(st *workerState) { st.lastCommandID = "" })
 		return
 	}
+	sess.acks.sent(cmd.ID)
 	if !sess.push(binding.Frame{Type: binding.FrameCommand, Command: &cmd}) {
 		return
 	}

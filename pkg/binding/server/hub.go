@@ -142,6 +142,8 @@ func closeCodeName(code int) string {
 		return "heartbeat_timeout"
 	case binding.CloseTokenExpired:
 		return "token_expired"
+	case binding.CloseRateLimited:
+		return "rate_limited"
 	case websocket.CloseGoingAway:
 		return "going_away"
 	case websocket.CloseMessageTooBig:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/gorilla/websocket"
+	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,6 +34,11 @@ type session struct {
 	tokenHash string
 	log       logr.Logger
 	send      chan binding.Frame
+
+	// frames bounds the frame rate; acks are the commands awaiting an answer
+	// (ratelimit.go, acks.go).
+	frames *rate.Limiter
+	acks   sentCommands
 
 	closeOnce sync.Once
 	closing   chan closeRequest
@@ -78,6 +84,9 @@ func (s *session) push(f binding.Frame) bool {
 
 func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
+	if !s.limitRequest(w, r) {
+		return
+	}
 	wb, ref := s.authenticate(ctx, r, r.Header.Get(binding.HeaderPodNamespace))
 	if ref != nil {
 		s.reject(w, r, ref, nil)
@@ -103,7 +112,8 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	interval := heartbeatInterval(wb)
 	token, _ := binding.TokenFromHeader(r.Header) // authenticate parsed it already
 	sess := &session{key: key, conn: conn, tokenHash: token.Hash(), log: s.log.WithValues("binding", key.String(), "pod", pod.Name),
-		send: make(chan binding.Frame, 16), closing: make(chan closeRequest, 1), done: make(chan struct{})}
+		send: make(chan binding.Frame, 16), closing: make(chan closeRequest, 1), done: make(chan struct{}),
+		frames: newFrameLimiter(interval)}
 	st, old := s.hub.attach(key, sess, func() *workerState {
 		return &workerState{namespace: wb.Namespace, trainJob: wb.Spec.TrainJobName, lastSeq: uint64(wb.Status.LastSeq),
 			phase: string(wb.Status.Phase)}
@@ -207,6 +217,11 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 		if err != nil {
 			return s.readError(ctx, sess, err)
 		}
+		if !sess.frames.Allow() {
+			sess.log.Info("closing session: frames over the rate limit", "perInterval", FramesPerInterval, "burst", FrameBurst)
+			s.metrics.refusals.WithLabelValues("frame_rate").Inc()
+			return binding.CloseRateLimited
+		}
 		f, err := binding.DecodeFrame(data)
 		if err != nil {
 			sess.log.Info("closing session: bad frame", "error", err.Error())
@@ -237,6 +252,11 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 				sess.log.Error(err, "recording Finishing")
 			}
 		case binding.FrameCommandAck:
+			if !sess.acks.take(f.CommandAck.ID) {
+				s.metrics.refusals.WithLabelValues("unsolicited_ack").Inc()
+				sess.log.V(1).Info("dropping an ack for a command this session was not sent", "id", f.CommandAck.ID)
+				continue
+			}
 			s.commandAcked(ctx, sess, f.CommandAck)
 		default:
 			sess.log.Info("closing session: frame type not allowed from a worker", "type", f.Type)
