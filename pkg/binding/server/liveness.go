@@ -50,6 +50,14 @@ func (s *Server) watchLiveness(ctx context.Context) {
 				s.hub.forget(st.key)
 				continue
 			}
+			if reason, msg, err := s.trainJobGone(ctx, wb); err == nil && reason != "" {
+				if st.session != nil {
+					st.session.close(binding.CloseRevoked, msg)
+					s.metrics.refusals.WithLabelValues(reason).Inc()
+				}
+				s.hub.forget(st.key)
+				continue
+			}
 			if st.connected {
 				if !tokenAccepted(wb, st.session.tokenHash, now) {
 					st.session.close(binding.CloseTokenExpired, "token reissued and the previous one's overlap is over: reconnect with the current token")
