@@ -257,6 +257,9 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 		defer func() { <-s.sem }()
 	}
 
+	if final {
+		ctx = withFinalFlush(ctx)
+	}
 	scan, err := s.cfg.Scanner.Scan(final)
 	if err != nil {
 		return &Report{Final: final}, err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // AuthError is what an Authorizer returns to refuse a token: Status is
@@ -18,6 +19,9 @@ import (
 type AuthError struct {
 	Status  int
 	Message string
+	// Reason labels the refusal in metrics (e.g. "trainjob_deleted");
+	// empty means "access_denied".
+	Reason string
 }
 
 func (e *AuthError) Error() string { return fmt.Sprintf("%d: %s", e.Status, e.Message) }
@@ -46,6 +50,10 @@ type apiError struct {
 	status  int
 	code    string
 	message string
+	// retryAfter is a 503's Retry-After (BackendRetryAfter if zero).
+	retryAfter time.Duration
+	// reason labels the refusal for Handler.OnRefused (default: from code).
+	reason string
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
@@ -64,6 +72,7 @@ type errorBody struct {
 func writeError(w http.ResponseWriter, r *http.Request, requestID, key string, e *apiError) {
 	h := w.Header()
 	h.Del("ETag")
+	setRetryAfter(h, e)
 	if r.Method == http.MethodHead {
 		w.WriteHeader(e.status)
 		return

@@ -1,0 +1,53 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// ErrSlowDown is wrapped by a backend's error when the storage asked the
+// server to slow down or is briefly unavailable (S3 503 SlowDown or
+// ServiceUnavailable). The Handler answers it with 503 SlowDown and
+// Retry-After, so the sidecar waits and retries instead of reading an
+// internal error into it.
+var ErrSlowDown = errors.New("the storage asks to slow down")
+
+// BackendRetryAfter is the Retry-After the Handler sends when the backend
+// slows down or cannot be read: S3 sends no Retry-After of its own.
+const BackendRetryAfter = 2 * time.Second
+
+// SlowDownError is what an Authorizer returns to refuse a request that is
+// over its token's rate: answered with 503 SlowDown and Retry-After (S3's
+// answer to a client that sends too fast, which S3 clients retry).
+type SlowDownError struct {
+	RetryAfter time.Duration
+	Message    string
+}
+
+func (e *SlowDownError) Error() string {
+	return fmt.Sprintf("slow down (retry after %s): %s", e.RetryAfter, e.Message)
+}
+
+// SlowDown returns a *SlowDownError.
+func SlowDown(after time.Duration, format string, args ...any) error {
+	return &SlowDownError{RetryAfter: after, Message: fmt.Sprintf(format, args...)}
+}
+
+// setRetryAfter puts e's Retry-After (whole seconds, at least 1) on a 503.
+func setRetryAfter(h http.Header, e *apiError) {
+	if e.status != http.StatusServiceUnavailable {
+		return
+	}
+	d := e.retryAfter
+	if d <= 0 {
+		d = BackendRetryAfter
+	}
+	h.Set("Retry-After", strconv.Itoa(max(1, int((d+time.Second-1)/time.Second))))
+}
+
+func slowDownError(after time.Duration, message string) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, code: "SlowDown", message: message, retryAfter: after, reason: "slow_down"}
+}
