@@ -156,6 +156,10 @@ type Heartbeat struct {
 	// ArtifactError is the last artifact upload failure, "" when none: the
 	// file, the error and what to do (at most MaxArtifactErrorLength bytes).
 	ArtifactError string `json:"artifactError,omitempty"`
+	// Skipped names up to MaxReportedSkipped entries the last scan did not
+	// upload by policy; SkippedCount counts them all (skipped.go).
+	Skipped      []SkippedEntry `json:"skipped,omitempty"`
+	SkippedCount int            `json:"skippedCount,omitempty"`
 }
 
 // MaxArtifactErrorLength bounds Heartbeat.ArtifactError.
@@ -231,6 +235,9 @@ type Finishing struct {
 	// ArtifactError is why the first of them failed and what to do (at
 	// most MaxArtifactErrorLength bytes).
 	ArtifactError string `json:"artifactError,omitempty"`
+	// Skipped and SkippedCount are the final scan's, as in Heartbeat.
+	Skipped      []SkippedEntry `json:"skipped,omitempty"`
+	SkippedCount int            `json:"skippedCount,omitempty"`
 }
 
 // MaxReportedUnverified bounds Finishing.Unverified (the WorkerBinding names
@@ -286,6 +293,9 @@ func DecodeFrame(b []byte) (Frame, error) {
 		if len(f.Heartbeat.ArtifactError) > MaxArtifactErrorLength {
 			return bad("artifactError longer than %d bytes", MaxArtifactErrorLength)
 		}
+		if err := checkSkipped(f.Heartbeat.Skipped, f.Heartbeat.SkippedCount); err != nil {
+			return bad("heartbeat: %v", err)
+		}
 	case FrameAck:
 		if f.Ack == nil {
 			return bad("ack frame without ack payload")
@@ -320,6 +330,9 @@ func DecodeFrame(b []byte) (Frame, error) {
 			if p == "" || len(p) > MaxReportedPathLength {
 				return bad("finishing: unverified path of %d bytes (1..%d)", len(p), MaxReportedPathLength)
 			}
+		}
+		if err := checkSkipped(fin.Skipped, fin.SkippedCount); err != nil {
+			return bad("finishing: %v", err)
 		}
 	default:
 		return bad("unknown frame type %q", f.Type)

@@ -241,8 +241,11 @@ func MissingArtifacts(st *tetherv1.WorkerBindingStatus) string {
 		}
 		return fmt.Sprintf("no manifest was uploaded: the worker's final flush could not verify %d file(s), %s%s; first error: %s",
 			max(int(a.MissingCount), len(a.Missing)), strings.Join(shown, ", "), more, a.LastError)
+	case a != nil && a.Manifest == "" && a.LastError != "":
+		// The worker named no file, but said why it uploaded no manifest.
+		return "no manifest was uploaded: " + a.LastError
 	case a == nil || a.Manifest == "":
-		return "no manifest was uploaded"
+		return "no manifest was uploaded (the worker reported no upload error: did the sidecar run its final flush?)"
 	case len(a.Missing) > 0:
 		return fmt.Sprintf("%s is not stored as the manifest lists it", a.Missing[0])
 	case a.LastError != "":

@@ -93,6 +93,8 @@ type Server struct {
 	// API reads for tokens the cache does not know (ratelimit.go).
 	limits      *tokenLimits
 	liveLookups *rate.Limiter
+	// skipped is what workers' scans skipped (skipped.go).
+	skipped skippedReports
 }
 
 // New returns a Server. cache must have the TokenHashIndex on WorkerBindings.

@@ -247,7 +247,9 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 			fin := f.Finishing
 			if _, err := s.updateStatus(ctx, sess.key, func(st *tetherv1.WorkerBindingStatus) bool {
 				finishing := lifecycle.Finishing(st, fin.Reason)
-				return lifecycle.FlushUnverified(st, fin.Unverified, fin.UnverifiedCount, fin.ArtifactError) || finishing
+				// The first finishing frame (the signal) carries no scan.
+				skipped := fin.SkippedCount > 0 && lifecycle.SkippedReported(st, fin.Skipped, fin.SkippedCount)
+				return lifecycle.FlushUnverified(st, fin.Unverified, fin.UnverifiedCount, fin.ArtifactError) || finishing || skipped
 			}); err != nil {
 				sess.log.Error(err, "recording Finishing")
 			}
@@ -324,6 +326,7 @@ func (s *Server) heartbeat(ctx context.Context, key types.NamespacedName, hb *bi
 		}
 	})
 	s.metrics.heartbeats.Inc()
+	write = s.skipped.note(key, hb.Skipped, hb.SkippedCount) || write
 	if write {
 		// Written by the status writers, never on the session's reader:
 		// a slow API server must not delay acks or starve pongs.
@@ -375,6 +378,7 @@ func (s *Server) writeHeartbeatStatus(ctx context.Context, key types.NamespacedN
 	wb, err := s.updateStatus(ctx, key, func(status *tetherv1.WorkerBindingStatus) bool {
 		lifecycle.Heartbeat(status, st.lastHeartbeat, int64(st.lastSeq), progress)
 		lifecycle.UploadReported(status, st.uploadedBytes, st.artifactError)
+		s.skipped.apply(key, status)
 		return true
 	})
 	switch {
