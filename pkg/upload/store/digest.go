@@ -47,14 +47,14 @@ func (d *digests) writer() io.Writer {
 func (d *digests) verify() *apiError {
 	sum := d.md5.Sum(nil)
 	if d.contentMD5 != nil && !bytes.Equal(sum, d.contentMD5) {
-		return &apiError{status: http.StatusBadRequest, code: "BadDigest", message: "the Content-MD5 you sent (" + base64.StdEncoding.EncodeToString(d.contentMD5) + ") does not match the MD5 of the body received (" +
-			base64.StdEncoding.EncodeToString(sum) + "); nothing was kept: the file changed while it was read or was corrupted in transit, upload it again"}
-
+		return &apiError{http.StatusBadRequest, "BadDigest",
+			"the Content-MD5 you sent (" + base64.StdEncoding.EncodeToString(d.contentMD5) + ") does not match the MD5 of the body received (" +
+				base64.StdEncoding.EncodeToString(sum) + "); nothing was kept: the file changed while it was read or was corrupted in transit, upload it again"}
 	}
 	for _, c := range d.checks {
 		if got := c.h.Sum(nil); !bytes.Equal(got, c.want) {
-			return &apiError{status: http.StatusBadRequest, code: c.code, message: "the " + c.header + " you sent does not match the body received; nothing was kept: upload the file again"}
-
+			return &apiError{http.StatusBadRequest, c.code,
+				"the " + c.header + " you sent does not match the body received; nothing was kept: upload the file again"}
 		}
 	}
 	return nil
@@ -82,8 +82,8 @@ func parseDigests(h http.Header) (*digests, *apiError) {
 	if vs := h.Values("Content-MD5"); len(vs) > 0 {
 		b, err := base64.StdEncoding.DecodeString(vs[0])
 		if len(vs) > 1 || err != nil || len(b) != md5.Size {
-			return nil, &apiError{status: http.StatusBadRequest, code: "InvalidDigest", message: "Content-MD5 must be the base64 encoding of the body's 16-byte MD5 (24 characters), sent once; send it correctly or leave it out"}
-
+			return nil, &apiError{http.StatusBadRequest, "InvalidDigest",
+				"Content-MD5 must be the base64 encoding of the body's 16-byte MD5 (24 characters), sent once; send it correctly or leave it out"}
 		}
 		d.contentMD5 = b
 	}
@@ -93,14 +93,14 @@ func parseDigests(h http.Header) (*digests, *apiError) {
 		}
 		newHash, ok := checksumAlgorithms[name]
 		if !ok {
-			return nil, &apiError{status: http.StatusBadRequest, code: "InvalidRequest", message: strings.ToLower(name) + " is not supported: send Content-MD5, or x-amz-checksum-crc32, -crc32c, -sha1 or -sha256"}
-
+			return nil, &apiError{http.StatusBadRequest, "InvalidRequest",
+				strings.ToLower(name) + " is not supported: send Content-MD5, or x-amz-checksum-crc32, -crc32c, -sha1 or -sha256"}
 		}
 		hh := newHash()
 		b, err := base64.StdEncoding.DecodeString(vs[0])
 		if len(vs) > 1 || err != nil || len(b) != hh.Size() {
-			return nil, &apiError{status: http.StatusBadRequest, code: "InvalidRequest", message: "the value of " + strings.ToLower(name) + " is not the base64 encoding of a checksum of its algorithm"}
-
+			return nil, &apiError{http.StatusBadRequest, "InvalidRequest",
+				"the value of " + strings.ToLower(name) + " is not the base64 encoding of a checksum of its algorithm"}
 		}
 		d.checks = append(d.checks, checksum{header: strings.ToLower(name), want: b, h: hh, code: "BadDigest"})
 	}
@@ -110,8 +110,8 @@ func parseDigests(h http.Header) (*digests, *apiError) {
 		b, _ := hex.DecodeString(v)
 		d.checks = append(d.checks, checksum{header: "x-amz-content-sha256", want: b, h: sha256.New(), code: "XAmzContentSHA256Mismatch"})
 	default:
-		return nil, &apiError{status: http.StatusBadRequest, code: "InvalidArgument", message: "x-amz-content-sha256 must be UNSIGNED-PAYLOAD or the body's hex SHA-256"}
-
+		return nil, &apiError{http.StatusBadRequest, "InvalidArgument",
+			"x-amz-content-sha256 must be UNSIGNED-PAYLOAD or the body's hex SHA-256"}
 	}
 	return d, nil
 }

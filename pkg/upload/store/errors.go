@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 )
 
 // AuthError is what an Authorizer returns to refuse a token: Status is
@@ -50,10 +49,6 @@ type apiError struct {
 	status  int
 	code    string
 	message string
-	// retryAfter is a 503's Retry-After (BackendRetryAfter if zero).
-	retryAfter time.Duration
-	// reason labels the refusal for Handler.OnRefused (default: from code).
-	reason string
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
@@ -72,7 +67,6 @@ type errorBody struct {
 func writeError(w http.ResponseWriter, r *http.Request, requestID, key string, e *apiError) {
 	h := w.Header()
 	h.Del("ETag")
-	setRetryAfter(h, e)
 	if r.Method == http.MethodHead {
 		w.WriteHeader(e.status)
 		return

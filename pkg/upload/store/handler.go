@@ -142,8 +142,12 @@ type request struct {
 	start time.Time
 	rc    *http.ResponseController
 	// bodyRead is set once the whole body was read.
-	bodyRead  bool
-	onRefused func(reason string)
+	bodyRead bool
+	// onRefused is Handler.OnRefused; reason overrides the label derived
+	// from the error code, retryAfter the Retry-After of a 503 (slowdown.go).
+	onRefused  func(reason string)
+	reason     string
+	retryAfter time.Duration
 }
 
 func (rq *request) fail(e *apiError) {
@@ -153,9 +157,14 @@ func (rq *request) fail(e *apiError) {
 		// sent "Expect: 100-continue" then never sends it.
 		rq.w.Header().Set("Connection", "close")
 	}
+	setRetryAfter(rq.w.Header(), e, rq.retryAfter)
 	writeError(rq.w, rq.r, rq.id, rq.key, e)
 	if rq.onRefused != nil && (rq.r.Method != http.MethodHead || e.status != http.StatusNotFound) {
-		rq.onRefused(refusalReason(e))
+		reason := rq.reason
+		if reason == "" {
+			reason = refusalReason(e.code)
+		}
+		rq.onRefused(reason)
 	}
 	kv := []any{"status", e.status, "code", e.code, "message", e.message, "duration", time.Since(rq.start).String()}
 	switch {
@@ -174,23 +183,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rq.log = h.Log.WithValues("requestID", rq.id, "method", r.Method, "remote", r.RemoteAddr)
 
 	if h.Backend == nil || h.Authorize == nil {
-		rq.fail(&apiError{status: http.StatusInternalServerError, code: "InternalError", message: "the artifact endpoint is not configured (no backend or authorizer)"})
+		rq.fail(&apiError{http.StatusInternalServerError, "InternalError", "the artifact endpoint is not configured (no backend or authorizer)"})
 		return
 	}
 	if r.Method != http.MethodPut && r.Method != http.MethodHead {
-		rq.fail(&apiError{status: http.StatusMethodNotAllowed, code: "MethodNotAllowed", message: r.Method + " is not supported: this endpoint takes single-request PUTs and HEADs of objects"})
+		rq.fail(&apiError{http.StatusMethodNotAllowed, "MethodNotAllowed",
+			r.Method + " is not supported: this endpoint takes single-request PUTs and HEADs of objects"})
 		return
 	}
 	prefix := "/" + upload.Bucket
 	p := r.URL.Path
 	if p != prefix && !strings.HasPrefix(p, prefix+"/") {
-		rq.fail(&apiError{status: http.StatusNotFound, code: "NoSuchBucket", message: "the only bucket is " + upload.Bucket + ": use path-style requests to /" + upload.Bucket + "/<job-id>/<path>"})
+		rq.fail(&apiError{http.StatusNotFound, "NoSuchBucket",
+			"the only bucket is " + upload.Bucket + ": use path-style requests to /" + upload.Bucket + "/<job-id>/<path>"})
 		return
 	}
 	rq.key = strings.TrimPrefix(strings.TrimPrefix(p, prefix), "/")
 	rq.log = rq.log.WithValues("key", rq.key)
 	if r.URL.RawQuery != "" {
-		rq.fail(&apiError{status: http.StatusNotImplemented, code: "NotImplemented", message: "query parameters are not supported: this endpoint takes plain single-request PUTs and HEADs (no multipart, versions, ACLs or tagging)"})
+		rq.fail(&apiError{http.StatusNotImplemented, "NotImplemented",
+			"query parameters are not supported: this endpoint takes plain single-request PUTs and HEADs (no multipart, versions, ACLs or tagging)"})
 		return
 	}
 	jobID, path, e := checkKey(rq.key)
@@ -221,20 +233,20 @@ func (h *Handler) authorize(rq *request, jobID string) (Job, *apiError) {
 			if ae.Status == http.StatusUnauthorized {
 				status = http.StatusUnauthorized
 			}
-			return Job{}, &apiError{status: status, code: "AccessDenied", message: ae.Message, reason: ae.Reason}
+			rq.reason = ae.Reason
+			return Job{}, &apiError{status, "AccessDenied", ae.Message}
 		case errors.As(err, &sd):
-			e := slowDownError(sd.RetryAfter, sd.Message)
-			e.reason = "rate_limited"
-			return Job{}, e
+			rq.reason, rq.retryAfter = "rate_limited", sd.RetryAfter
+			return Job{}, &apiError{http.StatusServiceUnavailable, "SlowDown", sd.Message}
 		}
 		rq.log.Error(err, "authorizing the token")
-		return Job{}, &apiError{status: http.StatusServiceUnavailable, code: "ServiceUnavailable",
-			message: "the server cannot check the token now; retry with backoff"}
+		return Job{}, &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+			"the server cannot check the token now; retry with backoff"}
 	}
 	rq.log = rq.log.WithValues("binding", job.Namespace+"/"+job.Name)
 	if jobID != job.JobID {
-		return Job{}, &apiError{status: http.StatusForbidden, code: "AccessDenied", message: fmt.Sprintf("this token belongs to job %q: its keys start with %q", job.JobID, job.JobID+"/")}
-
+		return Job{}, &apiError{http.StatusForbidden, "AccessDenied",
+			fmt.Sprintf("this token belongs to job %q: its keys start with %q", job.JobID, job.JobID+"/")}
 	}
 	return job, nil
 }
@@ -268,7 +280,7 @@ func (h *Handler) head(rq *request, jobID string) {
 	}
 	switch {
 	case errors.Is(err, upload.ErrNotFound):
-		rq.fail(&apiError{status: http.StatusNotFound, code: "NoSuchKey", message: "no object is stored under this key"})
+		rq.fail(&apiError{http.StatusNotFound, "NoSuchKey", "no object is stored under this key"})
 		return
 	case err != nil:
 		rq.log.Error(err, "backend HEAD")
@@ -291,14 +303,14 @@ func (h *Handler) head(rq *request, jobID string) {
 // aws-chunked bodies.
 func checkPutShape(hd http.Header) *apiError {
 	if hd.Get("X-Amz-Copy-Source") != "" {
-		return &apiError{status: http.StatusNotImplemented, code: "NotImplemented", message: "server-side copy is not supported: upload the object's content"}
-
+		return &apiError{http.StatusNotImplemented, "NotImplemented",
+			"server-side copy is not supported: upload the object's content"}
 	}
 	if strings.Contains(strings.ToLower(hd.Get("Content-Encoding")), "aws-chunked") ||
 		strings.HasPrefix(hd.Get("X-Amz-Content-Sha256"), "STREAMING-") ||
 		hd.Get("X-Amz-Decoded-Content-Length") != "" || hd.Get("X-Amz-Trailer") != "" {
-		return &apiError{status: http.StatusNotImplemented, code: "NotImplemented", message: "aws-chunked bodies and trailers are not supported: send the plain body with Content-Length (minio-go: anonymous credentials, without TrailingHeaders)"}
-
+		return &apiError{http.StatusNotImplemented, "NotImplemented",
+			"aws-chunked bodies and trailers are not supported: send the plain body with Content-Length (minio-go: anonymous credentials, without TrailingHeaders)"}
 	}
 	return nil
 }
@@ -307,8 +319,8 @@ func checkPutShape(hd http.Header) *apiError {
 // required, chunked transfer is refused.
 func contentLength(r *http.Request) (int64, *apiError) {
 	if len(r.TransferEncoding) > 0 || r.ContentLength < 0 || r.Header.Get("Content-Length") == "" {
-		return 0, &apiError{status: http.StatusLengthRequired, code: "MissingContentLength", message: "send the object's size in Content-Length: chunked or length-less uploads are not supported (minio-go: pass the exact size with DisableMultipart)"}
-
+		return 0, &apiError{http.StatusLengthRequired, "MissingContentLength",
+			"send the object's size in Content-Length: chunked or length-less uploads are not supported (minio-go: pass the exact size with DisableMultipart)"}
 	}
 	return r.ContentLength, nil
 }
@@ -325,7 +337,8 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		return
 	}
 	if !job.Writable {
-		rq.fail(&apiError{status: http.StatusForbidden, code: "AccessDenied", message: fmt.Sprintf("binding %s/%s is finished: the job's artifacts can no longer change", job.Namespace, job.Name)})
+		rq.fail(&apiError{http.StatusForbidden, "AccessDenied",
+			fmt.Sprintf("binding %s/%s is finished: the job's artifacts can no longer change", job.Namespace, job.Name)})
 		return
 	}
 	size, e := contentLength(r)
@@ -336,10 +349,12 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	isManifest := path == upload.ManifestName
 	switch {
 	case isManifest && size > upload.MaxManifestSize:
-		rq.fail(&apiError{status: http.StatusBadRequest, code: "EntityTooLarge", message: fmt.Sprintf("the manifest is %d bytes; manifests are at most %d bytes", size, upload.MaxManifestSize)})
+		rq.fail(&apiError{http.StatusBadRequest, "EntityTooLarge",
+			fmt.Sprintf("the manifest is %d bytes; manifests are at most %d bytes", size, upload.MaxManifestSize)})
 		return
 	case size > upload.MaxObjectSize:
-		rq.fail(&apiError{status: http.StatusBadRequest, code: "EntityTooLarge", message: fmt.Sprintf("the object is %d bytes; a single PUT is at most %d bytes (5 GiB): split the artifact into smaller files", size, upload.MaxObjectSize)})
+		rq.fail(&apiError{http.StatusBadRequest, "EntityTooLarge",
+			fmt.Sprintf("the object is %d bytes; a single PUT is at most %d bytes (5 GiB): split the artifact into smaller files", size, upload.MaxObjectSize)})
 		return
 	}
 	dig, e := parseDigests(r.Header)
@@ -378,7 +393,8 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		m, perr := parseManifest(buf, jobID)
 		if perr != nil {
 			h.manifestResult(after, job, ManifestResult{Key: rq.key, Err: "malformed manifest: " + perr.Error()})
-			rq.fail(&apiError{status: http.StatusBadRequest, code: "MalformedManifest", message: "the manifest was not stored: " + perr.Error() + " (docs/artifacts.md describes the format)"})
+			rq.fail(&apiError{http.StatusBadRequest, "MalformedManifest",
+				"the manifest was not stored: " + perr.Error() + " (docs/artifacts.md describes the format)"})
 			return
 		}
 		manifest = m
@@ -436,7 +452,8 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		rq.bodyRead = body.remaining == 0
 		if body.n != size {
 			h.cleanup(after, rq, target, prior)
-			rq.fail(&apiError{status: http.StatusInternalServerError, code: "InternalError", message: fmt.Sprintf("the store read %d of %d bytes without an error; nothing was kept: retry", body.n, size)})
+			rq.fail(&apiError{http.StatusInternalServerError, "InternalError",
+				fmt.Sprintf("the store read %d of %d bytes without an error; nothing was kept: retry", body.n, size)})
 			return
 		}
 		if e := dig.verify(); e != nil {
@@ -450,7 +467,8 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		rq.log.Error(errors.New("stored object differs from the streamed body"), "ETag check failed",
 			"streamedMD5", etag, "storedETag", stored.ETag, "storedSize", stored.Size)
 		h.cleanup(after, rq, target, prior)
-		rq.fail(&apiError{status: http.StatusInternalServerError, code: "InternalError", message: "the stored object's ETag does not match the MD5 of the body received; nothing was kept: retry"})
+		rq.fail(&apiError{http.StatusInternalServerError, "InternalError",
+			"the stored object's ETag does not match the MD5 of the body received; nothing was kept: retry"})
 		return
 	}
 
@@ -461,7 +479,8 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	if dropPending {
 		if err := h.Backend.Delete(after, pkey); err != nil {
 			rq.log.Error(err, "dropping the pending object", "object", pkey)
-			rq.fail(&apiError{status: http.StatusServiceUnavailable, code: "ServiceUnavailable", message: "the object is verified but an older pending version could not be dropped; retry the upload"})
+			rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+				"the object is verified but an older pending version could not be dropped; retry the upload"})
 			return
 		}
 	}
@@ -477,7 +496,8 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		rq.log = rq.log.WithValues("manifestVerified", res.Verified, "files", res.Files, "bytes", res.Bytes)
 		if verr != nil {
 			rq.log.Error(verr, "checking the manifest's entries")
-			rq.fail(&apiError{status: http.StatusServiceUnavailable, code: "ServiceUnavailable", message: "the manifest is stored but its entries could not be checked: " + res.Err})
+			rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+				"the manifest is stored but its entries could not be checked: " + res.Err})
 			return
 		}
 		hd.Set(HeaderManifestVerified, strconv.FormatBool(res.Verified))
@@ -533,30 +553,22 @@ func headOpt(ctx context.Context, b upload.Backend, key string) (*upload.ObjectI
 }
 
 func bodyError(b *bodyReader, size int64) *apiError {
-	return &apiError{status: http.StatusBadRequest, code: "IncompleteBody", message: fmt.Sprintf("the body ended after %d of the %d bytes in Content-Length (%v); nothing was kept: upload the file again", b.n, size, b.err)}
-
+	return &apiError{http.StatusBadRequest, "IncompleteBody",
+		fmt.Sprintf("the body ended after %d of the %d bytes in Content-Length (%v); nothing was kept: upload the file again", b.n, size, b.err)}
 }
 
 func backendError(err error) *apiError {
 	switch {
 	case errors.Is(err, ErrKeyConflict):
-		return &apiError{status: http.StatusConflict, code: "KeyConflict", message: "the key cannot be stored next to an existing key (a file where a directory is needed, or the reverse): " + err.Error()}
-
+		return &apiError{http.StatusConflict, "KeyConflict",
+			"the key cannot be stored next to an existing key (a file where a directory is needed, or the reverse): " + err.Error()}
 	case errors.Is(err, ErrInvalidKey):
-		return &apiError{status: http.StatusBadRequest, code: "InvalidArgument", message: "the store cannot hold this key: " + err.Error()}
+		return &apiError{http.StatusBadRequest, "InvalidArgument", "the store cannot hold this key: " + err.Error()}
 	case errors.Is(err, ErrSlowDown):
-		return slowDownError(BackendRetryAfter, "the artifact storage asks to slow down (S3 SlowDown or ServiceUnavailable); nothing was kept: retry after Retry-After")
+		return &apiError{http.StatusServiceUnavailable, "SlowDown",
+			"the artifact storage asks to slow down (S3 SlowDown or ServiceUnavailable); nothing was kept: retry after Retry-After"}
 	}
-	return &apiError{status: http.StatusInternalServerError, code: "InternalError", message: "storing the object failed; nothing was kept: retry"}
-}
-
-// backendReadError answers a backend HEAD that failed: retry after
-// Retry-After, as SlowDown if the storage said so.
-func backendReadError(err error) *apiError {
-	if errors.Is(err, ErrSlowDown) {
-		return slowDownError(BackendRetryAfter, "the artifact storage asks to slow down (S3 SlowDown or ServiceUnavailable): retry after Retry-After")
-	}
-	return &apiError{status: http.StatusServiceUnavailable, code: "ServiceUnavailable", message: "the store cannot be read now; retry after Retry-After"}
+	return &apiError{http.StatusInternalServerError, "InternalError", "storing the object failed; nothing was kept: retry"}
 }
 
 // errShortBody is a body that ended before Content-Length bytes.
@@ -648,22 +660,4 @@ func (l *keyLocks) lock(key string) (unlock func()) {
 		}
 		l.mu.Unlock()
 	}
-}
-
-// refusalReason is the metric label of a refused request.
-func refusalReason(e *apiError) string {
-	if e.reason != "" {
-		return e.reason
-	}
-	var b strings.Builder
-	for i, r := range e.code {
-		if r >= 'A' && r <= 'Z' {
-			if i > 0 {
-				b.WriteByte('_')
-			}
-			r += 'a' - 'A'
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }

@@ -30,29 +30,29 @@ func pendingPrefix(jobID string) string { return jobID + "/" + pendingInfix }
 func checkKey(key string) (jobID, path string, e *apiError) {
 	switch {
 	case key == "":
-		return "", "", &apiError{status: http.StatusBadRequest, code: "InvalidRequest", message: "the request names no object key: use /" + upload.Bucket + "/<job-id>/<path>"}
-
+		return "", "", &apiError{http.StatusBadRequest, "InvalidRequest",
+			"the request names no object key: use /" + upload.Bucket + "/<job-id>/<path>"}
 	case len(key) > upload.MaxKeyLength:
-		return "", "", &apiError{status: http.StatusBadRequest, code: "KeyTooLongError", message: fmt.Sprintf("the key is %d bytes long; keys are at most %d bytes (S3's 1024 minus room for %q): shorten the artifact's path", len(key), upload.MaxKeyLength, pendingInfix)}
-
+		return "", "", &apiError{http.StatusBadRequest, "KeyTooLongError",
+			fmt.Sprintf("the key is %d bytes long; keys are at most %d bytes (S3's 1024 minus room for %q): shorten the artifact's path", len(key), upload.MaxKeyLength, pendingInfix)}
 	case !utf8.ValidString(key):
-		return "", "", &apiError{status: http.StatusBadRequest, code: "InvalidArgument", message: "the key is not valid UTF-8: artifact paths must be UTF-8 file names"}
-
+		return "", "", &apiError{http.StatusBadRequest, "InvalidArgument",
+			"the key is not valid UTF-8: artifact paths must be UTF-8 file names"}
 	case strings.IndexByte(key, 0) >= 0:
-		return "", "", &apiError{status: http.StatusBadRequest, code: "InvalidArgument", message: "the key contains a NUL byte"}
-
+		return "", "", &apiError{http.StatusBadRequest, "InvalidArgument",
+			"the key contains a NUL byte"}
 	}
 	if msg := checkSegments(key); msg != "" {
-		return "", "", &apiError{status: http.StatusBadRequest, code: "InvalidArgument", message: msg}
+		return "", "", &apiError{http.StatusBadRequest, "InvalidArgument", msg}
 	}
 	jobID, path, ok := strings.Cut(key, "/")
 	if !ok {
-		return "", "", &apiError{status: http.StatusBadRequest, code: "InvalidArgument", message: "the key has no path after the job id: use <job-id>/<path relative to the artifact directory>"}
-
+		return "", "", &apiError{http.StatusBadRequest, "InvalidArgument",
+			"the key has no path after the job id: use <job-id>/<path relative to the artifact directory>"}
 	}
 	if first, _, _ := strings.Cut(path, "/"); first == upload.ReservedDir {
-		return "", "", &apiError{status: http.StatusForbidden, code: "AccessDenied", message: "keys under <job-id>/" + upload.ReservedDir + "/ are reserved for the server: rename the artifact directory's " + upload.ReservedDir + " entry"}
-
+		return "", "", &apiError{http.StatusForbidden, "AccessDenied",
+			"keys under <job-id>/" + upload.ReservedDir + "/ are reserved for the server: rename the artifact directory's " + upload.ReservedDir + " entry"}
 	}
 	return jobID, path, nil
 }
@@ -75,13 +75,13 @@ func checkSegments(key string) string {
 func tokenFromHeader(h http.Header) (binding.Token, *apiError) {
 	vs := h.Values(upload.TokenHeader)
 	if len(vs) == 0 {
-		return "", &apiError{status: http.StatusUnauthorized, code: "AccessDenied", message: "the request has no " + upload.TokenHeader + " header: send the job's token (the token Secret's \"token\" key) in it"}
-
+		return "", &apiError{http.StatusUnauthorized, "AccessDenied",
+			"the request has no " + upload.TokenHeader + " header: send the job's token (the token Secret's \"token\" key) in it"}
 	}
 	token, err := binding.ParseToken(vs[0])
 	if len(vs) > 1 || err != nil {
-		return "", &apiError{status: http.StatusUnauthorized, code: "AccessDenied", message: "the " + upload.TokenHeader + " header must hold exactly one 64-character lowercase hex token"}
-
+		return "", &apiError{http.StatusUnauthorized, "AccessDenied",
+			"the " + upload.TokenHeader + " header must hold exactly one 64-character lowercase hex token"}
 	}
 	return token, nil
 }

@@ -15,8 +15,8 @@ import (
 // internal error into it.
 var ErrSlowDown = errors.New("the storage asks to slow down")
 
-// BackendRetryAfter is the Retry-After the Handler sends when the backend
-// slows down or cannot be read: S3 sends no Retry-After of its own.
+// BackendRetryAfter is the Retry-After of a 503 the Handler sends when the
+// backend slows down or cannot be read: S3 sends no Retry-After of its own.
 const BackendRetryAfter = 2 * time.Second
 
 // SlowDownError is what an Authorizer returns to refuse a request that is
@@ -36,18 +36,24 @@ func SlowDown(after time.Duration, format string, args ...any) error {
 	return &SlowDownError{RetryAfter: after, Message: fmt.Sprintf(format, args...)}
 }
 
-// setRetryAfter puts e's Retry-After (whole seconds, at least 1) on a 503.
-func setRetryAfter(h http.Header, e *apiError) {
+// setRetryAfter puts a Retry-After (whole seconds, at least 1) on every 503:
+// d if set, else BackendRetryAfter.
+func setRetryAfter(h http.Header, e *apiError, d time.Duration) {
 	if e.status != http.StatusServiceUnavailable {
 		return
 	}
-	d := e.retryAfter
 	if d <= 0 {
 		d = BackendRetryAfter
 	}
 	h.Set("Retry-After", strconv.Itoa(max(1, int((d+time.Second-1)/time.Second))))
 }
 
-func slowDownError(after time.Duration, message string) *apiError {
-	return &apiError{status: http.StatusServiceUnavailable, code: "SlowDown", message: message, retryAfter: after, reason: "slow_down"}
+// backendReadError answers a backend HEAD that failed: retry after
+// Retry-After, as SlowDown if the storage said so.
+func backendReadError(err error) *apiError {
+	if errors.Is(err, ErrSlowDown) {
+		return &apiError{http.StatusServiceUnavailable, "SlowDown",
+			"the artifact storage asks to slow down (S3 SlowDown or ServiceUnavailable): retry after Retry-After"}
+	}
+	return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable", "the store cannot be read now; retry after Retry-After"}
 }
