@@ -43,17 +43,11 @@ func (s *Server) watchLiveness(ctx context.Context) {
 				continue
 			case err != nil:
 				continue
+			case s.revokedWithTrainJob(ctx, st, wb):
+				continue
 			case lifecycle.IsFinal(wb.Status.Phase):
 				if st.session != nil {
 					st.session.close(binding.CloseFinished, "binding "+string(wb.Status.Phase))
-				}
-				s.hub.forget(st.key)
-				continue
-			}
-			if reason, msg, err := s.trainJobGone(ctx, wb); err == nil && reason != "" {
-				if st.session != nil {
-					st.session.close(binding.CloseRevoked, msg)
-					s.metrics.refusals.WithLabelValues(reason).Inc()
 				}
 				s.hub.forget(st.key)
 				continue

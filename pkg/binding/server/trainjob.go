@@ -75,3 +75,19 @@ func (s *Server) trainJobGone(ctx context.Context, wb *tetherv1.WorkerBinding) (
 	}
 	return "", "", nil
 }
+
+// revokedWithTrainJob closes the worker's session with CloseRevoked and
+// forgets the worker when its binding's TrainJob is gone or terminating
+// (the liveness check, every second on every replica).
+func (s *Server) revokedWithTrainJob(ctx context.Context, st stateSnapshot, wb *tetherv1.WorkerBinding) bool {
+	reason, msg, err := s.trainJobGone(ctx, wb)
+	if err != nil || reason == "" {
+		return false
+	}
+	if st.session != nil {
+		st.session.close(binding.CloseRevoked, msg)
+		s.metrics.refusals.WithLabelValues(reason).Inc()
+	}
+	s.hub.forget(st.key)
+	return true
+}
