@@ -112,8 +112,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	interval := heartbeatInterval(wb)
 	token, _ := binding.TokenFromHeader(r.Header) // authenticate parsed it already
 	sess := &session{key: key, conn: conn, tokenHash: token.Hash(), log: s.log.WithValues("binding", key.String(), "pod", pod.Name),
-		send: make(chan binding.Frame, 16), closing: make(chan closeRequest, 1), done: make(chan struct{}),
-		frames: newFrameLimiter(interval)}
+		send: make(chan binding.Frame, 16), closing: make(chan closeRequest, 1), done: make(chan struct{})}
 	st, old := s.hub.attach(key, sess, func() *workerState {
 		return &workerState{namespace: wb.Namespace, trainJob: wb.Spec.TrainJobName, lastSeq: uint64(wb.Status.LastSeq),
 			phase: string(wb.Status.Phase)}
@@ -201,6 +200,7 @@ func (s *Server) writeLoop(sess *session, interval time.Duration) {
 // readLoop reads frames until the session ends and returns the close code.
 func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Duration) int {
 	conn := sess.conn
+	sess.frames = newFrameLimiter(interval)
 	conn.SetReadLimit(binding.MaxFrameSize)
 	deadline := time.Duration(s.opts.MissedHeartbeats) * interval
 	_ = conn.SetReadDeadline(time.Now().Add(deadline))

@@ -4,8 +4,6 @@ import (
 	"slices"
 	"sync"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/lifecycle"
@@ -17,17 +15,17 @@ type skippedReport struct {
 	count   int
 }
 
-// skippedReports holds the last report per binding, apart from the hub's
-// worker state: heartbeats carry it, the status writers put it on the
-// binding (status.artifacts.skipped).
+// skippedReports holds the last report per worker (keyed like the hub),
+// apart from the hub's worker state: heartbeats carry it, the status writers
+// put it on the binding (status.artifacts.skipped).
 type skippedReports struct {
 	mu sync.Mutex
-	m  map[types.NamespacedName]skippedReport
+	m  map[any]skippedReport
 }
 
 // note records a heartbeat's report and tells whether it changed (a
 // write is then due). Bindings that never skipped anything hold no entry.
-func (r *skippedReports) note(key types.NamespacedName, entries []binding.SkippedEntry, count int) bool {
+func (r *skippedReports) note(key any, entries []binding.SkippedEntry, count int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	old, had := r.m[key]
@@ -38,14 +36,14 @@ func (r *skippedReports) note(key types.NamespacedName, entries []binding.Skippe
 		return false
 	}
 	if r.m == nil {
-		r.m = map[types.NamespacedName]skippedReport{}
+		r.m = map[any]skippedReport{}
 	}
 	r.m[key] = skippedReport{entries: slices.Clone(entries), count: count}
 	return true
 }
 
 // apply puts the binding's last report on st.
-func (r *skippedReports) apply(key types.NamespacedName, st *tetherv1.WorkerBindingStatus) bool {
+func (r *skippedReports) apply(key any, st *tetherv1.WorkerBindingStatus) bool {
 	r.mu.Lock()
 	rep, ok := r.m[key]
 	if ok && rep.count == 0 {
