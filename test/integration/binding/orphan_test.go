@@ -45,18 +45,30 @@ func (p *rawPeer) putProbe(t *testing.T) int {
 // finalizer until its dependents' ownerReferences are removed, then goes;
 // for background, the TrainJob goes at once and its dependents stay (the
 // collector would delete them later). Either way the token is refused within
-// seconds of the delete, the session is closed, the binding ends
+// seconds of the delete on both replicas (the worker's session is on the
+// second, which does not lead), the session is closed, the binding ends
 // Failed/TrainJobDeleted and its token Secret is deleted.
 func TestTokenDiesWithTrainJob(t *testing.T) {
+	replica, err := env.StartReplica(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Stop()
 	for _, mode := range []metav1.DeletionPropagation{metav1.DeletePropagationOrphan, metav1.DeletePropagationBackground} {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx := context.Background()
 			j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
-			_, _, done := runningClient(t, j.clientConfig())
+			cfg := j.clientConfig()
+			cfg.ServerURL = replica.BindingURL
+			_, _, done := runningClient(t, cfg)
 			j.waitPhase(t, tetherv1.PhaseRunning, "")
 			p := newRawPeer(t, j)
-			if code := p.putProbe(t); code != http.StatusOK {
-				t.Fatalf("PUT before the delete: %d", code)
+			pr := newRawPeer(t, j)
+			pr.cfg.ServerURL = replica.BindingURL
+			for _, peer := range []*rawPeer{p, pr} {
+				if code := peer.putProbe(t); code != http.StatusOK {
+					t.Fatalf("PUT to %s before the delete: %d", peer.cfg.ServerURL, code)
+				}
 			}
 			refusedBefore := counter(t, `tether_binding_refusals_total{reason="artifact_trainjob_deleted"}`) +
 				counter(t, `tether_binding_refusals_total{reason="artifact_trainjob_terminating"}`)
@@ -66,14 +78,16 @@ func TestTokenDiesWithTrainJob(t *testing.T) {
 			if err := env.Client.Delete(ctx, tj, client.PropagationPolicy(mode)); err != nil {
 				t.Fatal(err)
 			}
-			var refusedAfter time.Duration
-			eventually(t, 15*time.Second, func() error {
-				if code := p.putProbe(t); code != http.StatusUnauthorized {
-					return fmt.Errorf("PUT after the delete: %d, want 401", code)
-				}
-				refusedAfter = time.Since(deleted)
-				return nil
-			})
+			var refusedAfter [2]time.Duration
+			for i, peer := range []*rawPeer{p, pr} {
+				eventually(t, 15*time.Second, func() error {
+					if code := peer.putProbe(t); code != http.StatusUnauthorized {
+						return fmt.Errorf("PUT to %s after the delete: %d, want 401", peer.cfg.ServerURL, code)
+					}
+					refusedAfter[i] = time.Since(deleted)
+					return nil
+				})
+			}
 			// Refused as revoked, or (once the controller has finalized the
 			// binding, which can be first) as finished.
 			if code, e := p.register(p.headers(), p.registerBody()); !(code == http.StatusUnauthorized && strings.Contains(e.Message, "TrainJob") ||
@@ -134,8 +148,8 @@ func TestTokenDiesWithTrainJob(t *testing.T) {
 			if refused <= refusedBefore {
 				t.Errorf("refused PUTs not counted by reason: %v before, %v after", refusedBefore, refused)
 			}
-			t.Logf("%s delete: PUT refused %s after the delete, session closed by %s, binding Failed/%s by %s, token Secret deleted by %s",
-				mode, refusedAfter.Round(time.Millisecond), sessionClosed.Round(time.Millisecond), lifecycle.ReasonTrainJobDeleted,
+			t.Logf("%s delete: PUT refused %s after the delete (replica 1), %s (replica 2, probed after), session on replica 2 closed by %s, binding Failed/%s by %s, token Secret deleted by %s",
+				mode, refusedAfter[0].Round(time.Millisecond), refusedAfter[1].Round(time.Millisecond), sessionClosed.Round(time.Millisecond), lifecycle.ReasonTrainJobDeleted,
 				finalized.Round(time.Millisecond), secretGone.Round(time.Millisecond))
 		})
 	}
