@@ -403,6 +403,16 @@ type ArtifactsStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	Logs []string `json:"logs,omitempty"`
+	// Skipped names up to 5 entries of the artifact directory the worker
+	// does not upload by policy, each "<path>: <reason>": symlinks (with
+	// where they point), FIFOs, sockets, devices. Nothing is skipped
+	// silently.
+	// +optional
+	// +kubebuilder:validation:MaxItems=5
+	Skipped []string `json:"skipped,omitempty"`
+	// SkippedCount counts every skipped entry (Skipped names at most 5).
+	// +optional
+	SkippedCount int32 `json:"skippedCount,omitempty"`
 }
 
 // CommandStatus is a command sent to the worker (through the

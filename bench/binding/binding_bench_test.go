@@ -41,6 +41,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -54,6 +55,7 @@ import (
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 const (
@@ -438,9 +440,12 @@ func waitForLeader(b *testing.B, ctx context.Context, env *testenv.Env) {
 }
 
 // createObjects creates, for each worker, a trainer pod that passes the
-// binding server's identity check and a WorkerBinding holding its token's
-// hash, and returns the identities. Pods are created first so that every
-// binding's pod exists by the time the binding is visible.
+// binding server's identity check, an (unbound) TrainJob and a WorkerBinding
+// it owns holding its token's hash, and returns the identities. Pods are
+// created first so that every binding's pod exists by the time the binding
+// is visible, and the pod webhook leaves them alone (no TrainJob yet). The
+// binding server accepts a token only while the binding's owning TrainJob
+// exists.
 func createObjects(b *testing.B, ctx context.Context, env *testenv.Env, n int) []identity {
 	b.Helper()
 	c := env.Client
@@ -489,13 +494,23 @@ func createObjects(b *testing.B, ctx context.Context, env *testenv.Env, n int) [
 	}
 	err = parallel(ctx, "bindings", n, createWorkers, func(i int) error {
 		id := &ids[i]
+		tj := testobj.MakeTrainJob(id.Binding, namespace).Obj()
+		err := retryCreate(ctx, func() error { return c.Create(ctx, tj) })
+		if apierrors.IsAlreadyExists(err) {
+			err = c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: id.Binding}, tj)
+		}
+		if err != nil {
+			return err
+		}
 		sum := sha256.Sum256([]byte(id.Token))
 		wb := &tetherv1.WorkerBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: id.Binding, Namespace: namespace, Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
+			ObjectMeta: metav1.ObjectMeta{Name: id.Binding, Namespace: namespace, Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: trainjob.GVK.GroupVersion().String(), Kind: trainjob.GVK.Kind,
+					Name: tj.Name, UID: tj.UID, Controller: ptr.To(true)}}},
 			Spec: tetherv1.WorkerBindingSpec{TrainJobName: id.Binding, JobID: id.JobID, WorkerID: id.WorkerID,
 				TokenSecretName: binding.TokenSecretName(id.Binding), TokenSHA256: hex.EncodeToString(sum[:])},
 		}
-		err := retryCreate(ctx, func() error { return c.Create(ctx, wb) })
+		err = retryCreate(ctx, func() error { return c.Create(ctx, wb) })
 		if apierrors.IsAlreadyExists(err) {
 			err = nil
 		}

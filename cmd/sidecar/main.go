@@ -73,7 +73,7 @@ func main() {
 // the first signal so that a second one terminates the process at once.
 func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, stopSignals func()) int {
 	cfg, cfgErr := loadConfig(getenv)
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	log := newLogger(stderr, cfg.logLevel)
 	if cfgErr != nil {
 		log.Error("invalid sidecar configuration", "error", cfgErr)
 		return 2
@@ -90,6 +90,7 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 	defer scanner.Close()
 	cc.UploadedBytes = syncer.UploadedBytes
 	cc.ArtifactError = syncer.LastError
+	cc.Skipped = syncer.Skipped
 	cc.OnCommand = func(ctx context.Context, cmd binding.Command) error {
 		return execute(ctx, syncer, cmd)
 	}
@@ -266,7 +267,12 @@ func unverifiedReport(reason string, rep *artifacts.Report, flushErr error) (bin
 		msg = rep.Failed[0].Error()
 	}
 	// Session.FinishWith keeps it within the protocol's bounds.
-	return binding.Finishing{Reason: reason, Unverified: rep.Missing, UnverifiedCount: len(rep.Missing), ArtifactError: msg}, true
+	skipped := make([]binding.SkippedEntry, len(rep.Skipped))
+	for i, f := range rep.Skipped {
+		skipped[i] = binding.SkippedEntry{Path: f.Path, Reason: f.Reason}
+	}
+	return binding.Finishing{Reason: reason, Unverified: rep.Missing, UnverifiedCount: len(rep.Missing), ArtifactError: msg,
+		Skipped: skipped, SkippedCount: len(skipped)}, true
 }
 
 // bindingEnded reports whether err says the binding is over (finished,

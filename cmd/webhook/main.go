@@ -33,7 +33,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "tether: no Kubernetes config:", err)
 		os.Exit(1)
 	}
-	if err := controlplane.Run(ctrl.SetupSignalHandler(), cfg, opts); err != nil {
+	if err := controlplane.Run(ctrl.SetupSignalHandler(), controlplane.ClientSettings(cfg), opts); err != nil {
 		fmt.Fprintln(os.Stderr, "tether:", err)
 		os.Exit(1)
 	}

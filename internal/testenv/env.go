@@ -208,7 +208,13 @@ func (e *Env) ControlPlaneConfig() *rest.Config { return e.cpConfig }
 
 // StartControlPlane starts Tether's control plane in-process with cfg's
 // credentials, configured for this environment, then modified by opts.ControlPlane.
+//
+// The control plane's client has the production settings
+// (controlplane.ClientSettings), whatever cfg says: envtest's admin config
+// allows 1000 QPS and a ServiceAccount's config client-go's default 5, and
+// either would make a test's timings say nothing about a real cluster.
 func (e *Env) StartControlPlane(ctx context.Context, cfg *rest.Config, opts Options) error {
+	cfg = controlplane.ClientSettings(cfg)
 	e.cpConfig, e.cpOpts = cfg, opts
 	mgr, err := controlplane.New(cfg, e.controlPlaneOptions(opts))
 	if err != nil {

@@ -63,6 +63,9 @@ const (
 	// replaced and its overlap has ended; the worker reconnects with the
 	// token file's current token (the kubelet has updated it by then).
 	CloseTokenExpired = 4006
+	// CloseRateLimited: the worker sent frames faster than the session's
+	// budget (FramesPerInterval per heartbeat interval, FrameBurst at once).
+	CloseRateLimited = 4007
 )
 
 // Error codes in an ErrorResponse (HTTP) and in close reasons.
@@ -73,6 +76,7 @@ const (
 	ErrUnsupportedVersion = "UnsupportedVersion" // 400: HeaderProtocolVersion is not ProtocolVersion
 	ErrBadRequest         = "BadRequest"         // 400: the body is not a valid request
 	ErrUnavailable        = "Unavailable"        // 503: the server cannot decide now; retry
+	ErrRateLimited        = "RateLimited"        // 429: too many requests with this token; retry after Retry-After
 )
 
 // PodIdentity is the pod a sidecar runs in, from the downward API.
@@ -164,6 +168,10 @@ type Heartbeat struct {
 	// ArtifactError is the last artifact upload failure, "" when none: the
 	// file, the error and what to do (at most MaxArtifactErrorLength bytes).
 	ArtifactError string `json:"artifactError,omitempty"`
+	// Skipped names up to MaxReportedSkipped entries the last scan did not
+	// upload by policy; SkippedCount counts them all (skipped.go).
+	Skipped      []SkippedEntry `json:"skipped,omitempty"`
+	SkippedCount int            `json:"skippedCount,omitempty"`
 }
 
 // MaxArtifactErrorLength bounds Heartbeat.ArtifactError.
@@ -239,6 +247,9 @@ type Finishing struct {
 	// ArtifactError is why the first of them failed and what to do (at
 	// most MaxArtifactErrorLength bytes).
 	ArtifactError string `json:"artifactError,omitempty"`
+	// Skipped and SkippedCount are the final scan's, as in Heartbeat.
+	Skipped      []SkippedEntry `json:"skipped,omitempty"`
+	SkippedCount int            `json:"skippedCount,omitempty"`
 }
 
 // MaxReportedUnverified bounds Finishing.Unverified (the WorkerBinding names
@@ -294,6 +305,9 @@ func DecodeFrame(b []byte) (Frame, error) {
 		if len(f.Heartbeat.ArtifactError) > MaxArtifactErrorLength {
 			return bad("artifactError longer than %d bytes", MaxArtifactErrorLength)
 		}
+		if err := checkSkipped(f.Heartbeat.Skipped, f.Heartbeat.SkippedCount); err != nil {
+			return bad("heartbeat: %v", err)
+		}
 	case FrameAck:
 		if f.Ack == nil {
 			return bad("ack frame without ack payload")
@@ -328,6 +342,9 @@ func DecodeFrame(b []byte) (Frame, error) {
 			if p == "" || len(p) > MaxReportedPathLength {
 				return bad("finishing: unverified path of %d bytes (1..%d)", len(p), MaxReportedPathLength)
 			}
+		}
+		if err := checkSkipped(fin.Skipped, fin.SkippedCount); err != nil {
+			return bad("finishing: %v", err)
 		}
 	default:
 		return bad("unknown frame type %q", f.Type)

@@ -229,6 +229,10 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the binding controller: %w", err)
 	}
+	if err := (&controller.OrphanReconciler{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Events: recorder, Pending: artifacts}).
+		SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the orphaned-binding controller: %w", err)
+	}
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err

@@ -193,7 +193,9 @@ func aggregateArtifacts(st *tetherv1.WorkerBindingStatus) {
 	}
 	agg.ManifestVerified = found && ManifestVerified(st)
 	if prev := st.Artifacts; prev != nil {
+		// What the workers report beyond their manifests is kept.
 		agg.UploadedBytes, agg.Logs = prev.UploadedBytes, prev.Logs
+		agg.Skipped, agg.SkippedCount = prev.Skipped, prev.SkippedCount
 		if agg.LastError == "" {
 			agg.LastError = prev.LastError
 		}
@@ -247,7 +249,7 @@ func nodeMissing(n *tetherv1.NodeStatus) string {
 	}
 	switch {
 	case a == nil:
-		return "no manifest was uploaded"
+		return "no manifest was uploaded (the worker reported no upload error: did the sidecar run its final flush?)"
 	case a.Manifest == "" && len(a.Missing) > 0:
 		shown := a.Missing[:min(len(a.Missing), 3)]
 		more := ""
@@ -257,9 +259,10 @@ func nodeMissing(n *tetherv1.NodeStatus) string {
 		return fmt.Sprintf("no manifest was uploaded: the worker's final flush could not verify %d file(s), %s%s; first error: %s",
 			max(int(a.MissingCount), len(a.Missing)), strings.Join(shown, ", "), more, a.LastError)
 	case a.Manifest == "" && a.LastError != "":
+		// The worker named no file, but said why it uploaded no manifest.
 		return "no manifest was uploaded: " + a.LastError
 	case a.Manifest == "":
-		return "no manifest was uploaded"
+		return "no manifest was uploaded (the worker reported no upload error: did the sidecar run its final flush?)"
 	case len(a.Missing) > 0:
 		return fmt.Sprintf("%s is not stored as the manifest lists it", a.Missing[0])
 	case a.LastError != "":

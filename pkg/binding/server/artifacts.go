@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net/http"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,24 +27,37 @@ func (s *Server) EnableArtifacts(backend upload.Backend) *store.Handler {
 			s.metrics.artifactFiles.Inc()
 		},
 		OnManifest: s.manifestVerified,
-		Log:        s.log.WithName("artifacts"),
+		// Every refused artifact request is counted, by reason.
+		OnRefused: func(reason string) { s.metrics.refusals.WithLabelValues("artifact_" + reason).Inc() },
+		Log:       s.log.WithName("artifacts"),
 	}
 	s.handler = store.Route(h, s.handler)
 	return h
 }
 
 // authorizeArtifacts finds the binding holding token; the store then checks
-// that the key lies under the binding's job id.
+// that the key lies under the binding's job id. A token over its artifact
+// request rate is asked to slow down (503 SlowDown with Retry-After).
 func (s *Server) authorizeArtifacts(ctx context.Context, token binding.Token) (store.Job, error) {
 	hash := token.Hash()
+	if ok, after := s.limits.allow(classArtifacts, hash, s.opts.Now()); !ok {
+		return store.Job{}, store.SlowDown(after, "more than %d artifact requests per second with this token (burst %d): retry after Retry-After",
+			ArtifactRate, ArtifactBurst)
+	}
 	var list tetherv1.WorkerBindingList
 	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
 		return store.Job{}, err
 	}
 	wb := findByHash(list.Items, hash, s.opts.Now())
 	if wb == nil || wb.DeletionTimestamp != nil {
-		s.metrics.refusals.WithLabelValues("artifact_unknown_token").Inc()
-		return store.Job{}, store.Unauthorized("no binding holds this token (the TrainJob was deleted or its token reissued)")
+		return store.Job{}, &store.AuthError{Status: http.StatusUnauthorized, Reason: "unknown_token",
+			Message: "no binding holds this token (the TrainJob was deleted or its token reissued)"}
+	}
+	if ref := s.trainJobRefusal(ctx, wb); ref != nil {
+		if ref.status == http.StatusUnauthorized {
+			return store.Job{}, &store.AuthError{Status: http.StatusUnauthorized, Reason: ref.reason, Message: ref.message}
+		}
+		return store.Job{}, ref
 	}
 	return store.Job{Namespace: wb.Namespace, Name: wb.Name, JobID: wb.Spec.JobID, Writable: !lifecycle.IsFinal(wb.Status.Phase),
 		Nodes: int(wb.Status.NodeCount)}, nil

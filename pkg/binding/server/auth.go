@@ -57,6 +57,12 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, namespace st
 	now := s.opts.Now()
 	wb := findByHash(list.Items, hash, now)
 	if wb == nil && s.live != nil && namespace != "" {
+		if !s.liveLookups.Allow() {
+			// Unknown tokens arrive faster than the API server should be
+			// asked about them (ratelimit.go): a real new binding retries.
+			return nil, refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "lookup_limited",
+				"the token is not in the server's cache and too many unknown tokens are being checked; retry with backoff")
+		}
 		var live tetherv1.WorkerBindingList
 		if err := s.live.List(ctx, &live, client.InNamespace(namespace)); err == nil {
 			wb = findByHash(live.Items, hash, now)
@@ -71,6 +77,9 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, namespace st
 	case lifecycle.IsFinal(wb.Status.Phase):
 		return nil, refuse(http.StatusGone, binding.ErrBindingFinished, "finished",
 			"binding %s/%s is %s (%s)", wb.Namespace, wb.Name, wb.Status.Phase, wb.Status.Reason)
+	}
+	if ref := s.trainJobRefusal(ctx, wb); ref != nil {
+		return nil, ref
 	}
 	return wb, nil
 }

@@ -92,6 +92,7 @@ func (s *Server) pushPendingCommand(ctx context.Context, key workerKey, wb *teth
 		s.hub.update(key, func(st *workerState) { st.lastCommandID = "" })
 		return
 	}
+	sess.acks.sent(cmd.ID)
 	if !sess.push(binding.Frame{Type: binding.FrameCommand, Command: &cmd}) {
 		return
 	}

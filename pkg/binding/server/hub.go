@@ -44,6 +44,9 @@ type workerState struct {
 type hub struct {
 	mu     sync.Mutex
 	states map[workerKey]*workerState
+	// onForget drops what others keep per worker (skipped reports) once
+	// the hub forgets it; called with the hub's lock held.
+	onForget func(workerKey)
 }
 
 func newHub() *hub { return &hub{states: map[workerKey]*workerState{}} }
@@ -92,6 +95,9 @@ func (h *hub) forget(key workerKey) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.states, key)
+	if h.onForget != nil {
+		h.onForget(key)
+	}
 }
 
 // snapshot copies the states for a reader that must not hold the lock.
@@ -166,6 +172,8 @@ func closeCodeName(code int) string {
 		return "heartbeat_timeout"
 	case binding.CloseTokenExpired:
 		return "token_expired"
+	case binding.CloseRateLimited:
+		return "rate_limited"
 	case websocket.CloseGoingAway:
 		return "going_away"
 	case websocket.CloseMessageTooBig:

@@ -43,6 +43,8 @@ func (s *Server) watchLiveness(ctx context.Context) {
 				continue
 			case err != nil:
 				continue
+			case s.revokedWithTrainJob(ctx, st, wb):
+				continue
 			case lifecycle.IsFinal(wb.Status.Phase):
 				if st.session != nil {
 					st.session.close(binding.CloseFinished, "binding "+string(wb.Status.Phase))

@@ -19,6 +19,9 @@ import (
 
 func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
+	if !s.limitRequest(w, r) {
+		return
+	}
 	var req binding.RegisterRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, binding.MaxRegisterBody))
 	if err := dec.Decode(&req); err != nil {

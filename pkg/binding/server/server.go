@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/gorilla/websocket"
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -88,6 +89,12 @@ type Server struct {
 	upgrader websocket.Upgrader
 	metrics  *metrics
 	handler  http.Handler
+	// limits are the per-token request budgets; liveLookups bounds the
+	// API reads for tokens the cache does not know (ratelimit.go).
+	limits      *tokenLimits
+	liveLookups *rate.Limiter
+	// skipped is what workers' scans skipped (skipped.go).
+	skipped skippedReports
 }
 
 // New returns a Server. cache must have the TokenHashIndex on WorkerBindings.
@@ -96,7 +103,8 @@ func New(opts Options, cache, live client.Reader, writer client.StatusClient, lo
 	opts.defaults()
 	s := &Server{opts: opts, cache: cache, live: live, writer: writer, log: log, events: events, hub: newHub(),
 		writes:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName]()),
-		baseCtx: context.Background()}
+		baseCtx: context.Background(), limits: newTokenLimits(), liveLookups: rate.NewLimiter(liveLookupRate, liveLookupBurst)}
+	s.hub.onForget = func(k workerKey) { s.skipped.forget(k) }
 	s.metrics = newMetrics(s.hub, opts.Now)
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/gorilla/websocket"
+	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,6 +36,11 @@ type session struct {
 	tokenHash string
 	log       logr.Logger
 	send      chan binding.Frame
+
+	// frames bounds the frame rate; acks are the commands awaiting an answer
+	// (ratelimit.go, acks.go).
+	frames *rate.Limiter
+	acks   sentCommands
 
 	closeOnce sync.Once
 	closing   chan closeRequest
@@ -80,6 +86,9 @@ func (s *session) push(f binding.Frame) bool {
 
 func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
+	if !s.limitRequest(w, r) {
+		return
+	}
 	wb, ref := s.authenticate(ctx, r, r.Header.Get(binding.HeaderPodNamespace))
 	if ref != nil {
 		s.reject(w, r, ref, nil)
@@ -213,6 +222,7 @@ func (s *Server) writeLoop(sess *session, interval time.Duration) {
 // readLoop reads frames until the session ends and returns the close code.
 func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Duration) int {
 	conn := sess.conn
+	sess.frames = newFrameLimiter(interval)
 	conn.SetReadLimit(binding.MaxFrameSize)
 	deadline := time.Duration(s.opts.MissedHeartbeats) * interval
 	_ = conn.SetReadDeadline(time.Now().Add(deadline))
@@ -228,6 +238,11 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 		_, data, err := conn.ReadMessage()
 		if err != nil {
 			return s.readError(ctx, sess, err)
+		}
+		if !sess.frames.Allow() {
+			sess.log.Info("closing session: frames over the rate limit", "perInterval", FramesPerInterval, "burst", FrameBurst)
+			s.metrics.refusals.WithLabelValues("frame_rate").Inc()
+			return binding.CloseRateLimited
 		}
 		f, err := binding.DecodeFrame(data)
 		if err != nil {
@@ -254,11 +269,18 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 			fin := f.Finishing
 			if _, err := s.updateStatus(ctx, sess.key.binding, func(st *tetherv1.WorkerBindingStatus) bool {
 				finishing := lifecycle.Finishing(st, sess.key.rank, sess.podUID, fin.Reason)
-				return lifecycle.FlushUnverified(st, sess.key.rank, fin.Unverified, fin.UnverifiedCount, fin.ArtifactError) || finishing
+				// The first finishing frame (the signal) carries no scan.
+				skipped := fin.SkippedCount > 0 && lifecycle.SkippedReported(st, fin.Skipped, fin.SkippedCount)
+				return lifecycle.FlushUnverified(st, sess.key.rank, fin.Unverified, fin.UnverifiedCount, fin.ArtifactError) || finishing || skipped
 			}); err != nil {
 				sess.log.Error(err, "recording Finishing")
 			}
 		case binding.FrameCommandAck:
+			if !sess.acks.take(f.CommandAck.ID) {
+				s.metrics.refusals.WithLabelValues("unsolicited_ack").Inc()
+				sess.log.V(1).Info("dropping an ack for a command this session was not sent", "id", f.CommandAck.ID)
+				continue
+			}
 			s.commandAcked(ctx, sess, f.CommandAck)
 		default:
 			sess.log.Info("closing session: frame type not allowed from a worker", "type", f.Type)
@@ -327,6 +349,7 @@ func (s *Server) heartbeat(ctx context.Context, sess *session, hb *binding.Heart
 		}
 	})
 	s.metrics.heartbeats.Inc()
+	write = s.skipped.note(key, hb.Skipped, hb.SkippedCount) || write
 	if write {
 		// Written by the status writers, never on the session's reader:
 		// a slow API server must not delay acks or starve pongs.
@@ -391,6 +414,9 @@ func (s *Server) writeHeartbeatStatus(ctx context.Context, key types.NamespacedN
 				changed = true
 			}
 			if lifecycle.UploadReported(status, b.rank, b.podUID, b.uploadedBytes, b.artifactError) {
+				changed = true
+			}
+			if s.skipped.apply(workerKey{key, b.rank}, status) {
 				changed = true
 			}
 		}

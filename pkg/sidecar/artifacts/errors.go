@@ -68,7 +68,13 @@ func classify(err error, stall time.Duration) (transient bool, hint string) {
 		return true, fmt.Sprintf("nothing was sent for %s", stall)
 	case errors.As(err, &er) && er.StatusCode != 0:
 		switch er.Code {
-		case "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "RequestTimeTooSkewed":
+		case "SlowDown":
+			return true, "the artifact storage behind the binding server asked it to slow down (S3 503 SlowDown: the bucket is over its request rate); " +
+				"the sidecar waits as long as the server's Retry-After says. A platform team can raise the bucket's request limits " +
+				"or spread jobs over more S3 prefixes"
+		case "ServiceUnavailable":
+			return true, "the binding server could not reach its artifact storage or the API server; check the control plane's logs and the storage's health"
+		case "InternalError", "RequestTimeout", "RequestTimeTooSkewed":
 			return true, ""
 		case "EntityTooLarge":
 			return false, fmt.Sprintf("a single PUT is at most %s: exclude the file with the %s annotation", humanBytes(upload.MaxObjectSize), ExcludeAnnotation)

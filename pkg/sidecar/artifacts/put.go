@@ -34,7 +34,7 @@ func (u *Uploader) UploadFile(ctx context.Context, root *os.Root, rel string) (R
 		return Result{}, &FileError{Path: rel, Permanent: true, Err: err, Hint: "rename the file or exclude it with the " + ExcludeAnnotation + " annotation"}
 	}
 	var res Result
-	attempts, err := u.retry(ctx, rel, func(int) error {
+	attempts, err := u.retry(ctx, rel, func(ctx context.Context, _ int) error {
 		r, err := u.uploadOnce(ctx, root, rel, key)
 		if err == nil {
 			res = r
@@ -142,12 +142,18 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 		return Result{}, fmt.Errorf("HEAD %s: %w", key, err)
 	}
 
-	sum, err := u.put(ctx, key, f, size)
+	// The file is checked again before its last bytes are handed to the
+	// request (lastBytesGuard): a file that changed while it was read is
+	// never sent whole, so the server refuses the short body and keeps
+	// nothing, instead of storing a mix as the final object.
+	sum, err := u.put(ctx, key, &lastBytesGuard{r: f, remaining: size, check: func() error { return unchanged(f, st) }}, size)
 	if err != nil {
+		if errors.Is(err, errChanged) {
+			return Result{}, fmt.Errorf("PUT %s: %w", key, errChanged)
+		}
 		return Result{}, err
 	}
-	// The bytes sent were read from the file as it was at st; if it changed
-	// meanwhile, what the server holds may be a mix: not verified.
+	// A change after the last check (a narrow window) is still caught here.
 	if err := unchanged(f, st); err != nil {
 		return Result{}, err
 	}

@@ -16,7 +16,7 @@ func (u *Uploader) PutManifest(ctx context.Context, m upload.Manifest) (Result, 
 	}
 	key := u.Key(upload.ManifestName)
 	var sum string
-	attempts, err := u.retry(ctx, upload.ManifestName, func(int) error {
+	attempts, err := u.retry(ctx, upload.ManifestName, func(ctx context.Context, _ int) error {
 		s, err := u.put(ctx, key, bytes.NewReader(data), int64(len(data)))
 		sum = s
 		return err

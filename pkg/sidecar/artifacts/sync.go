@@ -54,6 +54,9 @@ type Syncer struct {
 	logMu         sync.Mutex
 	lastLoggedErr map[string]string // per path, the error last logged: not repeated every round
 	lastError     string            // LastError
+	lastRoundWarn string            // the round-level warning last logged: logged again only when it changes
+	skipped       []SkippedFile     // the last round's (skipped.go)
+	loggedSkipped map[string]string // per path, the reason last logged
 }
 
 // Report is the outcome of a round.
@@ -219,12 +222,24 @@ func (s *Syncer) logRound(what string, rep *Report) {
 		failed[f.Path] = f.Error()
 	}
 	s.lastLoggedErr = failed
+	s.noteSkipped(rep.Skipped)
 	attrs := []any{"verified", len(rep.Verified), "uploaded", rep.Uploaded, "alreadyPresent", rep.AlreadyPresent,
 		"uploadedBytes", rep.UploadedBytes, "missing", len(rep.Missing), "pending", len(rep.Pending),
-		"skipped", len(rep.Skipped), "duration", rep.Duration.Round(time.Millisecond)}
+		"skipped", len(rep.Skipped), "duration", rep.Duration.Round(time.Millisecond).String()}
+	incomplete := len(rep.Missing) > 0 || rep.ManifestErr != nil
+	warning := ""
+	if incomplete {
+		warning = rep.Err().Error()
+	}
+	// A periodic round that fails the same way as the last one says so at
+	// debug level: the per-file warnings above already named each failure.
+	repeated := !rep.Final && warning == s.lastRoundWarn
+	s.lastRoundWarn = warning
 	switch {
-	case len(rep.Missing) > 0 || rep.ManifestErr != nil:
-		s.log.Warn(what+" incomplete", append(attrs, "error", rep.Err())...)
+	case incomplete && repeated:
+		s.log.Debug(what+" still incomplete", append(attrs, "error", warning)...)
+	case incomplete:
+		s.log.Warn(what+" incomplete", append(attrs, "error", warning)...)
 	case rep.Uploaded > 0 || rep.AlreadyPresent > 0 || rep.Final:
 		s.log.Info(what, append(attrs, "manifest", rep.Manifest)...)
 	default:
@@ -261,6 +276,9 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 		defer func() { <-s.sem }()
 	}
 
+	if final {
+		ctx = withFinalFlush(ctx)
+	}
 	scan, err := s.cfg.Scanner.Scan(final)
 	if err != nil {
 		return &Report{Final: final}, err

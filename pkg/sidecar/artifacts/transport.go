@@ -33,7 +33,9 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if r.Method == http.MethodPut && r.ContentLength >= expectContinueMin {
 		r.Header.Set("Expect", "100-continue")
 	}
-	return t.next.RoundTrip(r)
+	resp, err := t.next.RoundTrip(r)
+	noteRetryAfter(r, resp)
+	return resp, err
 }
 
 // readToken reads the token file for one request.

@@ -50,6 +50,8 @@ type progressSample struct {
 	progress      *binding.Progress
 	uploaded      int64
 	artifactError string
+	skipped       []binding.SkippedEntry
+	skippedCount  int
 }
 
 type commandRequest struct {

@@ -61,6 +61,11 @@ func (c *Client) sampleLoop(ctx context.Context) {
 		if c.cfg.ArtifactError != nil {
 			smp.artifactError = truncateUTF8(c.cfg.ArtifactError(), binding.MaxArtifactErrorLength)
 		}
+		if c.cfg.Skipped != nil {
+			list, n := c.cfg.Skipped()
+			smp.skipped, _ = binding.BoundSkipped(list)
+			smp.skippedCount = max(n, len(smp.skipped))
+		}
 		c.sample.Store(smp)
 		if credentials.Sleep(ctx, c.HeartbeatInterval()) != nil {
 			return

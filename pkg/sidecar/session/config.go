@@ -83,6 +83,10 @@ type Config struct {
 	// none): the file, the error and what to do. It travels in heartbeats so
 	// the binding shows it.
 	ArtifactError func() string
+	// Skipped, if set, returns the entries the last artifact scan skipped by
+	// policy and how many in all; heartbeats carry the first
+	// binding.MaxReportedSkipped so the binding names them.
+	Skipped func() ([]binding.SkippedEntry, int)
 
 	// OnCommand, if set, executes a command the server pushed; its result
 	// becomes the CommandAck (OK when it returns nil, else Error is its

@@ -80,6 +80,8 @@ func closeCodeMeaning(code int) string {
 		return "heartbeat timeout"
 	case binding.CloseTokenExpired:
 		return "token reissued: reconnecting with the token file's current token"
+	case binding.CloseRateLimited:
+		return "too many frames: this sidecar sent frames faster than the server allows (a bug in the sender)"
 	}
 	return "close code " + strconv.Itoa(code)
 }

@@ -37,6 +37,9 @@ func (c *Client) FinishWith(ctx context.Context, fin binding.Finishing) error {
 	fin.Unverified = paths
 	fin.UnverifiedCount = max(fin.UnverifiedCount, len(paths))
 	fin.ArtifactError = truncateUTF8(fin.ArtifactError, binding.MaxArtifactErrorLength)
+	var all int
+	fin.Skipped, all = binding.BoundSkipped(fin.Skipped)
+	fin.SkippedCount = max(fin.SkippedCount, all)
 	f := binding.Frame{Type: binding.FrameFinishing, Finishing: &fin}
 	if s := c.currentSession(); s != nil {
 		err := s.send(ctx, f)

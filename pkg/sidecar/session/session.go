@@ -105,7 +105,7 @@ func (c *Client) Run(ctx context.Context) error {
 	defer wg.Wait() // after cancel, below
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if c.cfg.Progress != nil || c.cfg.UploadedBytes != nil || c.cfg.ArtifactError != nil {
+	if c.cfg.Progress != nil || c.cfg.UploadedBytes != nil || c.cfg.ArtifactError != nil || c.cfg.Skipped != nil {
 		go c.sampleLoop(ctx) // not waited for: see Config.Progress
 	}
 	c.cmds = make(chan commandRequest, commandQueue)
@@ -281,6 +281,7 @@ func (c *Client) heartbeatFrame() ([]byte, uint64) {
 		hb.Progress = smp.progress.Sanitized()
 		hb.UploadedBytes = max(smp.uploaded, 0)
 		hb.ArtifactError = smp.artifactError
+		hb.Skipped, hb.SkippedCount = smp.skipped, smp.skippedCount
 	}
 	f := binding.Frame{Type: binding.FrameHeartbeat, Heartbeat: hb}
 	b, err := json.Marshal(f)

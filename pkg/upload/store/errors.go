@@ -18,6 +18,9 @@ import (
 type AuthError struct {
 	Status  int
 	Message string
+	// Reason labels the refusal in metrics (e.g. "trainjob_deleted");
+	// empty means "access_denied".
+	Reason string
 }
 
 func (e *AuthError) Error() string { return fmt.Sprintf("%d: %s", e.Status, e.Message) }

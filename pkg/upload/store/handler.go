@@ -93,6 +93,10 @@ type Handler struct {
 	// ManifestWorkers bounds the backend HEADs in flight while a manifest is
 	// verified (default 8).
 	ManifestWorkers int
+	// OnRefused is called for every request answered with an error (a HEAD
+	// of a missing key is an answer, not a refusal) with a metric reason:
+	// the AuthError's Reason, or the S3 error code in snake case.
+	OnRefused func(reason string)
 
 	locks keyLocks
 }
@@ -142,6 +146,11 @@ type request struct {
 	rc    *http.ResponseController
 	// bodyRead is set once the whole body was read.
 	bodyRead bool
+	// onRefused is Handler.OnRefused; reason overrides the label derived
+	// from the error code, retryAfter the Retry-After of a 503 (slowdown.go).
+	onRefused  func(reason string)
+	reason     string
+	retryAfter time.Duration
 }
 
 func (rq *request) fail(e *apiError) {
@@ -151,7 +160,15 @@ func (rq *request) fail(e *apiError) {
 		// sent "Expect: 100-continue" then never sends it.
 		rq.w.Header().Set("Connection", "close")
 	}
+	setRetryAfter(rq.w.Header(), e, rq.retryAfter)
 	writeError(rq.w, rq.r, rq.id, rq.key, e)
+	if rq.onRefused != nil && (rq.r.Method != http.MethodHead || e.status != http.StatusNotFound) {
+		reason := rq.reason
+		if reason == "" {
+			reason = refusalReason(e.code)
+		}
+		rq.onRefused(reason)
+	}
 	kv := []any{"status", e.status, "code", e.code, "message", e.message, "duration", time.Since(rq.start).String()}
 	switch {
 	case e.status >= 500:
@@ -164,7 +181,7 @@ func (rq *request) fail(e *apiError) {
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rq := &request{w: w, r: r, id: newRequestID(), start: time.Now(), rc: http.NewResponseController(w)}
+	rq := &request{w: w, r: r, id: newRequestID(), start: time.Now(), rc: http.NewResponseController(w), onRefused: h.OnRefused}
 	w.Header().Set("X-Amz-Request-Id", rq.id)
 	rq.log = h.Log.WithValues("requestID", rq.id, "method", r.Method, "remote", r.RemoteAddr)
 
@@ -212,12 +229,18 @@ func (h *Handler) authorize(rq *request, jobID string) (Job, *apiError) {
 	job, err := h.Authorize(rq.r.Context(), token)
 	if err != nil {
 		var ae *AuthError
-		if errors.As(err, &ae) {
+		var sd *SlowDownError
+		switch {
+		case errors.As(err, &ae):
 			status := http.StatusForbidden
 			if ae.Status == http.StatusUnauthorized {
 				status = http.StatusUnauthorized
 			}
+			rq.reason = ae.Reason
 			return Job{}, &apiError{status, "AccessDenied", ae.Message}
+		case errors.As(err, &sd):
+			rq.reason, rq.retryAfter = "rate_limited", sd.RetryAfter
+			return Job{}, &apiError{http.StatusServiceUnavailable, "SlowDown", sd.Message}
 		}
 		rq.log.Error(err, "authorizing the token")
 		return Job{}, &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
@@ -264,7 +287,7 @@ func (h *Handler) head(rq *request, jobID string) {
 		return
 	case err != nil:
 		rq.log.Error(err, "backend HEAD")
-		rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable", "the store cannot be read now; retry with backoff"})
+		rq.fail(backendReadError(err))
 		return
 	}
 	hd := rq.w.Header()
@@ -385,7 +408,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	existing, err := headOpt(ctx, h.Backend, rq.key)
 	if err != nil {
 		rq.log.Error(err, "backend HEAD", "object", rq.key)
-		rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable", "the store cannot be read now; retry with backoff"})
+		rq.fail(backendReadError(err))
 		return
 	}
 	pkey := PendingKey(rq.key)
@@ -401,7 +424,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		target = pkey
 		if prior, err = headOpt(ctx, h.Backend, pkey); err != nil {
 			rq.log.Error(err, "backend HEAD", "object", pkey)
-			rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable", "the store cannot be read now; retry with backoff"})
+			rq.fail(backendReadError(err))
 			return
 		}
 	}
@@ -544,6 +567,9 @@ func backendError(err error) *apiError {
 			"the key cannot be stored next to an existing key (a file where a directory is needed, or the reverse): " + err.Error()}
 	case errors.Is(err, ErrInvalidKey):
 		return &apiError{http.StatusBadRequest, "InvalidArgument", "the store cannot hold this key: " + err.Error()}
+	case errors.Is(err, ErrSlowDown):
+		return &apiError{http.StatusServiceUnavailable, "SlowDown",
+			"the artifact storage asks to slow down (S3 SlowDown or ServiceUnavailable); nothing was kept: retry after Retry-After"}
 	}
 	return &apiError{http.StatusInternalServerError, "InternalError", "storing the object failed; nothing was kept: retry"}
 }

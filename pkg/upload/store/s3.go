@@ -118,7 +118,7 @@ func (b *S3Backend) Put(ctx context.Context, key string, body io.Reader, size in
 		return upload.ObjectInfo{}, fmt.Errorf("S3 PUT %s: %w", b.name(key), aerr)
 	}
 	if err != nil {
-		return upload.ObjectInfo{}, fmt.Errorf("S3 PUT %s: %w", b.name(key), err)
+		return upload.ObjectInfo{}, fmt.Errorf("S3 PUT %s: %w", b.name(key), markSlowDown(err))
 	}
 	return upload.ObjectInfo{Size: info.Size, ETag: strings.ToLower(info.ETag)}, nil
 }
@@ -215,7 +215,7 @@ func (b *S3Backend) Stat(ctx context.Context, key string) (upload.ObjectInfo, ti
 		if notFound(err) {
 			return upload.ObjectInfo{}, time.Time{}, upload.ErrNotFound
 		}
-		return upload.ObjectInfo{}, time.Time{}, fmt.Errorf("S3 HEAD %s: %w", b.name(key), err)
+		return upload.ObjectInfo{}, time.Time{}, fmt.Errorf("S3 HEAD %s: %w", b.name(key), markSlowDown(err))
 	}
 	return upload.ObjectInfo{Size: oi.Size, ETag: strings.ToLower(oi.ETag)}, oi.LastModified, nil
 }
@@ -230,7 +230,7 @@ func (b *S3Backend) Copy(ctx context.Context, src, dst string) error {
 		if notFound(err) {
 			return fmt.Errorf("S3 copy %s: %w", b.name(src), upload.ErrNotFound)
 		}
-		return fmt.Errorf("S3 copy %s to %s: %w", b.name(src), b.name(dst), err)
+		return fmt.Errorf("S3 copy %s to %s: %w", b.name(src), b.name(dst), markSlowDown(err))
 	}
 	return nil
 }
@@ -239,7 +239,7 @@ func (b *S3Backend) Copy(ctx context.Context, src, dst string) error {
 func (b *S3Backend) Delete(ctx context.Context, key string) error {
 	err := b.Client.RemoveObject(ctx, b.Bucket, b.name(key), minio.RemoveObjectOptions{})
 	if err != nil && !notFound(err) {
-		return fmt.Errorf("S3 DELETE %s: %w", b.name(key), err)
+		return fmt.Errorf("S3 DELETE %s: %w", b.name(key), markSlowDown(err))
 	}
 	return nil
 }
@@ -256,4 +256,15 @@ func (b *S3Backend) List(ctx context.Context, prefix string) ([]string, error) {
 		keys = append(keys, strings.TrimPrefix(oi.Key, b.Prefix))
 	}
 	return keys, nil
+}
+
+// markSlowDown marks S3's "slow down" answers (503 SlowDown, ServiceUnavailable)
+// with ErrSlowDown, so they reach the sidecar as a 503 with Retry-After and
+// not as an internal error.
+func markSlowDown(err error) error {
+	r := minio.ToErrorResponse(err)
+	if r.Code == "SlowDown" || r.Code == "ServiceUnavailable" || r.StatusCode == http.StatusServiceUnavailable {
+		return fmt.Errorf("%w: %w", ErrSlowDown, err)
+	}
+	return err
 }

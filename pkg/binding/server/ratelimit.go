@@ -1,0 +1,164 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/tether-dev/tether/pkg/binding"
+)
+
+// Input limits (docs/protocol.md, "Limits"). Each is well above what a
+// correct sidecar sends, so only a broken or hostile peer meets one.
+const (
+	// FramesPerInterval is the sustained frame rate a session may send per
+	// heartbeat interval: a correct sidecar sends one heartbeat, now and then
+	// a commandAck and at most two finishing frames.
+	FramesPerInterval = 5
+	// FrameBurst is how many frames a session may send at once. It stays
+	// below the session's send queue (16 frames), so a flood meets this
+	// limit, with its own close code, before the queue fills with acks.
+	FrameBurst = 10
+
+	// ControlRate and ControlBurst bound registrations and session opens
+	// per token (per second): a sidecar registers once per start and opens
+	// sessions with backoff (base 0.5 s), each costing API reads and writes.
+	ControlRate  = 2
+	ControlBurst = 20
+
+	// ArtifactRate and ArtifactBurst bound artifact requests per token (per
+	// second). A sidecar's peak is 2,000 small files per second, each a
+	// HEAD and a PUT, plus one presign request per file in direct mode:
+	// 6,000 requests per second. The limit leaves two thirds on top.
+	ArtifactRate  = 10000
+	ArtifactBurst = 20000
+
+	// maxTrackedTokens bounds the per-token limiters held in memory; tokens
+	// beyond it (a flood of made-up tokens) share one limiter per class.
+	maxTrackedTokens = 50000
+	// tokenIdle is how long a token's limiter is kept after its last use.
+	tokenIdle = 2 * time.Minute
+
+	// liveLookupRate bounds the API server reads the binding server makes
+	// for a token its cache does not know (a binding created a moment ago),
+	// so a flood of unknown tokens cannot turn into API calls.
+	liveLookupRate  = 20
+	liveLookupBurst = 50
+)
+
+// newFrameLimiter is a session's token bucket: FramesPerInterval per
+// heartbeat interval, FrameBurst at once.
+func newFrameLimiter(interval time.Duration) *rate.Limiter {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	return rate.NewLimiter(rate.Limit(float64(FramesPerInterval)/interval.Seconds()), FrameBurst)
+}
+
+// requestClass is a kind of request with its own per-token budget.
+type requestClass int
+
+const (
+	classControl requestClass = iota
+	classArtifacts
+)
+
+func (c requestClass) limits() (rate.Limit, int) {
+	if c == classArtifacts {
+		return ArtifactRate, ArtifactBurst
+	}
+	return ControlRate, ControlBurst
+}
+
+type tokenKey struct {
+	class requestClass
+	hash  string
+}
+
+type tokenEntry struct {
+	lim  *rate.Limiter
+	last time.Time
+}
+
+// tokenLimits holds one token bucket per token and request class.
+type tokenLimits struct {
+	mu       sync.Mutex
+	m        map[tokenKey]*tokenEntry
+	overflow [2]*rate.Limiter
+	swept    time.Time
+}
+
+func newTokenLimits() *tokenLimits {
+	t := &tokenLimits{m: map[tokenKey]*tokenEntry{}}
+	for c := range t.overflow {
+		r, b := requestClass(c).limits()
+		t.overflow[c] = rate.NewLimiter(r, b)
+	}
+	return t
+}
+
+// allow takes one request of class for the token hashing to hash. When
+// refused, retryAfter is how long until the bucket has a token again.
+func (t *tokenLimits) allow(class requestClass, hash string, now time.Time) (ok bool, retryAfter time.Duration) {
+	t.mu.Lock()
+	k := tokenKey{class, hash}
+	e := t.m[k]
+	if e == nil {
+		if len(t.m) >= maxTrackedTokens && now.Sub(t.swept) > time.Second {
+			t.sweep(now)
+		}
+		if len(t.m) < maxTrackedTokens {
+			r, b := class.limits()
+			e = &tokenEntry{lim: rate.NewLimiter(r, b)}
+			t.m[k] = e
+		}
+	}
+	lim := t.overflow[class]
+	if e != nil {
+		e.last = now
+		lim = e.lim
+	}
+	t.mu.Unlock()
+	r := lim.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return false, d
+	}
+	return true, 0
+}
+
+func (t *tokenLimits) sweep(now time.Time) {
+	t.swept = now
+	for k, e := range t.m {
+		if now.Sub(e.last) > tokenIdle {
+			delete(t.m, k)
+		}
+	}
+}
+
+// limitRequest refuses a register or session request over its token's
+// budget with 429 and Retry-After. A request without a well-formed token is
+// left to authenticate, which refuses it.
+func (s *Server) limitRequest(w http.ResponseWriter, r *http.Request) bool {
+	token, err := binding.TokenFromHeader(r.Header)
+	if err != nil {
+		return true
+	}
+	ok, after := s.limits.allow(classControl, token.Hash(), s.opts.Now())
+	if ok {
+		return true
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(after)))
+	s.reject(w, r, refuse(http.StatusTooManyRequests, binding.ErrRateLimited, "rate_limited",
+		"more than %d registrations and session opens per second with this token (burst %d); retry after the Retry-After delay",
+		ControlRate, ControlBurst), nil)
+	return false
+}
+
+// retryAfterSeconds rounds a delay up to whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
+}

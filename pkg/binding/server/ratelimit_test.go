@@ -1,0 +1,91 @@
+package server
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestTokenLimitsPerTokenAndClass(t *testing.T) {
+	l := newTokenLimits()
+	now := time.Unix(1000, 0)
+	// A sidecar's artifact peak (2,000 files a second, HEAD + PUT + presign
+	// each) for one second is within the burst.
+	for i := range 6000 {
+		if ok, _ := l.allow(classArtifacts, "a", now); !ok {
+			t.Fatalf("artifact request %d of a legitimate peak refused", i)
+		}
+	}
+	for range ArtifactBurst - 6000 {
+		l.allow(classArtifacts, "a", now)
+	}
+	ok, after := l.allow(classArtifacts, "a", now)
+	if ok || after <= 0 {
+		t.Fatalf("request past the artifact burst: ok %v retry after %s, want refused with a delay", ok, after)
+	}
+	// Another token and another class have their own buckets.
+	if ok, _ := l.allow(classArtifacts, "b", now); !ok {
+		t.Error("another token was refused")
+	}
+	if ok, _ := l.allow(classControl, "a", now); !ok {
+		t.Error("the same token's control budget was spent by artifacts")
+	}
+	// The bucket refills.
+	if ok, _ := l.allow(classArtifacts, "a", now.Add(after)); !ok {
+		t.Errorf("refused again after the Retry-After delay %s", after)
+	}
+	for range ControlBurst - 1 {
+		l.allow(classControl, "a", now)
+	}
+	if ok, after := l.allow(classControl, "a", now); ok || after < time.Second/ControlRate-time.Millisecond {
+		t.Errorf("register past the burst: ok %v after %s, want refused for about %s", ok, after, time.Second/ControlRate)
+	}
+}
+
+func TestTokenLimitsAreBounded(t *testing.T) {
+	l := newTokenLimits()
+	now := time.Unix(1000, 0)
+	for i := range maxTrackedTokens + 100 {
+		l.allow(classControl, fmt.Sprint(i), now)
+	}
+	if n := len(l.m); n > maxTrackedTokens {
+		t.Fatalf("%d limiters held, want at most %d", n, maxTrackedTokens)
+	}
+	// Idle limiters are swept when room is needed.
+	later := now.Add(tokenIdle + time.Second)
+	l.allow(classControl, "new", later)
+	if n := len(l.m); n != 1 {
+		t.Errorf("%d limiters after the idle ones were swept, want 1", n)
+	}
+}
+
+func TestSentCommandsOnlyAcceptsSentOnce(t *testing.T) {
+	var c sentCommands
+	if c.take("1") {
+		t.Error("an ack for a command never sent was taken")
+	}
+	c.sent("1")
+	c.sent("1")
+	if !c.take("1") {
+		t.Error("the ack of a sent command was dropped")
+	}
+	if c.take("1") {
+		t.Error("a second ack of the same command was taken")
+	}
+	for i := range 2 * maxOutstandingCommands {
+		c.sent(fmt.Sprint(i))
+	}
+	if len(c.ids) != maxOutstandingCommands {
+		t.Errorf("%d ids remembered, want at most %d", len(c.ids), maxOutstandingCommands)
+	}
+}
+
+func TestFrameLimiterFromInterval(t *testing.T) {
+	l := newFrameLimiter(10 * time.Second)
+	if got := float64(l.Limit()); got != FramesPerInterval/10.0 {
+		t.Errorf("rate %v frames/s, want %v", got, FramesPerInterval/10.0)
+	}
+	if l.Burst() != FrameBurst {
+		t.Errorf("burst %d, want %d", l.Burst(), FrameBurst)
+	}
+}
