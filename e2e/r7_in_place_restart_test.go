@@ -66,14 +66,17 @@ func TestRealNode7TrainerRestartedInPlace(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 20*time.Second, "the exit announced", func() error {
+	eventually(t, 20*time.Second, "the exit and the restart announced", func() error {
+		var exited, restarted bool
 		for _, e := range suite.events(t, ns, name) {
-			if e.Reason == tetherv1.ReasonTrainerExited && e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, "exited with code 3") &&
-				strings.Contains(e.Note, "restarted in place") {
-				return nil
-			}
+			exited = exited || e.Reason == tetherv1.ReasonTrainerExited && e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, "exited with code 3")
+			restarted = restarted || e.Reason == tetherv1.ReasonAttemptStarted && strings.Contains(e.Note, "attempt 2 started: TrainerRestarted") &&
+				strings.Contains(e.Note, "restarted the trainer in place (restart 1)")
 		}
-		return fmt.Errorf("no Warning TrainerExited naming code 3 and the restart (%v)", suite.eventReasons(t, ns, name))
+		if !exited || !restarted {
+			return fmt.Errorf("Warning TrainerExited with code 3: %v, AttemptStarted for the restart: %v (%v)", exited, restarted, suite.eventReasons(t, ns, name))
+		}
+		return nil
 	})
 
 	// The same sidecar (never restarted) finishes the job: Succeeded.

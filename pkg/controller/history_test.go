@@ -162,7 +162,7 @@ func TestPhaseMachineHistories(t *testing.T) {
 			{t: 42, pods: ps(pod(0, "a", 1).Exited(0, at(39)).LastExit(1, at(9))), conds: complete(41)},
 		},
 		want: want{phase: tetherv1.PhaseSucceeded, attempt: 2, startedBy: tetherv1.AttemptTrainerRestarted, trainerExits: 2, lastExitCode: code(0),
-			events: []string{tetherv1.ReasonHeartbeating, tetherv1.ReasonTrainerExited, tetherv1.ReasonTrainerExited, tetherv1.ReasonTrainerSucceeded}},
+			events: []string{tetherv1.ReasonHeartbeating, tetherv1.ReasonTrainerExited, tetherv1.ReasonAttemptStarted, tetherv1.ReasonTrainerExited, tetherv1.ReasonTrainerSucceeded}},
 	}, {
 		name: "in place: the binding stays live while the trainer is down, and progress may go backwards",
 		steps: []step{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,11 +65,20 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 			}
 			// restartCount counts the restarts so far: those after the last
 			// termination, none yet after the current one.
+			before := st.Attempt
 			_, isNew := lifecycle.TrainerExited(st, p.seen.Rank, p.seen.UID, lifecycle.Exit{Code: t.ExitCode, Reason: t.Reason, FinishedAt: t.FinishedAt.Time},
 				cs.RestartCount, now)
 			if isNew {
 				eventType, note := lifecycle.ExitEvent(st, p.seen.Rank)
 				obs = append(obs, observation{eventType, tetherv1.ReasonTrainerExited, note})
+			}
+			if st.Attempt != before {
+				o := attemptObservation(st, tetherv1.AttemptTrainerRestarted)
+				if n := lifecycle.Node(st, p.seen.Rank); n != nil && n.LastExit != nil {
+					o.note += fmt.Sprintf(": the kubelet restarted the trainer in place (restart %d) after it %s",
+						n.Restarts, strings.TrimPrefix(lifecycle.DescribeExit(st, n.LastExit), "trainer on pod "+n.PodName+" "))
+				}
+				obs = append(obs, o)
 			}
 		}
 	}

@@ -226,7 +226,7 @@ func MissingArtifacts(st *tetherv1.WorkerBindingStatus) string {
 			more++
 			continue
 		}
-		d := nodeMissing(n)
+		d := nodeMissing(n, reportedError(st, r))
 		if st.NodeCount > 1 {
 			d = fmt.Sprintf("node %d: %s", r, d)
 		}
@@ -242,12 +242,34 @@ func MissingArtifacts(st *tetherv1.WorkerBindingStatus) string {
 	return out
 }
 
-func nodeMissing(n *tetherv1.NodeStatus) string {
+// reportedError is node rank's last upload failure as its heartbeats
+// reported it (status.artifacts.lastError, tagged "node r: " in a
+// multi-node job), or "".
+func reportedError(st *tetherv1.WorkerBindingStatus, rank int32) string {
+	if st.Artifacts == nil || st.Artifacts.LastError == "" {
+		return ""
+	}
+	if st.NodeCount <= 1 {
+		return st.Artifacts.LastError
+	}
+	e, ok := strings.CutPrefix(st.Artifacts.LastError, fmt.Sprintf("node %d: ", rank))
+	if !ok {
+		return ""
+	}
+	return e
+}
+
+// nodeMissing says what a node lacks; reported is its last upload error
+// from heartbeats, the cause when it sent no final report.
+func nodeMissing(n *tetherv1.NodeStatus, reported string) string {
 	var a *tetherv1.NodeArtifacts
 	if n != nil {
 		a = n.Artifacts
 	}
 	switch {
+	case a == nil && reported != "":
+		// The worker named no file, but said why it uploaded no manifest.
+		return "no manifest was uploaded: " + reported
 	case a == nil:
 		return "no manifest was uploaded (the worker reported no upload error: did the sidecar run its final flush?)"
 	case a.Manifest == "" && len(a.Missing) > 0:
