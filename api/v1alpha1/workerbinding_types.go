@@ -59,6 +59,7 @@ const (
 	ReasonAwaitingArtifacts   = "AwaitingArtifacts"
 	ReasonTrainerExited       = "TrainerExited"
 	ReasonAttemptStarted      = "AttemptStarted"
+	ReasonNeverBound          = "NeverBound"
 )
 
 // What started an attempt (status.attemptStartedBy). Every one of them

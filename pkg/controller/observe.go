@@ -84,6 +84,11 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 	}
 
 	conds := trainjob.Conditions(tj)
+	for _, typ := range []string{trainjob.ConditionComplete, trainjob.ConditionFailed} {
+		if c := meta.FindStatusCondition(conds, typ); c != nil && c.Status == metav1.ConditionTrue {
+			lifecycle.NeverBound(st, neverBoundMessage(st, typ))
+		}
+	}
 	if c := meta.FindStatusCondition(conds, trainjob.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
 		lifecycle.JobFailed(st, fmt.Sprintf("TrainJob failed: %s", c.Message))
 	}
@@ -107,6 +112,16 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 		}
 	}
 	return r.checkHeartbeats(st, settings, now), obs
+}
+
+// neverBoundMessage says why a TrainJob that ended (typ Complete or
+// Failed) was never bound, from the PodsInjected evidence.
+func neverBoundMessage(st *tetherv1.WorkerBindingStatus, typ string) string {
+	msg := fmt.Sprintf("the TrainJob is %s, but none of its trainer pods ever ran with the Tether sidecar: nothing was bound", typ)
+	if c := meta.FindStatusCondition(st.Conditions, tetherv1.ConditionPodsInjected); c != nil && c.Status == metav1.ConditionFalse {
+		msg += "; " + c.Message
+	}
+	return msg
 }
 
 // checkHeartbeats catches a worker whose replica crashed: nobody holds its
