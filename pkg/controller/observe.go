@@ -44,7 +44,11 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 		// Only a rank's newest pod is its pod: an older one (failed, being
 		// replaced) only has its exits recorded while it is still the node's.
 		if p.newest {
-			if _, started := lifecycle.PodSeen(st, p.seen, false, now); started != "" {
+			// An attempt that moved the phase to Pending/AttemptStarted is
+			// announced by that transition's Event; one that did not (a
+			// replaced pod beside running nodes) needs its own.
+			_, started := lifecycle.PodSeen(st, p.seen, false, now)
+			if started != "" && !(st.Phase == tetherv1.PhasePending && st.Reason == tetherv1.ReasonAttemptStarted) {
 				obs = append(obs, attemptObservation(st, started))
 			}
 		}
