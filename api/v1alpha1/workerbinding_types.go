@@ -60,6 +60,7 @@ const (
 	ReasonTrainerExited       = "TrainerExited"
 	ReasonAttemptStarted      = "AttemptStarted"
 	ReasonNeverBound          = "NeverBound"
+	ReasonPodCreateFailed     = "PodCreateFailed"
 )
 
 // What started an attempt (status.attemptStartedBy). Every one of them

@@ -345,6 +345,17 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 	}
 	now := r.now()
 	requeue, observed := r.observe(ctx, tj, wb, pods, now)
+	if waitsForPods(&wb.Status, pods) {
+		// Admitted, no pod: say why when the Job says so (FailedCreate).
+		if msg, err := r.createFailure(ctx, tj); err != nil {
+			logf.FromContext(ctx).Info("cannot read the trainer Jobs' FailedCreate Events", "error", err.Error())
+		} else if msg != "" {
+			lifecycle.PodCreateFailed(&wb.Status, msg)
+		}
+		if requeue == 0 || requeue > createFailureRecheck {
+			requeue = createFailureRecheck
+		}
+	}
 	// Whoever made the binding final (this controller, or the binding
 	// server on a verified manifest), its pending artifacts are settled here.
 	defer r.settlePending(ctx, wb)

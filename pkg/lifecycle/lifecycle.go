@@ -152,6 +152,16 @@ func Resumed(st *tetherv1.WorkerBindingStatus) bool {
 	return false
 }
 
+// PodCreateFailed: the job is admitted but its trainer Jobs cannot create
+// their pods (msg has the Job's FailedCreate Event); only a binding that
+// waits for its first pod says so, and the next pod clears it.
+func PodCreateFailed(st *tetherv1.WorkerBindingStatus, msg string) bool {
+	if st.Phase != tetherv1.PhasePending || held(st) || st.Reason == tetherv1.ReasonAttemptStarted {
+		return false
+	}
+	return set(st, tetherv1.PhasePending, tetherv1.ReasonPodCreateFailed, msg)
+}
+
 // Cancelled: the orchestrator cancelled the job and the worker acknowledged.
 func Cancelled(st *tetherv1.WorkerBindingStatus, msg string) bool {
 	return finish(st, tetherv1.PhaseFailed, tetherv1.ReasonCancelled, msg)
