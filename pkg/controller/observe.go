@@ -39,11 +39,15 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 	settings := lifecycle.Settings(&wb.Spec)
 	var obs []observation
 	r.recordNodeCount(ctx, tj, wb, settings)
+	conds := trainjob.Conditions(tj)
+	suspended := meta.IsStatusConditionTrue(conds, trainjob.ConditionSuspended)
 
 	for _, p := range boundPods(pods, settings) {
 		// Only a rank's newest pod is its pod: an older one (failed, being
 		// replaced) only has its exits recorded while it is still the node's.
-		if p.newest {
+		// A pod being deleted or disrupted, or of a suspended job, is on its
+		// way out: it starts no attempt (a preempted job's pods are).
+		if p.newest && !suspended && !disrupted(p.pod) {
 			// An attempt that moved the phase to Pending/AttemptStarted is
 			// announced by that transition's Event; one that did not (a
 			// replaced pod beside running nodes) needs its own.
@@ -87,7 +91,6 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 		}
 	}
 
-	conds := trainjob.Conditions(tj)
 	for _, typ := range []string{trainjob.ConditionComplete, trainjob.ConditionFailed} {
 		if c := meta.FindStatusCondition(conds, typ); c != nil && c.Status == metav1.ConditionTrue {
 			lifecycle.NeverBound(st, neverBoundMessage(st, typ))
