@@ -83,7 +83,7 @@ func derive(st *tetherv1.WorkerBindingStatus) bool {
 	case registered == 0:
 		return false
 	case terminating > 0 && terminating == withPod:
-		msg := "worker is terminating: SIGTERM"
+		msg := "the worker's pod is terminating"
 		if multi {
 			msg = fmt.Sprintf("every node's pod is terminating (%d of %d)", terminating, st.NodeCount)
 		}
