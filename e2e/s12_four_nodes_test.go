@@ -149,6 +149,8 @@ func TestScenario13FourNodesOneSilent(t *testing.T) {
 		}
 		return nil
 	})
+	perMinute := suite.steadyWrites(t, ns, name, 8*time.Second)
+	logf("scenario 13: four nodes, %.1f status writes/min while heartbeating", perMinute)
 	resume := suite.pauseSidecar(t, pods[2].UID)
 	stopped := time.Now()
 	wb := suite.waitBinding(t, ns, name, 30*time.Second, "HeartbeatLost naming node 2", func(wb *tetherv1.WorkerBinding) error {

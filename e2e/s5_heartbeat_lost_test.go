@@ -22,6 +22,8 @@ func TestScenario5HeartbeatLost(t *testing.T) {
 	pod := suite.injectedPod(t, ns, name, "")
 	suite.waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating))
 
+	perMinute := suite.steadyWrites(t, ns, name, 8*time.Second)
+	logf("scenario 5: one node, %.1f status writes/min while heartbeating", perMinute)
 	resume := suite.pauseSidecar(t, pod.UID)
 	stopped := time.Now()
 	wb := suite.waitBinding(t, ns, name, 30*time.Second, "HeartbeatLost", func(wb *tetherv1.WorkerBinding) error {
