@@ -17,6 +17,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
@@ -138,6 +139,9 @@ func restrictedTrainerPod(ns, name, image string, compliant bool) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-node-0-0-dryrun", Labels: map[string]string{
 			trainjob.JobSetNameLabel: name, trainjob.ReplicatedJobNameLabel: "node",
 			trainjob.JobIndexLabel: "0", trainjob.CompletionIndexLabel: "0",
+			// What Tether's JobSet webhook puts on a bound job's pod template:
+			// only such pods reach the pod webhook.
+			jobconfig.BindLabel: jobconfig.BindValue,
 		}},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyOnFailure, Containers: []corev1.Container{trainer}},
 	}
