@@ -31,7 +31,8 @@ type workerState struct {
 	uploadedBytes int64
 	artifactError string
 	phase         string
-	// lastWrite is when heartbeat fields were last written to the status.
+	// lastWrite is when this worker's last heartbeat was taken in this
+	// session (zero: none yet, so the next is written at once).
 	lastWrite time.Time
 	// lost is true once HeartbeatLost was recorded for the current silence.
 	lost bool
@@ -47,6 +48,25 @@ type hub struct {
 	// onForget drops what others keep per worker (skipped reports) once
 	// the hub forgets it; called with the hub's lock held.
 	onForget func(workerKey)
+	// writtenAt is when each binding's heartbeat status was last queued
+	// for a write by this replica.
+	writtenAt map[types.NamespacedName]time.Time
+}
+
+// writeDue reports whether binding b's heartbeat status is to be written:
+// urgently (a transition to record), or once StatusInterval has passed
+// since its last write from this replica; it records the write.
+func (h *hub) writeDue(b types.NamespacedName, now time.Time, interval time.Duration, urgent bool) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !urgent && now.Sub(h.writtenAt[b]) < interval {
+		return false
+	}
+	if h.writtenAt == nil {
+		h.writtenAt = map[types.NamespacedName]time.Time{}
+	}
+	h.writtenAt[b] = now
+	return true
 }
 
 func newHub() *hub { return &hub{states: map[workerKey]*workerState{}} }
@@ -98,6 +118,12 @@ func (h *hub) forget(key workerKey) {
 	if h.onForget != nil {
 		h.onForget(key)
 	}
+	for k := range h.states {
+		if k.binding == key.binding {
+			return
+		}
+	}
+	delete(h.writtenAt, key.binding)
 }
 
 // snapshot copies the states for a reader that must not hold the lock.

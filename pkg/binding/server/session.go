@@ -325,7 +325,7 @@ func (s *Server) readError(ctx context.Context, sess *session, err error) int {
 func (s *Server) heartbeat(ctx context.Context, sess *session, hb *binding.Heartbeat) (string, int) {
 	key := sess.key
 	now := s.opts.Now()
-	var write, wasLost bool
+	var write, urgent, wasLost bool
 	var phase string
 	s.hub.update(key, func(st *workerState) {
 		st.lastHeartbeat = now
@@ -342,12 +342,14 @@ func (s *Server) heartbeat(ctx context.Context, sess *session, hb *binding.Heart
 		wasLost = st.lost
 		st.lost = false
 		phase = st.phase
-		write = wasLost || newError || phase == "" || phase == string(tetherv1.PhasePending) || phase == string(tetherv1.PhaseRegistered) ||
-			now.Sub(st.lastWrite) >= s.opts.StatusInterval
-		if write {
-			st.lastWrite = now
-		}
+		urgent = wasLost || newError || phase == "" || phase == string(tetherv1.PhasePending) || phase == string(tetherv1.PhaseRegistered) ||
+			st.lastWrite.IsZero()
+		st.lastWrite = now
 	})
+	// Heartbeat-only writes are paced per binding, not per node: one write
+	// carries every node this replica holds, so a job of many nodes costs
+	// no more writes per interval than a job of one.
+	write = s.hub.writeDue(key.binding, now, s.opts.StatusInterval, urgent)
 	s.metrics.heartbeats.Inc()
 	write = s.skipped.note(key, hb.Skipped, hb.SkippedCount) || write
 	if write {
