@@ -66,7 +66,7 @@ func (s *Server) authorizeArtifacts(ctx context.Context, token binding.Token) (s
 // manifestVerified records the store's verdict on a node's manifest; once
 // the TrainJob is complete, the last node's verified manifest completes the
 // binding.
-func (s *Server) manifestVerified(ctx context.Context, job store.Job, res store.ManifestResult) {
+func (s *Server) manifestVerified(ctx context.Context, job store.Job, res store.ManifestResult) error {
 	a := tetherv1.NodeArtifacts{Manifest: res.Key, Verified: res.Verified, Files: int32(res.Files), Bytes: res.Bytes,
 		Missing: res.Missing, MissingCount: int32(res.MissingCount), LastError: res.Err}
 	key := types.NamespacedName{Namespace: job.Namespace, Name: job.Name}
@@ -74,8 +74,9 @@ func (s *Server) manifestVerified(ctx context.Context, job store.Job, res store.
 		return lifecycle.ArtifactsRecorded(st, int32(res.Rank), res.PodUID, a)
 	}); err != nil {
 		s.log.Error(err, "recording the artifact manifest", "binding", key.String(), "node", res.Rank)
-		return
+		return err
 	}
 	s.log.Info("artifact manifest checked", "binding", key.String(), "node", res.Rank, "verified", res.Verified,
 		"files", res.Files, "bytes", res.Bytes, "missing", res.Missing)
+	return nil
 }

@@ -2,15 +2,25 @@ package server
 
 import (
 	"context"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
+
+// maxConflictRetries bounds the re-reads after write conflicts; pauses
+// between them grow from 10ms to 500ms (about 5s in all).
+const maxConflictRetries = 15
+
+func conflictPause(attempt int) time.Duration {
+	return min(10*time.Millisecond<<attempt, 500*time.Millisecond)
+}
 
 // updateStatus applies change to the binding's status and writes it when
 // change reports a change. A conflict (another replica or the controller
@@ -37,8 +47,16 @@ func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key type
 		if err == nil && lifecycle.Transitioned(phase, reason, &wb.Status) {
 			s.recordTransition(wb)
 		}
-		if err == nil || !apierrors.IsConflict(err) || attempt == 4 || s.live == nil {
+		if err == nil || !apierrors.IsConflict(err) || attempt == maxConflictRetries || s.live == nil {
 			return wb, err
+		}
+		// Every node's sidecar, every replica and the controller write this
+		// one object: at a job's end (all nodes flush at once) conflicts come
+		// in runs. A jittered pause lets the writers fall out of step.
+		select {
+		case <-ctx.Done():
+			return wb, ctx.Err()
+		case <-time.After(wait.Jitter(conflictPause(attempt), 1)):
 		}
 		wb = &tetherv1.WorkerBinding{}
 		if err := s.live.Get(ctx, key, wb); err != nil {

@@ -92,10 +92,11 @@ func newEnv(t *testing.T, backend upload.Backend, configure ...func(*Handler, *h
 			defer e.mu.Unlock()
 			e.verified = append(e.verified, verifiedCall{job, key, info})
 		},
-		OnManifest: func(_ context.Context, _ Job, res ManifestResult) {
+		OnManifest: func(_ context.Context, _ Job, res ManifestResult) error {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			e.manifests = append(e.manifests, res)
+			return nil
 		},
 		Log: log,
 	}

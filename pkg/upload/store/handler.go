@@ -78,7 +78,9 @@ type Handler struct {
 	// OnManifest is called for every manifest PUT that passed
 	// authentication and whose body arrived intact: with the checked result,
 	// or with Verified false and Err set for a malformed manifest.
-	OnManifest func(ctx context.Context, job Job, res ManifestResult)
+	// An error means the verdict could not be recorded: the PUT then fails
+	// with 503 so the client uploads the manifest again.
+	OnManifest func(ctx context.Context, job Job, res ManifestResult) error
 	// Log gets one line per request (V(1) for successes, errors at Error).
 	// It never sees the token.
 	Log logr.Logger
@@ -395,7 +397,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		known = dig.md5.Sum(nil)
 		m, perr := parseManifest(buf, jobID)
 		if perr != nil {
-			h.manifestResult(after, job, ManifestResult{Key: rq.key, Rank: manifestRank, Err: "malformed manifest: " + perr.Error()})
+			_ = h.manifestResult(after, job, ManifestResult{Key: rq.key, Rank: manifestRank, Err: "malformed manifest: " + perr.Error()})
 			rq.fail(&apiError{http.StatusBadRequest, "MalformedManifest",
 				"the manifest was not stored: " + perr.Error() + " (docs/artifacts.md describes the format)"})
 			return
@@ -495,8 +497,14 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	hd := rq.w.Header()
 	if manifest != nil {
 		res, verr := verifyManifest(after, h.Backend, rq.key, manifestRank, manifest, h.manifestWorkers())
-		h.manifestResult(after, job, res)
+		rerr := h.manifestResult(after, job, res)
 		rq.log = rq.log.WithValues("manifestVerified", res.Verified, "files", res.Files, "bytes", res.Bytes)
+		if rerr != nil && verr == nil {
+			rq.log.Error(rerr, "recording the manifest's verdict")
+			rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+				"the manifest is stored and checked but its verdict could not be recorded on the binding: upload the manifest again"})
+			return
+		}
 		if verr != nil {
 			rq.log.Error(verr, "checking the manifest's entries")
 			rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
@@ -518,10 +526,11 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		"duration", time.Since(rq.start).String())
 }
 
-func (h *Handler) manifestResult(ctx context.Context, job Job, res ManifestResult) {
+func (h *Handler) manifestResult(ctx context.Context, job Job, res ManifestResult) error {
 	if h.OnManifest != nil {
-		h.OnManifest(ctx, job, res)
+		return h.OnManifest(ctx, job, res)
 	}
+	return nil
 }
 
 // cleanup removes what a failed PUT left at target, keeping target's earlier

@@ -53,6 +53,7 @@ func runHandlerSuite(t *testing.T, newBackend func(t *testing.T) upload.Backend)
 		{"Head", testHead},
 		{"RequestShape", testRequestShape},
 		{"Concurrent", testConcurrent},
+		{"ManifestVerdictNotRecorded", testManifestVerdictNotRecorded},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -714,5 +715,34 @@ func testConcurrent(t *testing.T, e *env) {
 	}
 	for i, v := range versions {
 		e.wantObject(fmt.Sprintf("job-a/own-%d", i), v)
+	}
+}
+
+// A verdict that cannot be recorded on the binding (its status write kept
+// conflicting) fails the manifest PUT with 503, so the sidecar uploads the
+// manifest again instead of taking a 200 for a verdict nobody saw.
+func testManifestVerdictNotRecorded(t *testing.T, e *env) {
+	failures := 1
+	next := e.h.OnManifest
+	e.h.OnManifest = func(ctx context.Context, job Job, res ManifestResult) error {
+		if failures > 0 {
+			failures--
+			return errors.New("conflict after 15 retries")
+		}
+		return next(ctx, job, res)
+	}
+	files := map[string][]byte{"model.bin": data(100, 1)}
+	e.mustPut("job-a/model.bin", files["model.bin"])
+	m := manifestJSON(t, "job-a", files, []string{"model.bin"})
+	resp := e.raw("PUT", "/tether-artifacts/job-a/manifest.json", tokenA, bytes.NewReader(m), int64(len(m)), nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("manifest PUT whose verdict was not recorded: %d (Retry-After %q), want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	resp = e.raw("PUT", "/tether-artifacts/job-a/manifest.json", tokenA, bytes.NewReader(m), int64(len(m)), nil)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderManifestVerified) != "true" {
+		t.Fatalf("manifest PUT again: %d %v", resp.StatusCode, resp.Header)
+	}
+	if len(e.manifests) != 1 || !e.manifests[0].Verified {
+		t.Errorf("recorded verdicts %+v, want the second upload's", e.manifests)
 	}
 }
