@@ -105,7 +105,9 @@ func PodSeen(st *tetherv1.WorkerBindingStatus, p Pod, registered bool, now time.
 	if started != "" {
 		changed = true
 		st.JobSetRestartAttempt = p.RestartAttempt
-		if st.Phase == tetherv1.PhasePending || st.Phase == tetherv1.PhaseFinishing && st.Reason != tetherv1.ReasonAwaitingArtifacts {
+		// Every node starts over (or it is the first start): the binding
+		// waits for the attempt's sidecars, whatever it showed before.
+		if st.Phase == tetherv1.PhasePending || started != tetherv1.AttemptAdmission {
 			set(st, tetherv1.PhasePending, tetherv1.ReasonAttemptStarted,
 				fmt.Sprintf("attempt %d started (%s); waiting for the sidecar to register", st.Attempt, started))
 		}
