@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // balancer stands in for a Service in front of the control plane's
@@ -18,7 +19,14 @@ type balancer struct {
 	backends []string // ready endpoints
 	next     atomic.Uint64
 	wg       sync.WaitGroup
+	// blackhole, while set, holds every byte in both directions, on
+	// established and new connections alike: the peers see a network that
+	// accepts and never delivers (a partition, not a refusal).
+	blackhole atomic.Bool
 }
+
+// setBlackhole starts or ends the black hole.
+func (b *balancer) setBlackhole(on bool) { b.blackhole.Store(on) }
 
 func newBalancer() (*balancer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -55,6 +63,31 @@ func (b *balancer) ready() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]string(nil), b.backends...)
+}
+
+// copy is io.Copy that holds what it read while the black hole lasts.
+func (b *balancer) copy(dst io.Writer, src io.Reader) (int64, error) {
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		k, err := src.Read(buf)
+		for b.blackhole.Load() {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if k > 0 {
+			w, werr := dst.Write(buf[:k])
+			n += int64(w)
+			if werr != nil {
+				return n, werr
+			}
+		}
+		if err != nil {
+			if err == io.EOF {
+				return n, nil
+			}
+			return n, err
+		}
+	}
 }
 
 func (b *balancer) close() {
@@ -94,7 +127,7 @@ func (b *balancer) proxy(client net.Conn) {
 	defer upstream.Close()
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		_, _ = b.copy(dst, src)
 		if tc, ok := dst.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()
 		}

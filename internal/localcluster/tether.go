@@ -73,6 +73,11 @@ type Replica struct {
 // Process is the replica's current process.
 func (r *Replica) Process() *Process { return r.proc }
 
+// BlackholeBinding starts (on) or ends a black hole between the sidecars
+// and the binding "Service": every connection, open or new, is accepted
+// and delivers nothing, in either direction, until it ends.
+func (t *Tether) BlackholeBinding(on bool) { t.bindingLB.setBlackhole(on) }
+
 // BindingURL is the URL the injected sidecars use (the binding "Service").
 func (t *Tether) BindingURL() string { return "https://" + t.bindingLB.Addr() }
 
