@@ -131,6 +131,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		hookServer.Register(PodWebhookPath, &webhook.Admission{Handler: &mutate.PodHandler{
 			Injector:  mutate.PodInjector{Sidecar: opts.sidecarConfig()},
 			TrainJobs: mgr.GetClient(),
+			Live:      mgr.GetAPIReader(),
 			Recorder:  recorder,
 		}})
 	}

@@ -33,6 +33,11 @@ type PodHandler struct {
 	// TrainJobs reads TrainJob metadata, normally from the manager's
 	// metadata-only cache.
 	TrainJobs client.Reader
+	// Live reads a TrainJob the cache does not have (yet) from the API
+	// server; nil trusts the cache. Only pods of bound jobs reach the
+	// webhook, so a miss is rare and worth one GET rather than a bound pod
+	// admitted without its sidecar.
+	Live client.Reader
 	// Recorder records Events on the TrainJob; nil records none. Never used on dryRun.
 	Recorder events.EventRecorder
 }
@@ -163,7 +168,11 @@ func (h *PodHandler) lookup(ctx context.Context, pod *corev1.Pod) (*metav1.Objec
 	}
 	tj := &metav1.PartialObjectMetadata{}
 	tj.SetGroupVersionKind(trainjob.GVK)
-	err := h.TrainJobs.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, tj)
+	key := types.NamespacedName{Namespace: pod.Namespace, Name: name}
+	err := h.TrainJobs.Get(ctx, key, tj)
+	if apierrors.IsNotFound(err) && h.Live != nil {
+		err = h.Live.Get(ctx, key, tj)
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"strings"
 	"testing"
 
@@ -232,4 +233,26 @@ func lookup(v any, path []any) any {
 		}
 	}
 	return v
+}
+
+// A TrainJob the cache does not have yet (its pod came right after it) is
+// read from the API server: the bound pod is injected, not let through.
+func TestPodHandlerReadsATrainJobTheCacheLacks(t *testing.T) {
+	raw := readJSON(t, "testdata/pod/injected-default.in.yaml")
+	live := readTrainJob(t, "testdata/pod/injected-default.trainjob.yaml")
+	for _, tc := range []struct {
+		name string
+		live client.Reader
+		want Reason
+	}{
+		{"cache miss, found live", live, ReasonInjected},
+		{"cache miss, no live reader", nil, SkipNoTrainJob},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &PodHandler{Injector: PodInjector{Sidecar: testSidecar}, TrainJobs: oneTrainJob{}, Live: tc.live}
+			if _, d := admitPod(t, h, raw); d.Reason != tc.want {
+				t.Fatalf("decision %s/%s, want %s", d.Outcome, d.Reason, tc.want)
+			}
+		})
+	}
 }
