@@ -146,12 +146,14 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	artifacts := bindingServer.EnableArtifacts(backend)
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Orchestrators read artifacts with their own Kubernetes identity (docs/orchestrator.md).
+	bindingServer.EnableArtifactReads(backend, bindingserver.KubeReviewer{Clientset: clientset}, 0)
 	logSource := opts.LogSource
 	if logSource == nil {
-		clientset, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return nil, err
-		}
 		logSource = controller.KubeletLogs(clientset)
 	}
 
