@@ -79,8 +79,8 @@ func (c *Client) WaitCommand(ctx context.Context, namespace, name, id string) (*
 			}
 		}
 		if Final(wb.Status.Phase) {
-			return false, &PhaseError{Binding: namespace + "/" + name, Want: "command " + tetherv1.WorkerBindingPhase(id) + " acknowledged",
-				Got: wb.Status.Phase, Reason: wb.Status.Reason, Message: wb.Status.Message}
+			return false, &PhaseError{Binding: namespace + "/" + name, Got: wb.Status.Phase, Reason: wb.Status.Reason, Message: wb.Status.Message,
+				Before: "command " + id + " was acknowledged: a finished job runs no commands"}
 		}
 		return false, nil
 	})

@@ -18,9 +18,15 @@ type PhaseError struct {
 	Got     tetherv1.WorkerBindingPhase
 	Reason  string
 	Message string
+	// Before is what had not happened when the binding ended (e.g. a
+	// command's acknowledgement), if that is what was waited for.
+	Before string
 }
 
 func (e *PhaseError) Error() string {
+	if e.Before != "" {
+		return fmt.Sprintf("WorkerBinding %s ended %s (%s: %s) before %s", e.Binding, e.Got, e.Reason, e.Message, e.Before)
+	}
 	return fmt.Sprintf("WorkerBinding %s ended %s (%s: %s), not %s", e.Binding, e.Got, e.Reason, e.Message, e.Want)
 }
 

@@ -58,7 +58,9 @@ func TrainJob(cfg Config, name string) *unstructured.Unstructured {
 // Run runs the service once, printing what it does to out.
 func Run(ctx context.Context, c *client.Client, cfg Config, out io.Writer) (*Result, error) {
 	res := &Result{}
-	say := func(format string, args ...any) { fmt.Fprintf(out, "[%s] %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...)) }
+	say := func(format string, args ...any) {
+		fmt.Fprintf(out, "[%s] %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
 
 	if err := c.Kube().Create(ctx, TrainJob(cfg, cfg.Job)); err != nil {
 		return nil, fmt.Errorf("creating TrainJob %s: %w", cfg.Job, err)
