@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/pmezard/go-difflib/difflib"
-	eventsv1 "k8s.io/api/events/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
@@ -36,7 +36,7 @@ func bindings() []tetherv1.WorkerBinding {
 			Progress: &tetherv1.Progress{Step: ptr.To[int64](1000), Fraction: "1", Epoch: "3", Loss: "0.1825", UpdatedTime: at(19 * time.Minute)},
 			Nodes: []tetherv1.NodeStatus{
 				{Rank: 0, PodName: "llm-finetune-node-0-0-abcde", RegisteredTime: at(5*time.Minute + 3*time.Second), LastHeartbeatTime: at(19 * time.Minute),
-					LastExit: &tetherv1.TrainerExit{ExitCode: 0, Reason: "Completed", Attempt: 2, FinishedAt: *at(19 * time.Minute)},
+					LastExit:  &tetherv1.TrainerExit{ExitCode: 0, Reason: "Completed", Attempt: 2, FinishedAt: *at(19 * time.Minute)},
 					Artifacts: &tetherv1.NodeArtifacts{Manifest: "llm-0042/manifest.json", Verified: true, Files: 3, Bytes: 3 << 20}},
 				{Rank: 1, PodName: "llm-finetune-node-0-1-fghij", RegisteredTime: at(5*time.Minute + 4*time.Second), LastHeartbeatTime: at(19 * time.Minute), Restarts: 1,
 					LastExit:  &tetherv1.TrainerExit{ExitCode: 0, Reason: "Completed", Attempt: 2, FinishedAt: *at(19 * time.Minute)},
