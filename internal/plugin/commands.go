@@ -13,7 +13,7 @@ func (o *options) commandCmd(name, short string) *cobra.Command {
 	var noWait bool
 	cmd := &cobra.Command{
 		Use:               name + " NAME",
-		Short:             short + ", and wait for every node to acknowledge it",
+		Short:             short + "; waits for every node's acknowledgement",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: o.completeBindings,
 		RunE: func(cmd *cobra.Command, args []string) error {

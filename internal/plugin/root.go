@@ -50,7 +50,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.PersistentFlags().StringVar(&o.tetherURL, "tether-url", os.Getenv(EnvURL), "base URL of the control plane's binding Service, for artifact and log reads (env "+EnvURL+")")
 	root.PersistentFlags().StringVar(&o.tetherCA, "tether-ca", os.Getenv(EnvCA), "PEM file of the CA that signs the binding Service's certificate (env "+EnvCA+"; default: system roots)")
 	root.AddCommand(o.getCmd(), o.describeCmd(), o.logsCmd(), o.artifactsCmd(), o.waitCmd(),
-		o.commandCmd(client.Flush, "Upload every artifact now; training goes on"),
+		o.commandCmd(client.Flush, "Upload every artifact now (training goes on)"),
 		o.commandCmd(client.Drain, "Flush, then have the worker wrap up"),
 		o.commandCmd(client.Cancel, "Flush and stop the trainer"))
 	return root

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -52,29 +53,37 @@ func (c *Client) WaitFor(ctx context.Context, namespace, name string, phase teth
 
 // WaitUntil watches the binding namespace/name until done returns true or
 // an error. It reads the binding first, so a condition already met returns
-// at once, and watches again from the last version seen when the API
-// server ends a watch.
+// at once; a binding that does not exist yet is waited for; when the API
+// server ends a watch, it reads and watches again.
 func (c *Client) WaitUntil(ctx context.Context, namespace, name string, done func(*tetherv1.WorkerBinding) (bool, error)) (*tetherv1.WorkerBinding, error) {
 	for {
 		wb, err := c.Get(ctx, namespace, name)
-		if err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			// Not created yet (the TrainJob was just submitted): the
+			// watch below starts with the binding's ADDED event.
+		case err != nil:
 			return nil, fmt.Errorf("waiting for WorkerBinding %s/%s: %w", namespace, name, err)
-		}
-		if ok, err := done(wb); ok || err != nil {
-			return wb, err
+		default:
+			if ok, err := done(wb); ok || err != nil {
+				return wb, err
+			}
 		}
 		w, err := c.kube.Watch(ctx, &tetherv1.WorkerBindingList{}, crclient.InNamespace(namespace),
 			crclient.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)})
 		if err != nil {
 			return nil, fmt.Errorf("watching WorkerBinding %s/%s: %w", namespace, name, err)
 		}
-		wb, ok, err := drain(ctx, w, done)
+		got, ok, err := drain(ctx, w, done)
 		w.Stop()
 		if ok || err != nil {
-			return wb, err
+			return got, err
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("waiting for WorkerBinding %s/%s: %w", namespace, name, ctx.Err())
+			if wb == nil {
+				return nil, fmt.Errorf("waiting for WorkerBinding %s/%s, which does not exist (is its TrainJob labeled tether.dev/bind=true?): %w", namespace, name, ctx.Err())
+			}
+			return nil, fmt.Errorf("waiting for WorkerBinding %s/%s (phase %s): %w", namespace, name, wb.Status.Phase, ctx.Err())
 		}
 	}
 }
