@@ -214,8 +214,8 @@ func (e *env) waitTrainerStatus(ns, name string, timeout time.Duration) error {
 			last = err
 		} else if ts, ok, _ := unstructured.NestedMap(tj.Object, "status", "trainerStatus"); !ok {
 			last = errors.New("no status.trainerStatus")
-		} else if _, ok := ts["progressPercentage"]; !ok || ts["metrics"] == nil {
-			last = fmt.Errorf("trainerStatus %v lacks progressPercentage or metrics", ts)
+		} else if _, ok := ts["progressPercentage"]; !ok || ts["metrics"] == nil || ts["estimatedRemainingSeconds"] == nil {
+			last = fmt.Errorf("trainerStatus %v lacks progressPercentage, estimatedRemainingSeconds (from the step rate) or metrics", ts)
 		} else {
 			for _, mf := range tj.GetManagedFields() {
 				if mf.Manager == controller.TrainerStatusFieldManager && mf.Subresource == "status" {
