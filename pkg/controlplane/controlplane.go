@@ -148,18 +148,21 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	artifacts := bindingServer.EnableArtifacts(backend)
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Orchestrators read artifacts with their own Kubernetes identity (docs/orchestrator.md).
+	bindingServer.EnableArtifactReads(backend, bindingserver.KubeReviewer{Clientset: clientset}, opts.PresignTTL)
 	logSource := opts.LogSource
 	if logSource == nil {
-		clientset, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return nil, err
-		}
 		logSource = controller.KubeletLogs(clientset)
 	}
 
 	// Metrics are registered while the control plane runs, so a control
 	// plane restarted in the same process (tests) exports its own.
-	collectors := append(append(mutate.Collectors(), bindingServer.Metrics().Collectors()...), &controller.PhaseCollector{Cache: mgr.GetCache(), Elected: mgr.Elected()})
+	collectors := append(append(mutate.Collectors(), bindingServer.Metrics().Collectors()...), &controller.PhaseCollector{Cache: mgr.GetCache(), Elected: mgr.Elected()},
+		&controller.ProgressCollector{Cache: mgr.GetCache(), Elected: mgr.Elected()})
 	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
 		var registered []prometheus.Collector
 		for _, c := range collectors {
@@ -234,6 +237,11 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 	if err := (&controller.OrphanReconciler{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Events: recorder, Pending: artifacts}).
 		SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the orphaned-binding controller: %w", err)
+	}
+
+	if err := (&controller.TrainerStatusReconciler{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Off: opts.TrainerStatus == "off"}).
+		SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the trainer-status controller: %w", err)
 	}
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -67,6 +67,11 @@ type Options struct {
 	S3         S3Options
 	// LogCapBytes bounds each archived trainer log (its end is kept).
 	LogCapBytes int64
+	// TrainerStatus is auto (write the worker's progress into
+	// TrainJob.status.trainerStatus unless the trainer reports it) or off.
+	TrainerStatus string
+	// PresignTTL is how long a presigned artifact read URL lives.
+	PresignTTL time.Duration
 	// LogSource replaces reading logs through the API server (pods/log):
 	// tests without a kubelet use it. Nil in production.
 	LogSource controller.LogSource
@@ -97,6 +102,8 @@ func DefaultOptions() Options {
 		ArtifactBackend:  "fs",
 		ArtifactDir:      "/var/lib/tether/artifacts",
 		LogCapBytes:      10 << 20,
+		TrainerStatus:    "auto",
+		PresignTTL:       5 * time.Minute,
 		MetricsAddr:      ":8080",
 		HealthAddr:       ":8081",
 		SidecarImage:     version.Image("tether-sidecar"), // the tag is the control plane's own version
@@ -138,6 +145,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.S3.Insecure, "s3-insecure", o.S3.Insecure, "use plain HTTP to the S3 endpoint (tests only)")
 	fs.StringVar(&o.S3.CredentialsDir, "s3-credentials-dir", o.S3.CredentialsDir, "directory holding access-key and secret-key files (a mounted Secret)")
 	fs.Int64Var(&o.LogCapBytes, "log-cap-bytes", o.LogCapBytes, "largest trainer log archived per pod; a longer one keeps its end, with a marker")
+	fs.StringVar(&o.TrainerStatus, "trainer-status", o.TrainerStatus, "auto: write bound jobs' progress into TrainJob.status.trainerStatus when the trainer does not report it (a TrainJob may opt out with tether.dev/trainer-status=off); off: never")
+	fs.DurationVar(&o.PresignTTL, "presign-ttl", o.PresignTTL, "lifetime of the presigned URLs the artifact read endpoint hands out (S3 backend; at most 1h)")
 	fs.StringVar(&o.CABundleFile, "ca-bundle-file", o.CABundleFile, "PEM CA bundle put into token Secrets for the sidecar (default <cert-dir>/ca.crt)")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address of the Prometheus /metrics endpoint ('0' disables)")
 	fs.StringVar(&o.HealthAddr, "health-probe-bind-address", o.HealthAddr, "address of /healthz and /readyz")
@@ -167,6 +176,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--status-interval=%s: must be at least 1s", o.StatusInterval)
 	case o.MissedHeartbeats < 1:
 		return fmt.Errorf("--missed-heartbeats=%d: must be at least 1", o.MissedHeartbeats)
+	case o.TrainerStatus != "auto" && o.TrainerStatus != "off":
+		return fmt.Errorf("--trainer-status=%q: must be auto or off", o.TrainerStatus)
+	case o.PresignTTL < time.Second || o.PresignTTL > time.Hour:
+		return fmt.Errorf("--presign-ttl=%s: must be between 1s and 1h (a read URL should die soon)", o.PresignTTL)
 	case o.TokenOverlap < 0 || o.TokenOverlap > time.Hour:
 		return fmt.Errorf("--token-overlap=%s: must be between 0 and 1h (a replaced token must die soon)", o.TokenOverlap)
 	}

@@ -29,9 +29,19 @@ const (
 	// SidecarImageAnnotation overrides the control plane's sidecar image for one job.
 	SidecarImageAnnotation = "tether.dev/sidecar-image"
 
+	// TrainerStatusAnnotation says whether Tether writes the worker's
+	// progress into TrainJob.status.trainerStatus: auto (the default: when
+	// the trainer does not report it natively) or off.
+	TrainerStatusAnnotation = "tether.dev/trainer-status"
 	// PodStatusAnnotation records what the pod webhook injected; its presence
 	// makes re-invocation a no-op.
 	PodStatusAnnotation = "tether.dev/status"
+)
+
+// Values of TrainerStatusAnnotation.
+const (
+	TrainerStatusAuto = "auto"
+	TrainerStatusOff  = "off"
 )
 
 // Values of NodesAnnotation.

@@ -35,6 +35,8 @@ type Settings struct {
 	SidecarImage string
 	// Nodes is NodesAll or NodesPrimary.
 	Nodes string
+	// TrainerStatus is TrainerStatusAuto or TrainerStatusOff.
+	TrainerStatus string
 }
 
 // InvalidAnnotationError says which annotation is wrong, what it holds and what
@@ -96,8 +98,18 @@ func parse(annotations map[string]string) (Settings, []error) {
 		HeartbeatInterval: DefaultHeartbeatInterval,
 		TrainerContainer:  DefaultTrainerContainer,
 		Nodes:             NodesAll,
+		TrainerStatus:     TrainerStatusAuto,
 	}
 	var errs []error
+	if v, ok := annotations[TrainerStatusAnnotation]; ok {
+		if v != TrainerStatusAuto && v != TrainerStatusOff {
+			errs = append(errs, &InvalidAnnotationError{Key: TrainerStatusAnnotation, Value: v,
+				Problem: "must be " + TrainerStatusAuto + " (Tether writes TrainJob.status.trainerStatus unless the trainer reports it) or " +
+					TrainerStatusOff + " (never)", Example: TrainerStatusOff})
+		} else {
+			s.TrainerStatus = v
+		}
+	}
 	if v, ok := annotations[NodesAnnotation]; ok {
 		if v != NodesAll && v != NodesPrimary {
 			errs = append(errs, &InvalidAnnotationError{Key: NodesAnnotation, Value: v,

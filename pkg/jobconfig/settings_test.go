@@ -15,6 +15,7 @@ func defaults() Settings {
 		HeartbeatInterval: DefaultHeartbeatInterval,
 		TrainerContainer:  DefaultTrainerContainer,
 		Nodes:             NodesAll,
+		TrainerStatus:     TrainerStatusAuto,
 	}
 }
 
@@ -72,6 +73,8 @@ func TestParseValid(t *testing.T) {
 		{SidecarImageAnnotation, "busybox", func(s *Settings) { s.SidecarImage = "busybox" }},
 		{NodesAnnotation, NodesPrimary, func(s *Settings) { s.Nodes = NodesPrimary }},
 		{NodesAnnotation, NodesAll, func(s *Settings) {}},
+		{TrainerStatusAnnotation, TrainerStatusOff, func(s *Settings) { s.TrainerStatus = TrainerStatusOff }},
+		{TrainerStatusAnnotation, TrainerStatusAuto, func(s *Settings) {}},
 		{SidecarImageAnnotation, "ghcr.io/tether-dev/tether-sidecar@sha256:" + strings.Repeat("ab", 32), func(s *Settings) {
 			s.SidecarImage = "ghcr.io/tether-dev/tether-sidecar@sha256:" + strings.Repeat("ab", 32)
 		}},
@@ -104,6 +107,8 @@ func TestParseInvalid(t *testing.T) {
 		{ArtifactPathAnnotation, "", "absolute"},
 		{NodesAnnotation, "rank0", "must be all (every node is bound) or primary"},
 		{NodesAnnotation, "Primary", "must be all"},
+		{TrainerStatusAnnotation, "on", "must be auto (Tether writes TrainJob.status.trainerStatus unless the trainer reports it) or off"},
+		{TrainerStatusAnnotation, "", "must be auto"},
 		{ArtifactPathAnnotation, "workspace/artifacts", "absolute"},
 		{ArtifactPathAnnotation, "/workspace/../etc", "clean"},
 		{ArtifactPathAnnotation, "/workspace/./artifacts", "clean"},

@@ -1,0 +1,102 @@
+package plugin
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/tether-dev/tether/pkg/client"
+)
+
+// Env variables that default the read endpoint's flags.
+const (
+	EnvURL = "TETHER_URL"
+	EnvCA  = "TETHER_CA"
+)
+
+// options are the flags every command shares.
+type options struct {
+	config        *genericclioptions.ConfigFlags
+	streams       genericiooptions.IOStreams
+	allNamespaces bool
+	output        string
+	tetherURL     string
+	tetherCA      string
+	// now is the clock of ages and durations (tests fix it).
+	now func() time.Time
+}
+
+// NewCommand returns kubectl tether's root command.
+func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{config: genericclioptions.NewConfigFlags(true), streams: streams, now: time.Now}
+	root := &cobra.Command{
+		Use:   "kubectl-tether",
+		Short: "Follow and command Tether-bound TrainJobs",
+		Long: "kubectl tether shows the WorkerBindings of Tether-bound TrainJobs (a binding has its TrainJob's name),\n" +
+			"their artifacts and archived logs, and sends them flush, drain and cancel commands.\n" +
+			"Artifact and log reads go to the control plane's read endpoint (--tether-url, or " + EnvURL + ")\n" +
+			"with your kubeconfig's bearer token; it checks that you may get the WorkerBinding.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	o.config.AddFlags(root.PersistentFlags())
+	root.PersistentFlags().StringVar(&o.tetherURL, "tether-url", os.Getenv(EnvURL), "base URL of the control plane's binding Service, for artifact and log reads (env "+EnvURL+")")
+	root.PersistentFlags().StringVar(&o.tetherCA, "tether-ca", os.Getenv(EnvCA), "PEM file of the CA that signs the binding Service's certificate (env "+EnvCA+"; default: system roots)")
+	root.AddCommand(o.getCmd(), o.describeCmd(), o.logsCmd(), o.artifactsCmd(), o.waitCmd(),
+		o.commandCmd(client.Flush, "Upload every artifact now (training goes on)"),
+		o.commandCmd(client.Drain, "Flush, then have the worker wrap up"),
+		o.commandCmd(client.Cancel, "Flush and stop the trainer"))
+	return root
+}
+
+// client builds a pkg/client Client from the kubeconfig flags.
+func (o *options) client() (*client.Client, error) {
+	cfg, err := o.config.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	opts := client.Options{ReadURL: o.tetherURL}
+	if o.tetherCA != "" {
+		if opts.ReadCA, err = os.ReadFile(o.tetherCA); err != nil {
+			return nil, fmt.Errorf("--tether-ca: %w", err)
+		}
+	}
+	return client.New(cfg, opts)
+}
+
+// namespace is -n, else the kubeconfig context's namespace.
+func (o *options) namespace() (string, error) {
+	ns, _, err := o.config.ToRawKubeConfigLoader().Namespace()
+	return ns, err
+}
+
+// completeBindings completes a WorkerBinding name in the namespace.
+func (o *options) completeBindings(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	c, err := o.client()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	ns, err := o.namespace()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	list, err := c.List(cmd.Context(), ns)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	names := make([]string, 0, len(list))
+	for _, wb := range list {
+		names = append(names, wb.Name)
+	}
+	return names, cobra.ShellCompDirectiveNoFileComp
+}

@@ -1,0 +1,29 @@
+package server
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseReadPath(t *testing.T) {
+	ns, name, rel, err := parseReadPath(ReadPathPrefix + "team-a/workerbindings/llm.v2/objects/nodes/1/ckpt/step 100.pt")
+	if err != nil || ns != "team-a" || name != "llm.v2" || rel != "nodes/1/ckpt/step 100.pt" {
+		t.Fatalf("parseReadPath = %q %q %q %v", ns, name, rel, err)
+	}
+	for path, want := range map[string]string{
+		ReadPathPrefix + "team-a/workerbindings/llm/objects/":                     "use " + ReadPathPrefix,
+		ReadPathPrefix + "team-a/workerbindings/llm":                              "use " + ReadPathPrefix,
+		ReadPathPrefix + "team-a/trainjobs/llm/objects/a":                         "use " + ReadPathPrefix,
+		ReadPathPrefix + "Team_A/workerbindings/llm/objects/a":                    `namespace "Team_A"`,
+		ReadPathPrefix + "team-a/workerbindings/LLM/objects/a":                    `WorkerBinding name "LLM"`,
+		ReadPathPrefix + strings.Repeat("a", 300) + "/workerbindings/x/objects/a": "namespace",
+	} {
+		_, _, _, err := parseReadPath(path)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseReadPath(%.60q) = %v, want an error containing %q", path, err, want)
+		}
+		if err != nil && len(err.Error()) > 400 {
+			t.Errorf("error for a long path is %d bytes: bounded inputs give bounded errors", len(err.Error()))
+		}
+	}
+}

@@ -1,0 +1,257 @@
+package client
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// readPrefix mirrors the binding server's read endpoint
+// (pkg/binding/server.ReadPathPrefix); a test keeps them equal.
+const (
+	readPrefix = "/orchestrator/v1/namespaces/"
+)
+
+// maxManifestBytes is the largest manifest the store accepts.
+const maxManifestBytes = 16 << 20
+
+// Artifact is one file a node's manifest lists.
+type Artifact struct {
+	// Rank is the node that uploaded it.
+	Rank int32 `json:"rank"`
+	// Path is relative to the job's prefix: <path> for rank 0,
+	// nodes/<rank>/<path> for the others (what Download takes).
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+	// MD5 is the lowercase hex MD5 the manifest lists.
+	MD5 string `json:"md5"`
+	// Verified is true when the binding server verified the node's
+	// manifest and did not name this file missing.
+	Verified bool `json:"verified"`
+}
+
+// ErrNoReads is returned by reads on a Client without Options.ReadURL.
+var ErrNoReads = errors.New("no read endpoint configured: set the control plane's binding URL (Options.ReadURL, --tether-url or TETHER_URL)")
+
+// Artifacts lists the files of every bound node's current manifest, rank
+// by rank. A node without a manifest yet contributes nothing.
+func (c *Client) Artifacts(ctx context.Context, wb *tetherv1.WorkerBinding) ([]Artifact, error) {
+	var out []Artifact
+	for _, n := range nodes(wb) {
+		a := n.Artifacts
+		if a == nil || a.Manifest == "" {
+			continue
+		}
+		rel, ok := strings.CutPrefix(a.Manifest, wb.Spec.JobID+"/")
+		if !ok {
+			return nil, fmt.Errorf("node %d's manifest key %q is not under the job's prefix %s/", n.Rank, a.Manifest, wb.Spec.JobID)
+		}
+		body, err := c.open(ctx, wb, rel)
+		if err != nil {
+			return nil, fmt.Errorf("node %d's manifest: %w", n.Rank, err)
+		}
+		var m upload.Manifest
+		err = json.NewDecoder(io.LimitReader(body, maxManifestBytes)).Decode(&m)
+		_ = body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("node %d's manifest %s: %w", n.Rank, a.Manifest, err)
+		}
+		prefix := upload.NodePrefix(int(n.Rank))
+		for _, f := range m.Files {
+			p := prefix + f.Path
+			out = append(out, Artifact{Rank: n.Rank, Path: p, Size: f.Size, MD5: f.MD5,
+				Verified: a.Verified && !slices.Contains(a.Missing, p) && !slices.Contains(a.Missing, f.Path)})
+		}
+	}
+	return out, nil
+}
+
+// nodes are the binding's nodes; a binding written before per-node status
+// has its node 0 in status.artifacts only.
+func nodes(wb *tetherv1.WorkerBinding) []tetherv1.NodeStatus {
+	if len(wb.Status.Nodes) > 0 {
+		return wb.Status.Nodes
+	}
+	if a := wb.Status.Artifacts; a != nil && a.Manifest != "" {
+		return []tetherv1.NodeStatus{{Rank: 0, Artifacts: &tetherv1.NodeArtifacts{Manifest: a.Manifest, Verified: a.ManifestVerified,
+			Files: a.Files, Bytes: a.Bytes, Missing: a.Missing, MissingCount: a.MissingCount}}}
+	}
+	return nil
+}
+
+// DigestError is a download whose content is not what the manifest lists.
+type DigestError struct {
+	Path              string
+	WantMD5, GotMD5   string
+	WantSize, GotSize int64
+}
+
+func (e *DigestError) Error() string {
+	if e.WantSize != e.GotSize {
+		return fmt.Sprintf("artifact %s: %d bytes read, the manifest lists %d: the stored object was changed or truncated; refusing it", e.Path, e.GotSize, e.WantSize)
+	}
+	return fmt.Sprintf("artifact %s: MD5 %s, the manifest lists %s: the stored object was changed; refusing it", e.Path, e.GotMD5, e.WantMD5)
+}
+
+// Find returns the verified artifact at path (relative to the job's prefix).
+func (c *Client) Find(ctx context.Context, wb *tetherv1.WorkerBinding, path string) (Artifact, error) {
+	list, err := c.Artifacts(ctx, wb)
+	if err != nil {
+		return Artifact{}, err
+	}
+	for _, a := range list {
+		if a.Path == path {
+			if !a.Verified {
+				return a, fmt.Errorf("artifact %s of %s/%s is not verified (its node's manifest names it missing, or is not verified): refusing to download it", path, wb.Namespace, wb.Name)
+			}
+			return a, nil
+		}
+	}
+	return Artifact{}, fmt.Errorf("no artifact %s in the manifests of %s/%s (kubectl tether artifacts ls lists them)", path, wb.Namespace, wb.Name)
+}
+
+// Download writes the verified artifact at path to w and checks its size
+// and MD5 against the manifest. Bytes already written when the check fails
+// are the caller's to discard (DownloadFile does).
+func (c *Client) Download(ctx context.Context, wb *tetherv1.WorkerBinding, path string, w io.Writer) (Artifact, error) {
+	a, err := c.Find(ctx, wb, path)
+	if err != nil {
+		return a, err
+	}
+	body, err := c.open(ctx, wb, path)
+	if err != nil {
+		return a, err
+	}
+	defer body.Close()
+	h := md5.New()
+	// One byte past the size, so a longer object is noticed.
+	n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(body, a.Size+1))
+	if err != nil {
+		return a, fmt.Errorf("artifact %s: %w", path, err)
+	}
+	return a, check(a, n, h)
+}
+
+func check(a Artifact, n int64, h hash.Hash) error {
+	got := hex.EncodeToString(h.Sum(nil))
+	if n != a.Size || got != a.MD5 {
+		return &DigestError{Path: a.Path, WantMD5: a.MD5, GotMD5: got, WantSize: a.Size, GotSize: n}
+	}
+	return nil
+}
+
+// DownloadFile downloads the verified artifact at path into dest, which
+// appears only once its MD5 matched (written next to it, then renamed).
+func (c *Client) DownloadFile(ctx context.Context, wb *tetherv1.WorkerBinding, path, dest string) (Artifact, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".*.part")
+	if err != nil {
+		return Artifact{}, err
+	}
+	defer os.Remove(tmp.Name())
+	a, err := c.Download(ctx, wb, path, tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return a, err
+	}
+	return a, os.Rename(tmp.Name(), dest)
+}
+
+// Log opens the archived trainer log of pod (status.artifacts.logs).
+func (c *Client) Log(ctx context.Context, wb *tetherv1.WorkerBinding, pod string) (io.ReadCloser, error) {
+	rel := "logs/" + pod + ".log"
+	if a := wb.Status.Artifacts; a == nil || !slices.Contains(a.Logs, wb.Spec.JobID+"/"+rel) {
+		return nil, fmt.Errorf("no archived log of pod %s in %s/%s (status.artifacts.logs lists them; a log is archived once the trainer container terminated)", pod, wb.Namespace, wb.Name)
+	}
+	return c.open(ctx, wb, rel)
+}
+
+// LogPods are the pods whose trainer logs are archived, in the order listed.
+func LogPods(wb *tetherv1.WorkerBinding) []string {
+	var pods []string
+	if a := wb.Status.Artifacts; a != nil {
+		for _, k := range a.Logs {
+			p := strings.TrimPrefix(k, wb.Spec.JobID+"/logs/")
+			pods = append(pods, strings.TrimSuffix(p, ".log"))
+		}
+	}
+	return pods
+}
+
+// ReadError is the read endpoint's refusal.
+type ReadError struct {
+	Status  int
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+func (e *ReadError) Error() string {
+	return fmt.Sprintf("read endpoint: %d %s: %s", e.Status, e.Reason, e.Message)
+}
+
+// open reads the stored object at rel (relative to the job's prefix)
+// through the read endpoint, following a presigned redirect to the store.
+func (c *Client) open(ctx context.Context, wb *tetherv1.WorkerBinding, rel string) (io.ReadCloser, error) {
+	if c.http == nil {
+		return nil, ErrNoReads
+	}
+	u := *c.read
+	u.Path = readPrefix + wb.Namespace + "/workerbindings/" + wb.Name + "/objects/" + rel
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return resp.Body, nil
+	case http.StatusTemporaryRedirect:
+		_ = resp.Body.Close()
+		return c.openPresigned(ctx, resp.Header.Get("Location"))
+	}
+	defer resp.Body.Close()
+	re := &ReadError{Status: resp.StatusCode}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(re); err != nil || re.Reason == "" {
+		re.Reason, re.Message = http.StatusText(resp.StatusCode), "no error body (is --tether-url the binding Service?)"
+	}
+	return nil, re
+}
+
+func (c *Client) openPresigned(ctx context.Context, loc string) (io.ReadCloser, error) {
+	u, err := url.Parse(loc)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") {
+		return nil, fmt.Errorf("read endpoint redirected to %q: not an http(s) URL", loc)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.store.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetching the presigned URL from the store: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		_ = resp.Body.Close()
+		return nil, fmt.Errorf("the store answered the presigned URL with %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return resp.Body, nil
+}

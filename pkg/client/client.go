@@ -1,0 +1,132 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+)
+
+// Options configure New.
+type Options struct {
+	// ReadURL is the base URL of the control plane's read endpoint (the
+	// binding Service, e.g. https://tether-control-plane.tether-system.svc:9443).
+	// Empty disables artifact and log reads.
+	ReadURL string
+	// ReadCA is the PEM bundle that signs the read endpoint's certificate
+	// (the control plane's CA); empty uses the system roots.
+	ReadCA []byte
+	// StoreTransport fetches presigned URLs from the store (default: a
+	// plain transport with the system roots). It never carries the
+	// caller's Kubernetes credentials.
+	StoreTransport http.RoundTripper
+}
+
+// Client reads and commands bound jobs.
+type Client struct {
+	kube  crclient.WithWatch
+	read  *url.URL
+	http  *http.Client
+	store *http.Client
+}
+
+// Scheme is what the client speaks: Kubernetes' built-in types and Tether's.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = tetherv1.AddToScheme(s)
+	return s
+}
+
+// New returns a Client for cfg. The read endpoint authenticates cfg's
+// bearer token (token, token file or exec plugin): a kubeconfig that
+// authenticates with a client certificate only cannot read artifacts.
+func New(cfg *rest.Config, opts Options) (*Client, error) {
+	kube, err := crclient.NewWithWatch(cfg, crclient.Options{Scheme: Scheme()})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	c := &Client{kube: kube}
+	if opts.ReadURL == "" {
+		return c, nil
+	}
+	if c.read, err = url.Parse(strings.TrimSuffix(opts.ReadURL, "/")); err != nil || c.read.Scheme != "https" || c.read.Host == "" {
+		return nil, fmt.Errorf("read URL %q: want https://host[:port] of the control plane's binding Service", opts.ReadURL)
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if len(opts.ReadCA) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(opts.ReadCA) {
+			return nil, errors.New("read CA: no PEM certificate found")
+		}
+		tlsConfig.RootCAs = pool
+	}
+	base := &http.Transport{TLSClientConfig: tlsConfig, Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 30 * time.Second}
+	// Only the bearer token of cfg, never its client certificate (the
+	// read endpoint has no use for it): HTTPWrappersForConfig adds the
+	// token, a rotating token file or an exec plugin's token.
+	rt, err := rest.HTTPWrappersForConfig(cfg, base)
+	if err != nil {
+		return nil, err
+	}
+	hasToken := cfg.BearerToken != "" || cfg.BearerTokenFile != "" || cfg.ExecProvider != nil || cfg.AuthProvider != nil
+	if !hasToken {
+		rt = noToken{}
+	}
+	// Redirects are followed by hand: the presigned URL must be fetched
+	// without the caller's Kubernetes token.
+	c.http = &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	st := opts.StoreTransport
+	if st == nil {
+		st = &http.Transport{Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 30 * time.Second}
+	}
+	c.store = &http.Client{Transport: st, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return c, nil
+}
+
+// noToken refuses reads when the kubeconfig carries no bearer token.
+type noToken struct{}
+
+func (noToken) RoundTrip(*http.Request) (*http.Response, error) {
+	return nil, errors.New("the kubeconfig has no bearer token, and the read endpoint authenticates Kubernetes bearer tokens: " +
+		"use a kubeconfig user with a token (kubectl create token <serviceaccount>) or pass --token")
+}
+
+// Kube is the underlying Kubernetes client.
+func (c *Client) Kube() crclient.WithWatch { return c.kube }
+
+// Get returns the WorkerBinding of TrainJob namespace/name (a binding has
+// its TrainJob's name).
+func (c *Client) Get(ctx context.Context, namespace, name string) (*tetherv1.WorkerBinding, error) {
+	wb := &tetherv1.WorkerBinding{}
+	if err := c.kube.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, wb); err != nil {
+		return nil, err
+	}
+	return wb, nil
+}
+
+// List returns the WorkerBindings of namespace ("" for every namespace).
+func (c *Client) List(ctx context.Context, namespace string) ([]tetherv1.WorkerBinding, error) {
+	var list tetherv1.WorkerBindingList
+	var opts []crclient.ListOption
+	if namespace != "" {
+		opts = append(opts, crclient.InNamespace(namespace))
+	}
+	if err := c.kube.List(ctx, &list, opts...); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
