@@ -10,6 +10,7 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 	"github.com/distribution/reference"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tether-dev/tether/pkg/binding"
 )
@@ -35,6 +36,9 @@ type Settings struct {
 	SidecarImage string
 	// Nodes is NodesAll or NodesPrimary.
 	Nodes string
+	// SidecarRequests and SidecarLimits are nil unless the TrainJob
+	// overrides the control plane's (per resource; see MergeResources).
+	SidecarRequests, SidecarLimits corev1.ResourceList
 }
 
 // InvalidAnnotationError says which annotation is wrong, what it holds and what
@@ -148,6 +152,28 @@ func parse(annotations map[string]string) (Settings, []error) {
 				Problem: "not an image reference: " + perr.Error(), Example: "ghcr.io/tether-dev/tether-sidecar:v0.1.0"})
 		} else {
 			s.SidecarImage = v
+		}
+	}
+	for _, r := range []struct {
+		key     string
+		into    *corev1.ResourceList
+		example string
+	}{{SidecarRequestsAnnotation, &s.SidecarRequests, "cpu=100m,memory=128Mi"}, {SidecarLimitsAnnotation, &s.SidecarLimits, "cpu=2,memory=256Mi"}} {
+		if v, ok := annotations[r.key]; ok {
+			list, perr := ParseResourceList(v)
+			if perr != nil {
+				errs = append(errs, &InvalidAnnotationError{Key: r.key, Value: v, Problem: perr.Error(), Example: r.example})
+				continue
+			}
+			*r.into = list
+		}
+	}
+	// Requests over limits within the annotations themselves; against the
+	// control plane's defaults the pod webhook checks the merged result.
+	if s.SidecarRequests != nil && s.SidecarLimits != nil {
+		if _, merr := MergeResources(corev1.ResourceRequirements{}, s.SidecarRequests, s.SidecarLimits); merr != nil {
+			errs = append(errs, &InvalidAnnotationError{Key: SidecarRequestsAnnotation, Value: annotations[SidecarRequestsAnnotation],
+				Problem: merr.Error() + " (" + SidecarLimitsAnnotation + "=" + annotations[SidecarLimitsAnnotation] + ")", Example: "cpu=100m,memory=128Mi"})
 		}
 	}
 	for _, key := range []string{JobIDAnnotation, WorkerIDAnnotation} {
