@@ -83,7 +83,7 @@ type Options struct {
 	// resource (--sidecar-requests, --sidecar-limits); a TrainJob may
 	// override them again with its annotations.
 	SidecarRequests, SidecarLimits corev1.ResourceList
-	ServerURL    string
+	ServerURL                      string
 }
 
 // DefaultOptions are the values of the flags when none is given.
