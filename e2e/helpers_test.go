@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -326,4 +327,28 @@ func (e *env) dumpOnFailure(t *testing.T, ns string) {
 		}
 		t.Logf("cluster logs in %s (set TETHER_E2E_KEEP=1 to keep them)", filepath.Join(e.c.Dir, "logs"))
 	})
+}
+
+// pauseSidecar stops the pod's sidecar process (SIGSTOP), as a hung or
+// partitioned sidecar, and returns resume (SIGCONT); the test's cleanup
+// resumes it if the test did not.
+func (e *env) pauseSidecar(t *testing.T, pod types.UID) (resume func()) {
+	t.Helper()
+	sidecar := e.runner.Sidecar(pod)
+	if sidecar == nil {
+		t.Fatalf("no sidecar process for pod %s", pod)
+	}
+	if err := sidecar.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			if err := sidecar.Signal(syscall.SIGCONT); err != nil {
+				t.Errorf("resuming the sidecar: %v", err)
+			}
+		})
+	}
+	t.Cleanup(resume)
+	return resume
 }

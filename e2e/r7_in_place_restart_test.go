@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 )
@@ -106,8 +108,23 @@ func TestRealNode7TrainerRestartedInPlace(t *testing.T) {
 	if _, ok := suite.stored(t, jobID)[".standin-runs"]; ok {
 		t.Error("the excluded run counter was stored")
 	}
-	if !strings.Contains(suite.podLog(t, pod, "node", true), "failing with exit code 3") {
-		t.Error("the previous run's log (pods/log?previous=true) does not show its failure")
+	// Each run's log is archived: the first (read through pods/log with
+	// previous=true after the restart, or at its exit) and the second. The
+	// kubelet has garbage-collected the first run's container by now.
+	for key, want := range map[string]string{
+		controller.LogKey(jobID, pod.Name):           "failing with exit code 3",
+		controller.RestartLogKey(jobID, pod.Name, 1): "final model written",
+	} {
+		eventually(t, 60*time.Second, "archived log "+key, func() error {
+			body, _, err := suite.tether.S3.Get(context.Background(), key)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(string(body), want) {
+				return fmt.Errorf("%s lacks %q: %q", key, want, body)
+			}
+			return nil
+		})
 	}
 	logf("real node 7: first run exited %d at %s, restarted %s later; %d files stored", last.ExitCode,
 		last.FinishedAt.Format(time.RFC3339), containerStatus(pod, "node").State.Terminated.StartedAt.Sub(last.FinishedAt.Time), len(files))

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -150,20 +149,10 @@ func TestScenario13FourNodesOneSilent(t *testing.T) {
 		}
 		return nil
 	})
-	sidecar := suite.runner.Sidecar(pods[2].UID)
-	if sidecar == nil {
-		t.Fatal("no sidecar process for node 2")
-	}
-	if err := sidecar.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	perMinute := suite.steadyWrites(t, ns, name, 8*time.Second)
+	logf("scenario 13: four nodes, %.1f status writes/min while heartbeating", perMinute)
+	resume := suite.pauseSidecar(t, pods[2].UID)
 	stopped := time.Now()
-	resumed := false
-	defer func() {
-		if !resumed {
-			_ = sidecar.Signal(syscall.SIGCONT)
-		}
-	}()
 	wb := suite.waitBinding(t, ns, name, 30*time.Second, "HeartbeatLost naming node 2", func(wb *tetherv1.WorkerBinding) error {
 		c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost)
 		switch {
@@ -188,10 +177,7 @@ func TestScenario13FourNodesOneSilent(t *testing.T) {
 		}
 		return fmt.Errorf("none yet (%v)", suite.eventReasons(t, ns, name))
 	})
-	if err := sidecar.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	resumed = true
+	resume()
 	suite.waitBinding(t, ns, name, 30*time.Second, "heartbeats resumed", func(wb *tetherv1.WorkerBinding) error {
 		if lost := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost); lost == nil || lost.Status != "False" {
 			return fmt.Errorf("condition %+v", lost)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,20 +22,10 @@ func TestScenario5HeartbeatLost(t *testing.T) {
 	pod := suite.injectedPod(t, ns, name, "")
 	suite.waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating))
 
-	sidecar := suite.runner.Sidecar(pod.UID)
-	if sidecar == nil {
-		t.Fatal("no sidecar process for the pod")
-	}
-	if err := sidecar.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	perMinute := suite.steadyWrites(t, ns, name, 8*time.Second)
+	logf("scenario 5: one node, %.1f status writes/min while heartbeating", perMinute)
+	resume := suite.pauseSidecar(t, pod.UID)
 	stopped := time.Now()
-	resumed := false
-	defer func() {
-		if !resumed {
-			_ = sidecar.Signal(syscall.SIGCONT)
-		}
-	}()
 	wb := suite.waitBinding(t, ns, name, 30*time.Second, "HeartbeatLost", func(wb *tetherv1.WorkerBinding) error {
 		c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost)
 		if c == nil || c.Status != "True" || wb.Status.Reason != tetherv1.ReasonHeartbeatLost {
@@ -58,10 +47,7 @@ func TestScenario5HeartbeatLost(t *testing.T) {
 	})
 	eventually(t, 10*time.Second, "HeartbeatLost Event", func() error { return hasAll(suite.eventReasons(t, ns, name), "HeartbeatLost") })
 
-	if err := sidecar.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	resumed = true
+	resume()
 	suite.waitBinding(t, ns, name, 30*time.Second, "heartbeats resumed", func(wb *tetherv1.WorkerBinding) error {
 		c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost)
 		if c == nil || c.Status != "False" || c.Reason != tetherv1.ReasonHeartbeatResumed || wb.Status.Reason != tetherv1.ReasonHeartbeating {

@@ -171,7 +171,9 @@ func TestScenario8TrainerV20(t *testing.T) {
 		return nil
 	})
 	eventually(t, 20*time.Second, "Events on the TrainJob", func() error {
-		return hasAll(e.eventReasons(t, ns, name), "TokenIssued", "Injected", "Registered", "TrainerSucceeded")
+		// Not queued: the pod exists by the binding's first status write,
+		// which is the attempt's start, so "Bound" announces the token.
+		return hasAll(e.eventReasons(t, ns, name), "Bound", "Injected", "Registered", "TrainerSucceeded")
 	})
 	eventually(t, 20*time.Second, "tether_job_phase{phase=Succeeded} in /metrics", func() error {
 		if v, ok := e.metricValue(t, "tether_job_phase", append(jobLabels(ns, name), `phase="Succeeded"`)...); !ok || v != 1 {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 )
@@ -100,6 +101,14 @@ func TestScenario9OutageBlastRadius(t *testing.T) {
 			t.Errorf("Injected Event for a pod that was never created")
 		}
 	}
+
+	// The binding says why no pod exists: the Job's FailedCreate reason.
+	suite.waitBinding(t, ns, name, 40*time.Second, "the binding names the Job's FailedCreate", func(wb *tetherv1.WorkerBinding) error {
+		if wb.Status.Phase != tetherv1.PhasePending || wb.Status.Reason != tetherv1.ReasonPodCreateFailed || !strings.Contains(wb.Status.Message, "exceeded quota") {
+			return fmt.Errorf("not Pending/PodCreateFailed naming the quota")
+		}
+		return nil
+	})
 
 	// Every replica down.
 	for i := range suite.tether.Replicas() {

@@ -61,6 +61,19 @@ func (e *env) countWrites(t *testing.T, ns, name string) *writeCounter {
 	return c
 }
 
+// steadyWrites counts the writes to binding ns/name over d (the job
+// heartbeating, no transition expected) and logs them per minute: what one
+// job costs the control plane in API writes while it trains.
+func (e *env) steadyWrites(t *testing.T, ns, name string, d time.Duration) float64 {
+	t.Helper()
+	c := e.countWrites(t, ns, name)
+	time.Sleep(d)
+	n, perMinute := c.PerMinute()
+	c.Stop()
+	logf("%s/%s: %d status writes in %s of steady heartbeats (%.1f/min)", ns, name, n, d, perMinute)
+	return perMinute
+}
+
 // Stop ends the count (idempotent).
 func (c *writeCounter) Stop() {
 	c.stop()

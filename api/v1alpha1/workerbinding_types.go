@@ -59,6 +59,8 @@ const (
 	ReasonAwaitingArtifacts   = "AwaitingArtifacts"
 	ReasonTrainerExited       = "TrainerExited"
 	ReasonAttemptStarted      = "AttemptStarted"
+	ReasonNeverBound          = "NeverBound"
+	ReasonPodCreateFailed     = "PodCreateFailed"
 )
 
 // What started an attempt (status.attemptStartedBy). Every one of them

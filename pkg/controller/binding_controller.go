@@ -334,19 +334,36 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 	cond := podsInjectedCondition(pods, lifecycle.Settings(&wb.Spec).Nodes)
 	cond.ObservedGeneration = wb.Generation
 	prev := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionPodsInjected)
+	if prev != nil && prev.Status == metav1.ConditionFalse && cond.Reason == tetherv1.ReasonNoPods {
+		// The evidence outlives the pods: uninjected pods that ended still
+		// ran unbound (a job that finishes so is NeverBound, saying so).
+		cond = *prev
+	}
 	meta.SetStatusCondition(&wb.Status.Conditions, cond)
 	if cond.Reason == tetherv1.ReasonPodsNotInjected && (prev == nil || prev.Message != cond.Message) {
 		r.warn(tj, tetherv1.ReasonPodsNotInjected, "%s", cond.Message)
 	}
 	now := r.now()
 	requeue, observed := r.observe(ctx, tj, wb, pods, now)
+	if waitsForPods(&wb.Status, pods) {
+		// Admitted, no pod: say why when the Job says so (FailedCreate).
+		if msg, err := r.createFailure(ctx, tj); err != nil {
+			logf.FromContext(ctx).Info("cannot read the trainer Jobs' FailedCreate Events", "error", err.Error())
+		} else if msg != "" {
+			lifecycle.PodCreateFailed(&wb.Status, msg)
+		}
+		if requeue == 0 || requeue > createFailureRecheck {
+			requeue = createFailureRecheck
+		}
+	}
 	// Whoever made the binding final (this controller, or the binding
 	// server on a verified manifest), its pending artifacts are settled here.
 	defer r.settlePending(ctx, wb)
-	if _, err := r.Logs.archive(ctx, &wb.Status, wb.Spec.JobID, lifecycle.Settings(&wb.Spec).TrainerContainer, pods); err != nil {
-		logf.FromContext(ctx).Info("trainer log not archived yet; will retry", "error", err.Error())
-		if requeue == 0 || requeue > 10*time.Second {
-			requeue = 10 * time.Second
+	if _, retry, err := r.Logs.archive(ctx, &wb.Status, wb.Spec.JobID, lifecycle.Settings(&wb.Spec).TrainerContainer, pods); err != nil {
+		// Bounded: each log is retried with backoff, then given up (said so).
+		logf.FromContext(ctx).Info("trainer log not archived", "error", err.Error(), "retryIn", retry.String())
+		if retry > 0 && (requeue == 0 || retry < requeue) {
+			requeue = retry
 		}
 	}
 	if equalStatus(before, &wb.Status) {

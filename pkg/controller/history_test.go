@@ -276,6 +276,23 @@ func TestPhaseMachineHistories(t *testing.T) {
 		want: want{phase: tetherv1.PhaseRunning, reason: tetherv1.ReasonHeartbeatLost, nodeCount: 4,
 			heartbeatLostHas: "node 2 (pod p2): no heartbeat recorded for 59s"},
 	}, {
+		name: "Kueue preemption: the deleted pod of the suspended job starts no attempt, however often it is seen",
+		steps: []step{
+			{t: 1, pods: ps(pod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
+			{t: 10, pods: ps(pod(0, "a", 1).Deleting(at(9)).Running(0)), conds: suspended},
+			{t: 11, pods: ps(pod(0, "a", 1).Deleting(at(9)).Exited(143, at(11))), conds: suspended},
+			{t: 12, pods: ps(pod(0, "a", 1).Deleting(at(9)).Exited(143, at(11))), conds: suspended},
+			{t: 13, pods: ps(pod(0, "a", 1).Exited(143, at(11))), conds: suspended},
+		},
+		want: want{phase: tetherv1.PhasePending, reason: tetherv1.ReasonPreempted, attempt: 1, trainerExits: 0},
+	}, {
+		name: "a TrainJob whose pods never had the sidecar ends NeverBound, not awaiting artifacts forever",
+		steps: []step{
+			{t: 1, pods: ps(testobj.MakeTrainerPod("tj", "ns").UID("u").Running(0)), conds: admitted},
+			{t: 30, pods: ps(), conds: complete(29)},
+		},
+		want: want{phase: tetherv1.PhaseFailed, reason: tetherv1.ReasonNeverBound, messageHas: []string{"Complete", "nothing was bound"}},
+	}, {
 		name:  "nodes=primary: node 0 alone is bound, the others' pods are not the binding's",
 		nodes: 4, scope: jobconfig.NodesPrimary,
 		steps: []step{

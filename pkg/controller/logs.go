@@ -3,24 +3,29 @@ package controller
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
-// LogSource streams a container's log.
-type LogSource func(ctx context.Context, namespace, pod, container string) (io.ReadCloser, error)
+// LogSource streams a container's log: of its current instance, or with
+// previous of the one before its last restart (the kubelet keeps just that).
+type LogSource func(ctx context.Context, namespace, pod, container string, previous bool) (io.ReadCloser, error)
 
 // KubeletLogs reads logs through the API server (pods/log), as kubectl logs does.
 func KubeletLogs(cs kubernetes.Interface) LogSource {
-	return func(ctx context.Context, namespace, pod, container string) (io.ReadCloser, error) {
-		return cs.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{Container: container}).Stream(ctx)
+	return func(ctx context.Context, namespace, pod, container string, previous bool) (io.ReadCloser, error) {
+		return cs.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{Container: container, Previous: previous}).Stream(ctx)
 	}
 }
 
@@ -34,49 +39,174 @@ type LogArchiver struct {
 	Source   LogSource
 	Store    upload.Backend
 	MaxBytes int64
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+
+	mu sync.Mutex
+	// failures are the logs whose copy failed, by key: retried with backoff,
+	// at most maxLogAttempts times (the pod may be gone from its node).
+	failures map[string]*logFailure
 }
 
-// LogKey is where a pod's trainer log is archived.
+type logFailure struct {
+	attempts int
+	next     time.Time
+}
+
+// Retries of a log that cannot be copied: 10s, 20s, 40s, ... at most
+// maxLogAttempts attempts in all (about 5 minutes), then the log is given up
+// (and said so once).
+const (
+	maxLogAttempts = 6
+	logRetryBase   = 10 * time.Second
+	// maxLogFailures bounds the failure records kept.
+	maxLogFailures = 4096
+)
+
+// LogKey is where a pod's trainer log is archived (the instance that never
+// restarted, or the first).
 func LogKey(jobID, pod string) string { return jobID + "/logs/" + pod + ".log" }
 
-// archive stores the trainer log of every terminated trainer pod not yet
-// archived and records the keys; it reports whether the status changed.
-// Failures are returned after trying every pod; the next reconcile retries.
-func (a *LogArchiver) archive(ctx context.Context, st *tetherv1.WorkerBindingStatus, jobID, container string, pods []corev1.Pod) (bool, error) {
+// RestartLogKey is where the log of the trainer instance after restart
+// restarts in place is archived (restart 0 is LogKey's).
+func RestartLogKey(jobID, pod string, restart int32) string {
+	if restart <= 0 {
+		return LogKey(jobID, pod)
+	}
+	return fmt.Sprintf("%s/logs/%s.restart-%d.log", jobID, pod, restart)
+}
+
+func (a *LogArchiver) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+// archive stores the trainer log of every ended trainer instance of the
+// job's injected pods not yet archived (the current one once terminated, the
+// one before a restart in place) and records the keys. It reports whether
+// the status changed and when to try again the logs that failed (0: none
+// left to retry); a log that keeps failing is given up after maxLogAttempts.
+func (a *LogArchiver) archive(ctx context.Context, st *tetherv1.WorkerBindingStatus, jobID, container string, pods []corev1.Pod) (bool, time.Duration, error) {
 	if a == nil || a.Source == nil || a.Store == nil {
-		return false, nil
+		return false, 0, nil
 	}
 	changed := false
 	var errs []error
+	var retry time.Duration
+	now := a.now()
 	for i := range pods {
 		p := &pods[i]
-		if !trainerTerminated(p, container) {
+		if !trainjob.IsInjected(p) {
+			continue // a pod that was never bound is not the binding's
+		}
+		cs := containerStatus(p, container)
+		if cs == nil {
 			continue
 		}
-		key := LogKey(jobID, p.Name)
-		if st.Artifacts != nil && slices.Contains(st.Artifacts.Logs, key) {
-			continue
+		type instance struct {
+			key      string
+			previous bool
 		}
-		if err := a.copyLog(ctx, p, container, key); err != nil {
-			errs = append(errs, fmt.Errorf("archiving the trainer log of pod %s: %w", p.Name, err))
-			continue
+		var todo []instance
+		if cs.LastTerminationState.Terminated != nil && cs.RestartCount > 0 {
+			todo = append(todo, instance{RestartLogKey(jobID, p.Name, cs.RestartCount-1), true})
 		}
-		if st.Artifacts == nil {
-			st.Artifacts = &tetherv1.ArtifactsStatus{}
+		if cs.State.Terminated != nil {
+			todo = append(todo, instance{RestartLogKey(jobID, p.Name, cs.RestartCount), false})
 		}
-		if len(st.Artifacts.Logs) < maxLogKeys {
-			st.Artifacts.Logs = append(st.Artifacts.Logs, key)
-			changed = true
+		for _, in := range todo {
+			if st.Artifacts != nil && slices.Contains(st.Artifacts.Logs, in.key) {
+				continue
+			}
+			wait, try := a.due(in.key, now)
+			if !try {
+				if wait > 0 && (retry == 0 || wait < retry) {
+					retry = wait
+				}
+				continue
+			}
+			if err := a.copyLog(ctx, p, container, in.key, in.previous); err != nil {
+				if wait, again := a.failed(in.key, now); again {
+					errs = append(errs, fmt.Errorf("archiving the trainer log of pod %s (%s): %w", p.Name, in.key, err))
+					if retry == 0 || wait < retry {
+						retry = wait
+					}
+				} else {
+					errs = append(errs, fmt.Errorf("giving up on the trainer log of pod %s (%s) after %d attempts: %w", p.Name, in.key, maxLogAttempts, err))
+				}
+				continue
+			}
+			a.succeeded(in.key)
+			if st.Artifacts == nil {
+				st.Artifacts = &tetherv1.ArtifactsStatus{}
+			}
+			if len(st.Artifacts.Logs) < maxLogKeys {
+				st.Artifacts.Logs = append(st.Artifacts.Logs, in.key)
+				changed = true
+			}
 		}
 	}
-	if len(errs) > 0 {
-		return changed, errs[0]
-	}
-	return changed, nil
+	return changed, retry, errors.Join(errs...)
 }
 
-func (a *LogArchiver) copyLog(ctx context.Context, p *corev1.Pod, container, key string) error {
-	rc, err := a.Source(ctx, p.Namespace, p.Name, container)
+// due reports whether key may be tried now, or how long until it may (0
+// with false: given up).
+func (a *LogArchiver) due(key string, now time.Time) (time.Duration, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f := a.failures[key]
+	switch {
+	case f == nil:
+		return 0, true
+	case f.attempts >= maxLogAttempts:
+		return 0, false
+	case now.Before(f.next):
+		return f.next.Sub(now), false
+	}
+	return 0, true
+}
+
+// failed counts a failed attempt and returns the wait before the next, or
+// false once the log is given up.
+func (a *LogArchiver) failed(key string, now time.Time) (time.Duration, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.failures == nil {
+		a.failures = map[string]*logFailure{}
+	}
+	if len(a.failures) >= maxLogFailures {
+		// Bounded memory: forget the logs given up on (a pod that comes
+		// back would get its attempts again).
+		for k, f := range a.failures {
+			if f.attempts >= maxLogAttempts {
+				delete(a.failures, k)
+			}
+		}
+	}
+	f := a.failures[key]
+	if f == nil {
+		f = &logFailure{}
+		a.failures[key] = f
+	}
+	f.attempts++
+	if f.attempts >= maxLogAttempts {
+		return 0, false
+	}
+	wait := logRetryBase << (f.attempts - 1)
+	f.next = now.Add(wait)
+	return wait, true
+}
+
+func (a *LogArchiver) succeeded(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.failures, key)
+}
+
+func (a *LogArchiver) copyLog(ctx context.Context, p *corev1.Pod, container, key string, previous bool) error {
+	rc, err := a.Source(ctx, p.Namespace, p.Name, container, previous)
 	if err != nil {
 		return err
 	}
@@ -119,13 +249,4 @@ func TailLog(r io.Reader, max int64) ([]byte, error) {
 	kept := buf[int64(len(buf))-max:]
 	marker := fmt.Sprintf("[tether: log truncated: the first %d of %d bytes were dropped to keep the last %d]\n", total-max, total, max)
 	return append([]byte(marker), kept...), nil
-}
-
-func trainerTerminated(p *corev1.Pod, container string) bool {
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == container && cs.State.Terminated != nil {
-			return true
-		}
-	}
-	return false
 }

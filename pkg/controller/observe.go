@@ -39,12 +39,20 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 	settings := lifecycle.Settings(&wb.Spec)
 	var obs []observation
 	r.recordNodeCount(ctx, tj, wb, settings)
+	conds := trainjob.Conditions(tj)
+	suspended := meta.IsStatusConditionTrue(conds, trainjob.ConditionSuspended)
 
 	for _, p := range boundPods(pods, settings) {
 		// Only a rank's newest pod is its pod: an older one (failed, being
 		// replaced) only has its exits recorded while it is still the node's.
-		if p.newest {
-			if _, started := lifecycle.PodSeen(st, p.seen, false, now); started != "" {
+		// A pod being deleted or disrupted, or of a suspended job, is on its
+		// way out: it starts no attempt (a preempted job's pods are).
+		if p.newest && !suspended && !disrupted(p.pod) {
+			// An attempt that moved the phase to Pending/AttemptStarted is
+			// announced by that transition's Event; one that did not (a
+			// replaced pod beside running nodes) needs its own.
+			_, started := lifecycle.PodSeen(st, p.seen, false, now)
+			if started != "" && !(st.Phase == tetherv1.PhasePending && st.Reason == tetherv1.ReasonAttemptStarted) {
 				obs = append(obs, attemptObservation(st, started))
 			}
 		}
@@ -83,7 +91,11 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 		}
 	}
 
-	conds := trainjob.Conditions(tj)
+	for _, typ := range []string{trainjob.ConditionComplete, trainjob.ConditionFailed} {
+		if c := meta.FindStatusCondition(conds, typ); c != nil && c.Status == metav1.ConditionTrue {
+			lifecycle.NeverBound(st, neverBoundMessage(st, typ))
+		}
+	}
 	if c := meta.FindStatusCondition(conds, trainjob.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
 		lifecycle.JobFailed(st, fmt.Sprintf("TrainJob failed: %s", c.Message))
 	}
@@ -107,6 +119,16 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 		}
 	}
 	return r.checkHeartbeats(st, settings, now), obs
+}
+
+// neverBoundMessage says why a TrainJob that ended (typ Complete or
+// Failed) was never bound, from the PodsInjected evidence.
+func neverBoundMessage(st *tetherv1.WorkerBindingStatus, typ string) string {
+	msg := fmt.Sprintf("the TrainJob is %s, but none of its trainer pods ever ran with the Tether sidecar: nothing was bound", typ)
+	if c := meta.FindStatusCondition(st.Conditions, tetherv1.ConditionPodsInjected); c != nil && c.Status == metav1.ConditionFalse {
+		msg += "; " + c.Message
+	}
+	return msg
 }
 
 // checkHeartbeats catches a worker whose replica crashed: nobody holds its

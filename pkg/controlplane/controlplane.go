@@ -120,7 +120,8 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		return nil, err
 	}
 
-	recorder := mgr.GetEventRecorder("tether")
+	//nolint:staticcheck // the core/v1 recorder on purpose: see eventRecorder
+	recorder := eventRecorder{mgr.GetEventRecorderFor("tether")}
 	registerWebhooks := func() {
 		hookServer := mgr.GetWebhookServer()
 		hookServer.Register(TrainJobWebhookPath, &webhook.Admission{Handler: &mutate.TrainJobHandler{

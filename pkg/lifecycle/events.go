@@ -29,7 +29,7 @@ func Transitioned(phase tetherv1.WorkerBindingPhase, reason string, st *tetherv1
 // binding failed or lost its heartbeat, Normal otherwise.
 func TransitionEvent(st *tetherv1.WorkerBindingStatus) (eventType, reason, note string) {
 	eventType = corev1.EventTypeNormal
-	if st.Phase == tetherv1.PhaseFailed || st.Reason == tetherv1.ReasonHeartbeatLost {
+	if st.Phase == tetherv1.PhaseFailed || st.Reason == tetherv1.ReasonHeartbeatLost || st.Reason == tetherv1.ReasonPodCreateFailed {
 		eventType = corev1.EventTypeWarning
 	}
 	return eventType, st.Reason, fmt.Sprintf("binding %s: %s", st.Phase, st.Message)

@@ -111,6 +111,16 @@ func JobFailed(st *tetherv1.WorkerBindingStatus, msg string) bool {
 	return finish(st, tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed, history)
 }
 
+// NeverBound fails a binding whose TrainJob finished (Complete or Failed)
+// before any of its trainer pods was seen with the sidecar: nothing of the
+// job was bound, whatever the TrainJob's own verdict. why says what ran.
+func NeverBound(st *tetherv1.WorkerBindingStatus, why string) bool {
+	if IsFinal(st.Phase) || st.Attempt > 0 {
+		return false
+	}
+	return finish(st, tetherv1.PhaseFailed, tetherv1.ReasonNeverBound, why)
+}
+
 // JobCompleted applies the TrainJob's Complete condition: the binding
 // succeeds once every bound node's manifest is verified, and until then is
 // Finishing, awaiting its artifacts.

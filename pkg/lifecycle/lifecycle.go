@@ -83,7 +83,7 @@ func derive(st *tetherv1.WorkerBindingStatus) bool {
 	case registered == 0:
 		return false
 	case terminating > 0 && terminating == withPod:
-		msg := "worker is terminating: SIGTERM"
+		msg := "the worker's pod is terminating"
 		if multi {
 			msg = fmt.Sprintf("every node's pod is terminating (%d of %d)", terminating, st.NodeCount)
 		}
@@ -150,6 +150,16 @@ func Resumed(st *tetherv1.WorkerBindingStatus) bool {
 			fmt.Sprintf("attempt %d was preempted; TrainJob admitted again, waiting for the sidecar to register", st.Attempt))
 	}
 	return false
+}
+
+// PodCreateFailed: the job is admitted but its trainer Jobs cannot create
+// their pods (msg has the Job's FailedCreate Event); only a binding that
+// waits for its first pod says so, and the next pod clears it.
+func PodCreateFailed(st *tetherv1.WorkerBindingStatus, msg string) bool {
+	if st.Phase != tetherv1.PhasePending || held(st) || st.Reason == tetherv1.ReasonAttemptStarted {
+		return false
+	}
+	return set(st, tetherv1.PhasePending, tetherv1.ReasonPodCreateFailed, msg)
 }
 
 // Cancelled: the orchestrator cancelled the job and the worker acknowledged.

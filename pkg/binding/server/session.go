@@ -361,6 +361,10 @@ func (s *Server) heartbeat(ctx context.Context, sess *session, hb *binding.Heart
 	return phase, 0
 }
 
+// maxStatusRetries bounds the retries of one heartbeat-status write (with
+// the queue's backoff, 5ms doubling: about 5s in all).
+const maxStatusRetries = 10
+
 // statusWriters is how many goroutines write heartbeat status; it bounds the
 // binding server's concurrent writes to the API server.
 const statusWriters = 4
@@ -376,11 +380,17 @@ func (s *Server) runStatusWriters(ctx context.Context) {
 				if shutdown {
 					return
 				}
-				if err := s.writeHeartbeatStatus(ctx, key); err != nil && ctx.Err() == nil {
+				switch err := s.writeHeartbeatStatus(ctx, key); {
+				case err == nil || ctx.Err() != nil:
+					s.writes.Forget(key)
+				case s.writes.NumRequeues(key) >= maxStatusRetries:
+					// Bounded: the worker's next heartbeat queues a fresh write.
+					s.log.Error(err, "writing heartbeat status failed; giving up until the next heartbeat",
+						"binding", key.String(), "attempts", s.writes.NumRequeues(key)+1)
+					s.writes.Forget(key)
+				default:
 					s.log.Error(err, "writing heartbeat status; will retry", "binding", key.String())
 					s.writes.AddRateLimited(key)
-				} else {
-					s.writes.Forget(key)
 				}
 				s.writes.Done(key)
 			}

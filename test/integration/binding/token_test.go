@@ -51,13 +51,17 @@ func TestReissuedTokenOverlap(t *testing.T) {
 		newToken = s.Data[binding.TokenKey]
 		return nil
 	})
+	seen := time.Now()
 	wb := j.binding(t)
 	p := wb.Spec.PreviousToken
 	if p == nil || p.SHA256 != oldHash || wb.Spec.TokenSHA256 == oldHash {
 		t.Fatalf("binding spec after reissue: token %s previous %+v; want the old hash %s as previous", wb.Spec.TokenSHA256, p, oldHash)
 	}
-	if d := p.ValidUntil.Sub(reissued); d < tokenOverlap-2*time.Second || d > tokenOverlap+2*time.Second {
-		t.Errorf("previous token valid until %s, %s after the reissue; want about %s", p.ValidUntil, d, tokenOverlap)
+	// The overlap runs from the reissue, which happened between the delete
+	// and the moment the new token was seen (ValidUntil has whole seconds).
+	if lo, hi := reissued.Add(tokenOverlap-time.Second), seen.Add(tokenOverlap+time.Second); p.ValidUntil.Time.Before(lo) || p.ValidUntil.Time.After(hi) {
+		t.Errorf("previous token valid until %s; want the reissue (between %s and %s) plus %s",
+			p.ValidUntil.Format(time.RFC3339), reissued.Format(time.RFC3339Nano), seen.Format(time.RFC3339Nano), tokenOverlap)
 	}
 	waitForEvent(t, j, "TokenReissued")
 

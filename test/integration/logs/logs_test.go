@@ -37,7 +37,7 @@ func TestTrainerLogArchivedWithItsEnd(t *testing.T) {
 	const capBytes = 1 << 20
 	var mu sync.Mutex
 	var asked []string
-	source := func(_ context.Context, ns, pod, container string) (io.ReadCloser, error) {
+	source := func(_ context.Context, ns, pod, container string, _ bool) (io.ReadCloser, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		asked = append(asked, ns+"/"+pod+"/"+container)
