@@ -90,10 +90,17 @@ demo:
 	bash hack/testbin.sh e2e
 	$(GO) run ./cmd/tether-demo $(DEMO_ARGS)
 
-## lint: go vet, gofmt, and generated code up to date
+## lint: go vet, gofmt, generated code up to date, golangci-lint (.golangci.yml),
+## kube-api-linter on api/ (api/.golangci-kal.yml), shellcheck on hack/ and .ci/,
+## helm lint of charts/tether (all built by hack/testbin.sh lint helm, cached by version)
 lint: verify-generate
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	bash hack/testbin.sh lint helm
+	$(TESTBIN)/golangci-lint run ./...
+	cd api && $(TESTBIN)/golangci-lint-kube-api-linter run -c .golangci-kal.yml ./...
+	$(TESTBIN)/shellcheck hack/*.sh .ci/run
+	$(TESTBIN)/helm lint --strict charts/tether --namespace tether-system --kube-version 1.37.2
 
 ## generate: deepcopy and the CRD from api/ (controller-gen, cached by version)
 generate:

@@ -87,7 +87,7 @@ import (
 	_ "k8s.io/kubectl/pkg/cmd"
 )
 GO
-    (cd "$dir" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)
+    (cd "$dir" && { GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true; })
     (cd "$dir" && GOFLAGS=-mod=mod go get "k8s.io/kubernetes@$K8S_VERSION" >&2)
     touch "$dir/.ready"
   fi
