@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/tether-dev/tether/internal/version"
 	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/jobconfig"
@@ -82,7 +80,7 @@ type Options struct {
 	// SidecarRequests and SidecarLimits override DefaultSidecarResources per
 	// resource (--sidecar-requests, --sidecar-limits); a TrainJob may
 	// override them again with its annotations.
-	SidecarRequests, SidecarLimits corev1.ResourceList
+	SidecarRequests, SidecarLimits map[string]string
 	ServerURL                      string
 }
 
@@ -152,7 +150,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.SidecarImage, "sidecar-image", o.SidecarImage, "image of the injected sidecar (a TrainJob may override it with tether.dev/sidecar-image)")
 	for _, r := range []struct {
 		flag string
-		into *corev1.ResourceList
+		into *map[string]string
 	}{{"sidecar-requests", &o.SidecarRequests}, {"sidecar-limits", &o.SidecarLimits}} {
 		fs.Func(r.flag, "the injected sidecar's default "+strings.TrimPrefix(r.flag, "sidecar-")+", e.g. cpu=100m,memory=128Mi (unnamed resources keep the built-in 50m/64Mi requests, 1/128Mi limits)", func(v string) error {
 			list, err := jobconfig.ParseResourceList(v)
@@ -190,7 +188,7 @@ func (o *Options) Validate() error {
 	case o.TokenOverlap < 0 || o.TokenOverlap > time.Hour:
 		return fmt.Errorf("--token-overlap=%s: must be between 0 and 1h (a replaced token must die soon)", o.TokenOverlap)
 	}
-	if _, err := jobconfig.MergeResources(mutate.DefaultSidecarResources(), o.SidecarRequests, o.SidecarLimits); err != nil {
+	if _, err := mutate.MergeResources(mutate.DefaultSidecarResources(), o.SidecarRequests, o.SidecarLimits); err != nil {
 		return fmt.Errorf("--sidecar-requests/--sidecar-limits (over the built-in 50m/64Mi requests, 1/128Mi limits): %w", err)
 	}
 	return nil
@@ -205,7 +203,7 @@ func (o *Options) caBundleFile() string {
 
 func (o *Options) sidecarConfig() mutate.SidecarConfig {
 	// Validate has checked the merge.
-	resources, _ := jobconfig.MergeResources(mutate.DefaultSidecarResources(), o.SidecarRequests, o.SidecarLimits)
+	resources, _ := mutate.MergeResources(mutate.DefaultSidecarResources(), o.SidecarRequests, o.SidecarLimits)
 	return mutate.SidecarConfig{Image: o.SidecarImage, ServerURL: o.ServerURL, Resources: resources}
 }
 

@@ -2,74 +2,47 @@ package jobconfig
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
-
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// sidecarResourceNames are what the sidecar's requests and limits may name:
+// SidecarResourceNames are what the sidecar's requests and limits may name:
 // it runs no accelerator, so a GPU or hugepages request would only hold one.
-var sidecarResourceNames = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage}
+var SidecarResourceNames = []string{"cpu", "memory", "ephemeral-storage"}
+
+// quantity is a positive Kubernetes quantity (resource.ParseQuantity's
+// grammar without a sign). Matched here, not parsed: the sidecar imports
+// this package and must not pull in Kubernetes' API machinery
+// (internal/archtest); pkg/mutate parses the validated values.
+var quantity = regexp.MustCompile(`^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$`)
 
 // ParseResourceList reads a list such as "cpu=100m,memory=128Mi" (the
 // sidecar-requests and sidecar-limits annotations, and the control plane's
-// --sidecar-requests and --sidecar-limits flags). Each resource is cpu,
-// memory or ephemeral-storage, at most once, with a positive quantity.
-func ParseResourceList(v string) (corev1.ResourceList, error) {
-	list := corev1.ResourceList{}
+// --sidecar-requests and --sidecar-limits flags) into resource name →
+// quantity. Each resource is cpu, memory or ephemeral-storage, at most once,
+// with a positive quantity.
+func ParseResourceList(v string) (map[string]string, error) {
+	list := map[string]string{}
 	for _, item := range strings.Split(v, ",") {
 		name, qty, ok := strings.Cut(strings.TrimSpace(item), "=")
+		name, qty = strings.TrimSpace(name), strings.TrimSpace(qty)
 		if !ok || name == "" || qty == "" {
 			return nil, fmt.Errorf("%q is not name=quantity", item)
 		}
-		rn := corev1.ResourceName(strings.TrimSpace(name))
-		if !slices.Contains(sidecarResourceNames, rn) {
-			return nil, fmt.Errorf("resource %q: must be cpu, memory or ephemeral-storage", rn)
+		if !slices.Contains(SidecarResourceNames, name) {
+			return nil, fmt.Errorf("resource %q: must be cpu, memory or ephemeral-storage", name)
 		}
-		if _, dup := list[rn]; dup {
-			return nil, fmt.Errorf("resource %s given twice", rn)
+		if _, dup := list[name]; dup {
+			return nil, fmt.Errorf("resource %s given twice", name)
 		}
-		q, err := resource.ParseQuantity(strings.TrimSpace(qty))
-		if err != nil {
-			return nil, fmt.Errorf("%s=%s: not a quantity", rn, qty)
+		if !quantity.MatchString(qty) {
+			return nil, fmt.Errorf("%s=%s: not a quantity (e.g. 100m, 0.5, 128Mi, 1G)", name, qty)
 		}
-		if q.Sign() <= 0 {
-			return nil, fmt.Errorf("%s=%s: must be positive", rn, qty)
+		if mantissa := strings.TrimLeft(qty, "0."); mantissa == "" || !strings.ContainsAny(mantissa[:1], "123456789") {
+			return nil, fmt.Errorf("%s=%s: must be positive", name, qty)
 		}
-		list[rn] = q
+		list[name] = qty
 	}
 	return list, nil
-}
-
-// MergeResources is base with the requests and limits of override laid over
-// it, resource by resource, and an error naming every resource whose request
-// then exceeds its limit (the API server would refuse the pod).
-func MergeResources(base corev1.ResourceRequirements, requests, limits corev1.ResourceList) (corev1.ResourceRequirements, error) {
-	out := corev1.ResourceRequirements{Requests: base.Requests.DeepCopy(), Limits: base.Limits.DeepCopy()}
-	if out.Requests == nil {
-		out.Requests = corev1.ResourceList{}
-	}
-	if out.Limits == nil {
-		out.Limits = corev1.ResourceList{}
-	}
-	for k, v := range requests {
-		out.Requests[k] = v
-	}
-	for k, v := range limits {
-		out.Limits[k] = v
-	}
-	var bad []string
-	for _, k := range sidecarResourceNames {
-		r, hasR := out.Requests[k]
-		l, hasL := out.Limits[k]
-		if hasR && hasL && r.Cmp(l) > 0 {
-			bad = append(bad, fmt.Sprintf("%s request %s exceeds its limit %s", k, r.String(), l.String()))
-		}
-	}
-	if len(bad) > 0 {
-		return out, fmt.Errorf("%s", strings.Join(bad, "; "))
-	}
-	return out, nil
 }

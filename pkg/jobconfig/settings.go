@@ -10,7 +10,6 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 	"github.com/distribution/reference"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tether-dev/tether/pkg/binding"
 )
@@ -38,7 +37,8 @@ type Settings struct {
 	Nodes string
 	// SidecarRequests and SidecarLimits are nil unless the TrainJob
 	// overrides the control plane's (per resource; see MergeResources).
-	SidecarRequests, SidecarLimits corev1.ResourceList
+	// Values are validated quantities (ParseResourceList).
+	SidecarRequests, SidecarLimits map[string]string
 }
 
 // InvalidAnnotationError says which annotation is wrong, what it holds and what
@@ -156,7 +156,7 @@ func parse(annotations map[string]string) (Settings, []error) {
 	}
 	for _, r := range []struct {
 		key     string
-		into    *corev1.ResourceList
+		into    *map[string]string
 		example string
 	}{{SidecarRequestsAnnotation, &s.SidecarRequests, "cpu=100m,memory=128Mi"}, {SidecarLimitsAnnotation, &s.SidecarLimits, "cpu=2,memory=256Mi"}} {
 		if v, ok := annotations[r.key]; ok {
@@ -168,14 +168,8 @@ func parse(annotations map[string]string) (Settings, []error) {
 			*r.into = list
 		}
 	}
-	// Requests over limits within the annotations themselves; against the
-	// control plane's defaults the pod webhook checks the merged result.
-	if s.SidecarRequests != nil && s.SidecarLimits != nil {
-		if _, merr := MergeResources(corev1.ResourceRequirements{}, s.SidecarRequests, s.SidecarLimits); merr != nil {
-			errs = append(errs, &InvalidAnnotationError{Key: SidecarRequestsAnnotation, Value: annotations[SidecarRequestsAnnotation],
-				Problem: merr.Error() + " (" + SidecarLimitsAnnotation + "=" + annotations[SidecarLimitsAnnotation] + ")", Example: "cpu=100m,memory=128Mi"})
-		}
-	}
+	// A request over its limit is judged after the merge with the control
+	// plane's defaults, by the pod webhook (mutate.MergeResources).
 	for _, key := range []string{JobIDAnnotation, WorkerIDAnnotation} {
 		if v, ok := annotations[key]; ok {
 			if err := ValidateID(key, v); err != nil {
