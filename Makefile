@@ -32,9 +32,9 @@ build:
 images:
 	$(GO) run ./hack/images -out bin/images -version $(VERSION) -platforms $(IMAGE_PLATFORMS)
 
-## testbin: build kube-apiserver, etcd, kubectl and versitygw (S3) from the Go module proxy (cached)
+## testbin: build kube-apiserver, etcd, kubectl, versitygw (S3) and helm from the Go module proxy, promtool from Debian (cached)
 testbin:
-	bash hack/testbin.sh kube-apiserver etcd kubectl versitygw
+	bash hack/testbin.sh kube-apiserver etcd kubectl versitygw helm promtool
 
 ## test: unit tests, golden files, the envtest integration suites, and a short fuzz run
 test: testbin
@@ -90,19 +90,28 @@ demo:
 	bash hack/testbin.sh e2e
 	$(GO) run ./cmd/tether-demo $(DEMO_ARGS)
 
-## lint: go vet, gofmt, and generated code up to date
+## lint: go vet, gofmt, generated code up to date, golangci-lint (.golangci.yml),
+## kube-api-linter on api/ (api/.golangci-kal.yml), shellcheck on hack/ and .ci/,
+## helm lint of charts/tether (all built by hack/testbin.sh lint helm, cached by version)
 lint: verify-generate
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	bash hack/testbin.sh lint helm
+	$(TESTBIN)/golangci-lint run ./...
+	cd api && $(TESTBIN)/golangci-lint-kube-api-linter run -c .golangci-kal.yml ./...
+	$(TESTBIN)/shellcheck hack/*.sh .ci/run
+	$(TESTBIN)/helm lint --strict charts/tether --namespace tether-system --kube-version 1.37.2
 
 ## generate: deepcopy and the CRD from api/ (controller-gen, cached by version)
 generate:
 	bash hack/testbin.sh controller-gen
 	$(TESTBIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(TESTBIN)/controller-gen crd paths=./api/... output:crd:dir=manifests/base/crd
+	@# The chart's CRD (crds/ is not templated): the same object kustomize renders, label included.
+	sed 's|^metadata:$$|metadata:\n  labels:\n    app.kubernetes.io/part-of: tether|' manifests/base/crd/tether.dev_workerbindings.yaml >charts/tether/crds/tether.dev_workerbindings.yaml
 
 verify-generate: generate
-	@git diff --exit-code -- api manifests/base/crd || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
+	@git diff --exit-code -- api manifests/base/crd charts/tether/crds || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
 
 clean:
 	rm -rf bin

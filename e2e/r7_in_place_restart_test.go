@@ -55,7 +55,7 @@ func TestRealNode7TrainerRestartedInPlace(t *testing.T) {
 	if last.ExitCode != 3 {
 		t.Fatalf("the first run exited %d, want 3", last.ExitCode)
 	}
-	wb = suite.waitBinding(t, ns, name, 30*time.Second, "attempt 2, started by the restart, binding live", func(wb *tetherv1.WorkerBinding) error {
+	suite.waitBinding(t, ns, name, 30*time.Second, "attempt 2, started by the restart, binding live", func(wb *tetherv1.WorkerBinding) error {
 		switch {
 		case wb.Status.Attempt != 2 || wb.Status.AttemptStartedBy != tetherv1.AttemptTrainerRestarted:
 			return fmt.Errorf("attempt %d by %q", wb.Status.Attempt, wb.Status.AttemptStartedBy)

@@ -70,7 +70,7 @@ func TestScenario12FourNodesShardedCheckpoint(t *testing.T) {
 			t.Errorf("pod %s: sidecar TETHER_NODE_RANK=%q, want %d", p.Name, got, r)
 		}
 	}
-	wb := suite.waitBinding(t, ns, name, 60*time.Second, "every node registered and heartbeating", func(wb *tetherv1.WorkerBinding) error {
+	suite.waitBinding(t, ns, name, 60*time.Second, "every node registered and heartbeating", func(wb *tetherv1.WorkerBinding) error {
 		if wb.Status.NodeCount != 4 || len(wb.Status.Nodes) != 4 {
 			return fmt.Errorf("nodeCount %d, %d node entries", wb.Status.NodeCount, len(wb.Status.Nodes))
 		}
@@ -82,7 +82,7 @@ func TestScenario12FourNodesShardedCheckpoint(t *testing.T) {
 		return nil
 	})
 	writes := suite.countWrites(t, ns, name)
-	wb = suite.waitBinding(t, ns, name, 120*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
+	wb := suite.waitBinding(t, ns, name, 120*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
 	n, perMinute := writes.PerMinute()
 	writes.Stop()
 	sessionsAfter, _ := suite.metricValue(t, "tether_binding_sessions_opened_total")

@@ -64,7 +64,7 @@ func TestScenario1HappyPathWithKueue(t *testing.T) {
 	first := wb.Status.LastHeartbeatTime.Time
 	// What a 1-node job costs the control plane, to compare with scenario 12's 4 nodes.
 	writes := suite.countWrites(t, ns, name)
-	wb = suite.waitBinding(t, ns, name, 30*time.Second, "progress and newer heartbeats", func(wb *tetherv1.WorkerBinding) error {
+	suite.waitBinding(t, ns, name, 30*time.Second, "progress and newer heartbeats", func(wb *tetherv1.WorkerBinding) error {
 		if wb.Status.Progress == nil || wb.Status.Progress.Step == nil || *wb.Status.Progress.Step < 2 {
 			return fmt.Errorf("no progress yet")
 		}

@@ -6,11 +6,10 @@ import (
 	"testing"
 	"time"
 
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
-
-	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
@@ -62,7 +61,7 @@ func TestScenario3Preemption(t *testing.T) {
 
 	// The rival needs the quota: Kueue preempts the bound job.
 	suite.create(t, perNode(trainJob(rival, ns).Queue("user-queue").Label("kueue.x-k8s.io/priority-class", "high"), "3").Obj())
-	wb = suite.waitBinding(t, ns, name, 60*time.Second, "Preempted", phaseIs(tetherv1.PhasePending, tetherv1.ReasonPreempted))
+	suite.waitBinding(t, ns, name, 60*time.Second, "Preempted", phaseIs(tetherv1.PhasePending, tetherv1.ReasonPreempted))
 	if !ptr.Deref(suite.getTrainJob(t, ns, name).Spec.Suspend, false) {
 		t.Error("the preempted TrainJob is not suspended")
 	}

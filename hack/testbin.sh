@@ -22,6 +22,15 @@ TRAINER_VERSION=${TRAINER_VERSION:-v2.3.0}
 # The oldest Trainer the injector supports, run next to v2.3.0 (internal/localcluster/trainer_v20.go).
 TRAINER_V20_VERSION=v2.0.0
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
+# The Helm chart's lint, render and install (charts/tether). A binary, not the
+# SDK in Tether's module: helm v3.22 requires k8s.io/* v0.37, Tether is on v0.36.
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
+# make lint: golangci-lint v2 and kube-api-linter's standalone binary (a
+# pseudo-version: the module has no tags); promtool and shellcheck from Debian.
+GOLANGCI_LINT_VERSION=${GOLANGCI_LINT_VERSION:-v2.15.0}
+KUBE_API_LINTER_VERSION=${KUBE_API_LINTER_VERSION:-v0.0.0-20260716143926-092fe0c72997}
+DEBIAN_PROMETHEUS=${DEBIAN_PROMETHEUS:-prometheus}
+DEBIAN_SHELLCHECK=${DEBIAN_SHELLCHECK:-shellcheck}
 # The real node of the e2e suite (DESIGN.md §14): kubelet from the Kubernetes
 # wrapper module, containerd 2.x from the module proxy, runc and the CNI
 # loopback plugin from Debian (runc needs cgo and libseccomp: Debian's build
@@ -78,7 +87,7 @@ import (
 	_ "k8s.io/kubectl/pkg/cmd"
 )
 GO
-    (cd "$dir" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)
+    (cd "$dir" && { GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true; })
     (cd "$dir" && GOFLAGS=-mod=mod go get "k8s.io/kubernetes@$K8S_VERSION" >&2)
     touch "$dir/.ready"
   fi
@@ -244,9 +253,21 @@ for c in "${components[@]}"; do
       tool kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue ;;
     jobset)
       build jobset "$JOBSET_VERSION" "$(jobset_wrapper)" sigs.k8s.io/jobset ;;
+    helm)
+      tool helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm ;;
+    golangci-lint)
+      tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint ;;
+    kube-api-linter)
+      tool golangci-lint-kube-api-linter "$KUBE_API_LINTER_VERSION" sigs.k8s.io/kube-api-linter/cmd/golangci-lint-kube-api-linter ;;
+    promtool)
+      d=$(debian_pkg "$DEBIAN_PROMETHEUS"); ln -sfn "$d/usr/bin/promtool" "$CURRENT/promtool" ;;
+    shellcheck)
+      d=$(debian_pkg "$DEBIAN_SHELLCHECK"); ln -sfn "$d/usr/bin/shellcheck" "$CURRENT/shellcheck" ;;
+    lint)
+      "$0" golangci-lint kube-api-linter shellcheck ;;
     e2e)
       "$0" kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue versitygw node ;;
-    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd containerd runc cni-plugins node controller-gen versitygw kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue e2e)"; exit 2 ;;
+    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd containerd runc cni-plugins node controller-gen versitygw kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue helm golangci-lint kube-api-linter promtool shellcheck lint e2e)"; exit 2 ;;
   esac
 done
 log "ready: KUBEBUILDER_ASSETS=$CURRENT"

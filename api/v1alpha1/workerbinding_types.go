@@ -86,25 +86,30 @@ const (
 type WorkerBindingSpec struct {
 	// TrainJobName is the TrainJob (in the same namespace) this binding belongs to.
 	// +kubebuilder:validation:MinLength=1
+	// +required
 	TrainJobName string `json:"trainJobName"`
 
 	// JobID is the job's identity towards the orchestrator and the prefix of its artifacts.
 	// Unique across the cluster among live bindings.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +required
 	JobID string `json:"jobID"`
 
 	// WorkerID is the identity of the job's single bound worker.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +required
 	WorkerID string `json:"workerID"`
 
 	// TokenSecretName names the Secret holding the job's token and CA bundle.
+	// +required
 	TokenSecretName string `json:"tokenSecretName"`
 
 	// TokenSHA256 is the lowercase hex SHA-256 of the token; the binding server
 	// finds a binding by it. The token itself is never stored here.
 	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	// +required
 	TokenSHA256 string `json:"tokenSHA256"`
 
 	// PreviousToken is the token the last reissue replaced, still accepted
@@ -126,9 +131,11 @@ type WorkerBindingSpec struct {
 type PreviousToken struct {
 	// SHA256 is the lowercase hex SHA-256 of the replaced token.
 	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	// +required
 	SHA256 string `json:"sha256"`
 	// ValidUntil is when the binding server stops accepting it and closes
 	// the sessions it opened.
+	// +required
 	ValidUntil metav1.Time `json:"validUntil"`
 }
 
@@ -153,6 +160,14 @@ type WorkerBindingSettings struct {
 
 // WorkerBindingStatus is the observed state of a bound job.
 type WorkerBindingStatus struct {
+	// Conditions are the binding's current conditions.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type" protobuf:"bytes,1,rep,name=conditions"`
+
 	// Phase is a summary of the binding's life. See the phase constants.
 	// +optional
 	Phase WorkerBindingPhase `json:"phase,omitempty"`
@@ -248,21 +263,18 @@ type WorkerBindingStatus struct {
 	// LastCommand is the last command pushed to the worker and its outcome.
 	// +optional
 	LastCommand *CommandStatus `json:"lastCommand,omitempty"`
-
-	// Conditions are the binding's current conditions.
-	// +listType=map
-	// +listMapKey=type
-	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // WorkerStatus identifies the pod whose sidecar registered.
 type WorkerStatus struct {
+	// +required
 	PodName string `json:"podName"`
-	PodUID  string `json:"podUID"`
+	// +required
+	PodUID string `json:"podUID"`
 	// +optional
 	NodeName string `json:"nodeName,omitempty"`
 	// RegisteredTime is when the sidecar registered.
+	// +required
 	RegisteredTime metav1.Time `json:"registeredTime"`
 }
 
@@ -271,6 +283,7 @@ type NodeStatus struct {
 	// Rank is the node's rank: the pod's Job completion index (Trainer's
 	// runtimes run every node as one indexed Job), or its JobSet job index
 	// when each Job runs one pod.
+	// +required
 	Rank int32 `json:"rank"`
 	// +optional
 	PodName string `json:"podName,omitempty"`
@@ -328,6 +341,7 @@ type NodeArtifacts struct {
 	// final flush could not verify; MissingCount counts them all.
 	// +optional
 	// +kubebuilder:validation:MaxItems=10
+	// +listType=atomic
 	Missing []string `json:"missing,omitempty"`
 	// +optional
 	MissingCount int32 `json:"missingCount,omitempty"`
@@ -338,12 +352,16 @@ type NodeArtifacts struct {
 
 // TrainerExit is one exit of a node's trainer container.
 type TrainerExit struct {
-	Rank     int32  `json:"rank"`
-	PodName  string `json:"podName"`
-	ExitCode int32  `json:"exitCode"`
+	// +required
+	Rank int32 `json:"rank"`
+	// +required
+	PodName string `json:"podName"`
+	// +required
+	ExitCode int32 `json:"exitCode"`
 	// Reason is the container runtime's (Error, OOMKilled, Completed, ...).
 	// +optional
-	Reason     string      `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// +required
 	FinishedAt metav1.Time `json:"finishedAt"`
 	// Attempt is the attempt the exit ended.
 	// +optional
@@ -390,6 +408,7 @@ type ArtifactsStatus struct {
 	// failed).
 	// +optional
 	// +kubebuilder:validation:MaxItems=10
+	// +listType=atomic
 	Missing []string `json:"missing,omitempty"`
 	// MissingCount counts every such file (Missing names at most 10).
 	// +optional
@@ -404,6 +423,7 @@ type ArtifactsStatus struct {
 	// Logs are the object keys of archived trainer logs.
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
 	Logs []string `json:"logs,omitempty"`
 	// Skipped names up to 5 entries of the artifact directory the worker
 	// does not upload by policy, each "<path>: <reason>": symlinks (with
@@ -411,6 +431,7 @@ type ArtifactsStatus struct {
 	// silently.
 	// +optional
 	// +kubebuilder:validation:MaxItems=5
+	// +listType=atomic
 	Skipped []string `json:"skipped,omitempty"`
 	// SkippedCount counts every skipped entry (Skipped names at most 5).
 	// +optional
@@ -420,10 +441,13 @@ type ArtifactsStatus struct {
 // CommandStatus is a command sent to the worker (through the
 // tether.dev/command annotation) and what became of it.
 type CommandStatus struct {
-	ID   string `json:"id"`
+	// +required
+	ID string `json:"id"`
+	// +required
 	Name string `json:"name"`
 	// State is Sent, Acknowledged (by every node it was sent to) or
 	// Failed (a node answered with an error, in Message).
+	// +required
 	State string `json:"state"`
 	// SentNodes and AckedNodes are the ranks it was sent to and those that
 	// acknowledged it.
@@ -459,10 +483,13 @@ type CommandStatus struct {
 // +kubebuilder:printcolumn:name="Last Heartbeat",type=date,JSONPath=`.status.lastHeartbeatTime`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type WorkerBinding struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   WorkerBindingSpec   `json:"spec"`
+	// +required
+	Spec WorkerBindingSpec `json:"spec"`
+	// +optional
 	Status WorkerBindingStatus `json:"status,omitempty"`
 }
 

@@ -903,12 +903,12 @@ func childCPU(exclude int) map[string]time.Duration {
 		}
 		// pid (comm) state ppid ... utime(14) stime(15)
 		s := string(raw)
-		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || close < open {
+		opening, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if opening < 0 || closing < opening {
 			continue
 		}
-		comm := s[open+1 : close]
-		f := strings.Fields(s[close+1:])
+		comm := s[opening+1 : closing]
+		f := strings.Fields(s[closing+1:])
 		if len(f) < 13 {
 			continue
 		}
@@ -1063,14 +1063,14 @@ func raiseNofile() (uint64, string) {
 	if lim.Cur >= wantNofile {
 		return lim.Cur, "already high enough"
 	}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: wantNofile, Max: max(wantNofile, lim.Max)}); err == nil {
+	err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: wantNofile, Max: max(wantNofile, lim.Max)})
+	if err == nil {
 		return wantNofile, "raised"
-	} else {
-		note := fmt.Sprintf("raising to %d: %v; soft limit set to the hard limit", wantNofile, err)
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: lim.Max, Max: lim.Max})
-		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
-		return lim.Cur, note
 	}
+	note := fmt.Sprintf("raising to %d: %v; soft limit set to the hard limit", wantNofile, err)
+	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: lim.Max, Max: lim.Max})
+	_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	return lim.Cur, note
 }
 
 // ---- The load generator (a separate process) ----
@@ -1618,7 +1618,7 @@ func (g *generator) read(w *worker) {
 		}
 		now := time.Now().UnixNano()
 		var seq uint64
-		running := true
+		var running bool
 		if rest, ok := bytes.CutPrefix(data, ackPrefix); ok {
 			end := bytes.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
 			if end <= 0 {

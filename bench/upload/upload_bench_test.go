@@ -1,8 +1,6 @@
 package upload_test
 
 import (
-	"github.com/tether-dev/tether/internal/benchutil"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -34,6 +32,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/tether-dev/tether/internal/benchutil"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
 	"github.com/tether-dev/tether/pkg/upload"

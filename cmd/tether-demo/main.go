@@ -76,7 +76,11 @@ func run(hold bool) error {
 	if err != nil {
 		return err
 	}
-	defer c.Stop()
+	defer func() {
+		if err := c.Stop(); err != nil {
+			detail("stopping the cluster: %v", err)
+		}
+	}()
 	detail("cluster up in %s; logs of every component in %s", time.Since(start).Round(100*time.Millisecond), filepath.Join(c.Dir, "logs"))
 
 	step("installing Tether from manifests/overlays/self-managed (CRD, RBAC, webhook) and running cmd/webhook as its ServiceAccount")

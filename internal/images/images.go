@@ -418,7 +418,7 @@ func tarDir(dir, out string, mtime time.Time) (err error) {
 		if err == nil {
 			err = os.Rename(tmp, out)
 		} else {
-			os.Remove(tmp)
+			_ = os.Remove(tmp) // the write's error is the one to return
 		}
 	}()
 	tw := tar.NewWriter(f)

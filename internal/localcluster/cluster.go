@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	tetherv1alpha1 "github.com/tether-dev/tether/api/v1alpha1"
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/testenv"
 )
 
@@ -232,7 +232,7 @@ func (c *Cluster) bin(name string) string { return filepath.Join(c.Assets, name)
 // kubeconfig.
 func (c *Cluster) startAPIServer(ctx context.Context) error {
 	c.Scheme = runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, tetherv1alpha1.AddToScheme, trainer.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, tetherv1.AddToScheme, trainer.AddToScheme} {
 		if err := add(c.Scheme); err != nil {
 			return err
 		}

@@ -97,7 +97,8 @@ const (
 	TrainerV20WebhookConfigurationName = "validator.trainer.kubeflow.org"
 	// TrainerV20RelayPIDFile and TrainerV20ManagerPIDFile (in WorkDir) hold the
 	// PIDs of the relay and of the manager once StartTrainerV20 returned.
-	TrainerV20RelayPIDFile   = "relay.pid"
+	TrainerV20RelayPIDFile = "relay.pid"
+	// TrainerV20ManagerPIDFile: see TrainerV20RelayPIDFile.
 	TrainerV20ManagerPIDFile = "manager.pid"
 
 	trainerV20Namespace     = "kubeflow-system"

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -110,14 +110,14 @@ func TestTrainerV20(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vwc := &admissionv1.ValidatingWebhookConfiguration{}
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := yaml.Unmarshal(raw, vwc); err != nil {
 		t.Fatal(err)
 	}
 	vwc.Name = TrainerV20WebhookConfigurationName // as kustomize names it
 	for i := range vwc.Webhooks {
 		u := "https://" + webhookAddr + *vwc.Webhooks[i].ClientConfig.Service.Path
-		vwc.Webhooks[i].ClientConfig = admissionv1.WebhookClientConfig{URL: &u, CABundle: caPEM}
+		vwc.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &u, CABundle: caPEM}
 	}
 	if len(vwc.Webhooks) != 3 {
 		t.Fatalf("expected 3 validating webhooks in v2.0.0's manifests, got %d", len(vwc.Webhooks))

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -286,12 +286,12 @@ func (e *Env) Kubectl() string { return filepath.Join(e.Assets, "kubectl") }
 // webhookConfigs reads the shipped MutatingWebhookConfiguration and rewrites
 // its service references to the local webhook server's paths; envtest fills
 // in host, port and caBundle.
-func webhookConfigs() ([]*admissionv1.MutatingWebhookConfiguration, error) {
+func webhookConfigs() ([]*admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	raw, err := os.ReadFile(filepath.Join(RepoRoot(), "manifests", "base", "mutatingwebhookconfiguration.yaml"))
 	if err != nil {
 		return nil, err
 	}
-	var cfg admissionv1.MutatingWebhookConfiguration
+	var cfg admissionregistrationv1.MutatingWebhookConfiguration
 	if err := yaml.UnmarshalStrict(raw, &cfg); err != nil {
 		return nil, fmt.Errorf("manifests/base/mutatingwebhookconfiguration.yaml: %w", err)
 	}
@@ -300,7 +300,7 @@ func webhookConfigs() ([]*admissionv1.MutatingWebhookConfiguration, error) {
 		svc := cfg.Webhooks[i].ClientConfig.Service
 		svc.Path = ptr.To(strings.TrimPrefix(*svc.Path, "/"))
 	}
-	return []*admissionv1.MutatingWebhookConfiguration{&cfg}, nil
+	return []*admissionregistrationv1.MutatingWebhookConfiguration{&cfg}, nil
 }
 
 func writeFile(path string, b []byte) error { return os.WriteFile(path, b, 0o600) }

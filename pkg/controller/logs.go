@@ -219,22 +219,22 @@ func (a *LogArchiver) copyLog(ctx context.Context, p *corev1.Pod, container, key
 	return err
 }
 
-// TailLog reads r to the end and returns its last max bytes; when it had to
+// TailLog reads r to the end and returns its last limit bytes; when it had to
 // drop the beginning, the result starts with a line saying how much. Memory
-// stays within about 2×max whatever the log's size.
-func TailLog(r io.Reader, max int64) ([]byte, error) {
-	if max <= 0 {
-		max = 10 << 20
+// stays within about 2×limit whatever the log's size.
+func TailLog(r io.Reader, limit int64) ([]byte, error) {
+	if limit <= 0 {
+		limit = 10 << 20
 	}
-	buf := make([]byte, 0, min(max, 1<<20))
+	buf := make([]byte, 0, min(limit, 1<<20))
 	var total int64
 	chunk := make([]byte, 64<<10)
 	for {
 		n, err := r.Read(chunk)
 		total += int64(n)
 		buf = append(buf, chunk[:n]...)
-		if int64(len(buf)) > 2*max {
-			buf = append(buf[:0], buf[int64(len(buf))-max:]...)
+		if int64(len(buf)) > 2*limit {
+			buf = append(buf[:0], buf[int64(len(buf))-limit:]...)
 		}
 		if err == io.EOF {
 			break
@@ -243,10 +243,10 @@ func TailLog(r io.Reader, max int64) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if int64(len(buf)) <= max && total == int64(len(buf)) {
+	if int64(len(buf)) <= limit && total == int64(len(buf)) {
 		return buf, nil
 	}
-	kept := buf[int64(len(buf))-max:]
-	marker := fmt.Sprintf("[tether: log truncated: the first %d of %d bytes were dropped to keep the last %d]\n", total-max, total, max)
+	kept := buf[int64(len(buf))-limit:]
+	marker := fmt.Sprintf("[tether: log truncated: the first %d of %d bytes were dropped to keep the last %d]\n", total-limit, total, limit)
 	return append([]byte(marker), kept...), nil
 }

@@ -60,6 +60,7 @@ func (r *OrphanReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
+// Reconcile implements reconcile.Reconciler.
 func (r *OrphanReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	wb := &tetherv1.WorkerBinding{}
 	if err := r.Client.Get(ctx, req.NamespacedName, wb); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tether-dev/tether/internal/version"
 	"github.com/tether-dev/tether/pkg/controller"
+	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 )
 
@@ -81,7 +82,11 @@ type Options struct {
 	LeaderElect bool
 
 	SidecarImage string
-	ServerURL    string
+	// SidecarRequests and SidecarLimits override DefaultSidecarResources per
+	// resource (--sidecar-requests, --sidecar-limits); a TrainJob may
+	// override them again with its annotations.
+	SidecarRequests, SidecarLimits map[string]string
+	ServerURL                      string
 }
 
 // DefaultOptions are the values of the flags when none is given.
@@ -152,6 +157,19 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HealthAddr, "health-probe-bind-address", o.HealthAddr, "address of /healthz and /readyz")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect one replica to run the controller (webhooks are served by every replica)")
 	fs.StringVar(&o.SidecarImage, "sidecar-image", o.SidecarImage, "image of the injected sidecar (a TrainJob may override it with tether.dev/sidecar-image)")
+	for _, r := range []struct {
+		flag string
+		into *map[string]string
+	}{{"sidecar-requests", &o.SidecarRequests}, {"sidecar-limits", &o.SidecarLimits}} {
+		fs.Func(r.flag, "the injected sidecar's default "+strings.TrimPrefix(r.flag, "sidecar-")+", e.g. cpu=100m,memory=128Mi (unnamed resources keep the built-in 50m/64Mi requests, 1/128Mi limits)", func(v string) error {
+			list, err := jobconfig.ParseResourceList(v)
+			if err != nil {
+				return fmt.Errorf("--%s=%s: %w", r.flag, v, err)
+			}
+			*r.into = list
+			return nil
+		})
+	}
 	fs.StringVar(&o.ServerURL, "binding-server-url", o.ServerURL, "URL the sidecar uses to reach the binding server")
 }
 
@@ -183,6 +201,9 @@ func (o *Options) Validate() error {
 	case o.TokenOverlap < 0 || o.TokenOverlap > time.Hour:
 		return fmt.Errorf("--token-overlap=%s: must be between 0 and 1h (a replaced token must die soon)", o.TokenOverlap)
 	}
+	if _, err := mutate.MergeResources(mutate.DefaultSidecarResources(), o.SidecarRequests, o.SidecarLimits); err != nil {
+		return fmt.Errorf("--sidecar-requests/--sidecar-limits (over the built-in 50m/64Mi requests, 1/128Mi limits): %w", err)
+	}
 	return nil
 }
 
@@ -194,7 +215,9 @@ func (o *Options) caBundleFile() string {
 }
 
 func (o *Options) sidecarConfig() mutate.SidecarConfig {
-	return mutate.SidecarConfig{Image: o.SidecarImage, ServerURL: o.ServerURL, Resources: mutate.DefaultSidecarResources()}
+	// Validate has checked the merge.
+	resources, _ := mutate.MergeResources(mutate.DefaultSidecarResources(), o.SidecarRequests, o.SidecarLimits)
+	return mutate.SidecarConfig{Image: o.SidecarImage, ServerURL: o.ServerURL, Resources: resources}
 }
 
 func envOr(key, def string) string {

@@ -28,6 +28,11 @@ const (
 	NodesAnnotation = "tether.dev/nodes"
 	// SidecarImageAnnotation overrides the control plane's sidecar image for one job.
 	SidecarImageAnnotation = "tether.dev/sidecar-image"
+	// SidecarRequestsAnnotation and SidecarLimitsAnnotation override the
+	// sidecar's requests and limits for one job, resource by resource
+	// ("cpu=100m,memory=128Mi"); unnamed resources keep the control plane's.
+	SidecarRequestsAnnotation = "tether.dev/sidecar-requests"
+	SidecarLimitsAnnotation   = "tether.dev/sidecar-limits"
 
 	// TrainerStatusAnnotation says whether Tether writes the worker's
 	// progress into TrainJob.status.trainerStatus: auto (the default: when

@@ -37,6 +37,10 @@ type Settings struct {
 	Nodes string
 	// TrainerStatus is TrainerStatusAuto or TrainerStatusOff.
 	TrainerStatus string
+	// SidecarRequests and SidecarLimits are nil unless the TrainJob
+	// overrides the control plane's (per resource; see MergeResources).
+	// Values are validated quantities (ParseResourceList).
+	SidecarRequests, SidecarLimits map[string]string
 }
 
 // InvalidAnnotationError says which annotation is wrong, what it holds and what
@@ -162,6 +166,22 @@ func parse(annotations map[string]string) (Settings, []error) {
 			s.SidecarImage = v
 		}
 	}
+	for _, r := range []struct {
+		key     string
+		into    *map[string]string
+		example string
+	}{{SidecarRequestsAnnotation, &s.SidecarRequests, "cpu=100m,memory=128Mi"}, {SidecarLimitsAnnotation, &s.SidecarLimits, "cpu=2,memory=256Mi"}} {
+		if v, ok := annotations[r.key]; ok {
+			list, perr := ParseResourceList(v)
+			if perr != nil {
+				errs = append(errs, &InvalidAnnotationError{Key: r.key, Value: v, Problem: perr.Error(), Example: r.example})
+				continue
+			}
+			*r.into = list
+		}
+	}
+	// A request over its limit is judged after the merge with the control
+	// plane's defaults, by the pod webhook (mutate.MergeResources).
 	for _, key := range []string{JobIDAnnotation, WorkerIDAnnotation} {
 		if v, ok := annotations[key]; ok {
 			if err := ValidateID(key, v); err != nil {

@@ -8,8 +8,10 @@ const (
 	// admission step (Pod Security, quota, another webhook) may still refuse
 	// the pod; InjectionReporter announces the pods that exist.
 	OutcomePatched Outcome = "patched"
+	// OutcomeSkipped: the pod is admitted unchanged.
 	OutcomeSkipped Outcome = "skipped"
-	OutcomeDenied  Outcome = "denied"
+	// OutcomeDenied: the pod is refused with the decision's message.
+	OutcomeDenied Outcome = "denied"
 )
 
 // Reason says why. Skip and deny reasons are bounded enums: they are metric
@@ -17,6 +19,7 @@ const (
 type Reason string
 
 const (
+	// ReasonInjected is the reason of OutcomePatched.
 	ReasonInjected Reason = "Injected"
 	// ReasonInjectionWarning is the Event reason of an injection's warnings.
 	ReasonInjectionWarning Reason = "InjectionWarning"

@@ -74,6 +74,14 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		return d
 	}
 
+	// Per-job requests and limits lay over the control plane's, resource by
+	// resource; a namespace ResourceQuota sees them, Kueue does not (its
+	// quota comes from the runtime, docs/platform.md#kueue).
+	resources, err := MergeResources(i.Sidecar.Resources, settings.SidecarRequests, settings.SidecarLimits)
+	if err != nil {
+		return denied(DenyInvalidSettings, fmt.Sprintf("TrainJob %s: sidecar resources from %s/%s over the control plane's defaults: %v; "+
+			"set both annotations so that each request is at most its limit", name, jobconfig.SidecarRequestsAnnotation, jobconfig.SidecarLimitsAnnotation, err))
+	}
 	artifacts, d, ok := planArtifacts(pod, trainer, settings.ArtifactPath)
 	if !ok {
 		return d
@@ -99,7 +107,7 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		exclude:       strings.Join(settings.Exclude, ","),
 		artifactMount: artifacts.mount,
 		nestedMounts:  artifacts.nested,
-		resources:     i.Sidecar.Resources,
+		resources:     resources,
 	}))
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}

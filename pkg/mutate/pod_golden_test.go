@@ -71,6 +71,8 @@ var podCases = map[string]podExpectation{
 	"host-network-cluster-first-with-host-net": {reason: ReasonInjected},
 	"missing-trainer-container":                {reason: DenyNoTrainerContainer},
 	"sidecar-image-override":                   {reason: ReasonInjected},
+	"sidecar-resources":                        {reason: ReasonInjected},
+	"sidecar-resources-over-limit":             {reason: DenyInvalidSettings},
 	"missing-identity":                         {reason: DenyMissingIdentity},
 	"invalid-settings":                         {reason: DenyInvalidSettings},
 	"token-volume-conflict":                    {reason: DenyNameConflict},

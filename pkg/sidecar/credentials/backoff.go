@@ -30,15 +30,15 @@ type Backoff struct {
 }
 
 // NewBackoff returns a Backoff; initial <= 0 means DefaultBackoffInitial, and
-// max is at least initial.
-func NewBackoff(initial, max time.Duration) *Backoff {
+// limit is at least initial.
+func NewBackoff(initial, limit time.Duration) *Backoff {
 	if initial <= 0 {
 		initial = DefaultBackoffInitial
 	}
-	if max < initial {
-		max = initial
+	if limit < initial {
+		limit = initial
 	}
-	return &Backoff{initial: initial, max: max}
+	return &Backoff{initial: initial, max: limit}
 }
 
 // Ceiling is the upper bound of the next delay.

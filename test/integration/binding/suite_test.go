@@ -22,8 +22,3 @@ func eventually(t *testing.T, timeout time.Duration, check func() error) {
 	t.Helper()
 	testenv.Eventually(t, timeout, check)
 }
-
-func consistently(t *testing.T, d time.Duration, check func() error) {
-	t.Helper()
-	testenv.Consistently(t, d, check)
-}

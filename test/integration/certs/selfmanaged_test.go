@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -78,7 +78,7 @@ func TestSelfManagedCertificateServesAdmission(t *testing.T) {
 			t.Fatalf("rotator did not fill %s in Secret %s", k, secretKey)
 		}
 	}
-	var hooks admissionv1.MutatingWebhookConfiguration
+	var hooks admissionregistrationv1.MutatingWebhookConfiguration
 	if err := env.Client.Get(ctx, types.NamespacedName{Name: "tether-webhook"}, &hooks); err != nil {
 		t.Fatal(err)
 	}
