@@ -22,3 +22,8 @@ func eventually(t *testing.T, timeout time.Duration, check func() error) {
 	t.Helper()
 	testenv.Eventually(t, timeout, check)
 }
+
+func consistently(t *testing.T, d time.Duration, check func() error) {
+	t.Helper()
+	testenv.Consistently(t, d, check)
+}
