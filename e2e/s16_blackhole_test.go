@@ -44,7 +44,7 @@ func TestScenario16BindingBlackholed(t *testing.T) {
 	start := time.Now()
 	defer suite.tether.BlackholeBinding(false)
 
-	wb := suite.waitBinding(t, ns, name, 30*time.Second, "HeartbeatLost during the black hole", func(wb *tetherv1.WorkerBinding) error {
+	suite.waitBinding(t, ns, name, 30*time.Second, "HeartbeatLost during the black hole", func(wb *tetherv1.WorkerBinding) error {
 		if !meta.IsStatusConditionTrue(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost) {
 			return fmt.Errorf("no HeartbeatLost yet")
 		}

@@ -161,7 +161,8 @@ func (c *Client) DownloadFile(ctx context.Context, wb *tetherv1.WorkerBinding, p
 	if err != nil {
 		return Artifact{}, err
 	}
-	defer os.Remove(tmp.Name())
+	// Gone once renamed into place; removed here on every other path.
+	defer func() { _ = os.Remove(tmp.Name()) }()
 	a, err := c.Download(ctx, wb, path, tmp)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr

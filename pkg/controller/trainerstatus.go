@@ -95,6 +95,7 @@ func (r *TrainerStatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
+// Reconcile implements reconcile.Reconciler.
 func (r *TrainerStatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	wb := &tetherv1.WorkerBinding{}
 	if err := r.Client.Get(ctx, req.NamespacedName, wb); err != nil {
@@ -159,7 +160,7 @@ func ownedByOther(tj *unstructured.Unstructured) bool {
 		if mf.Manager == TrainerStatusFieldManager || mf.FieldsV1 == nil {
 			continue
 		}
-		if bytes.Contains(mf.FieldsV1.Raw, []byte(`"f:trainerStatus"`)) {
+		if bytes.Contains(mf.FieldsV1.GetRawBytes(), []byte(`"f:trainerStatus"`)) {
 			return true
 		}
 	}

@@ -84,9 +84,9 @@ func TestProgressFromNativeTrainerStatus(t *testing.T) {
 
 func TestOwnedByOther(t *testing.T) {
 	tj := &unstructured.Unstructured{Object: map[string]any{}}
-	status := &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:trainerStatus":{"f:progressPercentage":{}}}}`)}
+	status := metav1.NewFieldsV1(`{"f:status":{"f:trainerStatus":{"f:progressPercentage":{}}}}`)
 	tj.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: TrainerStatusFieldManager, Subresource: "status", FieldsV1: status},
-		{Manager: "trainer", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{}}}`)}}})
+		{Manager: "trainer", FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:conditions":{}}}`)}})
 	if ownedByOther(tj) {
 		t.Error("Tether's own trainerStatus counted as a native report")
 	}

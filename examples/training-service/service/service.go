@@ -160,7 +160,7 @@ func waitAdmitted(ctx context.Context, c *client.Client, cfg Config, name string
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("Kueue did not admit %s within %s: is the queue %q's ClusterQueue out of quota?", name, cfg.Timeout, cfg.Queue)
+			return fmt.Errorf("%s was not admitted by Kueue within %s: is the queue %q's ClusterQueue out of quota?", name, cfg.Timeout, cfg.Queue)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
