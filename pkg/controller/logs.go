@@ -46,6 +46,9 @@ type LogArchiver struct {
 	// failures are the logs whose copy failed, by key: retried with backoff,
 	// at most maxLogAttempts times (the pod may be gone from its node).
 	failures map[string]*logFailure
+	// copied are the logs stored whose key may not be on the binding yet
+	// (its status write lost a race): recorded again, not read again.
+	copied map[string]bool
 }
 
 type logFailure struct {
@@ -120,6 +123,16 @@ func (a *LogArchiver) archive(ctx context.Context, st *tetherv1.WorkerBindingSta
 			if st.Artifacts != nil && slices.Contains(st.Artifacts.Logs, in.key) {
 				continue
 			}
+			if a.isCopied(in.key) {
+				if st.Artifacts == nil {
+					st.Artifacts = &tetherv1.ArtifactsStatus{}
+				}
+				if len(st.Artifacts.Logs) < maxLogKeys {
+					st.Artifacts.Logs = append(st.Artifacts.Logs, in.key)
+					changed = true
+				}
+				continue
+			}
 			wait, try := a.due(in.key, now)
 			if !try {
 				if wait > 0 && (retry == 0 || wait < retry) {
@@ -139,6 +152,7 @@ func (a *LogArchiver) archive(ctx context.Context, st *tetherv1.WorkerBindingSta
 				continue
 			}
 			a.succeeded(in.key)
+			a.markCopied(in.key)
 			if st.Artifacts == nil {
 				st.Artifacts = &tetherv1.ArtifactsStatus{}
 			}
@@ -197,6 +211,23 @@ func (a *LogArchiver) failed(key string, now time.Time) (time.Duration, bool) {
 	wait := logRetryBase << (f.attempts - 1)
 	f.next = now.Add(wait)
 	return wait, true
+}
+
+func (a *LogArchiver) isCopied(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.copied[key]
+}
+
+// markCopied remembers a stored log (bounded: the set starts over when
+// full, costing at most one more read of a log).
+func (a *LogArchiver) markCopied(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.copied == nil || len(a.copied) >= maxLogFailures {
+		a.copied = map[string]bool{}
+	}
+	a.copied[key] = true
 }
 
 func (a *LogArchiver) succeeded(key string) {
