@@ -24,15 +24,7 @@ func (o *options) describeCmd() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: o.completeBindings,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			ns, err := o.namespace()
-			if err != nil {
-				return err
-			}
-			wb, err := c.Get(cmd.Context(), ns, args[0])
+			c, ns, wb, err := o.binding(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}

@@ -16,15 +16,7 @@ func (o *options) logsCmd() *cobra.Command {
 		Args:              cobra.RangeArgs(1, 2),
 		ValidArgsFunction: o.completeBindings,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			ns, err := o.namespace()
-			if err != nil {
-				return err
-			}
-			wb, err := c.Get(cmd.Context(), ns, args[0])
+			c, ns, wb, err := o.binding(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}

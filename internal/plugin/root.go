@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/client"
 )
 
@@ -72,6 +74,21 @@ func (o *options) client() (*client.Client, error) {
 }
 
 // namespace is -n, else the kubeconfig context's namespace.
+// binding is the client, the namespace and the WorkerBinding name a
+// command is about.
+func (o *options) binding(ctx context.Context, name string) (*client.Client, string, *tetherv1.WorkerBinding, error) {
+	c, err := o.client()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	ns, err := o.namespace()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	wb, err := c.Get(ctx, ns, name)
+	return c, ns, wb, err
+}
+
 func (o *options) namespace() (string, error) {
 	ns, _, err := o.config.ToRawKubeConfigLoader().Namespace()
 	return ns, err
