@@ -26,7 +26,8 @@ var (
 		[]string{"namespace", "trainjob"}, nil)
 )
 
-// PhaseCollector reports every binding's phase at scrape time from the
+// PhaseCollector reports every binding's phase (and attempt, exits, nodes
+// and progress, progress_metrics.go) at scrape time, in one pass over the
 // cache, so a deleted binding's series disappear with it. Only the elected
 // replica reports, so Prometheus sees each binding once.
 type PhaseCollector struct {
@@ -36,7 +37,7 @@ type PhaseCollector struct {
 
 // Describe implements prometheus.Collector.
 func (c *PhaseCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPhase, descAttempt, descTrainerExits, descNodes} {
+	for _, d := range []*prometheus.Desc{descPhase, descAttempt, descTrainerExits, descNodes, descProgressFraction, descProgressStatusStep} {
 		ch <- d
 	}
 }
@@ -66,5 +67,6 @@ func (c *PhaseCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAttempt, prometheus.GaugeValue, float64(wb.Status.Attempt), wb.Namespace, wb.Spec.TrainJobName)
 		ch <- prometheus.MustNewConstMetric(descTrainerExits, prometheus.GaugeValue, float64(wb.Status.TrainerExits), wb.Namespace, wb.Spec.TrainJobName)
 		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(wb.Status.NodeCount), wb.Namespace, wb.Spec.TrainJobName)
+		progressMetrics(ch, wb)
 	}
 }

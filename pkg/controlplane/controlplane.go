@@ -162,7 +162,6 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 	// Metrics are registered while the control plane runs, so a control
 	// plane restarted in the same process (tests) exports its own.
 	collectors := append(append(mutate.Collectors(), bindingServer.Metrics().Collectors()...), &controller.PhaseCollector{Cache: mgr.GetCache(), Elected: mgr.Elected()},
-		&controller.ProgressCollector{Cache: mgr.GetCache(), Elected: mgr.Elected()},
 		&CertExpiryCollector{CertDir: opts.CertDir})
 	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
 		var registered []prometheus.Collector

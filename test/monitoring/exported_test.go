@@ -27,6 +27,8 @@ func collectors(t *testing.T) []prometheus.Collector {
 	c := fake.NewClientBuilder().WithScheme(controlplane.NewScheme()).WithObjects(&tetherv1.WorkerBinding{}).Build()
 	wb := &tetherv1.WorkerBinding{}
 	wb.Name, wb.Namespace, wb.Spec.TrainJobName = "wb", "ml", "llama"
+	step := int64(5)
+	wb.Status.Progress = &tetherv1.Progress{Step: &step, Fraction: "0.5"} // for the progress gauges
 	if err := c.Create(t.Context(), wb); err != nil {
 		t.Fatal(err)
 	}
