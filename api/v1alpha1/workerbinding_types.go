@@ -57,6 +57,10 @@ const (
 	ReasonCancelled           = "Cancelled"
 	ReasonArtifactsIncomplete = "ArtifactsIncomplete"
 	ReasonAwaitingArtifacts   = "AwaitingArtifacts"
+	// ReasonPromotingArtifacts: every artifact is verified and the latest
+	// verified versions are being moved over their final keys; the binding
+	// succeeds only once a reader of the final keys gets them.
+	ReasonPromotingArtifacts = "PromotingArtifacts"
 	ReasonTrainerExited       = "TrainerExited"
 	ReasonAttemptStarted      = "AttemptStarted"
 	ReasonNeverBound          = "NeverBound"

@@ -3,6 +3,7 @@ package localcluster
 import (
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,19 @@ type balancer struct {
 	// established and new connections alike: the peers see a network that
 	// accepts and never delivers (a partition, not a refusal).
 	blackhole atomic.Bool
+	// preferred, when set and ready, takes every new connection (a test
+	// that needs to know which replica holds a session).
+	preferred atomic.Pointer[string]
+}
+
+// prefer sends every new connection to backend addr while it is ready ("":
+// spread them again).
+func (b *balancer) prefer(addr string) {
+	if addr == "" {
+		b.preferred.Store(nil)
+		return
+	}
+	b.preferred.Store(&addr)
 }
 
 // setBlackhole starts or ends the black hole.
@@ -111,6 +125,9 @@ func (b *balancer) proxy(client net.Conn) {
 	backends := b.ready()
 	if len(backends) == 0 {
 		return // no ready endpoint: the connection is refused, as with an empty Service
+	}
+	if p := b.preferred.Load(); p != nil && slices.Contains(backends, *p) {
+		backends = []string{*p}
 	}
 	start := int(b.next.Add(1))
 	var upstream net.Conn

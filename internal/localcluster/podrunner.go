@@ -44,6 +44,9 @@ type TrainerPlan struct {
 	FailRuns int
 	// FailAfterSteps stops a failing run after that many steps.
 	FailAfterSteps int
+	// CheckpointBytes and ModelBytes are the sizes of each checkpoint
+	// (default 256 KiB) and of the final model (default three checkpoints).
+	CheckpointBytes, ModelBytes int
 	// FailPods, in PodRunner, fails (with ExitCode) only the first FailPods
 	// pods it runs of each rank of the TrainJob; later pods exit 0.
 	FailPods int
@@ -79,6 +82,12 @@ func (p TrainerPlan) Args(dir string) []string {
 	}
 	if p.FailAfterSteps > 0 {
 		args = append(args, fmt.Sprintf("--fail-after-steps=%d", p.FailAfterSteps))
+	}
+	if p.CheckpointBytes > 0 {
+		args = append(args, fmt.Sprintf("--checkpoint-bytes=%d", p.CheckpointBytes))
+	}
+	if p.ModelBytes > 0 {
+		args = append(args, fmt.Sprintf("--model-bytes=%d", p.ModelBytes))
 	}
 	if p.CheckpointMode != "" {
 		args = append(args, "--checkpoint-mode="+p.CheckpointMode)

@@ -53,8 +53,10 @@ type Tether struct {
 	bindingLB  *balancer
 	// ArtifactDir is the fs backend's directory ("" with S3).
 	ArtifactDir string
-	// S3 is the artifact store with TetherOptions.S3.
-	S3 *S3
+	// S3 is the artifact store with TetherOptions.S3. The control plane
+	// and the sidecars reach it through s3Front; S3.Admin goes direct.
+	S3      *S3
+	s3Front *s3Front
 
 	mu       sync.Mutex
 	replicas []*Replica
@@ -77,6 +79,36 @@ func (r *Replica) Process() *Process { return r.proc }
 // and the binding "Service": every connection, open or new, is accepted
 // and delivers nothing, in either direction, until it ends.
 func (t *Tether) BlackholeBinding(on bool) { t.bindingLB.setBlackhole(on) }
+
+// PreferBindingReplica sends every new connection to the binding server's
+// "Service" to replica i while it is ready (-1: spread them again), so a
+// test knows which replica holds a sidecar's session and uploads.
+func (t *Tether) PreferBindingReplica(i int) {
+	if i < 0 {
+		t.bindingLB.prefer("")
+		return
+	}
+	t.bindingLB.prefer(t.replicas[i].BindingAddr)
+}
+
+// FailS3 makes the artifact store answer every request of the control
+// plane and the sidecars 503 SlowDown (on) or serve them again (off).
+func (t *Tether) FailS3(on bool) error {
+	if t.s3Front == nil {
+		return errNoS3
+	}
+	t.s3Front.setFailing(on)
+	return nil
+}
+
+// S3Traffic is what the control plane and the sidecars sent the artifact
+// store so far.
+func (t *Tether) S3Traffic() (S3Traffic, error) {
+	if t.s3Front == nil {
+		return S3Traffic{}, errNoS3
+	}
+	return t.s3Front.snapshot(), nil
+}
 
 // BindingURL is the URL the injected sidecars use (the binding "Service").
 func (t *Tether) BindingURL() string { return "https://" + t.bindingLB.Addr() }
@@ -154,7 +186,11 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 		if t.S3, err = c.StartS3(ctx, s3cfg); err != nil {
 			return nil, err
 		}
-		t.args = append(t.args, "--artifact-backend=s3", "--s3-endpoint="+t.S3.Endpoint, "--s3-bucket="+t.S3.Bucket,
+		if t.s3Front, err = newS3Front(t.S3.Endpoint); err != nil {
+			return nil, err
+		}
+		c.onStop(func() error { t.s3Front.close(); return nil })
+		t.args = append(t.args, "--artifact-backend=s3", "--s3-endpoint="+t.s3Front.Addr(), "--s3-bucket="+t.S3.Bucket,
 			"--s3-insecure", "--s3-region=us-east-1", "--s3-credentials-dir="+t.S3.CredentialsDir)
 	} else {
 		t.ArtifactDir = filepath.Join(c.Dir, "artifacts")

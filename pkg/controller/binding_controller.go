@@ -356,8 +356,8 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 			requeue = createFailureRecheck
 		}
 	}
-	// Whoever made the binding final (this controller, or the binding
-	// server on a verified manifest), its pending artifacts are settled here.
+	// A failed job's pending artifacts are dropped here (and a late upload
+	// of a succeeded one promoted).
 	defer r.settlePending(ctx, wb)
 	if _, retry, err := r.Logs.archive(ctx, &wb.Status, wb.Spec.JobID, lifecycle.Settings(&wb.Spec).TrainerContainer, pods); err != nil {
 		// Bounded: each log is retried with backoff, then given up (said so).
@@ -391,6 +391,25 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 type PendingArtifacts interface {
 	Promote(ctx context.Context, jobID string) (int, error)
 	DropPending(ctx context.Context, jobID string) (int, error)
+}
+
+// promotionRetry is how soon a failed promotion is tried again.
+const promotionRetry = 5 * time.Second
+
+// promote moves the verified pending artifacts of a binding whose every
+// artifact is verified over their final keys.
+func (r *BindingReconciler) promote(ctx context.Context, wb *tetherv1.WorkerBinding) error {
+	if r.Pending == nil {
+		return nil
+	}
+	n, err := r.Pending.Promote(ctx, wb.Spec.JobID)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		logf.FromContext(ctx).Info("promoted verified artifacts", "objects", n)
+	}
+	return nil
 }
 
 // settlePending promotes a succeeded job's pending artifacts and drops a

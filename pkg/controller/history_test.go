@@ -240,9 +240,20 @@ func TestPhaseMachineHistories(t *testing.T) {
 			{t: 1, pods: ps(pod(0, "p0", 1).Running(0), pod(1, "p1", 1).Running(0), pod(2, "p2", 1).Running(0), pod(3, "p3", 1).Running(0)),
 				conds: admitted, server: registerAll(0, "p0", "p1", "p2", "p3")},
 			{t: 30, pods: ps(), conds: complete(30), server: manifests(3)},
-			{t: 31, server: manifest(3, true)},
+			{t: 31, server: manifest(3, true)}, // the server: PromotingArtifacts
+			{t: 32, pods: ps(), conds: complete(30)}, // the controller promotes, then Succeeded
 		},
 		want: want{phase: tetherv1.PhaseSucceeded, nodeCount: 4},
+	}, {
+		name:  "four nodes: the last manifest verified by the server is not Succeeded before the controller promoted it",
+		nodes: 4,
+		steps: []step{
+			{t: 1, pods: ps(pod(0, "p0", 1).Running(0), pod(1, "p1", 1).Running(0), pod(2, "p2", 1).Running(0), pod(3, "p3", 1).Running(0)),
+				conds: admitted, server: registerAll(0, "p0", "p1", "p2", "p3")},
+			{t: 30, pods: ps(), conds: complete(30), server: manifests(3)},
+			{t: 31, server: manifest(3, true)},
+		},
+		want: want{phase: tetherv1.PhaseFinishing, reason: tetherv1.ReasonPromotingArtifacts, nodeCount: 4},
 	}, {
 		name:  "four nodes: a node without a verified manifest after the grace fails the binding, naming the node",
 		nodes: 4,

@@ -118,7 +118,22 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 			lifecycle.Resumed(st)
 		}
 	}
-	return r.checkHeartbeats(st, settings, now), obs
+	requeue := r.checkHeartbeats(st, settings, now)
+	// Whoever found every artifact verified (this controller, or the binding
+	// server on a verified manifest), the latest versions are put in place
+	// here, before the binding may say Succeeded.
+	if lifecycle.Promoting(st) {
+		if err := r.promote(ctx, wb); err != nil {
+			logf.FromContext(ctx).Error(err, "promoting verified artifacts; retrying")
+			lifecycle.PromotionFailed(st, err)
+			if requeue == 0 || requeue > promotionRetry {
+				requeue = promotionRetry
+			}
+		} else {
+			lifecycle.ArtifactsPromoted(st)
+		}
+	}
+	return requeue, obs
 }
 
 // neverBoundMessage says why a TrainJob that ended (typ Complete or

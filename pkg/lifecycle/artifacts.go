@@ -73,7 +73,7 @@ func ArtifactsRecorded(st *tetherv1.WorkerBindingStatus, rank int32, podUID stri
 	changed := n.Artifacts == nil || !equalNodeArtifacts(n.Artifacts, &a)
 	n.Artifacts = &a
 	aggregateArtifacts(st)
-	if st.Phase == tetherv1.PhaseFinishing && st.Reason == tetherv1.ReasonAwaitingArtifacts {
+	if st.Phase == tetherv1.PhaseFinishing && (st.Reason == tetherv1.ReasonAwaitingArtifacts || st.Reason == tetherv1.ReasonPromotingArtifacts) {
 		return gate(st) || changed
 	}
 	return changed

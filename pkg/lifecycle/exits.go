@@ -132,15 +132,46 @@ func JobCompleted(st *tetherv1.WorkerBindingStatus) bool {
 }
 
 // gate is the completion rule: the TrainJob is Complete (the phase says so)
-// and every bound node's manifest is verified.
+// and every bound node's manifest is verified. It does not succeed the
+// binding itself: a verified upload that overwrote an earlier version waits
+// under its pending key until promoted (so a failed job's outputs never
+// replace good ones), and Succeeded must not be seen while a final key
+// still holds the older version. The controller promotes, then
+// ArtifactsPromoted succeeds the binding.
 func gate(st *tetherv1.WorkerBindingStatus) bool {
 	if ManifestVerified(st) {
-		msg := "trainer exited 0 and every artifact is verified"
-		if st.NodeCount > 1 {
-			msg = fmt.Sprintf("TrainJob complete and the artifacts of all %d nodes are verified", st.NodeCount)
-		}
-		return finish(st, tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded, msg)
+		return set(st, tetherv1.PhaseFinishing, tetherv1.ReasonPromotingArtifacts,
+			"TrainJob complete and every artifact verified; putting the latest verified versions in place")
 	}
 	return set(st, tetherv1.PhaseFinishing, tetherv1.ReasonAwaitingArtifacts,
 		"TrainJob complete; waiting for "+unverifiedNodes(st)+" to be verified")
+}
+
+// Promoting says whether the binding waits for its verified artifacts to be
+// promoted over their final keys.
+func Promoting(st *tetherv1.WorkerBindingStatus) bool {
+	return st.Phase == tetherv1.PhaseFinishing && st.Reason == tetherv1.ReasonPromotingArtifacts
+}
+
+// ArtifactsPromoted succeeds a binding whose verified artifacts are all in
+// place under their final keys.
+func ArtifactsPromoted(st *tetherv1.WorkerBindingStatus) bool {
+	if !Promoting(st) || !ManifestVerified(st) {
+		return false
+	}
+	msg := "trainer exited 0 and every artifact is verified"
+	if st.NodeCount > 1 {
+		msg = fmt.Sprintf("TrainJob complete and the artifacts of all %d nodes are verified", st.NodeCount)
+	}
+	return finish(st, tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded, msg)
+}
+
+// PromotionFailed keeps the binding promoting and says why it has not
+// succeeded yet.
+func PromotionFailed(st *tetherv1.WorkerBindingStatus, err error) bool {
+	if !Promoting(st) {
+		return false
+	}
+	return set(st, tetherv1.PhaseFinishing, tetherv1.ReasonPromotingArtifacts,
+		"every artifact verified, but putting the latest versions in place failed (retrying): "+err.Error())
 }

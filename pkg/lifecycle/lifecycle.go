@@ -39,7 +39,7 @@ func held(st *tetherv1.WorkerBindingStatus) bool {
 		return true
 	case st.Phase == tetherv1.PhasePending && (st.Reason == tetherv1.ReasonSuspended || st.Reason == tetherv1.ReasonPreempted):
 		return true
-	case st.Phase == tetherv1.PhaseFinishing && st.Reason == tetherv1.ReasonAwaitingArtifacts:
+	case st.Phase == tetherv1.PhaseFinishing && (st.Reason == tetherv1.ReasonAwaitingArtifacts || st.Reason == tetherv1.ReasonPromotingArtifacts):
 		return true
 	}
 	return false

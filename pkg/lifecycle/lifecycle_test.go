@@ -47,7 +47,8 @@ func TestHappyPath(t *testing.T) {
 		{"finishing", func() bool { return Finishing(st, 0, "a", "SIGTERM") }, tetherv1.PhaseFinishing},
 		{"exit 0", func() bool { c, _ := TrainerExited(st, 0, "a", Exit{FinishedAt: t0.Add(time.Minute)}, 0, t0); return c }, tetherv1.PhaseFinishing},
 		{"manifest", func() bool { return ArtifactsRecorded(st, 0, "a", verified(0)) }, tetherv1.PhaseFinishing},
-		{"complete", func() bool { return JobCompleted(st) }, tetherv1.PhaseSucceeded},
+		{"complete", func() bool { return JobCompleted(st) }, tetherv1.PhaseFinishing},
+		{"promoted", func() bool { return ArtifactsPromoted(st) }, tetherv1.PhaseSucceeded},
 	}
 	for _, s := range steps {
 		if !s.apply() {
@@ -84,7 +85,11 @@ func TestNoRegression(t *testing.T) {
 
 func TestFinalPhasesAreFinal(t *testing.T) {
 	for _, final := range []func(*tetherv1.WorkerBindingStatus){
-		func(st *tetherv1.WorkerBindingStatus) { ArtifactsRecorded(st, 0, "a", verified(0)); JobCompleted(st) },
+		func(st *tetherv1.WorkerBindingStatus) {
+			ArtifactsRecorded(st, 0, "a", verified(0))
+			JobCompleted(st)
+			ArtifactsPromoted(st)
+		},
 		func(st *tetherv1.WorkerBindingStatus) { JobFailed(st, "TrainJob failed") },
 		func(st *tetherv1.WorkerBindingStatus) { Cancelled(st, "by test") },
 	} {

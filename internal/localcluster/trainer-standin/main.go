@@ -41,6 +41,7 @@ func main() {
 	interval := flag.Duration("step-interval", 500*time.Millisecond, "time per step")
 	every := flag.Int("checkpoint-every", 2, "write a checkpoint every N steps")
 	size := flag.Int("checkpoint-bytes", 256<<10, "size of a checkpoint")
+	modelSize := flag.Int("model-bytes", 0, "size of the final model (0: three checkpoints)")
 	exitCode := flag.Int("exit-code", 0, "exit code after the last step; non-zero skips the final model")
 	startStep := flag.Int("start-step", 0, "first step (a resumed attempt continues the count)")
 	corrupt := flag.Bool("corrupt-first-checkpoint", false, "with a non-zero exit code: first overwrite the first checkpoint of this run in place with garbage, as a crash while re-saving it would")
@@ -122,7 +123,10 @@ func main() {
 		fmt.Println("trainer-standin: done (the final model is rank 0's)")
 		exit(0)
 	}
-	must(writeFile(filepath.Join(*dir, "model", "final.safetensors"), 3**size, os.FileMode(modelPerm)))
+	if *modelSize == 0 {
+		*modelSize = 3 * *size
+	}
+	must(writeFile(filepath.Join(*dir, "model", "final.safetensors"), *modelSize, os.FileMode(modelPerm)))
 	fmt.Println("trainer-standin: final model written")
 	exit(0)
 }

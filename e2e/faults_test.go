@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tether-dev/tether/internal/localcluster"
+)
+
+// The fault scenarios (issue 11 item 5) each report what a fault cost:
+// time to recover, uploads retried and bytes re-sent. The figures come
+// from the store's side (localcluster's S3 front counts every PUT that
+// reached it, in proxy and direct mode alike) against the trainer's files.
+
+// s3Traffic is what reached the store so far.
+func (e *env) s3Traffic(t *testing.T) localcluster.S3Traffic {
+	t.Helper()
+	tr, err := e.tether.S3Traffic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// storeCost is what the store was sent for one job's immutable files
+// (checkpoints/ and model/: each is written once and renamed into place, so
+// any second PUT of one is a retry).
+type storeCost struct {
+	Files       int   // distinct files PUT
+	Puts        int   // PUTs of them
+	Bytes       int64 // body bytes of those PUTs
+	LocalBytes  int64 // the files' sizes
+	// GonePuts and GoneBytes are PUTs of files the trainer renamed or
+	// removed afterwards (a checkpoint's temporary file): never verified,
+	// never claimed, but sent.
+	GonePuts    int
+	GoneBytes   int64
+	OtherPuts   int   // PUTs of the job's other keys (progress, manifests, logs)
+	OtherBytes  int64
+	TotalPuts   int
+	TotalBytes  int64
+	Refused     int // requests the store refused (503) meanwhile
+	RetriedPuts int
+	ResentBytes int64
+}
+
+func (c storeCost) String() string {
+	return fmt.Sprintf("%d files of checkpoints/model (%d bytes) took %d PUTs (%d retried, %d bytes re-sent); "+
+		"%d PUTs (%d bytes) of files the trainer renamed or removed; %d other PUTs (%d bytes); %d requests refused by the store",
+		c.Files, c.LocalBytes, c.Puts, c.RetriedPuts, c.ResentBytes, c.GonePuts, c.GoneBytes, c.OtherPuts, c.OtherBytes, c.Refused)
+}
+
+// jobStoreCost sums the store traffic since before for job jobID, whose
+// trainer files are in dir.
+func jobStoreCost(t *testing.T, since localcluster.S3Traffic, jobID, dir string) storeCost {
+	t.Helper()
+	var c storeCost
+	c.Refused = since.Refused
+	sizes := localSizes(t, dir)
+	files := map[string]bool{}
+	for path, pt := range since.ByPath {
+		if !strings.Contains(path, "/"+jobID+"/") {
+			continue
+		}
+		c.TotalPuts += pt.Puts
+		c.TotalBytes += pt.Bytes
+		rel := immutableRel(path)
+		_, exists := sizes[rel]
+		switch {
+		case rel == "":
+			c.OtherPuts += pt.Puts
+			c.OtherBytes += pt.Bytes
+		case !exists:
+			c.GonePuts += pt.Puts
+			c.GoneBytes += pt.Bytes
+		default:
+			files[rel] = true
+			c.Puts += pt.Puts
+			c.Bytes += pt.Bytes
+		}
+	}
+	c.Files = len(files)
+	for rel := range files {
+		c.LocalBytes += sizes[rel]
+	}
+	c.RetriedPuts = c.Puts - c.Files
+	c.ResentBytes = c.Bytes - c.LocalBytes
+	return c
+}
+
+// immutableRel is the trainer path (checkpoints/... or model/...) a store
+// request path names, pending or final, or "".
+func immutableRel(path string) string {
+	for _, dir := range []string{"/checkpoints/", "/model/"} {
+		if i := strings.LastIndex(path, dir); i >= 0 {
+			return path[i+1:]
+		}
+	}
+	return ""
+}
+
+// localSizes is the size of each of the trainer's files under dir.
+func localSizes(t *testing.T, dir string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		out[filepath.ToSlash(rel)] = info.Size()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// waitStorePut polls (every 10ms, up to timeout) until PUTs to a path of
+// job jobID ending in suffix have carried at least n bytes since before; it
+// returns the traffic then.
+func (e *env) waitStorePut(t *testing.T, before localcluster.S3Traffic, n int64, timeout time.Duration, jobID, suffix string) localcluster.S3Traffic {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		tr := e.s3Traffic(t)
+		var got int64
+		for path, pt := range tr.Since(before).ByPath {
+			if strings.Contains(path, "/"+jobID+"/") && strings.HasSuffix(path, suffix) {
+				got += pt.Bytes
+			}
+		}
+		if got >= n {
+			return tr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %d bytes PUT to %s of job %s, want %d", timeout, got, suffix, jobID, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// replicaMetric is name{labels} scraped from replica i alone.
+func (e *env) replicaMetric(t *testing.T, i int, name string, labels ...string) (float64, bool) {
+	t.Helper()
+	text, err := e.tether.Replicas()[i].Metrics()
+	if err != nil {
+		return 0, false
+	}
+	return findMetric(text, name, labels...)
+}
+
+// restartOnCleanup starts killed replicas again when the test ends, so the
+// scenarios after it have the whole control plane.
+func (e *env) restartOnCleanup(t *testing.T, replicas ...int) {
+	t.Cleanup(func() {
+		for _, i := range replicas {
+			if exited, _ := e.tether.Replicas()[i].Process().Exited(); exited {
+				if err := e.tether.StartReplicaAgain(context.Background(), i); err != nil {
+					t.Errorf("starting replica %d again: %v", i, err)
+				}
+			}
+		}
+	})
+}

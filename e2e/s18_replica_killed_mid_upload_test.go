@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+// Scenario 18: the replica holding a sidecar's session is SIGKILLed while
+// a 256 MiB checkpoint is being uploaded (issue 11: "SIGKILL of the replica
+// holding the session in the middle of a 256 MiB upload"). The binding
+// "Service" is made to send the sidecar's connections to replica 0 (so its
+// session and, in proxy mode, its upload are there); when a quarter of the
+// checkpoint has reached the store, replica 0 is killed. The sidecar
+// reconnects to replica 1, the cut upload is sent again, and the job ends
+// Succeeded with every file verified, the checkpoint stored whole.
+// Stand-in: PodRunner runs the pod's real sidecar and the trainer stand-in
+// (kwok).
+func TestScenario18ReplicaKilledMidUpload(t *testing.T) {
+	timed(t)
+	ns := suite.newNamespace(t, "replica-kill")
+	const name = "big-checkpoint"
+	const checkpointBytes = 256 << 20
+	setPlans(ns, name, localcluster.TrainerPlan{Steps: 10, CheckpointEvery: 5, StepInterval: time.Second,
+		CheckpointBytes: checkpointBytes, ModelBytes: 1 << 20})
+	suite.tether.PreferBindingReplica(0)
+	defer suite.tether.PreferBindingReplica(-1)
+	suite.restartOnCleanup(t, 0)
+
+	before := suite.s3Traffic(t)
+	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
+	suite.create(t, tj)
+	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	pod := suite.injectedPod(t, ns, name, "")
+	suite.waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating))
+	if v, _ := suite.replicaMetric(t, 0, "tether_job_session_connected", jobLabels(ns, name)...); v != 1 {
+		t.Fatalf("replica 0 does not hold the session (tether_job_session_connected %v)", v)
+	}
+
+	// A quarter of the first checkpoint in the store: the upload is in flight.
+	suite.waitStorePut(t, before, checkpointBytes/4, 60*time.Second, jobID, "/checkpoints/step-0005.pt")
+	if err := suite.tether.KillReplica(0); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	suite.tether.PreferBindingReplica(-1)
+	atKill := suite.s3Traffic(t).Since(before).PutsTo("/checkpoints/step-0005.pt")
+	logf("scenario 18: replica 0 SIGKILLed with %d of %d checkpoint bytes in the store", atKill.Bytes, checkpointBytes)
+
+	eventually(t, 60*time.Second, "the session on replica 1", func() error {
+		if v, _ := suite.replicaMetric(t, 1, "tether_job_session_connected", jobLabels(ns, name)...); v != 1 {
+			return fmt.Errorf("replica 1: tether_job_session_connected %v", v)
+		}
+		return nil
+	})
+	reconnected := time.Since(killed)
+	dir := suite.runner.ArtifactDir(pod)
+	// The sidecar counts a file's bytes once the store's ETag matched.
+	suite.waitBinding(t, ns, name, 90*time.Second, "the checkpoint verified after the kill", func(wb *tetherv1.WorkerBinding) error {
+		if len(wb.Status.Nodes) == 0 || wb.Status.Nodes[0].UploadedBytes < checkpointBytes {
+			return fmt.Errorf("nodes %+v", wb.Status.Nodes)
+		}
+		return nil
+	})
+	checkpointBack := time.Since(killed)
+
+	wb, _ := suite.expectSucceededWithArtifacts(t, pod, name, jobID)
+	if wb.Status.Attempt != 1 {
+		t.Errorf("attempt %d, want 1: a control-plane crash is no new attempt", wb.Status.Attempt)
+	}
+	cost := jobStoreCost(t, suite.s3Traffic(t).Since(before), jobID, dir)
+	if cost.ResentBytes < 0 {
+		t.Errorf("the store got %d bytes for %d bytes of files: a file was claimed but not sent whole", cost.Bytes, cost.LocalBytes)
+	}
+	logf("scenario 18: session back on replica 1 %.1fs after the kill, checkpoint verified %.1fs after it, Succeeded %.1fs after it; %s",
+		reconnected.Seconds(), checkpointBack.Seconds(), time.Since(killed).Seconds(), cost)
+}

@@ -1,0 +1,174 @@
+package localcluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// s3Front stands between the artifact store and every client of it but the
+// test's own admin client (the control plane, and sidecars given presigned
+// URLs): a loopback HTTP reverse proxy that counts what reaches the store
+// and, while failing, answers every request 503 SlowDown, as S3 does when it
+// sheds load. The request's Host is kept, so SigV4 signatures made for the
+// front's address still verify at the store.
+type s3Front struct {
+	ln      net.Listener
+	srv     *http.Server
+	failing atomic.Bool
+
+	mu      sync.Mutex
+	traffic S3Traffic
+}
+
+// S3Traffic is what the store was sent through the front.
+type S3Traffic struct {
+	// Puts is how many object PUTs with a body reached the store, and
+	// PutBytes how many body bytes they carried so far (also of a PUT in
+	// flight or cut off).
+	Puts     int
+	PutBytes int64
+	// Copies is how many server-side copies (PUT with x-amz-copy-source).
+	Copies int
+	// Refused is how many requests the front answered 503 while failing.
+	Refused int
+	// ByPath is per request path (/<bucket>/<key>, of PUTs with a body).
+	ByPath map[string]PathTraffic
+}
+
+// PathTraffic is the PUTs with a body one path was sent.
+type PathTraffic struct {
+	Puts  int
+	Bytes int64
+}
+
+// PutsTo sums the PUTs (and their bytes) to every path ending in suffix
+// (a file's final and pending keys both do).
+func (t S3Traffic) PutsTo(suffix string) PathTraffic {
+	var sum PathTraffic
+	for p, pt := range t.ByPath {
+		if strings.HasSuffix(p, suffix) {
+			sum.Puts += pt.Puts
+			sum.Bytes += pt.Bytes
+		}
+	}
+	return sum
+}
+
+// Since is what t added to before.
+func (t S3Traffic) Since(before S3Traffic) S3Traffic {
+	d := S3Traffic{Puts: t.Puts - before.Puts, PutBytes: t.PutBytes - before.PutBytes, Copies: t.Copies - before.Copies,
+		Refused: t.Refused - before.Refused, ByPath: map[string]PathTraffic{}}
+	for p, pt := range t.ByPath {
+		b := before.ByPath[p]
+		if pt.Puts != b.Puts || pt.Bytes != b.Bytes {
+			d.ByPath[p] = PathTraffic{Puts: pt.Puts - b.Puts, Bytes: pt.Bytes - b.Bytes}
+		}
+	}
+	return d
+}
+
+func (t S3Traffic) String() string {
+	return fmt.Sprintf("%d PUTs (%d bytes), %d copies, %d refused", t.Puts, t.PutBytes, t.Copies, t.Refused)
+}
+
+func newS3Front(store string) (*s3Front, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	f := &s3Front{ln: ln, traffic: S3Traffic{ByPath: map[string]PathTraffic{}}}
+	proxy := &httputil.ReverseProxy{
+		Director: func(r *http.Request) {
+			r.URL.Scheme, r.URL.Host = "http", store
+			r.Header["X-Forwarded-For"] = nil // not added: the store sees the client as it is
+		},
+		ErrorLog: nil,
+	}
+	f.srv = &http.Server{Handler: f.handler(proxy), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = f.srv.Serve(ln) }()
+	return f, nil
+}
+
+// Addr is the front's host:port: the store's endpoint for its clients.
+func (f *s3Front) Addr() string { return f.ln.Addr().String() }
+
+func (f *s3Front) setFailing(on bool) { f.failing.Store(on) }
+
+func (f *s3Front) snapshot() S3Traffic {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.traffic
+	t.ByPath = make(map[string]PathTraffic, len(f.traffic.ByPath))
+	for p, pt := range f.traffic.ByPath {
+		t.ByPath[p] = pt
+	}
+	return t
+}
+
+func (f *s3Front) close() { _ = f.srv.Close() }
+
+func (f *s3Front) handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f.failing.Load() {
+			f.mu.Lock()
+			f.traffic.Refused++
+			f.mu.Unlock()
+			// Read the body first, so the client gets the answer rather
+			// than a reset connection.
+			_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 2<<30))
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>`+
+				`<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message><Resource>%s</Resource><RequestId>tether-e2e-s3-front</RequestId></Error>`,
+				r.URL.Path)
+			return
+		}
+		switch {
+		case r.Method == http.MethodPut && r.Header.Get("X-Amz-Copy-Source") != "":
+			f.mu.Lock()
+			f.traffic.Copies++
+			f.mu.Unlock()
+		case r.Method == http.MethodPut && r.ContentLength != 0 && r.Body != nil:
+			f.mu.Lock()
+			f.traffic.Puts++
+			pt := f.traffic.ByPath[r.URL.Path]
+			pt.Puts++
+			f.traffic.ByPath[r.URL.Path] = pt
+			f.mu.Unlock()
+			r.Body = &countingBody{ReadCloser: r.Body, f: f, path: r.URL.Path}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// countingBody counts the bytes read from a PUT's body as they pass, so a
+// test sees an upload's progress.
+type countingBody struct {
+	io.ReadCloser
+	f    *s3Front
+	path string
+}
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	k, err := c.ReadCloser.Read(p)
+	if k > 0 {
+		c.f.mu.Lock()
+		c.f.traffic.PutBytes += int64(k)
+		pt := c.f.traffic.ByPath[c.path]
+		pt.Bytes += int64(k)
+		c.f.traffic.ByPath[c.path] = pt
+		c.f.mu.Unlock()
+	}
+	return k, err
+}
+
+// errNoS3 says the control plane runs with the fs backend.
+var errNoS3 = errors.New("tether runs without S3 (TetherOptions.S3)")

@@ -1,0 +1,68 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/lifecycle"
+)
+
+// fakePending records promotions; fail makes the next ones fail.
+type fakePending struct {
+	promoted []string
+	fail     error
+}
+
+func (f *fakePending) Promote(_ context.Context, jobID string) (int, error) {
+	if f.fail != nil {
+		return 0, f.fail
+	}
+	f.promoted = append(f.promoted, jobID)
+	return 1, nil
+}
+
+func (f *fakePending) DropPending(context.Context, string) (int, error) { return 0, nil }
+
+// A binding whose every artifact is verified says Succeeded only after its
+// latest versions were promoted over their final keys: an orchestrator that
+// reads the final keys on Succeeded must get what the manifest lists.
+func TestSucceededOnlyAfterPromotion(t *testing.T) {
+	wb := &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Name: "tj", Namespace: "ns"}}
+	wb.Spec.JobID = "job-1"
+	wb.Spec.Settings = lifecycle.RecordSettings(jobconfig.Settings{HeartbeatInterval: 10 * time.Second, TrainerContainer: "node", Nodes: jobconfig.NodesAll})
+	lifecycle.Initial(&wb.Status)
+	store := &fakePending{fail: errors.New("S3 COPY: 503 SlowDown")}
+	r := &BindingReconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
+		Live: jobSetReader{nodes: 1}, Pending: store}
+	register(0, "a")(&wb.Status, at(1))
+	manifest(0, true)(&wb.Status, at(20))
+	pods := []corev1.Pod{*pod(0, "a", 1).Exited(0, at(19)).Obj()}
+
+	requeue, _ := r.observe(context.Background(), trainJob(complete(21)), wb, pods, at(22))
+	if wb.Status.Phase != tetherv1.PhaseFinishing || wb.Status.Reason != tetherv1.ReasonPromotingArtifacts {
+		t.Fatalf("with the promotion failing: %s/%s, want Finishing/PromotingArtifacts", wb.Status.Phase, wb.Status.Reason)
+	}
+	if !strings.Contains(wb.Status.Message, "503 SlowDown") {
+		t.Errorf("message %q does not say why the binding is not Succeeded yet", wb.Status.Message)
+	}
+	if requeue == 0 || requeue > promotionRetry {
+		t.Errorf("requeue %s, want a retry within %s", requeue, promotionRetry)
+	}
+
+	store.fail = nil
+	r.observe(context.Background(), trainJob(complete(21)), wb, pods, at(27))
+	if wb.Status.Phase != tetherv1.PhaseSucceeded || wb.Status.Reason != tetherv1.ReasonTrainerSucceeded {
+		t.Fatalf("after the promotion: %s/%s (%s), want Succeeded/TrainerSucceeded", wb.Status.Phase, wb.Status.Reason, wb.Status.Message)
+	}
+	if len(store.promoted) != 1 || store.promoted[0] != "job-1" {
+		t.Errorf("promoted %v, want job-1 once", store.promoted)
+	}
+}
