@@ -31,16 +31,16 @@ func (e *env) s3Traffic(t *testing.T) localcluster.S3Traffic {
 // (checkpoints/ and model/: each is written once and renamed into place, so
 // any second PUT of one is a retry).
 type storeCost struct {
-	Files       int   // distinct files PUT
-	Puts        int   // PUTs of them
-	Bytes       int64 // body bytes of those PUTs
-	LocalBytes  int64 // the files' sizes
+	Files      int   // distinct files PUT
+	Puts       int   // PUTs of them
+	Bytes      int64 // body bytes of those PUTs
+	LocalBytes int64 // the files' sizes
 	// GonePuts and GoneBytes are PUTs of files the trainer renamed or
 	// removed afterwards (a checkpoint's temporary file): never verified,
 	// never claimed, but sent.
 	GonePuts    int
 	GoneBytes   int64
-	OtherPuts   int   // PUTs of the job's other keys (progress, manifests, logs)
+	OtherPuts   int // PUTs of the job's other keys (progress, manifests, logs)
 	OtherBytes  int64
 	TotalPuts   int
 	TotalBytes  int64

@@ -61,10 +61,10 @@ const (
 	// verified versions are being moved over their final keys; the binding
 	// succeeds only once a reader of the final keys gets them.
 	ReasonPromotingArtifacts = "PromotingArtifacts"
-	ReasonTrainerExited       = "TrainerExited"
-	ReasonAttemptStarted      = "AttemptStarted"
-	ReasonNeverBound          = "NeverBound"
-	ReasonPodCreateFailed     = "PodCreateFailed"
+	ReasonTrainerExited      = "TrainerExited"
+	ReasonAttemptStarted     = "AttemptStarted"
+	ReasonNeverBound         = "NeverBound"
+	ReasonPodCreateFailed    = "PodCreateFailed"
 )
 
 // What started an attempt (status.attemptStartedBy). Every one of them

@@ -240,7 +240,7 @@ func TestPhaseMachineHistories(t *testing.T) {
 			{t: 1, pods: ps(pod(0, "p0", 1).Running(0), pod(1, "p1", 1).Running(0), pod(2, "p2", 1).Running(0), pod(3, "p3", 1).Running(0)),
 				conds: admitted, server: registerAll(0, "p0", "p1", "p2", "p3")},
 			{t: 30, pods: ps(), conds: complete(30), server: manifests(3)},
-			{t: 31, server: manifest(3, true)}, // the server: PromotingArtifacts
+			{t: 31, server: manifest(3, true)},       // the server: PromotingArtifacts
 			{t: 32, pods: ps(), conds: complete(30)}, // the controller promotes, then Succeeded
 		},
 		want: want{phase: tetherv1.PhaseSucceeded, nodeCount: 4},
