@@ -13,8 +13,8 @@ import (
 	"time"
 )
 
-// RestartAPIServer stops kube-apiserver (SIGTERM, as a rolling upgrade or a
-// static pod's restart does), keeps it down for down, starts it again with
+// RestartAPIServer stops kube-apiserver (SIGTERM and, after 15s of
+// draining, SIGKILL, as a static pod's restart does), keeps it down for down, starts it again with
 // the same flags, certificates and etcd, and waits until it is ready. It
 // returns how long the apiserver was unavailable, from the stop to the
 // first successful readiness check.
@@ -54,7 +54,8 @@ func (c *Cluster) restartComponent(ctx context.Context, name string, down time.D
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return 0, fmt.Errorf("stopping %s (pid %d): %w", name, pid, err)
 	}
-	if err := waitGone(ctx, pid, 30*time.Second); err != nil {
+	// A static pod's restart: SIGTERM, then SIGKILL after a grace period.
+	if err := waitGone(ctx, pid, 15*time.Second); err != nil {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		if err := waitGone(ctx, pid, 10*time.Second); err != nil {
 			return 0, fmt.Errorf("%s (pid %d) did not stop: %w", name, pid, err)
@@ -100,7 +101,10 @@ func (c *Cluster) restartComponent(ctx context.Context, name string, down time.D
 // componentPID finds the live child process of this harness that runs the
 // cluster's binary name.
 func (c *Cluster) componentPID(name string) (int, error) {
-	want := c.bin(name)
+	want, err := filepath.EvalSymlinks(c.bin(name)) // /proc/<pid>/exe is resolved
+	if err != nil {
+		return 0, err
+	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err

@@ -70,6 +70,15 @@ type Replica struct {
 	WebhookAddr, BindingAddr, MetricsAddr, HealthAddr string
 	proc                                              *Process
 	terminating                                       bool
+	crashes                                           int
+}
+
+// Crashes counts the times replica i exited on its own and was started
+// again (restartOnExit).
+func (t *Tether) Crashes(i int) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.replicas[i].crashes
 }
 
 // Process is the replica's current process.
@@ -200,6 +209,7 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 		t.args = append(t.args, "--artifact-backend=fs", "--artifact-dir="+t.ArtifactDir)
 	}
 	t.args = append(t.args, opts.Args...)
+	t.stopPoll, t.pollDone = make(chan struct{}), make(chan struct{})
 	for i := range opts.Replicas {
 		r := &Replica{Index: i}
 		for _, a := range []*string{&r.WebhookAddr, &r.BindingAddr, &r.MetricsAddr, &r.HealthAddr} {
@@ -212,7 +222,6 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 			return nil, err
 		}
 	}
-	t.stopPoll, t.pollDone = make(chan struct{}), make(chan struct{})
 	go t.pollReadiness()
 	c.onStop(t.stop)
 	for _, r := range t.replicas {
@@ -323,7 +332,45 @@ func (t *Tether) startReplica(r *Replica) error {
 	t.mu.Lock()
 	r.proc, r.terminating = p, false
 	t.mu.Unlock()
+	go t.restartOnExit(r, p)
 	return nil
+}
+
+// crashRestartDelay is how long a replica that exited on its own stays
+// down before it is started again: the kubelet's first crash back-off.
+const crashRestartDelay = 10 * time.Second
+
+// restartOnExit is the Deployment's restartPolicy Always: a replica process
+// that exits on its own (not stopped by the harness: a crash, or leader
+// election lost while the apiserver was away) is started again after the
+// kubelet's back-off, and counted.
+func (t *Tether) restartOnExit(r *Replica, p *Process) {
+	select {
+	case <-p.Done():
+	case <-t.stopPoll:
+		return
+	}
+	t.mu.Lock()
+	expected := r.terminating || r.proc != p
+	t.mu.Unlock()
+	if expected {
+		return
+	}
+	_, err := p.Exited()
+	t.c.Opts.Log("tether replica %d exited on its own (%v); restarting it in %s, as the kubelet would", r.Index, err, crashRestartDelay)
+	t.leaveServices(r)
+	select {
+	case <-time.After(crashRestartDelay):
+	case <-t.stopPoll:
+		return
+	}
+	t.c.untrack(p)
+	t.mu.Lock()
+	r.crashes++
+	t.mu.Unlock()
+	if err := t.startReplica(r); err != nil {
+		t.c.Opts.Log("restarting tether replica %d: %v", r.Index, err)
+	}
 }
 
 // Replicas are the control plane's replicas.
