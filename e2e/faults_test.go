@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -172,4 +174,91 @@ func (e *env) restartOnCleanup(t *testing.T, replicas ...int) {
 			}
 		}
 	})
+}
+
+// retryingSubmitter creates bound TrainJobs as an orchestrator would while
+// Tether may be down: each create refused by Tether's webhook is tried
+// again every 2s until accepted; any other error stops it.
+type retryingSubmitter struct {
+	mu   sync.Mutex
+	got  submitted
+	done chan struct{}
+}
+
+// submitted is what a retryingSubmitter achieved.
+type submitted struct {
+	names                     []string
+	refusals                  int // creates refused naming trainjobs.tether.dev
+	firstCreated, lastCreated time.Time
+	err                       error
+}
+
+// submitRetrying submits n bound TrainJobs bound-0..bound-<n-1> in ns (a
+// short plan each), retrying refused creates in the background.
+func (e *env) submitRetrying(t *testing.T, ns string, n int) *retryingSubmitter {
+	t.Helper()
+	s := &retryingSubmitter{done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	var wg sync.WaitGroup
+	for i := range n {
+		name := fmt.Sprintf("bound-%d", i)
+		setPlans(ns, name, localcluster.TrainerPlan{Steps: 4, CheckpointEvery: 2, StepInterval: 500 * time.Millisecond})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				err := e.c.Client.Create(ctx, bound(trainJob(name, ns)).Queue("user-queue").Obj())
+				s.mu.Lock()
+				switch {
+				case err == nil:
+					now := time.Now()
+					if s.got.firstCreated.IsZero() {
+						s.got.firstCreated = now
+					}
+					s.got.lastCreated = now
+					s.got.names = append(s.got.names, name)
+				case strings.Contains(err.Error(), "trainjobs.tether.dev"):
+					s.got.refusals++
+				default:
+					s.got.err = errors.Join(s.got.err, fmt.Errorf("creating %s: %w", name, err))
+				}
+				s.mu.Unlock()
+				if err == nil || !strings.Contains(err.Error(), "trainjobs.tether.dev") {
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(2 * time.Second):
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(s.done) }()
+	return s
+}
+
+// sofar is what the submitter achieved so far.
+func (s *retryingSubmitter) sofar() submitted {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.got
+	g.names = append([]string(nil), s.got.names...)
+	return g
+}
+
+// wait waits until every TrainJob is created.
+func (s *retryingSubmitter) wait(t *testing.T, timeout time.Duration) submitted {
+	t.Helper()
+	select {
+	case <-s.done:
+	case <-time.After(timeout):
+		t.Fatalf("TrainJobs not all created within %s: %+v", timeout, s.sofar())
+	}
+	g := s.sofar()
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	return g
 }

@@ -333,6 +333,12 @@ func (c *Cluster) RealNodeQueue(ctx context.Context, ns, name string) error {
 	return c.localQueue(ctx, ns, name, RealNodeClusterQueue)
 }
 
+// BulkQueue creates LocalQueue name in namespace ns on ClusterQueue
+// bulk-queue (12 CPUs: many small jobs at once, apart from cluster-queue).
+func (c *Cluster) BulkQueue(ctx context.Context, ns, name string) error {
+	return c.localQueue(ctx, ns, name, "bulk-queue")
+}
+
 func (c *Cluster) localQueue(ctx context.Context, ns, name, clusterQueue string) error {
 	objs, err := decodeObjects([]byte(strings.NewReplacer("$NS", ns, "$NAME", name, "$CLUSTER_QUEUE", clusterQueue).Replace(localQueue)))
 	if err != nil {
