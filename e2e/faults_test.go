@@ -3,11 +3,11 @@ package e2e
 import (
 	"context"
 	"errors"
-	"sync"
 	"fmt"
 	"io/fs"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
