@@ -22,7 +22,10 @@ import (
 // kubelet's back-off (localcluster's restartOnExit), its sidecars
 // reconnecting to the other. Once it is back, the binding catches up: live,
 // attempt 1, never HeartbeatLost (the sidecar never went silent), and the
-// job ends Succeeded with every artifact verified.
+// job ends Succeeded with every artifact verified. A second, short job ends
+// while the apiserver is away (its sidecar's manifest stored, its verdict
+// not writable until the sidecar is gone: the controller reads the stored
+// manifest's verdict) and ends Succeeded too.
 func TestScenario19APIServerRestarted(t *testing.T) {
 	timed(t)
 	suite.controlPlaneRestart(t, "kube-apiserver", suite.c.RestartAPIServer)
@@ -43,6 +46,15 @@ func (e *env) controlPlaneRestart(t *testing.T, component string, restart func(c
 	e.waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating))
 	e.expectCheckpointDuringTraining(t, pod, jobID)
 
+	// A second job ends while the component is away: its manifest is stored
+	// but its verdict cannot be written then; it must still end Succeeded.
+	const short = "ends-during-restart"
+	setPlans(ns, short, localcluster.TrainerPlan{Steps: 12, CheckpointEvery: 4, StepInterval: 500 * time.Millisecond})
+	shortTJ := bound(trainJob(short, ns)).Queue("user-queue").Obj()
+	e.create(t, shortTJ)
+	shortPod := e.injectedPod(t, ns, short, "")
+	e.waitBinding(t, ns, short, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating))
+
 	before := e.s3Traffic(t)
 	crashesBefore := e.tether.Crashes(0) + e.tether.Crashes(1)
 	unavailable, err := restart(context.Background(), 0)
@@ -62,6 +74,10 @@ func (e *env) controlPlaneRestart(t *testing.T, component string, restart func(c
 	if wb.Status.Phase != tetherv1.PhaseRunning && wb.Status.Phase != tetherv1.PhaseFinishing {
 		t.Errorf("after the restart: %s/%s, want the binding live", wb.Status.Phase, wb.Status.Reason)
 	}
+	if st := e.podNow(t, ns, shortPod.Name); st == nil || !trainerTerminated(st) {
+		logf("scenario %s restart: the short job's trainer had not ended when the %s was back", component, component)
+	}
+	e.expectSucceededWithArtifacts(t, shortPod, short, shortTJ.Annotations[jobconfig.JobIDAnnotation])
 	done, local := e.expectSucceededWithArtifacts(t, pod, name, jobID)
 	if done.Status.Attempt != 1 {
 		t.Errorf("attempt %d, want 1: a %s restart is no new attempt", done.Status.Attempt, component)

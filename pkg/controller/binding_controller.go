@@ -27,6 +27,7 @@ import (
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
+	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // conflictRetry is how soon a reconcile that lost a write race runs again.
@@ -63,6 +64,9 @@ type BindingReconciler struct {
 	// Pending settles uploads that would have replaced an earlier object:
 	// promoted when the binding succeeds, dropped when it fails (nil: off).
 	Pending PendingArtifacts
+	// Manifests reads back a stored manifest whose verdict the binding
+	// lacks (nil: not checked).
+	Manifests StoredManifests
 	// TokenOverlap is how long a reissued token's predecessor stays valid:
 	// running pods hold the old token until the kubelet refreshes their
 	// Secret volume (its pod sync, about a minute by default). 0: none.
@@ -391,6 +395,35 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 type PendingArtifacts interface {
 	Promote(ctx context.Context, jobID string) (int, error)
 	DropPending(ctx context.Context, jobID string) (int, error)
+}
+
+// StoredManifests checks a node's manifest as the artifact store holds it.
+type StoredManifests interface {
+	StoredManifest(ctx context.Context, jobID string, rank int) (store.ManifestResult, bool, error)
+}
+
+// recheckStoredManifests records the store's verdict on the stored manifest
+// of each node whose verdict the binding lacks once the grace is over: the
+// manifest may have been stored while its verdict could not be written
+// (the apiserver away when the job ended, the sidecar's retries spent).
+func (r *BindingReconciler) recheckStoredManifests(ctx context.Context, wb *tetherv1.WorkerBinding) {
+	if r.Manifests == nil {
+		return
+	}
+	log := logf.FromContext(ctx)
+	for _, rank := range lifecycle.UnverifiedRanks(&wb.Status) {
+		res, found, err := r.Manifests.StoredManifest(ctx, wb.Spec.JobID, int(rank))
+		if err != nil {
+			log.Info("cannot check the stored manifest", "node", rank, "error", err.Error())
+			continue
+		}
+		if !found {
+			continue
+		}
+		if lifecycle.ArtifactsRecorded(&wb.Status, rank, res.PodUID, res.Artifacts()) {
+			log.Info("recorded the verdict on a stored manifest the binding lacked", "node", rank, "verified", res.Verified, "files", res.Files)
+		}
+	}
 }
 
 // promotionRetry is how soon a failed promotion is tried again.

@@ -108,7 +108,12 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 			if wait := c.LastTransitionTime.Add(r.ArtifactGrace).Sub(now); wait > 0 {
 				return wait, obs
 			}
-			lifecycle.ArtifactsIncomplete(st, lifecycle.MissingArtifacts(st))
+			// Before saying so, the store's own copy of each missing
+			// manifest: a verdict the binding server could not record.
+			r.recheckStoredManifests(ctx, wb)
+			if st.Phase == tetherv1.PhaseFinishing && st.Reason == tetherv1.ReasonAwaitingArtifacts {
+				lifecycle.ArtifactsIncomplete(st, lifecycle.MissingArtifacts(st))
+			}
 		}
 	}
 	if c := meta.FindStatusCondition(conds, trainjob.ConditionSuspended); c != nil {

@@ -13,6 +13,7 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // fakePending records promotions; fail makes the next ones fail.
@@ -64,5 +65,51 @@ func TestSucceededOnlyAfterPromotion(t *testing.T) {
 	}
 	if len(store.promoted) != 1 || store.promoted[0] != "job-1" {
 		t.Errorf("promoted %v, want job-1 once", store.promoted)
+	}
+}
+
+// fakeManifests answers StoredManifest from a map of rank to result.
+type fakeManifests map[int]store.ManifestResult
+
+func (f fakeManifests) StoredManifest(_ context.Context, _ string, rank int) (store.ManifestResult, bool, error) {
+	res, ok := f[rank]
+	return res, ok, nil
+}
+
+// A job whose manifest was stored but whose verdict never reached the
+// binding (the apiserver away when it ended) is not failed ArtifactsIncomplete
+// at the end of the grace: the controller reads the stored manifest's
+// verdict first.
+func TestStoredManifestVerdictBeforeArtifactsIncomplete(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		stored     fakeManifests
+		wantPhase  tetherv1.WorkerBindingPhase
+		wantReason string
+	}{
+		{"stored and verified", fakeManifests{0: {Key: "job-1/manifest.json", Verified: true, Files: 3, Bytes: 30}},
+			tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded},
+		{"stored, an entry missing", fakeManifests{0: {Key: "job-1/manifest.json", Files: 3, Missing: []string{"model.bin"}, MissingCount: 1, Err: "1 entry missing"}},
+			tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete},
+		{"not stored", fakeManifests{}, tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wb := &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Name: "tj", Namespace: "ns"}}
+			wb.Spec.JobID = "job-1"
+			wb.Spec.Settings = lifecycle.RecordSettings(jobconfig.Settings{HeartbeatInterval: 10 * time.Second, TrainerContainer: "node", Nodes: jobconfig.NodesAll})
+			lifecycle.Initial(&wb.Status)
+			r := &BindingReconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
+				Live: jobSetReader{nodes: 1}, Pending: &fakePending{}, Manifests: tc.stored}
+			register(0, "a")(&wb.Status, at(1))
+			pods := []corev1.Pod{*pod(0, "a", 1).Exited(0, at(19)).Obj()}
+			r.observe(context.Background(), trainJob(complete(21)), wb, pods, at(22))
+			if wb.Status.Reason != tetherv1.ReasonAwaitingArtifacts {
+				t.Fatalf("within the grace: %s/%s, want AwaitingArtifacts", wb.Status.Phase, wb.Status.Reason)
+			}
+			r.observe(context.Background(), trainJob(complete(21)), wb, pods, at(52))
+			if wb.Status.Phase != tc.wantPhase || wb.Status.Reason != tc.wantReason {
+				t.Errorf("after the grace: %s/%s (%s), want %s/%s", wb.Status.Phase, wb.Status.Reason, wb.Status.Message, tc.wantPhase, tc.wantReason)
+			}
+		})
 	}
 }

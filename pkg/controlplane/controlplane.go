@@ -230,6 +230,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		ArtifactGrace:    opts.ArtifactGrace,
 		TokenOverlap:     opts.TokenOverlap,
 		Pending:          artifacts,
+		Manifests:        artifacts,
 		Logs:             &controller.LogArchiver{Source: logSource, Store: backend, MaxBytes: opts.LogCapBytes},
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the binding controller: %w", err)

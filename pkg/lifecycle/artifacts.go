@@ -33,6 +33,17 @@ func ManifestVerified(st *tetherv1.WorkerBindingStatus) bool {
 	return true
 }
 
+// UnverifiedRanks are the bound nodes whose manifest is not verified.
+func UnverifiedRanks(st *tetherv1.WorkerBindingStatus) []int32 {
+	var ranks []int32
+	for r := range boundRanks(st) {
+		if n := Node(st, r); n == nil || n.Artifacts == nil || !n.Artifacts.Verified {
+			ranks = append(ranks, r)
+		}
+	}
+	return ranks
+}
+
 // unverifiedNodes names the manifests still missing a verdict.
 func unverifiedNodes(st *tetherv1.WorkerBindingStatus) string {
 	var ranks []string

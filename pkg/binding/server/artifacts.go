@@ -67,8 +67,7 @@ func (s *Server) authorizeArtifacts(ctx context.Context, token binding.Token) (s
 // the TrainJob is complete, the last node's verified manifest completes the
 // binding.
 func (s *Server) manifestVerified(ctx context.Context, job store.Job, res store.ManifestResult) error {
-	a := tetherv1.NodeArtifacts{Manifest: res.Key, Verified: res.Verified, Files: int32(res.Files), Bytes: res.Bytes,
-		Missing: res.Missing, MissingCount: int32(res.MissingCount), LastError: res.Err}
+	a := res.Artifacts()
 	key := types.NamespacedName{Namespace: job.Namespace, Name: job.Name}
 	if _, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {
 		return lifecycle.ArtifactsRecorded(st, int32(res.Rank), res.PodUID, a)

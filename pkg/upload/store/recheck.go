@@ -1,0 +1,59 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// StoredManifest checks node rank's manifest as the store holds it, without
+// a client's PUT: for a verdict that was never recorded (the manifest was
+// stored, but the binding could not be written, say while the apiserver was
+// away, and the sidecar's retries ran out). found is false when no manifest
+// is stored for the node, or the backend cannot read objects back.
+func (h *Handler) StoredManifest(ctx context.Context, jobID string, rank int) (res ManifestResult, found bool, err error) {
+	o, ok := h.Backend.(Opener)
+	if !ok {
+		return ManifestResult{}, false, nil
+	}
+	key := upload.ManifestKey(jobID, rank)
+	// The latest manifest is the pending one if a manifest was stored
+	// before it (a second flush of the same job, say).
+	rc, info, err := o.Open(ctx, PendingKey(key))
+	if errors.Is(err, upload.ErrNotFound) {
+		rc, info, err = o.Open(ctx, key)
+	}
+	if errors.Is(err, upload.ErrNotFound) {
+		return ManifestResult{}, false, nil
+	}
+	if err != nil {
+		return ManifestResult{}, false, fmt.Errorf("reading %s: %w", key, err)
+	}
+	defer rc.Close()
+	if info.Size > upload.MaxManifestSize {
+		return ManifestResult{Key: key, Rank: rank, Err: fmt.Sprintf("stored manifest is %d bytes, over %d", info.Size, upload.MaxManifestSize)}, true, nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(rc, upload.MaxManifestSize+1))
+	if err != nil {
+		return ManifestResult{}, false, fmt.Errorf("reading %s: %w", key, err)
+	}
+	m, perr := parseManifest(buf, jobID)
+	if perr != nil {
+		return ManifestResult{Key: key, Rank: rank, Err: "malformed manifest: " + perr.Error()}, true, nil
+	}
+	res, err = verifyManifest(ctx, h.Backend, key, rank, m, h.manifestWorkers())
+	if err != nil {
+		return ManifestResult{}, false, err
+	}
+	return res, true, nil
+}
+
+// Artifacts is the result as a node's artifacts on the binding.
+func (r ManifestResult) Artifacts() tetherv1.NodeArtifacts {
+	return tetherv1.NodeArtifacts{Manifest: r.Key, Verified: r.Verified, Files: int32(r.Files), Bytes: r.Bytes,
+		Missing: r.Missing, MissingCount: int32(r.MissingCount), LastError: r.Err}
+}
