@@ -423,19 +423,33 @@ func (r *PodRunner) stopSidecar(rp *runningPod, grace time.Duration) int32 {
 	return exitCode(s)
 }
 
+// updateStatus writes the pod's status as a kubelet's status manager does:
+// a conflict is retried at once, any other failure (the apiserver away)
+// again and again until it is written, the pod is gone, or 5 minutes pass.
 func (r *PodRunner) updateStatus(ctx context.Context, key types.NamespacedName, mutate func(*corev1.Pod)) error {
-	for range 20 {
+	deadline := time.Now().Add(5 * time.Minute)
+	var err error
+	for time.Now().Before(deadline) {
 		var pod corev1.Pod
-		if err := r.c.Client.Get(ctx, key, &pod); err != nil {
+		if err = r.c.Client.Get(ctx, key, &pod); err == nil {
+			mutate(&pod)
+			if err = r.c.Client.Status().Update(ctx, &pod); err == nil || apierrors.IsConflict(err) {
+				if err == nil {
+					return nil
+				}
+				continue
+			}
+		}
+		if apierrors.IsNotFound(err) {
 			return err
 		}
-		mutate(&pod)
-		err := r.c.Client.Status().Update(ctx, &pod)
-		if err == nil || !apierrors.IsConflict(err) {
-			return err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("pod %s: status update kept conflicting", key)
+	return fmt.Errorf("pod %s: status not written in 5m: %w", key, err)
 }
 
 func gracePeriod(ctx context.Context, c client.Client, key types.NamespacedName) time.Duration {
