@@ -2,6 +2,7 @@ package mutate
 
 import (
 	"fmt"
+	"path"
 	"reflect"
 	"slices"
 	"strings"
@@ -31,11 +32,14 @@ import (
 const PlaceholderImage = "registry.k8s.io/pause:3.10.2"
 
 // declarationKeeps are the fields of a declaration that the completed sidecar
-// keeps; declarationPlaceholder are the placeholder's own, replaced by
-// Tether's. Any other field is one Tether sets itself (or has no use for),
-// and a declaration naming it is refused rather than silently overwritten.
+// keeps (env and volume mounts ahead of Tether's own: the Job controller adds
+// JOB_COMPLETION_INDEX to every container of an Indexed Job's pods, seen in
+// e2e scenario 17, and other webhooks may add theirs before Tether's runs);
+// declarationPlaceholder are the placeholder's own, replaced by Tether's. Any
+// other field is one Tether sets itself (or has no use for), and a
+// declaration naming it is refused rather than silently overwritten.
 var (
-	declarationKeeps       = []string{"Name", "RestartPolicy", "Resources"}
+	declarationKeeps       = []string{"Name", "RestartPolicy", "Resources", "Env", "VolumeMounts"}
 	declarationPlaceholder = []string{"Image", "Command", "Args", "ImagePullPolicy", "SecurityContext",
 		"TerminationMessagePath", "TerminationMessagePolicy"}
 )
@@ -65,7 +69,7 @@ func checkDeclaration(c *corev1.Container) error {
 		return nil
 	}
 	return fmt.Errorf("init container %q declares Tether's sidecar (Kueue mode), but %s; declare it as "+
-		"{name: %s, image: %s, restartPolicy: Always, resources: {requests: {cpu, memory}, limits: {cpu, memory}}} and nothing else "+
+		"{name: %s, image: %s, restartPolicy: Always, resources: {requests: {cpu, memory}, limits: {cpu, memory}}} "+
 		"(docs/platform.md#kueue-mode), or rename it if it is not meant as Tether's sidecar",
 		SidecarName, strings.Join(problems, "; "), SidecarName, PlaceholderImage)
 }
@@ -117,6 +121,38 @@ func resourceProblems(r corev1.ResourceRequirements) []string {
 	}
 	slices.Sort(problems)
 	return slices.Compact(problems)
+}
+
+// completeDeclared is the sidecar that completes declared: rendered, with the
+// declaration's resources (rendered has them already) and, ahead of Tether's
+// own, the env vars and volume mounts the declaration carries. One that
+// collides with Tether's (same env name; same or nested mount path) is an
+// error naming it.
+func completeDeclared(declared, rendered corev1.Container) (corev1.Container, error) {
+	var clash []string
+	for _, e := range declared.Env {
+		if slices.ContainsFunc(rendered.Env, func(r corev1.EnvVar) bool { return r.Name == e.Name }) {
+			clash = append(clash, "env "+e.Name)
+		}
+	}
+	for _, m := range declared.VolumeMounts {
+		if slices.ContainsFunc(rendered.VolumeMounts, func(r corev1.VolumeMount) bool { return pathsOverlap(r.MountPath, m.MountPath) }) {
+			clash = append(clash, fmt.Sprintf("a mount of volume %q at %s", m.Name, m.MountPath))
+		}
+	}
+	if len(clash) > 0 {
+		return rendered, fmt.Errorf("init container %q declares Tether's sidecar (Kueue mode) with %s, which Tether sets itself (the sidecar's mounts are under %s): "+
+			"remove them from the declaration", SidecarName, strings.Join(clash, ", "), path.Dir(SidecarTokenDir))
+	}
+	rendered.Env = append(slices.Clone(declared.Env), rendered.Env...)
+	rendered.VolumeMounts = append(slices.Clone(declared.VolumeMounts), rendered.VolumeMounts...)
+	return rendered, nil
+}
+
+// pathsOverlap: a and b are the same directory or one contains the other.
+func pathsOverlap(a, b string) bool {
+	a, b = path.Clean(a), path.Clean(b)
+	return a == b || strings.HasPrefix(a, strings.TrimSuffix(b, "/")+"/") || strings.HasPrefix(b, strings.TrimSuffix(a, "/")+"/")
 }
 
 // effectiveRequests are the requests the API server gives the container: a

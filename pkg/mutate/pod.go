@@ -114,20 +114,10 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		return d
 	}
 
-	// From here on pod only grows, but for a declared sidecar, which is
-	// completed in place: the handler's JSON patch (injectionPatch) adds
-	// exactly what is appended here, and turns the declaration into the
-	// rendered sidecar with the same resources.
-	if !artifacts.reused {
-		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: ArtifactVolumeName,
-			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-		trainer.VolumeMounts = append(trainer.VolumeMounts, corev1.VolumeMount{Name: ArtifactVolumeName, MountPath: settings.ArtifactPath})
-	}
 	image := i.Sidecar.Image
 	if settings.SidecarImage != "" {
 		image = settings.SidecarImage
 	}
-	pod.Spec.Volumes = append(pod.Spec.Volumes, tokenVolume(name))
 	sidecar := renderSidecar(sidecarInput{
 		image: image, serverURL: i.Sidecar.ServerURL, trainJob: name, jobID: jobID, workerID: workerID, rank: rank,
 		heartbeat:     settings.HeartbeatInterval.String(),
@@ -138,6 +128,22 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		nestedMounts:  artifacts.nested,
 		resources:     resources,
 	})
+	if declared >= 0 {
+		if sidecar, err = completeDeclared(pod.Spec.InitContainers[declared], sidecar); err != nil {
+			return denied(DenySidecarDeclaration, fmt.Sprintf("TrainJob %s's runtime: %v", name, err))
+		}
+	}
+
+	// From here on pod only grows, but for a declared sidecar, which is
+	// completed in place: the handler's JSON patch (injectionPatch) adds
+	// exactly what is appended here, and turns the declaration into the
+	// completed sidecar with the same resources.
+	if !artifacts.reused {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: ArtifactVolumeName,
+			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		trainer.VolumeMounts = append(trainer.VolumeMounts, corev1.VolumeMount{Name: ArtifactVolumeName, MountPath: settings.ArtifactPath})
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, tokenVolume(name))
 	if declared >= 0 {
 		pod.Spec.InitContainers[declared] = sidecar
 	} else {

@@ -86,6 +86,7 @@ var podCases = map[string]podExpectation{
 	"declared-sidecar-resources-conflict": {reason: DenySidecarResources},
 	"declared-sidecar-malformed":          {reason: DenySidecarDeclaration},
 	"declared-sidecar-not-native":         {reason: DenySidecarDeclaration},
+	"declared-sidecar-env-clash":          {reason: DenySidecarDeclaration},
 }
 
 // TestPodWebhookGolden runs testdata/pod through PodHandler.
