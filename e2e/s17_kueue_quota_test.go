@@ -133,7 +133,7 @@ func TestScenario17KueueQuota(t *testing.T) {
 	suite.waitBinding(t, ns, undeclared, 90*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
 
 	// The too-big job is still pending, with no pod: Kueue never admitted it.
-	wl = suite.waitWorkload(t, ns, tooBig, 5*time.Second, "QuotaReserved", "False")
+	suite.waitWorkload(t, ns, tooBig, 5*time.Second, "QuotaReserved", "False")
 	if !ptr.Deref(suite.getTrainJob(t, ns, tooBig).Spec.Suspend, false) {
 		t.Errorf("%s is not suspended", tooBig)
 	}
