@@ -144,10 +144,11 @@ func TestScenario17KueueQuota(t *testing.T) {
 		t.Errorf("binding of the pending job: %v, phase %v; want Pending", err, wb.Status.Phase)
 	}
 
-	// 4. An unlabeled job on the declaring runtime: Kueue counts the
-	// placeholder; Tether never sees the pod, which keeps it unchanged.
+	// 4. An unlabeled job on the declaring runtime, in the exact queue (free
+	// again since the first job finished): Kueue counts the placeholder;
+	// Tether never sees the pod, which keeps it unchanged.
 	const unbound = "unbound-declared"
-	tj = trainJob(unbound, ns).Queue("user-queue").Obj()
+	tj = trainJob(unbound, ns).Queue("exact").Obj()
 	tj.Spec.RuntimeRef.Name = localcluster.RuntimeDeclaredSidecar
 	podsBefore, _ := suite.metricValue(t, "tether_pod_admissions_total")
 	suite.create(t, tj)
@@ -170,6 +171,8 @@ func TestScenario17KueueQuota(t *testing.T) {
 	if n, _ := suite.metricValue(t, "tether_pod_admissions_total"); n != podsBefore {
 		t.Errorf("tether_pod_admissions_total went %v -> %v: the unbound job's pod reached the pod webhook", podsBefore, n)
 	}
+	logf("scenario 17: unbound %s/%s admitted in %s with usage %s; its pod %s keeps init container %s with image %s",
+		ns, unbound, exactCQ, listString(admittedUsage(t, wl)), plain.Name, plain.Spec.InitContainers[0].Name, plain.Spec.InitContainers[0].Image)
 	for _, name := range []string{tooBig, unbound} {
 		if err := suite.c.Client.Delete(ctx, suite.getTrainJob(t, ns, name)); err != nil {
 			t.Fatal(err)
