@@ -249,7 +249,7 @@ func checkPodDecodes(t *testing.T, pod []byte) {
 
 // readTrainJob returns the reader the handler looks TrainJobs up in, serving
 // the TrainJob in path, or none when the file does not exist.
-func readTrainJob(t *testing.T, path string) client.Reader {
+func readTrainJob(t testing.TB, path string) client.Reader {
 	t.Helper()
 	j := readOptionalJSON(t, path)
 	if j == nil {
