@@ -177,6 +177,14 @@ func (c *Cluster) startTrainer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.Opts.TrainerVersion != TrainerV20 {
+		// Kueue mode's scenario runs on the shared (Trainer v2.3) cluster only.
+		declared, err := decodeObjects(declaredSidecarRuntime)
+		if err != nil {
+			return err
+		}
+		runtimeObjs = append(runtimeObjs, declared...)
+	}
 	// The runtime is validated by Trainer's webhook, so this also proves the
 	// webhook path works.
 	return c.retry(ctx, 30*time.Second, func() error { return apply(ctx, c.Client, runtimeObjs...) })

@@ -7,6 +7,8 @@ var (
 	kwokStages []byte
 	//go:embed data/runtime.yaml
 	clusterTrainingRuntime []byte
+	//go:embed data/declared-sidecar-runtime.yaml
+	declaredSidecarRuntime []byte
 	//go:embed data/kueue-queues.yaml
 	kueueQueues []byte
 	//go:embed data/local-queue.yaml
@@ -15,7 +17,8 @@ var (
 	realNodeQueues []byte
 )
 
-// The ClusterTrainingRuntimes every cluster has (data/runtime.yaml).
+// The ClusterTrainingRuntimes every cluster has (data/runtime.yaml; on
+// Trainer v2.3, also data/declared-sidecar-runtime.yaml).
 const (
 	// RuntimeName runs the trainer with Trainer's and JobSet's defaults
 	// (restartPolicy OnFailure) but backoffLimit 0: one attempt per admission.
@@ -26,4 +29,7 @@ const (
 	// RuntimeJobSetRestart restarts the whole JobSet once on a failed Job
 	// (failurePolicy maxRestarts 1).
 	RuntimeJobSetRestart = "tether-e2e-jobset-restart"
+	// RuntimeDeclaredSidecar declares Tether's sidecar with its resources
+	// (Kueue mode), so Kueue counts it.
+	RuntimeDeclaredSidecar = "tether-e2e-declared-sidecar"
 )

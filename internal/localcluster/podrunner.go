@@ -473,8 +473,8 @@ func setTerminated(pod *corev1.Pod, sidecar bool, code int32) {
 		if statuses[i].State.Terminated != nil {
 			continue
 		}
-		if sidecar && i != len(statuses)-1 {
-			continue // the injected sidecar is the last init container
+		if sidecar && statuses[i].Name != trainjob.SidecarContainer {
+			continue // appended last, or completed where the runtime declared it
 		}
 		statuses[i].State = state
 		statuses[i].Ready = false

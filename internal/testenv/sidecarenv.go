@@ -1,7 +1,11 @@
 package testenv
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // SidecarEnv resolves the injected sidecar's environment as the kubelet
@@ -10,10 +14,12 @@ import (
 // sidecar themselves with exactly this environment.
 func SidecarEnv(pod *corev1.Pod) map[string]string {
 	env := map[string]string{}
-	if len(pod.Spec.InitContainers) == 0 {
+	// By name: appended last, or completed where the runtime declared it.
+	k := slices.IndexFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == trainjob.SidecarContainer })
+	if k < 0 {
 		return env
 	}
-	for _, e := range pod.Spec.InitContainers[len(pod.Spec.InitContainers)-1].Env {
+	for _, e := range pod.Spec.InitContainers[k].Env {
 		switch {
 		case e.ValueFrom == nil:
 			env[e.Name] = e.Value

@@ -186,7 +186,7 @@ func unifiedDiff(fromName, toName string, from, to []byte) string {
 
 // readJSON reads a YAML file as the JSON the API server would send; duplicate
 // keys are an error.
-func readJSON(t *testing.T, path string) []byte {
+func readJSON(t testing.TB, path string) []byte {
 	t.Helper()
 	y, err := os.ReadFile(path)
 	if err != nil {
@@ -200,7 +200,7 @@ func readJSON(t *testing.T, path string) []byte {
 }
 
 // readOptionalJSON is readJSON for an optional input; nil when the file is absent.
-func readOptionalJSON(t *testing.T, path string) []byte {
+func readOptionalJSON(t testing.TB, path string) []byte {
 	t.Helper()
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil

@@ -41,6 +41,10 @@ const (
 	DenyTrainJobLookup     Reason = "TrainJobLookupFailed"
 	DenyUndecodable        Reason = "Undecodable"
 	DenyNodeRank           Reason = "NodeRank" // no node rank, or one beyond binding.MaxBoundNodes
+	// The runtime declares the sidecar (Kueue mode) but not as Tether can complete it.
+	DenySidecarDeclaration Reason = "InvalidSidecarDeclaration"
+	// The job's sidecar-requests/-limits contradict the runtime's declaration.
+	DenySidecarResources Reason = "SidecarResourcesConflict"
 )
 
 // Decision is the injector's verdict on one pod.

@@ -20,10 +20,11 @@ type PodInjector struct {
 }
 
 // Inject decides about pod, whose TrainJob is trainJob (nil when none exists),
-// and on OutcomePatched has changed pod in place, only ever by appending: to
-// its init containers, volumes, the trainer's volume mounts and annotations
-// (the handler's JSON patch adds exactly these). On any other outcome pod is
-// untouched.
+// and on OutcomePatched has changed pod in place, only ever by appending (to
+// its init containers, volumes, the trainer's volume mounts and annotations)
+// and by completing the sidecar the runtime declares (Kueue mode), keeping
+// its resources: the handler's JSON patch does exactly these. On any other
+// outcome pod is untouched.
 func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decision {
 	name, ok := trainjob.IsTrainerPod(pod)
 	switch {
@@ -70,36 +71,54 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 			"set annotation %s on TrainJob %s to the trainer's container name",
 			settings.TrainerContainer, containerNames(pod.Spec.Containers), jobconfig.TrainerContainerAnnotation, name))
 	}
-	if d, conflict := nameConflicts(pod, stale); conflict {
+	// A runtime that declares the sidecar (Kueue mode) gets it completed in
+	// place. A malformed declaration under a stale status annotation is most
+	// likely a template copied from an injected pod: nameConflicts says so.
+	declared := declaredSidecar(pod)
+	if declared >= 0 {
+		if err := checkDeclaration(&pod.Spec.InitContainers[declared]); err != nil {
+			if stale == nil {
+				return denied(DenySidecarDeclaration, fmt.Sprintf("TrainJob %s's runtime: %v", name, err))
+			}
+			declared = -1
+		}
+	}
+	if d, conflict := nameConflicts(pod, declared, stale); conflict {
 		return d
 	}
 
-	// Per-job requests and limits lay over the control plane's, resource by
-	// resource; a namespace ResourceQuota sees them, Kueue does not (its
-	// quota comes from the runtime, docs/platform.md#kueue).
-	resources, err := MergeResources(i.Sidecar.Resources, settings.SidecarRequests, settings.SidecarLimits)
-	if err != nil {
-		return denied(DenyInvalidSettings, fmt.Sprintf("TrainJob %s: sidecar resources from %s/%s over the control plane's defaults: %v; "+
-			"set both annotations so that each request is at most its limit", name, jobconfig.SidecarRequestsAnnotation, jobconfig.SidecarLimitsAnnotation, err))
+	var resources corev1.ResourceRequirements
+	if declared >= 0 {
+		// The declaration's resources are what Kueue counted: kept exactly,
+		// whatever the control plane's defaults; the job's annotations may
+		// only repeat them.
+		resources = *pod.Spec.InitContainers[declared].Resources.DeepCopy()
+		if err := reconcileResources(resources, settings.SidecarRequests, settings.SidecarLimits); err != nil {
+			return denied(DenySidecarResources, fmt.Sprintf("TrainJob %s: its runtime declares the sidecar's resources (Kueue mode), which are what Kueue counted "+
+				"and what the sidecar gets, and its annotations contradict them: %v; remove %s/%s from the TrainJob, or change the declaration in the runtime",
+				name, err, jobconfig.SidecarRequestsAnnotation, jobconfig.SidecarLimitsAnnotation))
+		}
+	} else {
+		// Per-job requests and limits lay over the control plane's, resource
+		// by resource; a namespace ResourceQuota sees them, Kueue does not
+		// (docs/platform.md#kueue).
+		var err error
+		resources, err = MergeResources(i.Sidecar.Resources, settings.SidecarRequests, settings.SidecarLimits)
+		if err != nil {
+			return denied(DenyInvalidSettings, fmt.Sprintf("TrainJob %s: sidecar resources from %s/%s over the control plane's defaults: %v; "+
+				"set both annotations so that each request is at most its limit", name, jobconfig.SidecarRequestsAnnotation, jobconfig.SidecarLimitsAnnotation, err))
+		}
 	}
 	artifacts, d, ok := planArtifacts(pod, trainer, settings.ArtifactPath)
 	if !ok {
 		return d
 	}
 
-	// From here on pod only grows: the handler's JSON patch (injectionPatch)
-	// adds exactly what is appended here and nothing else.
-	if !artifacts.reused {
-		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: ArtifactVolumeName,
-			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-		trainer.VolumeMounts = append(trainer.VolumeMounts, corev1.VolumeMount{Name: ArtifactVolumeName, MountPath: settings.ArtifactPath})
-	}
 	image := i.Sidecar.Image
 	if settings.SidecarImage != "" {
 		image = settings.SidecarImage
 	}
-	pod.Spec.Volumes = append(pod.Spec.Volumes, tokenVolume(name))
-	pod.Spec.InitContainers = append(pod.Spec.InitContainers, renderSidecar(sidecarInput{
+	sidecar := renderSidecar(sidecarInput{
 		image: image, serverURL: i.Sidecar.ServerURL, trainJob: name, jobID: jobID, workerID: workerID, rank: rank,
 		heartbeat:     settings.HeartbeatInterval.String(),
 		flushBudget:   flushBudget(pod).String(),
@@ -108,13 +127,34 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		artifactMount: artifacts.mount,
 		nestedMounts:  artifacts.nested,
 		resources:     resources,
-	}))
+	})
+	if declared >= 0 {
+		if sidecar, err = completeDeclared(pod.Spec.InitContainers[declared], sidecar); err != nil {
+			return denied(DenySidecarDeclaration, fmt.Sprintf("TrainJob %s's runtime: %v", name, err))
+		}
+	}
+
+	// From here on pod only grows, but for a declared sidecar, which is
+	// completed in place: the handler's JSON patch (injectionPatch) adds
+	// exactly what is appended here, and turns the declaration into the
+	// completed sidecar with the same resources.
+	if !artifacts.reused {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: ArtifactVolumeName,
+			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		trainer.VolumeMounts = append(trainer.VolumeMounts, corev1.VolumeMount{Name: ArtifactVolumeName, MountPath: settings.ArtifactPath})
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, tokenVolume(name))
+	if declared >= 0 {
+		pod.Spec.InitContainers[declared] = sidecar
+	} else {
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, sidecar)
+	}
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[jobconfig.PodStatusAnnotation] = trainjob.InjectionStatus{
 		Version: trainjob.InjectionStatusVersion, JobID: jobID, WorkerID: workerID, Sidecar: SidecarName,
-		ArtifactVolume: artifacts.mount.Name, Reused: artifacts.reused,
+		ArtifactVolume: artifacts.mount.Name, Reused: artifacts.reused, Declared: declared >= 0,
 	}.String()
 
 	var warnings []string
@@ -204,10 +244,17 @@ func planArtifacts(pod *corev1.Pod, trainer *corev1.Container, artifactPath stri
 
 // nameConflicts denies a pod that already uses one of the names the webhook
 // adds without being this job's injection (stale is why, when the pod carries
-// a status annotation that is not): injecting would clash.
-func nameConflicts(pod *corev1.Pod, stale error) (Decision, bool) {
+// a status annotation that is not): injecting would clash. The init container
+// at index declared (-1: none) is the runtime's declaration of the sidecar,
+// which the webhook completes, not a clash.
+func nameConflicts(pod *corev1.Pod, declared int, stale error) (Decision, bool) {
 	conflict := ""
-	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+	for k, c := range pod.Spec.InitContainers {
+		if c.Name == SidecarName && k != declared {
+			conflict = fmt.Sprintf("a container named %q", SidecarName)
+		}
+	}
+	for _, c := range pod.Spec.Containers {
 		if c.Name == SidecarName {
 			conflict = fmt.Sprintf("a container named %q", SidecarName)
 		}

@@ -80,6 +80,13 @@ var podCases = map[string]podExpectation{
 	"status-annotation-without-sidecar": {reason: ReasonInjected,
 		warning: `replaced annotation tether.dev/status, which was not this job's injection (tether.dev/status is set but the pod has no tether-sidecar init container)`},
 	"stale-injection-other-job": {reason: DenyStaleInjection},
+	// Kueue mode: the runtime declares the sidecar.
+	"declared-sidecar":                    {reason: ReasonInjected},
+	"declared-sidecar-annotations-repeat": {reason: ReasonInjected},
+	"declared-sidecar-resources-conflict": {reason: DenySidecarResources},
+	"declared-sidecar-malformed":          {reason: DenySidecarDeclaration},
+	"declared-sidecar-not-native":         {reason: DenySidecarDeclaration},
+	"declared-sidecar-env-clash":          {reason: DenySidecarDeclaration},
 }
 
 // TestPodWebhookGolden runs testdata/pod through PodHandler.
@@ -129,7 +136,7 @@ func TestPodWebhookGolden(t *testing.T) {
 				if len(resp.Patch) == 0 {
 					t.Error("injected, but the response has no patch")
 				}
-				checkAdditivePatch(t, resp.Patch)
+				checkInjectionPatch(t, resp.Patch, declaredIndex(t, in))
 			default:
 				t.Errorf("allowed, but the decision was %s", got.Outcome)
 			}
@@ -242,7 +249,7 @@ func checkPodDecodes(t *testing.T, pod []byte) {
 
 // readTrainJob returns the reader the handler looks TrainJobs up in, serving
 // the TrainJob in path, or none when the file does not exist.
-func readTrainJob(t *testing.T, path string) client.Reader {
+func readTrainJob(t testing.TB, path string) client.Reader {
 	t.Helper()
 	j := readOptionalJSON(t, path)
 	if j == nil {

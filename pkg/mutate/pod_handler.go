@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -88,14 +89,25 @@ func (h *PodHandler) Handle(ctx context.Context, req admission.Request) admissio
 // injectionPatch returns the JSON patch that adds to the pod as the API server
 // sent it what PodInjector.Inject appended to before, giving after: init
 // containers, volumes, the containers' volume mounts and annotations. Every
-// operation is an "add" of something new, so the fields of the request that
-// corev1.Pod does not know (a newer API server's) are kept as they are. It
-// fails if after differs from before in any other way, which Inject never does.
+// operation is an "add" of something new, but for the completion of a
+// sidecar the runtime declares (Kueue mode), which changes that one init
+// container field by field, never its resources. So the fields of the
+// request that corev1.Pod does not know (a newer API server's) are kept as
+// they are. It fails if after differs from before in any other way, which
+// Inject never does.
 func injectionPatch(before, after *corev1.Pod) ([]jsonpatch.JsonPatchOperation, error) {
 	if len(after.Spec.Containers) != len(before.Spec.Containers) {
 		return nil, fmt.Errorf("injection changed the number of containers from %d to %d", len(before.Spec.Containers), len(after.Spec.Containers))
 	}
 	var ops []jsonpatch.JsonPatchOperation
+	declared := declaredSidecar(before)
+	if declared >= 0 {
+		completion, err := completionOps(declared, &before.Spec.InitContainers[declared], &after.Spec.InitContainers[declared])
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, completion...)
+	}
 	ops = appendOps(ops, "/spec/initContainers", before.Spec.InitContainers, after.Spec.InitContainers)
 	ops = appendOps(ops, "/spec/volumes", before.Spec.Volumes, after.Spec.Volumes)
 	for k := range after.Spec.Containers {
@@ -127,6 +139,9 @@ func injectionPatch(before, after *corev1.Pod) ([]jsonpatch.JsonPatchOperation, 
 	// What is left of after without the additions must be before.
 	rest := after.DeepCopy()
 	rest.Spec.InitContainers = rest.Spec.InitContainers[:min(len(before.Spec.InitContainers), len(rest.Spec.InitContainers))]
+	if declared >= 0 && declared < len(rest.Spec.InitContainers) {
+		rest.Spec.InitContainers[declared] = before.Spec.InitContainers[declared]
+	}
 	rest.Spec.Volumes = rest.Spec.Volumes[:min(len(before.Spec.Volumes), len(rest.Spec.Volumes))]
 	for k := range rest.Spec.Containers {
 		c := &rest.Spec.Containers[k]
@@ -139,7 +154,40 @@ func injectionPatch(before, after *corev1.Pod) ([]jsonpatch.JsonPatchOperation, 
 		rest.Annotations[k] = before.Annotations[k]
 	}
 	if !equality.Semantic.DeepEqual(before, rest) {
-		return nil, errors.New("injection changed the pod beyond appending to its init containers, volumes, volume mounts and annotations")
+		return nil, errors.New("injection changed the pod beyond appending to its init containers, volumes, volume mounts and annotations " +
+			"and completing a declared sidecar")
+	}
+	return ops, nil
+}
+
+// completionOps turns the declared sidecar (init container index) into the
+// completed one: the difference of the two as JSON, at the container's path.
+// Computed on the known fields only, so a field of the request that
+// corev1.Container does not know stays as it was. The resources must not
+// change: they are what Kueue counted.
+func completionOps(index int, declared, completed *corev1.Container) ([]jsonpatch.JsonPatchOperation, error) {
+	if !equality.Semantic.DeepEqual(declared.Resources, completed.Resources) {
+		return nil, errors.New("completing the declared sidecar changed its resources")
+	}
+	from, err := json.Marshal(declared)
+	if err != nil {
+		return nil, err
+	}
+	to, err := json.Marshal(completed)
+	if err != nil {
+		return nil, err
+	}
+	ops, err := jsonpatch.CreatePatch(from, to)
+	if err != nil {
+		return nil, fmt.Errorf("completing the declared sidecar: %w", err)
+	}
+	// CreatePatch visits fields in map order: a stable sort by field keeps
+	// the patch the same every time and each field's operations in order.
+	field := func(path string) string { return strings.SplitN(path, "/", 3)[1] }
+	sort.SliceStable(ops, func(a, b int) bool { return field(ops[a].Path) < field(ops[b].Path) })
+	prefix := fmt.Sprintf("/spec/initContainers/%d", index)
+	for k := range ops {
+		ops[k].Path = prefix + ops[k].Path
 	}
 	return ops, nil
 }

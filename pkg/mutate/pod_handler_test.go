@@ -24,6 +24,15 @@ var additivePath = regexp.MustCompile(`^(/spec/initContainers(/-)?|/spec/volumes
 // checkAdditivePatch asserts that a pod patch only adds, and only where Inject appends.
 func checkAdditivePatch(t *testing.T, patch []byte) {
 	t.Helper()
+	checkInjectionPatch(t, patch, -1)
+}
+
+// checkInjectionPatch is checkAdditivePatch for a pod whose init container
+// declared (-1: none) declares the sidecar: the patch may also change that
+// container, field by field, but never its resources.
+func checkInjectionPatch(t *testing.T, patch []byte, declared int) {
+	t.Helper()
+	completion := fmt.Sprintf("/spec/initContainers/%d/", declared)
 	var ops []struct {
 		Op   string `json:"op"`
 		Path string `json:"path"`
@@ -33,6 +42,12 @@ func checkAdditivePatch(t *testing.T, patch []byte) {
 	}
 	for _, op := range ops {
 		if op.Op == "replace" && op.Path == statusPath {
+			continue
+		}
+		if declared >= 0 && strings.HasPrefix(op.Path, completion) {
+			if strings.HasPrefix(op.Path, completion+"resources") || op.Path == completion+"name" || op.Path == completion+"restartPolicy" {
+				t.Errorf("patch operation %s %s: completing the declared sidecar must keep its name, restartPolicy and resources", op.Op, op.Path)
+			}
 			continue
 		}
 		if op.Op != "add" || !additivePath.MatchString(op.Path) {
@@ -49,6 +64,7 @@ func TestPodPatchKeepsUnknownFields(t *testing.T) {
 		"injected-default",                 // no init containers, no volumes, no mounts: arrays created
 		"artifact-parent-and-nested-mount", // volumes and mounts appended to
 		"other-native-sidecar",             // init containers appended to
+		"declared-sidecar",                 // the declaration completed in place
 	} {
 		t.Run(name, func(t *testing.T) {
 			var pod map[string]any
@@ -63,7 +79,7 @@ func TestPodPatchKeepsUnknownFields(t *testing.T) {
 			if d.Reason != ReasonInjected {
 				t.Fatalf("decision %s/%s, want %s", d.Outcome, d.Reason, ReasonInjected)
 			}
-			checkAdditivePatch(t, resp.Patch)
+			checkInjectionPatch(t, resp.Patch, declaredIndex(t, raw))
 			if bytes.Contains(resp.Patch, []byte("future")) {
 				t.Errorf("the patch mentions an unknown field: %s", resp.Patch)
 			}
@@ -255,4 +271,15 @@ func TestPodHandlerReadsATrainJobTheCacheLacks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// declaredIndex is the index of the init container declaring the sidecar in
+// the pod (JSON), or -1.
+func declaredIndex(t *testing.T, pod []byte) int {
+	t.Helper()
+	var p corev1.Pod
+	if err := json.Unmarshal(pod, &p); err != nil {
+		t.Fatal(err)
+	}
+	return declaredSidecar(&p)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -31,6 +32,9 @@ type InjectionStatus struct {
 	// the trainer's own rather than one Tether added.
 	ArtifactVolume string `json:"artifactVolume"`
 	Reused         bool   `json:"reused"`
+	// Declared says the sidecar completes the runtime's declaration of it
+	// (Kueue mode): its resources are the declaration's.
+	Declared bool `json:"declared,omitempty"`
 }
 
 func (s InjectionStatus) String() string {
@@ -55,8 +59,9 @@ var ErrNoInjectionStatus = errors.New("no " + jobconfig.PodStatusAnnotation + " 
 
 // CheckInjected tells whether pod really carries Tether's sidecar, and if not
 // why: the status annotation parses, the sidecar container it names is a
-// native sidecar (init container with restartPolicy Always) and that
-// container's job and worker ids are the annotation's. A status annotation
+// native sidecar (init container with restartPolicy Always) completed by the
+// webhook (it has the job and worker ids, the server URL and the token file)
+// and that container's job and worker ids are the annotation's. A status annotation
 // alone (copied from a dumped pod, or set in a runtime template) is not an
 // injection. jobID and workerID, when not empty, must also be the
 // annotation's: the pod is injected for that job.
@@ -91,6 +96,18 @@ func CheckInjected(pod *corev1.Pod, jobID, workerID string) error {
 	env := map[string]string{}
 	for _, e := range sidecar.Env {
 		env[e.Name] = e.Value
+	}
+	// Tether's own, complete: a runtime's declaration of the sidecar (Kueue
+	// mode) has none of this until the webhook completes it.
+	var missing []string
+	for _, name := range []string{binding.EnvJobID, binding.EnvWorkerID, binding.EnvServerURL, binding.EnvTokenFile} {
+		if env[name] == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("init container %s is not Tether's completed sidecar (no %s): a declaration the pod webhook did not complete, or a copy",
+			SidecarContainer, strings.Join(missing, ", "))
 	}
 	if env[binding.EnvJobID] != s.JobID || env[binding.EnvWorkerID] != s.WorkerID {
 		return fmt.Errorf("container %s is set up for job %q worker %q, but %s names job %q worker %q",

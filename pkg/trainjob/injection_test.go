@@ -18,7 +18,8 @@ func injectedPod(jobID, workerID string) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{jobconfig.PodStatusAnnotation: st.String()}},
 		Spec: corev1.PodSpec{InitContainers: []corev1.Container{{
 			Name: SidecarContainer, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-			Env: []corev1.EnvVar{{Name: binding.EnvJobID, Value: jobID}, {Name: binding.EnvWorkerID, Value: workerID}},
+			Env: []corev1.EnvVar{{Name: binding.EnvJobID, Value: jobID}, {Name: binding.EnvWorkerID, Value: workerID},
+				{Name: binding.EnvServerURL, Value: "https://tether.example"}, {Name: binding.EnvTokenFile, Value: "/var/run/tether/token/token"}},
 		}}},
 	}
 }
@@ -43,6 +44,14 @@ func TestCheckInjected(t *testing.T) {
 		{name: "annotation only", pod: func(p *corev1.Pod) { p.Spec.InitContainers = nil }, wantErr: "has no tether-sidecar init container"},
 		{name: "not a native sidecar", pod: func(p *corev1.Pod) { p.Spec.InitContainers[0].RestartPolicy = nil }, wantErr: "not a native sidecar"},
 		{name: "sidecar of another job", pod: func(p *corev1.Pod) { p.Spec.InitContainers[0].Env[0].Value = "j9" }, wantErr: `set up for job "j9"`},
+		// A runtime's declaration (Kueue mode) under a copied annotation: not
+		// Tether's sidecar until the webhook completes it.
+		{name: "declaration not completed", pod: func(p *corev1.Pod) {
+			p.Spec.InitContainers[0].Env = nil
+			p.Spec.InitContainers[0].Image = "registry.k8s.io/pause:3.10.2"
+		}, wantErr: "not Tether's completed sidecar (no TETHER_JOB_ID, TETHER_WORKER_ID, TETHER_SERVER_URL, TETHER_TOKEN_FILE)"},
+		{name: "completed but no token file", pod: func(p *corev1.Pod) { p.Spec.InitContainers[0].Env = p.Spec.InitContainers[0].Env[:3] },
+			wantErr: "(no TETHER_TOKEN_FILE)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := injectedPod("j1", "w1")
