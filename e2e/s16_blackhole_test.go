@@ -41,6 +41,7 @@ func TestScenario16BindingBlackholed(t *testing.T) {
 	bytesBefore, _ := suite.metricValue(t, "tether_artifacts_verified_bytes_total")
 	storedBefore := suite.stored(t, jobID)
 	modifiedBefore := suite.lastModified(t, jobID)
+	trafficBefore := suite.s3Traffic(t)
 	suite.tether.BlackholeBinding(true)
 	start := time.Now()
 	defer suite.tether.BlackholeBinding(false)
@@ -89,8 +90,10 @@ func TestScenario16BindingBlackholed(t *testing.T) {
 			t.Errorf("%s, verified before the black hole and unchanged, was stored again", rel)
 		}
 	}
+	cost := jobStoreCost(t, suite.s3Traffic(t).Since(trafficBefore), jobID, suite.runner.ArtifactDir(pod))
 	logf("scenario 16: HeartbeatLost %.1fs into a %s black hole; heartbeats back %.1fs after it ended; %v sessions opened since; "+
-		"%v verified PUTs (%v bytes) since the hole began, for a job of %d files (%d bytes); %d files verified before it stored again",
+		"%v verified PUTs (%v bytes) since the hole began, for a job of %d files (%d bytes); %d files verified before it stored again; "+
+		"at the store since the hole began: %s",
 		lostAfter.Seconds(), blackholeFor, recovered.Seconds(), sessionsAfter-sessionsBefore, filesAfter-filesBefore,
-		bytesAfter-bytesBefore, len(local), wb.Status.Artifacts.Bytes, resent)
+		bytesAfter-bytesBefore, len(local), wb.Status.Artifacts.Bytes, resent, cost)
 }
