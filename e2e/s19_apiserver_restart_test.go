@@ -63,8 +63,7 @@ func (e *env) controlPlaneRestart(t *testing.T, component string, restart func(c
 	}
 	back := time.Now()
 	// The binding catches up: a heartbeat recorded after the restart.
-	var wb *tetherv1.WorkerBinding
-	wb = e.waitBinding(t, ns, name, 60*time.Second, "a heartbeat recorded after the restart", func(wb *tetherv1.WorkerBinding) error {
+	wb := e.waitBinding(t, ns, name, 60*time.Second, "a heartbeat recorded after the restart", func(wb *tetherv1.WorkerBinding) error {
 		if wb.Status.LastHeartbeatTime == nil || wb.Status.LastHeartbeatTime.Time.Before(back.Truncate(time.Second)) {
 			return fmt.Errorf("last heartbeat %v", wb.Status.LastHeartbeatTime)
 		}

@@ -86,11 +86,10 @@ func newS3Front(store string) (*s3Front, error) {
 	}
 	f := &s3Front{ln: ln, traffic: S3Traffic{ByPath: map[string]PathTraffic{}}}
 	proxy := &httputil.ReverseProxy{
-		Director: func(r *http.Request) {
-			r.URL.Scheme, r.URL.Host = "http", store
-			r.Header["X-Forwarded-For"] = nil // not added: the store sees the client as it is
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", store
+			pr.Out.Host = pr.In.Host // what the client signed
 		},
-		ErrorLog: nil,
 	}
 	f.srv = &http.Server{Handler: f.handler(proxy), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = f.srv.Serve(ln) }()
