@@ -99,16 +99,20 @@ type Handler struct {
 	// of a missing key is an answer, not a refusal) with a metric reason:
 	// the AuthError's Reason, or the S3 error code in snake case.
 	OnRefused func(reason string)
+	// Direct configures direct uploads (direct.go): bodies PUT straight to
+	// a store that can presign, then committed here.
+	Direct DirectOptions
 
 	locks keyLocks
 }
 
 // Route sends requests for the artifact bucket (/<upload.Bucket> and below)
+// and the direct-upload endpoints (upload.PathAuthorize, upload.PathCommit)
 // to artifacts and everything else to next, without cleaning the path.
 func Route(artifacts, next http.Handler) http.Handler {
 	prefix := "/" + upload.Bucket
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := r.URL.Path; p == prefix || strings.HasPrefix(p, prefix+"/") {
+		if p := r.URL.Path; p == prefix || strings.HasPrefix(p, prefix+"/") || isDirectPath(p) {
 			artifacts.ServeHTTP(w, r)
 			return
 		}
@@ -191,6 +195,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rq.fail(&apiError{http.StatusInternalServerError, "InternalError", "the artifact endpoint is not configured (no backend or authorizer)"})
 		return
 	}
+	if isDirectPath(r.URL.Path) {
+		h.serveDirect(rq)
+		return
+	}
 	if r.Method != http.MethodPut && r.Method != http.MethodHead {
 		rq.fail(&apiError{http.StatusMethodNotAllowed, "MethodNotAllowed",
 			r.Method + " is not supported: this endpoint takes single-request PUTs and HEADs of objects"})
@@ -221,6 +229,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.put(rq, jobID, path)
 }
+
+func isDirectPath(p string) bool { return p == upload.PathAuthorize || p == upload.PathCommit }
 
 // authorize checks the token and that the key is under the job's prefix.
 func (h *Handler) authorize(rq *request, jobID string) (Job, *apiError) {
