@@ -172,6 +172,9 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	ctx := rq.r.Context()
 	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.callbackTimeout())
 	defer cancel()
+	// The server-side copy of a large object outlasts the server's
+	// WriteTimeout; the answer must still get out.
+	_ = rq.rc.SetWriteDeadline(time.Now().Add(h.callbackTimeout() + h.idleTimeout()))
 	job, _, e := h.directJob(rq, req.Key, req.Size)
 	if e == nil {
 		e = checkUploadID(req.Upload, req.Key, req.Size)

@@ -384,7 +384,11 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	// after is for work that must finish even if the client went away.
 	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.callbackTimeout())
 	defer cancel()
-	body := &bodyReader{r: r.Body, remaining: size, w: dig.writer(), rc: rq.rc, idle: h.idleTimeout()}
+	// A non-manifest body's digests are chosen once its target is known.
+	body := &bodyReader{r: r.Body, remaining: size, rc: rq.rc, idle: h.idleTimeout()}
+	if isManifest {
+		body.w = dig.writer(true)
+	}
 	body.extend(time.Now())
 
 	var manifest *upload.Manifest
@@ -404,7 +408,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 			rq.fail(e)
 			return
 		}
-		known = dig.md5.Sum(nil)
+		known = dig.sum()
 		m, perr := parseManifest(buf, jobID)
 		if perr != nil {
 			_ = h.manifestResult(after, job, ManifestResult{Key: rq.key, Rank: manifestRank, Err: "malformed manifest: " + perr.Error()})
@@ -442,6 +446,14 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	}
 	rq.log = rq.log.WithValues("target", target)
 
+	// A backend that hashes what it stores in this process (FSBackend)
+	// computes the body's MD5 itself: hashing it here too would be the
+	// same work twice.
+	_, selfHashing := h.Backend.(bodyHasher)
+	backendMD5 := selfHashing && !isManifest && target != ""
+	if !isManifest {
+		body.w = dig.writer(!backendMD5)
+	}
 	var stored upload.ObjectInfo
 	var src io.Reader = body
 	if isManifest {
@@ -471,13 +483,19 @@ func (h *Handler) put(rq *request, jobID, path string) {
 				fmt.Sprintf("the store read %d of %d bytes without an error; nothing was kept: retry", body.n, size)})
 			return
 		}
+		if backendMD5 && !dig.useSum(stored.ETag) {
+			h.cleanup(after, rq, target, prior)
+			rq.fail(&apiError{http.StatusInternalServerError, "InternalError",
+				"the store reported an ETag that is not an MD5; nothing was kept: retry"})
+			return
+		}
 		if e := dig.verify(); e != nil {
 			h.cleanup(after, rq, target, prior)
 			rq.fail(e)
 			return
 		}
 	}
-	etag := hex.EncodeToString(dig.md5.Sum(nil))
+	etag := hex.EncodeToString(dig.sum())
 	if target != "" && (stored.ETag != etag || stored.Size != size) {
 		rq.log.Error(errors.New("stored object differs from the streamed body"), "ETag check failed",
 			"streamedMD5", etag, "storedETag", stored.ETag, "storedSize", stored.Size)
@@ -597,7 +615,7 @@ func backendError(err error) *apiError {
 var errShortBody = errors.New("unexpected end of body")
 
 // bodyReader reads exactly remaining bytes of a request body into w (the
-// digests), and extends the connection's deadlines while the body makes
+// digests, if any), and extends the connection's deadlines while the body makes
 // progress.
 type bodyReader struct {
 	r         io.Reader
@@ -622,15 +640,26 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	if int64(len(p)) > b.remaining {
 		p = p[:b.remaining]
 	}
-	n, err := b.r.Read(p)
-	if n > 0 {
-		_, _ = b.w.Write(p[:n])
-		b.n += int64(n)
-		b.remaining -= int64(n)
+	// Fill p (one TLS record is at most 16 KiB): the backend then writes
+	// in the chunks it asked for, not a record at a time. Every read that
+	// brings bytes counts as progress.
+	var n int
+	var err error
+	for n < len(p) && err == nil {
+		var m int
+		m, err = b.r.Read(p[n:])
+		n += m
 		// Extending costs a timer update: do it at most every idle/4.
-		if now := time.Now(); now.Sub(b.extended) > min(b.idle/4, time.Second) {
+		if now := time.Now(); m > 0 && now.Sub(b.extended) > min(b.idle/4, time.Second) {
 			b.extend(now)
 		}
+	}
+	if n > 0 {
+		if b.w != nil {
+			_, _ = b.w.Write(p[:n])
+		}
+		b.n += int64(n)
+		b.remaining -= int64(n)
 	}
 	switch {
 	case err == io.EOF && b.remaining > 0:
@@ -649,6 +678,11 @@ func (b *bodyReader) extend(now time.Time) {
 	_ = b.rc.SetReadDeadline(now.Add(b.idle))
 	_ = b.rc.SetWriteDeadline(now.Add(b.idle))
 }
+
+// bodyHasher is a backend whose Put computes the MD5 of exactly the bytes
+// it reads from the body, in this process, and returns it as the ETag
+// (FSBackend): the Handler takes that as the body's MD5.
+type bodyHasher interface{ hashesBody() }
 
 // keyLocks serializes requests on one key within this process.
 type keyLocks struct {
