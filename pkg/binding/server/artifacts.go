@@ -29,6 +29,7 @@ func (s *Server) EnableArtifacts(backend upload.Backend, direct store.DirectOpti
 			s.metrics.artifactFiles.Inc()
 		},
 		OnManifest: s.manifestVerified,
+		OnDirect:   func(upload.ObjectInfo) { s.metrics.artifactDirect.Inc() },
 		// Every refused artifact request is counted, by reason.
 		OnRefused: func(reason string) { s.metrics.refusals.WithLabelValues("artifact_" + reason).Inc() },
 		Log:       s.log.WithName("artifacts"),

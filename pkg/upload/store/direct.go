@@ -250,6 +250,9 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	if h.OnVerified != nil {
 		h.OnVerified(after, *job, req.Key, got)
 	}
+	if h.OnDirect != nil {
+		h.OnDirect(got)
+	}
 	writeJSON(rq, upload.CommitResponse{ETag: got.ETag, Size: got.Size, Pending: target == pkey})
 	rq.log.V(1).Info("direct upload committed", "status", http.StatusOK, "etag", got.ETag, "target", target,
 		"duration", time.Since(rq.start).String())

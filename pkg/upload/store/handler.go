@@ -99,6 +99,9 @@ type Handler struct {
 	// of a missing key is an answer, not a refusal) with a metric reason:
 	// the AuthError's Reason, or the S3 error code in snake case.
 	OnRefused func(reason string)
+	// OnDirect, if set, is called for every committed direct upload (after
+	// OnVerified, which is called for it as for a PUT).
+	OnDirect func(info upload.ObjectInfo)
 	// Direct configures direct uploads (direct.go): bodies PUT straight to
 	// a store that can presign, then committed here.
 	Direct DirectOptions
