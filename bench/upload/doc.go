@@ -96,6 +96,7 @@
 // plane CPU per GiB uploaded; target <= 0.05) and direct-store-cpu-s-per-gib
 // (versitygw's: it stores every byte twice in direct mode, the upload and
 // the promoting copy, which versitygw's posix backend does as a full PUT).
+// TETHER_BENCH_UPLOAD_PHASES (comma-separated phase names) runs only those.
 // Peak disk: the file, plus 8 objects and, while they are committed, their
 // copies (about 17 GiB at 1 GiB).
 //

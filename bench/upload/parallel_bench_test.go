@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,11 +110,20 @@ func BenchmarkParallel8x1GiB(b *testing.B) {
 		b.Fatal(err)
 	}
 
+	// TETHER_BENCH_UPLOAD_PHASES (e.g. "plain-put,direct") runs only those.
+	run := func(phase string) bool {
+		v := os.Getenv("TETHER_BENCH_UPLOAD_PHASES")
+		return v == "" || slices.Contains(strings.Split(v, ","), phase)
+	}
 	var results []phaseResult
 	for b.Loop() {
-		results = append(results, e.phase(b, "plain-put", e.plainPut))
-		results = append(results, e.phase(b, "proxy", func(ctx context.Context, i int) (string, error) { return e.sidecarPut(ctx, b, i, false) }))
-		if configureDirect != nil {
+		if run("plain-put") {
+			results = append(results, e.phase(b, "plain-put", e.plainPut))
+		}
+		if run("proxy") {
+			results = append(results, e.phase(b, "proxy", func(ctx context.Context, i int) (string, error) { return e.sidecarPut(ctx, b, i, false) }))
+		}
+		if configureDirect != nil && run("direct") {
 			results = append(results, e.phase(b, "direct", func(ctx context.Context, i int) (string, error) { return e.sidecarPut(ctx, b, i, true) }))
 		}
 	}
@@ -124,14 +134,22 @@ func BenchmarkParallel8x1GiB(b *testing.B) {
 		b.Logf("%-9s %d x %d bytes at once: %.2fs, %.1f MiB/s; CPU per GiB: control plane %.3fs, store (versitygw) %.2fs, sidecars %.2fs; CPU pressure %s -> %s",
 			r.name, n, cfg.size, r.elapsed.Seconds(), r.mibPerSec(), r.perGiB(r.cpCPU), r.perGiB(r.storeCPU), r.perGiB(r.clientCPU), r.pressureBefore, r.pressureAfer)
 	}
-	plain, proxy := byName["plain-put"], byName["proxy"]
-	b.ReportMetric(plain.mibPerSec(), "plain-put-mib-per-s")
-	b.ReportMetric(proxy.mibPerSec(), "proxy-mib-per-s")
-	b.ReportMetric(proxy.mibPerSec()/plain.mibPerSec(), "x-proxy-plain")
-	b.ReportMetric(proxy.perGiB(proxy.cpCPU), "proxy-cp-cpu-s-per-gib")
+	plain, hasPlain := byName["plain-put"]
+	if hasPlain {
+		b.ReportMetric(plain.mibPerSec(), "plain-put-mib-per-s")
+	}
+	if proxy, ok := byName["proxy"]; ok {
+		b.ReportMetric(proxy.mibPerSec(), "proxy-mib-per-s")
+		b.ReportMetric(proxy.perGiB(proxy.cpCPU), "proxy-cp-cpu-s-per-gib")
+		if hasPlain {
+			b.ReportMetric(proxy.mibPerSec()/plain.mibPerSec(), "x-proxy-plain")
+		}
+	}
 	if d, ok := byName["direct"]; ok {
 		b.ReportMetric(d.mibPerSec(), "direct-mib-per-s")
-		b.ReportMetric(d.mibPerSec()/plain.mibPerSec(), "x-direct-plain")
+		if hasPlain {
+			b.ReportMetric(d.mibPerSec()/plain.mibPerSec(), "x-direct-plain")
+		}
 		b.ReportMetric(d.perGiB(d.cpCPU), "direct-cp-cpu-s-per-gib")
 		b.ReportMetric(d.perGiB(d.storeCPU), "direct-store-cpu-s-per-gib")
 	}

@@ -67,3 +67,14 @@ type CommitResponse struct {
 	Size    int64  `json:"size"`
 	Pending bool   `json:"pending,omitempty"`
 }
+
+// MinCopyRate is the slowest server-side copy a commit waits for: its
+// deadline is a base timeout plus the object's size at this rate (a 5 GiB
+// object: base + 10.7 min). Server and sidecar use the same rule.
+const MinCopyRate = 8 << 20
+
+// CommitTimeout bounds a commit of size bytes: base (the server's callback
+// timeout, or the sidecar's wait for any answer) plus the copy's time.
+func CommitTimeout(base time.Duration, size int64) time.Duration {
+	return base + time.Duration(size/MinCopyRate)*time.Second
+}

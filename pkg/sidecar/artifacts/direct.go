@@ -40,8 +40,10 @@ type direct struct {
 	// api reaches the binding server (the token added); store reaches the
 	// artifact store and carries no token.
 	api, store *http.Client
-	base       string // https://host:port of the binding server
-	minSize    int64  // < 0: never
+	// commit reaches the binding server for commits (see initDirect).
+	commit  *http.Client
+	base    string // https://host:port of the binding server
+	minSize int64  // < 0: never
 	// proxyUntil (unix ns): until then files go through the server unasked.
 	proxyUntil atomic.Int64
 }
@@ -53,6 +55,20 @@ func (u *Uploader) initDirect(host string, api http.RoundTripper) {
 		d.minSize = DefaultDirectMinSize
 	}
 	d.api = &http.Client{Transport: api, CheckRedirect: noRedirect}
+	// Commits wait for the server's copy of the object: no transport-wide
+	// answer timeout, a per-request one that grows with the size.
+	var ct http.RoundTripper = &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialTLSContext:      u.dialTLS,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	if u.cfg.WrapTransport != nil {
+		ct = u.cfg.WrapTransport(ct)
+	}
+	d.commit = &http.Client{Transport: &tokenTransport{file: u.cfg.TokenFile, next: ct}, CheckRedirect: noRedirect}
 	var tr http.RoundTripper = &http.Transport{
 		// The store may be outside the cluster, behind a proxy.
 		Proxy:                 http.ProxyFromEnvironment,
@@ -133,7 +149,7 @@ func (u *Uploader) send(ctx context.Context, key string, body io.Reader, size in
 
 // postJSON posts v to the binding server's path and decodes the answer into
 // out; a refusal is a minio.ErrorResponse (classified as a proxied PUT's).
-func (u *Uploader) postJSON(ctx context.Context, path string, v, out any) (status int, err error) {
+func (u *Uploader) postJSON(ctx context.Context, c *http.Client, path string, v, out any) (status int, err error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return 0, err
@@ -143,7 +159,7 @@ func (u *Uploader) postJSON(ctx context.Context, path string, v, out any) (statu
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := u.direct.api.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -177,7 +193,7 @@ func s3Error(resp *http.Response, raw []byte) error {
 
 func (u *Uploader) authorize(ctx context.Context, key string, size int64) (upload.AuthorizeResponse, error) {
 	var a upload.AuthorizeResponse
-	status, err := u.postJSON(ctx, upload.PathAuthorize, upload.AuthorizeRequest{Key: key, Size: size}, &a)
+	status, err := u.postJSON(ctx, u.direct.api, upload.PathAuthorize, upload.AuthorizeRequest{Key: key, Size: size}, &a)
 	switch {
 	case status == http.StatusNotFound || status == http.StatusMethodNotAllowed:
 		// A server without direct uploads.
@@ -238,7 +254,9 @@ func (u *Uploader) putDirect(ctx context.Context, key string, a upload.Authorize
 		return "", err
 	}
 	var c upload.CommitResponse
-	if _, err := u.postJSON(ctx, upload.PathCommit, upload.CommitRequest{Key: key, Size: size, MD5: sum, Upload: a.Upload}, &c); err != nil {
+	cctx, ccancel := context.WithTimeout(ctx, upload.CommitTimeout(responseHeaderTimeout, size))
+	defer ccancel()
+	if _, err := u.postJSON(cctx, u.direct.commit, upload.PathCommit, upload.CommitRequest{Key: key, Size: size, MD5: sum, Upload: a.Upload}, &c); err != nil {
 		return "", fmt.Errorf("committing %s: %w", key, err)
 	}
 	if !strings.EqualFold(c.ETag, sum) || c.Size != size {

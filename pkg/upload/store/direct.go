@@ -170,11 +170,11 @@ func (h *Handler) authorizeDirect(rq *request, req upload.AuthorizeRequest) {
 // own object is deleted, so a rejected body never becomes an object.
 func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	ctx := rq.r.Context()
-	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.callbackTimeout())
+	// The server-side copy of a large object takes time (and outlasts the
+	// server's WriteTimeout): the deadlines grow with the size.
+	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), upload.CommitTimeout(h.callbackTimeout(), max(req.Size, 0)))
 	defer cancel()
-	// The server-side copy of a large object outlasts the server's
-	// WriteTimeout; the answer must still get out.
-	_ = rq.rc.SetWriteDeadline(time.Now().Add(h.callbackTimeout() + h.idleTimeout()))
+	_ = rq.rc.SetWriteDeadline(time.Now().Add(upload.CommitTimeout(h.callbackTimeout(), max(req.Size, 0)) + h.idleTimeout()))
 	job, _, e := h.directJob(rq, req.Key, req.Size)
 	if e == nil {
 		e = checkUploadID(req.Upload, req.Key, req.Size)
