@@ -21,7 +21,11 @@ func TestScenario1HappyPathWithKueue(t *testing.T) {
 	timed(t)
 	ns := suite.newNamespace(t, "happy")
 	const name = "llm-finetune"
-	setPlans(ns, name, localcluster.TrainerPlan{Steps: 10, CheckpointEvery: 2, StepInterval: 800 * time.Millisecond})
+	// 2 MiB checkpoints: over the sidecar's direct-upload threshold, so
+	// they go straight to the S3 store (presigned PUT, then commit).
+	const checkpoints = 5
+	setPlans(ns, name, localcluster.TrainerPlan{Steps: 10, CheckpointEvery: 10 / checkpoints, StepInterval: 800 * time.Millisecond,
+		CheckpointBytes: 2 << 20})
 	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
 	suite.create(t, tj)
 
@@ -111,6 +115,9 @@ func TestScenario1HappyPathWithKueue(t *testing.T) {
 		}
 		if v, ok := suite.metricValue(t, "tether_artifacts_verified_files_total"); !ok || v < float64(len(local)) {
 			return fmt.Errorf("tether_artifacts_verified_files_total=%v, want >= %d", v, len(local))
+		}
+		if v, ok := suite.metricValue(t, "tether_artifacts_direct_files_total"); !ok || v < checkpoints {
+			return fmt.Errorf("tether_artifacts_direct_files_total=%v, want >= %d: the checkpoints did not go straight to the store", v, checkpoints)
 		}
 		return nil
 	})

@@ -70,6 +70,36 @@
 // <prefix>.<upload|floor|md5-floor>-<size> (the profiler's own reads then show
 // in the child's read ratio).
 //
+// The same BenchmarkUploaderRSS reports the server's CPU alone: this
+// process's CPU while the child uploads the big file (the child's CPU is its
+// own), per GiB: server-cpu-s-per-gib (Uploader), floor-server-cpu-s-per-gib.
+// BenchmarkSinglePut1GiB has a fourth path, transport: the floor's PUT of the
+// same file to a handler on the same listener (TLS, http.Server) that
+// discards the body: transport-mib-per-s, transport-cpu-s-per-gib, and
+// x-transport (uploader / transport).
+//
+// BenchmarkParallel8x1GiB: 8 sidecars (TETHER_BENCH_UPLOAD_SIDECARS) each
+// upload the big file at once, under its own token and job id, to versitygw
+// (internal/s3server, TLS, its own process). Three phases, one after the
+// other, the bucket checked (exactly the 8 objects, size and ETag; nothing
+// pending, no direct upload left) and emptied after each: plain-put (a plain
+// minio-go SigV4 PUT of the file straight to the store: the floor), proxy
+// (artifacts.Uploader through the artifact endpoint with the S3 backend,
+// direct uploads off) and direct (the same, direct uploads on: authorize,
+// presigned PUT, commit with its server-side copy). The control plane runs in
+// a child process (this test binary with TETHER_BENCH_UPLOAD_CHILD=server),
+// so its CPU is that process's utime+stime from /proc/<pid>/stat, taken around
+// the phase; versitygw's is read the same way from its pid; the sidecars'
+// is this process's. Reported: plain-put-mib-per-s, proxy-mib-per-s,
+// direct-mib-per-s (aggregate: 8 x size / wall time), x-proxy-plain,
+// x-direct-plain, proxy-cp-cpu-s-per-gib, direct-cp-cpu-s-per-gib (control
+// plane CPU per GiB uploaded; target <= 0.05) and direct-store-cpu-s-per-gib
+// (versitygw's: it stores every byte twice in direct mode, the upload and
+// the promoting copy, which versitygw's posix backend does as a full PUT).
+// TETHER_BENCH_UPLOAD_PHASES (comma-separated phase names) runs only those.
+// Peak disk: the file, plus 8 objects and, while they are committed, their
+// copies (about 17 GiB at 1 GiB).
+//
 // Environment: TETHER_BENCH_UPLOAD_SIZE (bytes, or with a K/M/G or KiB/MiB/GiB
 // suffix; default 1GiB), TETHER_BENCH_UPLOAD_ROUNDS (default 3),
 // TETHER_BENCH_UPLOAD_STORE (a directory to put the store's root in, e.g.

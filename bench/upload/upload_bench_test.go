@@ -58,6 +58,8 @@ func TestMain(m *testing.M) {
 	case "":
 	case "baseline", "upload", "floor", "md5-floor":
 		os.Exit(runChild(mode))
+	case "server":
+		os.Exit(runServerChild())
 	default:
 		fmt.Fprintf(os.Stderr, "%s=%q: want upload, floor, md5-floor or baseline\n", childEnv, mode)
 		os.Exit(2)
@@ -295,7 +297,7 @@ func startServer(b *testing.B, cfg benchConfig) *server {
 	tlsLn := tls.NewListener(counted, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}})
 	// pkg/binding/server's http.Server settings.
 	srv := &http.Server{
-		Handler:           store.Route(h, http.NotFoundHandler()),
+		Handler:           store.Route(h, discardRoute()),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -316,6 +318,27 @@ func startServer(b *testing.B, cfg benchConfig) *server {
 }
 
 func (s *server) key(rel string) string { return s.jobID + "/" + rel }
+
+// discardPath takes a PUT and throws its body away: the transport floor
+// (the same listener, TLS and http.Server, no artifact handler).
+const discardPath = "/discard"
+
+func discardRoute() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT "+discardPath+"/", func(w http.ResponseWriter, r *http.Request) {
+		// The http.Server's 30 s ReadTimeout would cut a slow 1 GiB body.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+		buf := make([]byte, 256<<10)
+		n, err := io.CopyBuffer(io.Discard, r.Body, buf)
+		if err != nil || n != r.ContentLength {
+			http.Error(w, fmt.Sprintf("read %d of %d bytes: %v", n, r.ContentLength, err), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(http.StatusOK)
+	})
+	return mux
+}
 
 // checkStoredAndDelete checks that key holds the file, then deletes it.
 func (s *server) checkStoredAndDelete(ctx context.Context, key string, fx *fixture) error {
@@ -438,7 +461,12 @@ func floorPut(ctx context.Context, tr *http.Transport, serverURL, token, key, pa
 	if hashBody {
 		body = &teeFile{Reader: io.TeeReader(f, h), f: f}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, serverURL+"/"+upload.Bucket+"/"+key, body)
+	target := serverURL + "/" + upload.Bucket + "/" + key
+	if wantMD5 == "" && !hashBody {
+		// The transport floor: the discarding handler, no ETag.
+		target = serverURL + discardPath + "/" + key
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, target, body)
 	if err != nil {
 		f.Close()
 		return err
@@ -460,6 +488,9 @@ func floorPut(ctx context.Context, tr *http.Transport, serverURL, token, key, pa
 	}
 	if hashBody {
 		wantMD5 = hex.EncodeToString(h.Sum(nil))
+	}
+	if wantMD5 == "" {
+		return nil
 	}
 	if etag := strings.Trim(resp.Header.Get("ETag"), `"`); etag != wantMD5 {
 		return fmt.Errorf("floor PUT %s: ETag %q, want %s", key, etag, wantMD5)
@@ -553,6 +584,8 @@ type uploadPath struct {
 	put     func(ctx context.Context, key string, fx *fixture) error
 	key     func(round int, fx *fixture) string
 	samples []sample
+	// discard: nothing is stored (the transport floor).
+	discard bool
 }
 
 // BenchmarkSinglePut1GiB: see the package documentation.
@@ -563,23 +596,31 @@ func BenchmarkSinglePut1GiB(b *testing.B) {
 	warm := getFixture(b, warmupSize)
 	ctx := b.Context()
 
-	floorVariant := func(hashBody bool) func(context.Context, string, *fixture) error {
+	floorVariant := func(hashBody, discard bool) func(context.Context, string, *fixture) error {
 		return func(ctx context.Context, key string, fx *fixture) error {
 			tr := floorTransport(s.url, s.roots) // a new connection, as the Uploader's
 			defer tr.CloseIdleConnections()
-			return floorPut(ctx, tr, s.url, s.token, key, fx.path, fx.size, fx.md5, hashBody)
+			want := fx.md5
+			if discard {
+				want = ""
+			}
+			return floorPut(ctx, tr, s.url, s.token, key, fx.path, fx.size, want, hashBody)
 		}
 	}
-	const floor, md5Floor, uploader = 0, 1, 2
+	const floor, md5Floor, uploader, transport = 0, 1, 2, 3
 	paths := []*uploadPath{
-		floor: {name: "floor", put: floorVariant(false),
+		floor: {name: "floor", put: floorVariant(false, false),
 			key: func(i int, fx *fixture) string { return s.key(fmt.Sprintf("floor/%d-%s", i, fx.rel)) }},
-		md5Floor: {name: "md5-floor", put: floorVariant(true),
+		md5Floor: {name: "md5-floor", put: floorVariant(true, false),
 			key: func(i int, fx *fixture) string { return s.key(fmt.Sprintf("md5-floor/%d-%s", i, fx.rel)) }},
 		// The Uploader's key is <job-id>/<rel>: the same every round, so the
 		// round before deleted it.
 		uploader: {name: "uploader", put: func(ctx context.Context, _ string, fx *fixture) error { return s.uploaderPut(ctx, fx) },
 			key: func(_ int, fx *fixture) string { return s.key(fx.rel) }},
+		// The same bytes over the same kind of connection into a handler
+		// that discards them: what TLS and HTTP alone cost.
+		transport: {name: "transport", put: floorVariant(false, true), discard: true,
+			key: func(i int, fx *fixture) string { return s.key(fmt.Sprintf("transport/%d-%s", i, fx.rel)) }},
 	}
 	round := func(p *uploadPath, i int, fx *fixture) (sample, error) {
 		key := p.key(i, fx)
@@ -589,8 +630,11 @@ func BenchmarkSinglePut1GiB(b *testing.B) {
 		uctx, cancel := context.WithTimeout(ctx, uploadTimeout(fx.size))
 		defer cancel()
 		x, err := s.measure(func() error { return p.put(uctx, key, fx) })
-		if err == nil {
+		if err == nil && !p.discard {
 			err = s.checkStoredAndDelete(ctx, key, fx)
+		}
+		if err == nil && p.discard {
+			err = s.checkAbsent(ctx, key)
 		}
 		return x, err
 	}
@@ -601,7 +645,7 @@ func BenchmarkSinglePut1GiB(b *testing.B) {
 			b.Fatalf("%s warmup: %v", p.name, err)
 		}
 	}
-	b.Logf("%d-byte file (md5 %s, page cache warm), %d rounds per path in turn (floor, md5-floor, uploader, floor, ...), store %s, GOMAXPROCS %d",
+	b.Logf("%d-byte file (md5 %s, page cache warm), %d rounds per path in turn (floor, md5-floor, uploader, transport, floor, ...), store %s, GOMAXPROCS %d",
 		fx.size, fx.md5, cfg.rounds, s.backend.Root, runtime.GOMAXPROCS(0))
 
 	pressure := benchutil.CPUPressure()
@@ -641,11 +685,11 @@ func BenchmarkSinglePut1GiB(b *testing.B) {
 		sm.cpuPerGiB = median(cpus).Seconds() / (float64(fx.size) / gib)
 		return sm
 	}
-	fl, mf, up := sum(paths[floor]), sum(paths[md5Floor]), sum(paths[uploader])
+	fl, mf, up, tp := sum(paths[floor]), sum(paths[md5Floor]), sum(paths[uploader]), sum(paths[transport])
 	for _, x := range []struct {
 		name string
 		sm   summary
-	}{{"floor", fl}, {"md5-floor", mf}, {"uploader", up}} {
+	}{{"floor", fl}, {"md5-floor", mf}, {"uploader", up}, {"transport", tp}} {
 		w := x.sm.worst
 		b.Logf("%-9s median %6.1f MiB/s (rounds: %s), process CPU %.2fs/GiB; read ratio %.6f (worst round: process read %d B - server socket reads %d B - server's answers %d B = %d B; storage reads %d B)",
 			x.name, x.sm.rate, strings.Join(x.sm.rates, " "), x.sm.cpuPerGiB, x.sm.worstReadRatio,
@@ -666,6 +710,9 @@ func BenchmarkSinglePut1GiB(b *testing.B) {
 	b.ReportMetric(fl.cpuPerGiB, "floor-cpu-s-per-gib")
 	b.ReportMetric(mf.cpuPerGiB, "md5-floor-cpu-s-per-gib")
 	b.ReportMetric(up.cpuPerGiB/fl.cpuPerGiB, "x-cpu")
+	b.ReportMetric(tp.rate, "transport-mib-per-s")
+	b.ReportMetric(up.rate/tp.rate, "x-transport")
+	b.ReportMetric(tp.cpuPerGiB, "transport-cpu-s-per-gib")
 }
 
 func logSample(path string, round int, size int64, x sample) {
@@ -696,6 +743,9 @@ type childRun struct {
 	rep childReport
 	// connWritten: what the server wrote to the child's connections.
 	connWritten int64
+	// serverCPU: this process's CPU while the child ran: the server's (and
+	// starting the child, a few ms).
+	serverCPU time.Duration
 }
 
 // BenchmarkUploaderRSS: see the package documentation.
@@ -740,8 +790,9 @@ func BenchmarkUploaderRSS(b *testing.B) {
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		w0 := s.connWritten.Load()
+		cpu0 := benchutil.ProcessCPU()
 		err := cmd.Run()
-		cr := childRun{connWritten: s.connWritten.Load() - w0}
+		cr := childRun{connWritten: s.connWritten.Load() - w0, serverCPU: benchutil.ProcessCPU() - cpu0}
 		if err != nil {
 			b.Fatalf("child %s: %v\nstdout: %s\nstderr: %s", mode, err, stdout.String(), stderr.String())
 		}
@@ -801,6 +852,11 @@ func BenchmarkUploaderRSS(b *testing.B) {
 	b.ReportMetric(perGiB(rBig, bigFx), "child-cpu-s-per-gib")
 	b.ReportMetric(perGiB(fBig, bigFx), "floor-child-cpu-s-per-gib")
 	b.ReportMetric(perGiB(mBig, bigFx), "md5-floor-child-cpu-s-per-gib")
+	// The server's CPU alone (the client is in the child).
+	serverPerGiB := func(c childRun) float64 { return c.serverCPU.Seconds() / (float64(bigFx.size) / gib) }
+	b.Logf("server CPU per GiB: uploader %.2fs, floor %.2fs, md5-floor %.2fs", serverPerGiB(rBig), serverPerGiB(fBig), serverPerGiB(mBig))
+	b.ReportMetric(serverPerGiB(rBig), "server-cpu-s-per-gib")
+	b.ReportMetric(serverPerGiB(fBig), "floor-server-cpu-s-per-gib")
 }
 
 // runChild is the re-executed test binary: it prints one childReport.

@@ -44,5 +44,6 @@ func artifactBackend(opts Options, log logr.Logger) (upload.Backend, error) {
 		access, secret = strings.TrimSpace(string(a)), strings.TrimSpace(string(s))
 	}
 	return store.NewS3Backend(store.S3Options{Endpoint: opts.S3.Endpoint, Secure: !opts.S3.Insecure, AccessKey: access, SecretKey: secret,
-		Region: opts.S3.Region, Bucket: opts.S3.Bucket, Prefix: opts.S3.Prefix})
+		Region: opts.S3.Region, Bucket: opts.S3.Bucket, Prefix: opts.S3.Prefix,
+		PublicEndpoint: opts.S3.PublicEndpoint, PublicInsecure: opts.S3.Insecure})
 }

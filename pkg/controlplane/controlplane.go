@@ -31,6 +31,7 @@ import (
 	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/pkg/trainjob"
+	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // Webhook paths; manifests/ points the MutatingWebhookConfiguration at them.
@@ -147,7 +148,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	artifacts := bindingServer.EnableArtifacts(backend)
+	artifacts := bindingServer.EnableArtifacts(backend, store.DirectOptions{Disabled: !opts.ArtifactDirectUpload})
 	clientset, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

@@ -73,6 +73,10 @@ type Options struct {
 	TrainerStatus string
 	// PresignTTL is how long a presigned artifact read URL lives.
 	PresignTTL time.Duration
+	// ArtifactDirectUpload lets sidecars PUT artifact bodies straight to a
+	// store that can presign (the s3 backend), the control plane only
+	// authorizing and verifying them; false sends every body through it.
+	ArtifactDirectUpload bool
 	// LogSource replaces reading logs through the API server (pods/log):
 	// tests without a kubelet use it. Nil in production.
 	LogSource controller.LogSource
@@ -92,27 +96,28 @@ type Options struct {
 // DefaultOptions are the values of the flags when none is given.
 func DefaultOptions() Options {
 	return Options{
-		Namespace:        envOr("POD_NAMESPACE", "tether-system"),
-		CertMode:         CertModeSelfManaged,
-		CertDir:          "/etc/tether/certs",
-		CertSecret:       "tether-control-plane-cert",
-		ServiceName:      "tether-control-plane",
-		WebhookConfig:    "tether-webhook",
-		WebhookPort:      9443,
-		BindingAddr:      ":8443",
-		StatusInterval:   30 * time.Second,
-		MissedHeartbeats: 3,
-		ArtifactGrace:    10 * time.Second,
-		TokenOverlap:     2 * time.Minute,
-		ArtifactBackend:  "fs",
-		ArtifactDir:      "/var/lib/tether/artifacts",
-		LogCapBytes:      10 << 20,
-		TrainerStatus:    "auto",
-		PresignTTL:       5 * time.Minute,
-		MetricsAddr:      ":8080",
-		HealthAddr:       ":8081",
-		SidecarImage:     version.Image("tether-sidecar"), // the tag is the control plane's own version
-		ServerURL:        "https://tether-control-plane.tether-system.svc:8443",
+		Namespace:            envOr("POD_NAMESPACE", "tether-system"),
+		CertMode:             CertModeSelfManaged,
+		CertDir:              "/etc/tether/certs",
+		CertSecret:           "tether-control-plane-cert",
+		ServiceName:          "tether-control-plane",
+		WebhookConfig:        "tether-webhook",
+		WebhookPort:          9443,
+		BindingAddr:          ":8443",
+		StatusInterval:       30 * time.Second,
+		MissedHeartbeats:     3,
+		ArtifactGrace:        10 * time.Second,
+		TokenOverlap:         2 * time.Minute,
+		ArtifactBackend:      "fs",
+		ArtifactDir:          "/var/lib/tether/artifacts",
+		LogCapBytes:          10 << 20,
+		TrainerStatus:        "auto",
+		PresignTTL:           5 * time.Minute,
+		ArtifactDirectUpload: true,
+		MetricsAddr:          ":8080",
+		HealthAddr:           ":8081",
+		SidecarImage:         version.Image("tether-sidecar"), // the tag is the control plane's own version
+		ServerURL:            "https://tether-control-plane.tether-system.svc:8443",
 	}
 }
 
@@ -148,6 +153,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.S3.Prefix, "s3-prefix", o.S3.Prefix, "key prefix inside the bucket (e.g. tether/)")
 	fs.StringVar(&o.S3.Region, "s3-region", o.S3.Region, "bucket region (empty: ask the server)")
 	fs.BoolVar(&o.S3.Insecure, "s3-insecure", o.S3.Insecure, "use plain HTTP to the S3 endpoint (tests only)")
+	fs.StringVar(&o.S3.PublicEndpoint, "s3-public-endpoint", o.S3.PublicEndpoint, "S3 endpoint host[:port] as sidecars reach it, if not --s3-endpoint: the presigned URLs of direct uploads name it (needs --s3-region)")
+	fs.BoolVar(&o.ArtifactDirectUpload, "artifact-direct-upload", o.ArtifactDirectUpload, "let sidecars PUT artifacts straight to the s3 store through presigned URLs (the control plane authorizes and verifies each one); false: every body goes through the control plane. Sidecars must reach the store's endpoint (--s3-public-endpoint)")
 	fs.StringVar(&o.S3.CredentialsDir, "s3-credentials-dir", o.S3.CredentialsDir, "directory holding access-key and secret-key files (a mounted Secret)")
 	fs.Int64Var(&o.LogCapBytes, "log-cap-bytes", o.LogCapBytes, "largest trainer log archived per pod; a longer one keeps its end, with a marker")
 	fs.StringVar(&o.TrainerStatus, "trainer-status", o.TrainerStatus, "auto: write bound jobs' progress into TrainJob.status.trainerStatus when the trainer does not report it (a TrainJob may opt out with tether.dev/trainer-status=off); off: never")
@@ -196,6 +203,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--missed-heartbeats=%d: must be at least 1", o.MissedHeartbeats)
 	case o.TrainerStatus != "auto" && o.TrainerStatus != "off":
 		return fmt.Errorf("--trainer-status=%q: must be auto or off", o.TrainerStatus)
+	case o.S3.PublicEndpoint != "" && o.S3.Region == "":
+		return fmt.Errorf("--s3-public-endpoint needs --s3-region: presigned URLs for it are signed without asking the store for the bucket's region")
 	case o.PresignTTL < time.Second || o.PresignTTL > time.Hour:
 		return fmt.Errorf("--presign-ttl=%s: must be between 1s and 1h (a read URL should die soon)", o.PresignTTL)
 	case o.TokenOverlap < 0 || o.TokenOverlap > time.Hour:
@@ -231,6 +240,9 @@ func envOr(key, def string) string {
 type S3Options struct {
 	Endpoint, Bucket, Prefix, Region string
 	Insecure                         bool
+	// PublicEndpoint is the endpoint presigned upload URLs name (sidecars
+	// reach it over the same scheme as Endpoint); empty: Endpoint.
+	PublicEndpoint string
 	// CredentialsDir holds files access-key and secret-key.
 	CredentialsDir string
 }

@@ -17,8 +17,10 @@ import (
 // EnableArtifacts serves the job-scoped artifact endpoint (docs/artifacts.md)
 // on the binding server's listener, storing into backend. It returns the
 // handler, whose Promote and DropPending the controller calls when a binding
-// ends.
-func (s *Server) EnableArtifacts(backend upload.Backend) *store.Handler {
+// ends. With a backend that can presign, sidecars upload bodies straight to
+// it (direct uploads, upload.PathAuthorize and upload.PathCommit on the same
+// listener) unless direct disables them.
+func (s *Server) EnableArtifacts(backend upload.Backend, direct store.DirectOptions) *store.Handler {
 	h := &store.Handler{
 		Backend:   backend,
 		Authorize: s.authorizeArtifacts,
@@ -27,9 +29,11 @@ func (s *Server) EnableArtifacts(backend upload.Backend) *store.Handler {
 			s.metrics.artifactFiles.Inc()
 		},
 		OnManifest: s.manifestVerified,
+		OnDirect:   func(upload.ObjectInfo) { s.metrics.artifactDirect.Inc() },
 		// Every refused artifact request is counted, by reason.
 		OnRefused: func(reason string) { s.metrics.refusals.WithLabelValues("artifact_" + reason).Inc() },
 		Log:       s.log.WithName("artifacts"),
+		Direct:    direct,
 	}
 	s.handler = store.Route(h, s.handler)
 	return h

@@ -23,6 +23,7 @@ type metrics struct {
 	pingRTT        prometheus.Histogram
 	artifactFiles  prometheus.Counter
 	artifactBytes  prometheus.Counter
+	artifactDirect prometheus.Counter
 	attempts       *prometheus.CounterVec
 
 	jobs *jobCollector
@@ -53,6 +54,8 @@ func newMetrics(h *hub, now func() time.Time) *metrics {
 			Help: "Artifact objects stored and verified (ETag equal to the streamed MD5)."}),
 		artifactBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_artifacts_verified_bytes_total",
 			Help: "Bytes of artifact objects stored and verified."}),
+		artifactDirect: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_artifacts_direct_files_total",
+			Help: "Artifact objects uploaded straight to the store through a presigned URL and committed (verified and promoted); also counted in tether_artifacts_verified_files_total."}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_binding_attempts_total",
 			Help: "Attempts of bound jobs that started at a worker's registration, by what started them (Admission, Readmission, JobSetRestart, PodReplaced)."},
 			[]string{"started_by"}),
@@ -63,7 +66,7 @@ func newMetrics(h *hub, now func() time.Time) *metrics {
 // Collectors returns everything to register.
 func (m *metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.registrations, m.refusals, m.sessionsOpened, m.sessionsClosed, m.replaced,
-		m.heartbeats, m.heartbeatsLost, m.commands, m.pingRTT, m.artifactFiles, m.artifactBytes, m.attempts, m.jobs}
+		m.heartbeats, m.heartbeatsLost, m.commands, m.pingRTT, m.artifactFiles, m.artifactBytes, m.artifactDirect, m.attempts, m.jobs}
 }
 
 var (

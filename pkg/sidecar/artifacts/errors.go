@@ -45,7 +45,11 @@ func classify(err error, stall time.Duration) (transient bool, hint string) {
 	var he x509.HostnameError
 	var ce x509.CertificateInvalidError
 	var tl TooLargeError
+	var se *storeError
 	switch {
+	case errors.As(err, &se):
+		return true, "the artifact store refused the presigned PUT of a direct upload (the next attempt authorizes it again); " +
+			"if this persists, check the clocks (a presigned URL lives minutes) and the store's logs"
 	case errors.As(err, &tl):
 		return false, tl.hint()
 	case errors.As(err, &le):

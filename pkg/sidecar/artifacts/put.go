@@ -146,7 +146,7 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 	// request (lastBytesGuard): a file that changed while it was read is
 	// never sent whole, so the server refuses the short body and keeps
 	// nothing, instead of storing a mix as the final object.
-	sum, err := u.put(ctx, key, &lastBytesGuard{r: f, remaining: size, check: func() error { return unchanged(f, st) }}, size)
+	sum, err := u.send(ctx, key, &lastBytesGuard{r: f, remaining: size, check: func() error { return unchanged(f, st) }}, size)
 	if err != nil {
 		if errors.Is(err, errChanged) {
 			return Result{}, fmt.Errorf("PUT %s: %w", key, errChanged)

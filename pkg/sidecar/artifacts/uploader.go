@@ -68,11 +68,19 @@ type UploaderConfig struct {
 	// this long (a transient failure); 0 means DefaultStallTimeout.
 	StallTimeout time.Duration
 
+	// DirectMinSize: files of at least this many bytes go straight to the
+	// artifact store when the binding server offers it (direct mode); 0
+	// means DefaultDirectMinSize, negative always sends through the server.
+	DirectMinSize int64
+
 	// Logger receives debug logs of retries; nil discards them.
 	Logger *slog.Logger
 	// WrapTransport, if set, wraps the HTTP transport below the layer that
 	// adds the token (tests count, inspect or break requests with it).
 	WrapTransport func(http.RoundTripper) http.RoundTripper
+	// WrapStoreTransport, if set, wraps the transport of direct uploads'
+	// PUTs to the artifact store (which never carry the token).
+	WrapStoreTransport func(http.RoundTripper) http.RoundTripper
 }
 
 // Uploader puts one file as one verified PUT. It is safe for concurrent use.
@@ -92,6 +100,7 @@ type Uploader struct {
 
 	ca      *credentials.CA
 	backoff *credentials.Backoff
+	direct  direct
 }
 
 // verifiedFile is what the Uploader knows of a file it verified: while its
@@ -211,6 +220,7 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 		rt = cfg.WrapTransport(rt)
 	}
 	rt = &tokenTransport{file: cfg.TokenFile, next: rt}
+	up.initDirect(u.Host, rt)
 
 	client, err := minio.New(u.Host, &minio.Options{
 		// Anonymous: requests are not SigV4-signed; the token header is

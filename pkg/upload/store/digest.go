@@ -27,25 +27,53 @@ type checksum struct {
 // digests is what the body is hashed into while it streams.
 type digests struct {
 	md5 hash.Hash
+	// md5Sum, if set, is the body's MD5 as a backend that hashed the body
+	// itself computed it (useSum): md5 then saw nothing.
+	md5Sum []byte
 	// contentMD5 is the decoded Content-MD5, nil if the client sent none.
 	contentMD5 []byte
 	checks     []checksum
 }
 
-func (d *digests) writer() io.Writer {
-	ws := []io.Writer{d.md5}
+// writer is what the body streams into: the MD5 unless withMD5 is false
+// (the backend hashes it), and the claimed checksums; nil if nothing.
+func (d *digests) writer(withMD5 bool) io.Writer {
+	var ws []io.Writer
+	if withMD5 {
+		ws = append(ws, d.md5)
+	}
 	for _, c := range d.checks {
 		ws = append(ws, c.h)
 	}
-	if len(ws) == 1 {
-		return d.md5
+	switch len(ws) {
+	case 0:
+		return nil
+	case 1:
+		return ws[0]
 	}
 	return io.MultiWriter(ws...)
 }
 
+// useSum takes etag (lowercase hex) as the body's MD5.
+func (d *digests) useSum(etag string) bool {
+	b, err := hex.DecodeString(etag)
+	if err != nil || len(b) != md5.Size {
+		return false
+	}
+	d.md5Sum = b
+	return true
+}
+
+func (d *digests) sum() []byte {
+	if d.md5Sum != nil {
+		return d.md5Sum
+	}
+	return d.md5.Sum(nil)
+}
+
 // verify compares the streamed body's digests with the claimed ones.
 func (d *digests) verify() *apiError {
-	sum := d.md5.Sum(nil)
+	sum := d.sum()
 	if d.contentMD5 != nil && !bytes.Equal(sum, d.contentMD5) {
 		return &apiError{http.StatusBadRequest, "BadDigest",
 			"the Content-MD5 you sent (" + base64.StdEncoding.EncodeToString(d.contentMD5) + ") does not match the MD5 of the body received (" +

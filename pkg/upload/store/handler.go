@@ -99,16 +99,23 @@ type Handler struct {
 	// of a missing key is an answer, not a refusal) with a metric reason:
 	// the AuthError's Reason, or the S3 error code in snake case.
 	OnRefused func(reason string)
+	// OnDirect, if set, is called for every committed direct upload (after
+	// OnVerified, which is called for it as for a PUT).
+	OnDirect func(info upload.ObjectInfo)
+	// Direct configures direct uploads (direct.go): bodies PUT straight to
+	// a store that can presign, then committed here.
+	Direct DirectOptions
 
 	locks keyLocks
 }
 
 // Route sends requests for the artifact bucket (/<upload.Bucket> and below)
+// and the direct-upload endpoints (upload.PathAuthorize, upload.PathCommit)
 // to artifacts and everything else to next, without cleaning the path.
 func Route(artifacts, next http.Handler) http.Handler {
 	prefix := "/" + upload.Bucket
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := r.URL.Path; p == prefix || strings.HasPrefix(p, prefix+"/") {
+		if p := r.URL.Path; p == prefix || strings.HasPrefix(p, prefix+"/") || isDirectPath(p) {
 			artifacts.ServeHTTP(w, r)
 			return
 		}
@@ -191,6 +198,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rq.fail(&apiError{http.StatusInternalServerError, "InternalError", "the artifact endpoint is not configured (no backend or authorizer)"})
 		return
 	}
+	if isDirectPath(r.URL.Path) {
+		h.serveDirect(rq)
+		return
+	}
 	if r.Method != http.MethodPut && r.Method != http.MethodHead {
 		rq.fail(&apiError{http.StatusMethodNotAllowed, "MethodNotAllowed",
 			r.Method + " is not supported: this endpoint takes single-request PUTs and HEADs of objects"})
@@ -221,6 +232,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.put(rq, jobID, path)
 }
+
+func isDirectPath(p string) bool { return p == upload.PathAuthorize || p == upload.PathCommit }
 
 // authorize checks the token and that the key is under the job's prefix.
 func (h *Handler) authorize(rq *request, jobID string) (Job, *apiError) {
@@ -374,7 +387,11 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	// after is for work that must finish even if the client went away.
 	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.callbackTimeout())
 	defer cancel()
-	body := &bodyReader{r: r.Body, remaining: size, w: dig.writer(), rc: rq.rc, idle: h.idleTimeout()}
+	// A non-manifest body's digests are chosen once its target is known.
+	body := &bodyReader{r: r.Body, remaining: size, rc: rq.rc, idle: h.idleTimeout()}
+	if isManifest {
+		body.w = dig.writer(true)
+	}
 	body.extend(time.Now())
 
 	var manifest *upload.Manifest
@@ -394,7 +411,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 			rq.fail(e)
 			return
 		}
-		known = dig.md5.Sum(nil)
+		known = dig.sum()
 		m, perr := parseManifest(buf, jobID)
 		if perr != nil {
 			_ = h.manifestResult(after, job, ManifestResult{Key: rq.key, Rank: manifestRank, Err: "malformed manifest: " + perr.Error()})
@@ -432,6 +449,14 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	}
 	rq.log = rq.log.WithValues("target", target)
 
+	// A backend that hashes what it stores in this process (FSBackend)
+	// computes the body's MD5 itself: hashing it here too would be the
+	// same work twice.
+	_, selfHashing := h.Backend.(bodyHasher)
+	backendMD5 := selfHashing && !isManifest && target != ""
+	if !isManifest {
+		body.w = dig.writer(!backendMD5)
+	}
 	var stored upload.ObjectInfo
 	var src io.Reader = body
 	if isManifest {
@@ -461,13 +486,19 @@ func (h *Handler) put(rq *request, jobID, path string) {
 				fmt.Sprintf("the store read %d of %d bytes without an error; nothing was kept: retry", body.n, size)})
 			return
 		}
+		if backendMD5 && !dig.useSum(stored.ETag) {
+			h.cleanup(after, rq, target, prior)
+			rq.fail(&apiError{http.StatusInternalServerError, "InternalError",
+				"the store reported an ETag that is not an MD5; nothing was kept: retry"})
+			return
+		}
 		if e := dig.verify(); e != nil {
 			h.cleanup(after, rq, target, prior)
 			rq.fail(e)
 			return
 		}
 	}
-	etag := hex.EncodeToString(dig.md5.Sum(nil))
+	etag := hex.EncodeToString(dig.sum())
 	if target != "" && (stored.ETag != etag || stored.Size != size) {
 		rq.log.Error(errors.New("stored object differs from the streamed body"), "ETag check failed",
 			"streamedMD5", etag, "storedETag", stored.ETag, "storedSize", stored.Size)
@@ -587,7 +618,7 @@ func backendError(err error) *apiError {
 var errShortBody = errors.New("unexpected end of body")
 
 // bodyReader reads exactly remaining bytes of a request body into w (the
-// digests), and extends the connection's deadlines while the body makes
+// digests, if any), and extends the connection's deadlines while the body makes
 // progress.
 type bodyReader struct {
 	r         io.Reader
@@ -612,15 +643,26 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	if int64(len(p)) > b.remaining {
 		p = p[:b.remaining]
 	}
-	n, err := b.r.Read(p)
-	if n > 0 {
-		_, _ = b.w.Write(p[:n])
-		b.n += int64(n)
-		b.remaining -= int64(n)
+	// Fill p (one TLS record is at most 16 KiB): the backend then writes
+	// in the chunks it asked for, not a record at a time. Every read that
+	// brings bytes counts as progress.
+	var n int
+	var err error
+	for n < len(p) && err == nil {
+		var m int
+		m, err = b.r.Read(p[n:])
+		n += m
 		// Extending costs a timer update: do it at most every idle/4.
-		if now := time.Now(); now.Sub(b.extended) > min(b.idle/4, time.Second) {
+		if now := time.Now(); m > 0 && now.Sub(b.extended) > min(b.idle/4, time.Second) {
 			b.extend(now)
 		}
+	}
+	if n > 0 {
+		if b.w != nil {
+			_, _ = b.w.Write(p[:n])
+		}
+		b.n += int64(n)
+		b.remaining -= int64(n)
 	}
 	switch {
 	case err == io.EOF && b.remaining > 0:
@@ -639,6 +681,11 @@ func (b *bodyReader) extend(now time.Time) {
 	_ = b.rc.SetReadDeadline(now.Add(b.idle))
 	_ = b.rc.SetWriteDeadline(now.Add(b.idle))
 }
+
+// bodyHasher is a backend whose Put computes the MD5 of exactly the bytes
+// it reads from the body, in this process, and returns it as the ETag
+// (FSBackend): the Handler takes that as the body's MD5.
+type bodyHasher interface{ hashesBody() }
 
 // keyLocks serializes requests on one key within this process.
 type keyLocks struct {

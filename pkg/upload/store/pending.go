@@ -26,6 +26,10 @@ func (h *Handler) Promote(ctx context.Context, jobID string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Direct uploads never committed are not promoted: nothing verified them.
+	if err := h.dropUploads(ctx, jobID); err != nil {
+		return 0, err
+	}
 	prefix := pendingPrefix(jobID)
 	n := 0
 	for _, pk := range keys {
@@ -70,6 +74,9 @@ func (h *Handler) promote(ctx context.Context, pending, key string) error {
 func (h *Handler) DropPending(ctx context.Context, jobID string) (int, error) {
 	keys, err := h.pendingKeys(ctx, jobID)
 	if err != nil {
+		return 0, err
+	}
+	if err := h.dropUploads(ctx, jobID); err != nil {
 		return 0, err
 	}
 	prefix := pendingPrefix(jobID)

@@ -31,6 +31,9 @@ type S3Backend struct {
 	// Keys then grow by len(Prefix): S3's 1024-byte key limit applies to
 	// the whole name.
 	Prefix string
+	// Public, if set, signs the presigned PUT URLs of direct uploads for
+	// the endpoint sidecars reach (S3Options.PublicEndpoint).
+	Public *minio.Client
 }
 
 var _ upload.Backend = (*S3Backend)(nil)
@@ -53,6 +56,15 @@ type S3Options struct {
 	Prefix      string
 	// Transport overrides minio-go's (custom CA, proxies).
 	Transport http.RoundTripper
+	// PublicEndpoint is host[:port] of the store as sidecars reach it, if
+	// not Endpoint: presigned PUT URLs (direct uploads) name it. Requires
+	// Region. PublicInsecure selects plain HTTP for it.
+	PublicEndpoint string
+	PublicInsecure bool
+}
+
+func credsOf(o S3Options) *credentials.Credentials {
+	return credentials.NewStaticV4(o.AccessKey, o.SecretKey, "")
 }
 
 // NewS3Backend returns an S3Backend for o. It does not contact the server.
@@ -65,7 +77,7 @@ func NewS3Backend(o S3Options) (*S3Backend, error) {
 		lookup = minio.BucketLookupDNS
 	}
 	c, err := minio.New(o.Endpoint, &minio.Options{
-		Creds:        credentials.NewStaticV4(o.AccessKey, o.SecretKey, ""),
+		Creds:        credsOf(o),
 		Secure:       o.Secure,
 		Region:       o.Region,
 		BucketLookup: lookup,
@@ -74,7 +86,13 @@ func NewS3Backend(o S3Options) (*S3Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("S3 backend: %w", err)
 	}
-	return &S3Backend{Client: c, Bucket: o.Bucket, Prefix: o.Prefix}, nil
+	b := &S3Backend{Client: c, Bucket: o.Bucket, Prefix: o.Prefix}
+	if o.PublicEndpoint != "" {
+		if b.Public, err = publicClient(o, lookup); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
 func (b *S3Backend) name(key string) string { return b.Prefix + key }

@@ -1,0 +1,291 @@
+package artifacts
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// DefaultDirectMinSize is the smallest file sent in direct mode: a smaller
+// body costs the control plane little, and direct mode costs two more round
+// trips (authorize, commit) than a proxied PUT.
+const DefaultDirectMinSize = 1 << 20
+
+// proxyRecheck is how long the Uploader keeps to proxy mode after the server
+// answered proxy (or cannot authorize, an older server) or the store could
+// not be reached, before it asks again.
+const proxyRecheck = 10 * time.Minute
+
+// direct is the Uploader's direct mode (docs/artifacts.md): authorize at the
+// binding server, PUT to the store through the presigned URL, commit.
+type direct struct {
+	// api reaches the binding server (the token added); store reaches the
+	// artifact store and carries no token.
+	api, store *http.Client
+	// commit reaches the binding server for commits (see initDirect).
+	commit  *http.Client
+	base    string // https://host:port of the binding server
+	minSize int64  // < 0: never
+	// proxyUntil (unix ns): until then files go through the server unasked.
+	proxyUntil atomic.Int64
+}
+
+func (u *Uploader) initDirect(host string, api http.RoundTripper) {
+	d := &u.direct
+	d.base, d.minSize = "https://"+host, u.cfg.DirectMinSize
+	if d.minSize == 0 {
+		d.minSize = DefaultDirectMinSize
+	}
+	d.api = &http.Client{Transport: api, CheckRedirect: noRedirect}
+	// Commits wait for the server's copy of the object: no transport-wide
+	// answer timeout, a per-request one that grows with the size.
+	var ct http.RoundTripper = &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialTLSContext:      u.dialTLS,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	if u.cfg.WrapTransport != nil {
+		ct = u.cfg.WrapTransport(ct)
+	}
+	d.commit = &http.Client{Transport: &tokenTransport{file: u.cfg.TokenFile, next: ct}, CheckRedirect: noRedirect}
+	var tr http.RoundTripper = &http.Transport{
+		// The store may be outside the cluster, behind a proxy.
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialTLSContext:        u.dialStoreTLS,
+		ResponseHeaderTimeout: responseHeaderTimeout,
+		ExpectContinueTimeout: 2 * time.Second,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true,
+	}
+	if u.cfg.WrapStoreTransport != nil {
+		tr = u.cfg.WrapStoreTransport(tr)
+	}
+	d.store = &http.Client{Transport: tr, CheckRedirect: noRedirect}
+}
+
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+func (d *direct) wants(size int64) bool {
+	return d.minSize >= 0 && size >= d.minSize && time.Now().UnixNano() >= d.proxyUntil.Load()
+}
+
+func (d *direct) proxyFor(t time.Duration) { d.proxyUntil.Store(time.Now().Add(t).UnixNano()) }
+
+// dialStoreTLS verifies the store with the system roots plus the CA file
+// (a store with a private CA: put its CA in the bundle), read again for
+// every new connection.
+func (u *Uploader) dialStoreTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if f := u.ca.File(); f != "" {
+		if _, pem, err := credentials.LoadCA(f); err == nil {
+			pool.AppendCertsFromPEM(pem)
+		}
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	d := &tls.Dialer{
+		NetDialer: &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second},
+		Config:    &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: host, NextProtos: []string{"http/1.1"}},
+	}
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	return d.DialContext(ctx, network, addr)
+}
+
+// send sends size bytes of body to key, in direct mode if the server offers
+// it, and returns their MD5 once the server verified them.
+func (u *Uploader) send(ctx context.Context, key string, body io.Reader, size int64) (string, error) {
+	d := &u.direct
+	if !d.wants(size) {
+		return u.put(ctx, key, body, size)
+	}
+	a, err := u.authorize(ctx, key, size)
+	if err != nil {
+		return "", err
+	}
+	if a.Mode != upload.ModeDirect {
+		d.proxyFor(proxyRecheck)
+		return u.put(ctx, key, body, size)
+	}
+	sum, err := u.putDirect(ctx, key, a, body, size)
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		// The store cannot be reached from here: the next attempts go
+		// through the server.
+		d.proxyFor(proxyRecheck)
+		u.log.Warn("the artifact store cannot be reached for direct uploads; uploading through the binding server",
+			"error", err, "for", proxyRecheck.String())
+	}
+	return sum, err
+}
+
+// postJSON posts v to the binding server's path and decodes the answer into
+// out; a refusal is a minio.ErrorResponse (classified as a proxied PUT's).
+func (u *Uploader) postJSON(ctx context.Context, c *http.Client, path string, v, out any) (status int, err error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.direct.base+path, bytes.NewReader(b))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, s3Error(resp, raw)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return resp.StatusCode, fmt.Errorf("%s: the server's answer is not JSON: %w", path, err)
+	}
+	return resp.StatusCode, nil
+}
+
+// s3Error turns an S3 XML error answer into a minio.ErrorResponse.
+func s3Error(resp *http.Response, raw []byte) error {
+	er := minio.ErrorResponse{}
+	_ = xml.Unmarshal(raw, &er)
+	er.StatusCode = resp.StatusCode
+	if er.Code == "" {
+		er.Code = http.StatusText(resp.StatusCode)
+	}
+	if er.Message == "" {
+		er.Message = strings.TrimSpace(string(raw[:min(len(raw), 200)]))
+	}
+	return er
+}
+
+func (u *Uploader) authorize(ctx context.Context, key string, size int64) (upload.AuthorizeResponse, error) {
+	var a upload.AuthorizeResponse
+	status, err := u.postJSON(ctx, u.direct.api, upload.PathAuthorize, upload.AuthorizeRequest{Key: key, Size: size}, &a)
+	switch {
+	case status == http.StatusNotFound || status == http.StatusMethodNotAllowed:
+		// A server without direct uploads.
+		return upload.AuthorizeResponse{Mode: upload.ModeProxy}, nil
+	case err != nil:
+		return a, fmt.Errorf("authorizing %s: %w", key, err)
+	case a.Mode == upload.ModeDirect && (a.URL == "" || a.Upload == ""):
+		return a, fmt.Errorf("authorizing %s: the server answered direct mode without a URL or upload id", key)
+	}
+	return a, nil
+}
+
+// putDirect PUTs the body to the presigned URL, computing its MD5 as it
+// streams; the store's ETag must equal it, and then the server must confirm
+// the stored upload (commit). Only then is the file verified.
+func (u *Uploader) putDirect(ctx context.Context, key string, a upload.AuthorizeResponse, body io.Reader, size int64) (string, error) {
+	h := md5.New()
+	pr := &progressReader{r: io.TeeReader(io.LimitReader(body, size), h)}
+	pr.touch()
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go u.watchStall(pr, cancel, done)
+
+	req, err := http.NewRequestWithContext(actx, http.MethodPut, a.URL, io.NopCloser(pr))
+	if err != nil {
+		return "", fmt.Errorf("direct PUT %s: the server's URL: %w", key, redact(err))
+	}
+	req.ContentLength = size
+	if size == 0 {
+		req.Body = http.NoBody
+	}
+	for k, v := range a.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	if size >= expectContinueMin {
+		req.Header.Set("Expect", "100-continue")
+	}
+	resp, err := u.direct.store.Do(req)
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(context.Cause(actx), errStalled) {
+			return "", fmt.Errorf("direct PUT %s: %w for %s", key, errStalled, u.cfg.StallTimeout)
+		}
+		return "", fmt.Errorf("direct PUT %s: %w", key, redact(err))
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("direct PUT %s: %w", key, &storeError{err: s3Error(resp, raw).(minio.ErrorResponse)})
+	}
+	if n := pr.n.Load(); n != size {
+		return "", fmt.Errorf("direct PUT %s: %w (sent %d of %d bytes)", key, errChanged, n, size)
+	}
+	sum, err := checkETag(key, h, resp.Header.Get("ETag"))
+	if err != nil {
+		return "", err
+	}
+	var c upload.CommitResponse
+	cctx, ccancel := context.WithTimeout(ctx, upload.CommitTimeout(responseHeaderTimeout, size))
+	defer ccancel()
+	if _, err := u.postJSON(cctx, u.direct.commit, upload.PathCommit, upload.CommitRequest{Key: key, Size: size, MD5: sum, Upload: a.Upload}, &c); err != nil {
+		return "", fmt.Errorf("committing %s: %w", key, err)
+	}
+	if !strings.EqualFold(c.ETag, sum) || c.Size != size {
+		return "", fmt.Errorf("committing %s: %w: the server verified ETag %q and %d bytes, the MD5 of the bytes sent is %s (%d bytes)",
+			key, errETagMismatch, c.ETag, c.Size, sum, size)
+	}
+	return sum, nil
+}
+
+// storeError is the artifact store's refusal of a presigned PUT (expired,
+// signature, the store's own limits): the next attempt authorizes again.
+type storeError struct{ err minio.ErrorResponse }
+
+func (e *storeError) Error() string {
+	return fmt.Sprintf("the artifact store answered %d %s: %s", e.err.StatusCode, e.err.Code, e.err.Message)
+}
+
+// redact drops the query (the presigned URL's signature) from a *url.Error.
+func redact(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	c := *ue
+	if p, perr := url.Parse(ue.URL); perr == nil {
+		p.RawQuery = ""
+		c.URL = p.String()
+	} else {
+		c.URL = "<presigned URL>"
+	}
+	return &c
+}

@@ -1,0 +1,80 @@
+package upload
+
+import "time"
+
+// Direct uploads (docs/artifacts.md): with a store that can presign, the
+// sidecar asks the binding server to authorize an object, PUTs the body
+// straight to the store through a short-lived presigned URL (for a pending
+// key), and asks the server to commit it: the server checks the stored
+// object against what was authorized and claimed and promotes it.
+const (
+	// PathAuthorize is the binding server's endpoint that authorizes one
+	// object (POST, JSON AuthorizeRequest → AuthorizeResponse).
+	PathAuthorize = "/v1/artifacts/authorize"
+	// PathCommit verifies and promotes a directly uploaded object (POST,
+	// JSON CommitRequest → CommitResponse).
+	PathCommit = "/v1/artifacts/commit"
+	// MaxDirectRequest bounds the JSON body of both requests.
+	MaxDirectRequest = 8 << 10
+	// UploadsDir holds, under a job's prefix, the pending objects of direct
+	// uploads until they are committed: <job-id>/.tether/uploads/<id>.
+	UploadsDir = ReservedDir + "/uploads/"
+)
+
+// Mode is how a sidecar sends an object's body.
+type Mode string
+
+const (
+	// ModeDirect: PUT to the store through the presigned URL, then commit.
+	ModeDirect Mode = "direct"
+	// ModeProxy: PUT through the binding server (/<Bucket>/<key>), as
+	// always; the answer for the fs backend, a store that cannot presign,
+	// a server that forces proxy mode, and manifests.
+	ModeProxy Mode = "proxy"
+)
+
+// AuthorizeRequest asks to upload Size bytes to Key (<job-id>/<path>).
+type AuthorizeRequest struct {
+	Key  string `json:"key"`
+	Size int64  `json:"size"`
+}
+
+// AuthorizeResponse says how to send the body. In ModeDirect, URL is a
+// presigned single PUT of exactly Size bytes (Content-Length is signed),
+// valid until Expires; Headers must be sent with it; Upload names the
+// pending object for the commit. URL holds a signature: never log it.
+type AuthorizeResponse struct {
+	Mode    Mode              `json:"mode"`
+	URL     string            `json:"url,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Upload  string            `json:"upload,omitempty"`
+	Expires time.Time         `json:"expires,omitzero"`
+}
+
+// CommitRequest claims that the upload Upload of Key holds Size bytes with
+// MD5 (lowercase hex), the MD5 the sidecar computed over the bytes it sent.
+type CommitRequest struct {
+	Key    string `json:"key"`
+	Size   int64  `json:"size"`
+	MD5    string `json:"md5"`
+	Upload string `json:"upload"`
+}
+
+// CommitResponse is a committed object: verified in the store and stored
+// under its key (or its pending key, Pending true, until the binding ends).
+type CommitResponse struct {
+	ETag    string `json:"etag"`
+	Size    int64  `json:"size"`
+	Pending bool   `json:"pending,omitempty"`
+}
+
+// MinCopyRate is the slowest server-side copy a commit waits for: its
+// deadline is a base timeout plus the object's size at this rate (a 5 GiB
+// object: base + 10.7 min). Server and sidecar use the same rule.
+const MinCopyRate = 8 << 20
+
+// CommitTimeout bounds a commit of size bytes: base (the server's callback
+// timeout, or the sidecar's wait for any answer) plus the copy's time.
+func CommitTimeout(base time.Duration, size int64) time.Duration {
+	return base + time.Duration(size/MinCopyRate)*time.Second
+}
