@@ -27,9 +27,6 @@ import (
 type TrainerPlan struct {
 	Steps, CheckpointEvery, ExitCode, StartStep int
 	StepInterval                                time.Duration
-	// CheckpointBytes is each checkpoint's size (default the stand-in's,
-	// 256 KiB).
-	CheckpointBytes int
 	// CorruptFirstCheckpoint overwrites the run's first checkpoint with
 	// garbage before a non-zero exit, as a crash while re-saving it would.
 	CorruptFirstCheckpoint bool
@@ -64,9 +61,6 @@ func (p TrainerPlan) Args(dir string) []string {
 	}
 	if p.CheckpointEvery > 0 {
 		args = append(args, fmt.Sprintf("--checkpoint-every=%d", p.CheckpointEvery))
-	}
-	if p.CheckpointBytes > 0 {
-		args = append(args, fmt.Sprintf("--checkpoint-bytes=%d", p.CheckpointBytes))
 	}
 	if p.StepInterval > 0 {
 		args = append(args, "--step-interval="+p.StepInterval.String())
