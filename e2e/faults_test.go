@@ -37,8 +37,9 @@ type storeCost struct {
 	Puts       int   // PUTs of them
 	Bytes      int64 // body bytes of those PUTs
 	LocalBytes int64 // the files' sizes
-	// GonePuts and GoneBytes are PUTs of files the trainer renamed or
-	// removed afterwards (a checkpoint's temporary file): never verified,
+	// GonePuts and GoneBytes are PUTs never kept: of files the trainer
+	// renamed or removed afterwards (a checkpoint's temporary file), and
+	// direct uploads never committed (cut off, or refused). Never verified,
 	// never claimed, but sent.
 	GonePuts    int
 	GoneBytes   int64
@@ -53,7 +54,7 @@ type storeCost struct {
 
 func (c storeCost) String() string {
 	return fmt.Sprintf("%d files of checkpoints/model (%d bytes) took %d PUTs (%d retried, %d bytes re-sent); "+
-		"%d PUTs (%d bytes) of files the trainer renamed or removed; %d other PUTs (%d bytes); %d requests refused by the store",
+		"%d PUTs (%d bytes) never kept (cut off, refused, or of files the trainer renamed); %d other PUTs (%d bytes); %d requests refused by the store",
 		c.Files, c.LocalBytes, c.Puts, c.RetriedPuts, c.ResentBytes, c.GonePuts, c.GoneBytes, c.OtherPuts, c.OtherBytes, c.Refused)
 }
 
@@ -71,9 +72,18 @@ func jobStoreCost(t *testing.T, since localcluster.S3Traffic, jobID, dir string)
 		}
 		c.TotalPuts += pt.Puts
 		c.TotalBytes += pt.Bytes
-		rel := immutableRel(path)
+		// A direct upload's object (.tether/uploads/<id>) is the file it
+		// was committed as; one never committed was cut or refused.
+		target := path
+		if pt.CopiedTo != "" {
+			target = pt.CopiedTo
+		}
+		rel := immutableRel(target)
 		_, exists := sizes[rel]
 		switch {
+		case strings.Contains(path, "/.tether/uploads/") && pt.CopiedTo == "":
+			c.GonePuts += pt.Puts
+			c.GoneBytes += pt.Bytes
 		case rel == "":
 			c.OtherPuts += pt.Puts
 			c.OtherBytes += pt.Bytes
@@ -128,25 +138,20 @@ func localSizes(t *testing.T, dir string) map[string]int64 {
 	return out
 }
 
-// waitStorePut polls (every 10ms, up to timeout) until PUTs to a path of
-// job jobID ending in suffix have carried at least n bytes since before; it
-// returns the traffic then.
-func (e *env) waitStorePut(t *testing.T, before localcluster.S3Traffic, n int64, timeout time.Duration, jobID, suffix string) localcluster.S3Traffic {
+// waitStorePut polls (every 10ms, up to timeout) until a PUT of size bytes
+// to a key of job jobID (the file's own key, pending key, or direct upload)
+// has carried at least n bytes since before; it returns that path.
+func (e *env) waitStorePut(t *testing.T, before localcluster.S3Traffic, size, n int64, timeout time.Duration, jobID string) string {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		tr := e.s3Traffic(t)
-		var got int64
-		for path, pt := range tr.Since(before).ByPath {
-			if strings.Contains(path, "/"+jobID+"/") && strings.HasSuffix(path, suffix) {
-				got += pt.Bytes
+		for path, pt := range e.s3Traffic(t).Since(before).ByPath {
+			if strings.Contains(path, "/"+jobID+"/") && pt.Size == size && pt.Bytes >= n {
+				return path
 			}
 		}
-		if got >= n {
-			return tr
-		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %d bytes PUT to %s of job %s, want %d", timeout, got, suffix, jobID, n)
+			t.Fatalf("after %s: no PUT of %d bytes of job %s has carried %d yet", timeout, size, jobID, n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -22,11 +22,24 @@ import (
 // (kwok).
 func TestScenario18ReplicaKilledMidUpload(t *testing.T) {
 	timed(t)
-	ns := suite.newNamespace(t, "replica-kill")
+	// Direct: the body goes straight to the store, replica 0 holds the
+	// session and the upload's commit. Proxy (the fs backend's and small
+	// files' path): the body streams through replica 0 and is cut.
+	for _, mode := range []string{"direct", "proxy"} {
+		t.Run(mode, func(t *testing.T) { replicaKilledMidUpload(t, mode) })
+	}
+}
+
+func replicaKilledMidUpload(t *testing.T, mode string) {
+	ns := suite.newNamespace(t, "replica-kill-"+mode)
 	const name = "big-checkpoint"
 	const checkpointBytes = 256 << 20
-	setPlans(ns, name, localcluster.TrainerPlan{Steps: 10, CheckpointEvery: 5, StepInterval: time.Second,
-		CheckpointBytes: checkpointBytes, ModelBytes: 1 << 20})
+	plan := localcluster.TrainerPlan{Steps: 10, CheckpointEvery: 5, StepInterval: time.Second,
+		CheckpointBytes: checkpointBytes, ModelBytes: 1 << 20}
+	if mode == "proxy" {
+		plan.SidecarEnv = []string{"TETHER_DIRECT_UPLOAD=off"}
+	}
+	setPlans(ns, name, plan)
 	suite.tether.PreferBindingReplica(0)
 	defer suite.tether.PreferBindingReplica(-1)
 	suite.restartOnCleanup(t, 0)
@@ -41,15 +54,17 @@ func TestScenario18ReplicaKilledMidUpload(t *testing.T) {
 		t.Fatalf("replica 0 does not hold the session (tether_job_session_connected %v)", v)
 	}
 
-	// A quarter of the first checkpoint in the store: the upload is in flight.
-	suite.waitStorePut(t, before, checkpointBytes/4, 60*time.Second, jobID, "/checkpoints/step-0005.pt")
+	// A quarter of a checkpoint in the store: an upload is in flight (through
+	// replica 0 in proxy mode; straight to the store in direct mode, replica
+	// 0 then holding the session and the upload's commit).
+	path := suite.waitStorePut(t, before, checkpointBytes, checkpointBytes/4, 60*time.Second, jobID)
 	if err := suite.tether.KillReplica(0); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
 	suite.tether.PreferBindingReplica(-1)
-	atKill := suite.s3Traffic(t).Since(before).PutsTo("/checkpoints/step-0005.pt")
-	logf("scenario 18: replica 0 SIGKILLed with %d of %d checkpoint bytes in the store", atKill.Bytes, checkpointBytes)
+	atKill := suite.s3Traffic(t).Since(before).ByPath[path]
+	logf("scenario 18 (%s): replica 0 SIGKILLed with %d of %d checkpoint bytes PUT to %s", mode, atKill.Bytes, checkpointBytes, path)
 
 	eventually(t, 60*time.Second, "the session on replica 1", func() error {
 		if v, _ := suite.replicaMetric(t, 1, "tether_job_session_connected", jobLabels(ns, name)...); v != 1 {
@@ -76,6 +91,9 @@ func TestScenario18ReplicaKilledMidUpload(t *testing.T) {
 	if cost.ResentBytes < 0 {
 		t.Errorf("the store got %d bytes for %d bytes of files: a file was claimed but not sent whole", cost.Bytes, cost.LocalBytes)
 	}
-	logf("scenario 18: session back on replica 1 %.1fs after the kill, checkpoint verified %.1fs after it, Succeeded %.1fs after it; %s",
-		reconnected.Seconds(), checkpointBack.Seconds(), time.Since(killed).Seconds(), cost)
+	if mode == "proxy" && cost.RetriedPuts == 0 {
+		t.Errorf("proxy mode: the upload through the killed replica was not cut (%s)", cost)
+	}
+	logf("scenario 18 (%s): session back on replica 1 %.1fs after the kill, checkpoint verified %.1fs after it, Succeeded %.1fs after it; %s",
+		mode, reconnected.Seconds(), checkpointBack.Seconds(), time.Since(killed).Seconds(), cost)
 }

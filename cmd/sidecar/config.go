@@ -32,6 +32,10 @@ const (
 	// EnvSettleTime is how long a file must be unchanged to be uploaded
 	// before the final flush (default 10s).
 	EnvSettleTime = "TETHER_SETTLE_TIME"
+	// EnvDirectUpload is "on" (default: files of 1 MiB or more go straight
+	// to the store when the binding server offers it) or "off" (every file
+	// through the binding server).
+	EnvDirectUpload = "TETHER_DIRECT_UPLOAD"
 )
 
 // config is everything the sidecar reads from its environment.
@@ -46,6 +50,8 @@ type config struct {
 	// settleTime shape the periodic sync.
 	flushBudget, syncInterval, settleTime time.Duration
 	logLevel                              slog.Level
+	// directUpload is TETHER_DIRECT_UPLOAD.
+	directUpload bool
 	// nodeRank is the pod's node rank (TETHER_NODE_RANK; 0 when unset, as
 	// from a webhook that bound node 0 only).
 	nodeRank int
@@ -94,6 +100,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 		flushBudget:  duration(EnvFlushBudget, artifacts.DefaultFlushBudget),
 		syncInterval: duration(EnvSyncInterval, artifacts.DefaultSyncInterval),
 		settleTime:   duration(EnvSettleTime, artifacts.DefaultSettleTime),
+	}
+	switch v := strings.TrimSpace(getenv(EnvDirectUpload)); v {
+	case "", "on":
+		cfg.directUpload = true
+	case "off":
+	default:
+		errs = append(errs, fmt.Errorf("%s=%q: must be on or off", EnvDirectUpload, v))
 	}
 	c := &cfg.client
 	c.JobID = req(binding.EnvJobID)

@@ -189,6 +189,7 @@ func newSyncer(cfg config, log *slog.Logger) (*artifacts.Syncer, *artifacts.Scan
 		TokenFile: cfg.client.TokenFile,
 		CAFile:    cfg.client.CAFile,
 		Logger:    log,
+		DirectMinSize: directMinSize(cfg.directUpload),
 	})
 	if err != nil {
 		return nil, nil, err
@@ -335,4 +336,14 @@ func sidecarVersion() string {
 		return bi.Main.Version
 	}
 	return "dev"
+}
+
+// directMinSize is the uploader's DirectMinSize for TETHER_DIRECT_UPLOAD:
+// the default threshold, or negative (every file through the binding
+// server).
+func directMinSize(direct bool) int64 {
+	if direct {
+		return 0
+	}
+	return -1
 }

@@ -47,6 +47,9 @@ type TrainerPlan struct {
 	// CheckpointBytes and ModelBytes are the sizes of each checkpoint
 	// (default 256 KiB) and of the final model (default three checkpoints).
 	CheckpointBytes, ModelBytes int
+	// SidecarEnv, in PodRunner, is added to the environment of the pod's
+	// sidecar (optional settings, e.g. TETHER_DIRECT_UPLOAD=off).
+	SidecarEnv []string
 	// FailPods, in PodRunner, fails (with ExitCode) only the first FailPods
 	// pods it runs of each rank of the TrainJob; later pods exit 0.
 	FailPods int
@@ -302,12 +305,14 @@ func (r *PodRunner) startPod(ctx context.Context, rp *runningPod, pod *corev1.Po
 		env = append(env, k+"="+v)
 	}
 	env = append(env, r.SidecarEnv...)
+	plan := r.Plan(pod)
+	env = append(env, plan.SidecarEnv...)
 	logDir := filepath.Dir(dir)
 	sidecar, err := startProcess(logDir, filepath.Base(dir)+"-sidecar", r.sidecarBin, nil, env)
 	if err != nil {
 		return err
 	}
-	trainer, err := startProcess(logDir, filepath.Base(dir)+"-trainer", r.trainerBin, r.trainerArgs(pod, artifacts), nil)
+	trainer, err := startProcess(logDir, filepath.Base(dir)+"-trainer", r.trainerBin, r.trainerArgs(pod, plan, artifacts), nil)
 	if err != nil {
 		_ = sidecar.Stop(time.Second)
 		return err
@@ -320,8 +325,7 @@ func (r *PodRunner) startPod(ctx context.Context, rp *runningPod, pod *corev1.Po
 
 // trainerArgs are the stand-in's flags for pod: its plan, its rank, and
 // for a plan with FailPods the exit code this pod of its rank gets.
-func (r *PodRunner) trainerArgs(pod *corev1.Pod, artifacts string) []string {
-	plan := r.Plan(pod)
+func (r *PodRunner) trainerArgs(pod *corev1.Pod, plan TrainerPlan, artifacts string) []string {
 	rank, _ := trainjob.Rank(pod)
 	key := fmt.Sprintf("%s/%s/%d", pod.Namespace, pod.Labels[trainjob.JobSetNameLabel], rank)
 	r.mu.Lock()

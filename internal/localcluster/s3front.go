@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,11 @@ type S3Traffic struct {
 type PathTraffic struct {
 	Puts  int
 	Bytes int64
+	// Size is the Content-Length of the path's last PUT.
+	Size int64
+	// CopiedTo is where the object was copied server-side (a direct
+	// upload's object committed to its key), if it was.
+	CopiedTo string
 }
 
 // PutsTo sums the PUTs (and their bytes) to every path ending in suffix
@@ -68,8 +74,8 @@ func (t S3Traffic) Since(before S3Traffic) S3Traffic {
 		Refused: t.Refused - before.Refused, ByPath: map[string]PathTraffic{}}
 	for p, pt := range t.ByPath {
 		b := before.ByPath[p]
-		if pt.Puts != b.Puts || pt.Bytes != b.Bytes {
-			d.ByPath[p] = PathTraffic{Puts: pt.Puts - b.Puts, Bytes: pt.Bytes - b.Bytes}
+		if pt.Puts != b.Puts || pt.Bytes != b.Bytes || pt.CopiedTo != b.CopiedTo {
+			d.ByPath[p] = PathTraffic{Puts: pt.Puts - b.Puts, Bytes: pt.Bytes - b.Bytes, Size: pt.Size, CopiedTo: pt.CopiedTo}
 		}
 	}
 	return d
@@ -132,14 +138,21 @@ func (f *s3Front) handler(next http.Handler) http.Handler {
 		}
 		switch {
 		case r.Method == http.MethodPut && r.Header.Get("X-Amz-Copy-Source") != "":
+			src, _ := url.PathUnescape(r.Header.Get("X-Amz-Copy-Source"))
+			src = "/" + strings.TrimPrefix(src, "/")
 			f.mu.Lock()
 			f.traffic.Copies++
+			if pt, ok := f.traffic.ByPath[src]; ok {
+				pt.CopiedTo = r.URL.Path
+				f.traffic.ByPath[src] = pt
+			}
 			f.mu.Unlock()
 		case r.Method == http.MethodPut && r.ContentLength != 0 && r.Body != nil:
 			f.mu.Lock()
 			f.traffic.Puts++
 			pt := f.traffic.ByPath[r.URL.Path]
 			pt.Puts++
+			pt.Size = r.ContentLength
 			f.traffic.ByPath[r.URL.Path] = pt
 			f.mu.Unlock()
 			r.Body = &countingBody{ReadCloser: r.Body, f: f, path: r.URL.Path}
