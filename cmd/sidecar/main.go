@@ -183,12 +183,12 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 // newSyncer builds the artifact sync from the configuration.
 func newSyncer(cfg config, log *slog.Logger) (*artifacts.Syncer, *artifacts.Scanner, error) {
 	up, err := artifacts.NewUploader(artifacts.UploaderConfig{
-		ServerURL: cfg.client.ServerURL,
-		JobID:     cfg.client.JobID,
-		NodeRank:  cfg.nodeRank,
-		TokenFile: cfg.client.TokenFile,
-		CAFile:    cfg.client.CAFile,
-		Logger:    log,
+		ServerURL:     cfg.client.ServerURL,
+		JobID:         cfg.client.JobID,
+		NodeRank:      cfg.nodeRank,
+		TokenFile:     cfg.client.TokenFile,
+		CAFile:        cfg.client.CAFile,
+		Logger:        log,
 		DirectMinSize: directMinSize(cfg.directUpload),
 	})
 	if err != nil {
