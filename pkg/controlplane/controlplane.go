@@ -128,12 +128,14 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 			Shapes: &mutate.CRDShapes{Reader: mgr.GetAPIReader()},
 		}})
 		hookServer.Register(JobSetWebhookPath, &webhook.Admission{Handler: &mutate.JobSetHandler{}})
-		hookServer.Register(PodWebhookPath, &webhook.Admission{Handler: &mutate.PodHandler{
+		// The pod webhook, called for every pod of every bound job, serves
+		// its reviews itself (mutate.PodHandler.ServeHTTP: cheaper decoding).
+		hookServer.Register(PodWebhookPath, &mutate.PodHandler{
 			Injector:  mutate.PodInjector{Sidecar: opts.sidecarConfig()},
 			TrainJobs: mgr.GetClient(),
 			Live:      mgr.GetAPIReader(),
 			Recorder:  recorder,
-		}})
+		})
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tetherv1.WorkerBinding{}, bindingserver.TokenHashIndex,
 		bindingserver.IndexTokenHash); err != nil {
