@@ -104,7 +104,13 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		// Token Secrets are read by name from the API server, never cached:
 		// caching would need list/watch on every Secret in the cluster.
-		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		// Unstructured reads are served from the cache too: the binding
+		// controller's TrainJob (watched unstructured, For) would otherwise
+		// be a live GET per reconcile, one of its costliest calls in a burst
+		// (bench/controller). Every other unstructured read (JobSets, CRDs)
+		// goes through the API reader on purpose: through this client it
+		// would start an informer, and need list/watch, for its kind.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}, Unstructured: true}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
