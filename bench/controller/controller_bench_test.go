@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,10 +106,12 @@ func BenchmarkBindAtScale(b *testing.B) {
 	b.ReportMetric(bind.Seconds(), "bind-2000-s")
 	b.ReportMetric(bind.Seconds()/floor.Seconds(), "bind-2000-x-floor")
 
-	grow := bindPhase(b, ctx, cl, ns, cfg.jobs, cfg.bindings-cfg.jobs, cfg.clients)
+	if cfg.bindings > cfg.jobs {
+		grow := bindPhase(b, ctx, cl, ns, cfg.jobs, cfg.bindings-cfg.jobs, cfg.clients)
+		b.Logf("grown to %d bindings in %s more", cfg.bindings, grow.Round(time.Millisecond))
+		verify(b, ctx, cl, ns, cfg.bindings)
+	}
 	total := cfg.bindings + (iteration-1)*cfg.jobs // earlier iterations' bindings are still cached
-	b.Logf("grown to %d bindings in %s more", total, grow.Round(time.Millisecond))
-	verify(b, ctx, cl, ns, cfg.bindings)
 	heap := heapInUse()
 	b.ReportMetric(mib(heap), "cp-mib-10k-bindings")
 	b.ReportMetric(float64(heap-heap0)/1024/float64(total), "cp-heap-kib-per-binding")
@@ -245,47 +248,77 @@ func watchAll(b *testing.B, ctx context.Context, cl client.WithWatch, want map[s
 		at  time.Time
 	}
 	events := make(chan added, 1024)
-	var watches []watch.Interface
+	var watchers sync.WaitGroup
 	for _, list := range lists {
+		// The first watch is opened here, before anything is created; the API
+		// server may close a watch at any time (its timeout, a restart of its
+		// cache), and a closed one is opened again: from no resourceVersion it
+		// replays what exists, and keys are counted once.
 		w, err := cl.Watch(ctx, list, client.InNamespace(ns), labels)
 		if err != nil {
 			cancel()
 			b.Fatal("watching:", err)
 		}
-		watches = append(watches, w)
 		kind := fmt.Sprintf("%T", list)
-		go func() {
-			for ev := range w.ResultChan() {
-				if ev.Type != watch.Added {
-					continue
-				}
-				if o, ok := ev.Object.(client.Object); ok && want[kind+"/"+o.GetName()] {
-					select {
-					case events <- added{key: kind + "/" + o.GetName(), at: time.Now()}:
-					case <-ctx.Done():
-						return
+		watchers.Go(func() {
+			for {
+				for ev := range w.ResultChan() {
+					if ev.Type == watch.Error {
+						if ctx.Err() != nil {
+							break // the phase is over
+						}
+						fmt.Fprintf(os.Stderr, "bench/controller: watch of %s: %v\n", kind, ev.Object)
+						continue
+					}
+					if ev.Type != watch.Added {
+						continue
+					}
+					if o, ok := ev.Object.(client.Object); ok && want[kind+"/"+o.GetName()] {
+						select {
+						case events <- added{key: kind + "/" + o.GetName(), at: time.Now()}:
+						case <-ctx.Done():
+							w.Stop()
+							return
+						}
 					}
 				}
+				w.Stop()
+				for ctx.Err() == nil {
+					if w, err = cl.Watch(ctx, list, client.InNamespace(ns), labels); err == nil {
+						break
+					}
+					fmt.Fprintf(os.Stderr, "bench/controller: watching %s again: %v\n", kind, err)
+					time.Sleep(time.Second)
+				}
+				if ctx.Err() != nil {
+					return
+				}
 			}
-		}()
+		})
 	}
 	return func(start time.Time) time.Duration {
+		defer watchers.Wait()
 		defer cancel()
-		defer func() {
-			for _, w := range watches {
-				w.Stop()
-			}
-		}()
 		total := len(want)
 		seen := make(map[string]bool, total)
 		var last time.Time
 		tick := time.NewTicker(15 * time.Second)
 		defer tick.Stop()
+		stalled, before, dumped := 0, -1, false
 		for len(seen) < total {
 			select {
 			case <-tick.C:
 				// Progress on stderr: b.Log shows only at the end.
 				fmt.Fprintf(os.Stderr, "bench/controller: %s: %d of %d objects seen\n", time.Since(start).Round(time.Second), len(seen), total)
+				if stalled++; len(seen) != before {
+					stalled, before = 0, len(seen)
+				}
+				if stalled >= 4 && !dumped {
+					// A minute without progress: show where the process waits.
+					dumped = true
+					fmt.Fprintln(os.Stderr, "bench/controller: no progress for a minute; goroutines:")
+					_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+				}
 			case a := <-events:
 				seen[a.key] = true
 				last = a.at
