@@ -3,8 +3,6 @@ package admission_test
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,8 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,17 +62,24 @@ const (
 
 // benchConfig is the load, from TETHER_BENCH_* environment variables.
 type benchConfig struct {
-	duration time.Duration // measured load per path
-	warmup   time.Duration // unmeasured load per path before it
-	rate     int           // intended requests per second, open loop
-	slices   int           // alternating slices per path
+	duration time.Duration // measured load per path at each rate
+	warmup   time.Duration // unmeasured load per path before it, at each rate
+	rates    []int         // intended requests per second, open loop, one after another
+	slices   int           // slices per path at each rate (even: the order is balanced)
 	workers  int           // client goroutines (bound on requests in flight)
 	http1    bool          // keep-alive HTTP/1.1 instead of HTTP/2
 }
 
+// maxRate and maxSlice bound what one slice asks of the load generator (and
+// the size of its result line).
+const (
+	maxRate  = 20000
+	maxSlice = time.Minute
+)
+
 func loadConfig(b *testing.B) benchConfig {
 	b.Helper()
-	c := benchConfig{duration: 20 * time.Second, warmup: 2 * time.Second, rate: 1000, slices: 8, workers: 64}
+	c := benchConfig{duration: 10 * time.Second, warmup: time.Second, rates: []int{200, 500, 1000}, slices: 6, workers: 64}
 	dur := func(key string, v *time.Duration) {
 		if s := os.Getenv(key); s != "" {
 			d, err := time.ParseDuration(s)
@@ -96,9 +100,18 @@ func loadConfig(b *testing.B) benchConfig {
 	}
 	dur("TETHER_BENCH_DURATION", &c.duration)
 	dur("TETHER_BENCH_WARMUP", &c.warmup)
-	num("TETHER_BENCH_RATE", &c.rate)
 	num("TETHER_BENCH_SLICES", &c.slices)
 	num("TETHER_BENCH_WORKERS", &c.workers)
+	if s := os.Getenv("TETHER_BENCH_RATES"); s != "" {
+		c.rates = nil
+		for f := range strings.SplitSeq(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 || n > maxRate {
+				b.Fatalf("TETHER_BENCH_RATES=%q: want comma-separated request rates from 1 to %d, such as 200,500,1000", s, maxRate)
+			}
+			c.rates = append(c.rates, n)
+		}
+	}
 	switch p := os.Getenv("TETHER_BENCH_PROTO"); p {
 	case "", "h2":
 	case "http1":
@@ -109,12 +122,28 @@ func loadConfig(b *testing.B) benchConfig {
 	if c.duration < time.Second {
 		b.Fatalf("TETHER_BENCH_DURATION=%s: want at least 1s", c.duration)
 	}
+	if c.slices%2 != 0 {
+		b.Fatalf("TETHER_BENCH_SLICES=%d: want an even number (the slice order is balanced over pairs of rounds)", c.slices)
+	}
+	if c.duration/time.Duration(c.slices) > maxSlice || c.warmup > maxSlice {
+		b.Fatalf("TETHER_BENCH_DURATION/TETHER_BENCH_SLICES and TETHER_BENCH_WARMUP: want at most %s each", maxSlice)
+	}
 	return c
 }
 
-// BenchmarkPodAdmission measures /mutate-pod against /floor at a sustained
-// open-loop rate. One b.N iteration is one full load phase: the configured
-// duration on each path (plus a warmup before the first iteration).
+// headlineRate is the rate whose figures carry the unsuffixed metric names.
+const headlineRate = 1000
+
+// BenchmarkPodAdmission measures /mutate-pod against two floors at sustained
+// open-loop rates (TETHER_BENCH_RATES, default 200, 500 and 1,000 rps, one
+// after another): /floor, on the same controller-runtime webhook server, and
+// the bare floor, a plain net/http server (barefloor_test.go). One b.N
+// iteration is one full load phase: the configured duration on each path at
+// each rate (each preceded by a warmup).
+//
+// The load generator is a child process (loadgen_test.go), so that this
+// process's CPU time, read with getrusage before and after each slice, is
+// the servers' side only; the child reports its own.
 //
 // Load generation is open loop and coordinated-omission aware: request i of a
 // slice is due at start + i/rate, whatever happened to earlier requests; a
@@ -129,16 +158,15 @@ func loadConfig(b *testing.B) benchConfig {
 //     time: what it overshoots by is the client's timer resolution, not the
 //     server's queueing. Go's idle timer resolution on Linux is 1ms
 //     (epoll_wait takes milliseconds), which would otherwise add ~0.5ms to
-//     every request of both paths and pull x-floor towards 1.
+//     every request of every path and pull the ratios towards 1.
 //
 // The send lag (due -> send) and the pure due-time latency are logged too.
 //
 // Drift (CPU frequency, noisy neighbours, GC pacing on 2 shared cores) is
-// reduced by splitting each path's load into slices run in ABBA order
-// (floor, inject, inject, floor, floor, inject, ...): each path gets the same
-// number of slices in each position, so a linear drift affects both equally.
-// The two paths never overlap: the floor is measured without the inject
-// path's load and vice versa.
+// reduced by splitting each path's load into slices run in rounds of one
+// slice per path, the order reversed every other round (A B C, C B A, ...):
+// over each pair of rounds every path has the same mean position, so a
+// linear drift affects all equally. Paths never overlap.
 func BenchmarkPodAdmission(b *testing.B) {
 	cfg := loadConfig(b)
 	// The control plane's production logger (cmd/webhook: zap, JSON, info),
@@ -148,61 +176,122 @@ func BenchmarkPodAdmission(b *testing.B) {
 
 	env := startEnv(b, ctx)
 	handler := podHandler(b, ctx, env)
-	baseURL, httpClient := serveWebhooks(b, ctx, handler, cfg)
+	certPEM, keyPEM := benchutil.SelfSignedCert(b)
+	baseURL := serveWebhooks(b, ctx, handler, certPEM, keyPEM)
+	bareURL := serveBareFloor(b, ctx, certPEM, keyPEM)
 	body := admissionReviewBody(b, ctx, env)
 
-	paths := []*loadPath{
-		{name: "floor", url: baseURL + floorPath},
-		{name: "mutate-pod", url: baseURL + controlplane.PodWebhookPath, wantPatch: true},
+	httpClient := newClient(certPEM, cfg.http1, 1)
+	b.Cleanup(httpClient.CloseIdleConnections)
+	paths := []*measuredPath{
+		{loadPath: &loadPath{name: "bare-floor", url: bareURL}},
+		{loadPath: &loadPath{name: "floor", url: baseURL + floorPath}},
+		{loadPath: &loadPath{name: "mutate-pod", url: baseURL + controlplane.PodWebhookPath, wantPatch: true}},
 	}
-	const floor, inject = 0, 1
+	const bare, floor, inject = 0, 1, 2
 	for _, p := range paths {
-		checkOnce(b, httpClient, p, body)
+		checkOnce(b, httpClient, p.loadPath, body)
 	}
-	b.Logf("load: %d rps open loop, %s measured per path in %d ABBA slices, %s warmup per path, %d workers, %s; AdmissionReview %d bytes",
-		cfg.rate, cfg.duration, cfg.slices, cfg.warmup, cfg.workers, protoName(cfg), len(body))
+	gen := startLoadGenerator(b, body, certPEM, cfg)
+	b.Logf("load: %v rps open loop, %s measured per path and rate in %d slices, %s warmup per path and rate, %d workers, %s; AdmissionReview %d bytes",
+		cfg.rates, cfg.duration, cfg.slices, cfg.warmup, cfg.workers, protoName(cfg), len(body))
 
-	if cfg.warmup > 0 {
-		for _, p := range paths {
-			p.runSlice(ctx, httpClient, body, cfg.rate, cfg.warmup, cfg.workers, false)
-		}
-	}
 	slice := cfg.duration / time.Duration(cfg.slices)
+	results := make([][]summary, len(cfg.rates))
 	b.Logf("CPU pressure before: %s", benchutil.CPUPressure())
 	for b.Loop() {
-		for k := range 2 * cfg.slices {
-			p := paths[inject]
-			if k%4 == 0 || k%4 == 3 {
-				p = paths[floor]
+		for r, rate := range cfg.rates {
+			for _, p := range paths {
+				p.reset()
+				if cfg.warmup > 0 {
+					p.run(b, gen, rate, cfg.warmup, false)
+				}
 			}
-			p.runSlice(ctx, httpClient, body, cfg.rate, slice, cfg.workers, true)
+			for round := range cfg.slices {
+				for k := range paths {
+					if round%2 == 1 {
+						k = len(paths) - 1 - k
+					}
+					paths[k].run(b, gen, rate, slice, true)
+				}
+			}
+			results[r] = nil
+			for _, p := range paths {
+				results[r] = append(results[r], p.summary())
+			}
 		}
 	}
 	b.StopTimer()
 	b.Logf("CPU pressure after:  %s", benchutil.CPUPressure())
 
-	for _, p := range paths {
-		if n := p.failures.Load(); n > 0 {
-			b.Errorf("%s: %d of %d requests failed; first: %s", p.name, n, p.sent.Load(), *p.firstFailure.Load())
+	for r, rate := range cfg.rates {
+		for _, s := range results[r] {
+			b.Logf("%4d rps %-10s n=%d rps=%.1f p50=%.3fms p90=%.3fms p99=%.3fms p99.9=%.3fms max=%.3fms | from due: p50=%.3fms p99=%.3fms | send lag: p50=%.3fms p99=%.3fms | server CPU %.0fus/req, client %.0fus/req",
+				rate, s.name, s.n, s.rps, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.p999), ms(s.max), ms(s.due50), ms(s.due99), ms(s.lag50), ms(s.lag99), us(s.serverCPU), us(s.clientCPU))
+		}
+		bf, fl, in := results[r][bare], results[r][floor], results[r][inject]
+		suffix := fmt.Sprintf("-%drps", rate)
+		if rate == headlineRate {
+			suffix = ""
+			b.ReportMetric(ms(in.p50), "p50-ms")
+			b.ReportMetric(in.rps, "rps")
+			b.ReportMetric(ms(fl.p50), "floor-p50-ms")
+			b.ReportMetric(ms(bf.p50), "bare-floor-p50-ms")
+			b.ReportMetric(us(fl.serverCPU), "floor-server-cpu-us/req")
+		}
+		b.ReportMetric(ms(in.p99), "p99-ms"+suffix)
+		b.ReportMetric(ms(fl.p99), "floor-p99-ms"+suffix)
+		b.ReportMetric(ms(bf.p99), "bare-floor-p99-ms"+suffix)
+		// CPU per request of the servers alone is what timing on a shared
+		// machine cannot show: it holds still when neighbours steal cores.
+		b.ReportMetric(us(in.serverCPU), "server-cpu-us/req"+suffix)
+		b.ReportMetric(us(bf.serverCPU), "bare-floor-server-cpu-us/req"+suffix)
+		if fl.p99 > 0 {
+			b.ReportMetric(float64(in.p99)/float64(fl.p99), "x-floor"+suffix)
+		}
+		if bf.p99 > 0 {
+			b.ReportMetric(float64(in.p99)/float64(bf.p99), "x-bare-floor"+suffix)
+		}
+		if bf.serverCPU > 0 {
+			b.ReportMetric(float64(in.serverCPU)/float64(bf.serverCPU), "x-bare-floor-cpu"+suffix)
 		}
 	}
-	fl, in := paths[floor].summary(), paths[inject].summary()
-	for _, s := range []summary{fl, in} {
-		b.Logf("%-10s n=%d rps=%.1f p50=%.3fms p90=%.3fms p99=%.3fms p99.9=%.3fms max=%.3fms | from due: p50=%.3fms p99=%.3fms | send lag: p50=%.3fms p99=%.3fms | process CPU %.0fus/req",
-			s.name, s.n, s.rps, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.p999), ms(s.max), ms(s.due50), ms(s.due99), ms(s.lag50), ms(s.lag99), us(s.cpuPerReq))
+}
+
+// measuredPath is a path and what its measured slices at the current rate
+// collected.
+type measuredPath struct {
+	*loadPath
+	latency, fromDue, lag []time.Duration
+	elapsed               time.Duration
+	serverCPU, clientCPU  time.Duration // summed over the measured slices
+}
+
+func (p *measuredPath) reset() {
+	p.latency, p.fromDue, p.lag = nil, nil, nil
+	p.elapsed, p.serverCPU, p.clientCPU = 0, 0, 0
+}
+
+// run has the load generator send one slice on p and, if record, keeps it.
+// A failed request fails the benchmark.
+func (p *measuredPath) run(b *testing.B, gen *loadGenerator, rate int, d time.Duration, record bool) {
+	b.Helper()
+	res, serverCPU, err := gen.run(sliceCommand{Name: p.name, URL: p.url, WantPatch: p.wantPatch, Rate: rate, Duration: d})
+	if err != nil {
+		b.Fatal(err)
 	}
-	b.ReportMetric(ms(in.p50), "p50-ms")
-	b.ReportMetric(ms(in.p99), "p99-ms")
-	b.ReportMetric(in.rps, "rps")
-	// CPU per request (client and server, same process) is what timing on a
-	// shared machine cannot show: it holds still when neighbours steal cores.
-	b.ReportMetric(us(in.cpuPerReq), "cpu-us/req")
-	b.ReportMetric(us(fl.cpuPerReq), "floor-cpu-us/req")
-	b.ReportMetric(ms(fl.p50), "floor-p50-ms")
-	b.ReportMetric(ms(fl.p99), "floor-p99-ms")
-	if fl.p99 > 0 {
-		b.ReportMetric(float64(in.p99)/float64(fl.p99), "x-floor")
+	if res.Failures > 0 {
+		b.Fatalf("%s at %d rps: %d of %d requests failed; first: %s", p.name, rate, res.Failures, len(res.Latency), res.FirstFailure)
 	}
+	if !record {
+		return
+	}
+	p.latency = append(p.latency, res.Latency...)
+	p.fromDue = append(p.fromDue, res.FromDue...)
+	p.lag = append(p.lag, res.Lag...)
+	p.elapsed += res.Elapsed
+	p.serverCPU += serverCPU
+	p.clientCPU += res.ClientCPU
 }
 
 // startEnv starts kube-apiserver and etcd only: the webhook under test is
@@ -321,12 +410,11 @@ func (floorHandler) Handle(_ context.Context, req admission.Request) admission.R
 }
 
 // serveWebhooks serves /mutate-pod and /floor on 127.0.0.1 with
-// controller-runtime's webhook server (TLS with a fresh self-signed
-// certificate, HTTP/2 offered, controller-runtime's latency metrics on both
-// paths) and returns its URL and a client that trusts it.
-func serveWebhooks(b *testing.B, ctx context.Context, h *mutate.PodHandler, cfg benchConfig) (string, *http.Client) {
+// controller-runtime's webhook server (TLS with the given certificate, HTTP/2
+// offered, controller-runtime's latency metrics on both paths), as
+// pkg/controlplane configures it, and returns its URL.
+func serveWebhooks(b *testing.B, ctx context.Context, h *mutate.PodHandler, certPEM, keyPEM []byte) string {
 	b.Helper()
-	certPEM, keyPEM := benchutil.SelfSignedCert(b)
 	dir := b.TempDir()
 	for name, data := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
@@ -335,7 +423,7 @@ func serveWebhooks(b *testing.B, ctx context.Context, h *mutate.PodHandler, cfg 
 	}
 	port := freePort(b)
 	srv := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: dir})
-	srv.Register(controlplane.PodWebhookPath, &webhook.Admission{Handler: h})
+	srv.Register(controlplane.PodWebhookPath, h) // as pkg/controlplane registers it
 	srv.Register(floorPath, &webhook.Admission{Handler: floorHandler{}})
 	done := make(chan error, 1)
 	go func() { done <- srv.Start(ctx) }()
@@ -350,25 +438,7 @@ func serveWebhooks(b *testing.B, ctx context.Context, h *mutate.PodHandler, cfg 
 	}); err != nil {
 		b.Fatal(err)
 	}
-
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(certPEM)
-	var protos http.Protocols
-	if cfg.http1 {
-		protos.SetHTTP1(true)
-	} else {
-		protos.SetHTTP2(true) // HTTP/2 only: fail rather than fall back
-	}
-	tr := &http.Transport{
-		TLSClientConfig:     &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
-		Protocols:           &protos,
-		MaxIdleConns:        cfg.workers,
-		MaxIdleConnsPerHost: cfg.workers,
-		IdleConnTimeout:     time.Minute,
-		DisableCompression:  true,
-	}
-	b.Cleanup(tr.CloseIdleConnections)
-	return fmt.Sprintf("https://127.0.0.1:%d", port), &http.Client{Transport: tr, Timeout: requestTimeout}
+	return fmt.Sprintf("https://127.0.0.1:%d", port)
 }
 
 // admissionReviewBody is the AdmissionReview kube-apiserver sends for node 0
@@ -503,170 +573,6 @@ func checkOnce(b *testing.B, c *http.Client, p *loadPath, body []byte) {
 	b.Logf("%s: %s, %d-byte response, %s", p.name, resp.Proto, len(out), detail)
 }
 
-// loadPath is one webhook path and what its measured slices collected.
-type loadPath struct {
-	name      string
-	url       string
-	wantPatch bool
-
-	latency []time.Duration // the reported latency: see BenchmarkPodAdmission
-	fromDue []time.Duration // due time -> full response read, always
-	lag     []time.Duration // due time -> send started (client-side delay)
-	elapsed time.Duration   // summed wall time of the measured slices
-	cpu     time.Duration   // summed CPU time of this process (client and server) in them
-
-	sent         atomic.Int64
-	failures     atomic.Int64
-	firstFailure atomic.Pointer[string]
-}
-
-var (
-	allowedTrue = []byte(`"allowed":true`)
-	patchField  = []byte(`"patch":"`)
-)
-
-// check validates a response. The cheap form looks for the fields in the
-// bytes (controller-runtime encodes with encoding/json: no spaces, patch
-// omitted when empty); full decodes the review.
-func (p *loadPath) check(status int, out, reqBody []byte, full bool) error {
-	if status != http.StatusOK {
-		return fmt.Errorf("%s: HTTP %d: %.200s", p.name, status, out)
-	}
-	if !full {
-		switch {
-		case !bytes.Contains(out, allowedTrue):
-			return fmt.Errorf("%s: not allowed: %.300s", p.name, out)
-		case p.wantPatch && !bytes.Contains(out, patchField):
-			return fmt.Errorf("%s: no patch: %.300s", p.name, out)
-		}
-		return nil
-	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(out, &review); err != nil {
-		return fmt.Errorf("%s: undecodable response: %v: %.200s", p.name, err, out)
-	}
-	r := review.Response
-	switch {
-	case r == nil:
-		return fmt.Errorf("%s: no response in %.200s", p.name, out)
-	case !bytes.Contains(reqBody, []byte(`"uid":"`+string(r.UID)+`"`)):
-		return fmt.Errorf("%s: response uid %q is not the request's", p.name, r.UID)
-	case !r.Allowed:
-		return fmt.Errorf("%s: not allowed: %v", p.name, r.Result)
-	case p.wantPatch && (len(r.Patch) == 0 || r.PatchType == nil || *r.PatchType != admissionv1.PatchTypeJSONPatch):
-		return fmt.Errorf("%s: no JSON patch (allowed with reason %v)", p.name, r.Result)
-	case p.wantPatch && !bytes.Contains(r.Patch, []byte(mutate.SidecarName)):
-		return fmt.Errorf("%s: patch does not add %s: %.300s", p.name, mutate.SidecarName, r.Patch)
-	case !p.wantPatch && len(r.Patch) != 0:
-		return fmt.Errorf("%s: the floor changed the pod: %.300s", p.name, r.Patch)
-	}
-	return nil
-}
-
-func (p *loadPath) fail(err error) {
-	p.failures.Add(1)
-	msg := err.Error()
-	p.firstFailure.CompareAndSwap(nil, &msg)
-}
-
-// runSlice sends rate*d requests on the open-loop schedule described on
-// BenchmarkPodAdmission and, if record, keeps their latencies.
-func (p *loadPath) runSlice(ctx context.Context, c *http.Client, body []byte, rate int, d time.Duration, workers int, record bool) {
-	n := int64(rate) * int64(d) / int64(time.Second)
-	latency, fromDue, lag := make([]time.Duration, n), make([]time.Duration, n), make([]time.Duration, n)
-	ctx, cancel := context.WithTimeout(ctx, d+requestTimeout)
-	defer cancel()
-	tmpl, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, nil)
-	if err != nil {
-		panic(err)
-	}
-	tmpl.Header.Set("Content-Type", "application/json")
-	tmpl.ContentLength = int64(len(body))
-	tmpl.GetBody = func() (io.ReadCloser, error) { return &bodyReader{b: body}, nil }
-
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	cpu0 := benchutil.ProcessCPU()
-	start := time.Now()
-	for range workers {
-		wg.Go(func() {
-			var buf bytes.Buffer
-			for {
-				i := next.Add(1) - 1
-				if i >= n {
-					return
-				}
-				due := start.Add(time.Duration(i * int64(time.Second) / int64(rate)))
-				early := false
-				if wait := time.Until(due); wait > 0 {
-					time.Sleep(wait)
-					early = true
-				}
-				sent := time.Now()
-				from := due // claimed late: count the queueing
-				if early {
-					from = sent // slept: exclude the timer's overshoot
-				}
-				// A shallow copy of the template shares its header and URL,
-				// which the transport only reads: two small allocations a
-				// request (the copy and the body reader over the shared bytes).
-				req := new(http.Request)
-				*req = *tmpl
-				req.Body = &bodyReader{b: body}
-				status, err := do(c, req, &buf)
-				done := time.Now()
-				latency[i], fromDue[i], lag[i] = done.Sub(from), done.Sub(due), sent.Sub(due)
-				p.sent.Add(1)
-				if err == nil {
-					err = p.check(status, buf.Bytes(), body, i%fullCheckEvery == 0)
-				}
-				if err != nil {
-					p.fail(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if record {
-		p.latency = append(p.latency, latency...)
-		p.fromDue = append(p.fromDue, fromDue...)
-		p.lag = append(p.lag, lag...)
-		p.elapsed += time.Since(start)
-		p.cpu += benchutil.ProcessCPU() - cpu0
-	}
-}
-
-// do sends req and reads the whole response into buf.
-func do(c *http.Client, req *http.Request, buf *bytes.Buffer) (int, error) {
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	buf.Reset()
-	_, err = buf.ReadFrom(resp.Body)
-	if cerr := resp.Body.Close(); err == nil {
-		err = cerr
-	}
-	return resp.StatusCode, err
-}
-
-// bodyReader reads a shared request body without copying it.
-type bodyReader struct {
-	b   []byte
-	off int
-}
-
-func (r *bodyReader) Read(p []byte) (int, error) {
-	if r.off >= len(r.b) {
-		return 0, io.EOF
-	}
-	n := copy(p, r.b[r.off:])
-	r.off += n
-	return n, nil
-}
-
-func (*bodyReader) Close() error { return nil }
-
 type summary struct {
 	name                     string
 	n                        int
@@ -674,10 +580,10 @@ type summary struct {
 	p50, p90, p99, p999, max time.Duration
 	due50, due99             time.Duration
 	lag50, lag99             time.Duration
-	cpuPerReq                time.Duration
+	serverCPU, clientCPU     time.Duration // per request
 }
 
-func (p *loadPath) summary() summary {
+func (p *measuredPath) summary() summary {
 	lat, due, lag := slices.Clone(p.latency), slices.Clone(p.fromDue), slices.Clone(p.lag)
 	slices.Sort(lat)
 	slices.Sort(due)
@@ -688,12 +594,11 @@ func (p *loadPath) summary() summary {
 		lag50: percentile(lag, 0.50), lag99: percentile(lag, 0.99)}
 	if len(lat) > 0 {
 		s.max = lat[len(lat)-1]
+		s.serverCPU = p.serverCPU / time.Duration(len(lat))
+		s.clientCPU = p.clientCPU / time.Duration(len(lat))
 	}
 	if p.elapsed > 0 {
 		s.rps = float64(len(lat)) / p.elapsed.Seconds()
-	}
-	if len(lat) > 0 {
-		s.cpuPerReq = p.cpu / time.Duration(len(lat))
 	}
 	return s
 }

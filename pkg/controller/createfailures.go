@@ -19,6 +19,11 @@ import (
 // trainer pod looks again for the Job's FailedCreate Events.
 const createFailureRecheck = 15 * time.Second
 
+// createFailureFirstLook is how old a binding is when the controller first
+// looks for FailedCreate Events: the Job controller reports a refused pod
+// within a second or two of the Job's creation, which follows the binding.
+const createFailureFirstLook = 5 * time.Second
+
 // createFailure finds why the TrainJob's trainer Jobs cannot create their
 // pods: the newest FailedCreate Event of a Job of its trainer replicated
 // job (<trainjob>-node-<i>), as the Job controller records it when Pod

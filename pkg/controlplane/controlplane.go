@@ -105,7 +105,13 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		// Token Secrets are read by name from the API server, never cached:
 		// caching would need list/watch on every Secret in the cluster.
-		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		// Unstructured reads are served from the cache too: the binding
+		// controller's TrainJob (watched unstructured, For) would otherwise
+		// be a live GET per reconcile, one of its costliest calls in a burst
+		// (bench/controller). Every other unstructured read (JobSets, CRDs)
+		// goes through the API reader on purpose: through this client it
+		// would start an informer, and need list/watch, for its kind.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}, Unstructured: true}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -129,12 +135,14 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 			Shapes: &mutate.CRDShapes{Reader: mgr.GetAPIReader()},
 		}})
 		hookServer.Register(JobSetWebhookPath, &webhook.Admission{Handler: &mutate.JobSetHandler{}})
-		hookServer.Register(PodWebhookPath, &webhook.Admission{Handler: &mutate.PodHandler{
+		// The pod webhook, called for every pod of every bound job, serves
+		// its reviews itself (mutate.PodHandler.ServeHTTP: cheaper decoding).
+		hookServer.Register(PodWebhookPath, &mutate.PodHandler{
 			Injector:  mutate.PodInjector{Sidecar: opts.sidecarConfig()},
 			TrainJobs: mgr.GetClient(),
 			Live:      mgr.GetAPIReader(),
 			Recorder:  recorder,
-		}})
+		})
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tetherv1.WorkerBinding{}, bindingserver.TokenHashIndex,
 		bindingserver.IndexTokenHash); err != nil {

@@ -153,7 +153,7 @@ func TestInjectionPatchRefusesOtherChanges(t *testing.T) {
 	}
 	after := before.DeepCopy()
 	appended(after)
-	ops, err := injectionPatch(before, after)
+	ops, err := injectionPatch(mustSnapshot(t, before), after)
 	if err != nil {
 		t.Fatalf("additions refused: %v", err)
 	}
@@ -174,6 +174,7 @@ func TestInjectionPatchRefusesOtherChanges(t *testing.T) {
 		"annotation changed":  func(p *corev1.Pod) { p.Annotations = map[string]string{"a": "2"} },
 		"label added":         func(p *corev1.Pod) { p.Labels = map[string]string{"a": "1"} },
 		"other field changed": func(p *corev1.Pod) { p.Spec.HostNetwork = true },
+		"annotation removed":  func(p *corev1.Pod) { delete(p.Annotations, "a") },
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := before.DeepCopy()
@@ -182,11 +183,20 @@ func TestInjectionPatchRefusesOtherChanges(t *testing.T) {
 			appended(a)
 			a.Annotations["a"] = "1"
 			change(a)
-			if ops, err := injectionPatch(b, a); err == nil {
+			if ops, err := injectionPatch(mustSnapshot(t, b), a); err == nil {
 				t.Errorf("injectionPatch accepted the change: %v", ops)
 			}
 		})
 	}
+}
+
+func mustSnapshot(t *testing.T, pod *corev1.Pod) podSnapshot {
+	t.Helper()
+	s, err := snapshotPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // addUnknownFields puts a field corev1.Pod does not know into the pod's

@@ -1,0 +1,445 @@
+package controller_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/internal/benchutil"
+	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/internal/testobj"
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/controlplane"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/trainjob"
+)
+
+const (
+	// phaseTimeout bounds one phase: a control plane that stops binding
+	// fails the run instead of hanging it.
+	phaseTimeout = 6 * time.Minute
+	floorLabel   = "bench.tether.dev/floor"
+)
+
+type benchConfig struct {
+	jobs     int // TrainJobs created at once in the timed phase
+	bindings int // bound TrainJobs when memory is read
+	clients  int // client goroutines creating objects
+}
+
+func loadConfig(b *testing.B) benchConfig {
+	b.Helper()
+	c := benchConfig{jobs: 2000, bindings: 10000, clients: 32}
+	for key, v := range map[string]*int{"TETHER_BENCH_JOBS": &c.jobs, "TETHER_BENCH_BINDINGS": &c.bindings, "TETHER_BENCH_CLIENTS": &c.clients} {
+		if s := os.Getenv(key); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n <= 0 || n > 100000 {
+				b.Fatalf("%s=%q: want a positive integer up to 100000", key, s)
+			}
+			*v = n
+		}
+	}
+	if c.bindings < c.jobs {
+		b.Fatalf("TETHER_BENCH_BINDINGS=%d: want at least TETHER_BENCH_JOBS=%d", c.bindings, c.jobs)
+	}
+	return c
+}
+
+// BenchmarkBindAtScale: see doc.go. One b.N iteration is the floor and the
+// timed phase in a namespace of their own; memory is read once, after the
+// last iteration, with the bindings grown to TETHER_BENCH_BINDINGS.
+func BenchmarkBindAtScale(b *testing.B) {
+	cfg := loadConfig(b)
+	// The control plane's production logger (cmd/webhook: zap, JSON, info),
+	// writing nowhere: its log calls cost what they cost in production.
+	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	ctx := b.Context()
+	env := startEnv(b, ctx)
+	// The benchmark's own client: no client-side rate limit (the control
+	// plane runs with none either, controlplane.ClientSettings).
+	cl, err := client.NewWithWatch(controlplane.ClientSettings(env.Config), client.Options{Scheme: env.Client.Scheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	heap0 := heapInUse()
+	b.Logf("control plane up and idle: heap in use %.1f MiB; %d client goroutines; CPU pressure %s", mib(heap0), cfg.clients, benchutil.CPUPressure())
+
+	var floor, bind time.Duration
+	var ns string
+	iteration := 0
+	for b.Loop() {
+		iteration++
+		ns = fmt.Sprintf("bench-%d", iteration)
+		createNamespace(b, ctx, cl, ns)
+		floor = floorPhase(b, ctx, cl, ns, 2*cfg.jobs, cfg.clients)
+		bind = bindPhase(b, ctx, cl, ns, 0, cfg.jobs, cfg.clients)
+	}
+	b.StopTimer()
+	b.Logf("floor: %d plain objects in %s; bind: %d TrainJobs bound (WorkerBinding and token Secret each) in %s; CPU pressure %s",
+		2*cfg.jobs, floor.Round(time.Millisecond), cfg.jobs, bind.Round(time.Millisecond), benchutil.CPUPressure())
+	verify(b, ctx, cl, ns, cfg.jobs)
+	logControllerStats(b)
+	b.ReportMetric(floor.Seconds(), "floor-4000-s")
+	b.ReportMetric(bind.Seconds(), "bind-2000-s")
+	b.ReportMetric(bind.Seconds()/floor.Seconds(), "bind-2000-x-floor")
+
+	if cfg.bindings > cfg.jobs {
+		grow := bindPhase(b, ctx, cl, ns, cfg.jobs, cfg.bindings-cfg.jobs, cfg.clients)
+		b.Logf("grown to %d bindings in %s more", cfg.bindings, grow.Round(time.Millisecond))
+		verify(b, ctx, cl, ns, cfg.bindings)
+	}
+	total := cfg.bindings + (iteration-1)*cfg.jobs // earlier iterations' bindings are still cached
+	heap := heapInUse()
+	b.ReportMetric(mib(heap), "cp-mib-10k-bindings")
+	b.ReportMetric(float64(heap-heap0)/1024/float64(total), "cp-heap-kib-per-binding")
+	b.ReportMetric(rssMiB(b), "rss-mib-10k-bindings")
+	b.Logf("with %d bindings: heap in use %.1f MiB (idle %.1f MiB), RSS %.1f MiB", total, mib(heap), mib(heap0), rssMiB(b))
+}
+
+// startEnv starts kube-apiserver, etcd and the control plane as its
+// ServiceAccount. Leader election is off: the control plane runs its
+// controllers at once, as the elected replica does, and a lease renewal the
+// loaded API server answers late cannot stop the manager mid-run.
+func startEnv(b *testing.B, ctx context.Context) *testenv.Env {
+	b.Helper()
+	if _, err := testenv.Assets(); err != nil {
+		if os.Getenv("CI") == "true" {
+			b.Fatal(err)
+		}
+		b.Skip(err)
+	}
+	env, err := testenv.Start(ctx, testenv.Options{ControlPlane: func(o *controlplane.Options) { o.LeaderElect = false }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			b.Log("stopping the control plane and API server:", err)
+		}
+	})
+	// A real cluster serves JobSets (Trainer needs them): the controller
+	// reads a new binding's JobSet by name until Trainer has created it.
+	// Without the CRD every such read would be a RESTMapper miss instead,
+	// which costs a discovery reload: nothing a cluster pays.
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/jobset").Output()
+	if err != nil {
+		b.Fatal("locating the JobSet module for its CRD:", err)
+	}
+	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{ErrorIfPathMissing: true,
+		Paths: []string{filepath.Join(strings.TrimSpace(string(out)), "config", "components", "crd", "bases")}}); err != nil {
+		b.Fatal("installing the JobSet CRD:", err)
+	}
+	return env
+}
+
+func createNamespace(b *testing.B, ctx context.Context, cl client.Client, ns string) {
+	b.Helper()
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// floorPhase creates n plain objects, half ConfigMaps the size of a
+// WorkerBinding and half Secrets the size of a token Secret, and returns the
+// time until watches have seen them all.
+func floorPhase(b *testing.B, ctx context.Context, cl client.WithWatch, ns string, n, clients int) time.Duration {
+	b.Helper()
+	ca := strings.Repeat("C", 1100) // a PEM CA certificate's size
+	labels := client.MatchingLabels{floorLabel: "true"}
+	want := map[string]bool{}
+	for i := range n / 2 {
+		name := fmt.Sprintf("floor-%05d", i)
+		want["*v1.ConfigMapList/"+name], want["*v1.SecretList/"+name] = true, true
+	}
+	seen := watchAll(b, ctx, cl, want, labels, ns, &corev1.ConfigMapList{}, &corev1.SecretList{})
+	start := time.Now()
+	createAll(b, ctx, n, clients, func(i int) client.Object {
+		meta := metav1.ObjectMeta{Name: fmt.Sprintf("floor-%05d", i/2), Namespace: ns, Labels: map[string]string{floorLabel: "true"}}
+		if i%2 == 0 {
+			return &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{
+				"jobID": "2f0f1f6e-7c4e-4a57-9d63-6f1d5c1f3a11", "workerID": "8a1c0d2e-5b3f-4e6a-9c7d-1e2f3a4b5c6d",
+				"tokenSHA256": strings.Repeat("a", 64), "settings": strings.Repeat("s", 300)}}
+		}
+		return &corev1.Secret{ObjectMeta: meta, Type: binding.TokenSecretType,
+			Data: map[string][]byte{binding.TokenKey: []byte(strings.Repeat("t", 43)), binding.CABundleKey: []byte(ca)}}
+	}, cl)
+	return seen(start)
+}
+
+// bindPhase creates n labeled TrainJobs (numbered from first) and returns the
+// time until watches have seen a WorkerBinding and a token Secret for each.
+func bindPhase(b *testing.B, ctx context.Context, cl client.WithWatch, ns string, first, n, clients int) time.Duration {
+	b.Helper()
+	labels := client.MatchingLabels{jobconfig.BindLabel: jobconfig.BindValue}
+	want := map[string]bool{}
+	for i := range n {
+		name := fmt.Sprintf("job-%05d", first+i)
+		want["*v1alpha1.WorkerBindingList/"+name], want["*v1.SecretList/"+binding.TokenSecretName(name)] = true, true
+	}
+	seen := watchAll(b, ctx, cl, want, labels, ns, &tetherv1.WorkerBindingList{}, &corev1.SecretList{})
+	start := time.Now()
+	createAll(b, ctx, n, clients, func(i int) client.Object {
+		return testobj.MakeTrainJob(fmt.Sprintf("job-%05d", first+i), ns).Bound().Obj()
+	}, cl)
+	return seen(start)
+}
+
+// createAll creates n objects from clients goroutines; an error fails the run.
+func createAll(b *testing.B, ctx context.Context, n, clients int, obj func(int) client.Object, cl client.Client) {
+	b.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Pointer[error]
+	for range clients {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || firstErr.Load() != nil {
+					return
+				}
+				o := obj(i)
+				if err := cl.Create(ctx, o); err != nil {
+					err = fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+					firstErr.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := firstErr.Load(); err != nil {
+		b.Fatal(*err)
+	}
+}
+
+// watchAll starts a watch per list type (in ns, with labels) before anything
+// is created and returns a function that waits until each watch has seen an
+// object of every key in want (kind/name, the kind a list's Go type)
+// added, and returns how long after start.
+// (A watch from no resourceVersion also replays the objects that exist.)
+func watchAll(b *testing.B, ctx context.Context, cl client.WithWatch, want map[string]bool, labels client.MatchingLabels, ns string, lists ...client.ObjectList) func(start time.Time) time.Duration {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
+	type added struct {
+		key string
+		at  time.Time
+	}
+	events := make(chan added, 1024)
+	var watchers sync.WaitGroup
+	for _, list := range lists {
+		// The first watch is opened here, before anything is created; the API
+		// server may close a watch at any time (its timeout, a restart of its
+		// cache), and a closed one is opened again: from no resourceVersion it
+		// replays what exists, and keys are counted once.
+		w, err := cl.Watch(ctx, list, client.InNamespace(ns), labels)
+		if err != nil {
+			cancel()
+			b.Fatal("watching:", err)
+		}
+		kind := fmt.Sprintf("%T", list)
+		watchers.Go(func() {
+			for {
+				for ev := range w.ResultChan() {
+					if ev.Type == watch.Error {
+						if ctx.Err() != nil {
+							break // the phase is over
+						}
+						fmt.Fprintf(os.Stderr, "bench/controller: watch of %s: %v\n", kind, ev.Object)
+						continue
+					}
+					if ev.Type != watch.Added {
+						continue
+					}
+					if o, ok := ev.Object.(client.Object); ok && want[kind+"/"+o.GetName()] {
+						select {
+						case events <- added{key: kind + "/" + o.GetName(), at: time.Now()}:
+						case <-ctx.Done():
+							w.Stop()
+							return
+						}
+					}
+				}
+				w.Stop()
+				for ctx.Err() == nil {
+					if w, err = cl.Watch(ctx, list, client.InNamespace(ns), labels); err == nil {
+						break
+					}
+					fmt.Fprintf(os.Stderr, "bench/controller: watching %s again: %v\n", kind, err)
+					time.Sleep(time.Second)
+				}
+				if ctx.Err() != nil {
+					return
+				}
+			}
+		})
+	}
+	return func(start time.Time) time.Duration {
+		defer watchers.Wait()
+		defer cancel()
+		total := len(want)
+		seen := make(map[string]bool, total)
+		var last time.Time
+		tick := time.NewTicker(15 * time.Second)
+		defer tick.Stop()
+		stalled, before, dumped := 0, -1, false
+		for len(seen) < total {
+			select {
+			case <-tick.C:
+				// Progress on stderr: b.Log shows only at the end.
+				fmt.Fprintf(os.Stderr, "bench/controller: %s: %d of %d objects seen\n", time.Since(start).Round(time.Second), len(seen), total)
+				if stalled++; len(seen) != before {
+					stalled, before = 0, len(seen)
+				}
+				if stalled >= 4 && !dumped {
+					// A minute without progress: show where the process waits.
+					dumped = true
+					fmt.Fprintln(os.Stderr, "bench/controller: no progress for a minute; goroutines:")
+					_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+				}
+			case a := <-events:
+				seen[a.key] = true
+				last = a.at
+			case <-ctx.Done():
+				b.Fatalf("after %s: watches saw %d of %d objects (%v)", time.Since(start).Round(time.Second), len(seen), total, context.Cause(ctx))
+			}
+		}
+		return last.Sub(start)
+	}
+}
+
+// verify checks every TrainJob's binding and Secret: controlled by the
+// TrainJob, the job id stamped on it, the Secret's token the one whose hash
+// the binding holds.
+func verify(b *testing.B, ctx context.Context, cl client.Client, ns string, jobs int) {
+	b.Helper()
+	var bindings tetherv1.WorkerBindingList
+	var secrets corev1.SecretList
+	var tjs metav1.PartialObjectMetadataList
+	tjs.SetGroupVersionKind(trainjob.GVK.GroupVersion().WithKind("TrainJobList"))
+	for _, l := range []client.ObjectList{&bindings, &secrets, &tjs} {
+		if err := cl.List(ctx, l, client.InNamespace(ns)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	bound := map[string]*tetherv1.WorkerBinding{}
+	for i := range bindings.Items {
+		bound[bindings.Items[i].Name] = &bindings.Items[i]
+	}
+	tokens := map[string]*corev1.Secret{}
+	for i := range secrets.Items {
+		tokens[secrets.Items[i].Name] = &secrets.Items[i]
+	}
+	var errs []error
+	for _, tj := range tjs.Items {
+		wb, secret := bound[tj.Name], tokens[binding.TokenSecretName(tj.Name)]
+		switch {
+		case wb == nil || secret == nil:
+			errs = append(errs, fmt.Errorf("%s: binding %v, Secret %v", tj.Name, wb != nil, secret != nil))
+		case !metav1.IsControlledBy(wb, &tj) || !metav1.IsControlledBy(secret, &tj):
+			errs = append(errs, fmt.Errorf("%s: binding or Secret not controlled by the TrainJob", tj.Name))
+		case wb.Spec.JobID == "" || wb.Spec.JobID != tj.Annotations[jobconfig.JobIDAnnotation]:
+			errs = append(errs, fmt.Errorf("%s: binding job id %q, TrainJob's %q", tj.Name, wb.Spec.JobID, tj.Annotations[jobconfig.JobIDAnnotation]))
+		default:
+			token, err := binding.ParseToken(string(secret.Data[binding.TokenKey]))
+			if err != nil || token.Hash() != wb.Spec.TokenSHA256 {
+				errs = append(errs, fmt.Errorf("%s: the Secret's token does not match the binding's hash (%v)", tj.Name, err))
+			}
+		}
+	}
+	if len(tjs.Items) != jobs {
+		errs = append(errs, fmt.Errorf("%d TrainJobs in %s, want %d", len(tjs.Items), ns, jobs))
+	}
+	if len(errs) > 0 {
+		b.Fatalf("%d of %d TrainJobs wrongly bound; first: %v", len(errs), jobs, errors.Join(errs[:min(5, len(errs))]...))
+	}
+}
+
+// logControllerStats logs the binding controller's reconciles (by result,
+// mean duration) and the control plane's API requests by verb, from the
+// controller-runtime registry: what a bind costs, per TrainJob.
+func logControllerStats(b *testing.B) {
+	b.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		b.Log("gathering controller metrics:", err)
+		return
+	}
+	var lines []string
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			switch f.GetName() {
+			case "controller_runtime_reconcile_total":
+				if labels["controller"] == "workerbinding" && m.GetCounter().GetValue() > 0 {
+					lines = append(lines, fmt.Sprintf("reconciles %s: %.0f", labels["result"], m.GetCounter().GetValue()))
+				}
+			case "controller_runtime_reconcile_time_seconds":
+				if h := m.GetHistogram(); labels["controller"] == "workerbinding" && h.GetSampleCount() > 0 {
+					lines = append(lines, fmt.Sprintf("reconcile mean %.1fms", 1000*h.GetSampleSum()/float64(h.GetSampleCount())))
+				}
+			case "rest_client_requests_total":
+				if m.GetCounter().GetValue() > 0 {
+					lines = append(lines, fmt.Sprintf("requests %s %s: %.0f", labels["method"], labels["code"], m.GetCounter().GetValue()))
+				}
+			}
+		}
+	}
+	slices.Sort(lines)
+	b.Logf("control plane (and benchmark client) so far: %s", strings.Join(lines, "; "))
+}
+
+// heapInUse is the Go heap in use after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// rssMiB is this process's resident set size (VmRSS).
+func rssMiB(b *testing.B) float64 {
+	b.Helper()
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kib, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kib / 1024
+		}
+	}
+	b.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
+
+func mib(n uint64) float64 { return float64(n) / (1 << 20) }

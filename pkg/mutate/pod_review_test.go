@@ -1,0 +1,115 @@
+package mutate
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+// serveReview POSTs body to h.ServeHTTP and returns the status and the
+// decoded AdmissionReview.
+func serveReview(t *testing.T, h *PodHandler, contentType string, body []byte) (int, admissionv1.AdmissionReview) {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/mutate-pod", bytes.NewReader(body))
+	req.Header.Set("Content-Type", contentType)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &review); err != nil {
+		t.Fatalf("response is not an AdmissionReview: %v: %s", err, rec.Body.Bytes())
+	}
+	if review.APIVersion != "admission.k8s.io/v1" || review.Kind != "AdmissionReview" || review.Response == nil {
+		t.Fatalf("response %s: want an admission.k8s.io/v1 AdmissionReview with a response", rec.Body.Bytes())
+	}
+	return rec.Code, review
+}
+
+func reviewOf(t *testing.T, req admissionv1.AdmissionRequest) []byte {
+	t.Helper()
+	return mustJSON(t, admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  &req,
+	})
+}
+
+// TestPodServeHTTPMatchesHandle: for every golden pod case, the review the
+// control plane serves (ServeHTTP, one decoding pass) carries exactly what
+// Handle, which the golden tests check, returns.
+func TestPodServeHTTPMatchesHandle(t *testing.T) {
+	dir := goldenDir{dir: "testdata/pod", optional: []string{".trainjob.yaml"}}
+	for _, name := range dir.cases(t) {
+		t.Run(name, func(t *testing.T) {
+			in := readJSON(t, dir.path(name, inSuffix))
+			var meta metav1.PartialObjectMetadata
+			if err := json.Unmarshal(in, &meta); err != nil {
+				t.Fatal(err)
+			}
+			h := &PodHandler{Injector: PodInjector{Sidecar: testSidecar}, TrainJobs: readTrainJob(t, dir.path(name, ".trainjob.yaml"))}
+			req := admissionv1.AdmissionRequest{
+				UID: types.UID("uid-" + name), Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+				Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Namespace: meta.Namespace,
+				Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: in}, DryRun: ptr.To(true),
+			}
+			want := admit(t, h, req)
+			status, got := serveReview(t, h, "application/json", reviewOf(t, req))
+			if status != http.StatusOK {
+				t.Fatalf("HTTP %d", status)
+			}
+			wantJSON, gotJSON := mustJSON(t, want.AdmissionResponse), mustJSON(t, got.Response)
+			if !bytes.Equal(wantJSON, gotJSON) {
+				t.Errorf("ServeHTTP answered\n%s\nHandle answered\n%s", gotJSON, wantJSON)
+			}
+		})
+	}
+}
+
+// TestPodServeHTTPRefusesBadReviews: what is not a v1 AdmissionReview of a
+// pod gets an error saying what was wrong, and a non-CREATE is allowed as is.
+func TestPodServeHTTPRefusesBadReviews(t *testing.T) {
+	h := &PodHandler{Injector: PodInjector{Sidecar: testSidecar}, TrainJobs: failingReader{}}
+	pod := readJSON(t, "testdata/pod/injected-default.in.yaml")
+	create := admissionv1.AdmissionRequest{UID: "u1", Operation: admissionv1.Create, Namespace: "ml-team", Object: runtime.RawExtension{Raw: pod}}
+	v1beta1 := bytes.Replace(reviewOf(t, create), []byte(`"admission.k8s.io/v1"`), []byte(`"admission.k8s.io/v1beta1"`), 1)
+	notAPod := create
+	notAPod.Object = runtime.RawExtension{Raw: []byte(`{"spec":{"containers":"node"}}`)}
+	for name, tc := range map[string]struct {
+		contentType string
+		body        []byte
+		code        int32
+		message     string
+		uid         types.UID
+	}{
+		"wrong content type": {"text/plain", reviewOf(t, create), http.StatusBadRequest, `Content-Type "text/plain": want application/json`, ""},
+		"empty body":         {"application/json", nil, http.StatusBadRequest, "request body is empty", ""},
+		"not JSON":           {"application/json", []byte("{"), http.StatusBadRequest, "undecodable AdmissionReview", ""},
+		"v1beta1":            {"application/json", v1beta1, http.StatusBadRequest, "admissionReviewVersions must be [v1]", ""},
+		"no request":         {"application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`), http.StatusBadRequest, "without a request", ""},
+		"undecodable pod":    {"application/json", reviewOf(t, notAPod), http.StatusBadRequest, "not a decodable Pod", "u1"},
+		"too large":          {"application/json", bytes.Repeat([]byte(" "), MaxReviewBytes+1), http.StatusRequestEntityTooLarge, "larger than", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, review := serveReview(t, h, tc.contentType, tc.body)
+			r := review.Response
+			if r.Allowed || r.Result == nil || r.Result.Code != tc.code || !strings.Contains(r.Result.Message, tc.message) || r.UID != tc.uid {
+				t.Errorf("response %+v (result %+v), want refused with code %d, uid %q and a message containing %q", r, r.Result, tc.code, tc.uid, tc.message)
+			}
+		})
+	}
+
+	del := create
+	del.Operation = admissionv1.Delete
+	del.Object = runtime.RawExtension{}
+	_, review := serveReview(t, h, "application/json", reviewOf(t, del))
+	if r := review.Response; !r.Allowed || r.UID != "u1" || len(r.Patch) != 0 {
+		t.Errorf("DELETE: response %+v, want allowed unchanged with uid u1", r)
+	}
+}
