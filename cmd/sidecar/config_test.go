@@ -70,21 +70,23 @@ func TestLoadConfig(t *testing.T) {
 		t.Errorf("config = %+v", cfg)
 	}
 	if cfg.include != nil || cfg.exclude != nil || cfg.flushBudget != 25*time.Second ||
-		cfg.syncInterval != 10*time.Second || cfg.settleTime != 10*time.Second {
+		cfg.syncInterval != 10*time.Second || cfg.settleTime != 10*time.Second || !cfg.fileEvents || cfg.uploadWorkers != 8 {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	env[binding.EnvInclude] = "ckpt/**, *.{safetensors,json}"
 	env[binding.EnvExclude] = "ckpt/tmp/**"
 	env[EnvFlushBudget], env[EnvSyncInterval], env[EnvSettleTime] = "55s", "3s", "1m"
+	env[EnvFileEvents], env[EnvUploadWorkers] = "off", "3"
 	cfg, err = loadConfig(getenv(env))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(cfg.include, []string{"ckpt/**", "*.{safetensors,json}"}) || !slices.Equal(cfg.exclude, []string{"ckpt/tmp/**"}) ||
-		cfg.flushBudget != 55*time.Second || cfg.syncInterval != 3*time.Second || cfg.settleTime != time.Minute {
+		cfg.flushBudget != 55*time.Second || cfg.syncInterval != 3*time.Second || cfg.settleTime != time.Minute ||
+		cfg.fileEvents || cfg.uploadWorkers != 3 {
 		t.Errorf("config = %+v", cfg)
 	}
-	for _, k := range []string{binding.EnvInclude, binding.EnvExclude, EnvFlushBudget, EnvSyncInterval, EnvSettleTime} {
+	for _, k := range []string{binding.EnvInclude, binding.EnvExclude, EnvFlushBudget, EnvSyncInterval, EnvSettleTime, EnvFileEvents, EnvUploadWorkers} {
 		delete(env, k)
 	}
 	delete(env, binding.EnvNodeName) // optional
@@ -126,6 +128,9 @@ func TestLoadConfigNamesTheVariable(t *testing.T) {
 		{"flush budget", func(_ *testing.T, env map[string]string) { env[EnvFlushBudget] = "soon" }, EnvFlushBudget + `="soon"`},
 		{"sync interval", func(_ *testing.T, env map[string]string) { env[EnvSyncInterval] = "-1s" }, EnvSyncInterval},
 		{"settle time", func(_ *testing.T, env map[string]string) { env[EnvSettleTime] = "0" }, EnvSettleTime},
+		{"file events", func(_ *testing.T, env map[string]string) { env[EnvFileEvents] = "yes" }, EnvFileEvents + `="yes": want on or off`},
+		{"upload workers", func(_ *testing.T, env map[string]string) { env[EnvUploadWorkers] = "0" }, EnvUploadWorkers + `="0"`},
+		{"too many workers", func(_ *testing.T, env map[string]string) { env[EnvUploadWorkers] = "65" }, "1 to 64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := testEnv(t, "https://tether.example:8443", ca)

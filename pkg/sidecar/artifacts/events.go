@@ -1,0 +1,178 @@
+package artifacts
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"sync"
+	"time"
+)
+
+// eventDelay is how long the event loop waits after an event before it
+// takes the paths: a burst of closes is taken at once, and a file written
+// then renamed at once is taken under its final name only.
+const eventDelay = 50 * time.Millisecond
+
+// Mode is how files are taken now: ModeEvents or ModeSettle.
+func (s *Syncer) Mode() string { return s.mode.Load().(string) }
+
+// setMode records the mode and logs a change: why events are unavailable
+// (a per-uid inotify limit, named with the sysctl to raise) is a warning,
+// since every file then waits for the settle time.
+func (s *Syncer) setMode(mode string, why error) {
+	prev := s.mode.Swap(mode)
+	settle := s.cfg.Scanner.settle.String()
+	switch {
+	case mode == ModeEvents:
+		s.log.Info("artifact uploads start when the trainer closes a file or renames it into place (inotify); "+
+			"files never closed wait for the settle time", "mode", mode, "settleTime", settle)
+	case why != nil:
+		s.log.Warn("artifact uploads wait for the settle time: "+why.Error(), "mode", mode, "settleTime", settle)
+	case prev != mode:
+		s.log.Info("artifact uploads wait for the settle time (file events off)", "mode", mode, "settleTime", settle)
+	}
+}
+
+// watch starts the watcher, or returns nil (settle mode) when it cannot.
+func (s *Syncer) watch() *watcher {
+	w, err := newWatcher(s.cfg.Scanner, s.addWatch)
+	if err != nil {
+		s.setMode(ModeSettle, err)
+		return nil
+	}
+	s.setMode(ModeEvents, nil)
+	s.log.Debug("watching the artifact directory", "directories", w.watches())
+	return w
+}
+
+// runEvents uploads the files the watcher reports until ctx ends or
+// watching stops for good (then the settle rule alone decides).
+func (s *Syncer) runEvents(ctx context.Context, w *watcher) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.Ready():
+		}
+		t := time.NewTimer(eventDelay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		paths, overflow, err := w.Take()
+		if overflow {
+			// Closes were lost: watch again whatever directory appeared
+			// meanwhile, and scan now; what was closed unseen is taken by
+			// the settle rule (it cannot be told from a file still open).
+			s.log.Warn("file events were lost (inotify queue overflow); rescanning: files closed meanwhile wait for the settle time",
+				"settleTime", s.cfg.Scanner.settle.String())
+			if err == nil {
+				err = w.addTree("", false)
+			}
+			s.kickRound()
+		}
+		if len(paths) > 0 {
+			s.uploadClosed(ctx, paths)
+		}
+		if err != nil {
+			s.setMode(ModeSettle, err)
+			s.kickRound()
+			return
+		}
+	}
+}
+
+func (s *Syncer) kickRound() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// uploadClosed uploads files the trainer closed or renamed into place.
+// A file whose last event upload started within the settle time (a file
+// rewritten or appended again and again) is left to the settle rule, as is
+// one whose upload failed: the next rounds retry it, and report it.
+func (s *Syncer) uploadClosed(ctx context.Context, paths []string) {
+	start := time.Now()
+	var todo []LocalFile
+	for _, p := range paths {
+		f, _, ok := s.cfg.Scanner.Closed(p)
+		if !ok {
+			continue // not an artifact, gone, or refused (the round reports it)
+		}
+		if _, done := s.cfg.Uploader.Verified(f.Path, f.Size, f.ModTime); done || !s.takeEvent(f.Path, start) {
+			continue
+		}
+		todo = append(todo, f)
+	}
+	if len(todo) == 0 {
+		return
+	}
+	var (
+		mu               sync.Mutex
+		uploaded, failed int
+		bytes            int64
+		wg               sync.WaitGroup
+	)
+	next := make(chan LocalFile)
+	for range min(s.cfg.Workers, len(todo)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for f := range next {
+				res, started, err := s.upload(ctx, f.Path)
+				mu.Lock()
+				switch {
+				case !started:
+				case err != nil:
+					failed++
+					if !errors.Is(err, fs.ErrNotExist) {
+						s.log.Debug("upload on close failed; the sync rounds retry it", "path", f.Path, "error", err.Error())
+					}
+				case res.How == Uploaded:
+					uploaded++
+					bytes += res.Size
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, f := range todo {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- f
+	}
+	close(next)
+	wg.Wait()
+	if uploaded > 0 || failed > 0 {
+		s.log.Info("artifacts uploaded on close", "uploaded", uploaded, "uploadedBytes", bytes, "failed", failed,
+			"duration", time.Since(start).Round(time.Millisecond).String())
+	}
+}
+
+// takeEvent reports whether a file event may start rel's upload now: not
+// when one did within the settle time.
+func (s *Syncer) takeEvent(rel string, now time.Time) bool {
+	settle := s.cfg.Scanner.settle
+	s.eventMu.Lock()
+	defer s.eventMu.Unlock()
+	if t, ok := s.lastEvent[rel]; ok && now.Sub(t) < settle {
+		return false
+	}
+	if len(s.lastEvent) >= maxPendingEvents {
+		for p, t := range s.lastEvent {
+			if now.Sub(t) >= settle {
+				delete(s.lastEvent, p)
+			}
+		}
+		if len(s.lastEvent) >= maxPendingEvents {
+			clear(s.lastEvent) // bounded: forgetting only lets a file's next close upload it again
+		}
+	}
+	s.lastEvent[rel] = now
+	return true
+}
