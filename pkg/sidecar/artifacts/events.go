@@ -48,6 +48,7 @@ func (s *Syncer) watch() *watcher {
 // runEvents uploads the files the watcher reports until ctx ends or
 // watching stops for good (then the settle rule alone decides).
 func (s *Syncer) runEvents(ctx context.Context, w *watcher) {
+	ctx = withChangeEndsAttempts(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -92,9 +93,11 @@ func (s *Syncer) kickRound() {
 }
 
 // uploadClosed uploads files the trainer closed or renamed into place.
-// A file whose last event upload started within the settle time (a file
-// rewritten or appended again and again) is left to the settle rule, as is
-// one whose upload failed: the next rounds retry it, and report it.
+// A file verified on an event less than the settle time ago and closed
+// again (rewritten or appended again and again) is left to the settle rule.
+// A file that changed while it was read is not retried: it is still being
+// written, and its next close takes it. Other failures are retried, and
+// reported, by the rounds.
 func (s *Syncer) uploadClosed(ctx context.Context, paths []string) {
 	start := time.Now()
 	var todo []LocalFile
@@ -103,7 +106,7 @@ func (s *Syncer) uploadClosed(ctx context.Context, paths []string) {
 		if !ok {
 			continue // not an artifact, gone, or refused (the round reports it)
 		}
-		if _, done := s.cfg.Uploader.Verified(f.Path, f.Size, f.ModTime); done || !s.takeEvent(f.Path, start) {
+		if _, done := s.cfg.Uploader.Verified(f.Path, f.Size, f.ModTime); done || s.recentlyVerified(f.Path, start) {
 			continue
 		}
 		todo = append(todo, f)
@@ -135,6 +138,7 @@ func (s *Syncer) uploadClosed(ctx context.Context, paths []string) {
 				case res.How == Uploaded:
 					uploaded++
 					bytes += res.Size
+					s.noteVerified(f.Path, time.Now())
 				}
 				mu.Unlock()
 			}
@@ -154,15 +158,20 @@ func (s *Syncer) uploadClosed(ctx context.Context, paths []string) {
 	}
 }
 
-// takeEvent reports whether a file event may start rel's upload now: not
-// when one did within the settle time.
-func (s *Syncer) takeEvent(rel string, now time.Time) bool {
+// recentlyVerified reports whether a file event verified rel less than the
+// settle time before now.
+func (s *Syncer) recentlyVerified(rel string, now time.Time) bool {
+	s.eventMu.Lock()
+	defer s.eventMu.Unlock()
+	t, ok := s.lastEvent[rel]
+	return ok && now.Sub(t) < s.cfg.Scanner.settle
+}
+
+// noteVerified records that a file event verified rel at now.
+func (s *Syncer) noteVerified(rel string, now time.Time) {
 	settle := s.cfg.Scanner.settle
 	s.eventMu.Lock()
 	defer s.eventMu.Unlock()
-	if t, ok := s.lastEvent[rel]; ok && now.Sub(t) < settle {
-		return false
-	}
 	if len(s.lastEvent) >= maxPendingEvents {
 		for p, t := range s.lastEvent {
 			if now.Sub(t) >= settle {
@@ -174,5 +183,4 @@ func (s *Syncer) takeEvent(rel string, now time.Time) bool {
 		}
 	}
 	s.lastEvent[rel] = now
-	return true
 }

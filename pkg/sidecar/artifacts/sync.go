@@ -71,7 +71,7 @@ type Syncer struct {
 	// addWatch replaces inotify_add_watch (tests); nil is the real one.
 	addWatch  func(fd int, pathname string, mask uint32) (int, error)
 	eventMu   sync.Mutex
-	lastEvent map[string]time.Time // per path, when a file event last started its upload
+	lastEvent map[string]time.Time // per path, when a file event last verified it
 
 	logMu         sync.Mutex
 	lastLoggedErr map[string]string // per path, the error last logged: not repeated every round
@@ -321,6 +321,8 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 
 	if final {
 		ctx = withFinalFlush(ctx)
+	} else {
+		ctx = withChangeEndsAttempts(ctx)
 	}
 	scan, err := s.cfg.Scanner.Scan(final)
 	if err != nil {
@@ -382,6 +384,8 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 			} else {
 				rep.Pending = append(rep.Pending, todo[i].Path)
 			}
+		case o.err != nil && !final && errors.Is(o.err, errChanged):
+			rep.Pending = append(rep.Pending, o.file.Path) // being written after all
 		case o.err != nil:
 			var fe *FileError
 			if !errors.As(o.err, &fe) {
