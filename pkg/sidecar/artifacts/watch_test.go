@@ -261,7 +261,13 @@ func TestFileEventsAppendWhileUploading(t *testing.T) {
 	}
 	fi, err = os.Stat(path)
 	must(t, err)
-	if sum, ok := u.Verified("ckpt.bin", fi.Size(), fi.ModTime()); !ok || sum != md5hex(whole) {
+	// The server stored it before the sidecar read its answer.
+	sum, ok := u.Verified("ckpt.bin", fi.Size(), fi.ModTime())
+	for !ok && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		sum, ok = u.Verified("ckpt.bin", fi.Size(), fi.ModTime())
+	}
+	if !ok || sum != md5hex(whole) {
 		t.Errorf("verified %v %s, want the whole file %s", ok, sum, md5hex(whole))
 	}
 	mu.Lock()
