@@ -25,7 +25,8 @@ import (
 const ExcludeAnnotation = "tether.dev/exclude"
 
 // DefaultSettleTime is how long a file's size and mtime must stay unchanged
-// before a (non-final) sync takes it as finished.
+// before a (non-final) sync takes it as finished, when no close event took
+// it first (events.go).
 const DefaultSettleTime = 10 * time.Second
 
 // ScannerConfig configures a Scanner. Dir is required.

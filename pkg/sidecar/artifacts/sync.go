@@ -168,7 +168,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 		// Watching starts before the first round's scan: a file closed
 		// after the scan has its event.
 		if w := s.watch(); w != nil {
-			defer w.Close()
+			defer func() { _ = w.Close() }()
 			done := make(chan struct{})
 			go func() {
 				defer close(done)

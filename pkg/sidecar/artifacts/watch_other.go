@@ -14,3 +14,5 @@ func (w *watcher) watches() int                                     { return 0 }
 func (w *watcher) Close() error                                     { return nil }
 func (w *watcher) Ready() <-chan struct{}                           { return nil }
 func (w *watcher) Take() (paths []string, overflow bool, err error) { return nil, false, nil }
+
+func (w *watcher) addTree(string, bool) error { return nil }
