@@ -12,7 +12,9 @@
 //
 // BenchmarkCheckpointCloseToVerified writes 50 checkpoints
 // (TETHER_BENCH_SYNC_CHECKPOINTS) of 64 MiB (TETHER_BENCH_SYNC_CHECKPOINT_MIB)
-// one after another, one every 1.5s (TETHER_BENCH_SYNC_PACE): each in a new
+// one after another, one every 1.5s (TETHER_BENCH_SYNC_PACE) or, if longer,
+// twice the upload time of three checkpoints uploaded alone first (pace-s:
+// an upload fits between two closes, so the figure is not a queue's): each in a new
 // directory ckpt-<i>/model.bin, written in 1 MiB blocks and closed. The
 // Syncer runs as cmd/sidecar configures it, twice in one run: first with
 // file events off (the settle rule alone, 10s unchanged, a round every 10s:

@@ -195,6 +195,35 @@ func runCheckpoints(b *testing.B, s *server, fileEvents bool, n int, size int64,
 	return run
 }
 
+// uploadAlone uploads n checkpoints of size, written for it, one at a
+// time, and returns how long each took.
+func uploadAlone(b *testing.B, s *server, size int64, n int) []time.Duration {
+	b.Helper()
+	dir := b.TempDir()
+	w := &checkpointWriter{dir: dir, size: size, block: make([]byte, mib)}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer root.Close()
+	up := s.newUploader(b, 0)
+	var ds []time.Duration
+	for i := range n {
+		rel, _, _, err := w.write(1000 + i)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		if _, err := up.UploadFile(context.Background(), root, rel); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(t0))
+		_ = s.backend.Delete(context.Background(), s.key(rel))
+		s.forget(s.key(rel))
+	}
+	return ds
+}
+
 // BenchmarkCheckpointCloseToVerified: see doc.go.
 func BenchmarkCheckpointCloseToVerified(b *testing.B) {
 	n := envInt(b, "TETHER_BENCH_SYNC_CHECKPOINTS", 50)
@@ -204,6 +233,12 @@ func BenchmarkCheckpointCloseToVerified(b *testing.B) {
 	progress("cpu pressure before: %s", benchutil.CPUPressure())
 	for range b.N {
 		s := startServer(b, storeParent)
+		// One checkpoint's upload must fit between two closes, or the
+		// figure measures a queue: the pace is at least twice the upload
+		// time of three checkpoints uploaded alone first.
+		warm := uploadAlone(b, s, size, 3)
+		pace := max(pace, 2*percentile(warm, 0.5))
+		progress("three uploads alone: p50 %s; one checkpoint every %s", percentile(warm, 0.5).Round(time.Millisecond), pace.Round(time.Millisecond))
 		// Before: the settle rule alone (main: 10s unchanged, a round
 		// every 10s).
 		settle := runCheckpoints(b, s, false, n, size, pace)
@@ -247,6 +282,7 @@ func BenchmarkCheckpointCloseToVerified(b *testing.B) {
 		b.ReportMetric(ms(percentile(settle.latencies, 0.5)), "settle-close-to-verified-p50-ms")
 		b.ReportMetric(ms(percentile(settle.latencies, 0.99)), "settle-close-to-verified-p99-ms")
 		b.ReportMetric(float64(percentile(settle.latencies, 0.5))/float64(p50), "x-settle-p50")
+		b.ReportMetric(pace.Seconds(), "pace-s")
 	}
 	progress("cpu pressure after: %s", benchutil.CPUPressure())
 }
