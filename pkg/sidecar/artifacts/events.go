@@ -78,6 +78,9 @@ func (s *Syncer) runEvents(ctx context.Context, w *watcher) {
 			s.uploadClosed(ctx, paths)
 		}
 		if err != nil {
+			// Its watches count against the node's shared limit: give
+			// them back now (Run closes it again, harmlessly).
+			_ = w.Close()
 			s.setMode(ModeSettle, err)
 			s.kickRound()
 			return
