@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"sync"
 	"time"
 )
 
@@ -49,6 +48,7 @@ func (s *Syncer) watch() *watcher {
 // watching stops for good (then the settle rule alone decides).
 func (s *Syncer) runEvents(ctx context.Context, w *watcher) {
 	ctx = withChangeEndsAttempts(ctx)
+	defer s.eventsRunning.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -95,69 +95,47 @@ func (s *Syncer) kickRound() {
 	}
 }
 
-// uploadClosed uploads files the trainer closed or renamed into place.
-// A file verified on an event less than the settle time ago and closed
-// again (rewritten or appended again and again) is left to the settle rule.
-// A file that changed while it was read is not retried: it is still being
-// written, and its next close takes it. Other failures are retried, and
-// reported, by the rounds.
+// uploadClosed starts the uploads of files the trainer closed or renamed
+// into place, each as soon as an event worker is free (at most Workers; the
+// caller waits only for a free one, so a close is never held behind another
+// file's upload). A file verified on an event less than the settle time ago
+// and closed again (rewritten or appended again and again) is left to the
+// settle rule. A file that changed while it was read is not retried: it is
+// still being written, and its next close takes it. Other failures are
+// retried, and reported, by the rounds.
 func (s *Syncer) uploadClosed(ctx context.Context, paths []string) {
-	start := time.Now()
-	var todo []LocalFile
 	for _, p := range paths {
 		f, _, ok := s.cfg.Scanner.Closed(p)
 		if !ok {
 			continue // not an artifact, gone, or refused (the round reports it)
 		}
-		if _, done := s.cfg.Uploader.Verified(f.Path, f.Size, f.ModTime); done || s.recentlyVerified(f.Path, start) {
+		if _, done := s.cfg.Uploader.Verified(f.Path, f.Size, f.ModTime); done || s.recentlyVerified(f.Path, time.Now()) {
 			continue
 		}
-		todo = append(todo, f)
-	}
-	if len(todo) == 0 {
-		return
-	}
-	var (
-		mu               sync.Mutex
-		uploaded, failed int
-		bytes            int64
-		wg               sync.WaitGroup
-	)
-	next := make(chan LocalFile)
-	for range min(s.cfg.Workers, len(todo)) {
-		wg.Add(1)
+		select {
+		case s.eventWorkers <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		s.eventsRunning.Add(1)
 		go func() {
-			defer wg.Done()
-			for f := range next {
-				res, started, err := s.upload(ctx, f.Path)
-				mu.Lock()
-				switch {
-				case !started:
-				case err != nil:
-					failed++
-					if !errors.Is(err, fs.ErrNotExist) {
-						s.log.Debug("upload on close failed; the sync rounds retry it", "path", f.Path, "error", err.Error())
-					}
-				case res.How == Uploaded:
-					uploaded++
-					bytes += res.Size
-					s.noteVerified(f.Path, time.Now())
+			defer s.eventsRunning.Done()
+			defer func() { <-s.eventWorkers }()
+			start := time.Now()
+			res, started, err := s.upload(ctx, f.Path)
+			switch {
+			case !started:
+			case err != nil:
+				if !errors.Is(err, fs.ErrNotExist) {
+					s.log.Debug("upload on close failed; the sync rounds retry it", "path", f.Path, "error", err.Error())
 				}
-				mu.Unlock()
+			case res.How == Uploaded:
+				s.noteVerified(f.Path, time.Now())
+				s.uploadedOnClose.Add(1)
+				s.log.Debug("artifact uploaded on close", "path", f.Path, "size", res.Size,
+					"duration", time.Since(start).Round(time.Millisecond).String())
 			}
 		}()
-	}
-	for _, f := range todo {
-		if ctx.Err() != nil {
-			break
-		}
-		next <- f
-	}
-	close(next)
-	wg.Wait()
-	if uploaded > 0 || failed > 0 {
-		s.log.Info("artifacts uploaded on close", "uploaded", uploaded, "uploadedBytes", bytes, "failed", failed,
-			"duration", time.Since(start).Round(time.Millisecond).String())
 	}
 }
 

@@ -72,6 +72,12 @@ type Syncer struct {
 	addWatch  func(fd int, pathname string, mask uint32) (int, error)
 	eventMu   sync.Mutex
 	lastEvent map[string]time.Time // per path, when a file event last verified it
+	// eventWorkers bounds the uploads file events have started (Workers);
+	// eventsRunning is how many still run; uploadedOnClose counts those
+	// that sent a file, for the next round's log line.
+	eventWorkers    chan struct{}
+	eventsRunning   sync.WaitGroup
+	uploadedOnClose atomic.Int64
 
 	logMu         sync.Mutex
 	lastLoggedErr map[string]string // per path, the error last logged: not repeated every round
@@ -150,7 +156,7 @@ func NewSyncer(cfg SyncerConfig) (*Syncer, error) {
 		cfg.Workers = DefaultWorkers
 	}
 	s := &Syncer{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, 1), lastLoggedErr: map[string]string{},
-		slots: make(chan struct{}, cfg.Workers), kick: make(chan struct{}, 1), lastEvent: map[string]time.Time{}}
+		slots: make(chan struct{}, cfg.Workers), eventWorkers: make(chan struct{}, cfg.Workers), kick: make(chan struct{}, 1), lastEvent: map[string]time.Time{}}
 	s.mode.Store(ModeSettle)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -266,7 +272,8 @@ func (s *Syncer) logRound(what string, rep *Report) {
 	}
 	s.lastLoggedErr = failed
 	s.noteSkipped(rep.Skipped)
-	attrs := []any{"verified", len(rep.Verified), "uploaded", rep.Uploaded, "alreadyPresent", rep.AlreadyPresent,
+	onClose := s.uploadedOnClose.Swap(0)
+	attrs := []any{"verified", len(rep.Verified), "uploaded", rep.Uploaded, "uploadedOnClose", onClose, "alreadyPresent", rep.AlreadyPresent,
 		"uploadedBytes", rep.UploadedBytes, "missing", len(rep.Missing), "pending", len(rep.Pending),
 		"skipped", len(rep.Skipped), "duration", rep.Duration.Round(time.Millisecond).String()}
 	incomplete := len(rep.Missing) > 0 || rep.ManifestErr != nil
@@ -283,7 +290,7 @@ func (s *Syncer) logRound(what string, rep *Report) {
 		s.log.Debug(what+" still incomplete", append(attrs, "error", warning)...)
 	case incomplete:
 		s.log.Warn(what+" incomplete", append(attrs, "error", warning)...)
-	case rep.Uploaded > 0 || rep.AlreadyPresent > 0 || rep.Final:
+	case rep.Uploaded > 0 || rep.AlreadyPresent > 0 || rep.Final || onClose > 0:
 		s.log.Info(what, append(attrs, "manifest", rep.Manifest)...)
 	default:
 		s.log.Debug(what, attrs...)
