@@ -30,12 +30,21 @@ const (
 	// EnvSyncInterval is the time between two sync rounds (default 10s).
 	EnvSyncInterval = "TETHER_SYNC_INTERVAL"
 	// EnvSettleTime is how long a file must be unchanged to be uploaded
-	// before the final flush (default 10s).
+	// before the final flush (default 10s), when no file event says it is
+	// complete: files never closed, or file events off or unavailable.
 	EnvSettleTime = "TETHER_SETTLE_TIME"
 	// EnvDirectUpload is "on" (default: files of 1 MiB or more go straight
 	// to the store when the binding server offers it) or "off" (every file
 	// through the binding server).
 	EnvDirectUpload = "TETHER_DIRECT_UPLOAD"
+	// EnvFileEvents: "on" (default) uploads a file as soon as the trainer
+	// closes it after writing or renames it into place (inotify), falling
+	// back to the settle rule when events are unavailable; "off" uses the
+	// settle rule alone.
+	EnvFileEvents = "TETHER_FILE_EVENTS"
+	// EnvUploadWorkers is how many uploads run at once (default 8, at most
+	// 64), and so the keep-alive connections kept to the server.
+	EnvUploadWorkers = "TETHER_UPLOAD_WORKERS"
 )
 
 // config is everything the sidecar reads from its environment.
@@ -49,9 +58,13 @@ type config struct {
 	// flushBudget bounds the final flush on SIGTERM; syncInterval and
 	// settleTime shape the periodic sync.
 	flushBudget, syncInterval, settleTime time.Duration
-	logLevel                              slog.Level
+	// fileEvents uploads files on their close events (TETHER_FILE_EVENTS);
+	// uploadWorkers bounds the uploads at once (TETHER_UPLOAD_WORKERS);
 	// directUpload is TETHER_DIRECT_UPLOAD.
-	directUpload bool
+	fileEvents    bool
+	uploadWorkers int
+	directUpload  bool
+	logLevel      slog.Level
 	// nodeRank is the pod's node rank (TETHER_NODE_RANK; 0 when unset, as
 	// from a webhook that bound node 0 only).
 	nodeRank int
@@ -106,7 +119,23 @@ func loadConfig(getenv func(string) string) (config, error) {
 		cfg.directUpload = true
 	case "off":
 	default:
-		errs = append(errs, fmt.Errorf("%s=%q: must be on or off", EnvDirectUpload, v))
+		errs = append(errs, fmt.Errorf("%s=%q: want on or off", EnvDirectUpload, v))
+	}
+	switch v := strings.TrimSpace(getenv(EnvFileEvents)); v {
+	case "", "on":
+		cfg.fileEvents = true
+	case "off":
+	default:
+		errs = append(errs, fmt.Errorf("%s=%q: want on or off", EnvFileEvents, v))
+	}
+	cfg.uploadWorkers = artifacts.DefaultWorkers
+	if v := strings.TrimSpace(getenv(EnvUploadWorkers)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > artifacts.MaxWorkers {
+			errs = append(errs, fmt.Errorf("%s=%q: want the number of uploads at once, 1 to %d", EnvUploadWorkers, v, artifacts.MaxWorkers))
+		} else {
+			cfg.uploadWorkers = n
+		}
 	}
 	c := &cfg.client
 	c.JobID = req(binding.EnvJobID)

@@ -70,22 +70,23 @@ func TestLoadConfig(t *testing.T) {
 		t.Errorf("config = %+v", cfg)
 	}
 	if cfg.include != nil || cfg.exclude != nil || cfg.flushBudget != 25*time.Second ||
-		cfg.syncInterval != 10*time.Second || cfg.settleTime != 10*time.Second || !cfg.directUpload {
+		cfg.syncInterval != 10*time.Second || cfg.settleTime != 10*time.Second || !cfg.fileEvents || cfg.uploadWorkers != 8 || !cfg.directUpload {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	env[binding.EnvInclude] = "ckpt/**, *.{safetensors,json}"
 	env[binding.EnvExclude] = "ckpt/tmp/**"
 	env[EnvFlushBudget], env[EnvSyncInterval], env[EnvSettleTime] = "55s", "3s", "1m"
-	env[EnvDirectUpload] = "off"
+	env[EnvFileEvents], env[EnvUploadWorkers], env[EnvDirectUpload] = "off", "3", "off"
 	cfg, err = loadConfig(getenv(env))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(cfg.include, []string{"ckpt/**", "*.{safetensors,json}"}) || !slices.Equal(cfg.exclude, []string{"ckpt/tmp/**"}) ||
-		cfg.flushBudget != 55*time.Second || cfg.syncInterval != 3*time.Second || cfg.settleTime != time.Minute || cfg.directUpload {
+		cfg.flushBudget != 55*time.Second || cfg.syncInterval != 3*time.Second || cfg.settleTime != time.Minute ||
+		cfg.fileEvents || cfg.uploadWorkers != 3 || cfg.directUpload {
 		t.Errorf("config = %+v", cfg)
 	}
-	for _, k := range []string{binding.EnvInclude, binding.EnvExclude, EnvFlushBudget, EnvSyncInterval, EnvSettleTime, EnvDirectUpload} {
+	for _, k := range []string{binding.EnvInclude, binding.EnvExclude, EnvFlushBudget, EnvSyncInterval, EnvSettleTime, EnvFileEvents, EnvUploadWorkers, EnvDirectUpload} {
 		delete(env, k)
 	}
 	delete(env, binding.EnvNodeName) // optional
@@ -127,7 +128,10 @@ func TestLoadConfigNamesTheVariable(t *testing.T) {
 		{"flush budget", func(_ *testing.T, env map[string]string) { env[EnvFlushBudget] = "soon" }, EnvFlushBudget + `="soon"`},
 		{"sync interval", func(_ *testing.T, env map[string]string) { env[EnvSyncInterval] = "-1s" }, EnvSyncInterval},
 		{"settle time", func(_ *testing.T, env map[string]string) { env[EnvSettleTime] = "0" }, EnvSettleTime},
-		{"direct upload", func(_ *testing.T, env map[string]string) { env[EnvDirectUpload] = "yes" }, EnvDirectUpload + `="yes": must be on or off`},
+		{"direct upload", func(_ *testing.T, env map[string]string) { env[EnvDirectUpload] = "yes" }, EnvDirectUpload + `="yes": want on or off`},
+		{"file events", func(_ *testing.T, env map[string]string) { env[EnvFileEvents] = "yes" }, EnvFileEvents + `="yes": want on or off`},
+		{"upload workers", func(_ *testing.T, env map[string]string) { env[EnvUploadWorkers] = "0" }, EnvUploadWorkers + `="0"`},
+		{"too many workers", func(_ *testing.T, env map[string]string) { env[EnvUploadWorkers] = "65" }, "1 to 64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := testEnv(t, "https://tether.example:8443", ca)

@@ -9,10 +9,15 @@
 // lost.
 //
 // Alongside, it syncs the artifact directory to the binding server's
-// artifact endpoint (docs/artifacts.md, pkg/sidecar/artifacts): every 10s
-// (TETHER_SYNC_INTERVAL) it uploads the files selected by TETHER_INCLUDE and
-// TETHER_EXCLUDE whose size and mtime have been unchanged for 10s
-// (TETHER_SETTLE_TIME), each as one PUT verified by its ETag. Commands:
+// artifact endpoint (docs/artifacts.md, pkg/sidecar/artifacts): it uploads
+// each file selected by TETHER_INCLUDE and TETHER_EXCLUDE as soon as the
+// trainer closes it after writing or renames it into place (inotify;
+// TETHER_FILE_EVENTS=off disables it), and every 10s (TETHER_SYNC_INTERVAL)
+// the files whose size and mtime have been unchanged for 10s
+// (TETHER_SETTLE_TIME): files never closed, or every file when file events
+// are unavailable (the per-uid inotify limits used up: the log says so).
+// Each file is one PUT verified by its ETag, TETHER_UPLOAD_WORKERS (8) at
+// once. Commands:
 // flush uploads the finished files now; drain and cancel upload every file
 // and then the manifest. The command is acknowledged OK only when every file
 // it covered was verified.
@@ -103,7 +108,7 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 		"trainJob", cfg.trainJob, "node", cfg.nodeRank, "pod", cc.Pod.Namespace+"/"+cc.Pod.Name, "server", cc.ServerURL,
 		"artifacts", cfg.artifactDir, "include", cfg.include, "exclude", cfg.exclude,
 		"heartbeatInterval", cc.HeartbeatInterval, "syncInterval", cfg.syncInterval, "settleTime", cfg.settleTime,
-		"flushBudget", cfg.flushBudget)
+		"fileEvents", cfg.fileEvents, "uploadWorkers", cfg.uploadWorkers, "flushBudget", cfg.flushBudget)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -188,6 +193,7 @@ func newSyncer(cfg config, log *slog.Logger) (*artifacts.Syncer, *artifacts.Scan
 		NodeRank:      cfg.nodeRank,
 		TokenFile:     cfg.client.TokenFile,
 		CAFile:        cfg.client.CAFile,
+		MaxConns:      cfg.uploadWorkers,
 		Logger:        log,
 		DirectMinSize: directMinSize(cfg.directUpload),
 	})
@@ -204,12 +210,14 @@ func newSyncer(cfg config, log *slog.Logger) (*artifacts.Syncer, *artifacts.Scan
 		return nil, nil, err
 	}
 	sy, err := artifacts.NewSyncer(artifacts.SyncerConfig{
-		Scanner:  sc,
-		Uploader: up,
-		JobID:    cfg.client.JobID,
-		PodUID:   cfg.client.Pod.UID,
-		Interval: cfg.syncInterval,
-		Logger:   log,
+		Scanner:    sc,
+		Uploader:   up,
+		JobID:      cfg.client.JobID,
+		PodUID:     cfg.client.Pod.UID,
+		Interval:   cfg.syncInterval,
+		Workers:    cfg.uploadWorkers,
+		FileEvents: cfg.fileEvents,
+		Logger:     log,
 	})
 	if err != nil {
 		sc.Close()

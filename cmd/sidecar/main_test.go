@@ -502,6 +502,7 @@ func TestSidecarFlushBudget(t *testing.T) {
 	s, ca := newStub(t, func(s *stub) { s.s3Delay = 400 * time.Millisecond })
 	env := testEnv(t, s.srv.URL, ca)
 	env[EnvFlushBudget] = "600ms"
+	env[EnvUploadWorkers] = "2" // six 400ms uploads, two at a time, cannot fit in the budget
 	for _, n := range []string{"a.bin", "b.bin", "c.bin", "d.bin", "e.bin", "f.bin"} {
 		if err := os.WriteFile(filepath.Join(env[binding.EnvArtifactDir], n), []byte(n), 0o644); err != nil {
 			t.Fatal(err)

@@ -2,9 +2,23 @@ package artifacts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
+
+type changeEndsAttemptsKey struct{}
+
+// withChangeEndsAttempts marks ctx as a sync's that runs while the trainer
+// may still write: a file that changed while it was read is not retried.
+func withChangeEndsAttempts(ctx context.Context) context.Context {
+	return context.WithValue(ctx, changeEndsAttemptsKey{}, true)
+}
+
+func changeEndsAttempts(ctx context.Context) bool {
+	v, _ := ctx.Value(changeEndsAttemptsKey{}).(bool)
+	return v
+}
 
 // retry runs op until it succeeds, fails permanently, ctx ends or the
 // attempts are exhausted (in a final flush with a deadline: until the
@@ -26,6 +40,11 @@ func (u *Uploader) retry(ctx context.Context, name string, op func(ctx context.C
 		transient, hint := classify(err, u.cfg.StallTimeout)
 		if !transient {
 			return attempt, &FileError{Path: name, Attempts: attempt, Permanent: true, Err: err, Hint: hint}
+		}
+		if errors.Is(err, errChanged) && changeEndsAttempts(ctx) {
+			// Reopened at once, a file still being written could be taken
+			// half-way in a pause: it waits for its next close, or to settle.
+			return attempt, &FileError{Path: name, Attempts: attempt, Err: err, Hint: hint}
 		}
 		lastHint = hint
 		if attempt >= u.cfg.MaxAttempts && !untilDeadline {

@@ -25,7 +25,8 @@ import (
 const ExcludeAnnotation = "tether.dev/exclude"
 
 // DefaultSettleTime is how long a file's size and mtime must stay unchanged
-// before a (non-final) sync takes it as finished.
+// before a (non-final) sync takes it as finished, when no close event took
+// it first (events.go).
 const DefaultSettleTime = 10 * time.Second
 
 // ScannerConfig configures a Scanner. Dir is required.
@@ -195,10 +196,8 @@ func (s *Scanner) Scan(final bool) (ScanResult, error) {
 		}
 		switch t := d.Type(); {
 		case d.IsDir():
-			for _, g := range s.pruneDirs {
-				if doublestar.MatchUnvalidated(g, p) {
-					return fs.SkipDir
-				}
+			if s.Pruned(p) {
+				return fs.SkipDir
 			}
 			return nil
 		case t&fs.ModeSymlink != 0:
@@ -225,20 +224,8 @@ func (s *Scanner) Scan(final bool) (ScanResult, error) {
 		if !info.Mode().IsRegular() { // replaced since the directory was read
 			return nil
 		}
-		switch why := reservedPath(p); {
-		case !utf8.ValidString(p):
-			res.Errors = append(res.Errors, &FileError{Path: p, Permanent: true,
-				Err:  errors.New("the name is not valid UTF-8, which an object key must be"),
-				Hint: "rename it, or exclude it with the " + ExcludeAnnotation + " annotation"})
-			return nil
-		case why != "":
-			res.Errors = append(res.Errors, &FileError{Path: p, Permanent: true,
-				Err:  errors.New("reserved name: " + why),
-				Hint: "rename or move it, or exclude it with the " + ExcludeAnnotation + " annotation"})
-			return nil
-		case info.Size() > upload.MaxObjectSize:
-			tl := TooLargeError{Path: p, Size: info.Size()}
-			res.Errors = append(res.Errors, &FileError{Path: p, Permanent: true, Err: tl, Hint: tl.hint()})
+		if fe := checkFile(p, info); fe != nil {
+			res.Errors = append(res.Errors, fe)
 			return nil
 		}
 		present[p] = true
@@ -255,6 +242,65 @@ func (s *Scanner) Scan(final bool) (ScanResult, error) {
 		return ScanResult{}, fmt.Errorf("scan %s: %w", s.dir, err)
 	}
 	return res, nil
+}
+
+// checkFile refuses a regular file that cannot be an artifact: a name that
+// is not UTF-8 or is reserved, or a size over a single PUT's.
+func checkFile(p string, info fs.FileInfo) *FileError {
+	switch why := reservedPath(p); {
+	case !utf8.ValidString(p):
+		return &FileError{Path: p, Permanent: true,
+			Err:  errors.New("the name is not valid UTF-8, which an object key must be"),
+			Hint: "rename it, or exclude it with the " + ExcludeAnnotation + " annotation"}
+	case why != "":
+		return &FileError{Path: p, Permanent: true,
+			Err:  errors.New("reserved name: " + why),
+			Hint: "rename or move it, or exclude it with the " + ExcludeAnnotation + " annotation"}
+	case info.Size() > upload.MaxObjectSize:
+		tl := TooLargeError{Path: p, Size: info.Size()}
+		return &FileError{Path: p, Permanent: true, Err: tl, Hint: tl.hint()}
+	}
+	return nil
+}
+
+// Closed checks rel, a file the trainer closed after writing or renamed
+// into place (a file event), as Scan would check it, and returns it as
+// finished. ok is false when Scan would not take it: not selected, not a
+// regular file (a symlink is never followed), gone, or refused (fe says
+// why; the next Scan reports it).
+func (s *Scanner) Closed(rel string) (f LocalFile, fe *FileError, ok bool) {
+	if rel == "" || !fs.ValidPath(rel) || !s.Selected(rel) || s.prunedAncestor(rel) {
+		return LocalFile{}, nil, false
+	}
+	info, err := s.root.Lstat(fsPath(rel))
+	if err != nil || !info.Mode().IsRegular() {
+		return LocalFile{}, nil, false
+	}
+	if fe := checkFile(rel, info); fe != nil {
+		return LocalFile{}, fe, false
+	}
+	return LocalFile{Path: rel, Size: info.Size(), ModTime: info.ModTime(), Finished: true}, nil, true
+}
+
+// Pruned reports whether Scan skips the directory dir (relative,
+// slash-separated) and everything under it: an Exclude glob "X/**" with X
+// matching dir. File events are not watched there.
+func (s *Scanner) Pruned(dir string) bool {
+	for _, g := range s.pruneDirs {
+		if doublestar.MatchUnvalidated(g, dir) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Scanner) prunedAncestor(rel string) bool {
+	for d := path.Dir(rel); d != "."; d = path.Dir(d) {
+		if s.Pruned(d) {
+			return true
+		}
+	}
+	return false
 }
 
 // observe records the file's size and mtime and reports whether it is

@@ -18,7 +18,12 @@ import (
 // Defaults of SyncerConfig.
 const (
 	DefaultSyncInterval = 10 * time.Second
-	DefaultWorkers      = 2
+	// DefaultWorkers: enough uploads at once to keep a round of small files
+	// from waiting on one request's round trip (bench/sync), few enough that
+	// their buffers and connections stay small.
+	DefaultWorkers = 8
+	// MaxWorkers bounds Workers.
+	MaxWorkers = 64
 	// DefaultFlushBudget is the time a final flush gets on SIGTERM by
 	// default: within the pod's 30s termination grace period, with room to
 	// stop.
@@ -36,8 +41,16 @@ type SyncerConfig struct {
 	PodUID string
 	// Interval between two rounds of Run; 0 means DefaultSyncInterval.
 	Interval time.Duration
-	// Workers uploading at once; 0 means DefaultWorkers.
+	// Workers uploading at once, all rounds and file events together; 0
+	// means DefaultWorkers. The Uploader's connections should be sized to
+	// it (UploaderConfig.MaxConns).
 	Workers int
+	// FileEvents makes Run upload a file as soon as the trainer closes it
+	// after writing or renames it into place (inotify, watch.go), besides
+	// the periodic rounds, whose settle rule still takes files never
+	// closed. When events are unavailable (the per-uid inotify limits used
+	// up, no inotify) Run says so and the settle rule alone decides (Mode).
+	FileEvents bool
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -49,8 +62,23 @@ type Syncer struct {
 	cfg SyncerConfig
 	log *slog.Logger
 
-	sem           chan struct{} // held by the running round
-	flushWaiting  atomic.Int32  // a flush waits for the round: stop handing out files
+	sem          chan struct{} // held by the running round
+	flushWaiting atomic.Int32  // a flush waits for the round: stop handing out files
+	slots        chan struct{} // one per upload running, rounds and file events together
+	paths        pathLocks     // one upload of a path at a time
+	mode         atomic.Value  // string: ModeEvents or ModeSettle
+	kick         chan struct{} // cap 1: run a round now (events lost)
+	// addWatch replaces inotify_add_watch (tests); nil is the real one.
+	addWatch  func(fd int, pathname string, mask uint32) (int, error)
+	eventMu   sync.Mutex
+	lastEvent map[string]time.Time // per path, when a file event last verified it
+	// eventWorkers bounds the uploads file events have started (Workers);
+	// eventsRunning is how many still run; uploadedOnClose counts those
+	// that sent a file, for the next round's log line.
+	eventWorkers    chan struct{}
+	eventsRunning   sync.WaitGroup
+	uploadedOnClose atomic.Int64
+
 	logMu         sync.Mutex
 	lastLoggedErr map[string]string // per path, the error last logged: not repeated every round
 	lastError     string            // LastError
@@ -118,6 +146,8 @@ func NewSyncer(cfg SyncerConfig) (*Syncer, error) {
 		return nil, fmt.Errorf("syncer: invalid JobID %q", cfg.JobID)
 	case cfg.Interval < 0 || cfg.Workers < 0:
 		return nil, errors.New("syncer: negative Interval or Workers")
+	case cfg.Workers > MaxWorkers:
+		return nil, fmt.Errorf("syncer: %d Workers, at most %d", cfg.Workers, MaxWorkers)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultSyncInterval
@@ -125,7 +155,9 @@ func NewSyncer(cfg SyncerConfig) (*Syncer, error) {
 	if cfg.Workers == 0 {
 		cfg.Workers = DefaultWorkers
 	}
-	s := &Syncer{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, 1), lastLoggedErr: map[string]string{}}
+	s := &Syncer{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, 1), lastLoggedErr: map[string]string{},
+		slots: make(chan struct{}, cfg.Workers), eventWorkers: make(chan struct{}, cfg.Workers), kick: make(chan struct{}, 1), lastEvent: map[string]time.Time{}}
+	s.mode.Store(ModeSettle)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -136,7 +168,23 @@ func NewSyncer(cfg SyncerConfig) (*Syncer, error) {
 func (s *Syncer) UploadedBytes() int64 { return s.cfg.Uploader.VerifiedBytes() }
 
 // Run syncs at once, then every Interval, until ctx ends; it returns nil.
+// With FileEvents it also uploads each file as it is closed (events.go).
 func (s *Syncer) Run(ctx context.Context) error {
+	if s.cfg.FileEvents {
+		// Watching starts before the first round's scan: a file closed
+		// after the scan has its event.
+		if w := s.watch(); w != nil {
+			defer func() { _ = w.Close() }()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				s.runEvents(ctx, w)
+			}()
+			defer func() { <-done }()
+		}
+	} else {
+		s.setMode(ModeSettle, nil)
+	}
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -150,6 +198,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-s.kick:
 		}
 	}
 }
@@ -223,7 +272,8 @@ func (s *Syncer) logRound(what string, rep *Report) {
 	}
 	s.lastLoggedErr = failed
 	s.noteSkipped(rep.Skipped)
-	attrs := []any{"verified", len(rep.Verified), "uploaded", rep.Uploaded, "alreadyPresent", rep.AlreadyPresent,
+	onClose := s.uploadedOnClose.Swap(0)
+	attrs := []any{"verified", len(rep.Verified), "uploaded", rep.Uploaded, "uploadedOnClose", onClose, "alreadyPresent", rep.AlreadyPresent,
 		"uploadedBytes", rep.UploadedBytes, "missing", len(rep.Missing), "pending", len(rep.Pending),
 		"skipped", len(rep.Skipped), "duration", rep.Duration.Round(time.Millisecond).String()}
 	incomplete := len(rep.Missing) > 0 || rep.ManifestErr != nil
@@ -240,7 +290,7 @@ func (s *Syncer) logRound(what string, rep *Report) {
 		s.log.Debug(what+" still incomplete", append(attrs, "error", warning)...)
 	case incomplete:
 		s.log.Warn(what+" incomplete", append(attrs, "error", warning)...)
-	case rep.Uploaded > 0 || rep.AlreadyPresent > 0 || rep.Final:
+	case rep.Uploaded > 0 || rep.AlreadyPresent > 0 || rep.Final || onClose > 0:
 		s.log.Info(what, append(attrs, "manifest", rep.Manifest)...)
 	default:
 		s.log.Debug(what, attrs...)
@@ -278,6 +328,8 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 
 	if final {
 		ctx = withFinalFlush(ctx)
+	} else {
+		ctx = withChangeEndsAttempts(ctx)
 	}
 	scan, err := s.cfg.Scanner.Scan(final)
 	if err != nil {
@@ -318,8 +370,8 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 				if i >= len(todo) {
 					return
 				}
-				res, err := s.cfg.Uploader.UploadFile(ctx, s.cfg.Scanner.Root(), todo[i].Path)
-				results[i] = outcome{file: todo[i], res: res, err: err, done: true}
+				res, started, err := s.upload(ctx, todo[i].Path)
+				results[i] = outcome{file: todo[i], res: res, err: err, done: started}
 			}
 		}()
 	}
@@ -339,6 +391,8 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 			} else {
 				rep.Pending = append(rep.Pending, todo[i].Path)
 			}
+		case o.err != nil && !final && errors.Is(o.err, errChanged):
+			rep.Pending = append(rep.Pending, o.file.Path) // being written after all
 		case o.err != nil:
 			var fe *FileError
 			if !errors.As(o.err, &fe) {
@@ -358,12 +412,13 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 		}
 	}
 	// In a non-final round, files not taken this time but verified earlier
-	// and unchanged still count as verified.
+	// (or on their close event) and unchanged still count as verified.
 	if !final {
 		for _, f := range scan.Files {
 			if !f.Finished {
 				if sum, ok := s.cfg.Uploader.Verified(f.Path, f.Size, f.ModTime); ok {
 					rep.Verified = append(rep.Verified, upload.ManifestFile{Path: f.Path, Size: f.Size, MD5: sum})
+					rep.Pending = slices.DeleteFunc(rep.Pending, func(p string) bool { return p == f.Path })
 				}
 			}
 		}
@@ -373,4 +428,57 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 	slices.Sort(rep.Pending)
 	rep.Duration = time.Since(start)
 	return rep, nil
+}
+
+// upload runs one UploadFile within the bounds every upload shares: one
+// upload of a path at a time (a file event and a round may both take it; the
+// second finds it verified and unchanged, or changed and sends it again),
+// at most Workers at once. started is false when ctx ended first.
+func (s *Syncer) upload(ctx context.Context, rel string) (res Result, started bool, err error) {
+	unlock, err := s.paths.lock(ctx, rel)
+	if err != nil {
+		return Result{}, false, nil
+	}
+	defer unlock()
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return Result{}, false, nil
+	}
+	defer func() { <-s.slots }()
+	res, err = s.cfg.Uploader.UploadFile(ctx, s.cfg.Scanner.Root(), rel)
+	return res, true, err
+}
+
+// pathLocks is a lock per path, taken with a context.
+type pathLocks struct {
+	mu   sync.Mutex
+	held map[string]chan struct{} // closed on unlock
+}
+
+func (l *pathLocks) lock(ctx context.Context, p string) (unlock func(), err error) {
+	for {
+		l.mu.Lock()
+		ch, busy := l.held[p]
+		if !busy {
+			if l.held == nil {
+				l.held = map[string]chan struct{}{}
+			}
+			ch = make(chan struct{})
+			l.held[p] = ch
+			l.mu.Unlock()
+			return func() {
+				l.mu.Lock()
+				delete(l.held, p)
+				l.mu.Unlock()
+				close(ch)
+			}, nil
+		}
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }

@@ -67,6 +67,10 @@ type UploaderConfig struct {
 	// StallTimeout abandons an attempt whose body has not progressed for
 	// this long (a transient failure); 0 means DefaultStallTimeout.
 	StallTimeout time.Duration
+	// MaxConns is how many keep-alive connections to the server are kept
+	// for reuse: the Syncer's Workers, so that each upload running reuses
+	// one; 0 means DefaultWorkers.
+	MaxConns int
 
 	// DirectMinSize: files of at least this many bytes go straight to the
 	// artifact store when the binding server offers it (direct mode); 0
@@ -183,8 +187,11 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 		return nil, errors.New("uploader: TokenFile is required")
 	case !binding.ValidID(cfg.JobID):
 		return nil, fmt.Errorf("uploader: JobID %q is not a job id (%s)", cfg.JobID, binding.IDRule)
-	case cfg.MaxAttempts < 0 || cfg.BackoffInitial < 0 || cfg.BackoffMax < 0 || cfg.StallTimeout < 0:
-		return nil, errors.New("uploader: negative MaxAttempts, backoff or StallTimeout")
+	case cfg.MaxAttempts < 0 || cfg.BackoffInitial < 0 || cfg.BackoffMax < 0 || cfg.StallTimeout < 0 || cfg.MaxConns < 0:
+		return nil, errors.New("uploader: negative MaxAttempts, backoff, StallTimeout or MaxConns")
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultWorkers
 	}
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
@@ -211,7 +218,7 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 		DialTLSContext:        up.dialTLS,
 		ResponseHeaderTimeout: responseHeaderTimeout,
 		ExpectContinueTimeout: 2 * time.Second,
-		MaxIdleConnsPerHost:   4,
+		MaxIdleConnsPerHost:   cfg.MaxConns,
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true,
 	}
