@@ -65,6 +65,13 @@ func (s *Server) watchLiveness(ctx context.Context) {
 					s.metrics.refusals.WithLabelValues("token_expired").Inc()
 					continue
 				}
+				if node != nil && node.HeartbeatLost && node.PodUID == st.session.podUID && !st.lost && !st.lastHeartbeat.IsZero() &&
+					now.Sub(st.lastHeartbeat) < time.Duration(s.opts.MissedHeartbeats)*st.interval {
+					// Recorded lost by the controller (this replica's Lease
+					// looked expired, e.g. renewals stalled) while the worker
+					// heartbeats here: the next write clears it.
+					s.writes.Add(st.key.binding)
+				}
 				s.pushPendingCommand(ctx, st.key, wb)
 				continue
 			}
