@@ -260,7 +260,7 @@ func BenchmarkBindingSessions(b *testing.B) {
 	checkServerUp(b, env)
 
 	// The measured phase: the generator announces its start and end.
-	lg.await(b, "hold-start", 2*time.Minute, nil)
+	lg.await(b, "hold-start", 2*time.Minute+maxSettle, nil)
 	b.ResetTimer()
 	cpu0, t0 := benchutil.ProcessCPU(), time.Now()
 	procs0 := childCPU(lg.cmd.Process.Pid)
@@ -319,6 +319,7 @@ func BenchmarkBindingSessions(b *testing.B) {
 	progressf("generator: RLIMIT_NOFILE %d (%s); registered %d/%d in %.1fs (%.0f/s); established %d (failed %d) in %.1fs (%.0f/s); errors: register %v, dial %v",
 		res.Nofile, res.NofileNote, res.Registered, res.Sessions, res.RegisterSeconds, float64(res.Registered)/res.RegisterSeconds,
 		res.Established, res.DialFailed, res.EstablishSeconds, float64(res.Established)/res.EstablishSeconds, res.RegisterErrors, res.DialErrors)
+	progressf("settle: every session acked Running %.1fs after the warm-up interval (%d still not when the hold started)", res.SettleSeconds, res.NotRunningAtStart)
 	progressf("measured phase %.1fs (generator %.1fs): held %d sessions, %d closed during it %v; heartbeats sent %d (%.0f/s), acked %d (%d after more than an interval), unanswered %d, skipped %d, stale %d, non-Running %d, send errors %d, unexpected frames %d",
 		wall, res.HoldSeconds, res.Held, res.ClosedDuringHold, res.CloseCodes, res.HeartbeatsSent, float64(res.HeartbeatsSent)/res.HoldSeconds,
 		res.Acks, res.Late, res.Unanswered, res.Skipped, res.StaleAcks, res.NonRunningAcks, res.SendErrors, res.UnexpectedFrames)
@@ -359,6 +360,7 @@ func BenchmarkBindingSessions(b *testing.B) {
 		b.ReportMetric((c-procs0[name]).Seconds()/wall, name+"-cpu-cores")
 	}
 	b.ReportMetric(res.CPUCores, "loadgen-cpu-cores")
+	b.ReportMetric(res.SettleSeconds, "settle-s")
 
 	mark := func(ok bool) string {
 		if ok {
@@ -1112,10 +1114,15 @@ type loadgenResult struct {
 	// Skipped: acks that never came although a later heartbeat's did.
 	Skipped int64 `json:"skipped"`
 	// StaleAcks: acks for no heartbeat awaiting one (a bug, if any).
-	StaleAcks        int64 `json:"staleAcks"`
-	NonRunningAcks   int64 `json:"nonRunningAcks"`
-	SendErrors       int64 `json:"sendErrors"`
-	UnexpectedFrames int64 `json:"unexpectedFrames"`
+	StaleAcks      int64 `json:"staleAcks"`
+	NonRunningAcks int64 `json:"nonRunningAcks"`
+	// SettleSeconds is how long after the warm-up interval the last
+	// session's Running transition took; NotRunningAtStart counts those
+	// still not acked Running when the hold started anyway.
+	SettleSeconds     float64 `json:"settleSeconds"`
+	NotRunningAtStart int     `json:"notRunningAtStart"`
+	SendErrors        int64   `json:"sendErrors"`
+	UnexpectedFrames  int64   `json:"unexpectedFrames"`
 
 	Latency  percentiles `json:"ackLatencyMs"`
 	FirstAck percentiles `json:"firstAckLatencyMs"` // sessions' first heartbeats, while opening
@@ -1235,10 +1242,25 @@ func runLoadGenerator(path string) int {
 	}
 
 	// 3. Warm up until every session has sent its first heartbeat (which
-	// writes Registered -> Running), then hold.
+	// writes Registered -> Running) and an ack says that write was made
+	// (a server that queues its writes acks before it writes), at most
+	// maxSettle more; then hold. The measured phase is the steady state of
+	// sessions that only heartbeat, not the ramp's transitions.
 	holdStart := time.Unix(0, g.lastOpen.Load()).Add(g.interval + time.Second)
 	if err := credentials.Sleep(ctx, time.Until(holdStart)); err != nil {
 		return fail("%v", err)
+	}
+	settleStart := time.Now()
+	for {
+		open, running := g.runningSessions()
+		if running >= open || time.Since(settleStart) > maxSettle {
+			res.SettleSeconds, res.NotRunningAtStart = time.Since(settleStart).Seconds(), open-running
+			genLogf("%d of %d open sessions acked Running after %.1fs more", running, open, res.SettleSeconds)
+			break
+		}
+		if err := credentials.Sleep(ctx, time.Second); err != nil {
+			return fail("%v", err)
+		}
 	}
 	holdStart = time.Now()
 	g.holdStart.Store(holdStart.UnixNano())
@@ -1300,7 +1322,10 @@ type worker struct {
 	// goroutine touches it after registration.
 	seq uint64
 
-	alive    atomic.Bool
+	alive atomic.Bool
+	// running is set by the first ack that says Running: the server has
+	// written the session's Registered -> Running transition.
+	running  atomic.Bool
 	openedAt atomic.Int64 // UnixNano
 	closedAt atomic.Int64 // UnixNano; 0 while open
 	// pending are the heartbeats awaiting their acks, oldest first (the
@@ -1345,6 +1370,22 @@ func newGenerator(cfg loadgenConfig, tc *tls.Config, ids []identity) *generator 
 	}
 	g.senders = min(8, len(ids))
 	return g
+}
+
+// maxSettle bounds the wait for every session's Running transition.
+const maxSettle = 3 * time.Minute
+
+// runningSessions counts the open sessions and those acked Running.
+func (g *generator) runningSessions() (open, running int) {
+	for _, w := range g.workers {
+		if w.alive.Load() {
+			open++
+			if w.running.Load() {
+				running++
+			}
+		}
+	}
+	return open, running
 }
 
 func (g *generator) inHold(t int64) bool {
@@ -1636,6 +1677,9 @@ func (g *generator) read(w *worker) {
 				continue
 			}
 			seq, running = f.Ack.Seq, f.Ack.Phase == string(tetherv1.PhaseRunning)
+		}
+		if running {
+			w.running.Store(true)
 		}
 		var hb sentHeartbeat
 		late, skipped := false, 0

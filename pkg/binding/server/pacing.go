@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tether-dev/tether/pkg/binding"
@@ -24,7 +23,10 @@ import (
 //     as before there were Leases.
 //
 // While the Lease vouches, the last two kinds go through one pacer that
-// writes at most StatusWriteRate bindings a second, oldest due first: at
+// writes at most StatusWriteRate bindings a second, oldest due first, and
+// only with what transitions left of that budget (a transition takes a
+// token when one is there, never waits for one): a mass reconnect's
+// transitions then delay progress instead of adding to it. At
 // 10,000 bindings each then gets its turn about every 10 minutes instead of
 // every StatusInterval, and kube-apiserver sees a bounded rate whatever the
 // number of sessions or a mass reconnect after a rolling restart.
@@ -37,13 +39,17 @@ type writePace struct {
 	dirty bool
 	// paced is true while the binding waits in the pacer's queue.
 	paced bool
+	// replica is the Lease name the last write recorded ("": none).
+	replica string
 }
 
 // paceRules are the intervals a pacing decision depends on.
 type paceRules struct {
 	status, liveness time.Duration
-	// vouched is true while the replica's Lease vouches for its sessions.
+	// vouched is true while the replica's Lease vouches for its sessions;
+	// replica is the name a write records then ("" when not vouched).
 	vouched bool
+	replica string
 }
 
 func (r paceRules) due(p *writePace, now time.Time) bool {
@@ -77,14 +83,18 @@ func (h *hub) noteHeartbeat(b types.NamespacedName, now time.Time, urgent, chang
 		h.pace[b] = p
 	}
 	p.dirty = p.dirty || changed
+	// A Lease gained or lost is a transition: the binding must name the
+	// Lease that vouches for it (or none), or the controller would time the
+	// node's liveness by the wrong rule.
+	urgent = urgent || p.replica != r.replica
 	switch {
 	case urgent:
-		p.writtenAt, p.dirty = now, false
+		p.writtenAt, p.dirty, p.replica = now, false, r.replica
 		return writeNow
 	case p.paced || !r.due(p, now):
 		return writeNone
 	case !r.vouched:
-		p.writtenAt, p.dirty = now, false
+		p.writtenAt, p.dirty, p.replica = now, false, r.replica
 		return writeNow
 	}
 	p.paced = true
@@ -104,7 +114,7 @@ func (h *hub) takePaced(b types.NamespacedName, now time.Time, r paceRules) bool
 	if !r.due(p, now) {
 		return false
 	}
-	p.writtenAt, p.dirty = now, false
+	p.writtenAt, p.dirty, p.replica = now, false, r.replica
 	return true
 }
 
@@ -160,13 +170,17 @@ func (q *pacedQueue) len() int {
 
 // paceRules are the server's rules now.
 func (s *Server) paceRules(now time.Time) paceRules {
-	return paceRules{status: s.opts.StatusInterval, liveness: s.opts.LivenessWriteInterval, vouched: s.lease.vouching(now)}
+	r := paceRules{status: s.opts.StatusInterval, liveness: s.opts.LivenessWriteInterval, vouched: s.lease.vouching(now)}
+	if r.vouched {
+		r.replica = s.lease.name()
+	}
+	return r
 }
 
 // runPacer hands paced bindings to the status writers, at most
-// StatusWriteRate a second, until ctx ends.
+// StatusWriteRate a second less the transitions written, until ctx ends.
 func (s *Server) runPacer(ctx context.Context) {
-	lim := rate.NewLimiter(rate.Limit(s.opts.StatusWriteRate), 1)
+	lim := s.writeBudget
 	for {
 		b, ok := s.paced.pop(ctx)
 		if !ok {

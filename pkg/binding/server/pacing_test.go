@@ -13,7 +13,7 @@ import (
 func TestHeartbeatWritePacing(t *testing.T) {
 	b := types.NamespacedName{Namespace: "ns", Name: "job"}
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	vouched := paceRules{status: 30 * time.Second, liveness: 10 * time.Minute, vouched: true}
+	vouched := paceRules{status: 30 * time.Second, liveness: 10 * time.Minute, vouched: true, replica: "tether-binding-a-1"}
 	alone := paceRules{status: 30 * time.Second, liveness: 10 * time.Minute}
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 
@@ -34,7 +34,10 @@ func TestHeartbeatWritePacing(t *testing.T) {
 		{name: "liveness alone, past the liveness interval", at: 31*time.Second + 10*time.Minute, rules: vouched, want: writePaced},
 		{name: "already waiting in the pacer", at: 31*time.Second + 10*time.Minute + 10*time.Second, changed: true, rules: vouched, want: writeNone, take: true},
 		{name: "a transition is never paced", at: 12 * time.Minute, urgent: true, rules: vouched, want: writeNow},
-		{name: "without a Lease, liveness alone every status interval, unpaced", at: 12*time.Minute + 31*time.Second, rules: alone, want: writeNow},
+		{name: "the Lease lost: written at once without its name", at: 12*time.Minute + 5*time.Second, rules: alone, want: writeNow},
+		{name: "without a Lease, quiet within the status interval", at: 12*time.Minute + 20*time.Second, rules: alone, want: writeNone},
+		{name: "without a Lease, liveness alone every status interval, unpaced", at: 12*time.Minute + 36*time.Second, rules: alone, want: writeNow},
+		{name: "the Lease back: written at once with its name", at: 12*time.Minute + 40*time.Second, rules: vouched, want: writeNow},
 	}
 	for _, s := range steps {
 		got := h.noteHeartbeat(b, at(s.at), s.urgent, s.changed, s.rules)

@@ -124,6 +124,9 @@ type Server struct {
 	// waiting for a paced status write (pacing.go).
 	lease *replicaLease
 	paced *pacedQueue
+	// writeBudget is StatusWriteRate: the pacer waits for it, transitions
+	// take from it without waiting.
+	writeBudget *rate.Limiter
 }
 
 // New returns a Server. cache must have the TokenHashIndex on WorkerBindings.
@@ -136,12 +139,16 @@ func New(opts Options, cache, live client.Reader, writer client.StatusClient, lo
 	s.hub.onForget = func(k workerKey) { s.skipped.forget(k) }
 	s.lease = newReplicaLease(opts.Lease, opts.Now, log)
 	s.paced = newPacedQueue()
+	s.writeBudget = rate.NewLimiter(rate.Limit(opts.StatusWriteRate), 1)
 	s.metrics = newMetrics(s.hub, opts.Now)
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
-		// Zero sizes reuse the HTTP server's buffers for reading; writes
-		// borrow a pooled buffer only while a frame is written. Thousands of
-		// mostly idle sessions then hold no buffers of their own.
+		// A small read buffer of its own instead of the HTTP server's
+		// 4 KiB one (a heartbeat is a few hundred bytes; bigger frames are
+		// read through it); writes borrow a pooled buffer only while a frame
+		// is written. Thousands of mostly idle sessions then hold 512 bytes
+		// of buffers each (bench/binding measures it).
+		ReadBufferSize:  512,
 		WriteBufferPool: &sync.Pool{},
 		// Sidecars are not browsers; there is no Origin to check.
 		CheckOrigin: func(*http.Request) bool { return true },

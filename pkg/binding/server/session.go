@@ -61,6 +61,13 @@ type session struct {
 	closeSent chan struct{}
 }
 
+// debug logs at V(1) without building the session's logger when V(1) is off.
+func (s *session) debug(msg string, kv ...any) {
+	if s.base.V(1).Enabled() {
+		s.log().V(1).Info(msg, kv...)
+	}
+}
+
 func (s *session) log() logr.Logger {
 	s.logOnce.Do(func() {
 		s.logger = s.base.WithValues("binding", s.key.binding.String(), "node", s.key.rank, "pod", s.podName)
@@ -211,7 +218,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	s.metrics.sessionsOpened.Inc()
 	// A command that arrived while the worker was away is pushed now.
 	s.pushPendingCommand(ctx, key, nil)
-	sess.log().V(1).Info("session opened", "interval", interval)
+	sess.debug("session opened", "interval", interval)
 
 	s.startPings(sess, interval)
 	// The session outlives this handler: returning lets net/http release the
@@ -227,7 +234,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		<-sess.closeSent
 		_ = sess.conn.Close()
 		s.metrics.sessionsClosed.WithLabelValues(closeCodeName(code)).Inc()
-		sess.log().V(1).Info("session closed", "code", code)
+		sess.debug("session closed", "code", code)
 	}()
 }
 
@@ -313,7 +320,7 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 		case binding.FrameCommandAck:
 			if !sess.acks.take(f.CommandAck.ID) {
 				s.metrics.refusals.WithLabelValues("unsolicited_ack").Inc()
-				sess.log().V(1).Info("dropping an ack for a command this session was not sent", "id", f.CommandAck.ID)
+				sess.debug("dropping an ack for a command this session was not sent", "id", f.CommandAck.ID)
 				continue
 			}
 			s.commandAcked(ctx, sess, f.CommandAck)
@@ -394,7 +401,9 @@ func (s *Server) heartbeat(ctx context.Context, sess *session, hb *binding.Heart
 	switch s.hub.noteHeartbeat(key.binding, now, urgent, changed, s.paceRules(now)) {
 	case writeNow:
 		// Written by the status writers, never on the session's reader:
-		// a slow API server must not delay acks or starve pongs.
+		// a slow API server must not delay acks or starve pongs. It uses
+		// the paced writes' budget if there is some (pacing.go).
+		s.writeBudget.Allow()
 		s.writes.Add(key.binding)
 	case writePaced:
 		s.paced.push(key.binding)
