@@ -83,8 +83,10 @@
 // answer within the renew deadline can no longer stop the whole manager,
 // binding server included, in the middle of a run.
 //
-// A 10,000-session run takes about 5 minutes, within go test's default
-// -timeout of 10m; raise it for more sessions or a longer hold. Both
+// A 10,000-session run takes about 5 minutes on an idle machine (up to 3
+// more while a slow API server writes the ramp's transitions, 12 minutes on
+// a 2-core machine shared with other work), within make bench's -timeout
+// 30m; raise it for more sessions or a longer hold. Both
 // processes raise RLIMIT_NOFILE to 65536 or, without CAP_SYS_RESOURCE, to
 // their hard limit; each needs one descriptor per session plus a few hundred.
 package binding

@@ -170,7 +170,10 @@ func (r *BindingReconciler) checkHeartbeats(ctx context.Context, st *tetherv1.Wo
 				// the Lease expires.
 				continue
 			}
-			budget = missed
+			// The worker may have been heard up to one renewal period
+			// after the Lease's last renewal: that much more, so that the
+			// node is lost only after missedHeartbeats intervals of silence.
+			budget = missed + lease.renewPeriod()
 			replica := n.SessionReplica
 			if lease.found && lease.renewed.After(since) {
 				since = lease.renewed

@@ -88,6 +88,10 @@ func (l *ReplicaLeases) Events() chan event.GenericEvent {
 	return l.events
 }
 
+// renewPeriod is how often the replica renews its Lease (a third of its
+// duration, as pkg/binding/server does); 0 for a Lease not found.
+func (s leaseState) renewPeriod() time.Duration { return s.expires.Sub(s.renewed) / 3 }
+
 // lookup reads replica's Lease from the cache.
 func (l *ReplicaLeases) lookup(ctx context.Context, replica string) (leaseState, error) {
 	lease := &coordinationv1.Lease{}

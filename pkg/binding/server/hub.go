@@ -36,6 +36,9 @@ type workerState struct {
 	lastWrite time.Time
 	// lost is true once HeartbeatLost was recorded for the current silence.
 	lost bool
+	// phaseWriteQueued is true from a heartbeat that queued the write of a
+	// phase to leave (Pending, Registered) until a write of the binding ends.
+	phaseWriteQueued bool
 	// lastCommandID is the last command pushed.
 	lastCommandID string
 	session       *session

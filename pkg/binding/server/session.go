@@ -131,8 +131,7 @@ func (s *session) push(f binding.Frame) bool {
 // startPings pings every interval, measuring the round trip, until the
 // session is closed.
 func (s *Server) startPings(sess *session, interval time.Duration) {
-	var ping func()
-	ping = func() {
+	ping := func() {
 		if sess.closedWith() != 0 {
 			return
 		}
@@ -388,8 +387,16 @@ func (s *Server) heartbeat(ctx context.Context, sess *session, hb *binding.Heart
 		wasLost = st.lost
 		st.lost = false
 		phase = st.phase
-		urgent = wasLost || newError || phase == "" || phase == string(tetherv1.PhasePending) || phase == string(tetherv1.PhaseRegistered) ||
-			st.lastWrite.IsZero()
+		// A phase to leave is written once per write: heartbeats that come
+		// while that write is queued or under way (a slow API server) do
+		// not queue it again.
+		phaseToLeave := phase == "" || phase == string(tetherv1.PhasePending) || phase == string(tetherv1.PhaseRegistered)
+		if phaseToLeave && st.phaseWriteQueued {
+			phaseToLeave = false
+		} else if phaseToLeave {
+			st.phaseWriteQueued = true
+		}
+		urgent = wasLost || newError || phaseToLeave || st.lastWrite.IsZero()
 		st.lastWrite = now
 	})
 	s.metrics.heartbeats.Inc()
@@ -438,6 +445,7 @@ func (s *Server) runStatusWriters(ctx context.Context) {
 				case err == nil || ctx.Err() != nil:
 					s.writes.Forget(key)
 				case s.writes.NumRequeues(key) >= maxStatusRetries:
+					s.clearPhaseWrites(key)
 					// Bounded: the worker's next heartbeat queues a fresh write.
 					s.log.Error(err, "writing heartbeat status failed; giving up until the next heartbeat",
 						"binding", key.String(), "attempts", s.writes.NumRequeues(key)+1)
@@ -507,9 +515,17 @@ func (s *Server) writeHeartbeatStatus(ctx context.Context, key types.NamespacedN
 		s.closeSessions(key, binding.CloseFinished, "binding "+string(wb.Status.Phase))
 	}
 	for _, b := range beats {
-		s.hub.update(workerKey{key, b.rank}, func(st *workerState) { st.phase = string(wb.Status.Phase) })
+		s.hub.update(workerKey{key, b.rank}, func(st *workerState) { st.phase, st.phaseWriteQueued = string(wb.Status.Phase), false })
 	}
 	return nil
+}
+
+// clearPhaseWrites lets the binding's next heartbeats queue their phase
+// write again (the last one was given up).
+func (s *Server) clearPhaseWrites(b types.NamespacedName) {
+	for _, k := range s.hub.workersOf(b) {
+		s.hub.update(k, func(st *workerState) { st.phaseWriteQueued = false })
+	}
 }
 
 // closeSessions closes the sessions of every worker of the binding.

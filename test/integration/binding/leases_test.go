@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,20 +14,23 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
+	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/sidecar/session"
 )
 
 // The detection bounds these tests hold the control plane to
 // (docs/protocol.md, Liveness): a worker silent on a live replica is
 // HeartbeatLost missedHeartbeats × heartbeatInterval after its last
 // heartbeat; a worker whose replica died is lost missedHeartbeats ×
-// heartbeatInterval after the later of its last recorded heartbeat and the
-// replica Lease's last renewal, or when that Lease expires if later.
+// heartbeatInterval plus one renewal period (a third of the Lease's
+// duration) after the later of its last recorded heartbeat and the replica
+// Lease's last renewal, or when that Lease expires if later.
 const (
 	missed         = 3
 	testHeartbeat  = time.Second
-	testLease      = 3 * time.Second
+	testLease      = 6 * time.Second
 	leasePoll      = time.Second // pkg/controller's replicaLeasePoll
 	livenessPeriod = time.Second // pkg/binding/server's liveness check
 	// detectionSlack covers a reconcile, a status write and the test's
@@ -51,6 +55,29 @@ func lostSince(t *testing.T, j *job, deadline time.Time) (*tetherv1.WorkerBindin
 	}
 }
 
+// lastAckWatch notes when the client's acknowledged sequence last moved
+// (polled every 10ms) and returns a reader of that time.
+func lastAckWatch(c *session.Client) func() time.Time {
+	var mu sync.Mutex
+	seq, at := c.LastAckedSeq(), time.Now()
+	stop := time.Now().Add(time.Minute)
+	go func() {
+		for time.Now().Before(stop) {
+			if s := c.LastAckedSeq(); s != seq {
+				mu.Lock()
+				seq, at = s, time.Now()
+				mu.Unlock()
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return at
+	}
+}
+
 // TestHeldWorkerLostWhenItsReplicaDies: a worker's session is held by a
 // second replica whose Lease vouches for it. While that replica lives, the
 // binding is written rarely (its recorded heartbeat ages past the old
@@ -63,6 +90,7 @@ func TestHeldWorkerLostWhenItsReplicaDies(t *testing.T) {
 	replica, err := env.StartReplica(ctx, func(o *controlplane.Options) {
 		o.ReplicaLeaseDuration = testLease
 		o.ReplicaName = "tether-binding-test-dies"
+		o.LivenessWriteInterval = bindingserver.DefaultLivenessWriteInterval // production: liveness in memory
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +125,7 @@ func TestHeldWorkerLostWhenItsReplicaDies(t *testing.T) {
 	// vouches, so no HeartbeatLost, and the recorded heartbeat stays put
 	// while the replica acknowledges every heartbeat.
 	seq := c.LastAckedSeq()
+	lastAck := lastAckWatch(c)
 	consistently(t, 7*time.Second, func() error {
 		wb := j.binding(t)
 		if meta.IsStatusConditionTrue(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost) {
@@ -113,18 +142,17 @@ func TestHeldWorkerLostWhenItsReplicaDies(t *testing.T) {
 	}
 
 	// The replica dies: no more renewals, no more acks.
-	lastAck := time.Now()
 	if err := replica.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	stopped = true
 	died := time.Now()
-	bound := max(missed*testHeartbeat, testLease) + leasePoll
+	bound := max(missed*testHeartbeat+testLease/3, testLease) + leasePoll
 	wb, lostAt := lostSince(t, j, died.Add(bound+detectionSlack))
 	t.Logf("HeartbeatLost %.1fs after the holding replica stopped (bound %s after its last renewal): %s",
 		lostAt.Sub(died).Seconds(), bound, wb.Status.Message)
-	if early := lastAck.Add(missed * testHeartbeat); lostAt.Before(early) {
-		t.Errorf("HeartbeatLost at %s, before 3 intervals of silence (%s)", lostAt, early)
+	if early := lastAck().Add(missed * testHeartbeat); lostAt.Before(early) {
+		t.Errorf("HeartbeatLost at %s, before 3 intervals of silence after the last ack (%s)", lostAt, early)
 	}
 	c0 := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost)
 	if !strings.Contains(c0.Message, "tether-binding-test-dies") || wb.Status.Reason != tetherv1.ReasonHeartbeatLost {
