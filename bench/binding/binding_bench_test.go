@@ -51,6 +51,7 @@ import (
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
+	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
@@ -196,6 +197,8 @@ func BenchmarkBindingSessions(b *testing.B) {
 	start := time.Now()
 	env, err := testenv.Start(ctx, testenv.Options{AsAdmin: true, ControlPlane: func(o *controlplane.Options) {
 		o.StatusInterval = cfg.statusInterval
+		// Production (testenv writes liveness every few seconds for its tests).
+		o.LivenessWriteInterval = max(bindingserver.DefaultLivenessWriteInterval, cfg.statusInterval)
 		o.MissedHeartbeats = missedHeartbeats
 		// Without leader election the control plane runs its controller at
 		// once, as the elected replica does. With it (testenv's default), a
