@@ -233,7 +233,8 @@ type WorkerBindingStatus struct {
 	Worker *WorkerStatus `json:"worker,omitempty"`
 
 	// LastHeartbeatTime is when the binding server last heard from any of
-	// the job's nodes. It is written at most once per status interval.
+	// the job's nodes, as of the last status write (see
+	// NodeStatus.LastHeartbeatTime and NodeStatus.SessionReplica).
 	// +optional
 	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
 
@@ -299,12 +300,28 @@ type NodeStatus struct {
 	// +optional
 	RegisteredTime *metav1.Time `json:"registeredTime,omitempty"`
 	// LastHeartbeatTime is when the binding server last heard from the
-	// node's sidecar (written at most once per status interval).
+	// node's sidecar, as of the last status write: heartbeats are kept in
+	// memory by the replica holding the session and written on transitions,
+	// on reported changes (at most once per status interval) and otherwise
+	// once per liveness write interval. Between writes SessionReplica's
+	// Lease says whether the node is still live.
 	// +optional
 	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
-	// LastSeq is the node's highest acknowledged heartbeat sequence number.
+	// LastSeq is the node's highest acknowledged heartbeat sequence number,
+	// as of the last status write.
 	// +optional
 	LastSeq int64 `json:"lastSeq,omitempty"`
+	// SessionReplica is the control-plane replica that held the node's
+	// session at the last status write: the name of its Lease
+	// (coordination.k8s.io/v1) in the control plane's namespace. While that
+	// Lease is renewed, the replica vouches for the node's heartbeats; once
+	// it expires, the node is HeartbeatLost missedHeartbeats intervals after
+	// the later of the Lease's last renewal and LastHeartbeatTime, unless
+	// another replica takes the session. Empty when the replica held no
+	// Lease (liveness then rests on LastHeartbeatTime alone).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SessionReplica string `json:"sessionReplica,omitempty"`
 	// HeartbeatLost is true while the node's sidecar misses its heartbeats.
 	// +optional
 	HeartbeatLost bool `json:"heartbeatLost,omitempty"`

@@ -118,8 +118,13 @@ func (o *options) describe(w io.Writer, wb *tetherv1.WorkerBinding, events []eve
 		}
 		if n.LastHeartbeatTime != nil {
 			hb = o.age(n.LastHeartbeatTime.Time) + " ago"
-			if n.HeartbeatLost {
+			switch {
+			case n.HeartbeatLost:
 				hb += " (lost)"
+			case n.SessionReplica != "" && (st.Phase == tetherv1.PhaseRegistered || st.Phase == tetherv1.PhaseRunning):
+				// Recorded at the last status write; the holder's Lease
+				// vouches for the heartbeats since.
+				hb += " (live: held by " + n.SessionReplica + ")"
 			}
 		}
 		exit := "-"

@@ -109,6 +109,11 @@ func (o *options) printBindings(w io.Writer, items []tetherv1.WorkerBinding, sin
 			hb := "<none>"
 			if st.LastHeartbeatTime != nil {
 				hb = o.age(st.LastHeartbeatTime.Time) + " ago"
+				if leaseHeld(&st) {
+					// Recorded at the last status write; a replica's Lease
+					// vouches for the heartbeats since (docs/orchestrator.md).
+					hb += " (live: replica lease)"
+				}
 			}
 			cmd := "<none>"
 			if lc := st.LastCommand; lc != nil {
@@ -126,6 +131,22 @@ func (o *options) age(t time.Time) string {
 		return "<unknown>"
 	}
 	return duration.HumanDuration(o.now().Sub(t))
+}
+
+// leaseHeld reports whether a replica's Lease vouches for the binding's
+// heartbeats: a live phase, no node lost, and a node recorded as held.
+func leaseHeld(st *tetherv1.WorkerBindingStatus) bool {
+	if st.Phase != tetherv1.PhaseRegistered && st.Phase != tetherv1.PhaseRunning {
+		return false
+	}
+	held := false
+	for i := range st.Nodes {
+		if st.Nodes[i].HeartbeatLost {
+			return false
+		}
+		held = held || st.Nodes[i].SessionReplica != ""
+	}
+	return held
 }
 
 func orDash(s string) string {

@@ -257,6 +257,11 @@ func (e *Env) controlPlaneOptions(opts Options) controlplane.Options {
 	cp.BindingAddr = e.BindingAddr
 	cp.ServerURL = e.BindingURL
 	cp.StatusInterval = 2 * time.Second
+	// Liveness-only writes every 5s instead of 10m: a test's quiet binding
+	// is then reconciled as often as its heartbeats used to make it (a
+	// deleted token Secret is noticed at the next reconcile). Tests of the
+	// rare writes themselves set the production value.
+	cp.LivenessWriteInterval = 5 * time.Second
 	cp.ArtifactGrace = 2 * time.Second
 	cp.ArtifactDir = e.ArtifactDir
 	if opts.ControlPlane != nil {

@@ -21,8 +21,9 @@ type Replica struct {
 func (r *Replica) Stop() error { return r.stop() }
 
 // StartReplica starts another control plane next to the first one (which
-// Start or StartControlPlane started) and waits until it serves.
-func (e *Env) StartReplica(ctx context.Context) (*Replica, error) {
+// Start or StartControlPlane started) and waits until it serves; mods change
+// its options after the environment's.
+func (e *Env) StartReplica(ctx context.Context, mods ...func(*controlplane.Options)) (*Replica, error) {
 	if e.cpConfig == nil {
 		return nil, errors.New("start the first control plane before a replica")
 	}
@@ -42,6 +43,9 @@ func (e *Env) StartReplica(ctx context.Context) (*Replica, error) {
 	opts.WebhookPort = port
 	opts.BindingAddr = bindingAddr
 	opts.MetricsAddr = "0"
+	for _, m := range mods {
+		m(&opts)
+	}
 	cp, err := controlplane.New(e.cpConfig, opts)
 	if err != nil {
 		return nil, err

@@ -22,6 +22,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
@@ -63,9 +64,14 @@ type BindingReconciler struct {
 	CABundle func() ([]byte, error)
 	Events   events.EventRecorder
 	// StatusInterval and MissedHeartbeats are the binding server's: a
-	// worker silent for StatusInterval + MissedHeartbeats×interval is lost.
+	// worker whose replica vouched for it under a Lease is lost
+	// MissedHeartbeats intervals after that Lease's last renewal (Leases);
+	// one recorded without a Lease, when silent for StatusInterval +
+	// MissedHeartbeats×interval.
 	StatusInterval   time.Duration
 	MissedHeartbeats int
+	// Leases are the binding-server replicas' Leases (nil: not consulted).
+	Leases *ReplicaLeases
 	// ArtifactGrace is how long after the bound pod ended the controller
 	// waits for the manifest's verdict before declaring the artifacts
 	// incomplete (the sidecar uploads the manifest just before it exits).
@@ -105,7 +111,7 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if workers <= 0 {
 		workers = DefaultBindingWorkers
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("workerbinding").
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		For(trainjob.New(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
@@ -114,8 +120,19 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A WorkerBinding is named after its TrainJob. (Owns() cannot be used:
 		// it needs the owner's Go type, and TrainJobs are watched as metadata.)
 		Watches(&tetherv1.WorkerBinding{}, handler.EnqueueRequestsFromMapFunc(sameName)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(trainJobOfPod)).
-		Complete(r)
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(trainJobOfPod))
+	if r.Leases != nil {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tetherv1.WorkerBinding{}, SessionReplicaIndex,
+			IndexSessionReplica); err != nil {
+			return err
+		}
+		if err := mgr.Add(r.Leases); err != nil {
+			return err
+		}
+		// A binding whose replica's Lease expired.
+		b = b.WatchesRawSource(source.Channel(r.Leases.Events(), &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
 }
 
 func sameName(_ context.Context, o client.Object) []reconcile.Request {

@@ -123,7 +123,7 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 			lifecycle.Resumed(st)
 		}
 	}
-	requeue := r.checkHeartbeats(st, settings, now)
+	requeue := r.checkHeartbeats(ctx, st, settings, now)
 	// Whoever found every artifact verified (this controller, or the binding
 	// server on a verified manifest), the latest versions are put in place
 	// here, before the binding may say Succeeded.
@@ -152,12 +152,18 @@ func neverBoundMessage(st *tetherv1.WorkerBindingStatus, typ string) string {
 }
 
 // checkHeartbeats catches a worker whose replica crashed: nobody holds its
-// session, and its node's last recorded heartbeat ages past the budget.
-func (r *BindingReconciler) checkHeartbeats(st *tetherv1.WorkerBindingStatus, settings tetherv1.WorkerBindingSettings, now time.Time) time.Duration {
+// session, and it is silent past the budget. A node whose session a replica
+// holds under a current Lease is that replica's to watch (its read deadline
+// and liveness check record a silence); once the Lease expires the node is
+// lost MissedHeartbeats intervals after the later of its last recorded
+// heartbeat and the Lease's last renewal, unless another replica took the
+// session. A node recorded without a Lease falls back to its recorded
+// heartbeat, written at least every StatusInterval by a replica without one.
+func (r *BindingReconciler) checkHeartbeats(ctx context.Context, st *tetherv1.WorkerBindingStatus, settings tetherv1.WorkerBindingSettings, now time.Time) time.Duration {
 	if st.Phase != tetherv1.PhaseRegistered && st.Phase != tetherv1.PhaseRunning {
 		return 0
 	}
-	budget := r.StatusInterval + time.Duration(r.MissedHeartbeats)*settings.HeartbeatInterval.Duration
+	missed := time.Duration(r.MissedHeartbeats) * settings.HeartbeatInterval.Duration
 	var next time.Duration
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
@@ -168,16 +174,56 @@ func (r *BindingReconciler) checkHeartbeats(st *tetherv1.WorkerBindingStatus, se
 		if last == nil || n.HeartbeatLost || n.Terminating || n.LastExit != nil && n.LastExit.ExitCode == 0 && !n.LastExit.Restarted {
 			continue
 		}
-		wait := budget - now.Sub(last.Time) + time.Second
-		if now.Sub(last.Time) > budget {
-			lifecycle.HeartbeatLost(st, n.Rank, fmt.Sprintf("no heartbeat recorded for %s", now.Sub(last.Time).Round(time.Second)))
-			wait = budget
+		since, budget := last.Time, r.StatusInterval+missed
+		why := func(silent time.Duration) string {
+			return fmt.Sprintf("no heartbeat recorded for %s", silent.Round(time.Second))
 		}
-		if next == 0 || wait < next {
-			next = wait
+		if n.SessionReplica != "" && r.Leases != nil {
+			lease, err := r.Leases.lookup(ctx, n.SessionReplica)
+			if err != nil {
+				logf.FromContext(ctx).Info("cannot read a replica's Lease; will retry", "lease", n.SessionReplica, "error", err.Error())
+				next = minWait(next, time.Second)
+				continue
+			}
+			if lease.found && now.Before(lease.expires) {
+				// Vouched for: the Lease watcher reconciles the binding if
+				// the Lease expires.
+				continue
+			}
+			// The worker may have been heard up to one renewal period
+			// after the Lease's last renewal: that much more, so that the
+			// node is lost only after missedHeartbeats intervals of silence.
+			budget = missed + lease.renewPeriod()
+			replica := n.SessionReplica
+			if lease.found && lease.renewed.After(since) {
+				since = lease.renewed
+				why = func(silent time.Duration) string {
+					return fmt.Sprintf("no heartbeat for %s: replica %s, which held the session, stopped renewing its Lease at %s",
+						silent.Round(time.Second), replica, lease.renewed.UTC().Format(time.RFC3339))
+				}
+			} else {
+				why = func(silent time.Duration) string {
+					return fmt.Sprintf("no heartbeat recorded for %s, and replica %s, which held the session, holds no current Lease",
+						silent.Round(time.Second), replica)
+				}
+			}
 		}
+		wait := budget - now.Sub(since) + time.Second
+		if now.Sub(since) > budget {
+			lifecycle.HeartbeatLost(st, n.Rank, why(now.Sub(since)))
+			continue
+		}
+		next = minWait(next, wait)
 	}
 	return next
+}
+
+// minWait is the sooner of two requeue delays (0: none).
+func minWait(a, b time.Duration) time.Duration {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
 }
 
 // recordNodeCount records how many nodes the binding binds: 1 for

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -96,6 +99,9 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 			ByObject: map[client.Object]cache.ByObject{
 				// Only trainer pods are cached: the controller needs nothing of any other pod.
 				&corev1.Pod{}: {Label: trainjob.TrainerPodSelector()},
+				// Only the binding-server replicas' Leases, in our namespace.
+				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}},
+					Label: labels.SelectorFromSet(labels.Set{bindingserver.ReplicaLeaseLabel: "true"})},
 			},
 			// Nothing reads managedFields; every cached copy would carry them.
 			DefaultTransform: cache.TransformStripManagedFields(),
@@ -148,9 +154,22 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		bindingserver.IndexTokenHash); err != nil {
 		return nil, err
 	}
+	// The replica's Lease is renewed against the API server, never through
+	// the cache (a renewal must not act on a stale copy).
+	leaseClient, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	replica := opts.ReplicaName
+	if replica == "" {
+		host, _ := os.Hostname()
+		replica = bindingserver.ReplicaLeaseName(host)
+	}
 	bindingServer := bindingserver.New(bindingserver.Options{
 		Addr: opts.BindingAddr, CertDir: opts.CertDir,
 		StatusInterval: opts.StatusInterval, MissedHeartbeats: opts.MissedHeartbeats,
+		LivenessWriteInterval: opts.LivenessWriteInterval, StatusWriteRate: opts.StatusWriteRate,
+		Lease: bindingserver.LeaseOptions{Client: leaseClient, Namespace: opts.Namespace, Name: replica, Duration: opts.ReplicaLeaseDuration},
 	}, mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient(), mgr.GetLogger().WithName("binding"), recorder)
 	backend, err := artifactBackend(opts, mgr.GetLogger().WithName("artifacts"))
 	if err != nil {
@@ -236,11 +255,13 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 
 		StatusInterval:   opts.StatusInterval,
 		MissedHeartbeats: opts.MissedHeartbeats,
-		ArtifactGrace:    opts.ArtifactGrace,
-		TokenOverlap:     opts.TokenOverlap,
-		Pending:          artifacts,
-		Manifests:        artifacts,
-		Logs:             &controller.LogArchiver{Source: logSource, Store: backend, MaxBytes: opts.LogCapBytes},
+		Leases: &controller.ReplicaLeases{Client: mgr.GetClient(), Namespace: opts.Namespace,
+			Selector: client.MatchingLabels{bindingserver.ReplicaLeaseLabel: "true"}},
+		ArtifactGrace: opts.ArtifactGrace,
+		TokenOverlap:  opts.TokenOverlap,
+		Pending:       artifacts,
+		Manifests:     artifacts,
+		Logs:          &controller.LogArchiver{Source: logSource, Store: backend, MaxBytes: opts.LogCapBytes},
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the binding controller: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/internal/version"
+	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
@@ -49,6 +50,16 @@ type Options struct {
 	StatusInterval time.Duration
 	// MissedHeartbeats is how many heartbeat intervals of silence are lost.
 	MissedHeartbeats int
+	// LivenessWriteInterval bounds liveness-only status writes per binding
+	// while the replica's Lease vouches for its sessions.
+	LivenessWriteInterval time.Duration
+	// StatusWriteRate bounds each replica's paced status writes per second.
+	StatusWriteRate float64
+	// ReplicaLeaseDuration is the replica Lease's duration (renewed every third).
+	ReplicaLeaseDuration time.Duration
+	// ReplicaName names this replica's Lease (default: from the host name,
+	// with a random suffix per process).
+	ReplicaName string
 	// ArtifactGrace: see controller.BindingReconciler.ArtifactGrace.
 	ArtifactGrace time.Duration
 	// TokenOverlap: see controller.BindingReconciler.TokenOverlap.
@@ -96,28 +107,31 @@ type Options struct {
 // DefaultOptions are the values of the flags when none is given.
 func DefaultOptions() Options {
 	return Options{
-		Namespace:            envOr("POD_NAMESPACE", "tether-system"),
-		CertMode:             CertModeSelfManaged,
-		CertDir:              "/etc/tether/certs",
-		CertSecret:           "tether-control-plane-cert",
-		ServiceName:          "tether-control-plane",
-		WebhookConfig:        "tether-webhook",
-		WebhookPort:          9443,
-		BindingAddr:          ":8443",
-		StatusInterval:       30 * time.Second,
-		MissedHeartbeats:     3,
-		ArtifactGrace:        10 * time.Second,
-		TokenOverlap:         2 * time.Minute,
-		ArtifactBackend:      "fs",
-		ArtifactDir:          "/var/lib/tether/artifacts",
-		LogCapBytes:          10 << 20,
-		TrainerStatus:        "auto",
-		PresignTTL:           5 * time.Minute,
-		ArtifactDirectUpload: true,
-		MetricsAddr:          ":8080",
-		HealthAddr:           ":8081",
-		SidecarImage:         version.Image("tether-sidecar"), // the tag is the control plane's own version
-		ServerURL:            "https://tether-control-plane.tether-system.svc:8443",
+		Namespace:             envOr("POD_NAMESPACE", "tether-system"),
+		CertMode:              CertModeSelfManaged,
+		CertDir:               "/etc/tether/certs",
+		CertSecret:            "tether-control-plane-cert",
+		ServiceName:           "tether-control-plane",
+		WebhookConfig:         "tether-webhook",
+		WebhookPort:           9443,
+		BindingAddr:           ":8443",
+		StatusInterval:        30 * time.Second,
+		MissedHeartbeats:      3,
+		LivenessWriteInterval: bindingserver.DefaultLivenessWriteInterval,
+		StatusWriteRate:       bindingserver.DefaultStatusWriteRate,
+		ReplicaLeaseDuration:  bindingserver.DefaultReplicaLeaseDuration,
+		ArtifactGrace:         10 * time.Second,
+		TokenOverlap:          2 * time.Minute,
+		ArtifactBackend:       "fs",
+		ArtifactDir:           "/var/lib/tether/artifacts",
+		LogCapBytes:           10 << 20,
+		TrainerStatus:         "auto",
+		PresignTTL:            5 * time.Minute,
+		ArtifactDirectUpload:  true,
+		MetricsAddr:           ":8080",
+		HealthAddr:            ":8081",
+		SidecarImage:          version.Image("tether-sidecar"), // the tag is the control plane's own version
+		ServerURL:             "https://tether-control-plane.tether-system.svc:8443",
 	}
 }
 
@@ -140,8 +154,11 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.WebhookHost, "webhook-host", o.WebhookHost, "address the webhook server binds (empty: all interfaces)")
 	fs.IntVar(&o.WebhookPort, "webhook-port", o.WebhookPort, "HTTPS port of the admission webhooks")
 	fs.StringVar(&o.BindingAddr, "binding-bind-address", o.BindingAddr, "address of the binding server (HTTPS, same certificate as the webhooks)")
-	fs.DurationVar(&o.StatusInterval, "status-interval", o.StatusInterval, "at most one heartbeat-only WorkerBinding status write per binding per interval (transitions are written at once)")
+	fs.DurationVar(&o.StatusInterval, "status-interval", o.StatusInterval, "at most one WorkerBinding status write per binding per interval for reported progress and uploaded bytes, and for liveness alone while the replica holds no Lease (transitions are written at once)")
 	fs.IntVar(&o.MissedHeartbeats, "missed-heartbeats", o.MissedHeartbeats, "heartbeat intervals without a heartbeat before a worker is HeartbeatLost")
+	fs.DurationVar(&o.LivenessWriteInterval, "liveness-write-interval", o.LivenessWriteInterval, "at most one liveness-only WorkerBinding status write per binding per interval while the replica's Lease vouches for its sessions (heartbeats stay in the replica's memory meanwhile)")
+	fs.Float64Var(&o.StatusWriteRate, "status-write-rate", o.StatusWriteRate, "at most this many paced WorkerBinding status writes (progress, uploaded bytes, liveness; not transitions) per second from each replica while its Lease vouches")
+	fs.DurationVar(&o.ReplicaLeaseDuration, "replica-lease-duration", o.ReplicaLeaseDuration, "duration of each replica's Lease (coordination.k8s.io, in --namespace), renewed every third of it; when it expires, the sessions the replica held are HeartbeatLost --missed-heartbeats intervals plus one renewal period after its last renewal (or at expiry if later) unless another replica takes them")
 	fs.DurationVar(&o.TokenOverlap, "token-overlap", o.TokenOverlap, "after a token Secret is reissued, how long the previous token stays valid: the kubelet updates a running pod's token volume on its next pod sync (its syncFrequency, 1m by default); 0 ends it at once")
 	fs.DurationVar(&o.ArtifactGrace, "artifact-grace", o.ArtifactGrace, "after a trainer pod ends, how long to wait for its artifact manifest before the binding fails as ArtifactsIncomplete")
 	fs.StringVar(&o.ArtifactBackend, "artifact-backend", o.ArtifactBackend, "where artifacts are stored: fs (a directory; one replica or a shared volume) or s3 (a bucket)")
@@ -201,6 +218,12 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--status-interval=%s: must be at least 1s", o.StatusInterval)
 	case o.MissedHeartbeats < 1:
 		return fmt.Errorf("--missed-heartbeats=%d: must be at least 1", o.MissedHeartbeats)
+	case o.LivenessWriteInterval < o.StatusInterval:
+		return fmt.Errorf("--liveness-write-interval=%s: must be at least --status-interval (%s)", o.LivenessWriteInterval, o.StatusInterval)
+	case o.StatusWriteRate < 1:
+		return fmt.Errorf("--status-write-rate=%v: must be at least 1 write per second", o.StatusWriteRate)
+	case o.ReplicaLeaseDuration < 3*time.Second || o.ReplicaLeaseDuration > 5*time.Minute:
+		return fmt.Errorf("--replica-lease-duration=%s: must be between 3s and 5m", o.ReplicaLeaseDuration)
 	case o.TrainerStatus != "auto" && o.TrainerStatus != "off":
 		return fmt.Errorf("--trainer-status=%q: must be auto or off", o.TrainerStatus)
 	case o.S3.PublicEndpoint != "" && o.S3.Region == "":

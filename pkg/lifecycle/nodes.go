@@ -189,6 +189,28 @@ func Heartbeat(st *tetherv1.WorkerBindingStatus, rank int32, podUID string, at t
 	return true
 }
 
+// SessionHeld records that replica (the name of its Lease, "" for a
+// replica without one) holds the session of node rank's pod podUID. It
+// reports whether anything changed.
+func SessionHeld(st *tetherv1.WorkerBindingStatus, rank int32, podUID, replica string) bool {
+	if IsFinal(st.Phase) {
+		return false
+	}
+	n := current(st, rank, podUID)
+	if n == nil || n.SessionReplica == replica {
+		return false
+	}
+	n.SessionReplica = replica
+	return true
+}
+
+// HeldElsewhere reports whether node rank's session is recorded as held by a
+// replica other than replica: that replica heard from the worker last.
+func HeldElsewhere(st *tetherv1.WorkerBindingStatus, rank int32, replica string) bool {
+	n := Node(st, rank)
+	return n != nil && n.SessionReplica != "" && n.SessionReplica != replica
+}
+
 // HeartbeatLost marks node rank's worker silent; the condition names every
 // silent node (msg says why for this one).
 func HeartbeatLost(st *tetherv1.WorkerBindingStatus, rank int32, msg string) bool {

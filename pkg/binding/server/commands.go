@@ -97,7 +97,7 @@ func (s *Server) pushPendingCommand(ctx context.Context, key workerKey, wb *teth
 		return
 	}
 	s.metrics.commands.WithLabelValues(cmd.Name, "sent").Inc()
-	sess.log.Info("command sent", "command", cmd.Name, "id", cmd.ID)
+	sess.log().Info("command sent", "command", cmd.Name, "id", cmd.ID)
 }
 
 // commandAcked records a node's answer to a command. The command is
@@ -137,11 +137,11 @@ func (s *Server) commandAcked(ctx context.Context, sess *session, ack *binding.C
 		return true
 	})
 	if err != nil {
-		sess.log.Error(err, "recording a command ack")
+		sess.log().Error(err, "recording a command ack")
 		return
 	}
 	if name == "" {
-		sess.log.Info("ignoring an ack for an unknown or already answered command", "id", ack.ID)
+		sess.log().Info("ignoring an ack for an unknown or already answered command", "id", ack.ID)
 		return
 	}
 	result := "acknowledged"
@@ -149,7 +149,7 @@ func (s *Server) commandAcked(ctx context.Context, sess *session, ack *binding.C
 		result = "failed"
 	}
 	s.metrics.commands.WithLabelValues(name, result).Inc()
-	sess.log.Info("command answered", "command", name, "id", ack.ID, "ok", ack.OK, "error", ack.Error, "state", state)
+	sess.log().Info("command answered", "command", name, "id", ack.ID, "ok", ack.OK, "error", ack.Error, "state", state)
 }
 
 // nodeTag prefixes a multi-node job's messages with the node.

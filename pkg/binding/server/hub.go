@@ -36,6 +36,9 @@ type workerState struct {
 	lastWrite time.Time
 	// lost is true once HeartbeatLost was recorded for the current silence.
 	lost bool
+	// phaseWriteQueued is true from a heartbeat that queued the write of a
+	// phase to leave (Pending, Registered) until a write of the binding ends.
+	phaseWriteQueued bool
 	// lastCommandID is the last command pushed.
 	lastCommandID string
 	session       *session
@@ -48,28 +51,13 @@ type hub struct {
 	// onForget drops what others keep per worker (skipped reports) once
 	// the hub forgets it; called with the hub's lock held.
 	onForget func(workerKey)
-	// writtenAt is when each binding's heartbeat status was last queued
-	// for a write by this replica.
-	writtenAt map[types.NamespacedName]time.Time
+	// pace is each binding's status-write pacing (pacing.go).
+	pace map[types.NamespacedName]*writePace
 }
 
-// writeDue reports whether binding b's heartbeat status is to be written:
-// urgently (a transition to record), or once StatusInterval has passed
-// since its last write from this replica; it records the write.
-func (h *hub) writeDue(b types.NamespacedName, now time.Time, interval time.Duration, urgent bool) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !urgent && now.Sub(h.writtenAt[b]) < interval {
-		return false
-	}
-	if h.writtenAt == nil {
-		h.writtenAt = map[types.NamespacedName]time.Time{}
-	}
-	h.writtenAt[b] = now
-	return true
+func newHub() *hub {
+	return &hub{states: map[workerKey]*workerState{}, pace: map[types.NamespacedName]*writePace{}}
 }
-
-func newHub() *hub { return &hub{states: map[workerKey]*workerState{}} }
 
 // attach makes sess the worker's session and returns the one it replaces.
 func (h *hub) attach(key workerKey, sess *session, init func() *workerState) (*workerState, *session) {
@@ -123,7 +111,7 @@ func (h *hub) forget(key workerKey) {
 			return
 		}
 	}
-	delete(h.writtenAt, key.binding)
+	delete(h.pace, key.binding)
 }
 
 // snapshot copies the states for a reader that must not hold the lock.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
@@ -32,8 +33,10 @@ func (s *Server) watchLiveness(ctx context.Context) {
 		}
 		now := s.opts.Now()
 		for _, st := range s.hub.snapshot() {
+			// Read-only: the cache's own copy, not a deep copy per worker
+			// per second (10,000 sessions made that most of this loop's cost).
 			wb := &tetherv1.WorkerBinding{}
-			err := s.cache.Get(ctx, st.key.binding, wb)
+			err := s.cache.Get(ctx, st.key.binding, wb, client.UnsafeDisableDeepCopy)
 			switch {
 			case apierrors.IsNotFound(err) || (err == nil && wb.DeletionTimestamp != nil):
 				if st.session != nil {
@@ -64,6 +67,13 @@ func (s *Server) watchLiveness(ctx context.Context) {
 					st.session.close(binding.CloseTokenExpired, "token reissued and the previous one's overlap is over: reconnect with the current token")
 					s.metrics.refusals.WithLabelValues("token_expired").Inc()
 					continue
+				}
+				if node != nil && node.HeartbeatLost && node.PodUID == st.session.podUID && !st.lost && !st.lastHeartbeat.IsZero() &&
+					now.Sub(st.lastHeartbeat) < time.Duration(s.opts.MissedHeartbeats)*st.interval {
+					// Recorded lost by the controller (this replica's Lease
+					// looked expired, e.g. renewals stalled) while the worker
+					// heartbeats here: the next write clears it.
+					s.writes.Add(st.key.binding)
 				}
 				s.pushPendingCommand(ctx, st.key, wb)
 				continue

@@ -45,9 +45,20 @@ type Options struct {
 	CertDir string
 	// TLSConfig overrides CertDir (tests, benchmarks).
 	TLSConfig *tls.Config
-	// StatusInterval is the minimum time between two heartbeat-only status
-	// writes of one binding. Transitions are written at once.
+	// StatusInterval is the minimum time between two status writes of one
+	// binding for reported data that changed (progress, uploaded bytes),
+	// and for liveness alone when the replica has no Lease. Transitions
+	// are written at once.
 	StatusInterval time.Duration
+	// LivenessWriteInterval is the minimum time between two liveness-only
+	// status writes of one binding while the replica's Lease vouches for
+	// its sessions.
+	LivenessWriteInterval time.Duration
+	// StatusWriteRate bounds the paced status writes (reported data and
+	// liveness, not transitions) per second while the Lease vouches.
+	StatusWriteRate float64
+	// Lease is the replica's Lease; zero runs without one.
+	Lease LeaseOptions
 	// MissedHeartbeats is how many intervals without a heartbeat mean the
 	// heartbeat is lost.
 	MissedHeartbeats int
@@ -59,6 +70,12 @@ func (o *Options) defaults() {
 	if o.StatusInterval == 0 {
 		o.StatusInterval = 30 * time.Second
 	}
+	if o.LivenessWriteInterval == 0 {
+		o.LivenessWriteInterval = DefaultLivenessWriteInterval
+	}
+	if o.StatusWriteRate == 0 {
+		o.StatusWriteRate = DefaultStatusWriteRate
+	}
 	if o.MissedHeartbeats == 0 {
 		o.MissedHeartbeats = 3
 	}
@@ -66,6 +83,14 @@ func (o *Options) defaults() {
 		o.Now = time.Now
 	}
 }
+
+// DefaultLivenessWriteInterval and DefaultStatusWriteRate are the control
+// plane's defaults: 10,000 quiet bindings cost at most 15 status writes a
+// second, and a binding's liveness-only write comes every 10 minutes.
+const (
+	DefaultLivenessWriteInterval = 10 * time.Minute
+	DefaultStatusWriteRate       = 15.0
+)
 
 // Server is the binding server. It implements manager.Runnable and runs on
 // every replica.
@@ -95,6 +120,13 @@ type Server struct {
 	liveLookups *rate.Limiter
 	// skipped is what workers' scans skipped (skipped.go).
 	skipped skippedReports
+	// lease is the replica's Lease (nil without one); paced the bindings
+	// waiting for a paced status write (pacing.go).
+	lease *replicaLease
+	paced *pacedQueue
+	// writeBudget is StatusWriteRate: the pacer waits for it, transitions
+	// take from it without waiting.
+	writeBudget *rate.Limiter
 }
 
 // New returns a Server. cache must have the TokenHashIndex on WorkerBindings.
@@ -105,12 +137,18 @@ func New(opts Options, cache, live client.Reader, writer client.StatusClient, lo
 		writes:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName]()),
 		baseCtx: context.Background(), limits: newTokenLimits(), liveLookups: rate.NewLimiter(liveLookupRate, liveLookupBurst)}
 	s.hub.onForget = func(k workerKey) { s.skipped.forget(k) }
+	s.lease = newReplicaLease(opts.Lease, opts.Now, log)
+	s.paced = newPacedQueue()
+	s.writeBudget = rate.NewLimiter(rate.Limit(opts.StatusWriteRate), 1)
 	s.metrics = newMetrics(s.hub, opts.Now)
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
-		// Zero sizes reuse the HTTP server's buffers for reading; writes
-		// borrow a pooled buffer only while a frame is written. Thousands of
-		// mostly idle sessions then hold no buffers of their own.
+		// A small read buffer of its own instead of the HTTP server's
+		// 4 KiB one (a heartbeat is a few hundred bytes; bigger frames are
+		// read through it); writes borrow a pooled buffer only while a frame
+		// is written. Thousands of mostly idle sessions then hold 512 bytes
+		// of buffers each (bench/binding measures it).
+		ReadBufferSize:  512,
 		WriteBufferPool: &sync.Pool{},
 		// Sidecars are not browsers; there is no Origin to check.
 		CheckOrigin: func(*http.Request) bool { return true },
@@ -163,8 +201,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:     nil,
 	}
 	s.baseCtx = ctx
+	if s.lease != nil {
+		go s.lease.run(ctx)
+	}
 	go s.watchLiveness(ctx)
 	go s.runStatusWriters(ctx)
+	go s.runPacer(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("binding server listening", "addr", ln.Addr().String())

@@ -23,8 +23,12 @@ import (
 
 const writeWait = 10 * time.Second
 
-// session is one worker's WebSocket connection. Only its writer goroutine
-// writes to conn (gorilla allows one concurrent writer).
+// session is one worker's WebSocket connection. Its reader goroutine is
+// the only goroutine a session keeps: frames are written under writeMu by
+// whoever sends them (the reader for acks), pings and close frames with
+// gorilla's WriteControl (safe alongside other writes) from a timer's
+// short-lived goroutine. Ten thousand idle sessions then cost one parked
+// goroutine each, not two.
 type session struct {
 	key workerKey
 	// podUID is the registered pod the session speaks for.
@@ -34,35 +38,64 @@ type session struct {
 	// the binding no longer accepts it (reissued, overlap over), the
 	// liveness check closes the session with CloseTokenExpired.
 	tokenHash string
-	log       logr.Logger
-	send      chan binding.Frame
+	// log is built on first use: most sessions never log, and a logger
+	// with values costs an encoder per session.
+	logOnce sync.Once
+	logger  logr.Logger
+	base    logr.Logger
+	podName string
 
 	// frames bounds the frame rate; acks are the commands awaiting an answer
 	// (ratelimit.go, acks.go).
 	frames *rate.Limiter
 	acks   sentCommands
 
-	closeOnce sync.Once
-	closing   chan closeRequest
-	done      chan struct{}
+	// writeMu serializes data frames (gorilla allows one writer at a time).
+	writeMu sync.Mutex
+	// ping sends the next ping when it fires.
+	ping *time.Timer
 
 	mu        sync.Mutex
 	closeCode int // set by close; 0 while open
+	// closeSent is closed once the close frame was written (or failed).
+	closeSent chan struct{}
 }
 
-type closeRequest struct {
-	code   int
-	reason string
+// debug logs at V(1) without building the session's logger when V(1) is off.
+func (s *session) debug(msg string, kv ...any) {
+	if s.base.V(1).Enabled() {
+		s.log().V(1).Info(msg, kv...)
+	}
 }
 
-// close asks the writer to send a close frame and end the session.
-func (s *session) close(code int, reason string) {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closeCode = code
-		s.mu.Unlock()
-		s.closing <- closeRequest{code, reason}
+func (s *session) log() logr.Logger {
+	s.logOnce.Do(func() {
+		s.logger = s.base.WithValues("binding", s.key.binding.String(), "node", s.key.rank, "pod", s.podName)
 	})
+	return s.logger
+}
+
+// close sends the worker a close frame and ends the session: the reader,
+// blocked on the peer, is woken by an expired read deadline.
+func (s *session) close(code int, reason string) {
+	s.mu.Lock()
+	first := s.closeCode == 0
+	if first {
+		s.closeCode = code
+	}
+	s.mu.Unlock()
+	if !first {
+		return
+	}
+	// WriteControl waits for a stuck peer up to its deadline: never on the
+	// caller's goroutine (the liveness loop closes many sessions).
+	go func() {
+		defer close(s.closeSent)
+		msg := websocket.FormatCloseMessage(code, reason)
+		_ = s.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+		// Unblock the reader, which is waiting on the peer.
+		_ = s.conn.NetConn().SetReadDeadline(time.Now())
+	}()
 }
 
 // closedWith is the code close was called with, or 0.
@@ -72,16 +105,50 @@ func (s *session) closedWith() int {
 	return s.closeCode
 }
 
-// push queues a frame; a worker too slow to drain its queue is disconnected
-// rather than allowed to grow server memory.
+// write sends one frame; a worker that does not take it within writeWait
+// is disconnected rather than allowed to hold server memory.
+func (s *session) write(f binding.Frame) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	_ = s.conn.SetWriteDeadline(time.Now().Add(writeWait))
+	if err := s.conn.WriteJSON(f); err != nil {
+		s.close(binding.CloseProtocolError, "write failed")
+		return err
+	}
+	return nil
+}
+
+// push sends a frame from a goroutine other than the reader (commands):
+// on its own goroutine, so a slow worker never holds up the caller.
 func (s *session) push(f binding.Frame) bool {
-	select {
-	case s.send <- f:
-		return true
-	default:
-		s.close(binding.CloseProtocolError, "send queue full")
+	if s.closedWith() != 0 {
 		return false
 	}
+	go func() { _ = s.write(f) }()
+	return true
+}
+
+// startPings pings every interval, measuring the round trip, until the
+// session is closed.
+func (s *Server) startPings(sess *session, interval time.Duration) {
+	ping := func() {
+		if sess.closedWith() != 0 {
+			return
+		}
+		var payload [8]byte
+		binary.BigEndian.PutUint64(payload[:], uint64(time.Now().UnixNano()))
+		if err := sess.conn.WriteControl(websocket.PingMessage, payload[:], time.Now().Add(writeWait)); err != nil {
+			// The reader sees the broken connection (or its read deadline).
+			return
+		}
+		sess.mu.Lock()
+		t := sess.ping
+		sess.mu.Unlock()
+		t.Reset(interval)
+	}
+	sess.mu.Lock()
+	sess.ping = time.AfterFunc(interval, ping)
+	sess.mu.Unlock()
 }
 
 func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
@@ -119,9 +186,8 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	key := workerKey{types.NamespacedName{Namespace: wb.Namespace, Name: wb.Name}, rank}
 	interval := heartbeatInterval(wb)
 	token, _ := binding.TokenFromHeader(r.Header) // authenticate parsed it already
-	sess := &session{key: key, podUID: pod.UID, conn: conn, tokenHash: token.Hash(),
-		log:  s.log.WithValues("binding", key.binding.String(), "node", rank, "pod", pod.Name),
-		send: make(chan binding.Frame, 16), closing: make(chan closeRequest, 1), done: make(chan struct{})}
+	sess := &session{key: key, podUID: pod.UID, conn: conn, tokenHash: token.Hash(), base: s.log, podName: pod.Name,
+		closeSent: make(chan struct{})}
 	var lastSeq uint64
 	if n := lifecycle.Node(&wb.Status, rank); n != nil && n.PodUID == pod.UID {
 		lastSeq = uint64(n.LastSeq)
@@ -151,18 +217,23 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	s.metrics.sessionsOpened.Inc()
 	// A command that arrived while the worker was away is pushed now.
 	s.pushPendingCommand(ctx, key, nil)
-	sess.log.V(1).Info("session opened", "interval", interval)
+	sess.debug("session opened", "interval", interval)
 
-	go s.writeLoop(sess, interval)
+	s.startPings(sess, interval)
 	// The session outlives this handler: returning lets net/http release the
 	// request's state, which thousands of idle sessions would otherwise hold.
 	go func() {
 		code := s.readLoop(s.baseCtx, sess, interval)
 		s.hub.detach(key, sess)
 		sess.close(code, closeCodeName(code))
-		<-sess.done
+		sess.mu.Lock()
+		sess.ping.Stop()
+		sess.mu.Unlock()
+		// The close frame has its second to go out, then the connection ends.
+		<-sess.closeSent
+		_ = sess.conn.Close()
 		s.metrics.sessionsClosed.WithLabelValues(closeCodeName(code)).Inc()
-		sess.log.V(1).Info("session closed", "code", code)
+		sess.debug("session closed", "code", code)
 	}()
 }
 
@@ -187,38 +258,6 @@ func (s *Server) registered(ctx context.Context, wb *tetherv1.WorkerBinding, ran
 	return is(&fresh.Status)
 }
 
-// writeLoop is the session's only writer: queued frames, pings that measure
-// the round trip, and the close frame.
-func (s *Server) writeLoop(sess *session, interval time.Duration) {
-	defer close(sess.done)
-	defer sess.conn.Close()
-	ping := time.NewTicker(interval)
-	defer ping.Stop()
-	var payload [8]byte
-	for {
-		select {
-		case f := <-sess.send:
-			_ = sess.conn.SetWriteDeadline(time.Now().Add(writeWait))
-			if err := sess.conn.WriteJSON(f); err != nil {
-				sess.closeOnce.Do(func() {})
-				return
-			}
-		case <-ping.C:
-			binary.BigEndian.PutUint64(payload[:], uint64(time.Now().UnixNano()))
-			if err := sess.conn.WriteControl(websocket.PingMessage, payload[:], time.Now().Add(writeWait)); err != nil {
-				sess.closeOnce.Do(func() {})
-				return
-			}
-		case req := <-sess.closing:
-			msg := websocket.FormatCloseMessage(req.code, req.reason)
-			_ = sess.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
-			// Unblock the reader, which is waiting on the peer.
-			_ = sess.conn.SetReadDeadline(time.Now())
-			return
-		}
-	}
-}
-
 // readLoop reads frames until the session ends and returns the close code.
 func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Duration) int {
 	conn := sess.conn
@@ -240,13 +279,13 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 			return s.readError(ctx, sess, err)
 		}
 		if !sess.frames.Allow() {
-			sess.log.Info("closing session: frames over the rate limit", "perInterval", FramesPerInterval, "burst", FrameBurst)
+			sess.log().Info("closing session: frames over the rate limit", "perInterval", FramesPerInterval, "burst", FrameBurst)
 			s.metrics.refusals.WithLabelValues("frame_rate").Inc()
 			return binding.CloseRateLimited
 		}
 		f, err := binding.DecodeFrame(data)
 		if err != nil {
-			sess.log.Info("closing session: bad frame", "error", err.Error())
+			sess.log().Info("closing session: bad frame", "error", err.Error())
 			s.metrics.refusals.WithLabelValues("bad_frame").Inc()
 			return binding.CloseProtocolError
 		}
@@ -255,7 +294,7 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 		case binding.FrameHeartbeat:
 			hb := f.Heartbeat
 			if hb.Seq <= lastSeq {
-				sess.log.Info("closing session: out-of-order heartbeat", "seq", hb.Seq, "last", lastSeq)
+				sess.log().Info("closing session: out-of-order heartbeat", "seq", hb.Seq, "last", lastSeq)
 				s.metrics.refusals.WithLabelValues("out_of_order").Inc()
 				return binding.CloseProtocolError
 			}
@@ -264,7 +303,9 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 			if code != 0 {
 				return code
 			}
-			sess.push(binding.Frame{Type: binding.FrameAck, Ack: &binding.Ack{Seq: hb.Seq, ServerTime: s.opts.Now(), Phase: phase}})
+			if err := sess.write(binding.Frame{Type: binding.FrameAck, Ack: &binding.Ack{Seq: hb.Seq, ServerTime: s.opts.Now(), Phase: phase}}); err != nil {
+				return websocket.CloseAbnormalClosure
+			}
 		case binding.FrameFinishing:
 			fin := f.Finishing
 			if _, err := s.updateStatus(ctx, sess.key.binding, func(st *tetherv1.WorkerBindingStatus) bool {
@@ -273,17 +314,17 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 				skipped := fin.SkippedCount > 0 && lifecycle.SkippedReported(st, fin.Skipped, fin.SkippedCount)
 				return lifecycle.FlushUnverified(st, sess.key.rank, fin.Unverified, fin.UnverifiedCount, fin.ArtifactError) || finishing || skipped
 			}); err != nil {
-				sess.log.Error(err, "recording Finishing")
+				sess.log().Error(err, "recording Finishing")
 			}
 		case binding.FrameCommandAck:
 			if !sess.acks.take(f.CommandAck.ID) {
 				s.metrics.refusals.WithLabelValues("unsolicited_ack").Inc()
-				sess.log.V(1).Info("dropping an ack for a command this session was not sent", "id", f.CommandAck.ID)
+				sess.debug("dropping an ack for a command this session was not sent", "id", f.CommandAck.ID)
 				continue
 			}
 			s.commandAcked(ctx, sess, f.CommandAck)
 		default:
-			sess.log.Info("closing session: frame type not allowed from a worker", "type", f.Type)
+			sess.log().Info("closing session: frame type not allowed from a worker", "type", f.Type)
 			s.metrics.refusals.WithLabelValues("bad_frame").Inc()
 			return binding.CloseProtocolError
 		}
@@ -299,7 +340,7 @@ func (s *Server) readError(ctx context.Context, sess *session, err error) int {
 	case errors.As(err, &ce):
 		return ce.Code
 	case errors.Is(err, websocket.ErrReadLimit):
-		sess.log.Info("closing session: frame over the size limit", "limit", binding.MaxFrameSize)
+		sess.log().Info("closing session: frame over the size limit", "limit", binding.MaxFrameSize)
 		s.metrics.refusals.WithLabelValues("too_big").Inc()
 		return websocket.CloseMessageTooBig
 	case errors.As(err, &ne) && ne.Timeout():
@@ -325,16 +366,20 @@ func (s *Server) readError(ctx context.Context, sess *session, err error) int {
 func (s *Server) heartbeat(ctx context.Context, sess *session, hb *binding.Heartbeat) (string, int) {
 	key := sess.key
 	now := s.opts.Now()
-	var write, urgent, wasLost bool
+	var urgent, changed, wasLost bool
 	var phase string
 	s.hub.update(key, func(st *workerState) {
 		st.lastHeartbeat = now
 		if hb.Seq > st.lastSeq {
 			st.lastSeq = hb.Seq
 		}
+		if progressChanged(st.progress, hb.Progress) {
+			changed = true
+		}
 		if hb.Progress != nil {
 			st.progress = hb.Progress
 		}
+		changed = changed || hb.UploadedBytes != st.uploadedBytes
 		st.uploadedBytes = hb.UploadedBytes
 		// A new upload failure is worth a write of its own.
 		newError := hb.ArtifactError != st.artifactError
@@ -342,20 +387,34 @@ func (s *Server) heartbeat(ctx context.Context, sess *session, hb *binding.Heart
 		wasLost = st.lost
 		st.lost = false
 		phase = st.phase
-		urgent = wasLost || newError || phase == "" || phase == string(tetherv1.PhasePending) || phase == string(tetherv1.PhaseRegistered) ||
-			st.lastWrite.IsZero()
+		// A phase to leave is written once per write: heartbeats that come
+		// while that write is queued or under way (a slow API server) do
+		// not queue it again.
+		phaseToLeave := phase == "" || phase == string(tetherv1.PhasePending) || phase == string(tetherv1.PhaseRegistered)
+		if phaseToLeave && st.phaseWriteQueued {
+			phaseToLeave = false
+		} else if phaseToLeave {
+			st.phaseWriteQueued = true
+		}
+		urgent = wasLost || newError || phaseToLeave || st.lastWrite.IsZero()
 		st.lastWrite = now
 	})
-	// Heartbeat-only writes are paced per binding, not per node: one write
-	// carries every node this replica holds, so a job of many nodes costs
-	// no more writes per interval than a job of one.
-	write = s.hub.writeDue(key.binding, now, s.opts.StatusInterval, urgent)
 	s.metrics.heartbeats.Inc()
-	write = s.skipped.note(key, hb.Skipped, hb.SkippedCount) || write
-	if write {
+	// Skipped entries that changed are a transition.
+	urgent = s.skipped.note(key, hb.Skipped, hb.SkippedCount) || urgent
+	// Heartbeat status is paced per binding, not per node: one write
+	// carries every node this replica holds, so a job of many nodes costs
+	// no more writes than a job of one (pacing.go).
+	switch s.hub.noteHeartbeat(key.binding, now, urgent, changed, s.paceRules(now)) {
+	case writeNow:
 		// Written by the status writers, never on the session's reader:
-		// a slow API server must not delay acks or starve pongs.
+		// a slow API server must not delay acks or starve pongs. It uses
+		// the paced writes' budget if there is some (pacing.go).
+		s.writeBudget.Allow()
 		s.writes.Add(key.binding)
+	case writePaced:
+		s.paced.push(key.binding)
+	case writeNone:
 	}
 	if wasLost {
 		s.log.Info("heartbeats resumed", "binding", key.binding.String(), "node", key.rank)
@@ -386,6 +445,7 @@ func (s *Server) runStatusWriters(ctx context.Context) {
 				case err == nil || ctx.Err() != nil:
 					s.writes.Forget(key)
 				case s.writes.NumRequeues(key) >= maxStatusRetries:
+					s.clearPhaseWrites(key)
 					// Bounded: the worker's next heartbeat queues a fresh write.
 					s.log.Error(err, "writing heartbeat status failed; giving up until the next heartbeat",
 						"binding", key.String(), "attempts", s.writes.NumRequeues(key)+1)
@@ -419,10 +479,19 @@ func (s *Server) writeHeartbeatStatus(ctx context.Context, key types.NamespacedN
 	if len(beats) == 0 {
 		return nil
 	}
+	// The binding names this replica's Lease only while it vouches for the
+	// sessions; without one, the heartbeat time alone carries liveness.
+	replica := ""
+	if s.lease.vouching(s.opts.Now()) {
+		replica = s.lease.name()
+	}
 	wb, err := s.updateStatus(ctx, key, func(status *tetherv1.WorkerBindingStatus) bool {
 		changed := false
 		for _, b := range beats {
 			if lifecycle.Heartbeat(status, b.rank, b.podUID, b.lastHeartbeat, int64(b.lastSeq), toAPIProgress(b.progress)) {
+				changed = true
+			}
+			if lifecycle.SessionHeld(status, b.rank, b.podUID, replica) {
 				changed = true
 			}
 			if lifecycle.UploadReported(status, b.rank, b.podUID, b.uploadedBytes, b.artifactError) {
@@ -446,9 +515,17 @@ func (s *Server) writeHeartbeatStatus(ctx context.Context, key types.NamespacedN
 		s.closeSessions(key, binding.CloseFinished, "binding "+string(wb.Status.Phase))
 	}
 	for _, b := range beats {
-		s.hub.update(workerKey{key, b.rank}, func(st *workerState) { st.phase = string(wb.Status.Phase) })
+		s.hub.update(workerKey{key, b.rank}, func(st *workerState) { st.phase, st.phaseWriteQueued = string(wb.Status.Phase), false })
 	}
 	return nil
+}
+
+// clearPhaseWrites lets the binding's next heartbeats queue their phase
+// write again (the last one was given up).
+func (s *Server) clearPhaseWrites(b types.NamespacedName) {
+	for _, k := range s.hub.workersOf(b) {
+		s.hub.update(k, func(st *workerState) { st.phaseWriteQueued = false })
+	}
 }
 
 // closeSessions closes the sessions of every worker of the binding.
@@ -466,23 +543,39 @@ func (s *Server) closeSession(key workerKey, code int, reason string) {
 	}
 }
 
-// markLost records HeartbeatLost once per silence.
+// markLost records HeartbeatLost once per silence, with the last heartbeat
+// this replica heard (its memory is newer than the binding between writes),
+// unless another replica took the session since.
 func (s *Server) markLost(ctx context.Context, key workerKey, msg string) {
 	first := false
+	var last workerState
 	s.hub.update(key, func(st *workerState) {
 		first = !st.lost
 		st.lost = true
+		last = *st
 	})
 	if !first {
 		return
 	}
-	s.metrics.heartbeatsLost.Inc()
+	elsewhere := false
 	if _, err := s.updateStatus(ctx, key.binding, func(st *tetherv1.WorkerBindingStatus) bool {
+		if elsewhere = lifecycle.HeldElsewhere(st, key.rank, s.lease.name()); elsewhere {
+			return false
+		}
+		if n := lifecycle.Node(st, key.rank); n != nil && !last.lastHeartbeat.IsZero() &&
+			(n.LastHeartbeatTime == nil || last.lastHeartbeat.After(n.LastHeartbeatTime.Time)) {
+			lifecycle.Heartbeat(st, key.rank, last.podUID, last.lastHeartbeat, int64(last.lastSeq), toAPIProgress(last.progress))
+		}
 		return lifecycle.HeartbeatLost(st, key.rank, msg)
 	}); err != nil {
 		s.log.Error(err, "recording HeartbeatLost", "binding", key.binding.String(), "node", key.rank)
 		return
 	}
+	if elsewhere {
+		s.log.V(1).Info("silent here, but another replica holds the session now", "binding", key.binding.String(), "node", key.rank)
+		return
+	}
+	s.metrics.heartbeatsLost.Inc()
 	s.log.Info("heartbeat lost", "binding", key.binding.String(), "node", key.rank, "why", msg)
 }
 

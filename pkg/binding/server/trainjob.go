@@ -61,7 +61,7 @@ func (s *Server) trainJobGone(ctx context.Context, wb *tetherv1.WorkerBinding) (
 	tj := &metav1.PartialObjectMetadata{}
 	tj.SetGroupVersionKind(trainjob.GVK)
 	key := client.ObjectKey{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
-	err = s.cache.Get(ctx, key, tj)
+	err = s.cache.Get(ctx, key, tj, client.UnsafeDisableDeepCopy) // read-only
 	if apierrors.IsNotFound(err) && s.live != nil && s.opts.Now().Sub(wb.CreationTimestamp.Time) < cacheLag && s.liveLookups.Allow() {
 		err = s.live.Get(ctx, key, tj)
 	}
