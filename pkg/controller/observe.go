@@ -165,6 +165,14 @@ func (r *BindingReconciler) checkHeartbeats(ctx context.Context, st *tetherv1.Wo
 	}
 	missed := time.Duration(r.MissedHeartbeats) * settings.HeartbeatInterval.Duration
 	var next time.Duration
+	// While the view of the Leases is stale (the apiserver or etcd was
+	// away: no renewal and no heartbeat write could land), silence in the
+	// status says nothing of the workers: judge once it is current again.
+	if r.Leases != nil {
+		if ok, wait := r.Leases.Trusted(now); !ok {
+			return wait
+		}
+	}
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
 		last := n.LastHeartbeatTime

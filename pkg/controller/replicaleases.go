@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -62,8 +63,22 @@ type ReplicaLeases struct {
 	Selector client.MatchingLabels
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Self is this process's own replica Lease ("": none). This process
+	// knows it is alive: while its own Lease looks expired here, the view
+	// of every Lease is stale (the apiserver or etcd away, the cache not
+	// updated), and no other replica is judged dead by it.
+	Self string
 
 	events chan event.GenericEvent
+
+	mu sync.Mutex
+	// trustedFrom is when the view may be trusted again: a full Lease
+	// duration after Self's Lease was last seen current again (or after
+	// the start), so every replica had the time to renew once the view
+	// came back, as the node lifecycle controller gives nodes a grace after
+	// its own start. Zero while the view is stale.
+	trustedFrom time.Time
+	started     bool
 }
 
 // leaseState is what a binding's node needs to know of its replica's Lease.
@@ -78,6 +93,46 @@ func (l *ReplicaLeases) now() time.Time {
 		return l.Now()
 	}
 	return time.Now()
+}
+
+// Trusted says whether Lease expiries seen now are the replicas' own doing,
+// not a stale view, and if not, how long to wait before asking again.
+func (l *ReplicaLeases) Trusted(now time.Time) (bool, time.Duration) {
+	if l.Self == "" {
+		return true, 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case !l.started || l.trustedFrom.IsZero():
+		return false, replicaLeasePoll
+	case now.Before(l.trustedFrom):
+		return false, l.trustedFrom.Sub(now) + replicaLeasePoll
+	}
+	return true, 0
+}
+
+// observeSelf updates the view's trust from this process's own Lease as
+// the cache shows it now.
+func (l *ReplicaLeases) observeSelf(self *coordinationv1.Lease, now time.Time) {
+	if l.Self == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	current := false
+	var d time.Duration
+	if self != nil {
+		renewed, expires := leaseTimes(self)
+		current, d = now.Before(expires), expires.Sub(renewed)
+	}
+	switch {
+	case !current:
+		l.trustedFrom = time.Time{}
+	case l.trustedFrom.IsZero() || !l.started:
+		l.trustedFrom = now.Add(d)
+	}
+	l.started = true
 }
 
 // Events is the channel the controller watches (a binding to reconcile).
@@ -132,6 +187,7 @@ func (l *ReplicaLeases) Start(ctx context.Context) error {
 	log := logf.FromContext(ctx).WithName("replica-leases")
 	events := l.Events()
 	live := map[string]bool{} // Lease name -> not expired at the last look
+	resync := false           // the view was stale: judge every Lease afresh
 	t := time.NewTicker(replicaLeasePoll)
 	defer t.Stop()
 	for {
@@ -146,6 +202,20 @@ func (l *ReplicaLeases) Start(ctx context.Context) error {
 			continue
 		}
 		now := l.now()
+		var self *coordinationv1.Lease
+		for i := range leases.Items {
+			if leases.Items[i].Name == l.Self {
+				self = &leases.Items[i]
+			}
+		}
+		l.observeSelf(self, now)
+		if ok, _ := l.Trusted(now); !ok {
+			// A stale view: expiries are not the replicas' doing. Judge
+			// again once the view is back and every replica renewed: then
+			// every Lease still expired has its bindings reconciled.
+			resync = true
+			continue
+		}
 		seen := map[string]bool{}
 		var ended []string
 		for i := range leases.Items {
@@ -153,7 +223,7 @@ func (l *ReplicaLeases) Start(ctx context.Context) error {
 			seen[lease.Name] = true
 			renewed, expires := leaseTimes(lease)
 			valid := now.Before(expires)
-			if was, known := live[lease.Name]; known && was && !valid {
+			if was, known := live[lease.Name]; (resync || known && was) && !valid {
 				ended = append(ended, lease.Name)
 			}
 			live[lease.Name] = valid
@@ -171,6 +241,7 @@ func (l *ReplicaLeases) Start(ctx context.Context) error {
 				delete(live, name)
 			}
 		}
+		resync = false
 		for _, name := range ended {
 			var bindings tetherv1.WorkerBindingList
 			if err := l.Client.List(ctx, &bindings, client.MatchingFields{SessionReplicaIndex: name}); err != nil {

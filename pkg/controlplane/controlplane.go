@@ -256,7 +256,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 		StatusInterval:   opts.StatusInterval,
 		MissedHeartbeats: opts.MissedHeartbeats,
 		Leases: &controller.ReplicaLeases{Client: mgr.GetClient(), Namespace: opts.Namespace,
-			Selector: client.MatchingLabels{bindingserver.ReplicaLeaseLabel: "true"}},
+			Selector: client.MatchingLabels{bindingserver.ReplicaLeaseLabel: "true"}, Self: replica},
 		ArtifactGrace: opts.ArtifactGrace,
 		TokenOverlap:  opts.TokenOverlap,
 		Pending:       artifacts,
