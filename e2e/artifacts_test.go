@@ -87,6 +87,32 @@ func (e *env) stored(t *testing.T, jobID string) map[string]string {
 	return out
 }
 
+// storedLatest is stored with each file's latest verified version: its
+// pending object where one waits (an upload that replaced an earlier
+// version, promoted only when the job succeeds), else its final object.
+// What a preempted or failed attempt flushed is there.
+func (e *env) storedLatest(t *testing.T, jobID string) map[string]string {
+	t.Helper()
+	out := e.stored(t, jobID)
+	if e.tether.S3 == nil {
+		return out // the fs backend's pending objects are checked by the store's own tests
+	}
+	ctx := context.Background()
+	prefix := jobID + "/" + upload.PendingDir
+	keys, err := e.tether.S3.List(ctx, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key := range keys {
+		_, etag, err := e.tether.S3.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[strings.TrimPrefix(key, prefix)] = strings.Trim(etag, `"`)
+	}
+	return out
+}
+
 // skipServerKeys says whether a stored path is not one of the trainer's
 // files: the manifest, archived logs, the server's own keys.
 func skipServerKeys(rel string) bool {

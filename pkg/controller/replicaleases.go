@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,20 +25,11 @@ func IndexSessionReplica(o client.Object) []string {
 	wb := o.(*tetherv1.WorkerBinding)
 	var out []string
 	for i := range wb.Status.Nodes {
-		if r := wb.Status.Nodes[i].SessionReplica; r != "" && !contains(out, r) {
+		if r := wb.Status.Nodes[i].SessionReplica; r != "" && !slices.Contains(out, r) {
 			out = append(out, r)
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // replicaLeasePoll is how often the elected replica looks at the Leases.

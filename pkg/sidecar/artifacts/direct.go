@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/xml"
@@ -107,17 +106,7 @@ func (u *Uploader) dialStoreTLS(ctx context.Context, network, addr string) (net.
 			pool.AppendCertsFromPEM(pem)
 		}
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	d := &tls.Dialer{
-		NetDialer: &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second},
-		Config:    &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: host, NextProtos: []string{"http/1.1"}},
-	}
-	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
-	return d.DialContext(ctx, network, addr)
+	return dialVerified(ctx, network, addr, pool)
 }
 
 // send sends size bytes of body to key, in direct mode if the server offers

@@ -54,6 +54,11 @@ func (u *Uploader) dialTLS(ctx context.Context, network, addr string) (net.Conn,
 	if err != nil {
 		return nil, err
 	}
+	return dialVerified(ctx, network, addr, pool)
+}
+
+// dialVerified dials addr over TLS (HTTP/1.1), verifying it with pool.
+func dialVerified(ctx context.Context, network, addr string, pool *x509.CertPool) (net.Conn, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
