@@ -71,9 +71,10 @@ func TestScenario3Preemption(t *testing.T) {
 		}
 		return nil
 	})
-	// Every file the trainer had finished is stored, verified.
+	// Every file the trainer had finished is stored, verified (a file
+	// uploaded again waits under its pending key until the job succeeds).
 	afterFirst := localFiles(t, dir)
-	if err := sameFiles(afterFirst, suite.stored(t, jobID)); err != nil {
+	if err := sameFiles(afterFirst, suite.storedLatest(t, jobID)); err != nil {
 		t.Fatalf("after preemption, not every finished file was flushed: %v", err)
 	}
 	eventually(t, 20*time.Second, "Preempted Event", func() error { return hasAll(suite.eventReasons(t, ns, name), "Preempted") })
