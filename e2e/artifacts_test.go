@@ -200,10 +200,15 @@ func (e *env) expectOnlyChangedSent(t *testing.T, jobID string, afterFirst, fina
 			changed++
 		}
 	}
+	// At least every new or changed file and the manifest. A file the
+	// trainer rewrites (the progress file, on every step) may be sent once
+	// per close, so the count is not bounded above; what must never happen,
+	// a file unchanged since the first attempt stored again, is checked
+	// below by its Last-Modified.
 	eventually(t, 20*time.Second, "verified PUTs of the resumed attempt", func() error {
 		putsAfter, _ := e.metricValue(t, "tether_artifacts_verified_files_total")
-		if got := int(putsAfter - putsBefore); got != changed+1 {
-			return fmt.Errorf("the resumed attempt sent %d files, want %d (its %d new or changed files and the manifest)", got, changed+1, changed)
+		if got := int(putsAfter - putsBefore); got < changed+1 {
+			return fmt.Errorf("the resumed attempt sent %d files, want at least %d (its %d new or changed files and the manifest)", got, changed+1, changed)
 		}
 		return nil
 	})
