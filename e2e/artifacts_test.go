@@ -187,7 +187,7 @@ func (e *env) expectSucceededWithArtifacts(t *testing.T, pod *corev1.Pod, name, 
 	return wb, local
 }
 
-// expectOnlyChangedSent checks what a resumed attempt sent: exactly its new
+// expectOnlyChangedSent checks what a resumed attempt sent: at least its new
 // or changed files (final against afterFirst, the files when the previous
 // attempt ended) plus the manifest, counted by the server's verified-files
 // counter since putsBefore; a file it did not change keeps the Last-Modified
