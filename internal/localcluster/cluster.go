@@ -202,11 +202,14 @@ func (c *Cluster) start(name, bin string, args []string, env ...string) (*Proces
 }
 
 // untrack forgets p (it was stopped by its owner).
-func (c *Cluster) untrack(p *Process) {
+func (c *Cluster) untrack(p *Process) { c.untrackWhere(func(q *Process) bool { return q == p }) }
+
+// untrackWhere forgets the first tracked process match selects.
+func (c *Cluster) untrackWhere(match func(*Process) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, q := range c.processes {
-		if q == p {
+		if match(q) {
 			c.processes = append(c.processes[:i], c.processes[i+1:]...)
 			return
 		}

@@ -61,7 +61,7 @@ func (c *Cluster) restartComponent(ctx context.Context, name string, down time.D
 			return 0, fmt.Errorf("%s (pid %d) did not stop: %w", name, pid, err)
 		}
 	}
-	c.untrackPID(pid)
+	c.untrackWhere(func(p *Process) bool { return p.PID() == pid })
 	c.Opts.Log("%s (pid %d) stopped; down for %s", name, pid, down)
 	select {
 	case <-ctx.Done():
@@ -165,18 +165,6 @@ func waitGone(ctx context.Context, pid int, timeout time.Duration) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// untrackPID forgets a tracked process that was stopped here.
-func (c *Cluster) untrackPID(pid int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, p := range c.processes {
-		if p.PID() == pid {
-			c.processes = append(c.processes[:i], c.processes[i+1:]...)
-			return
 		}
 	}
 }

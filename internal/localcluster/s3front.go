@@ -55,19 +55,6 @@ type PathTraffic struct {
 	CopiedTo string
 }
 
-// PutsTo sums the PUTs (and their bytes) to every path ending in suffix
-// (a file's final and pending keys both do).
-func (t S3Traffic) PutsTo(suffix string) PathTraffic {
-	var sum PathTraffic
-	for p, pt := range t.ByPath {
-		if strings.HasSuffix(p, suffix) {
-			sum.Puts += pt.Puts
-			sum.Bytes += pt.Bytes
-		}
-	}
-	return sum
-}
-
 // Since is what t added to before.
 func (t S3Traffic) Since(before S3Traffic) S3Traffic {
 	d := S3Traffic{Puts: t.Puts - before.Puts, PutBytes: t.PutBytes - before.PutBytes, Copies: t.Copies - before.Copies,
