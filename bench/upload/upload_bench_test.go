@@ -259,7 +259,13 @@ func startServer(b *testing.B, cfg benchConfig) *server {
 		b.Cleanup(func() { _ = os.RemoveAll(d) })
 		storeRoot = d
 	}
-	s := &server{token: randHex(b, 32), jobID: "bench-" + randHex(b, 8), backend: store.FSBackend{Root: storeRoot}}
+	// The store as the control plane opens it (--artifact-backend fs).
+	backend, err := store.NewFSBackend(storeRoot)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = backend.Close() })
+	s := &server{token: randHex(b, 32), jobID: "bench-" + randHex(b, 8), backend: backend}
 
 	certPEM, keyPEM := benchutil.SelfSignedCert(b)
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)

@@ -24,7 +24,10 @@ func artifactBackend(opts Options, log logr.Logger) (upload.Backend, error) {
 		if err := os.MkdirAll(opts.ArtifactDir, 0o750); err != nil {
 			return nil, fmt.Errorf("--artifact-dir: %w", err)
 		}
-		b := store.FSBackend{Root: opts.ArtifactDir}
+		b, err := store.NewFSBackend(opts.ArtifactDir)
+		if err != nil {
+			return nil, fmt.Errorf("--artifact-dir: %w", err)
+		}
 		// Not fatal: leftovers only take space, and the next start tries again.
 		if err := b.RemoveStaleTemp(staleTempAge); err != nil {
 			log.Error(err, "removing stale temporary files", "dir", opts.ArtifactDir)

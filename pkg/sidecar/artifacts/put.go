@@ -3,6 +3,7 @@ package artifacts
 import (
 	"context"
 	"crypto/md5"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -115,6 +116,9 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 	if sum, ok := u.Verified(rel, size, mtime); ok {
 		return Result{Path: rel, Size: size, MD5: sum, How: Unchanged}, nil
 	}
+	if size < smallFileSize {
+		return u.uploadSmall(ctx, f, st, rel, key)
+	}
 
 	// HEAD: an object of the same size may already be the file (a restarted
 	// sidecar, or a PUT whose answer was lost). Then one read of the file,
@@ -198,8 +202,18 @@ func md5Of(r io.Reader, size int64) (string, error) {
 // difference between what was read and what was stored fails verification.
 // (Content-MD5 would only let the server refuse a corrupted body itself.)
 func (u *Uploader) put(ctx context.Context, key string, body io.Reader, size int64) (string, error) {
+	return u.putSum(ctx, key, body, size, nil)
+}
+
+// putSum is put; with contentMD5 (the body's, computed before) it is sent as
+// Content-MD5 instead of hashing the body on the way (uploadSmall).
+func (u *Uploader) putSum(ctx context.Context, key string, body io.Reader, size int64, contentMD5 []byte) (string, error) {
 	h := md5.New()
-	pr := &progressReader{r: io.TeeReader(io.LimitReader(body, size), h)}
+	src := io.LimitReader(body, size)
+	if contentMD5 == nil {
+		src = io.TeeReader(src, h)
+	}
+	pr := &progressReader{r: src}
 	pr.touch()
 
 	// A stalled body (the server or the network stopped taking bytes) ends
@@ -210,10 +224,17 @@ func (u *Uploader) put(ctx context.Context, key string, body io.Reader, size int
 	defer close(done)
 	go u.watchStall(pr, cancel, done)
 
-	info, err := u.client.PutObject(actx, upload.Bucket, key, pr, size, minio.PutObjectOptions{
-		DisableMultipart: true,
-		ContentType:      "application/octet-stream",
-	})
+	opts := minio.PutObjectOptions{DisableMultipart: true, ContentType: "application/octet-stream"}
+	var (
+		info minio.UploadInfo
+		err  error
+	)
+	if contentMD5 != nil {
+		info, err = minio.Core{Client: u.client}.PutObject(actx, upload.Bucket, key, pr, size,
+			base64.StdEncoding.EncodeToString(contentMD5), "", opts)
+	} else {
+		info, err = u.client.PutObject(actx, upload.Bucket, key, pr, size, opts)
+	}
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(context.Cause(actx), errStalled) {
 			return "", fmt.Errorf("PUT %s: %w for %s", key, errStalled, u.cfg.StallTimeout)
@@ -223,11 +244,18 @@ func (u *Uploader) put(ctx context.Context, key string, body io.Reader, size int
 	if n := pr.n.Load(); n != size {
 		return "", fmt.Errorf("PUT %s: %w (sent %d of %d bytes)", key, errChanged, n, size)
 	}
+	if contentMD5 != nil {
+		return checkSum(key, hex.EncodeToString(contentMD5), info.ETag)
+	}
 	return checkETag(key, h, info.ETag)
 }
 
 func checkETag(key string, h hash.Hash, etag string) (string, error) {
-	sum := hex.EncodeToString(h.Sum(nil))
+	return checkSum(key, hex.EncodeToString(h.Sum(nil)), etag)
+}
+
+// checkSum: the server's ETag must be sum, the MD5 of the bytes sent.
+func checkSum(key, sum, etag string) (string, error) {
 	if got := trimETag(etag); !strings.EqualFold(got, sum) {
 		return "", fmt.Errorf("PUT %s: %w: the server answered ETag %q, the MD5 of the bytes sent is %s", key, errETagMismatch, got, sum)
 	}

@@ -26,24 +26,67 @@ import (
 // FSBackend stores objects as files under Root: key <job-id>/a/b.bin is the
 // file Root/<job-id>/a/b.bin, so the directory reads like the bucket.
 //
-// The backend keeps its own data under Root/.tether (a key may not start
-// with ".tether/"): for every object a small metadata file,
-// .tether/meta/<key>, records its MD5 (the ETag) with the data file's size,
-// modification time and inode; temporary files are in .tether/tmp.
+// Every object's metadata records its MD5 (the ETag) with the data file's
+// size, modification time and inode: in the data file's extended attribute
+// user.tether.meta, or, on a file system without user extended attributes,
+// in a small metadata file .tether/meta/<key> (stores written before the
+// attribute was used have those too, and are read as they are). The backend
+// keeps its own data under Root/.tether (a key may not start with
+// ".tether/"); temporary files are in .tether/tmp.
 //
-// Put writes a temporary file while computing its MD5, fsyncs it, writes the
-// metadata and renames the file into place, then fsyncs the directory: a
+// Put writes a temporary file while computing its MD5, records the metadata,
+// fsyncs the file and renames it into place, then fsyncs the directory: a
 // partial object is never visible under its key. Head reads the metadata
-// instead of the file; if the metadata does not describe the file (a crash
-// between the two renames, a file changed by hand), Head computes the MD5
-// from the file and rewrites the metadata.
+// instead of the file; if the metadata does not describe the file (a file
+// changed by hand, a crash between a metadata file's rename and the data
+// file's), Head computes the MD5 from the file and records it again.
 //
 // All access goes through an os.Root, so no key or symbolic link reaches
 // outside Root. Root, .tether/tmp and the objects must be on one file system.
 // A key cannot name both an object and a directory ("a/b" and "a/b/c"):
 // such a PUT fails with ErrKeyConflict.
+//
+// The zero value with Root set opens Root for every operation; NewFSBackend
+// opens it once, which a server storing many small objects wants.
 type FSBackend struct {
 	Root string
+
+	// metaFiles: metadata files even where extended attributes work (tests
+	// of the layout of file systems without them, and of older stores).
+	metaFiles bool
+	// held is Root opened once (NewFSBackend), shared by copies.
+	held *os.Root
+}
+
+// NewFSBackend returns the FSBackend of the directory root, created if
+// missing and kept open: every operation resolves its key from the open
+// directory instead of opening root's path first (bench/sync: that open is
+// a tenth of a small object's PUT). The directory must stay where it is
+// while the backend is used: a root removed and created again is not seen.
+func NewFSBackend(root string) (FSBackend, error) {
+	b := FSBackend{Root: root}
+	r, err := b.open()
+	if err != nil {
+		return FSBackend{}, err
+	}
+	b.held = r
+	return b, nil
+}
+
+// Close releases what NewFSBackend holds.
+func (b FSBackend) Close() error {
+	if b.held == nil {
+		return nil
+	}
+	return b.held.Close()
+}
+
+// setXattr records m on f unless b keeps metadata files.
+func (b FSBackend) setXattr(f *os.File, m fsMeta) error {
+	if b.metaFiles {
+		return errNoXattr
+	}
+	return setMetaXattr(f, m)
 }
 
 var _ upload.Backend = FSBackend{}
@@ -55,7 +98,10 @@ const (
 	fsTmpDir   = fsReserved + "/tmp"
 )
 
-// fsMeta is the metadata file of an object.
+// errNoXattr: the file system does not take user extended attributes.
+var errNoXattr = errors.New("no user extended attributes on this file system")
+
+// fsMeta is the metadata of an object.
 type fsMeta struct {
 	MD5 string `json:"md5"`
 	fsFingerprint
@@ -91,13 +137,27 @@ func fsPath(key string) (string, error) {
 func metaPath(p string) string { return filepath.Join(filepath.FromSlash(fsMetaDir), p) }
 
 func (b FSBackend) open() (*os.Root, error) {
+	if b.held != nil {
+		return b.held, nil
+	}
 	if b.Root == "" {
 		return nil, errors.New("FSBackend.Root is empty")
+	}
+	root, err := os.OpenRoot(b.Root)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return root, err
 	}
 	if err := os.MkdirAll(b.Root, 0o755); err != nil {
 		return nil, err
 	}
 	return os.OpenRoot(b.Root)
+}
+
+// release closes a root open returned, unless it is the held one.
+func (b FSBackend) release(root *os.Root) {
+	if root != b.held {
+		_ = root.Close()
+	}
 }
 
 // fsError maps file system errors to the backend's.
@@ -113,17 +173,22 @@ func fsError(err error) error {
 	return err
 }
 
-// createTemp creates an empty temporary file in .tether/tmp.
+// createTemp creates an empty temporary file in .tether/tmp, creating the
+// directory the first time.
 func createTemp(root *os.Root) (string, *os.File, error) {
-	if err := root.MkdirAll(filepath.FromSlash(fsTmpDir), 0o755); err != nil {
-		return "", nil, err
-	}
-	for {
+	for made := false; ; {
 		var r [12]byte
 		_, _ = rand.Read(r[:])
 		name := filepath.Join(filepath.FromSlash(fsTmpDir), hex.EncodeToString(r[:])+".part")
 		f, err := root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-		if errors.Is(err, fs.ErrExist) {
+		switch {
+		case errors.Is(err, fs.ErrExist):
+			continue
+		case errors.Is(err, fs.ErrNotExist) && !made:
+			if err := root.MkdirAll(filepath.FromSlash(fsTmpDir), 0o755); err != nil {
+				return "", nil, err
+			}
+			made = true
 			continue
 		}
 		return name, f, err
@@ -165,7 +230,7 @@ func (b FSBackend) Put(ctx context.Context, key string, body io.Reader, size int
 	if err != nil {
 		return upload.ObjectInfo{}, err
 	}
-	defer root.Close()
+	defer b.release(root)
 	tmp, f, err := createTemp(root)
 	if err != nil {
 		return upload.ObjectInfo{}, err
@@ -187,35 +252,48 @@ func (b FSBackend) Put(ctx context.Context, key string, body io.Reader, size int
 	if n != size {
 		return upload.ObjectInfo{}, fmt.Errorf("the body has %d bytes, not the %d announced", n, size)
 	}
-	meta, err := finishTemp(f, h)
+	meta, inXattr, err := b.finishTemp(f, h)
 	if err != nil {
 		return upload.ObjectInfo{}, err
 	}
-	if err := commit(root, tmp, p, meta); err != nil {
+	if err := commit(root, tmp, p, meta, !inXattr); err != nil {
 		return upload.ObjectInfo{}, err
 	}
 	committed = true
 	return upload.ObjectInfo{Size: meta.Size, ETag: meta.MD5}, nil
 }
 
-// finishTemp fsyncs a written temporary file and returns its metadata.
-func finishTemp(f *os.File, h hash.Hash) (fsMeta, error) {
-	if err := f.Sync(); err != nil {
-		return fsMeta{}, err
-	}
+// finishTemp records the metadata of a written temporary file on it (if the
+// file system takes extended attributes: inXattr) and fsyncs it.
+func (b FSBackend) finishTemp(f *os.File, h hash.Hash) (meta fsMeta, inXattr bool, err error) {
 	fi, err := f.Stat()
 	if err != nil {
-		return fsMeta{}, err
+		return fsMeta{}, false, err
 	}
-	return fsMeta{MD5: hex.EncodeToString(h.Sum(nil)), fsFingerprint: fingerprint(fi)}, nil
+	// Setting an extended attribute changes the ctime, not the mtime the
+	// fingerprint holds.
+	meta = fsMeta{MD5: hex.EncodeToString(h.Sum(nil)), fsFingerprint: fingerprint(fi)}
+	switch err := b.setXattr(f, meta); {
+	case err == nil:
+		inXattr = true
+	case !errors.Is(err, errNoXattr):
+		return fsMeta{}, false, err
+	}
+	if err := f.Sync(); err != nil {
+		return fsMeta{}, false, err
+	}
+	return meta, inXattr, nil
 }
 
-// commit moves the temporary file tmp to p with its metadata: the metadata
-// first, so a visible object has its metadata unless a crash came between
-// the two renames (which Head detects by the fingerprint).
-func commit(root *os.Root, tmp, p string, meta fsMeta) error {
-	if err := writeMeta(root, p, meta); err != nil {
-		return err
+// commit moves the temporary file tmp to p. With metaFile, the metadata is
+// written to a metadata file first, so a visible object has its metadata
+// unless a crash came between the two renames (which Head detects by the
+// fingerprint).
+func commit(root *os.Root, tmp, p string, meta fsMeta, metaFile bool) error {
+	if metaFile {
+		if err := writeMeta(root, p, meta); err != nil {
+			return err
+		}
 	}
 	if err := renameInto(root, tmp, p); err != nil {
 		return err
@@ -230,18 +308,18 @@ func commit(root *os.Root, tmp, p string, meta fsMeta) error {
 	return nil
 }
 
-// renameInto renames from to to, creating to's directory. A concurrent
-// Delete may remove an empty directory between the two: then it retries.
+// renameInto renames from to to, creating to's directory if it is missing.
+// A concurrent Delete may remove an empty directory between the two: then
+// it retries.
 func renameInto(root *os.Root, from, to string) error {
 	for attempt := 0; ; attempt++ {
+		err := root.Rename(from, to)
+		if !errors.Is(err, fs.ErrNotExist) || attempt == 5 {
+			return fsError(err)
+		}
 		if err := root.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 			return fsError(err)
 		}
-		err := root.Rename(from, to)
-		if errors.Is(err, fs.ErrNotExist) && attempt < 5 {
-			continue
-		}
-		return fsError(err)
 	}
 }
 
@@ -298,22 +376,30 @@ func openObject(root *os.Root, p string) (*os.File, os.FileInfo, error) {
 	return f, fi, nil
 }
 
-// objectMeta returns the metadata of the open data file f, computing and
-// rewriting it if the stored metadata does not describe f.
-func objectMeta(root *os.Root, p string, f *os.File, fi os.FileInfo) (fsMeta, error) {
+// objectMeta returns the metadata of the open data file f (inXattr: found
+// in or recorded on its extended attribute), computing and recording it if
+// the stored metadata does not describe f.
+func (b FSBackend) objectMeta(root *os.Root, p string, f *os.File, fi os.FileInfo) (m fsMeta, inXattr bool, err error) {
 	fp := fingerprint(fi)
+	if m, ok := metaFromXattr(f); ok && m.fsFingerprint == fp && len(m.MD5) == 32 {
+		return m, true, nil
+	}
 	if m, err := readMeta(root, p); err == nil && m.fsFingerprint == fp && len(m.MD5) == 32 {
-		return m, nil
+		return m, false, nil
 	}
 	h := md5.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return fsMeta{}, err
+		return fsMeta{}, false, err
 	}
-	m := fsMeta{MD5: hex.EncodeToString(h.Sum(nil)), fsFingerprint: fp}
+	m = fsMeta{MD5: hex.EncodeToString(h.Sum(nil)), fsFingerprint: fp}
+	// Best effort: the next Head computes again.
 	if fi2, err := f.Stat(); err == nil && fingerprint(fi2) == fp {
-		_ = writeMeta(root, p, m) // best effort: the next Head computes again
+		if b.setXattr(f, m) == nil {
+			return m, true, nil
+		}
+		_ = writeMeta(root, p, m)
 	}
-	return m, nil
+	return m, false, nil
 }
 
 // Head returns the object's size and ETag.
@@ -332,13 +418,13 @@ func (b FSBackend) Stat(_ context.Context, key string) (upload.ObjectInfo, time.
 	if err != nil {
 		return upload.ObjectInfo{}, time.Time{}, err
 	}
-	defer root.Close()
+	defer b.release(root)
 	f, fi, err := openObject(root, p)
 	if err != nil {
 		return upload.ObjectInfo{}, time.Time{}, err
 	}
 	defer f.Close()
-	m, err := objectMeta(root, p, f, fi)
+	m, _, err := b.objectMeta(root, p, f, fi)
 	if err != nil {
 		return upload.ObjectInfo{}, time.Time{}, err
 	}
@@ -361,13 +447,13 @@ func (b FSBackend) Copy(ctx context.Context, src, dst string) error {
 	if err != nil {
 		return err
 	}
-	defer root.Close()
+	defer b.release(root)
 	f, fi, err := openObject(root, sp)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	meta, err := objectMeta(root, sp, f, fi)
+	meta, inXattr, err := b.objectMeta(root, sp, f, fi)
 	if err != nil {
 		return err
 	}
@@ -380,7 +466,8 @@ func (b FSBackend) Copy(ctx context.Context, src, dst string) error {
 	_ = root.Remove(tmp)
 	if err := root.Link(sp, tmp); err == nil {
 		if lfi, err := root.Stat(tmp); err == nil && os.SameFile(lfi, fi) {
-			if err := commit(root, tmp, dp, meta); err != nil {
+			// The link shares the inode and so its extended attribute.
+			if err := commit(root, tmp, dp, meta, !inXattr); err != nil {
 				_ = root.Remove(tmp)
 				return err
 			}
@@ -407,14 +494,14 @@ func (b FSBackend) Copy(ctx context.Context, src, dst string) error {
 	if _, err := io.Copy(io.MultiWriter(tf, h), ctxReader{ctx, f}); err != nil {
 		return err
 	}
-	cmeta, err := finishTemp(tf, h)
+	cmeta, cInXattr, err := b.finishTemp(tf, h)
 	if err != nil {
 		return err
 	}
 	if cmeta.MD5 != meta.MD5 || cmeta.Size != meta.Size {
 		return fmt.Errorf("copying %s: the copy's MD5 %s differs from the source's %s", src, cmeta.MD5, meta.MD5)
 	}
-	if err := commit(root, tmp, dp, cmeta); err != nil {
+	if err := commit(root, tmp, dp, cmeta, !cInXattr); err != nil {
 		return err
 	}
 	committed = true
@@ -432,7 +519,7 @@ func (b FSBackend) Delete(_ context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	defer root.Close()
+	defer b.release(root)
 	fi, err := root.Lstat(p)
 	switch {
 	case err == nil && fi.IsDir():
@@ -481,7 +568,7 @@ func (b FSBackend) List(_ context.Context, prefix string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
+	defer b.release(root)
 	var keys []string
 	err = fs.WalkDir(root.FS(), dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -515,7 +602,7 @@ func (b FSBackend) RemoveStaleTemp(age time.Duration) error {
 	if err != nil {
 		return err
 	}
-	defer root.Close()
+	defer b.release(root)
 	entries, err := fs.ReadDir(root.FS(), fsTmpDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

@@ -14,7 +14,26 @@ import (
 )
 
 func TestFSBackendContract(t *testing.T) {
+	runBackendSuite(t, func(t *testing.T) upload.Backend {
+		b, err := NewFSBackend(filepath.Join(t.TempDir(), "store"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	})
+}
+
+// TestFSBackendUnheldContract: the zero value with Root, opening it for
+// every operation.
+func TestFSBackendUnheldContract(t *testing.T) {
 	runBackendSuite(t, func(t *testing.T) upload.Backend { return FSBackend{Root: t.TempDir()} })
+}
+
+// TestFSBackendMetadataFilesContract: the layout of file systems without
+// user extended attributes.
+func TestFSBackendMetadataFilesContract(t *testing.T) {
+	runBackendSuite(t, func(t *testing.T) upload.Backend { return FSBackend{Root: t.TempDir(), metaFiles: true} })
 }
 
 func TestFSBackendLayout(t *testing.T) {
@@ -124,12 +143,12 @@ func TestFSBackendKeyConflict(t *testing.T) {
 	}
 }
 
-// TestFSBackendMetadataRecovery: Head trusts the metadata only while it
-// describes the data file.
+// TestFSBackendMetadataRecovery: Head trusts a metadata file only while it
+// describes the data file (fs_unix_test.go: the extended attribute).
 func TestFSBackendMetadataRecovery(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	b := FSBackend{Root: root}
+	b := FSBackend{Root: root, metaFiles: true}
 	v1, v2 := data(5000, 1), data(5000, 2)
 	if _, err := b.Put(ctx, "job/x", bytes.NewReader(v1), int64(len(v1))); err != nil {
 		t.Fatal(err)

@@ -432,12 +432,17 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	}
 	pkey := PendingKey(rq.key)
 	// target is where the body goes: the key if it is free, else its pending
-	// key; "" if the key already holds exactly this content (known MD5).
+	// key; "" if the key, or its pending key (pendingHolds), already holds
+	// exactly this content (known MD5): then nothing is stored again.
 	target := rq.key
 	var prior *upload.ObjectInfo // what target held before, if anything
+	pendingHolds := false
+	holds := func(o *upload.ObjectInfo) bool {
+		return known != nil && o != nil && o.Size == size && o.ETag == hex.EncodeToString(known)
+	}
 	switch {
 	case existing == nil:
-	case known != nil && existing.Size == size && existing.ETag == hex.EncodeToString(known):
+	case holds(existing):
 		target = ""
 	default:
 		target = pkey
@@ -445,6 +450,9 @@ func (h *Handler) put(rq *request, jobID, path string) {
 			rq.log.Error(err, "backend HEAD", "object", pkey)
 			rq.fail(backendReadError(err))
 			return
+		}
+		if holds(prior) {
+			target, pendingHolds = "", true
 		}
 	}
 	rq.log = rq.log.WithValues("target", target)
@@ -511,7 +519,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	// The latest verified upload of a key wins: if it equals the final
 	// object, a pending object from an earlier upload must not be promoted
 	// over it.
-	dropPending := target == "" || target == pkey && existing.ETag == etag && existing.Size == size
+	dropPending := target == "" && !pendingHolds || target == pkey && existing.ETag == etag && existing.Size == size
 	if dropPending {
 		if err := h.Backend.Delete(after, pkey); err != nil {
 			rq.log.Error(err, "dropping the pending object", "object", pkey)
@@ -553,7 +561,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	hd.Set("Content-Length", "0")
 	rq.w.WriteHeader(http.StatusOK)
 	rq.log.V(1).Info("artifact stored", "status", http.StatusOK, "etag", etag,
-		"pending", target == pkey && !dropPending, "unchanged", target == "" || dropPending,
+		"pending", target == pkey && !dropPending || pendingHolds, "unchanged", target == "" || dropPending,
 		"duration", time.Since(rq.start).String())
 }
 

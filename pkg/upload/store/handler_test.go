@@ -383,6 +383,23 @@ func testSameContentNoWrite(t *testing.T, e *env) {
 	wantMinioError(t, err, 400, "BadDigest")
 	e.wantObject(key, body)
 	e.wantAbsent(PendingKey(key))
+
+	// With Content-MD5 equal to the pending object (the latest upload) the
+	// body is not written either, and the pending object stays: it is what
+	// the key holds once the binding succeeds.
+	newer := data(5000, 10)
+	e.mustPut(key, newer)
+	e.wantObject(PendingKey(key), newer)
+	puts = e.backend.puts.Load()
+	info, err = e.put(e.minio(tokenA, nil), key, newer, func(o *minio.PutObjectOptions) { o.SendContentMd5 = true })
+	if err != nil || info.ETag != md5hex(newer) {
+		t.Fatalf("PUT of the pending content: %v %+v", err, info)
+	}
+	if n := e.backend.puts.Load() - puts; n != 0 {
+		t.Fatalf("%d backend PUTs of the pending content, want 0", n)
+	}
+	e.wantObject(key, body)
+	e.wantObject(PendingKey(key), newer)
 }
 
 func manifestJSON(t *testing.T, jobID string, files map[string][]byte, order []string) []byte {

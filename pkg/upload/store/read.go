@@ -44,12 +44,12 @@ func (b FSBackend) Open(_ context.Context, key string) (io.ReadCloser, upload.Ob
 	if err != nil {
 		return nil, upload.ObjectInfo{}, err
 	}
-	defer root.Close()
+	defer b.release(root)
 	f, fi, err := openObject(root, p)
 	if err != nil {
 		return nil, upload.ObjectInfo{}, err
 	}
-	m, err := objectMeta(root, p, f, fi)
+	m, _, err := b.objectMeta(root, p, f, fi)
 	if err == nil {
 		_, err = f.Seek(0, io.SeekStart)
 	}
