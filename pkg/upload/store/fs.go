@@ -174,13 +174,17 @@ func fsError(err error) error {
 }
 
 // createTemp creates an empty temporary file in .tether/tmp, creating the
-// directory the first time.
-func createTemp(root *os.Root) (string, *os.File, error) {
+// directory the first time; flag is added to the open's (O_DIRECT).
+func createTemp(root *os.Root, flag ...int) (string, *os.File, error) {
+	extra := 0
+	for _, f := range flag {
+		extra |= f
+	}
 	for made := false; ; {
 		var r [12]byte
 		_, _ = rand.Read(r[:])
 		name := filepath.Join(filepath.FromSlash(fsTmpDir), hex.EncodeToString(r[:])+".part")
-		f, err := root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		f, err := root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|extra, 0o644)
 		switch {
 		case errors.Is(err, fs.ErrExist):
 			continue
@@ -231,7 +235,17 @@ func (b FSBackend) Put(ctx context.Context, key string, body io.Reader, size int
 		return upload.ObjectInfo{}, err
 	}
 	defer b.release(root)
-	tmp, f, err := createTemp(root)
+	direct := haveDirectIO && size >= directIOMinSize
+	var tmp string
+	var f *os.File
+	if direct {
+		tmp, f, err = createTemp(root, oDirect)
+		// A file system without direct I/O (tmpfs) refuses the flag.
+		direct = err == nil
+	}
+	if !direct {
+		tmp, f, err = createTemp(root)
+	}
 	if err != nil {
 		return upload.ObjectInfo{}, err
 	}
@@ -243,9 +257,15 @@ func (b FSBackend) Put(ctx context.Context, key string, body io.Reader, size int
 		}
 	}()
 	h := md5.New()
-	buf := copyBuffers.Get().(*[]byte)
-	defer copyBuffers.Put(buf)
-	n, err := io.CopyBuffer(io.MultiWriter(f, h), io.LimitReader(ctxReader{ctx, body}, size+1), *buf)
+	src := io.LimitReader(ctxReader{ctx, body}, size+1)
+	var n int64
+	if direct {
+		n, err = copyDirect(f, src, h)
+	} else {
+		buf := copyBuffers.Get().(*[]byte)
+		n, err = io.CopyBuffer(io.MultiWriter(f, h), src, *buf)
+		copyBuffers.Put(buf)
+	}
 	if err != nil {
 		return upload.ObjectInfo{}, err
 	}
