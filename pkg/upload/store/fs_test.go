@@ -143,44 +143,44 @@ func TestFSBackendKeyConflict(t *testing.T) {
 	}
 }
 
-// TestFSBackendMetadataRecovery: Head trusts a metadata file only while it
-// describes the data file (fs_unix_test.go: the extended attribute).
-func TestFSBackendMetadataRecovery(t *testing.T) {
+// metadataAccess reaches an object's recorded metadata the way a test needs
+// to: as a metadata file, or as its data file's extended attribute.
+type metadataAccess struct {
+	read   func(t *testing.T, key string) []byte
+	write  func(t *testing.T, key string, v []byte)
+	remove func(t *testing.T, key string)
+}
+
+// testMetadataRecovery: Head trusts the recorded metadata only while it
+// describes the data file, and records it again when it was lost.
+func testMetadataRecovery(t *testing.T, b FSBackend, m metadataAccess) {
 	ctx := context.Background()
-	root := t.TempDir()
-	b := FSBackend{Root: root, metaFiles: true}
 	v1, v2 := data(5000, 1), data(5000, 2)
 	if _, err := b.Put(ctx, "job/x", bytes.NewReader(v1), int64(len(v1))); err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(root, "job", "x")
-	meta := filepath.Join(root, ".tether", "meta", "job", "x")
+	file := filepath.Join(b.Root, "job", "x")
 
-	// Lost metadata is computed again and rewritten.
-	if err := os.Remove(meta); err != nil {
-		t.Fatal(err)
-	}
+	// Lost metadata is computed again and recorded again.
+	m.remove(t, "job/x")
 	if info, err := b.Head(ctx, "job/x"); err != nil || info.ETag != md5hex(v1) {
 		t.Fatalf("Head without metadata: %+v %v", info, err)
 	}
-	if _, err := os.Stat(meta); err != nil {
-		t.Fatalf("metadata not rewritten: %v", err)
+	if len(m.read(t, "job/x")) == 0 {
+		t.Fatal("metadata not recorded again")
 	}
 
-	// A crash between the two renames of a Put: the metadata describes a
-	// file that never took the key's place.
+	// Another file's metadata: a crash between a metadata file's rename and
+	// its data file's, or a file copied by hand with its attributes.
 	if _, err := b.Put(ctx, "job/y", bytes.NewReader(v2), int64(len(v2))); err != nil {
 		t.Fatal(err)
 	}
-	yMeta, _ := os.ReadFile(filepath.Join(root, ".tether", "meta", "job", "y"))
-	if err := os.WriteFile(meta, yMeta, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	m.write(t, "job/x", m.read(t, "job/y"))
 	if info, err := b.Head(ctx, "job/x"); err != nil || info.ETag != md5hex(v1) {
 		t.Fatalf("Head with another file's metadata: %+v %v", info, err)
 	}
 
-	// A file changed by hand (same size).
+	// A file changed by hand in place (same size).
 	if err := os.WriteFile(file, v2, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -191,12 +191,36 @@ func TestFSBackendMetadataRecovery(t *testing.T) {
 	}
 
 	// Garbage metadata.
-	if err := os.WriteFile(meta, []byte("{garbage"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	m.write(t, "job/x", []byte("{garbage"))
 	if info, err := b.Head(ctx, "job/x"); err != nil || info.ETag != md5hex(v2) {
 		t.Fatalf("Head with garbage metadata: %+v %v", info, err)
 	}
+}
+
+// TestFSBackendMetadataRecovery: with metadata files (fs_unix_test.go: the
+// extended attribute).
+func TestFSBackendMetadataRecovery(t *testing.T) {
+	b := FSBackend{Root: t.TempDir(), metaFiles: true}
+	path := func(key string) string { return filepath.Join(b.Root, ".tether", "meta", filepath.FromSlash(key)) }
+	testMetadataRecovery(t, b, metadataAccess{
+		read: func(t *testing.T, key string) []byte {
+			v, err := os.ReadFile(path(key))
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+			return v
+		},
+		write: func(t *testing.T, key string, v []byte) {
+			if err := os.WriteFile(path(key), v, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		},
+		remove: func(t *testing.T, key string) {
+			if err := os.Remove(path(key)); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
 }
 
 func TestFSBackendCopyLinks(t *testing.T) {
