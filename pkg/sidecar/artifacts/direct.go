@@ -200,13 +200,8 @@ func (u *Uploader) authorize(ctx context.Context, key string, size int64) (uploa
 // the stored upload (commit). Only then is the file verified.
 func (u *Uploader) putDirect(ctx context.Context, key string, a upload.AuthorizeResponse, body io.Reader, size int64) (string, error) {
 	h := md5.New()
-	pr := &progressReader{r: io.TeeReader(io.LimitReader(body, size), h)}
-	pr.touch()
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	done := make(chan struct{})
-	defer close(done)
-	go u.watchStall(pr, cancel, done)
+	pr, actx, stop := u.stallWatched(ctx, io.TeeReader(io.LimitReader(body, size), h))
+	defer stop()
 
 	req, err := http.NewRequestWithContext(actx, http.MethodPut, a.URL, io.NopCloser(pr))
 	if err != nil {
@@ -225,7 +220,7 @@ func (u *Uploader) putDirect(ctx context.Context, key string, a upload.Authorize
 	}
 	resp, err := u.direct.store.Do(req)
 	if err != nil {
-		if ctx.Err() == nil && errors.Is(context.Cause(actx), errStalled) {
+		if stalled(ctx, actx) {
 			return "", fmt.Errorf("direct PUT %s: %w for %s", key, errStalled, u.cfg.StallTimeout)
 		}
 		return "", fmt.Errorf("direct PUT %s: %w", key, redact(err))

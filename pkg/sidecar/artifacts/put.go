@@ -213,16 +213,8 @@ func (u *Uploader) putSum(ctx context.Context, key string, body io.Reader, size 
 	if contentMD5 == nil {
 		src = io.TeeReader(src, h)
 	}
-	pr := &progressReader{r: src}
-	pr.touch()
-
-	// A stalled body (the server or the network stopped taking bytes) ends
-	// the attempt; ResponseHeaderTimeout covers the wait for the answer.
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	done := make(chan struct{})
-	defer close(done)
-	go u.watchStall(pr, cancel, done)
+	pr, actx, stop := u.stallWatched(ctx, src)
+	defer stop()
 
 	opts := minio.PutObjectOptions{DisableMultipart: true, ContentType: "application/octet-stream"}
 	var (
@@ -236,7 +228,7 @@ func (u *Uploader) putSum(ctx context.Context, key string, body io.Reader, size 
 		info, err = u.client.PutObject(actx, upload.Bucket, key, pr, size, opts)
 	}
 	if err != nil {
-		if ctx.Err() == nil && errors.Is(context.Cause(actx), errStalled) {
+		if stalled(ctx, actx) {
 			return "", fmt.Errorf("PUT %s: %w for %s", key, errStalled, u.cfg.StallTimeout)
 		}
 		return "", fmt.Errorf("PUT %s: %w", key, err)
@@ -260,6 +252,29 @@ func checkSum(key, sum, etag string) (string, error) {
 		return "", fmt.Errorf("PUT %s: %w: the server answered ETag %q, the MD5 of the bytes sent is %s", key, errETagMismatch, got, sum)
 	}
 	return sum, nil
+}
+
+// stallWatched wraps one PUT's body: its reads are counted, and a body that
+// makes no progress for StallTimeout (the server or the network stopped
+// taking bytes) ends the attempt, cancelling actx with errStalled;
+// ResponseHeaderTimeout covers the wait for the answer. The request must be
+// made with actx; stop ends the watch.
+func (u *Uploader) stallWatched(ctx context.Context, body io.Reader) (pr *progressReader, actx context.Context, stop func()) {
+	pr = &progressReader{r: body}
+	pr.touch()
+	actx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go u.watchStall(pr, cancel, done)
+	return pr, actx, func() {
+		close(done)
+		cancel(nil)
+	}
+}
+
+// stalled: a request made with stallWatched's actx ended because its body
+// stalled (and not because ctx ended).
+func stalled(ctx, actx context.Context) bool {
+	return ctx.Err() == nil && errors.Is(context.Cause(actx), errStalled)
 }
 
 func (u *Uploader) watchStall(pr *progressReader, cancel context.CancelCauseFunc, done <-chan struct{}) {
