@@ -1,23 +1,12 @@
 package sync_test
 
 import (
-	"context"
-	"crypto/rand"
-	"crypto/tls"
-	"encoding/hex"
-	"io"
-	"log"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/go-logr/logr"
 
 	"github.com/tether-dev/tether/internal/benchutil"
 	"github.com/tether-dev/tether/pkg/binding"
@@ -26,9 +15,8 @@ import (
 )
 
 // server is the artifact endpoint as the binding server serves it
-// (bench/upload's setup: store.Handler on the fs backend, TLS on
-// 127.0.0.1, the binding server's http.Server timeouts), recording when it
-// answered each PUT 200: stored, fsynced and its ETag checked.
+// (benchutil.ArtifactServer), recording when it answered each PUT 200:
+// stored, fsynced and its ETag checked.
 type server struct {
 	url, token, jobID string
 	tokenFile, caFile string
@@ -40,57 +28,9 @@ type server struct {
 	registerRefused   atomic.Int64
 }
 
-func randHex(b testing.TB, n int) string {
-	buf := make([]byte, n)
-	if _, err := rand.Read(buf); err != nil {
-		b.Fatal(err)
-	}
-	return hex.EncodeToString(buf)
-}
-
 func startServer(b testing.TB, storeParent string) *server {
 	b.Helper()
-	dir := b.TempDir()
-	storeRoot := filepath.Join(dir, "store")
-	if storeParent != "" {
-		d, err := os.MkdirTemp(storeParent, "tether-bench-sync-store-")
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = os.RemoveAll(d) })
-		storeRoot = d
-	}
-	// The store as the control plane opens it (--artifact-backend fs).
-	backend, err := store.NewFSBackend(storeRoot)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = backend.Close() })
-	s := &server{token: randHex(b, 32), jobID: "bench-" + randHex(b, 6), backend: backend,
-		verifiedAt: map[string]time.Time{}}
-	certPEM, keyPEM := benchutil.SelfSignedCert(b)
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.tokenFile, s.caFile = filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
-	if err := os.WriteFile(s.tokenFile, []byte(s.token), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(s.caFile, certPEM, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	h := &store.Handler{
-		Backend: s.backend,
-		// Stand-in for the binding server's token -> WorkerBinding lookup.
-		Authorize: func(_ context.Context, token binding.Token) (store.Job, error) {
-			if string(token) != s.token {
-				return store.Job{}, store.Unauthorized("no binding holds this token")
-			}
-			return store.Job{Namespace: "tether-bench", Name: "bench-worker-0", JobID: s.jobID, Writable: true}, nil
-		},
-		Log: logr.Discard(),
-	}
+	var s *server
 	// The binding protocol is not what is measured: registration is
 	// answered "busy, come back in an hour", so a sidecar process keeps its
 	// session client waiting and syncs meanwhile, as it does while the
@@ -102,36 +42,19 @@ func startServer(b testing.TB, storeParent string) *server {
 		w.Header().Set("Retry-After", "3600")
 		http.Error(w, `{"code":"Unavailable","message":"benchmark: no binding protocol"}`, http.StatusServiceUnavailable)
 	})
-	route := store.Route(h, busy)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	tlsLn := tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}})
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	recordPuts := func(route http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 			route.ServeHTTP(rec, r)
 			if r.Method == http.MethodPut && rec.status == http.StatusOK {
 				s.notePut(strings.TrimPrefix(r.URL.Path, "/"+upload.Bucket+"/"), time.Now())
 			}
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          log.New(io.Discard, "", 0),
+		})
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(tlsLn)
-	}()
-	b.Cleanup(func() {
-		_ = srv.Close()
-		<-done
-	})
-	s.url = "https://" + ln.Addr().String()
+	as := benchutil.StartArtifactServer(b, benchutil.ArtifactServerOptions{
+		StoreParent: storeParent, JobIDBytes: 6, Others: busy, WrapHandler: recordPuts})
+	s = &server{url: as.URL, token: as.Token, jobID: as.JobID, tokenFile: as.TokenFile, caFile: as.CAFile,
+		backend: as.Backend, verifiedAt: map[string]time.Time{}}
 	return s
 }
 

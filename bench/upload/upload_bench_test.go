@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"os"
@@ -30,10 +29,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-
 	"github.com/tether-dev/tether/internal/benchutil"
-	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/pkg/upload/store"
@@ -233,8 +229,9 @@ func removeFixtures() {
 
 // ---- the server ----
 
-// server is the artifact endpoint as the binding server serves it, with
-// counters of what it read from and wrote to its TCP connections.
+// server is the artifact endpoint as the binding server serves it
+// (benchutil.ArtifactServer), with counters of what it read from and wrote
+// to its TCP connections.
 type server struct {
 	url       string
 	token     string
@@ -249,77 +246,17 @@ type server struct {
 
 func startServer(b *testing.B, cfg benchConfig) *server {
 	b.Helper()
-	dir := b.TempDir()
-	storeRoot := filepath.Join(dir, "store")
-	if cfg.storeDir != "" {
-		d, err := os.MkdirTemp(cfg.storeDir, "tether-bench-store-")
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = os.RemoveAll(d) })
-		storeRoot = d
-	}
-	// The store as the control plane opens it (--artifact-backend fs).
-	backend, err := store.NewFSBackend(storeRoot)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = backend.Close() })
-	s := &server{token: randHex(b, 32), jobID: "bench-" + randHex(b, 8), backend: backend}
-
-	certPEM, keyPEM := benchutil.SelfSignedCert(b)
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.roots = x509.NewCertPool()
-	s.roots.AppendCertsFromPEM(certPEM)
-	s.tokenFile, s.caFile = filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
-	// The token file as the kubelet projects a Secret key: no newline.
-	if err := os.WriteFile(s.tokenFile, []byte(s.token), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(s.caFile, certPEM, 0o600); err != nil {
-		b.Fatal(err)
-	}
-
-	h := &store.Handler{
-		Backend: s.backend,
-		// Stand-in for the binding server's token -> WorkerBinding lookup:
-		// one token, one writable job.
-		Authorize: func(_ context.Context, token binding.Token) (store.Job, error) {
-			if string(token) != s.token {
-				return store.Job{}, store.Unauthorized("no binding holds this token")
-			}
-			return store.Job{Namespace: "tether-bench", Name: "bench-worker-0", JobID: s.jobID, Writable: true}, nil
+	s := &server{}
+	as := benchutil.StartArtifactServer(b, benchutil.ArtifactServerOptions{
+		StoreParent: cfg.storeDir,
+		Others:      discardRoute(),
+		WrapListener: func(ln net.Listener) net.Listener {
+			return &countingListener{Listener: ln, read: &s.connRead, written: &s.connWritten}
 		},
-		Log: logr.Discard(),
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	counted := &countingListener{Listener: ln, read: &s.connRead, written: &s.connWritten}
-	tlsLn := tls.NewListener(counted, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}})
-	// pkg/binding/server's http.Server settings.
-	srv := &http.Server{
-		Handler:           store.Route(h, discardRoute()),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          log.New(io.Discard, "", 0),
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(tlsLn)
-	}()
-	b.Cleanup(func() {
-		_ = srv.Close()
-		<-done
 	})
-	s.url = "https://" + ln.Addr().String()
+	s.url, s.token, s.jobID, s.tokenFile, s.caFile, s.backend = as.URL, as.Token, as.JobID, as.TokenFile, as.CAFile, as.Backend
+	s.roots = x509.NewCertPool()
+	s.roots.AppendCertsFromPEM(as.CertPEM)
 	return s
 }
 
@@ -975,12 +912,3 @@ func procStatusKiB(field string) (int64, error) {
 }
 
 // ---- helpers ----
-
-func randHex(b *testing.B, n int) string {
-	b.Helper()
-	buf := make([]byte, n)
-	if _, err := rand.Read(buf); err != nil {
-		b.Fatal(err)
-	}
-	return hex.EncodeToString(buf)
-}

@@ -1,4 +1,5 @@
 // Package benchutil holds what Tether's load benchmarks (bench/) share: the
-// process's CPU time, the machine's CPU pressure line, and a self-signed
-// loopback certificate.
+// process's CPU time, the machine's CPU pressure line, a self-signed
+// loopback certificate, and the binding server's artifact endpoint as it
+// serves it (ArtifactServer).
 package benchutil
