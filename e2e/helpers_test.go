@@ -164,6 +164,20 @@ func (e *env) trainerPods(t *testing.T, ns, name string) []corev1.Pod {
 	return pods.Items
 }
 
+// startRunning sets name's trainer plan, creates its bound TrainJob in
+// user-queue, and waits for the injected trainer pod and the binding
+// Running (heartbeating): the opening of the scenarios that then break
+// something mid-job.
+func (e *env) startRunning(t *testing.T, ns, name string, plan localcluster.TrainerPlan) (jobID string, pod *corev1.Pod) {
+	t.Helper()
+	setPlans(ns, name, plan)
+	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
+	e.create(t, tj)
+	pod = e.injectedPod(t, ns, name, "")
+	e.waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating))
+	return tj.Annotations[jobconfig.JobIDAnnotation], pod
+}
+
 // injectedPod waits for a running injected trainer pod other than skip.
 func (e *env) injectedPod(t *testing.T, ns, name string, skip types.UID) *corev1.Pod {
 	t.Helper()

@@ -9,7 +9,6 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
 // blackholeFor is how long scenario 16 partitions the sidecars from the
@@ -28,12 +27,7 @@ func TestScenario16BindingBlackholed(t *testing.T) {
 	timed(t)
 	ns := suite.newNamespace(t, "blackhole")
 	const name = "partitioned"
-	setPlans(ns, name, localcluster.TrainerPlan{Steps: 190, CheckpointEvery: 20, StepInterval: time.Second})
-	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
-	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
-	pod := suite.injectedPod(t, ns, name, "")
-	suite.waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating))
+	jobID, pod := suite.startRunning(t, ns, name, localcluster.TrainerPlan{Steps: 190, CheckpointEvery: 20, StepInterval: time.Second})
 	suite.expectCheckpointDuringTraining(t, pod, jobID)
 
 	sessionsBefore, _ := suite.metricValue(t, "tether_binding_sessions_opened_total")

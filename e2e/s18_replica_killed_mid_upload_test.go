@@ -7,7 +7,6 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
 // Scenario 18: the replica holding a sidecar's session is SIGKILLed while
@@ -39,17 +38,12 @@ func replicaKilledMidUpload(t *testing.T, mode string) {
 	if mode == "proxy" {
 		plan.SidecarEnv = []string{"TETHER_DIRECT_UPLOAD=off"}
 	}
-	setPlans(ns, name, plan)
 	suite.tether.PreferBindingReplica(0)
 	defer suite.tether.PreferBindingReplica(-1)
 	suite.restartOnCleanup(t, 0)
 
 	before := suite.s3Traffic(t)
-	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
-	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
-	pod := suite.injectedPod(t, ns, name, "")
-	suite.waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating))
+	jobID, pod := suite.startRunning(t, ns, name, plan)
 	if v, _ := suite.replicaMetric(t, 0, "tether_job_session_connected", jobLabels(ns, name)...); v != 1 {
 		t.Fatalf("replica 0 does not hold the session (tether_job_session_connected %v)", v)
 	}

@@ -38,12 +38,7 @@ func (e *env) controlPlaneRestart(t *testing.T, component string, restart func(c
 	const name = "through-restart"
 	// Long enough to outlast the restart (10-40s here, mostly the apiserver's
 	// own start).
-	setPlans(ns, name, localcluster.TrainerPlan{Steps: 120, CheckpointEvery: 10, StepInterval: 500 * time.Millisecond, CheckpointBytes: 4 << 20})
-	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
-	e.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
-	pod := e.injectedPod(t, ns, name, "")
-	e.waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating))
+	jobID, pod := e.startRunning(t, ns, name, localcluster.TrainerPlan{Steps: 120, CheckpointEvery: 10, StepInterval: 500 * time.Millisecond, CheckpointBytes: 4 << 20})
 	e.expectCheckpointDuringTraining(t, pod, jobID)
 
 	// A second job ends while the component is away: its manifest is stored

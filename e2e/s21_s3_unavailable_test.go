@@ -10,7 +10,6 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
 // s3OutageFor is how long scenario 21's store answers 503 (issue 11: "the
@@ -28,12 +27,7 @@ func TestScenario21S3Unavailable(t *testing.T) {
 	timed(t)
 	ns := suite.newNamespace(t, "s3-503")
 	const name = "store-down"
-	setPlans(ns, name, localcluster.TrainerPlan{Steps: 170, CheckpointEvery: 10, StepInterval: 500 * time.Millisecond, CheckpointBytes: 4 << 20})
-	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
-	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
-	pod := suite.injectedPod(t, ns, name, "")
-	suite.waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating))
+	jobID, pod := suite.startRunning(t, ns, name, localcluster.TrainerPlan{Steps: 170, CheckpointEvery: 10, StepInterval: 500 * time.Millisecond, CheckpointBytes: 4 << 20})
 	suite.expectCheckpointDuringTraining(t, pod, jobID)
 	dir := suite.runner.ArtifactDir(pod)
 
