@@ -102,7 +102,10 @@ func (h *PodHandler) admit(ctx context.Context, req *admissionv1.AdmissionReques
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	resp := admission.Patched("", ops...)
+	resp, err := patchedResponse(ops)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding the patch: %w", err))
+	}
 	resp.Warnings = decision.Warnings
 	return resp
 }
