@@ -83,6 +83,7 @@ func (h *PodHandler) admit(ctx context.Context, req *admissionv1.AdmissionReques
 		if before, err = snapshotPod(pod); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
+		defer before.release()
 		d := h.Injector.Inject(pod, trainJob)
 		decision = &d
 	}
@@ -129,7 +130,7 @@ type podSnapshot struct {
 }
 
 func snapshotPod(pod *corev1.Pod) (podSnapshot, error) {
-	encoded, err := pod.Marshal()
+	encoded, err := encodePod(pod)
 	if err != nil {
 		return podSnapshot{}, fmt.Errorf("encoding the pod before injection: %w", err)
 	}
@@ -216,11 +217,17 @@ func injectionPatch(before podSnapshot, after *corev1.Pod) ([]jsonpatch.JsonPatc
 	if len(after.Annotations)-len(added) != len(before.annotations) {
 		return nil, errors.New("injection removed annotations")
 	}
-	encoded, err := rest.Marshal()
-	if err != nil {
-		return nil, fmt.Errorf("encoding the injected pod: %w", err)
+	// Sizes that differ need no encoding to tell.
+	same := rest.Size() == len(before.encoded)
+	if same {
+		encoded, err := encodePod(&rest)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the injected pod: %w", err)
+		}
+		same = bytes.Equal(before.encoded, encoded)
+		releasePodEncoding(encoded)
 	}
-	if !bytes.Equal(before.encoded, encoded) {
+	if !same {
 		return nil, errors.New("injection changed the pod beyond appending to its init containers, volumes, volume mounts and annotations " +
 			"and completing a declared sidecar")
 	}

@@ -79,7 +79,9 @@ type sidecarInput struct {
 }
 
 func renderSidecar(in sidecarInput) corev1.Container {
-	env := []corev1.EnvVar{
+	// Room for every variable below: the slice is never grown.
+	env := make([]corev1.EnvVar, 0, 16)
+	env = append(env, []corev1.EnvVar{
 		{Name: binding.EnvJobID, Value: in.jobID},
 		{Name: binding.EnvWorkerID, Value: in.workerID},
 		{Name: binding.EnvTrainJob, Value: in.trainJob},
@@ -90,7 +92,7 @@ func renderSidecar(in sidecarInput) corev1.Container {
 		{Name: binding.EnvNodeRank, Value: strconv.Itoa(in.rank)},
 		{Name: binding.EnvHeartbeatInterval, Value: in.heartbeat},
 		{Name: binding.EnvFlushBudget, Value: in.flushBudget},
-	}
+	}...)
 	if in.include != "" {
 		env = append(env, corev1.EnvVar{Name: binding.EnvInclude, Value: in.include})
 	}
@@ -116,10 +118,9 @@ func renderSidecar(in sidecarInput) corev1.Container {
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		Env:           env,
 		Resources:     in.resources,
-		VolumeMounts: append([]corev1.VolumeMount{
-			{Name: TokenVolumeName, MountPath: SidecarTokenDir, ReadOnly: true},
-			artifacts,
-		}, in.nestedMounts...),
+		VolumeMounts: append(append(make([]corev1.VolumeMount, 0, 2+len(in.nestedMounts)),
+			corev1.VolumeMount{Name: TokenVolumeName, MountPath: SidecarTokenDir, ReadOnly: true},
+			artifacts), in.nestedMounts...),
 		SecurityContext:          restrictedSecurityContext(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
