@@ -14,13 +14,13 @@ import (
 // for the same operations (JsonPatchOperation.MarshalJSON), byte for byte,
 // for every golden pod case's patch and for the operations no case makes.
 func TestEncodePatchIsJSONMarshal(t *testing.T) {
-	check := func(t *testing.T, ops []jsonpatch.JsonPatchOperation) {
+	check := func(t *testing.T, ops []jsonpatch.JsonPatchOperation, appended *sidecarInput) {
 		t.Helper()
 		want, err := json.Marshal(ops)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := encodePatch(ops)
+		got, err := encodePatch(ops, appended)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,8 +36,9 @@ func TestEncodePatchIsJSONMarshal(t *testing.T) {
 			{Operation: "add", Path: "/metadata/annotations/html", Value: "<a href=\"x\">&amp;</a>\u2028"},
 			{Operation: "add", Path: "/spec/volumes", Value: []corev1.Volume{{Name: "v"}}},
 			{Operation: "add", Path: "/metadata/annotations", Value: map[string]string{"b": "2", "a": "1"}},
-		})
-		check(t, nil)
+		}, nil)
+		check(t, nil, nil)
+		check(t, []jsonpatch.JsonPatchOperation{}, nil)
 	})
 
 	dir := goldenDir{dir: "testdata/pod", optional: []string{".trainjob.yaml"}}
@@ -56,14 +57,15 @@ func TestEncodePatchIsJSONMarshal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.Injector.Inject(&pod, tj).Outcome != OutcomePatched {
+		decision, appended := h.Injector.inject(&pod, tj)
+		if decision.Outcome != OutcomePatched {
 			continue
 		}
 		ops, err := injectionPatch(before, &pod)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		t.Run(name, func(t *testing.T) { check(t, ops) })
+		t.Run(name, func(t *testing.T) { check(t, ops, appended) })
 		patched++
 	}
 	if patched == 0 {

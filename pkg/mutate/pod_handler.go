@@ -77,6 +77,7 @@ func (h *PodHandler) admit(ctx context.Context, req *admissionv1.AdmissionReques
 		pod.Namespace = req.Namespace
 	}
 	var before podSnapshot // the pod before Inject, which changes it in place
+	var appended *sidecarInput
 	trainJob, decision := h.lookup(ctx, pod)
 	if decision == nil {
 		var err error
@@ -84,7 +85,8 @@ func (h *PodHandler) admit(ctx context.Context, req *admissionv1.AdmissionReques
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
 		defer before.release()
-		d := h.Injector.Inject(pod, trainJob)
+		var d Decision
+		d, appended = h.Injector.inject(pod, trainJob)
 		decision = &d
 	}
 	podAdmissions.WithLabelValues(string(decision.Outcome), string(decision.Reason)).Inc()
@@ -103,7 +105,7 @@ func (h *PodHandler) admit(ctx context.Context, req *admissionv1.AdmissionReques
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	resp, err := patchedResponse(ops)
+	resp, err := patchedResponse(ops, appended)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding the patch: %w", err))
 	}

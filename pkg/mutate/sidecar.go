@@ -1,7 +1,6 @@
 package mutate
 
 import (
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -68,8 +67,8 @@ func restrictedSecurityContext() *corev1.SecurityContext {
 // sidecarInput is everything one injection needs to render the sidecar.
 type sidecarInput struct {
 	image, serverURL, trainJob, jobID, workerID string
-	// rank is the pod's node rank (TETHER_NODE_RANK).
-	rank                   int
+	// nodeRank is the pod's node rank (TETHER_NODE_RANK), in decimal.
+	nodeRank               string
 	heartbeat, flushBudget string
 	include, exclude       string
 	artifactMount          corev1.VolumeMount
@@ -89,7 +88,7 @@ func renderSidecar(in sidecarInput) corev1.Container {
 		{Name: binding.EnvTokenFile, Value: SidecarTokenDir + "/" + binding.TokenKey},
 		{Name: binding.EnvCAFile, Value: SidecarTokenDir + "/" + binding.CABundleKey},
 		{Name: binding.EnvArtifactDir, Value: SidecarArtifactDir},
-		{Name: binding.EnvNodeRank, Value: strconv.Itoa(in.rank)},
+		{Name: binding.EnvNodeRank, Value: in.nodeRank},
 		{Name: binding.EnvHeartbeatInterval, Value: in.heartbeat},
 		{Name: binding.EnvFlushBudget, Value: in.flushBudget},
 	}...)
