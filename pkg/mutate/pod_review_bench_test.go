@@ -31,7 +31,14 @@ import (
 // serve-bytes/admission and bare-floor-bytes/admission.
 func BenchmarkPodReview(b *testing.B) {
 	pod := readJSON(b, "testdata/pod/injected-default.in.yaml")
-	h := &PodHandler{Injector: PodInjector{Sidecar: testSidecar}, TrainJobs: readTrainJob(b, "testdata/pod/injected-default.trainjob.yaml")}
+	// A stored TrainJob, as the informer cache serves it: with a UID and a
+	// resourceVersion.
+	tj := &metav1.PartialObjectMetadata{}
+	if err := json.Unmarshal(readJSON(b, "testdata/pod/injected-default.trainjob.yaml"), tj); err != nil {
+		b.Fatal(err)
+	}
+	tj.UID, tj.ResourceVersion = "8a6c1cf6-2f1b-4f43-9d1e-1f1c0b9b2f10", "4242"
+	h := &PodHandler{Injector: PodInjector{Sidecar: testSidecar}, TrainJobs: oneTrainJob{tj}}
 	body, err := json.Marshal(admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{

@@ -117,3 +117,29 @@ func TestGoldenSidecarsUseTemplates(t *testing.T) {
 		t.Fatal("no golden case appends the sidecar")
 	}
 }
+
+// FuzzSidecarTemplate: whatever the strings, the sidecar's JSON from its
+// template is json.Marshal's.
+func FuzzSidecarTemplate(f *testing.F) {
+	f.Add("ghcr.io/tether-dev/tether-sidecar:v0.1.0", "llama-finetune", "checkpoints/**", "", "initializer", "sub/dir", "/var/run/tether/artifacts/x")
+	f.Add("", "<&>", "\xff", "\u2028", "", "", "")
+	f.Fuzz(func(t *testing.T, image, trainJob, include, exclude, volume, subPath, nested string) {
+		in := sidecarInput{image: image, serverURL: "https://tether.tether-system.svc:8443", trainJob: trainJob, jobID: trainJob + "-id",
+			workerID: "w", nodeRank: "3", heartbeat: "10s", flushBudget: "25s", include: include, exclude: exclude,
+			artifactMount: corev1.VolumeMount{Name: volume, SubPath: subPath}, resources: DefaultSidecarResources()}
+		if nested != "" {
+			in.nestedMounts = []corev1.VolumeMount{{Name: volume, SubPath: subPath, MountPath: nested, ReadOnly: true}}
+		}
+		want, err := json.Marshal(renderSidecar(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := appendSidecarJSON(nil, &in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("template wrote\n%s\njson.Marshal writes\n%s", got, want)
+		}
+	})
+}
