@@ -169,7 +169,7 @@ func newSidecarTemplate(in *sidecarInput) *sidecarTemplate {
 	}
 	find := func(token []byte, slot int) bool {
 		at := bytes.Index(raw, token)
-		if at < 0 || bytes.Index(raw[at+1:], token) >= 0 {
+		if at < 0 || bytes.Contains(raw[at+1:], token) {
 			return false
 		}
 		places = append(places, place{at, slot, len(token)})
