@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -70,5 +72,71 @@ func TestEncodePatchIsJSONMarshal(t *testing.T) {
 	}
 	if patched == 0 {
 		t.Fatal("no golden pod case was patched")
+	}
+}
+
+// TestPatchEncodesTheSidecarFromItsTemplate: the operation that appends the
+// sidecar (the whole init container list of a pod that had none, or one
+// added after the pod's own) is encoded from the sidecar's template, not by
+// the json.Marshal fallback: a marked template shows in the patch.
+func TestPatchEncodesTheSidecarFromItsTemplate(t *testing.T) {
+	defer resetSidecarTemplates()
+	dir := goldenDir{dir: "testdata/pod", optional: []string{".trainjob.yaml"}}
+	paths := map[string]bool{}
+	for _, name := range dir.cases(t) {
+		var pod corev1.Pod
+		if err := json.Unmarshal(readJSON(t, dir.path(name, inSuffix)), &pod); err != nil {
+			t.Fatal(err)
+		}
+		h := &PodHandler{Injector: PodInjector{Sidecar: testSidecar}, TrainJobs: readTrainJob(t, dir.path(name, ".trainjob.yaml"))}
+		tj, d := h.lookup(context.Background(), &pod)
+		if d != nil {
+			continue
+		}
+		before, err := snapshotPod(&pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decision, appended := h.Injector.inject(&pod, tj)
+		if decision.Outcome != OutcomePatched || appended == nil {
+			continue
+		}
+		ops, err := injectionPatch(before, &pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resetSidecarTemplates()
+		if _, err := encodePatch(ops, appended); err != nil { // learns the template
+			t.Fatal(err)
+		}
+		shape := appended.shape(appended.stringFields())
+		sidecarTemplates.Lock()
+		learned := sidecarTemplates.byShape[shape]
+		if learned == nil {
+			sidecarTemplates.Unlock()
+			t.Fatalf("%s: no template learned", name)
+		}
+		marked := *learned
+		marked.literals = slices.Clone(learned.literals)
+		marked.literals[0] = append([]byte(`{"marked":true,`), learned.literals[0][1:]...)
+		sidecarTemplates.byShape[shape] = &marked
+		sidecarTemplates.Unlock()
+		patch, err := encodePatch(ops, appended)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(patch, []byte(`{"marked":true,`)) {
+			t.Errorf("%s: the sidecar was not encoded from its template: %s", name, patch)
+		}
+		for _, op := range ops {
+			if strings.HasPrefix(op.Path, "/spec/initContainers") {
+				paths[op.Path] = true
+			}
+		}
+	}
+	for _, path := range []string{"/spec/initContainers", "/spec/initContainers/-"} {
+		if !paths[path] {
+			t.Errorf("no golden case appends the sidecar with an operation on %s", path)
+		}
 	}
 }
