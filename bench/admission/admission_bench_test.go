@@ -343,7 +343,9 @@ func startEnv(b *testing.B, ctx context.Context) *testenv.Env {
 // sees a handful of writes).
 func podHandler(b *testing.B, ctx context.Context, env *testenv.Env) *mutate.PodHandler {
 	b.Helper()
-	trainJobs, err := cache.New(env.Config, cache.Options{Scheme: env.Client.Scheme()})
+	// As the control plane's manager caches them: without managedFields,
+	// which every Get would otherwise deep-copy.
+	trainJobs, err := cache.New(env.Config, cache.Options{Scheme: env.Client.Scheme(), DefaultTransform: cache.TransformStripManagedFields()})
 	if err != nil {
 		b.Fatal(err)
 	}

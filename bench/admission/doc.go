@@ -5,7 +5,8 @@
 // etcd (internal/testenv, binaries from hack/testbin.sh), creates a bound
 // TrainJob, and serves mutate.PodHandler on controller-runtime's webhook
 // server, registered as pkg/controlplane registers it, with a TrainJob lookup
-// backed by a real metadata informer cache and a real Events recorder. The
+// backed by a real metadata informer cache (managedFields stripped, as the
+// control plane's manager caches them) and a real Events recorder. The
 // floors:
 //
 //   - the bare floor (barefloor_test.go): a plain net/http server with the

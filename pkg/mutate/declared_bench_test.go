@@ -34,7 +34,7 @@ func BenchmarkPodHandlerDeclared(b *testing.B) {
 	}
 	ctx := context.Background()
 	for _, p := range paths {
-		if resp := p.h.Handle(ctx, p.req); !resp.Allowed || len(resp.Patches) == 0 {
+		if resp := p.h.Handle(ctx, p.req); !resp.Allowed || len(resp.Patch) == 0 {
 			b.Fatalf("%s: not injected: %+v", p.name, resp.Result)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,21 +27,30 @@ type PodInjector struct {
 // its resources: the handler's JSON patch does exactly these. On any other
 // outcome pod is untouched.
 func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decision {
+	d, _ := i.inject(pod, trainJob)
+	return d
+}
+
+// inject is Inject, and, when it appended the sidecar (not for a declared
+// one), what the sidecar was rendered from: the pod's last init container is
+// renderSidecar(*appended), which the patch encodes from its template
+// (sidecar_json.go).
+func (i PodInjector) inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) (d Decision, appended *sidecarInput) {
 	name, ok := trainjob.IsTrainerPod(pod)
 	switch {
 	case !ok:
-		return skipped(SkipNotTrainerPod, "not a pod of a JobSet's trainer replicated job")
+		return skipped(SkipNotTrainerPod, "not a pod of a JobSet's trainer replicated job"), nil
 	case trainJob == nil || trainJob.Name != name:
-		return skipped(SkipNoTrainJob, fmt.Sprintf("no TrainJob named %q", name))
+		return skipped(SkipNoTrainJob, fmt.Sprintf("no TrainJob named %q", name)), nil
 	case !jobconfig.IsBound(trainJob.Labels):
-		return skipped(SkipNotBound, "TrainJob is not labeled "+jobconfig.BindLabel+"="+jobconfig.BindValue)
+		return skipped(SkipNotBound, "TrainJob is not labeled "+jobconfig.BindLabel+"="+jobconfig.BindValue), nil
 	}
 
 	jobID, workerID := trainJob.Annotations[jobconfig.JobIDAnnotation], trainJob.Annotations[jobconfig.WorkerIDAnnotation]
 	if jobID == "" || workerID == "" {
 		return denied(DenyMissingIdentity, fmt.Sprintf("TrainJob %s is labeled %s=%s but has no %s or %s annotation: "+
 			"it was bound while Tether's TrainJob webhook was not called; remove and re-add the label to stamp it, then recreate the pods",
-			name, jobconfig.BindLabel, jobconfig.BindValue, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation))
+			name, jobconfig.BindLabel, jobconfig.BindValue, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation)), nil
 	}
 	// Already injected means proven (status, container and ids agree), not
 	// announced: an annotation copied from a dumped pod or set in a runtime
@@ -48,28 +58,28 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 	var stale error
 	if _, has := pod.Annotations[jobconfig.PodStatusAnnotation]; has {
 		if stale = trainjob.CheckInjected(pod, jobID, workerID); stale == nil {
-			return skipped(SkipAlreadyInjected, "pod already carries the sidecar and "+jobconfig.PodStatusAnnotation+" for this job")
+			return skipped(SkipAlreadyInjected, "pod already carries the sidecar and "+jobconfig.PodStatusAnnotation+" for this job"), nil
 		}
 	}
-	settings, err := jobconfig.Parse(trainJob.Annotations)
+	settings, err := jobSettings(trainJob)
 	if err != nil {
-		return denied(DenyInvalidSettings, fmt.Sprintf("TrainJob %s: %v", name, err))
+		return denied(DenyInvalidSettings, fmt.Sprintf("TrainJob %s: %v", name, err)), nil
 	}
 	rank, err := trainjob.Rank(pod)
 	switch {
 	case err == nil && rank > 0 && settings.Nodes == jobconfig.NodesPrimary:
-		return skipped(SkipNotPrimaryNode, fmt.Sprintf("node %d: TrainJob %s binds node 0 only (%s=%s)", rank, name, jobconfig.NodesAnnotation, jobconfig.NodesPrimary))
+		return skipped(SkipNotPrimaryNode, fmt.Sprintf("node %d: TrainJob %s binds node 0 only (%s=%s)", rank, name, jobconfig.NodesAnnotation, jobconfig.NodesPrimary)), nil
 	case err != nil:
-		return denied(DenyNodeRank, fmt.Sprintf("%v; set annotation %s=%s on TrainJob %s to bind node 0 only", err, jobconfig.NodesAnnotation, jobconfig.NodesPrimary, name))
+		return denied(DenyNodeRank, fmt.Sprintf("%v; set annotation %s=%s on TrainJob %s to bind node 0 only", err, jobconfig.NodesAnnotation, jobconfig.NodesPrimary, name)), nil
 	case rank >= binding.MaxBoundNodes:
 		return denied(DenyNodeRank, fmt.Sprintf("pod is node %d; Tether binds at most %d nodes of a job: set annotation %s=%s on TrainJob %s to bind node 0 only",
-			rank, binding.MaxBoundNodes, jobconfig.NodesAnnotation, jobconfig.NodesPrimary, name))
+			rank, binding.MaxBoundNodes, jobconfig.NodesAnnotation, jobconfig.NodesPrimary, name)), nil
 	}
 	trainer := findContainer(pod.Spec.Containers, settings.TrainerContainer)
 	if trainer == nil {
 		return denied(DenyNoTrainerContainer, fmt.Sprintf("pod has no container %q to bind (containers: %s); "+
 			"set annotation %s on TrainJob %s to the trainer's container name",
-			settings.TrainerContainer, containerNames(pod.Spec.Containers), jobconfig.TrainerContainerAnnotation, name))
+			settings.TrainerContainer, containerNames(pod.Spec.Containers), jobconfig.TrainerContainerAnnotation, name)), nil
 	}
 	// A runtime that declares the sidecar (Kueue mode) gets it completed in
 	// place. A malformed declaration under a stale status annotation is most
@@ -78,13 +88,13 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 	if declared >= 0 {
 		if err := checkDeclaration(&pod.Spec.InitContainers[declared]); err != nil {
 			if stale == nil {
-				return denied(DenySidecarDeclaration, fmt.Sprintf("TrainJob %s's runtime: %v", name, err))
+				return denied(DenySidecarDeclaration, fmt.Sprintf("TrainJob %s's runtime: %v", name, err)), nil
 			}
 			declared = -1
 		}
 	}
 	if d, conflict := nameConflicts(pod, declared, stale); conflict {
-		return d
+		return d, nil
 	}
 
 	var resources corev1.ResourceRequirements
@@ -96,7 +106,7 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		if err := reconcileResources(resources, settings.SidecarRequests, settings.SidecarLimits); err != nil {
 			return denied(DenySidecarResources, fmt.Sprintf("TrainJob %s: its runtime declares the sidecar's resources (Kueue mode), which are what Kueue counted "+
 				"and what the sidecar gets, and its annotations contradict them: %v; remove %s/%s from the TrainJob, or change the declaration in the runtime",
-				name, err, jobconfig.SidecarRequestsAnnotation, jobconfig.SidecarLimitsAnnotation))
+				name, err, jobconfig.SidecarRequestsAnnotation, jobconfig.SidecarLimitsAnnotation)), nil
 		}
 	} else {
 		// Per-job requests and limits lay over the control plane's, resource
@@ -106,20 +116,20 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		resources, err = MergeResources(i.Sidecar.Resources, settings.SidecarRequests, settings.SidecarLimits)
 		if err != nil {
 			return denied(DenyInvalidSettings, fmt.Sprintf("TrainJob %s: sidecar resources from %s/%s over the control plane's defaults: %v; "+
-				"set both annotations so that each request is at most its limit", name, jobconfig.SidecarRequestsAnnotation, jobconfig.SidecarLimitsAnnotation, err))
+				"set both annotations so that each request is at most its limit", name, jobconfig.SidecarRequestsAnnotation, jobconfig.SidecarLimitsAnnotation, err)), nil
 		}
 	}
 	artifacts, d, ok := planArtifacts(pod, trainer, settings.ArtifactPath)
 	if !ok {
-		return d
+		return d, nil
 	}
 
 	image := i.Sidecar.Image
 	if settings.SidecarImage != "" {
 		image = settings.SidecarImage
 	}
-	sidecar := renderSidecar(sidecarInput{
-		image: image, serverURL: i.Sidecar.ServerURL, trainJob: name, jobID: jobID, workerID: workerID, rank: rank,
+	in := &sidecarInput{
+		image: image, serverURL: i.Sidecar.ServerURL, trainJob: name, jobID: jobID, workerID: workerID, nodeRank: strconv.Itoa(rank),
 		heartbeat:     settings.HeartbeatInterval.String(),
 		flushBudget:   flushBudget(pod).String(),
 		include:       strings.Join(settings.Include, ","),
@@ -127,10 +137,13 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		artifactMount: artifacts.mount,
 		nestedMounts:  artifacts.nested,
 		resources:     resources,
-	})
-	if declared >= 0 {
+	}
+	sidecar := renderSidecar(*in)
+	if declared < 0 {
+		appended = in
+	} else {
 		if sidecar, err = completeDeclared(pod.Spec.InitContainers[declared], sidecar); err != nil {
-			return denied(DenySidecarDeclaration, fmt.Sprintf("TrainJob %s's runtime: %v", name, err))
+			return denied(DenySidecarDeclaration, fmt.Sprintf("TrainJob %s's runtime: %v", name, err)), nil
 		}
 	}
 
@@ -166,7 +179,7 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 		warnings = append(warnings, fmt.Sprintf("pod uses hostNetwork with dnsPolicy %q: the sidecar cannot resolve "+
 			"cluster Service names unless dnsPolicy is ClusterFirstWithHostNet", dnsPolicyOrDefault(pod.Spec.DNSPolicy)))
 	}
-	return injected(warnings)
+	return injected(warnings), appended
 }
 
 // artifactPlan is how the sidecar sees the trainer's artifact directory.

@@ -77,13 +77,16 @@ func (h *PodHandler) admit(ctx context.Context, req *admissionv1.AdmissionReques
 		pod.Namespace = req.Namespace
 	}
 	var before podSnapshot // the pod before Inject, which changes it in place
+	var appended *sidecarInput
 	trainJob, decision := h.lookup(ctx, pod)
 	if decision == nil {
 		var err error
 		if before, err = snapshotPod(pod); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
-		d := h.Injector.Inject(pod, trainJob)
+		defer before.release()
+		var d Decision
+		d, appended = h.Injector.inject(pod, trainJob)
 		decision = &d
 	}
 	podAdmissions.WithLabelValues(string(decision.Outcome), string(decision.Reason)).Inc()
@@ -102,7 +105,10 @@ func (h *PodHandler) admit(ctx context.Context, req *admissionv1.AdmissionReques
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	resp := admission.Patched("", ops...)
+	resp, err := patchedResponse(ops, appended)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding the patch: %w", err))
+	}
 	resp.Warnings = decision.Warnings
 	return resp
 }
@@ -126,7 +132,7 @@ type podSnapshot struct {
 }
 
 func snapshotPod(pod *corev1.Pod) (podSnapshot, error) {
-	encoded, err := pod.Marshal()
+	encoded, err := encodePod(pod)
 	if err != nil {
 		return podSnapshot{}, fmt.Errorf("encoding the pod before injection: %w", err)
 	}
@@ -213,11 +219,17 @@ func injectionPatch(before podSnapshot, after *corev1.Pod) ([]jsonpatch.JsonPatc
 	if len(after.Annotations)-len(added) != len(before.annotations) {
 		return nil, errors.New("injection removed annotations")
 	}
-	encoded, err := rest.Marshal()
-	if err != nil {
-		return nil, fmt.Errorf("encoding the injected pod: %w", err)
+	// Sizes that differ need no encoding to tell.
+	same := rest.Size() == len(before.encoded)
+	if same {
+		encoded, err := encodePod(&rest)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the injected pod: %w", err)
+		}
+		same = bytes.Equal(before.encoded, encoded)
+		releasePodEncoding(encoded)
 	}
-	if !bytes.Equal(before.encoded, encoded) {
+	if !same {
 		return nil, errors.New("injection changed the pod beyond appending to its init containers, volumes, volume mounts and annotations " +
 			"and completing a declared sidecar")
 	}

@@ -110,7 +110,9 @@ func (h *PodHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeReview(w, req.UID, admission.Allowed(""))
 		return
 	}
-	writeReview(w, req.UID, h.admit(ctx, req, &review.Request.Object))
+	resp := h.admit(ctx, req, &review.Request.Object)
+	writeReview(w, req.UID, resp)
+	releasePatch(resp.Patch) // encoded into the review: nothing reads it again
 }
 
 func noneIf(none bool) string {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -112,4 +113,55 @@ func TestPodServeHTTPRefusesBadReviews(t *testing.T) {
 	if r := review.Response; !r.Allowed || r.UID != "u1" || len(r.Patch) != 0 {
 		t.Errorf("DELETE: response %+v, want allowed unchanged with uid u1", r)
 	}
+}
+
+// TestPodServeHTTPConcurrent: admissions served at once (sharing the
+// sidecar templates, the settings cache and the pooled buffers) answer as
+// one served alone. Run with -race.
+func TestPodServeHTTPConcurrent(t *testing.T) {
+	type admission struct {
+		h    *PodHandler
+		body []byte
+		want []byte
+	}
+	var cases []admission
+	for _, name := range []string{"injected-default", "artifact-nested-mounts", "custom-settings", "other-native-sidecar"} {
+		in := readJSON(t, "testdata/pod/"+name+".in.yaml")
+		var meta metav1.PartialObjectMetadata
+		if err := json.Unmarshal(in, &meta); err != nil {
+			t.Fatal(err)
+		}
+		tj := readTrainJob(t, "testdata/pod/"+name+".trainjob.yaml").(oneTrainJob)
+		tj.obj.UID, tj.obj.ResourceVersion = types.UID("tj-"+name), "1" // stored: its settings are cached
+		h := &PodHandler{Injector: PodInjector{Sidecar: testSidecar}, TrainJobs: tj}
+		body := reviewOf(t, admissionv1.AdmissionRequest{UID: types.UID("uid-" + name), Namespace: meta.Namespace,
+			Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: in}})
+		_, review := serveReview(t, h, "application/json", body)
+		if len(review.Response.Patch) == 0 {
+			t.Fatalf("%s: no patch", name)
+		}
+		cases = append(cases, admission{h, body, mustJSON(t, review.Response)})
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for k := range 50 {
+				c := cases[(g+k)%len(cases)]
+				req := httptest.NewRequest(http.MethodPost, "/mutate-pod", bytes.NewReader(c.body))
+				req.Header.Set("Content-Type", "application/json")
+				rec := httptest.NewRecorder()
+				c.h.ServeHTTP(rec, req)
+				var review admissionv1.AdmissionReview
+				if err := json.Unmarshal(rec.Body.Bytes(), &review); err != nil || review.Response == nil {
+					t.Errorf("not an AdmissionReview: %v: %s", err, rec.Body.Bytes())
+					return
+				}
+				if got, err := json.Marshal(review.Response); err != nil || !bytes.Equal(got, c.want) {
+					t.Errorf("concurrent answer\n%s\nalone\n%s", got, c.want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -1,7 +1,6 @@
 package mutate
 
 import (
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -68,8 +67,8 @@ func restrictedSecurityContext() *corev1.SecurityContext {
 // sidecarInput is everything one injection needs to render the sidecar.
 type sidecarInput struct {
 	image, serverURL, trainJob, jobID, workerID string
-	// rank is the pod's node rank (TETHER_NODE_RANK).
-	rank                   int
+	// nodeRank is the pod's node rank (TETHER_NODE_RANK), in decimal.
+	nodeRank               string
 	heartbeat, flushBudget string
 	include, exclude       string
 	artifactMount          corev1.VolumeMount
@@ -79,7 +78,9 @@ type sidecarInput struct {
 }
 
 func renderSidecar(in sidecarInput) corev1.Container {
-	env := []corev1.EnvVar{
+	// Room for every variable below: the slice is never grown.
+	env := make([]corev1.EnvVar, 0, 16)
+	env = append(env, []corev1.EnvVar{
 		{Name: binding.EnvJobID, Value: in.jobID},
 		{Name: binding.EnvWorkerID, Value: in.workerID},
 		{Name: binding.EnvTrainJob, Value: in.trainJob},
@@ -87,10 +88,10 @@ func renderSidecar(in sidecarInput) corev1.Container {
 		{Name: binding.EnvTokenFile, Value: SidecarTokenDir + "/" + binding.TokenKey},
 		{Name: binding.EnvCAFile, Value: SidecarTokenDir + "/" + binding.CABundleKey},
 		{Name: binding.EnvArtifactDir, Value: SidecarArtifactDir},
-		{Name: binding.EnvNodeRank, Value: strconv.Itoa(in.rank)},
+		{Name: binding.EnvNodeRank, Value: in.nodeRank},
 		{Name: binding.EnvHeartbeatInterval, Value: in.heartbeat},
 		{Name: binding.EnvFlushBudget, Value: in.flushBudget},
-	}
+	}...)
 	if in.include != "" {
 		env = append(env, corev1.EnvVar{Name: binding.EnvInclude, Value: in.include})
 	}
@@ -116,10 +117,9 @@ func renderSidecar(in sidecarInput) corev1.Container {
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		Env:           env,
 		Resources:     in.resources,
-		VolumeMounts: append([]corev1.VolumeMount{
-			{Name: TokenVolumeName, MountPath: SidecarTokenDir, ReadOnly: true},
-			artifacts,
-		}, in.nestedMounts...),
+		VolumeMounts: append(append(make([]corev1.VolumeMount, 0, 2+len(in.nestedMounts)),
+			corev1.VolumeMount{Name: TokenVolumeName, MountPath: SidecarTokenDir, ReadOnly: true},
+			artifacts), in.nestedMounts...),
 		SecurityContext:          restrictedSecurityContext(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}

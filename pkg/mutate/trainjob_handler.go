@@ -116,6 +116,8 @@ func annotationPatch(noAnnotations bool, add map[string]string) []jsonpatch.Json
 	return ops
 }
 
-func escapeJSONPointer(s string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
-}
+// jsonPointerEscaper escapes a JSON pointer's reference token (RFC 6901);
+// built once: a Replacer builds its lookup table on first use.
+var jsonPointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+func escapeJSONPointer(s string) string { return jsonPointerEscaper.Replace(s) }
