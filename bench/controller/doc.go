@@ -14,6 +14,10 @@
 //     webhook, as in a cluster): the time until every WorkerBinding and token
 //     Secret exists, seen through watches. bind-2000-x-floor is its ratio to
 //     the floor, bind-2000-s the time itself, floor-4000-s the floor's;
+//     bind-2000-x-floor-apiserver-cpu the ratio of the CPU kube-apiserver
+//     and etcd spent on each (steadier than wall time on a shared machine),
+//     cp-cpu-ms-per-bind this process's CPU per TrainJob bound (the control
+//     plane with the benchmark's client);
 //
 //   - TrainJobs created until 10,000 are bound, through the same path (the
 //     webhook, the real informers and controllers: the cache holds what
@@ -24,6 +28,10 @@
 //     plane divided by the bindings, and rss-mib-10k-bindings the process's
 //     VmRSS (the control plane, the benchmark and the Go runtime's unreturned
 //     pages; kube-apiserver and etcd are processes of their own).
+//     grow-10k-s is the growth's time and grow-apiserver-cpu-ms-per-bind
+//     kube-apiserver's and etcd's CPU per TrainJob bound in it (the bindings
+//     already there keep being reconciled meanwhile: no Trainer runs, so
+//     every one waits for pods and looks again every 15 s).
 //
 //     go test -run '^$' -bench . -benchtime 1x -timeout 30m ./bench/controller/
 //
