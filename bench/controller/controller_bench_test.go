@@ -38,11 +38,19 @@ import (
 )
 
 const (
-	// phaseTimeout bounds one phase: a control plane that stops binding
-	// fails the run instead of hanging it.
-	phaseTimeout = 6 * time.Minute
+	// stallTimeout fails a phase whose watches saw nothing new for that
+	// long: a control plane that stops binding fails the run instead of
+	// hanging it. A phase that progresses is bounded by phaseTimeout.
+	stallTimeout = 2 * time.Minute
 	floorLabel   = "bench.tether.dev/floor"
 )
+
+// phaseTimeout bounds a phase awaiting n objects: 6 minutes per 4,000 (a
+// bind of 2,000 TrainJobs took 104 s on 2 saturated cores), so the growth
+// to 10,000 bindings gets 24 minutes, within go test's -timeout 30m.
+func phaseTimeout(n int) time.Duration {
+	return max(6*time.Minute, time.Duration(n)*6*time.Minute/4000)
+}
 
 type benchConfig struct {
 	jobs     int // TrainJobs created at once in the timed phase
@@ -88,35 +96,108 @@ func BenchmarkBindAtScale(b *testing.B) {
 	b.Logf("control plane up and idle: heap in use %.1f MiB; %d client goroutines; CPU pressure %s", mib(heap0), cfg.clients, benchutil.CPUPressure())
 
 	var floor, bind time.Duration
+	var floorCPU, bindCPU cpuUse
 	var ns string
 	iteration := 0
 	for b.Loop() {
 		iteration++
 		ns = fmt.Sprintf("bench-%d", iteration)
 		createNamespace(b, ctx, cl, ns)
+		cpu0 := readCPU(b)
 		floor = floorPhase(b, ctx, cl, ns, 2*cfg.jobs, cfg.clients)
+		cpu1 := readCPU(b)
 		bind = bindPhase(b, ctx, cl, ns, 0, cfg.jobs, cfg.clients)
+		floorCPU, bindCPU = cpu1.sub(cpu0), readCPU(b).sub(cpu1)
 	}
 	b.StopTimer()
-	b.Logf("floor: %d plain objects in %s; bind: %d TrainJobs bound (WorkerBinding and token Secret each) in %s; CPU pressure %s",
-		2*cfg.jobs, floor.Round(time.Millisecond), cfg.jobs, bind.Round(time.Millisecond), benchutil.CPUPressure())
+	b.Logf("floor: %d plain objects in %s (CPU: %s); bind: %d TrainJobs bound (WorkerBinding and token Secret each) in %s (CPU: %s); CPU pressure %s",
+		2*cfg.jobs, floor.Round(time.Millisecond), floorCPU, cfg.jobs, bind.Round(time.Millisecond), bindCPU, benchutil.CPUPressure())
 	verify(b, ctx, cl, ns, cfg.jobs)
 	logControllerStats(b)
 	b.ReportMetric(floor.Seconds(), "floor-4000-s")
 	b.ReportMetric(bind.Seconds(), "bind-2000-s")
 	b.ReportMetric(bind.Seconds()/floor.Seconds(), "bind-2000-x-floor")
+	// What the bind costs the API server against what the floor does: CPU
+	// time, steadier than wall time on a shared machine.
+	b.ReportMetric(bindCPU.children.Seconds()/floorCPU.children.Seconds(), "bind-2000-x-floor-apiserver-cpu")
+	b.ReportMetric(float64(bindCPU.self.Milliseconds())/float64(cfg.jobs), "cp-cpu-ms-per-bind")
 
 	if cfg.bindings > cfg.jobs {
+		cpu0 := readCPU(b)
 		grow := bindPhase(b, ctx, cl, ns, cfg.jobs, cfg.bindings-cfg.jobs, cfg.clients)
-		b.Logf("grown to %d bindings in %s more", cfg.bindings, grow.Round(time.Millisecond))
+		growCPU := readCPU(b).sub(cpu0)
+		b.Logf("grown to %d bindings in %s more (CPU: %s); CPU pressure %s", cfg.bindings, grow.Round(time.Millisecond), growCPU, benchutil.CPUPressure())
+		b.ReportMetric(grow.Seconds(), "grow-10k-s")
+		b.ReportMetric(growCPU.children.Seconds()*1000/float64(cfg.bindings-cfg.jobs), "grow-apiserver-cpu-ms-per-bind")
 		verify(b, ctx, cl, ns, cfg.bindings)
 	}
 	total := cfg.bindings + (iteration-1)*cfg.jobs // earlier iterations' bindings are still cached
 	heap := heapInUse()
+	rss := rssMiB(b)
 	b.ReportMetric(mib(heap), "cp-mib-10k-bindings")
 	b.ReportMetric(float64(heap-heap0)/1024/float64(total), "cp-heap-kib-per-binding")
-	b.ReportMetric(rssMiB(b), "rss-mib-10k-bindings")
-	b.Logf("with %d bindings: heap in use %.1f MiB (idle %.1f MiB), RSS %.1f MiB", total, mib(heap), mib(heap0), rssMiB(b))
+	b.ReportMetric(rss, "rss-mib-10k-bindings")
+	b.Logf("with %d bindings: heap in use after GC %.1f MiB (idle %.1f MiB), VmRSS %.1f MiB; CPU pressure %s", total, mib(heap), mib(heap0), rss, benchutil.CPUPressure())
+	if path := os.Getenv("TETHER_BENCH_HEAPPROFILE"); path != "" {
+		writeHeapProfile(b, path)
+	}
+}
+
+// writeHeapProfile writes the heap profile as of now, with every binding
+// cached (go test's -memprofile is written after the control plane stopped).
+func writeHeapProfile(b *testing.B, path string) {
+	b.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal("TETHER_BENCH_HEAPPROFILE:", err)
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal("writing the heap profile:", err)
+	}
+}
+
+// cpuUse is CPU time used so far: this process's (the control plane and the
+// benchmark's client) and its children's (kube-apiserver and etcd), so a
+// phase's cost can be told apart from the API server's.
+type cpuUse struct{ self, children time.Duration }
+
+func (c cpuUse) sub(o cpuUse) cpuUse { return cpuUse{c.self - o.self, c.children - o.children} }
+
+func (c cpuUse) String() string {
+	return fmt.Sprintf("control plane %.1f s, kube-apiserver+etcd %.1f s", c.self.Seconds(), c.children.Seconds())
+}
+
+// readCPU reads this process's CPU time and that of its live children
+// from /proc (utime+stime, in clock ticks of 1/100 s as on every Linux
+// the benchmark runs on).
+func readCPU(b *testing.B) cpuUse {
+	b.Helper()
+	use := cpuUse{self: benchutil.ProcessCPU()}
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	self := strconv.Itoa(os.Getpid())
+	for _, path := range stats {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// Fields after the parenthesized command: state ppid ... utime(14) stime(15).
+		end := strings.LastIndex(string(raw), ") ")
+		fields := strings.Fields(string(raw)[end+1:])
+		if end < 0 || len(fields) < 13 || fields[1] != self {
+			continue
+		}
+		utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+		stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+		if err1 == nil && err2 == nil {
+			use.children += time.Duration(utime+stime) * 10 * time.Millisecond
+		}
+	}
+	return use
 }
 
 // startEnv starts kube-apiserver, etcd and the control plane as its
@@ -242,12 +323,15 @@ func createAll(b *testing.B, ctx context.Context, n, clients int, obj func(int) 
 // (A watch from no resourceVersion also replays the objects that exist.)
 func watchAll(b *testing.B, ctx context.Context, cl client.WithWatch, want map[string]bool, labels client.MatchingLabels, ns string, lists ...client.ObjectList) func(start time.Time) time.Duration {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(ctx, phaseTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, phaseTimeout(len(want)), fmt.Errorf("the phase's bound of %s passed", phaseTimeout(len(want))))
 	type added struct {
 		key string
 		at  time.Time
 	}
-	events := make(chan added, 1024)
+	// Room for every wanted key twice (a watch opened again replays what
+	// exists): the watches are read at full speed while the objects are
+	// still being created, so an event's time is when it arrived.
+	events := make(chan added, 2*len(want))
 	var watchers sync.WaitGroup
 	for _, list := range lists {
 		// The first watch is opened here, before anything is created; the API
@@ -318,6 +402,9 @@ func watchAll(b *testing.B, ctx context.Context, cl client.WithWatch, want map[s
 					dumped = true
 					fmt.Fprintln(os.Stderr, "bench/controller: no progress for a minute; goroutines:")
 					_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+				}
+				if time.Duration(stalled)*15*time.Second >= stallTimeout {
+					b.Fatalf("after %s: watches saw %d of %d objects and nothing new for %s", time.Since(start).Round(time.Second), len(seen), total, stallTimeout)
 				}
 			case a := <-events:
 				seen[a.key] = true

@@ -92,6 +92,8 @@ type BindingReconciler struct {
 	Now func() time.Time
 	// Workers is how many TrainJobs are reconciled at once (0: DefaultBindingWorkers).
 	Workers int
+
+	failedCreates failedCreateReads
 }
 
 func (r *BindingReconciler) now() time.Time {

@@ -38,7 +38,7 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 	st := &wb.Status
 	settings := lifecycle.Settings(&wb.Spec)
 	var obs []observation
-	r.recordNodeCount(ctx, tj, wb, settings)
+	r.recordNodeCount(ctx, tj, wb, settings, len(pods) > 0)
 	conds := trainjob.Conditions(tj)
 	suspended := meta.IsStatusConditionTrue(conds, trainjob.ConditionSuspended)
 
@@ -236,8 +236,14 @@ func minWait(a, b time.Duration) time.Duration {
 
 // recordNodeCount records how many nodes the binding binds: 1 for
 // nodes=primary, else the JobSet's trainer nodes (read once; until the
-// JobSet exists the binding counts the nodes it has seen).
-func (r *BindingReconciler) recordNodeCount(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, settings tetherv1.WorkerBindingSettings) {
+// JobSet exists the binding counts the nodes it has seen). The JobSet is
+// read only once the job has a trainer pod (hasPods), which its JobSet
+// precedes: before, a read mostly finds none yet (Trainer creates it after
+// the binding), and a burst of new TrainJobs paid one such read per
+// reconcile (bench/controller). The first pod's reconcile records the
+// count, in practice before its sidecar registers (the count is
+// informational to it).
+func (r *BindingReconciler) recordNodeCount(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, settings tetherv1.WorkerBindingSettings, hasPods bool) {
 	if wb.Status.NodeCount > 0 {
 		return
 	}
@@ -245,7 +251,7 @@ func (r *BindingReconciler) recordNodeCount(ctx context.Context, tj *unstructure
 		lifecycle.SetNodeCount(&wb.Status, 1)
 		return
 	}
-	if r.Live == nil {
+	if r.Live == nil || !hasPods {
 		return
 	}
 	n, err := trainjob.NodeCount(ctx, r.Live, types.NamespacedName{Namespace: tj.GetNamespace(), Name: tj.GetName()})

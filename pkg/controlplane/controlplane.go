@@ -103,8 +103,8 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}},
 					Label: labels.SelectorFromSet(labels.Set{bindingserver.ReplicaLeaseLabel: "true"})},
 			},
-			// Nothing reads managedFields; every cached copy would carry them.
-			DefaultTransform: cache.TransformStripManagedFields(),
+			// Only what is read from the cache is kept (cachetransform.go).
+			DefaultTransform: cacheTransform(),
 		},
 		// Controller names must be unique per process; a control plane
 		// restarted in-process (tests) registers the same names again.
