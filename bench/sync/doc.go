@@ -31,7 +31,12 @@
 // of 1-4 KiB, 100 per directory, already settled, in one round (FlushNow),
 // with main's 2 workers and 4 idle connections (baseline-small-files-per-s)
 // and with the defaults (small-files-per-s; x-small-files their ratio;
-// target >= 2,000/s), each with a fresh server and Uploader; then the
+// target >= 2,000/s), each with a fresh server and Uploader. Before them,
+// the same files are stored straight on the store's file system by as many
+// workers, with the least a durable store that never shows a partial object
+// does (write a temporary file, fsync, rename, fsync the directory; no HTTP,
+// TLS, MD5 or metadata): fs-floor-files-per-s, what the disk allows, and
+// x-fs-floor, small-files-per-s against it. Then the
 // manifest of the 10,000 alone (PutManifest: encoded, sent, and every entry
 // checked by the server; manifest-10k-ms, target <= 1000) and the final
 // flush (every file found unchanged, then the manifest again;

@@ -372,12 +372,15 @@ func BenchmarkSmallFiles(b *testing.B) {
 	smallFiles(b, dir, n)
 	progress("cpu pressure before: %s", benchutil.CPUPressure())
 	for range b.N {
-		before := runSmall(b, dir, n, 2, 4, storeParent) // main: 2 workers, 4 idle connections
 		w := envInt(b, "TETHER_BENCH_SYNC_WORKERS", artifacts.DefaultWorkers)
-		after := runSmall(b, dir, n, w, w, storeParent) // the defaults
+		floor := fsFloor(b, dir, storeParent, w)
+		before := runSmall(b, dir, n, 2, 4, storeParent) // main: 2 workers, 4 idle connections
+		after := runSmall(b, dir, n, w, w, storeParent)  // the defaults
 		b.ReportMetric(after.perSecond, "small-files-per-s")
 		b.ReportMetric(before.perSecond, "baseline-small-files-per-s")
 		b.ReportMetric(after.perSecond/before.perSecond, "x-small-files")
+		b.ReportMetric(floor, "fs-floor-files-per-s")
+		b.ReportMetric(after.perSecond/floor, "x-fs-floor")
 		b.ReportMetric(ms(after.manifest), "manifest-10k-ms")
 		b.ReportMetric(ms(after.final), "final-flush-10k-ms")
 	}
