@@ -23,6 +23,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -107,6 +108,10 @@ type benchConfig struct {
 	registrars int
 	cpuProfile string
 	memProfile string
+	// trace, mutexProfile and blockProfile: the server's execution trace
+	// and contention profiles of the measured phase; loadgenTrace the
+	// generator's execution trace of it.
+	trace, mutexProfile, blockProfile, loadgenTrace string
 	// statusInterval is the control plane's; only diagnostics change it.
 	statusInterval time.Duration
 	// leaderElect keeps testenv's leader election (see BenchmarkBindingSessions).
@@ -117,6 +122,8 @@ func loadConfig(b *testing.B) benchConfig {
 	b.Helper()
 	c := benchConfig{sessions: 10000, hold: 60 * time.Second, dialers: 32, dialRate: 100, registrars: 32,
 		cpuProfile: os.Getenv("TETHER_BENCH_CPUPROFILE"), memProfile: os.Getenv("TETHER_BENCH_MEMPROFILE"),
+		trace: os.Getenv("TETHER_BENCH_TRACE"), mutexProfile: os.Getenv("TETHER_BENCH_MUTEXPROFILE"),
+		blockProfile: os.Getenv("TETHER_BENCH_BLOCKPROFILE"), loadgenTrace: os.Getenv("TETHER_BENCH_LOADGEN_TRACE"),
 		statusInterval: statusInterval}
 	if s := os.Getenv("TETHER_BENCH_STATUS_INTERVAL"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -279,6 +286,7 @@ func BenchmarkBindingSessions(b *testing.B) {
 			defer f.Close()
 		}
 	}
+	stopDiagnostics := startDiagnostics(b, cfg)
 	progressf("measured phase: %s", cfg.hold)
 
 	lg.await(b, "hold-end", cfg.hold+2*time.Minute, nil)
@@ -288,6 +296,7 @@ func BenchmarkBindingSessions(b *testing.B) {
 	if cfg.cpuProfile != "" {
 		pprof.StopCPUProfile()
 	}
+	stopDiagnostics()
 	pressure1 := benchutil.CPUPressure()
 	procs1 := childCPU(lg.cmd.Process.Pid)
 	writes1, err := statusWrites(ctx, env)
@@ -380,6 +389,60 @@ func BenchmarkBindingSessions(b *testing.B) {
 		b.Logf("CPU pressure: runnable work waited for a core %.0f%% of the time (avg10); kube-apiserver, etcd, the server and the generator share this machine's %d cores (with anything else running on it), so the latency figures are the machine's as much as the server's", p, runtime.NumCPU())
 	}
 	fmt.Fprintln(os.Stderr, summary)
+}
+
+// startDiagnostics starts the measured phase's execution trace and
+// contention profiles that cfg asks for; the returned function stops them
+// and writes the profiles.
+func startDiagnostics(b *testing.B, cfg benchConfig) (stop func()) {
+	b.Helper()
+	var stops []func()
+	if cfg.trace != "" {
+		if f, err := os.Create(cfg.trace); err != nil {
+			b.Log("trace:", err)
+		} else if err := trace.Start(f); err != nil {
+			b.Log("trace (-trace already running?):", err)
+			_ = f.Close()
+		} else {
+			stops = append(stops, func() { trace.Stop(); _ = f.Close() })
+		}
+	}
+	profile := func(path, name string, enable func(on bool)) {
+		if path == "" {
+			return
+		}
+		enable(true)
+		stops = append(stops, func() {
+			enable(false)
+			f, err := os.Create(path)
+			if err != nil {
+				b.Log(name, "profile:", err)
+				return
+			}
+			_ = pprof.Lookup(name).WriteTo(f, 0)
+			_ = f.Close()
+		})
+	}
+	// Every 10th contention event; blocking events of 100µs or more.
+	profile(cfg.mutexProfile, "mutex", func(on bool) {
+		if on {
+			runtime.SetMutexProfileFraction(10)
+		} else {
+			runtime.SetMutexProfileFraction(0)
+		}
+	})
+	profile(cfg.blockProfile, "block", func(on bool) {
+		if on {
+			runtime.SetBlockProfileRate(int(100 * time.Microsecond))
+		} else {
+			runtime.SetBlockProfileRate(0)
+		}
+	})
+	return func() {
+		for _, f := range stops {
+			f()
+		}
+	}
 }
 
 // pressureAvg10 reads avg10 from a /proc/pressure/cpu line (0 if absent).
@@ -703,6 +766,9 @@ type loadgenConfig struct {
 	DialRate   int       `json:"dialRate"`
 	Registrars int       `json:"registrars"`
 	Deadline   time.Time `json:"deadline"`
+	// Trace is where the generator writes its execution trace of the
+	// measured phase ("": none).
+	Trace string `json:"trace,omitempty"`
 }
 
 type loadgenEvent struct {
@@ -744,7 +810,7 @@ func startLoadGenerator(b *testing.B, env *testenv.Env, ids []identity, cfg benc
 		result = filepath.Join(dir, "result.json")
 	}
 	lc := loadgenConfig{ServerURL: env.BindingURL, CAFile: env.CAFile, Identities: idPath, Result: result,
-		Hold: cfg.hold.String(), Dialers: cfg.dialers, DialRate: cfg.dialRate, Registrars: cfg.registrars,
+		Hold: cfg.hold.String(), Dialers: cfg.dialers, DialRate: cfg.dialRate, Registrars: cfg.registrars, Trace: cfg.loadgenTrace,
 		Deadline: time.Now().Add(20*time.Minute + cfg.hold + time.Duration(len(ids))*50*time.Millisecond)}
 	raw, err := json.Marshal(lc)
 	if err != nil {
@@ -1269,11 +1335,23 @@ func runLoadGenerator(path string) int {
 	g.holdStart.Store(holdStart.UnixNano())
 	cpu0 := benchutil.ProcessCPU()
 	openAtStart := g.openSessions()
+	stopTrace := func() {}
+	if cfg.Trace != "" {
+		if f, err := os.Create(cfg.Trace); err != nil {
+			genLogf("trace: %v", err)
+		} else if err := trace.Start(f); err != nil {
+			genLogf("trace: %v", err)
+			_ = f.Close()
+		} else {
+			stopTrace = func() { trace.Stop(); _ = f.Close() }
+		}
+	}
 	emit("hold-start", map[string]any{"open": openAtStart})
 	genLogf("measured phase started with %d open sessions", openAtStart)
 	if err := credentials.Sleep(ctx, hold); err != nil {
 		return fail("%v", err)
 	}
+	stopTrace()
 	holdEnd := time.Now()
 	g.holdEnd.Store(holdEnd.UnixNano())
 	res.CPUSeconds = (benchutil.ProcessCPU() - cpu0).Seconds()
