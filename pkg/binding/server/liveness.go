@@ -6,7 +6,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
@@ -46,7 +45,7 @@ func (s *Server) watchLiveness(ctx context.Context) {
 			// Read-only: the cache's own copy, not a deep copy per worker
 			// per second (10,000 sessions made that most of this loop's
 			// cost), read into the round's one binding: nothing below keeps it.
-			err := s.cache.Get(ctx, st.key.binding, wb, client.UnsafeDisableDeepCopy)
+			err := s.cache.Get(ctx, st.key.binding, wb, readOnly...)
 			switch {
 			case apierrors.IsNotFound(err) || (err == nil && wb.DeletionTimestamp != nil):
 				if st.session != nil {

@@ -50,6 +50,18 @@ func (s *Server) trainJobRefusal(ctx context.Context, wb *tetherv1.WorkerBinding
 	return nil
 }
 
+// trainJobTypeMeta is the TrainJob's kind, formatted once (the liveness
+// loop reads one TrainJob per worker per second).
+var trainJobTypeMeta = func() metav1.TypeMeta {
+	var t metav1.TypeMeta
+	t.SetGroupVersionKind(trainjob.GVK)
+	return t
+}()
+
+// readOnly reads the cache's own object, not a deep copy: for readers that
+// change nothing and keep nothing (one slice for all, not one per call).
+var readOnly = []client.GetOption{client.UnsafeDisableDeepCopy}
+
 // trainJobGone returns a metric reason and a message when wb's TrainJob no
 // longer vouches for its token, and "" while it does. It reads the TrainJob
 // into tj (the liveness loop reuses one).
@@ -59,10 +71,10 @@ func (s *Server) trainJobGone(ctx context.Context, wb *tetherv1.WorkerBinding, t
 		return "trainjob_deleted", fmt.Sprintf("the binding's TrainJob %s/%s was deleted (the binding is orphaned): its token is no longer valid",
 			wb.Namespace, wb.Spec.TrainJobName), nil
 	}
-	*tj = metav1.PartialObjectMetadata{} // a live read decodes into it
-	tj.SetGroupVersionKind(trainjob.GVK)
+	// A live read decodes into tj: it starts empty, but for its kind.
+	*tj = metav1.PartialObjectMetadata{TypeMeta: trainJobTypeMeta}
 	key := client.ObjectKey{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
-	err = s.cache.Get(ctx, key, tj, client.UnsafeDisableDeepCopy) // read-only
+	err = s.cache.Get(ctx, key, tj, readOnly...)
 	if apierrors.IsNotFound(err) && s.live != nil && s.opts.Now().Sub(wb.CreationTimestamp.Time) < cacheLag && s.liveLookups.Allow() {
 		err = s.live.Get(ctx, key, tj)
 	}
