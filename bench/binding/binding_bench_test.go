@@ -43,6 +43,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -286,7 +287,12 @@ func BenchmarkBindingSessions(b *testing.B) {
 			defer f.Close()
 		}
 	}
+	if cfg.memProfile != "" {
+		// The measured phase's allocations: go tool pprof -base <this> <the end's>.
+		writeHeapProfile(cfg.memProfile + ".start")
+	}
 	stopDiagnostics := startDiagnostics(b, cfg)
+	stopLeaseWatch := watchReplicaLease(ctx, env)
 	progressf("measured phase: %s", cfg.hold)
 
 	lg.await(b, "hold-end", cfg.hold+2*time.Minute, nil)
@@ -297,6 +303,7 @@ func BenchmarkBindingSessions(b *testing.B) {
 		pprof.StopCPUProfile()
 	}
 	stopDiagnostics()
+	leaseAge := stopLeaseWatch()
 	pressure1 := benchutil.CPUPressure()
 	procs1 := childCPU(lg.cmd.Process.Pid)
 	writes1, err := statusWrites(ctx, env)
@@ -305,10 +312,7 @@ func BenchmarkBindingSessions(b *testing.B) {
 	}
 	end := measureMemory()
 	if cfg.memProfile != "" {
-		if f, err := os.Create(cfg.memProfile); err == nil {
-			_ = pprof.Lookup("heap").WriteTo(f, 0)
-			_ = f.Close()
-		}
+		writeHeapProfile(cfg.memProfile)
 	}
 	server := gatherServer(b)
 	lg.send(b, "done")
@@ -349,6 +353,8 @@ func BenchmarkBindingSessions(b *testing.B) {
 	}
 	progressf("generator process: %.3f cores during the measured phase", res.CPUCores)
 	progressf("CPU pressure before: %s; after: %s", pressure0, pressure1)
+	progressf("replica Lease: oldest renewal seen in the measured phase %s old (it vouches for its sessions while younger than %s; past that every binding is rewritten, twice)",
+		leaseAge, bindingserver.DefaultReplicaLeaseDuration*2/3)
 	if scrapeErr != nil {
 		progressf("status writes: kube-apiserver /metrics: %v", scrapeErr)
 	} else {
@@ -389,6 +395,48 @@ func BenchmarkBindingSessions(b *testing.B) {
 		b.Logf("CPU pressure: runnable work waited for a core %.0f%% of the time (avg10); kube-apiserver, etcd, the server and the generator share this machine's %d cores (with anything else running on it), so the latency figures are the machine's as much as the server's", p, runtime.NumCPU())
 	}
 	fmt.Fprintln(os.Stderr, summary)
+}
+
+// watchReplicaLease polls the replica Leases until stopped and returns the
+// oldest renewal seen (its age when read): a Lease the loaded API server
+// did not renew in time stops vouching, which turns every heartbeat into a
+// status write (pacing.go), a storm the measured phase would otherwise not
+// explain.
+func watchReplicaLease(ctx context.Context, env *testenv.Env) (stop func() time.Duration) {
+	done := make(chan struct{})
+	result := make(chan time.Duration, 1)
+	go func() {
+		var oldest time.Duration
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			leases := &coordinationv1.LeaseList{}
+			if err := env.Client.List(ctx, leases, client.MatchingLabels{bindingserver.ReplicaLeaseLabel: "true"}); err == nil {
+				for _, l := range leases.Items {
+					if r := l.Spec.RenewTime; r != nil {
+						oldest = max(oldest, time.Since(r.Time))
+					}
+				}
+			}
+			select {
+			case <-done:
+				result <- oldest.Round(time.Millisecond)
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() time.Duration {
+		close(done)
+		return <-result
+	}
+}
+
+func writeHeapProfile(path string) {
+	if f, err := os.Create(path); err == nil {
+		_ = pprof.Lookup("heap").WriteTo(f, 0)
+		_ = f.Close()
+	}
 }
 
 // startDiagnostics starts the measured phase's execution trace and
