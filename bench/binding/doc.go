@@ -60,8 +60,9 @@
 //     the server for the same cores.
 //
 // Details (registration and handshake rates, first-heartbeat latency, the
-// binding server's own metrics, memory breakdown, CPU pressure) are printed
-// to stderr as the run goes.
+// binding server's own metrics, memory breakdown, CPU pressure, the oldest
+// renewal of the replica Lease seen in the measured phase) are printed to
+// stderr as the run goes.
 //
 // Run:
 //
