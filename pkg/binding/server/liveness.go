@@ -47,7 +47,8 @@ func (s *Server) watchLiveness(ctx context.Context) {
 			// cost), read into the round's one binding: nothing below keeps it.
 			err := s.cache.Get(ctx, st.key.binding, wb, readOnly...)
 			switch {
-			case apierrors.IsNotFound(err) || (err == nil && wb.DeletionTimestamp != nil):
+			// err != nil first: IsNotFound allocates even for a nil error.
+			case err != nil && apierrors.IsNotFound(err) || (err == nil && wb.DeletionTimestamp != nil):
 				if st.session != nil {
 					st.session.close(binding.CloseRevoked, "binding deleted")
 				}

@@ -75,11 +75,12 @@ func (s *Server) trainJobGone(ctx context.Context, wb *tetherv1.WorkerBinding, t
 	*tj = metav1.PartialObjectMetadata{TypeMeta: trainJobTypeMeta}
 	key := client.ObjectKey{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
 	err = s.cache.Get(ctx, key, tj, readOnly...)
-	if apierrors.IsNotFound(err) && s.live != nil && s.opts.Now().Sub(wb.CreationTimestamp.Time) < cacheLag && s.liveLookups.Allow() {
+	// err != nil first: IsNotFound allocates even for a nil error.
+	if err != nil && apierrors.IsNotFound(err) && s.live != nil && s.opts.Now().Sub(wb.CreationTimestamp.Time) < cacheLag && s.liveLookups.Allow() {
 		err = s.live.Get(ctx, key, tj)
 	}
 	switch {
-	case apierrors.IsNotFound(err) || err == nil && tj.UID != owner:
+	case err == nil && tj.UID != owner || err != nil && apierrors.IsNotFound(err):
 		return "trainjob_deleted", fmt.Sprintf("TrainJob %s/%s was deleted: its token is no longer valid", wb.Namespace, wb.Spec.TrainJobName), nil
 	case err != nil:
 		return "", "", err
