@@ -23,6 +23,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +43,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -107,6 +109,10 @@ type benchConfig struct {
 	registrars int
 	cpuProfile string
 	memProfile string
+	// trace, mutexProfile and blockProfile: the server's execution trace
+	// and contention profiles of the measured phase; loadgenTrace the
+	// generator's execution trace of it.
+	trace, mutexProfile, blockProfile, loadgenTrace string
 	// statusInterval is the control plane's; only diagnostics change it.
 	statusInterval time.Duration
 	// leaderElect keeps testenv's leader election (see BenchmarkBindingSessions).
@@ -117,6 +123,8 @@ func loadConfig(b *testing.B) benchConfig {
 	b.Helper()
 	c := benchConfig{sessions: 10000, hold: 60 * time.Second, dialers: 32, dialRate: 100, registrars: 32,
 		cpuProfile: os.Getenv("TETHER_BENCH_CPUPROFILE"), memProfile: os.Getenv("TETHER_BENCH_MEMPROFILE"),
+		trace: os.Getenv("TETHER_BENCH_TRACE"), mutexProfile: os.Getenv("TETHER_BENCH_MUTEXPROFILE"),
+		blockProfile: os.Getenv("TETHER_BENCH_BLOCKPROFILE"), loadgenTrace: os.Getenv("TETHER_BENCH_LOADGEN_TRACE"),
 		statusInterval: statusInterval}
 	if s := os.Getenv("TETHER_BENCH_STATUS_INTERVAL"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -279,6 +287,12 @@ func BenchmarkBindingSessions(b *testing.B) {
 			defer f.Close()
 		}
 	}
+	if cfg.memProfile != "" {
+		// The measured phase's allocations: go tool pprof -base <this> <the end's>.
+		writeHeapProfile(cfg.memProfile + ".start")
+	}
+	stopDiagnostics := startDiagnostics(b, cfg)
+	stopLeaseWatch := watchReplicaLease(ctx, env)
 	progressf("measured phase: %s", cfg.hold)
 
 	lg.await(b, "hold-end", cfg.hold+2*time.Minute, nil)
@@ -288,6 +302,8 @@ func BenchmarkBindingSessions(b *testing.B) {
 	if cfg.cpuProfile != "" {
 		pprof.StopCPUProfile()
 	}
+	stopDiagnostics()
+	leaseAge := stopLeaseWatch()
 	pressure1 := benchutil.CPUPressure()
 	procs1 := childCPU(lg.cmd.Process.Pid)
 	writes1, err := statusWrites(ctx, env)
@@ -296,10 +312,7 @@ func BenchmarkBindingSessions(b *testing.B) {
 	}
 	end := measureMemory()
 	if cfg.memProfile != "" {
-		if f, err := os.Create(cfg.memProfile); err == nil {
-			_ = pprof.Lookup("heap").WriteTo(f, 0)
-			_ = f.Close()
-		}
+		writeHeapProfile(cfg.memProfile)
 	}
 	server := gatherServer(b)
 	lg.send(b, "done")
@@ -340,6 +353,8 @@ func BenchmarkBindingSessions(b *testing.B) {
 	}
 	progressf("generator process: %.3f cores during the measured phase", res.CPUCores)
 	progressf("CPU pressure before: %s; after: %s", pressure0, pressure1)
+	progressf("replica Lease: oldest renewal seen in the measured phase %s old (it vouches for its sessions while younger than %s; past that every binding is rewritten, twice)",
+		leaseAge, bindingserver.DefaultReplicaLeaseDuration*2/3)
 	if scrapeErr != nil {
 		progressf("status writes: kube-apiserver /metrics: %v", scrapeErr)
 	} else {
@@ -380,6 +395,102 @@ func BenchmarkBindingSessions(b *testing.B) {
 		b.Logf("CPU pressure: runnable work waited for a core %.0f%% of the time (avg10); kube-apiserver, etcd, the server and the generator share this machine's %d cores (with anything else running on it), so the latency figures are the machine's as much as the server's", p, runtime.NumCPU())
 	}
 	fmt.Fprintln(os.Stderr, summary)
+}
+
+// watchReplicaLease polls the replica Leases until stopped and returns the
+// oldest renewal seen (its age when read): a Lease the loaded API server
+// did not renew in time stops vouching, which turns every heartbeat into a
+// status write (pacing.go), a storm the measured phase would otherwise not
+// explain.
+func watchReplicaLease(ctx context.Context, env *testenv.Env) (stop func() time.Duration) {
+	done := make(chan struct{})
+	result := make(chan time.Duration, 1)
+	go func() {
+		var oldest time.Duration
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			leases := &coordinationv1.LeaseList{}
+			if err := env.Client.List(ctx, leases, client.MatchingLabels{bindingserver.ReplicaLeaseLabel: "true"}); err == nil {
+				for _, l := range leases.Items {
+					if r := l.Spec.RenewTime; r != nil {
+						oldest = max(oldest, time.Since(r.Time))
+					}
+				}
+			}
+			select {
+			case <-done:
+				result <- oldest.Round(time.Millisecond)
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() time.Duration {
+		close(done)
+		return <-result
+	}
+}
+
+func writeHeapProfile(path string) {
+	if f, err := os.Create(path); err == nil {
+		_ = pprof.Lookup("heap").WriteTo(f, 0)
+		_ = f.Close()
+	}
+}
+
+// startDiagnostics starts the measured phase's execution trace and
+// contention profiles that cfg asks for; the returned function stops them
+// and writes the profiles.
+func startDiagnostics(b *testing.B, cfg benchConfig) (stop func()) {
+	b.Helper()
+	var stops []func()
+	if cfg.trace != "" {
+		if f, err := os.Create(cfg.trace); err != nil {
+			b.Log("trace:", err)
+		} else if err := trace.Start(f); err != nil {
+			b.Log("trace (-trace already running?):", err)
+			_ = f.Close()
+		} else {
+			stops = append(stops, func() { trace.Stop(); _ = f.Close() })
+		}
+	}
+	profile := func(path, name string, enable func(on bool)) {
+		if path == "" {
+			return
+		}
+		enable(true)
+		stops = append(stops, func() {
+			enable(false)
+			f, err := os.Create(path)
+			if err != nil {
+				b.Log(name, "profile:", err)
+				return
+			}
+			_ = pprof.Lookup(name).WriteTo(f, 0)
+			_ = f.Close()
+		})
+	}
+	// Every 10th contention event; blocking events of 100µs or more.
+	profile(cfg.mutexProfile, "mutex", func(on bool) {
+		if on {
+			runtime.SetMutexProfileFraction(10)
+		} else {
+			runtime.SetMutexProfileFraction(0)
+		}
+	})
+	profile(cfg.blockProfile, "block", func(on bool) {
+		if on {
+			runtime.SetBlockProfileRate(int(100 * time.Microsecond))
+		} else {
+			runtime.SetBlockProfileRate(0)
+		}
+	})
+	return func() {
+		for _, f := range stops {
+			f()
+		}
+	}
 }
 
 // pressureAvg10 reads avg10 from a /proc/pressure/cpu line (0 if absent).
@@ -703,6 +814,9 @@ type loadgenConfig struct {
 	DialRate   int       `json:"dialRate"`
 	Registrars int       `json:"registrars"`
 	Deadline   time.Time `json:"deadline"`
+	// Trace is where the generator writes its execution trace of the
+	// measured phase ("": none).
+	Trace string `json:"trace,omitempty"`
 }
 
 type loadgenEvent struct {
@@ -744,7 +858,7 @@ func startLoadGenerator(b *testing.B, env *testenv.Env, ids []identity, cfg benc
 		result = filepath.Join(dir, "result.json")
 	}
 	lc := loadgenConfig{ServerURL: env.BindingURL, CAFile: env.CAFile, Identities: idPath, Result: result,
-		Hold: cfg.hold.String(), Dialers: cfg.dialers, DialRate: cfg.dialRate, Registrars: cfg.registrars,
+		Hold: cfg.hold.String(), Dialers: cfg.dialers, DialRate: cfg.dialRate, Registrars: cfg.registrars, Trace: cfg.loadgenTrace,
 		Deadline: time.Now().Add(20*time.Minute + cfg.hold + time.Duration(len(ids))*50*time.Millisecond)}
 	raw, err := json.Marshal(lc)
 	if err != nil {
@@ -1269,11 +1383,23 @@ func runLoadGenerator(path string) int {
 	g.holdStart.Store(holdStart.UnixNano())
 	cpu0 := benchutil.ProcessCPU()
 	openAtStart := g.openSessions()
+	stopTrace := func() {}
+	if cfg.Trace != "" {
+		if f, err := os.Create(cfg.Trace); err != nil {
+			genLogf("trace: %v", err)
+		} else if err := trace.Start(f); err != nil {
+			genLogf("trace: %v", err)
+			_ = f.Close()
+		} else {
+			stopTrace = func() { trace.Stop(); _ = f.Close() }
+		}
+	}
 	emit("hold-start", map[string]any{"open": openAtStart})
 	genLogf("measured phase started with %d open sessions", openAtStart)
 	if err := credentials.Sleep(ctx, hold); err != nil {
 		return fail("%v", err)
 	}
+	stopTrace()
 	holdEnd := time.Now()
 	g.holdEnd.Store(holdEnd.UnixNano())
 	res.CPUSeconds = (benchutil.ProcessCPU() - cpu0).Seconds()

@@ -60,8 +60,9 @@
 //     the server for the same cores.
 //
 // Details (registration and handshake rates, first-heartbeat latency, the
-// binding server's own metrics, memory breakdown, CPU pressure) are printed
-// to stderr as the run goes.
+// binding server's own metrics, memory breakdown, CPU pressure, the oldest
+// renewal of the replica Lease seen in the measured phase) are printed to
+// stderr as the run goes.
 //
 // Run:
 //
@@ -74,7 +75,11 @@
 // TETHER_BENCH_REGISTRARS (generator concurrency, default 32 each),
 // TETHER_BENCH_RESULT (keep the generator's JSON result in this file),
 // TETHER_BENCH_CPUPROFILE and TETHER_BENCH_MEMPROFILE (a CPU profile of the
-// server process during the measured phase, a heap profile at its end).
+// server process during the measured phase, a heap profile at its end and
+// one at its start, in <path>.start, for pprof -base),
+// TETHER_BENCH_TRACE, TETHER_BENCH_MUTEXPROFILE and TETHER_BENCH_BLOCKPROFILE
+// (the server's execution trace and contention profiles of the measured
+// phase), TETHER_BENCH_LOADGEN_TRACE (the generator's execution trace of it).
 // Diagnostics: TETHER_BENCH_STATUS_INTERVAL replaces the 30s status interval
 // (e.g. 1h: no heartbeat-only status writes in the measured phase), and
 // TETHER_BENCH_LEADER_ELECT=true keeps leader election on. It is off by

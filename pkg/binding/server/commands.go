@@ -93,7 +93,10 @@ func (s *Server) pushPendingCommand(ctx context.Context, key workerKey, wb *teth
 		return
 	}
 	sess.acks.sent(cmd.ID)
-	if !sess.push(binding.Frame{Type: binding.FrameCommand, Command: &cmd}) {
+	// A copy goes out: were cmd itself to escape, every call (the liveness
+	// loop's, per worker per second) would allocate it.
+	out := cmd
+	if !sess.push(binding.Frame{Type: binding.FrameCommand, Command: &out}) {
 		return
 	}
 	s.metrics.commands.WithLabelValues(cmd.Name, "sent").Inc()

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,120 +46,161 @@ type workerState struct {
 }
 
 // hub holds one session per worker and what is known of each worker.
+//
+// Its lock guards only which workers exist (by binding); each worker's
+// state has a lock of its own. A heartbeat then takes the hub's lock for
+// reading, never behind a scan of all workers (the liveness loop, a
+// scrape), and scans copy one worker at a time: with 10,000 sessions a
+// scan under one lock held every heartbeat behind it for milliseconds.
 type hub struct {
-	mu     sync.Mutex
-	states map[workerKey]*workerState
+	mu sync.RWMutex
+	// bindings are the workers of each binding, in no order (a binding
+	// has a few nodes: a lookup scans them).
+	bindings map[types.NamespacedName][]*workerEntry
 	// onForget drops what others keep per worker (skipped reports) once
 	// the hub forgets it; called with the hub's lock held.
 	onForget func(workerKey)
-	// pace is each binding's status-write pacing (pacing.go).
-	pace map[types.NamespacedName]*writePace
+
+	// paceMu guards pace, each binding's status-write pacing (pacing.go).
+	// Lock order: mu before paceMu.
+	paceMu sync.Mutex
+	pace   map[types.NamespacedName]*writePace
+}
+
+// workerEntry is one worker's state and the lock that guards it.
+type workerEntry struct {
+	key workerKey
+	mu  sync.Mutex
+	st  workerState
 }
 
 func newHub() *hub {
-	return &hub{states: map[workerKey]*workerState{}, pace: map[types.NamespacedName]*writePace{}}
+	return &hub{bindings: map[types.NamespacedName][]*workerEntry{}, pace: map[types.NamespacedName]*writePace{}}
+}
+
+// lookup is the worker's entry; the caller holds h.mu.
+func (h *hub) lookup(key workerKey) *workerEntry {
+	for _, e := range h.bindings[key.binding] {
+		if e.key.rank == key.rank {
+			return e
+		}
+	}
+	return nil
+}
+
+func (h *hub) entry(key workerKey) *workerEntry {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.lookup(key)
 }
 
 // attach makes sess the worker's session and returns the one it replaces.
-func (h *hub) attach(key workerKey, sess *session, init func() *workerState) (*workerState, *session) {
+func (h *hub) attach(key workerKey, sess *session, init func() *workerState) *session {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	st := h.states[key]
-	if st == nil {
-		st = init()
-		h.states[key] = st
+	e := h.lookup(key)
+	if e == nil {
+		e = &workerEntry{key: key, st: *init()}
+		h.bindings[key.binding] = append(h.bindings[key.binding], e)
 	}
-	old := st.session
-	st.session = sess
-	return st, old
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.st.session
+	e.st.session = sess
+	return old
 }
 
 // detach forgets sess if it is still the worker's session.
 func (h *hub) detach(key workerKey, sess *session) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if st := h.states[key]; st != nil && st.session == sess {
-		st.session = nil
-	}
-}
-
-func (h *hub) state(key workerKey) *workerState {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.states[key]
+	h.update(key, func(st *workerState) {
+		if st.session == sess {
+			st.session = nil
+		}
+	})
 }
 
 // get copies the worker's state.
 func (h *hub) get(key workerKey) (workerState, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	st := h.states[key]
-	if st == nil {
+	e := h.entry(key)
+	if e == nil {
 		return workerState{}, false
 	}
-	return *st, true
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.st, true
 }
 
+// forget drops the worker. Readers copy a binding's workers under the read
+// lock, so its slice is edited in place.
 func (h *hub) forget(key workerKey) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	delete(h.states, key)
 	if h.onForget != nil {
 		h.onForget(key)
 	}
-	for k := range h.states {
-		if k.binding == key.binding {
-			return
-		}
+	workers := slices.DeleteFunc(h.bindings[key.binding], func(e *workerEntry) bool { return e.key.rank == key.rank })
+	if len(workers) > 0 {
+		h.bindings[key.binding] = workers
+		return
 	}
+	delete(h.bindings, key.binding)
+	h.paceMu.Lock()
 	delete(h.pace, key.binding)
+	h.paceMu.Unlock()
 }
 
-// snapshot copies the states for a reader that must not hold the lock.
+// stateSnapshot is a copy of one worker's state, for a reader that must not
+// hold its lock.
 type stateSnapshot struct {
 	key workerKey
 	workerState
 	connected bool
 }
 
-func (h *hub) snapshot() []stateSnapshot {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]stateSnapshot, 0, len(h.states))
-	for k, st := range h.states {
-		out = append(out, stateSnapshot{key: k, workerState: *st, connected: st.session != nil})
-	}
-	return out
+func (e *workerEntry) snapshot() stateSnapshot {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return stateSnapshot{key: e.key, workerState: e.st, connected: e.st.session != nil}
 }
 
-// update runs f on the worker's state under the lock.
+// entries appends every worker's entry to buf: a scan then copies one
+// worker at a time (workerEntry.snapshot), holding no lock in between, and
+// reuses its buffer from one scan to the next.
+func (h *hub) entries(buf []*workerEntry) []*workerEntry {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for _, workers := range h.bindings {
+		buf = append(buf, workers...)
+	}
+	return buf
+}
+
+// update runs f on the worker's state under the worker's lock; f must not
+// call the hub.
 func (h *hub) update(key workerKey, f func(*workerState)) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if st := h.states[key]; st != nil {
-		f(st)
+	if e := h.entry(key); e != nil {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		f(&e.st)
 	}
 }
 
 // workersOf returns the keys of the binding's workers this replica knows.
 func (h *hub) workersOf(b types.NamespacedName) []workerKey {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []workerKey
-	for k := range h.states {
-		if k.binding == b {
-			out = append(out, k)
-		}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	workers := h.bindings[b]
+	out := make([]workerKey, len(workers))
+	for i, e := range workers {
+		out[i] = e.key
 	}
 	return out
 }
 
 func (h *hub) sessions() []*session {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	var out []*session
-	for _, st := range h.states {
-		if st.session != nil {
+	for _, e := range h.entries(nil) {
+		if st := e.snapshot(); st.session != nil {
 			out = append(out, st.session)
 		}
 	}

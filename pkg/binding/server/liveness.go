@@ -5,7 +5,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
@@ -25,6 +25,12 @@ const livenessPeriod = time.Second
 func (s *Server) watchLiveness(ctx context.Context) {
 	t := time.NewTicker(livenessPeriod)
 	defer t.Stop()
+	// One round's buffers serve the next: at 10,000 workers a round that
+	// allocated per worker (a state copy, a binding, a TrainJob) was most of
+	// the server's garbage, and so of its GC's pauses and mark assists.
+	var entries []*workerEntry
+	wb := &tetherv1.WorkerBinding{}
+	tj := &metav1.PartialObjectMetadata{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -32,13 +38,17 @@ func (s *Server) watchLiveness(ctx context.Context) {
 		case <-t.C:
 		}
 		now := s.opts.Now()
-		for _, st := range s.hub.snapshot() {
+		clear(entries)
+		entries = s.hub.entries(entries[:0])
+		for _, e := range entries {
+			st := e.snapshot()
 			// Read-only: the cache's own copy, not a deep copy per worker
-			// per second (10,000 sessions made that most of this loop's cost).
-			wb := &tetherv1.WorkerBinding{}
-			err := s.cache.Get(ctx, st.key.binding, wb, client.UnsafeDisableDeepCopy)
+			// per second (10,000 sessions made that most of this loop's
+			// cost), read into the round's one binding: nothing below keeps it.
+			err := s.cache.Get(ctx, st.key.binding, wb, readOnly...)
 			switch {
-			case apierrors.IsNotFound(err) || (err == nil && wb.DeletionTimestamp != nil):
+			// err != nil first: IsNotFound allocates even for a nil error.
+			case err != nil && apierrors.IsNotFound(err) || (err == nil && wb.DeletionTimestamp != nil):
 				if st.session != nil {
 					st.session.close(binding.CloseRevoked, "binding deleted")
 				}
@@ -46,7 +56,7 @@ func (s *Server) watchLiveness(ctx context.Context) {
 				continue
 			case err != nil:
 				continue
-			case s.revokedWithTrainJob(ctx, st, wb):
+			case s.revokedWithTrainJob(ctx, st, wb, tj):
 				continue
 			case lifecycle.IsFinal(wb.Status.Phase):
 				if st.session != nil {

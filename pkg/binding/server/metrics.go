@@ -103,7 +103,8 @@ func (c *jobCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *jobCollector) Collect(ch chan<- prometheus.Metric) {
 	now := c.now()
-	for _, st := range c.hub.snapshot() {
+	for _, e := range c.hub.entries(nil) {
+		st := e.snapshot()
 		ns, tj, node := st.namespace, st.trainJob, strconv.Itoa(int(st.key.rank))
 		if !st.lastHeartbeat.IsZero() {
 			ch <- prometheus.MustNewConstMetric(descHeartbeatAge, prometheus.GaugeValue, now.Sub(st.lastHeartbeat).Seconds(), ns, tj, node)

@@ -75,8 +75,8 @@ const (
 // urgent is a transition to write at once; changed says reported data
 // changed.
 func (h *hub) noteHeartbeat(b types.NamespacedName, now time.Time, urgent, changed bool, r paceRules) writeDecision {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.paceMu.Lock()
+	defer h.paceMu.Unlock()
 	p := h.pace[b]
 	if p == nil {
 		p = &writePace{}
@@ -104,8 +104,8 @@ func (h *hub) noteHeartbeat(b types.NamespacedName, now time.Time, urgent, chang
 // takePaced is the pacer giving b its turn: it reports whether b is still
 // due (a transition may have written it meanwhile) and records the write.
 func (h *hub) takePaced(b types.NamespacedName, now time.Time, r paceRules) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.paceMu.Lock()
+	defer h.paceMu.Unlock()
 	p := h.pace[b]
 	if p == nil || !p.paced {
 		return false

@@ -78,7 +78,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	if n := lifecycle.Node(&updated.Status, rank); n != nil {
 		lastSeq = uint64(n.LastSeq)
 	}
-	if st := s.hub.state(workerKey{key, rank}); st != nil && st.lastSeq > lastSeq {
+	if st, ok := s.hub.get(workerKey{key, rank}); ok && st.lastSeq > lastSeq {
 		lastSeq = st.lastSeq
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -118,6 +119,33 @@ func (s *session) write(f binding.Frame) error {
 	return nil
 }
 
+// ackBuffers hold acks while they are written (AppendAckFrame): one per
+// writer at a time, not one per session.
+var ackBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 128); return &b }}
+
+// writeAck sends the ack of a heartbeat, as write would (the same bytes,
+// gorilla's WriteJSON's newline included) without its allocations.
+func (s *session) writeAck(a binding.Ack) error {
+	bp := ackBuffers.Get().(*[]byte)
+	defer ackBuffers.Put(bp)
+	b, err := binding.AppendAckFrame((*bp)[:0], a)
+	if err != nil {
+		*bp = b[:0]
+		s.close(binding.CloseProtocolError, "write failed")
+		return err
+	}
+	b = append(b, '\n')
+	*bp = b[:0]
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	_ = s.conn.SetWriteDeadline(time.Now().Add(writeWait))
+	if err := s.conn.WriteMessage(websocket.TextMessage, b); err != nil {
+		s.close(binding.CloseProtocolError, "write failed")
+		return err
+	}
+	return nil
+}
+
 // push sends a frame from a goroutine other than the reader (commands):
 // on its own goroutine, so a slow worker never holds up the caller.
 func (s *session) push(f binding.Frame) bool {
@@ -192,7 +220,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	if n := lifecycle.Node(&wb.Status, rank); n != nil && n.PodUID == pod.UID {
 		lastSeq = uint64(n.LastSeq)
 	}
-	st, old := s.hub.attach(key, sess, func() *workerState {
+	old := s.hub.attach(key, sess, func() *workerState {
 		return &workerState{namespace: wb.Namespace, trainJob: wb.Spec.TrainJobName, lastSeq: lastSeq,
 			phase: string(wb.Status.Phase)}
 	})
@@ -213,7 +241,6 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		old.close(binding.CloseReplaced, "replaced by a newer session of the same worker")
 		s.metrics.replaced.Inc()
 	}
-	_ = st
 	s.metrics.sessionsOpened.Inc()
 	// A command that arrived while the worker was away is pushed now.
 	s.pushPendingCommand(ctx, key, nil)
@@ -274,7 +301,7 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 	})
 	var lastSeq uint64
 	for {
-		_, data, err := conn.ReadMessage()
+		buf, err := readFrame(conn)
 		if err != nil {
 			return s.readError(ctx, sess, err)
 		}
@@ -283,7 +310,8 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 			s.metrics.refusals.WithLabelValues("frame_rate").Inc()
 			return binding.CloseRateLimited
 		}
-		f, err := binding.DecodeFrame(data)
+		f, err := binding.DecodeFrame(buf.Bytes())
+		putFrameBuffer(buf) // the frame holds copies of what it needs
 		if err != nil {
 			sess.log().Info("closing session: bad frame", "error", err.Error())
 			s.metrics.refusals.WithLabelValues("bad_frame").Inc()
@@ -303,7 +331,7 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 			if code != 0 {
 				return code
 			}
-			if err := sess.write(binding.Frame{Type: binding.FrameAck, Ack: &binding.Ack{Seq: hb.Seq, ServerTime: s.opts.Now(), Phase: phase}}); err != nil {
+			if err := sess.writeAck(binding.Ack{Seq: hb.Seq, ServerTime: s.opts.Now(), Phase: phase}); err != nil {
 				return websocket.CloseAbnormalClosure
 			}
 		case binding.FrameFinishing:
@@ -328,6 +356,37 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 			s.metrics.refusals.WithLabelValues("bad_frame").Inc()
 			return binding.CloseProtocolError
 		}
+	}
+}
+
+// frameBuffers hold frames while they are read and decoded (decoding copies
+// what it keeps): one per reader at a time, not one per session, and no
+// fresh buffer per heartbeat as gorilla's ReadMessage makes.
+var frameBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledFrame bounds the buffers kept for reuse: heartbeats are a few
+// hundred bytes; a rare large frame's buffer goes to the GC.
+const maxPooledFrame = 4 << 10
+
+// readFrame reads the next message into a pooled buffer (putFrameBuffer
+// returns it), with ReadMessage's errors (the read limit included).
+func readFrame(conn *websocket.Conn) (*bytes.Buffer, error) {
+	_, r, err := conn.NextReader()
+	if err != nil {
+		return nil, err
+	}
+	buf := frameBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	if _, err := buf.ReadFrom(r); err != nil {
+		putFrameBuffer(buf)
+		return nil, err
+	}
+	return buf, nil
+}
+
+func putFrameBuffer(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledFrame {
+		frameBuffers.Put(buf)
 	}
 }
 

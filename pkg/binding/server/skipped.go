@@ -20,12 +20,12 @@ type skippedReport struct {
 // put it on the binding (status.artifacts.skipped).
 type skippedReports struct {
 	mu sync.Mutex
-	m  map[any]skippedReport
+	m  map[workerKey]skippedReport
 }
 
 // note records a heartbeat's report and tells whether it changed (a
 // write is then due). Bindings that never skipped anything hold no entry.
-func (r *skippedReports) note(key any, entries []binding.SkippedEntry, count int) bool {
+func (r *skippedReports) note(key workerKey, entries []binding.SkippedEntry, count int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	old, had := r.m[key]
@@ -36,14 +36,14 @@ func (r *skippedReports) note(key any, entries []binding.SkippedEntry, count int
 		return false
 	}
 	if r.m == nil {
-		r.m = map[any]skippedReport{}
+		r.m = map[workerKey]skippedReport{}
 	}
 	r.m[key] = skippedReport{entries: slices.Clone(entries), count: count}
 	return true
 }
 
 // apply puts the binding's last report on st.
-func (r *skippedReports) apply(key any, st *tetherv1.WorkerBindingStatus) bool {
+func (r *skippedReports) apply(key workerKey, st *tetherv1.WorkerBindingStatus) bool {
 	r.mu.Lock()
 	rep, ok := r.m[key]
 	if ok && rep.count == 0 {
@@ -54,7 +54,7 @@ func (r *skippedReports) apply(key any, st *tetherv1.WorkerBindingStatus) bool {
 }
 
 // forget drops a worker's report (its binding ended or moved away).
-func (r *skippedReports) forget(key any) {
+func (r *skippedReports) forget(key workerKey) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.m, key)

@@ -40,7 +40,7 @@ func TrainJobOwner(wb *tetherv1.WorkerBinding) types.UID {
 // plane's TrainJob metadata cache, on whichever replica serves the request.
 // A TrainJob it cannot read is a 503: the sidecar retries.
 func (s *Server) trainJobRefusal(ctx context.Context, wb *tetherv1.WorkerBinding) *refusal {
-	reason, msg, err := s.trainJobGone(ctx, wb)
+	reason, msg, err := s.trainJobGone(ctx, wb, &metav1.PartialObjectMetadata{})
 	switch {
 	case err != nil:
 		return refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "reading TrainJob %s: %v", wb.Spec.TrainJobName, err)
@@ -50,23 +50,37 @@ func (s *Server) trainJobRefusal(ctx context.Context, wb *tetherv1.WorkerBinding
 	return nil
 }
 
+// trainJobTypeMeta is the TrainJob's kind, formatted once (the liveness
+// loop reads one TrainJob per worker per second).
+var trainJobTypeMeta = func() metav1.TypeMeta {
+	var t metav1.TypeMeta
+	t.SetGroupVersionKind(trainjob.GVK)
+	return t
+}()
+
+// readOnly reads the cache's own object, not a deep copy: for readers that
+// change nothing and keep nothing (one slice for all, not one per call).
+var readOnly = []client.GetOption{client.UnsafeDisableDeepCopy}
+
 // trainJobGone returns a metric reason and a message when wb's TrainJob no
-// longer vouches for its token, and "" while it does.
-func (s *Server) trainJobGone(ctx context.Context, wb *tetherv1.WorkerBinding) (reason, msg string, err error) {
+// longer vouches for its token, and "" while it does. It reads the TrainJob
+// into tj (the liveness loop reuses one).
+func (s *Server) trainJobGone(ctx context.Context, wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) (reason, msg string, err error) {
 	owner := TrainJobOwner(wb)
 	if owner == "" {
 		return "trainjob_deleted", fmt.Sprintf("the binding's TrainJob %s/%s was deleted (the binding is orphaned): its token is no longer valid",
 			wb.Namespace, wb.Spec.TrainJobName), nil
 	}
-	tj := &metav1.PartialObjectMetadata{}
-	tj.SetGroupVersionKind(trainjob.GVK)
+	// A live read decodes into tj: it starts empty, but for its kind.
+	*tj = metav1.PartialObjectMetadata{TypeMeta: trainJobTypeMeta}
 	key := client.ObjectKey{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
-	err = s.cache.Get(ctx, key, tj, client.UnsafeDisableDeepCopy) // read-only
-	if apierrors.IsNotFound(err) && s.live != nil && s.opts.Now().Sub(wb.CreationTimestamp.Time) < cacheLag && s.liveLookups.Allow() {
+	err = s.cache.Get(ctx, key, tj, readOnly...)
+	// err != nil first: IsNotFound allocates even for a nil error.
+	if err != nil && apierrors.IsNotFound(err) && s.live != nil && s.opts.Now().Sub(wb.CreationTimestamp.Time) < cacheLag && s.liveLookups.Allow() {
 		err = s.live.Get(ctx, key, tj)
 	}
 	switch {
-	case apierrors.IsNotFound(err) || err == nil && tj.UID != owner:
+	case err == nil && tj.UID != owner || err != nil && apierrors.IsNotFound(err):
 		return "trainjob_deleted", fmt.Sprintf("TrainJob %s/%s was deleted: its token is no longer valid", wb.Namespace, wb.Spec.TrainJobName), nil
 	case err != nil:
 		return "", "", err
@@ -79,8 +93,8 @@ func (s *Server) trainJobGone(ctx context.Context, wb *tetherv1.WorkerBinding) (
 // revokedWithTrainJob closes the worker's session with CloseRevoked and
 // forgets the worker when its binding's TrainJob is gone or terminating
 // (the liveness check, every second on every replica).
-func (s *Server) revokedWithTrainJob(ctx context.Context, st stateSnapshot, wb *tetherv1.WorkerBinding) bool {
-	reason, msg, err := s.trainJobGone(ctx, wb)
+func (s *Server) revokedWithTrainJob(ctx context.Context, st stateSnapshot, wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) bool {
+	reason, msg, err := s.trainJobGone(ctx, wb, tj)
 	if err != nil || reason == "" {
 		return false
 	}
