@@ -43,8 +43,21 @@ func TestEncodePatchIsJSONMarshal(t *testing.T) {
 		check(t, []jsonpatch.JsonPatchOperation{}, nil)
 	})
 
-	dir := goldenDir{dir: "testdata/pod", optional: []string{".trainjob.yaml"}}
 	patched := 0
+	forEachGoldenPatch(t, func(name string, ops []jsonpatch.JsonPatchOperation, appended *sidecarInput) {
+		t.Run(name, func(t *testing.T) { check(t, ops, appended) })
+		patched++
+	})
+	if patched == 0 {
+		t.Fatal("no golden pod case was patched")
+	}
+}
+
+// forEachGoldenPatch calls fn with the patch operations and the appended
+// sidecar of every golden pod case the injector patches.
+func forEachGoldenPatch(t *testing.T, fn func(name string, ops []jsonpatch.JsonPatchOperation, appended *sidecarInput)) {
+	t.Helper()
+	dir := goldenDir{dir: "testdata/pod", optional: []string{".trainjob.yaml"}}
 	for _, name := range dir.cases(t) {
 		var pod corev1.Pod
 		if err := json.Unmarshal(readJSON(t, dir.path(name, inSuffix)), &pod); err != nil {
@@ -67,11 +80,7 @@ func TestEncodePatchIsJSONMarshal(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		t.Run(name, func(t *testing.T) { check(t, ops, appended) })
-		patched++
-	}
-	if patched == 0 {
-		t.Fatal("no golden pod case was patched")
+		fn(name, ops, appended)
 	}
 }
 
@@ -81,29 +90,10 @@ func TestEncodePatchIsJSONMarshal(t *testing.T) {
 // the json.Marshal fallback: a marked template shows in the patch.
 func TestPatchEncodesTheSidecarFromItsTemplate(t *testing.T) {
 	defer resetSidecarTemplates()
-	dir := goldenDir{dir: "testdata/pod", optional: []string{".trainjob.yaml"}}
 	paths := map[string]bool{}
-	for _, name := range dir.cases(t) {
-		var pod corev1.Pod
-		if err := json.Unmarshal(readJSON(t, dir.path(name, inSuffix)), &pod); err != nil {
-			t.Fatal(err)
-		}
-		h := &PodHandler{Injector: PodInjector{Sidecar: testSidecar}, TrainJobs: readTrainJob(t, dir.path(name, ".trainjob.yaml"))}
-		tj, d := h.lookup(context.Background(), &pod)
-		if d != nil {
-			continue
-		}
-		before, err := snapshotPod(&pod)
-		if err != nil {
-			t.Fatal(err)
-		}
-		decision, appended := h.Injector.inject(&pod, tj)
-		if decision.Outcome != OutcomePatched || appended == nil {
-			continue
-		}
-		ops, err := injectionPatch(before, &pod)
-		if err != nil {
-			t.Fatal(err)
+	forEachGoldenPatch(t, func(name string, ops []jsonpatch.JsonPatchOperation, appended *sidecarInput) {
+		if appended == nil {
+			return
 		}
 		resetSidecarTemplates()
 		if _, err := encodePatch(ops, appended); err != nil { // learns the template
@@ -133,7 +123,7 @@ func TestPatchEncodesTheSidecarFromItsTemplate(t *testing.T) {
 				paths[op.Path] = true
 			}
 		}
-	}
+	})
 	for _, path := range []string{"/spec/initContainers", "/spec/initContainers/-"} {
 		if !paths[path] {
 			t.Errorf("no golden case appends the sidecar with an operation on %s", path)

@@ -3,7 +3,6 @@ package mutate
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"runtime"
 	"testing"
@@ -11,16 +10,17 @@ import (
 
 	"golang.org/x/sys/unix"
 	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tether-dev/tether/internal/benchutil"
 )
 
 // BenchmarkPodReview is the in-process part of bench/admission's ratio: what
 // PodHandler.ServeHTTP costs per admission of a bound job's trainer pod
-// (injected-default) against the bare floor's handler (the same as
-// bench/admission's bareFloor: decode the AdmissionReview and its pod with
+// (injected-default) against the bare floor's handler (benchutil.BareFloor,
+// bench/admission's too: decode the AdmissionReview and its pod with
 // encoding/json, answer allowed with no patch), both served here without TLS
 // or HTTP/2 and measured in the same loop, interleaved. Allocations are what
 // drives the GC work bench/admission sees at 1,000 rps; unlike time they are
@@ -53,7 +53,7 @@ func BenchmarkPodReview(b *testing.B) {
 	paths := []struct {
 		name  string
 		serve http.HandlerFunc
-	}{{"serve", h.ServeHTTP}, {"bare-floor", benchBareFloor}}
+	}{{"serve", h.ServeHTTP}, {"bare-floor", benchutil.BareFloor}}
 	for _, p := range paths {
 		w := &discardResponse{keep: true}
 		p.serve(w, reviewRequest(body))
@@ -120,37 +120,6 @@ func reviewRequest(body []byte) *http.Request {
 	r.Header.Set("Content-Type", "application/json")
 	r.ContentLength = int64(len(body))
 	return r
-}
-
-// benchBareFloor is bench/admission's bareFloor handler.
-func benchBareFloor(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxReviewBytes+1))
-	switch {
-	case err != nil:
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	case len(body) > MaxReviewBytes:
-		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-		return
-	case r.Header.Get("Content-Type") != "application/json":
-		http.Error(w, "want Content-Type application/json", http.StatusUnsupportedMediaType)
-		return
-	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
-		http.Error(w, "not an AdmissionReview with a request", http.StatusBadRequest)
-		return
-	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(review.Request.Object.Raw, &pod); err != nil {
-		http.Error(w, "undecodable pod: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Response: &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true},
-	})
 }
 
 // discardResponse is an http.ResponseWriter that discards the body, as a
