@@ -108,7 +108,7 @@ func copyDirect(f *os.File, src io.Reader, h hash.Hash) (int64, error) {
 // flag but not the write gets the rest through the page cache too.
 func writeChunk(f *os.File, p []byte) error {
 	if len(p)%directIOAlign != 0 {
-		if err := setDirect(f, false); err != nil {
+		if err := clearDirect(f); err != nil {
 			return err
 		}
 		_, err := f.Write(p)
@@ -116,7 +116,7 @@ func writeChunk(f *os.File, p []byte) error {
 	}
 	n, err := f.Write(p)
 	if errors.Is(err, syscall.EINVAL) {
-		if serr := setDirect(f, false); serr != nil {
+		if serr := clearDirect(f); serr != nil {
 			return serr
 		}
 		_, err = f.Write(p[n:])

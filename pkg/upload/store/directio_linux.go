@@ -13,18 +13,14 @@ const (
 	oDirect      = unix.O_DIRECT
 )
 
-// setDirect turns f's O_DIRECT on or off.
-func setDirect(f *os.File, on bool) error {
-	fd := int(f.Fd())
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+// clearDirect turns f's O_DIRECT off (for a tail that is not whole
+// blocks, or a file system that refuses direct writes).
+func clearDirect(f *os.File) error {
+	fd := uintptr(f.Fd())
+	fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
 	if err != nil {
 		return err
 	}
-	if on {
-		fl |= unix.O_DIRECT
-	} else {
-		fl &^= unix.O_DIRECT
-	}
-	_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl)
+	_, err = unix.FcntlInt(fd, unix.F_SETFL, fl&^unix.O_DIRECT)
 	return err
 }

@@ -11,4 +11,4 @@ const (
 	oDirect      = 0
 )
 
-func setDirect(*os.File, bool) error { return nil }
+func clearDirect(*os.File) error { return nil }
