@@ -134,9 +134,7 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 			return Result{}, err
 		}
 		if strings.EqualFold(trimETag(info.ETag), sum) {
-			u.remember(rel, size, mtime, sum)
-			u.verifiedBytes.Add(size)
-			return Result{Path: rel, Size: size, MD5: sum, How: AlreadyPresent}, nil
+			return u.verifiedAs(rel, size, mtime, sum, AlreadyPresent), nil
 		}
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return Result{}, &localError{err}
@@ -161,9 +159,15 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 	if err := unchanged(f, st); err != nil {
 		return Result{}, err
 	}
+	return u.verifiedAs(rel, size, mtime, sum, Uploaded), nil
+}
+
+// verifiedAs records rel, of size and mtime, as verified with MD5 sum, and
+// returns its Result.
+func (u *Uploader) verifiedAs(rel string, size int64, mtime time.Time, sum string, how How) Result {
 	u.remember(rel, size, mtime, sum)
 	u.verifiedBytes.Add(size)
-	return Result{Path: rel, Size: size, MD5: sum, How: Uploaded}, nil
+	return Result{Path: rel, Size: size, MD5: sum, How: how}
 }
 
 func unchanged(f *os.File, st fs.FileInfo) error {

@@ -54,7 +54,5 @@ func (u *Uploader) uploadSmall(ctx context.Context, f *os.File, st fs.FileInfo, 
 	if err := check(); err != nil {
 		return Result{}, err
 	}
-	u.remember(rel, size, st.ModTime(), got)
-	u.verifiedBytes.Add(size)
-	return Result{Path: rel, Size: size, MD5: got, How: Uploaded}, nil
+	return u.verifiedAs(rel, size, st.ModTime(), got, Uploaded), nil
 }
