@@ -36,7 +36,10 @@
 // workers, with the least a durable store that never shows a partial object
 // does (write a temporary file, fsync, rename, fsync the directory; no HTTP,
 // TLS, MD5 or metadata): fs-floor-files-per-s, what the disk allows, and
-// x-fs-floor, small-files-per-s against it. Then the
+// x-fs-floor, small-files-per-s against it. When the store is the default
+// (the temp dir), the defaults run once more with the store in /dev/shm
+// (tmpfs-small-files-per-s): the sidecar's and server's own rate, with the
+// disk's fsyncs out of it. Then the
 // manifest of the 10,000 alone (PutManifest: encoded, sent, and every entry
 // checked by the server; manifest-10k-ms, target <= 1000) and the final
 // flush (every file found unchanged, then the manifest again;
