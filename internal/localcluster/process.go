@@ -79,6 +79,19 @@ func (p *Process) Signal(sig syscall.Signal) error {
 // Stop sends SIGTERM to the process group, then SIGKILL after grace, and
 // waits for the process to be reaped.
 func (p *Process) Stop(grace time.Duration) error {
+	return p.stop(grace, 0, nil)
+}
+
+// StopDumping is Stop for a Go program: one still running dumpAfter after
+// SIGTERM gets SIGQUIT, on which the Go runtime writes every goroutine's
+// stack to the log and exits, so a shutdown that hangs leaves its cause.
+// dumped says it had to.
+func (p *Process) StopDumping(grace, dumpAfter time.Duration) (dumped bool, err error) {
+	err = p.stop(grace, dumpAfter, &dumped)
+	return dumped, err
+}
+
+func (p *Process) stop(grace, dumpAfter time.Duration, dumped *bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopped {
@@ -89,10 +102,27 @@ func (p *Process) Stop(grace time.Duration) error {
 		return nil
 	}
 	_ = p.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(grace):
+	kill := time.After(grace)
+	if dumpAfter > 0 && dumpAfter < grace {
+		select {
+		case <-p.done:
+			return nil
+		case <-time.After(dumpAfter):
+		}
+		// The process alone: its children did not hang its shutdown.
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		*dumped = true
+		select {
+		case <-p.done:
+			return nil
+		case <-kill:
+		}
+	} else {
+		select {
+		case <-p.done:
+			return nil
+		case <-kill:
+		}
 	}
 	_ = p.Signal(syscall.SIGKILL)
 	select {

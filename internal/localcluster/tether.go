@@ -387,7 +387,14 @@ func (t *Tether) RestartReplica(ctx context.Context, i int) error {
 	r := t.replicas[i]
 	t.leaveServices(r)
 	old := r.proc
-	if err := old.Stop(30 * time.Second); err != nil {
+	// A replica's shutdown takes 0.4-7 s; one that took 30 s was seen
+	// once (e2e scenario 7) with no trace of why: past 20 s its goroutines
+	// are dumped to its log.
+	dumped, err := old.StopDumping(30*time.Second, 20*time.Second)
+	if dumped {
+		t.c.Opts.Log("tether replica %d did not exit within 20s of SIGTERM: its goroutines are in %s", r.Index, old.LogFile)
+	}
+	if err != nil {
 		return err
 	}
 	t.c.untrack(old)
