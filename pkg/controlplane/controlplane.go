@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -59,6 +60,7 @@ func NewScheme() *runtime.Scheme {
 // ControlPlane is a configured manager and what it takes to be ready.
 type ControlPlane struct {
 	ctrl.Manager
+	events     record.EventBroadcaster
 	certsReady chan struct{}
 	// serving is closed once the webhooks are registered on the server.
 	serving chan struct{}
@@ -78,12 +80,22 @@ func (cp *ControlPlane) Ready() error {
 
 // New builds the control plane's manager with everything registered on it.
 // Start it with Start.
-func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
+func New(cfg *rest.Config, opts Options) (_ *ControlPlane, err error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	scheme := NewScheme()
+	events := newEventBroadcaster()
+	defer func() {
+		if err != nil {
+			events.Shutdown()
+		}
+	}()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		// Tether's correlator options (events.go); the field is deprecated
+		// only because the manager does not stop a broadcaster it is given,
+		// and Start does.
+		EventBroadcaster:        events, //nolint:staticcheck // see above
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:  opts.HealthAddr,
@@ -128,7 +140,7 @@ func New(cfg *rest.Config, opts Options) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{Manager: mgr, certsReady: make(chan struct{}), serving: make(chan struct{})}
+	cp := &ControlPlane{Manager: mgr, events: events, certsReady: make(chan struct{}), serving: make(chan struct{})}
 	if err := setupCerts(mgr, opts, cp.certsReady); err != nil {
 		return nil, err
 	}
@@ -311,6 +323,13 @@ func setupCerts(mgr ctrl.Manager, opts Options, ready chan struct{}) error {
 		RequireLeaderElection: false,
 		FieldOwner:            "tether",
 	})
+}
+
+// Start runs the control plane until ctx ends, then stops its Event
+// broadcaster.
+func (cp *ControlPlane) Start(ctx context.Context) error {
+	defer shutdownEvents(cp.events)
+	return cp.Manager.Start(ctx)
 }
 
 // Run builds and starts the control plane until ctx ends.

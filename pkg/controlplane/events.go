@@ -1,9 +1,15 @@
 package controlplane
 
 import (
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/tether-dev/tether/pkg/binding"
 )
 
 // eventRecorder records Tether's Events through the core/v1 recorder, behind
@@ -26,4 +32,56 @@ var _ events.EventRecorder = eventRecorder{}
 // place in a core/v1 Event and are dropped (action is always "Bind").
 func (e eventRecorder) Eventf(regarding, _ runtime.Object, eventtype, reason, _, note string, args ...any) {
 	e.r.Eventf(regarding, eventtype, reason, note, args...)
+}
+
+// eventSpamBurst is how many Events of one reason and type about one object
+// the recorder sends before it throttles them to one per five minutes
+// (client-go's refill). One per bound node fits, with client-go's own burst
+// on top: a 256-node job's Injected Events all go out.
+const eventSpamBurst = binding.MaxBoundNodes + 25
+
+// eventCorrelatorOptions are client-go's defaults but for the spam filter,
+// which keys on the reason too, with eventSpamBurst.
+//
+// Why: client-go's filter keys on the object and the Event's type alone,
+// with a burst of 25, and Tether's Events are about the TrainJob: a job's
+// per-pod and per-node Events (Injected, Registered, AttemptStarted) would
+// spend the TrainJob's whole budget, and every Normal Event after the 25th
+// (TrainerSucceeded, Succeeded) would be dropped for minutes, unseen. With
+// the reason in the key a runaway reason is still throttled, alone. Similar
+// Events past 10 in 10 minutes are still combined into one (client-go's
+// aggregator), so a big job's Injected Events cost 10 creates and then
+// patches of one Event.
+func eventCorrelatorOptions() record.CorrelatorOptions {
+	return record.CorrelatorOptions{BurstSize: eventSpamBurst, SpamKeyFunc: eventSpamKey}
+}
+
+// eventSpamKey is client-go's spam key (source, object, type) and the reason.
+func eventSpamKey(e *corev1.Event) string {
+	return strings.Join([]string{e.Source.Component, e.Source.Host, e.InvolvedObject.Kind, e.InvolvedObject.Namespace,
+		e.InvolvedObject.Name, string(e.InvolvedObject.UID), e.InvolvedObject.APIVersion, e.Type, e.Reason}, "\x00")
+}
+
+// newEventBroadcaster is the manager's core/v1 Event broadcaster, with
+// eventCorrelatorOptions. The manager does not stop a broadcaster it is
+// given: ControlPlane.Start does.
+func newEventBroadcaster() record.EventBroadcaster {
+	return record.NewBroadcaster(record.WithCorrelatorOptions(eventCorrelatorOptions()))
+}
+
+// eventShutdownTimeout bounds the broadcaster's shutdown when the control
+// plane stops; Events still queued then are lost, as with the manager's own.
+const eventShutdownTimeout = 5 * time.Second
+
+// shutdownEvents stops b, waiting at most eventShutdownTimeout.
+func shutdownEvents(b record.EventBroadcaster) {
+	done := make(chan struct{})
+	go func() {
+		b.Shutdown()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(eventShutdownTimeout):
+	}
 }
