@@ -65,11 +65,15 @@ func TestABigJobsEndEventIsNotDroppedAfterItsPodEvents(t *testing.T) {
 
 func TestEventSpamKeyTellsReasonsAndObjectsApart(t *testing.T) {
 	a := jobEvent(corev1.EventTypeNormal, "Injected", "x")
+	otherJob := jobEvent(corev1.EventTypeNormal, "Injected", "x")
+	otherJob.InvolvedObject.Name = "other"
+	recreated := jobEvent(corev1.EventTypeNormal, "Injected", "x")
+	recreated.InvolvedObject.UID = "uid-2"
 	for _, b := range []*corev1.Event{
 		jobEvent(corev1.EventTypeNormal, "Succeeded", "x"),
 		jobEvent(corev1.EventTypeWarning, "Injected", "x"),
-		func() *corev1.Event { e := jobEvent(corev1.EventTypeNormal, "Injected", "x"); e.InvolvedObject.Name = "other"; return e }(),
-		func() *corev1.Event { e := jobEvent(corev1.EventTypeNormal, "Injected", "x"); e.InvolvedObject.UID = "uid-2"; return e }(),
+		otherJob,
+		recreated,
 	} {
 		if eventSpamKey(a) == eventSpamKey(b) {
 			t.Errorf("%s/%s %s/%s shares a spam key with %s/%s %s/%s", a.InvolvedObject.Name, a.InvolvedObject.UID, a.Type, a.Reason,
