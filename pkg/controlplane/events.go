@@ -64,7 +64,9 @@ func eventSpamKey(e *corev1.Event) string {
 
 // newEventBroadcaster is the manager's core/v1 Event broadcaster, with
 // eventCorrelatorOptions. The manager does not stop a broadcaster it is
-// given: ControlPlane.Start does.
+// given: ControlPlane.Start does. (Nor, then, its events.k8s.io one, which
+// Tether never records to: a control plane started and stopped again in one
+// process, as in tests, leaves its two idle goroutines.)
 func newEventBroadcaster() record.EventBroadcaster {
 	return record.NewBroadcaster(record.WithCorrelatorOptions(eventCorrelatorOptions()))
 }
