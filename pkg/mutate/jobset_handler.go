@@ -2,7 +2,6 @@ package mutate
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -23,14 +22,14 @@ func (h *JobSetHandler) Handle(ctx context.Context, req admission.Request) admis
 		return admission.Allowed("")
 	}
 	var obj jobSetRouting
-	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+	if err := decodeObject(req.Object.Raw, &obj); err != nil {
 		jobSetAdmissions.WithLabelValues("denied").Inc()
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	var old *jobSetRouting
 	if req.Operation == admissionv1.Update {
 		old = &jobSetRouting{}
-		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+		if err := decodeObject(req.OldObject.Raw, old); err != nil {
 			jobSetAdmissions.WithLabelValues("denied").Inc()
 			return admission.Errored(http.StatusBadRequest, err)
 		}

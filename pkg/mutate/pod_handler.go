@@ -58,7 +58,7 @@ func (h *PodHandler) Handle(ctx context.Context, req admission.Request) admissio
 		return admission.Allowed("")
 	}
 	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+	if err := decodeObject(req.Object.Raw, &pod); err != nil {
 		return undecodablePod(err)
 	}
 	return h.admit(ctx, &req.AdmissionRequest, &pod)

@@ -36,14 +36,14 @@ func (h *TrainJobHandler) Handle(ctx context.Context, req admission.Request) adm
 	var obj, old metav1.PartialObjectMetadata
 	var route trainJobRouting
 	var oldRoute *trainJobRouting // nil at CREATE
-	if err := errors.Join(json.Unmarshal(req.Object.Raw, &obj), json.Unmarshal(req.Object.Raw, &route)); err != nil {
+	if err := errors.Join(decodeObject(req.Object.Raw, &obj), decodeObject(req.Object.Raw, &route)); err != nil {
 		trainJobAdmissions.WithLabelValues("denied").Inc()
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	var oldMeta *metav1.ObjectMeta // nil at CREATE
 	if req.Operation == admissionv1.Update {
 		oldRoute = &trainJobRouting{}
-		if err := errors.Join(json.Unmarshal(req.OldObject.Raw, &old), json.Unmarshal(req.OldObject.Raw, oldRoute)); err != nil {
+		if err := errors.Join(decodeObject(req.OldObject.Raw, &old), decodeObject(req.OldObject.Raw, oldRoute)); err != nil {
 			trainJobAdmissions.WithLabelValues("denied").Inc()
 			return admission.Errored(http.StatusBadRequest, err)
 		}
@@ -70,7 +70,13 @@ func (h *TrainJobHandler) Handle(ctx context.Context, req admission.Request) adm
 	trainJobAdmissions.WithLabelValues("stamped").Inc()
 	log.V(1).Info("stamped TrainJob", "annotations", add, "routing", len(routeOps) > 0)
 	var ops []jsonpatch.JsonPatchOperation
-	if len(add) > 0 {
+	switch {
+	case len(add) == 0:
+	case !hasMetadata(req.Object.Raw):
+		// Never from the API server (its objects have a name), but a patch
+		// must apply to the document it answers (FuzzTrainJobHandler).
+		ops = []jsonpatch.JsonPatchOperation{{Operation: "add", Path: "/metadata", Value: map[string]any{"annotations": add}}}
+	default:
 		ops = annotationPatch(obj.Annotations == nil, add)
 	}
 	resp := admission.Patched("", append(ops, routeOps...)...)
@@ -96,6 +102,14 @@ func (h *TrainJobHandler) route(ctx context.Context, obj *metav1.ObjectMeta, rou
 	}
 	ops, warnings := routeTrainJob(shape, route, old, bound)
 	return ops, warnings, nil
+}
+
+// hasMetadata: the object's JSON has a metadata object.
+func hasMetadata(raw []byte) bool {
+	var top struct {
+		Metadata map[string]json.RawMessage `json:"metadata"`
+	}
+	return decodeObject(raw, &top) == nil && top.Metadata != nil
 }
 
 // annotationPatch adds annotations with JSON-patch operations on
