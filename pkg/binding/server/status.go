@@ -40,10 +40,19 @@ func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key type
 	}
 	for attempt := 0; ; attempt++ {
 		phase, reason := wb.Status.Phase, wb.Status.Reason
-		if !change(&wb.Status) {
+		// A sidecar can register before the controller wrote the binding's
+		// first status (it writes the token Secret just before): the token
+		// it authenticated with is issued, so this write says so first, and
+		// announces it, or the job's TokenIssued Event would never be sent.
+		initialized := lifecycle.Initial(&wb.Status)
+		if !change(&wb.Status) && !initialized {
 			return wb, nil
 		}
 		err := s.writer.Status().Update(ctx, wb)
+		if err == nil && initialized {
+			s.recordInitial(wb)
+			phase, reason = tetherv1.PhasePending, tetherv1.ReasonTokenIssued
+		}
 		if err == nil && lifecycle.Transitioned(phase, reason, &wb.Status) {
 			s.recordTransition(wb)
 		}
@@ -67,9 +76,21 @@ func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key type
 
 // recordTransition records a phase or reason change as an Event on the TrainJob.
 func (s *Server) recordTransition(wb *tetherv1.WorkerBinding) {
+	s.recordStatus(wb, &wb.Status)
+}
+
+// recordInitial records the Event of the binding's first status, the one
+// the controller records when it writes that status itself.
+func (s *Server) recordInitial(wb *tetherv1.WorkerBinding) {
+	var st tetherv1.WorkerBindingStatus
+	lifecycle.Initial(&st)
+	s.recordStatus(wb, &st)
+}
+
+func (s *Server) recordStatus(wb *tetherv1.WorkerBinding, st *tetherv1.WorkerBindingStatus) {
 	if s.events == nil {
 		return
 	}
-	eventType, reason, note := lifecycle.TransitionEvent(&wb.Status)
+	eventType, reason, note := lifecycle.TransitionEvent(st)
 	s.events.Eventf(trainjob.Ref(wb.Namespace, wb.Spec.TrainJobName, ""), nil, eventType, reason, lifecycle.EventAction, "%s", note)
 }
