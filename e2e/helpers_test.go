@@ -73,6 +73,17 @@ func (e *env) newNamespace(t *testing.T, prefix string) string {
 			t.Fatal(err)
 		}
 	}
+	// Registered before the dump, so it runs after it: a failed scenario's
+	// TrainJobs are deleted, and their pods free what they hold on the
+	// nodes (the real node's host ports, kwok's CPU) for the scenarios
+	// after it (r2's failure once left r3-r7 unschedulable).
+	t.Cleanup(func() {
+		if t.Failed() {
+			if err := e.c.Client.DeleteAllOf(context.Background(), &trainer.TrainJob{}, client.InNamespace(name)); err != nil {
+				t.Logf("deleting the failed scenario's TrainJobs: %v", err)
+			}
+		}
+	})
 	e.dumpOnFailure(t, name)
 	return name
 }
