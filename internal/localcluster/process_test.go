@@ -48,6 +48,12 @@ func TestStopDumpingWritesTheGoroutinesOfAHungShutdown(t *testing.T) {
 	if exited, _ := p.Exited(); !exited {
 		t.Error("the process is still running")
 	}
+	// The main goroutine sleeps in this test's init.
+	sum := goroutineDumpSummary(p.LogFile)
+	if !strings.Contains(sum, "[sleep]") || !strings.Contains(sum, "localcluster.init") {
+		t.Errorf("the dump's summary does not show the sleeping main goroutine:\n%s", sum)
+	}
+	t.Logf("the dump by stack:\n%s", sum)
 }
 
 func TestStopDumpingLeavesAPromptShutdownAlone(t *testing.T) {

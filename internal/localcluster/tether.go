@@ -392,7 +392,8 @@ func (t *Tether) RestartReplica(ctx context.Context, i int) error {
 	// are dumped to its log.
 	dumped, err := old.StopDumping(30*time.Second, 20*time.Second)
 	if dumped {
-		t.c.Opts.Log("tether replica %d did not exit within 20s of SIGTERM: its goroutines are in %s", r.Index, old.LogFile)
+		t.c.Opts.Log("tether replica %d did not exit within 20s of SIGTERM; its goroutines (in %s), by stack:\n%s",
+			r.Index, old.LogFile, goroutineDumpSummary(old.LogFile))
 	}
 	if err != nil {
 		return err
