@@ -45,16 +45,17 @@ func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key type
 		// it authenticated with is issued, so this write says so first, and
 		// announces it, or the job's TokenIssued Event would never be sent.
 		initialized := lifecycle.Initial(&wb.Status)
+		initial := wb.Status // that first status, when this write makes it
 		if !change(&wb.Status) && !initialized {
 			return wb, nil
 		}
 		err := s.writer.Status().Update(ctx, wb)
 		if err == nil && initialized {
-			s.recordInitial(wb)
-			phase, reason = tetherv1.PhasePending, tetherv1.ReasonTokenIssued
+			s.recordTransition(wb, &initial)
+			phase, reason = initial.Phase, initial.Reason
 		}
 		if err == nil && lifecycle.Transitioned(phase, reason, &wb.Status) {
-			s.recordTransition(wb)
+			s.recordTransition(wb, &wb.Status)
 		}
 		if err == nil || !apierrors.IsConflict(err) || attempt == maxConflictRetries || s.live == nil {
 			return wb, err
@@ -74,20 +75,9 @@ func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key type
 	}
 }
 
-// recordTransition records a phase or reason change as an Event on the TrainJob.
-func (s *Server) recordTransition(wb *tetherv1.WorkerBinding) {
-	s.recordStatus(wb, &wb.Status)
-}
-
-// recordInitial records the Event of the binding's first status, the one
-// the controller records when it writes that status itself.
-func (s *Server) recordInitial(wb *tetherv1.WorkerBinding) {
-	var st tetherv1.WorkerBindingStatus
-	lifecycle.Initial(&st)
-	s.recordStatus(wb, &st)
-}
-
-func (s *Server) recordStatus(wb *tetherv1.WorkerBinding, st *tetherv1.WorkerBindingStatus) {
+// recordTransition records the change of wb's phase or reason to st's as
+// an Event on the TrainJob.
+func (s *Server) recordTransition(wb *tetherv1.WorkerBinding, st *tetherv1.WorkerBindingStatus) {
 	if s.events == nil {
 		return
 	}
