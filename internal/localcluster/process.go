@@ -103,25 +103,21 @@ func (p *Process) stop(grace, dumpAfter time.Duration, dumped *bool) error {
 	}
 	_ = p.Signal(syscall.SIGTERM)
 	kill := time.After(grace)
+	var dump <-chan time.Time // nil: never
 	if dumpAfter > 0 && dumpAfter < grace {
+		dump = time.After(dumpAfter)
+	}
+wait:
+	for {
 		select {
 		case <-p.done:
 			return nil
-		case <-time.After(dumpAfter):
-		}
-		// The process alone: its children did not hang its shutdown.
-		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
-		*dumped = true
-		select {
-		case <-p.done:
-			return nil
+		case <-dump:
+			// The process alone: its children did not hang its shutdown.
+			_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+			*dumped, dump = true, nil
 		case <-kill:
-		}
-	} else {
-		select {
-		case <-p.done:
-			return nil
-		case <-kill:
+			break wait
 		}
 	}
 	_ = p.Signal(syscall.SIGKILL)
