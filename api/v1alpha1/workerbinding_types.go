@@ -39,6 +39,8 @@ const (
 	ReasonTokenIssued      = "TokenIssued"
 	ReasonTokenSecretError = "TokenSecretError"
 	ReasonJobIDConflict    = "JobIDConflict"
+	// ReasonIdentityMismatch: the binding's ids are not its TrainJob's.
+	ReasonIdentityMismatch = "IdentityMismatch"
 	ReasonPodsNotInjected  = "PodsNotInjected"
 	ReasonPodsInjected     = "PodsInjected"
 	ReasonNoPods           = "NoPods"
@@ -85,28 +87,42 @@ const (
 	AttemptTrainerRestarted = "TrainerRestarted"
 )
 
-// WorkerBindingSpec is the fixed identity of a bound job. It never changes
-// after creation.
+// WorkerBindingSpec is the fixed identity of a bound job. Its identity
+// fields are immutable (the API server refuses a change, for every user);
+// the rest (the token's hash, the previous token, the settings) is written by
+// the control plane only: the ValidatingAdmissionPolicy
+// tether-workerbinding-spec (manifests/base) refuses a spec change by anyone
+// else. docs/platform.md, "The job id".
 type WorkerBindingSpec struct {
 	// TrainJobName is the TrainJob (in the same namespace) this binding belongs to.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.trainJobName is immutable: a binding belongs to one TrainJob for good"
 	// +required
 	TrainJobName string `json:"trainJobName"`
 
 	// JobID is the job's identity towards the orchestrator and the prefix of its artifacts.
-	// Unique across the cluster among live bindings.
+	// Claimed for good across the cluster by the TrainJob that first bound it
+	// (a Lease in the control plane's namespace; docs/platform.md).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.jobID is immutable: it is the job's artifact prefix, claimed for its TrainJob; bind under another id with a new TrainJob"
 	// +required
 	JobID string `json:"jobID"`
 
 	// WorkerID is the identity of the job's single bound worker.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.workerID is immutable"
 	// +required
 	WorkerID string `json:"workerID"`
 
 	// TokenSecretName names the Secret holding the job's token and CA bundle.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.tokenSecretName is immutable"
 	// +required
 	TokenSecretName string `json:"tokenSecretName"`
 
