@@ -274,6 +274,7 @@ func New(cfg *rest.Config, opts Options) (_ *ControlPlane, err error) {
 		Pending:       artifacts,
 		Manifests:     artifacts,
 		Logs:          &controller.LogArchiver{Source: logSource, Store: backend, MaxBytes: opts.LogCapBytes},
+		Claims:        &controller.JobIDClaims{Namespace: opts.Namespace, Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the binding controller: %w", err)
 	}
