@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
@@ -151,6 +152,8 @@ func New(cfg *rest.Config, opts Options) (_ *ControlPlane, err error) {
 		hookServer := mgr.GetWebhookServer()
 		hookServer.Register(TrainJobWebhookPath, &webhook.Admission{Handler: &mutate.TrainJobHandler{
 			Shapes: &mutate.CRDShapes{Reader: mgr.GetAPIReader()},
+			// Worker ids are MACed with the serving key: every replica mounts the same one.
+			Mutator: mutate.TrainJobMutator{Key: lastGoodFile(filepath.Join(opts.CertDir, "tls.key"))},
 		}})
 		hookServer.Register(JobSetWebhookPath, &webhook.Admission{Handler: &mutate.JobSetHandler{}})
 		// The pod webhook, called for every pod of every bound job, serves
