@@ -376,14 +376,19 @@ type NodeArtifacts struct {
 	// Missing names up to 10 files, by key relative to the job's prefix,
 	// that are not stored as the manifest lists them or that the node's
 	// final flush could not verify; MissingCount counts them all.
+	// Each is at most 256 bytes (lifecycle.MaxMissingPathBytes; a longer
+	// key is cut, ending in "…").
 	// +optional
 	// +kubebuilder:validation:MaxItems=10
+	// +kubebuilder:validation:items:MaxLength=256
 	// +listType=atomic
 	Missing []string `json:"missing,omitempty"`
 	// +optional
 	MissingCount int32 `json:"missingCount,omitempty"`
-	// LastError is why the manifest or the first missing file failed.
+	// LastError is why the manifest or the first missing file failed (at
+	// most 512 bytes, lifecycle.MaxNodeErrorBytes).
 	// +optional
+	// +kubebuilder:validation:MaxLength=512
 	LastError string `json:"lastError,omitempty"`
 }
 
@@ -442,9 +447,10 @@ type ArtifactsStatus struct {
 	// Missing names up to 10 files that are not verified: manifest files
 	// not stored as listed, or files the worker's final flush could not
 	// verify (with no manifest uploaded; LastError says why the first one
-	// failed).
+	// failed). Each is at most 256 bytes, as on the nodes.
 	// +optional
 	// +kubebuilder:validation:MaxItems=10
+	// +kubebuilder:validation:items:MaxLength=256
 	// +listType=atomic
 	Missing []string `json:"missing,omitempty"`
 	// MissingCount counts every such file (Missing names at most 10).
@@ -454,8 +460,10 @@ type ArtifactsStatus struct {
 	// +optional
 	UploadedBytes int64 `json:"uploadedBytes,omitempty"`
 	// LastError is the last upload failure the worker or the server
-	// reported: the file, the error and what to do.
+	// reported: the file, the error and what to do (at most 1024 bytes,
+	// lifecycle.MaxErrorBytes).
 	// +optional
+	// +kubebuilder:validation:MaxLength=1024
 	LastError string `json:"lastError,omitempty"`
 	// Logs are the object keys of archived trainer logs.
 	// +optional
