@@ -26,14 +26,14 @@ const (
 // truncatedMark ends a cut string, so a reader knows it is not whole.
 const truncatedMark = "…"
 
-// Truncate returns s cut to at most max bytes at a UTF-8 boundary, ending in
+// Truncate returns s cut to at most limit bytes at a UTF-8 boundary, ending in
 // "…" when cut. Bytes bound characters too, so the CRD's maxLength (in
 // characters) holds.
-func Truncate(s string, max int) string {
-	if len(s) <= max {
+func Truncate(s string, limit int) string {
+	if len(s) <= limit {
 		return s
 	}
-	n := max - len(truncatedMark)
+	n := limit - len(truncatedMark)
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}

@@ -2,18 +2,20 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
-
 	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 )
+
+var presetRuns int // a namespace of its own per run (-count)
 
 // A tenant (its namespace's Role only) tries to choose its job's worker id:
 // at creation, and by putting one on an unbound TrainJob (which Tether's
@@ -22,7 +24,8 @@ import (
 // Tether stamped is kept by later updates.
 func TestTenantCannotPresetTheWorkerID(t *testing.T) {
 	ctx := context.Background()
-	tn, err := env.NewTenant(ctx, "preset-worker", nil)
+	presetRuns++
+	tn, err := env.NewTenant(ctx, fmt.Sprintf("preset-worker-%d", presetRuns), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,9 +43,16 @@ type tenantJob struct {
 	ca     []byte
 }
 
+// tenancyRun makes the namespaces and ids of each run their own (-count):
+// claims outlive the TrainJobs, as they should.
+var tenancyRun int
+
+func uniq(s string) string { return fmt.Sprintf("%s-%d", s, tenancyRun) }
+
 func newTenant(t *testing.T, ns string) *testenv.Tenant {
 	t.Helper()
-	tn, err := env.NewTenant(context.Background(), ns, nil)
+	tenancyRun++
+	tn, err := env.NewTenant(context.Background(), uniq(ns), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +114,18 @@ func (j *tenantJob) object(t *testing.T, key string, body []byte) (int, string) 
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// store PUTs key with the job's own token, as its sidecar would: retried
+// while the binding server has not yet seen the new binding (401).
+func (j *tenantJob) store(t *testing.T, key string, body []byte) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() error {
+		if code, msg := j.object(t, key, body); code != http.StatusOK {
+			return fmt.Errorf("%s's own PUT of %s: %d %s", j.tenant.Namespace, key, code, msg)
+		}
+		return nil
+	})
 }
 
 // read GETs path of binding ns/name through the orchestrator read endpoint
@@ -195,9 +214,7 @@ func TestTenantCannotRetargetItsBindingToAnotherJobID(t *testing.T) {
 	victimTenant, attackerTenant := newTenant(t, "victim-edit"), newTenant(t, "attacker-edit")
 	submit(t, victimTenant, "model", "")
 	victim := bound(t, victimTenant, "model")
-	if code, msg := victim.object(t, victim.jobID+"/model.bin", []byte("the victim's weights")); code != http.StatusOK {
-		t.Fatalf("victim's own PUT: %d %s", code, msg)
-	}
+	victim.store(t, victim.jobID+"/model.bin", []byte("the victim's weights"))
 	submit(t, attackerTenant, "job", "")
 	attacker := bound(t, attackerTenant, "job")
 
@@ -252,12 +269,10 @@ func TestTenantCannotRetargetItsBindingToAnotherJobID(t *testing.T) {
 // refused, and B's token (if it got one) reaches none of A's objects.
 func TestTenantCannotClaimAJobIDAfterItsOwnerIsDeleted(t *testing.T) {
 	a, b := newTenant(t, "claim-owner"), newTenant(t, "claim-squatter")
-	const id = "team-model-7"
+	id := uniq("team-model")
 	submit(t, a, "model", id)
 	owner := bound(t, a, "model")
-	if code, msg := owner.object(t, id+"/model.bin", []byte("A's weights")); code != http.StatusOK {
-		t.Fatalf("A's own PUT: %d %s", code, msg)
-	}
+	owner.store(t, id+"/model.bin", []byte("A's weights"))
 	gone(t, a, "model")
 
 	submit(t, b, "model", id)
@@ -296,7 +311,7 @@ func TestTenantCannotClaimAJobIDAfterItsOwnerIsDeleted(t *testing.T) {
 func TestTwoTrainJobsWithOneJobIDAtOnceGetOneBinding(t *testing.T) {
 	c, d := newTenant(t, "race-c"), newTenant(t, "race-d")
 	for trial := range 3 {
-		id, name := fmt.Sprintf("race-id-%d", trial), fmt.Sprintf("job-%d", trial)
+		id, name := uniq(fmt.Sprintf("race-id-%d", trial)), fmt.Sprintf("job-%d", trial)
 		var wg sync.WaitGroup
 		for _, tn := range []*testenv.Tenant{c, d} {
 			wg.Go(func() { submit(t, tn, name, id) })
@@ -319,7 +334,7 @@ func TestTwoTrainJobsWithOneJobIDAtOnceGetOneBinding(t *testing.T) {
 // second TrainJob of the same namespace is refused, told which one holds it.
 func TestOwnerResubmissionIsBoundToItsJobIDAgain(t *testing.T) {
 	tn := newTenant(t, "resubmit")
-	const id = "nightly-finetune"
+	id := uniq("nightly-finetune")
 	submit(t, tn, "nightly", id)
 	first := bound(t, tn, "nightly")
 	if first.jobID != id {
