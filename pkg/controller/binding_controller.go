@@ -173,6 +173,9 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	log := logf.FromContext(ctx)
 	tj, err := trainjob.Get(ctx, r.Client, req.NamespacedName)
 	if err != nil {
+		if apierrors.IsNotFound(err) && r.Claims != nil {
+			r.Claims.Forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !jobconfig.IsBound(tj.GetLabels()) || tj.GetDeletionTimestamp() != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"sync"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -55,7 +56,21 @@ type JobIDClaims struct {
 	Reader client.Reader
 	// Writer creates and updates claims.
 	Writer client.Writer
+
+	// held remembers the claims this process saw held (TrainJob
+	// namespace/name → holder and id), so a binding's every reconcile (each
+	// status write is one) costs no uncached read: one per TrainJob per
+	// process. Forgotten when the TrainJob is gone.
+	held sync.Map
 }
+
+type heldClaim struct {
+	uid   types.UID
+	jobID string
+}
+
+// Forget drops what is remembered of TrainJob key (it is gone).
+func (c *JobIDClaims) Forget(key types.NamespacedName) { c.held.Delete(key) }
 
 // claimHolder is the TrainJob a claim names.
 type claimHolder struct {
@@ -100,6 +115,18 @@ func (c *ClaimConflict) Error() string {
 // claim's resourceVersion, so two TrainJobs taking it over at once cannot
 // both succeed.
 func (c *JobIDClaims) Claim(ctx context.Context, jobID string, tj claimHolder) error {
+	key := types.NamespacedName{Namespace: tj.Namespace, Name: tj.Name}
+	if h, ok := c.held.Load(key); ok && h.(heldClaim) == (heldClaim{tj.UID, jobID}) {
+		return nil
+	}
+	if err := c.claim(ctx, jobID, tj); err != nil {
+		return err
+	}
+	c.held.Store(key, heldClaim{tj.UID, jobID})
+	return nil
+}
+
+func (c *JobIDClaims) claim(ctx context.Context, jobID string, tj claimHolder) error {
 	name := ClaimName(jobID)
 	lease := &coordinationv1.Lease{}
 	err := c.Reader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, lease)

@@ -361,3 +361,73 @@ func TestOwnerResubmissionIsBoundToItsJobIDAgain(t *testing.T) {
 		t.Error("the resubmission got the first TrainJob's token")
 	}
 }
+
+// Two resubmissions of one id in its owner's namespace, at the same moment,
+// once the holder is gone: the takeover is one update carrying the claim's
+// resourceVersion, so exactly one is bound.
+func TestTwoResubmissionsAtOnceTakeTheClaimOnce(t *testing.T) {
+	tn := newTenant(t, "resubmit-race")
+	id := uniq("weekly")
+	submit(t, tn, "weekly", id)
+	bound(t, tn, "weekly")
+	gone(t, tn, "weekly")
+	names := []string{"weekly-a", "weekly-b"}
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Go(func() { submit(t, tn, name, id) })
+	}
+	wg.Wait()
+	var live []string
+	for _, name := range names {
+		if wb := boundOrRefused(t, tn.Namespace, name); wb != nil {
+			live = append(live, name)
+		}
+	}
+	if len(live) != 1 {
+		t.Fatalf("job id %q has %d live bindings after two takeovers at once (%v), want exactly 1", id, len(live), live)
+	}
+	lease := &coordinationv1.Lease{}
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: controller.ClaimName(id)}, lease); err != nil {
+		t.Fatal(err)
+	}
+	if got := lease.Annotations[controller.ClaimNameAnnotation]; got != live[0] {
+		t.Errorf("claim held by %q, want the bound %q", got, live[0])
+	}
+}
+
+// A binding made by a release without claims (here: its claim deleted)
+// claims its id when the control plane starts, and then holds it against
+// another namespace.
+func TestBindingWithoutAClaimClaimsItsIDAtStart(t *testing.T) {
+	ctx := context.Background()
+	tn, other := newTenant(t, "upgraded"), newTenant(t, "upgraded-other")
+	id := uniq("before-claims")
+	submit(t, tn, "old", id)
+	bound(t, tn, "old")
+	key := types.NamespacedName{Namespace: "tether-system", Name: controller.ClaimName(id)}
+	lease := &coordinationv1.Lease{}
+	if err := env.Client.Get(ctx, key, lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.RestartControlPlane(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		l := &coordinationv1.Lease{}
+		if err := env.Client.Get(ctx, key, l); err != nil {
+			return err
+		}
+		if ns := l.Annotations[controller.ClaimNamespaceAnnotation]; ns != tn.Namespace {
+			return fmt.Errorf("claim held by namespace %q, want %q", ns, tn.Namespace)
+		}
+		return nil
+	})
+	gone(t, tn, "old")
+	submit(t, other, "old", id)
+	if wb := boundOrRefused(t, other.Namespace, "old"); wb != nil {
+		t.Fatalf("another namespace got the id %q of an upgraded binding", wb.Spec.JobID)
+	}
+}
