@@ -39,6 +39,8 @@ const (
 	ReasonTokenIssued      = "TokenIssued"
 	ReasonTokenSecretError = "TokenSecretError"
 	ReasonJobIDConflict    = "JobIDConflict"
+	// ReasonIdentityMismatch: the binding's ids are not its TrainJob's.
+	ReasonIdentityMismatch = "IdentityMismatch"
 	ReasonPodsNotInjected  = "PodsNotInjected"
 	ReasonPodsInjected     = "PodsInjected"
 	ReasonNoPods           = "NoPods"
@@ -85,28 +87,42 @@ const (
 	AttemptTrainerRestarted = "TrainerRestarted"
 )
 
-// WorkerBindingSpec is the fixed identity of a bound job. It never changes
-// after creation.
+// WorkerBindingSpec is the fixed identity of a bound job. Its identity
+// fields are immutable (the API server refuses a change, for every user);
+// the rest (the token's hash, the previous token, the settings) is written by
+// the control plane only: the ValidatingAdmissionPolicy
+// tether-workerbinding-spec (manifests/base) refuses a spec change by anyone
+// else. docs/platform.md, "The job id".
 type WorkerBindingSpec struct {
 	// TrainJobName is the TrainJob (in the same namespace) this binding belongs to.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.trainJobName is immutable: a binding belongs to one TrainJob for good"
 	// +required
 	TrainJobName string `json:"trainJobName"`
 
 	// JobID is the job's identity towards the orchestrator and the prefix of its artifacts.
-	// Unique across the cluster among live bindings.
+	// Claimed for good across the cluster by the TrainJob that first bound it
+	// (a Lease in the control plane's namespace; docs/platform.md).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.jobID is immutable: it is the job's artifact prefix, claimed for its TrainJob; bind under another id with a new TrainJob"
 	// +required
 	JobID string `json:"jobID"`
 
 	// WorkerID is the identity of the job's single bound worker.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.workerID is immutable"
 	// +required
 	WorkerID string `json:"workerID"`
 
 	// TokenSecretName names the Secret holding the job's token and CA bundle.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.tokenSecretName is immutable"
 	// +required
 	TokenSecretName string `json:"tokenSecretName"`
 
@@ -360,14 +376,19 @@ type NodeArtifacts struct {
 	// Missing names up to 10 files, by key relative to the job's prefix,
 	// that are not stored as the manifest lists them or that the node's
 	// final flush could not verify; MissingCount counts them all.
+	// Each is at most 256 bytes (lifecycle.MaxMissingPathBytes; a longer
+	// key is cut, ending in "…").
 	// +optional
 	// +kubebuilder:validation:MaxItems=10
+	// +kubebuilder:validation:items:MaxLength=256
 	// +listType=atomic
 	Missing []string `json:"missing,omitempty"`
 	// +optional
 	MissingCount int32 `json:"missingCount,omitempty"`
-	// LastError is why the manifest or the first missing file failed.
+	// LastError is why the manifest or the first missing file failed (at
+	// most 512 bytes, lifecycle.MaxNodeErrorBytes).
 	// +optional
+	// +kubebuilder:validation:MaxLength=512
 	LastError string `json:"lastError,omitempty"`
 }
 
@@ -426,9 +447,10 @@ type ArtifactsStatus struct {
 	// Missing names up to 10 files that are not verified: manifest files
 	// not stored as listed, or files the worker's final flush could not
 	// verify (with no manifest uploaded; LastError says why the first one
-	// failed).
+	// failed). Each is at most 256 bytes, as on the nodes.
 	// +optional
 	// +kubebuilder:validation:MaxItems=10
+	// +kubebuilder:validation:items:MaxLength=256
 	// +listType=atomic
 	Missing []string `json:"missing,omitempty"`
 	// MissingCount counts every such file (Missing names at most 10).
@@ -438,8 +460,10 @@ type ArtifactsStatus struct {
 	// +optional
 	UploadedBytes int64 `json:"uploadedBytes,omitempty"`
 	// LastError is the last upload failure the worker or the server
-	// reported: the file, the error and what to do.
+	// reported: the file, the error and what to do (at most 1024 bytes,
+	// lifecycle.MaxErrorBytes).
 	// +optional
+	// +kubebuilder:validation:MaxLength=1024
 	LastError string `json:"lastError,omitempty"`
 	// Logs are the object keys of archived trainer logs.
 	// +optional

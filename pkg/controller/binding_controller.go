@@ -92,6 +92,9 @@ type BindingReconciler struct {
 	Now func() time.Time
 	// Workers is how many TrainJobs are reconciled at once (0: DefaultBindingWorkers).
 	Workers int
+	// Claims claims each job id for good for the TrainJob that binds it
+	// (jobidclaim.go; nil: not claimed, tests of other parts only).
+	Claims *JobIDClaims
 
 	failedCreates failedCreateReads
 }
@@ -170,6 +173,9 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	log := logf.FromContext(ctx)
 	tj, err := trainjob.Get(ctx, r.Client, req.NamespacedName)
 	if err != nil {
+		if apierrors.IsNotFound(err) && r.Claims != nil {
+			r.Claims.Forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !jobconfig.IsBound(tj.GetLabels()) || tj.GetDeletionTimestamp() != nil {
@@ -196,14 +202,8 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
 
-	if wb == nil {
-		if other, err := r.jobIDOwner(ctx, jobID, tj); err != nil {
-			return ctrl.Result{}, err
-		} else if other != "" {
-			r.warn(tj, tetherv1.ReasonJobIDConflict, "job id %q is already bound by %s; set a unique %s on this TrainJob (it cannot change once set, so recreate it)",
-				jobID, other, jobconfig.JobIDAnnotation)
-			return ctrl.Result{RequeueAfter: time.Minute}, nil
-		}
+	if res, refused, err := r.checkIdentity(ctx, tj, wb, jobID, workerID); refused || err != nil {
+		return res, err
 	}
 
 	ca, err := r.CABundle()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
@@ -151,6 +152,8 @@ func New(cfg *rest.Config, opts Options) (_ *ControlPlane, err error) {
 		hookServer := mgr.GetWebhookServer()
 		hookServer.Register(TrainJobWebhookPath, &webhook.Admission{Handler: &mutate.TrainJobHandler{
 			Shapes: &mutate.CRDShapes{Reader: mgr.GetAPIReader()},
+			// Worker ids are MACed with the serving key: every replica mounts the same one.
+			Mutator: mutate.TrainJobMutator{Key: lastGoodFile(filepath.Join(opts.CertDir, "tls.key"))},
 		}})
 		hookServer.Register(JobSetWebhookPath, &webhook.Admission{Handler: &mutate.JobSetHandler{}})
 		// The pod webhook, called for every pod of every bound job, serves
@@ -274,6 +277,7 @@ func New(cfg *rest.Config, opts Options) (_ *ControlPlane, err error) {
 		Pending:       artifacts,
 		Manifests:     artifacts,
 		Logs:          &controller.LogArchiver{Source: logSource, Store: backend, MaxBytes: opts.LogCapBytes},
+		Claims:        &controller.JobIDClaims{Namespace: opts.Namespace, Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the binding controller: %w", err)
 	}

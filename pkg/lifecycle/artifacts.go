@@ -81,6 +81,7 @@ func ArtifactsRecorded(st *tetherv1.WorkerBindingStatus, rank int32, podUID stri
 		return false
 	}
 	a.Missing = prefixed(rank, a.Missing)
+	BoundNodeArtifacts(&a)
 	changed := n.Artifacts == nil || !equalNodeArtifacts(n.Artifacts, &a)
 	n.Artifacts = &a
 	aggregateArtifacts(st)
@@ -123,6 +124,7 @@ func FlushUnverified(st *tetherv1.WorkerBindingStatus, rank int32, paths []strin
 	}
 	paths = prefixed(rank, paths[:min(len(paths), maxMissing)])
 	a := tetherv1.NodeArtifacts{Missing: slices.Clone(paths), MissingCount: int32(max(count, len(paths))), LastError: lastError}
+	BoundNodeArtifacts(&a)
 	if n.Artifacts != nil && equalNodeArtifacts(n.Artifacts, &a) {
 		return false
 	}
@@ -162,7 +164,7 @@ func UploadReported(st *tetherv1.WorkerBindingStatus, rank int32, podUID string,
 	}
 	switch {
 	case lastError != "":
-		a.LastError = tag + lastError
+		a.LastError = Truncate(tag+lastError, MaxErrorBytes)
 	case a.LastError != "" && (tag == "" || strings.HasPrefix(a.LastError, tag)):
 		a.LastError = ""
 	}

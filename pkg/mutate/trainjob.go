@@ -13,6 +13,11 @@ import (
 type TrainJobMutator struct {
 	// NewID returns a fresh id; nil means a random UUID. Tests make it deterministic.
 	NewID func() string
+	// Key returns the control plane's secret that worker ids are MACed
+	// with (trainjob_workerid.go): every replica's must be the same (the
+	// serving key of the shared certificate Secret). nil: an empty key,
+	// for tests only.
+	Key func() ([]byte, error)
 }
 
 // Stamp returns the annotations to add to obj, a TrainJob at CREATE (old ==
@@ -36,6 +41,7 @@ func (m TrainJobMutator) Stamp(obj, old *metav1.ObjectMeta) (map[string]string, 
 		oldAnnotations = old.Annotations
 	}
 	bound := jobconfig.IsBound(obj.Labels)
+	binds := bound && (old == nil || !jobconfig.IsBound(old.Labels))
 	add := map[string]string{}
 	for _, key := range []string{jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation} {
 		cur, has := obj.Annotations[key]
@@ -50,8 +56,24 @@ func (m TrainJobMutator) Stamp(obj, old *metav1.ObjectMeta) (map[string]string, 
 			// A replace that dropped the annotation: put it back rather than
 			// silently re-identify the job.
 			add[key] = prev
+		case !has && bound && key == jobconfig.WorkerIDAnnotation:
+			id, err := m.newWorkerID(obj.Namespace, jobIDOf(obj, add))
+			if err != nil {
+				return nil, err
+			}
+			add[key] = id
 		case !has && bound:
 			add[key] = m.newID()
+		case has && key == jobconfig.WorkerIDAnnotation && bound && (!had || binds):
+			// Set in this request, or on an unbound TrainJob this webhook
+			// never saw (its objectSelector): Tether's own stamp only.
+			ok, err := m.tetherWorkerID(obj.Namespace, jobIDOf(obj, add), cur)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, presetWorkerIDError(cur)
+			}
 		}
 	}
 	if bound {
@@ -74,6 +96,14 @@ func validateSettings(obj, old *metav1.ObjectMeta) error {
 	default:
 		return jobconfig.ValidateUpdate(obj.Annotations, old.Annotations)
 	}
+}
+
+// jobIDOf is obj's job id, or the one Stamp is adding.
+func jobIDOf(obj *metav1.ObjectMeta, add map[string]string) string {
+	if id, ok := add[jobconfig.JobIDAnnotation]; ok {
+		return id
+	}
+	return obj.Annotations[jobconfig.JobIDAnnotation]
 }
 
 func (m TrainJobMutator) newID() string {

@@ -76,7 +76,8 @@ func inspect(t *testing.T, kubectl, kubeconfig string) installed {
 	in := installed{kinds: map[string][]string{}, rbac: map[string]any{}, canI: map[string]string{}}
 	for _, kind := range []string{"namespaces", "customresourcedefinitions", "serviceaccounts", "clusterroles", "roles",
 		"clusterrolebindings", "rolebindings", "deployments", "services", "secrets", "persistentvolumeclaims",
-		"networkpolicies", "poddisruptionbudgets", "mutatingwebhookconfigurations"} {
+		"networkpolicies", "poddisruptionbudgets", "mutatingwebhookconfigurations",
+		"validatingadmissionpolicies", "validatingadmissionpolicybindings"} {
 		out := run(t, kubectl, "--kubeconfig", kubeconfig, "get", kind, "-A", "-l", "app.kubernetes.io/part-of=tether",
 			"-o", "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}")
 		in.kinds[kind] = strings.Fields(out)

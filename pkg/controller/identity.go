@@ -1,0 +1,67 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+// conflictRecheck is how soon a TrainJob refused its job id looks again
+// (the holder may be deleted, or an operator may release the id).
+const conflictRecheck = time.Minute
+
+// checkIdentity refuses to serve a TrainJob whose identity is not its own:
+// a job id claimed by another TrainJob (or held by another live binding), or
+// a binding whose recorded ids are not the TrainJob's annotations. A refused
+// TrainJob gets a Warning and nothing else: no binding, no token, no status
+// write. refused is false when the reconcile goes on.
+func (r *BindingReconciler) checkIdentity(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding,
+	jobID, workerID string) (res ctrl.Result, refused bool, err error) {
+	if wb != nil && (wb.Spec.JobID != jobID || wb.Spec.WorkerID != workerID) {
+		// The binding's ids are immutable (CRD) and the annotations are too
+		// (TrainJob webhook): only a bypassed webhook gets here. The binding
+		// keeps its own, claimed prefix; the TrainJob is not served under
+		// either id until someone looks.
+		r.warn(tj, tetherv1.ReasonIdentityMismatch,
+			"WorkerBinding %s records job id %q and worker id %q, but the TrainJob's %s/%s are %q/%q; Tether serves no token for it. "+
+				"Restore the annotations to the binding's values, or delete and recreate the TrainJob",
+			wb.Name, wb.Spec.JobID, wb.Spec.WorkerID, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation, jobID, workerID)
+		return ctrl.Result{}, true, nil
+	}
+	if wb == nil {
+		// Bindings of a release before claims (or of a race it allowed)
+		// hold ids without a claim until their next reconcile: they win.
+		if other, err := r.jobIDOwner(ctx, jobID, tj); err != nil {
+			return ctrl.Result{}, true, err
+		} else if other != "" {
+			// Another tenant's job names are not this tenant's to read.
+			holder := "a TrainJob in another namespace"
+			if ns, _, _ := strings.Cut(other, "/"); ns == tj.GetNamespace() {
+				holder = "TrainJob " + other
+			}
+			r.warn(tj, tetherv1.ReasonJobIDConflict, "job id %q is already bound by %s; set a unique %s on this TrainJob, or none to get a generated one (it cannot change once set, so recreate it)",
+				jobID, holder, jobconfig.JobIDAnnotation)
+			return ctrl.Result{RequeueAfter: conflictRecheck}, true, nil
+		}
+	}
+	if r.Claims == nil {
+		return ctrl.Result{}, false, nil
+	}
+	err = r.Claims.Claim(ctx, jobID, claimHolder{Namespace: tj.GetNamespace(), Name: tj.GetName(), UID: tj.GetUID()})
+	var conflict *ClaimConflict
+	switch {
+	case errors.As(err, &conflict):
+		r.warn(tj, tetherv1.ReasonJobIDConflict, "%s", conflict.Error())
+		return ctrl.Result{RequeueAfter: conflictRecheck}, true, nil
+	case err != nil:
+		return ctrl.Result{}, true, err
+	}
+	return ctrl.Result{}, false, nil
+}
