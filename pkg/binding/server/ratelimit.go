@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
