@@ -104,6 +104,14 @@
 // Peak disk: the file, plus 8 objects and, while they are committed, their
 // copies (about 17 GiB at 1 GiB).
 //
+// BenchmarkManifestPutRSS (manifest_rss_bench_test.go) sends ten 16 MiB
+// manifest PUTs of one token at once to the artifact endpoint served by a
+// child process (TETHER_BENCH_UPLOAD_CHILD=manifest-server) and reports that
+// process's peak RSS (VmHWM) against the chart's 512Mi memory limit
+// (peak-rss-mib, peak-of-limit; target < 0.6) and how the PUTs were
+// answered (ok, refused-retry-after). TETHER_BENCH_MANIFEST_ENTRIES sets the
+// entries per manifest (default the cap, 100,000).
+//
 // Environment: TETHER_BENCH_UPLOAD_SIZE (bytes, or with a K/M/G or KiB/MiB/GiB
 // suffix; default 1GiB), TETHER_BENCH_UPLOAD_ROUNDS (default 3),
 // TETHER_BENCH_UPLOAD_STORE (a directory to put the store's root in, e.g.

@@ -56,6 +56,8 @@ func TestMain(m *testing.M) {
 		os.Exit(runChild(mode))
 	case "server":
 		os.Exit(runServerChild())
+	case manifestServerMode:
+		os.Exit(runManifestServerChild())
 	default:
 		fmt.Fprintf(os.Stderr, "%s=%q: want upload, floor, md5-floor or baseline\n", childEnv, mode)
 		os.Exit(2)

@@ -126,7 +126,10 @@ func run(hold bool) error {
 		}
 	}
 	detail("kubectl --kubeconfig %s describe trainjob -n %s %s   (Events: Injected, Registered, TrainerSucceeded, ...)", c.Kubeconfig, namespace, jobName)
-	detail("curl -s http://%s/metrics | grep tether_job_", replica.MetricsAddr)
+	// /metrics is HTTPS for readers bound to tether-metrics-reader; the
+	// demo's scrape below creates the ServiceAccount this uses.
+	detail("curl -sk -H \"Authorization: Bearer $(kubectl --kubeconfig %s -n tether-system create token tether-metrics-scraper)\" https://%s/metrics | grep tether_job_",
+		c.Kubeconfig, replica.MetricsAddr)
 	if text, err := replica.Metrics(); err == nil {
 		for _, l := range strings.Split(text, "\n") {
 			if strings.HasPrefix(l, "tether_job_phase{") && strings.HasSuffix(l, " 1") {

@@ -71,6 +71,7 @@ type Replica struct {
 	proc                                              *Process
 	terminating                                       bool
 	crashes                                           int
+	scraper                                           *metricsScraper
 }
 
 // Crashes counts the times replica i exited on its own and was started
@@ -210,8 +211,9 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 	}
 	t.args = append(t.args, opts.Args...)
 	t.stopPoll, t.pollDone = make(chan struct{}), make(chan struct{})
+	scraper := &metricsScraper{cs: c.Clientset}
 	for i := range opts.Replicas {
-		r := &Replica{Index: i}
+		r := &Replica{Index: i, scraper: scraper}
 		for _, a := range []*string{&r.WebhookAddr, &r.BindingAddr, &r.MetricsAddr, &r.HealthAddr} {
 			if *a, err = testenv.FreeAddr(); err != nil {
 				return nil, err
@@ -501,13 +503,7 @@ func (r *Replica) Metrics() (string, error) {
 	if exited, _ := r.proc.Exited(); exited {
 		return "", fmt.Errorf("replica %d is not running", r.Index)
 	}
-	resp, err := http.Get("http://" + r.MetricsAddr + "/metrics")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return string(body), err
+	return r.scraper.scrape(r.MetricsAddr)
 }
 
 // serviceAccountKubeconfig writes a kubeconfig with a token of ns/name.

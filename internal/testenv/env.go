@@ -113,6 +113,11 @@ func (e *Env) RestartControlPlane(ctx context.Context) error {
 	return e.StartControlPlane(ctx, e.cpConfig, e.cpOpts)
 }
 
+// StopControlPlane stops the in-process control plane, as an outage of
+// every replica would: its webhooks and binding server stop answering while
+// the API server goes on. RestartControlPlane starts it again.
+func (e *Env) StopControlPlane() error { return e.stopControlPlane() }
+
 func (e *Env) stopControlPlane() error {
 	if e.cancel == nil {
 		return nil

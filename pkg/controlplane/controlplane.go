@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -98,7 +99,7 @@ func New(cfg *rest.Config, opts Options) (_ *ControlPlane, err error) {
 		// and Start does.
 		EventBroadcaster:        events, //nolint:staticcheck // see above
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
+		Metrics:                 metricsOptions(opts),
 		HealthProbeBindAddress:  opts.HealthAddr,
 		LeaderElection:          opts.LeaderElect,
 		LeaderElectionID:        "tether-control-plane.tether.dev",
@@ -358,4 +359,17 @@ func syncCaches(ctx context.Context, c cache.Cache) error {
 		return errors.New("the control plane's caches did not sync")
 	}
 	return nil
+}
+
+// metricsOptions serves /metrics as Kubebuilder-scaffolded operators do:
+// HTTPS, and only to a caller the API server authenticates and authorizes
+// for get on /metrics (controller-runtime's filter: a TokenReview and a
+// SubjectAccessReview per new token, cached for a minute).
+func metricsOptions(opts Options) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: opts.MetricsAddr}
+	if opts.MetricsSecure {
+		o.SecureServing = true
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
 }

@@ -93,8 +93,14 @@ type Options struct {
 	LogSource controller.LogSource
 
 	MetricsAddr string
-	HealthAddr  string
-	LeaderElect bool
+	// MetricsSecure serves /metrics over HTTPS (a self-signed certificate)
+	// to callers the API server authenticates (TokenReview) and authorizes
+	// for get on the non-resource URL /metrics (SubjectAccessReview): its
+	// series name every tenant's namespaces and TrainJobs. False serves
+	// plain HTTP to anyone, for local debugging only.
+	MetricsSecure bool
+	HealthAddr    string
+	LeaderElect   bool
 
 	SidecarImage string
 	// SidecarRequests and SidecarLimits override DefaultSidecarResources per
@@ -129,6 +135,7 @@ func DefaultOptions() Options {
 		PresignTTL:            5 * time.Minute,
 		ArtifactDirectUpload:  true,
 		MetricsAddr:           ":8080",
+		MetricsSecure:         true,
 		HealthAddr:            ":8081",
 		SidecarImage:          version.Image("tether-sidecar"), // the tag is the control plane's own version
 		ServerURL:             "https://tether-control-plane.tether-system.svc:8443",
@@ -178,6 +185,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.PresignTTL, "presign-ttl", o.PresignTTL, "lifetime of the presigned URLs the artifact read endpoint hands out (S3 backend; at most 1h)")
 	fs.StringVar(&o.CABundleFile, "ca-bundle-file", o.CABundleFile, "PEM CA bundle put into token Secrets for the sidecar (default <cert-dir>/ca.crt)")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address of the Prometheus /metrics endpoint ('0' disables)")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "serve /metrics over HTTPS, only to callers the API server authenticates and authorizes for get on /metrics (the tether-metrics-reader ClusterRole); false: plain HTTP to anyone, for local debugging only")
 	fs.StringVar(&o.HealthAddr, "health-probe-bind-address", o.HealthAddr, "address of /healthz and /readyz")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect one replica to run the controller (webhooks are served by every replica)")
 	fs.StringVar(&o.SidecarImage, "sidecar-image", o.SidecarImage, "image of the injected sidecar (a TrainJob may override it with tether.dev/sidecar-image)")

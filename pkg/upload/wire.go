@@ -17,6 +17,9 @@ const (
 	ManifestName = "manifest.json"
 	// MaxManifestSize bounds a manifest.
 	MaxManifestSize = 16 << 20
+	// MaxManifestEntries bounds the files one manifest lists: each costs
+	// the server memory while the manifest is checked and two HEADs.
+	MaxManifestEntries = 100_000
 	// ReservedDir is the job-prefix directory only the server writes.
 	ReservedDir = ".tether"
 	// ManifestVersion is the manifest format version.

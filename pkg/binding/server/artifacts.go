@@ -40,14 +40,12 @@ func (s *Server) EnableArtifacts(backend upload.Backend, direct store.DirectOpti
 }
 
 // authorizeArtifacts finds the binding holding token; the store then checks
-// that the key lies under the binding's job id. A token over its artifact
-// request rate is asked to slow down (503 SlowDown with Retry-After).
+// that the key lies under the binding's job id. A real token over its
+// artifact request rate is asked to slow down (503 SlowDown with
+// Retry-After); an unknown one is refused by a cache lookup alone and gets
+// no bucket, so made-up tokens cannot fill the table real tokens need.
 func (s *Server) authorizeArtifacts(ctx context.Context, token binding.Token) (store.Job, error) {
 	hash := token.Hash()
-	if ok, after := s.limits.allow(classArtifacts, hash, s.opts.Now()); !ok {
-		return store.Job{}, store.SlowDown(after, "more than %d artifact requests per second with this token (burst %d): retry after Retry-After",
-			ArtifactRate, ArtifactBurst)
-	}
 	var list tetherv1.WorkerBindingList
 	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
 		return store.Job{}, err
@@ -56,6 +54,10 @@ func (s *Server) authorizeArtifacts(ctx context.Context, token binding.Token) (s
 	if wb == nil || wb.DeletionTimestamp != nil {
 		return store.Job{}, &store.AuthError{Status: http.StatusUnauthorized, Reason: "unknown_token",
 			Message: "no binding holds this token (the TrainJob was deleted or its token reissued)"}
+	}
+	if ok, after := s.limits.allow(classArtifacts, hash, s.opts.Now()); !ok {
+		return store.Job{}, store.SlowDown(after, "more than %d artifact requests per second with this token (burst %d): retry after Retry-After",
+			ArtifactRate, ArtifactBurst)
 	}
 	if ref := s.trainJobRefusal(ctx, wb); ref != nil {
 		if ref.status == http.StatusUnauthorized {

@@ -1,13 +1,17 @@
 package server
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 )
 
@@ -36,9 +40,22 @@ const (
 	ArtifactRate  = 10000
 	ArtifactBurst = 20000
 
-	// maxTrackedTokens bounds the per-token limiters held in memory; tokens
-	// beyond it (a flood of made-up tokens) share one limiter per class.
+	// UnknownRate and UnknownBurst bound, per source address, the
+	// registrations and session opens with a token no binding in the cache
+	// holds: a made-up token, a dead one, or a binding created a moment ago
+	// (which the cache has within milliseconds). Only real tokens get a
+	// bucket of their own, so a flood of made-up tokens spends its own
+	// address's budget and never a real job's.
+	UnknownRate  = 2
+	UnknownBurst = 20
+
+	// maxTrackedTokens bounds the per-token limiters held in memory (real
+	// tokens only: one per live binding); tokens beyond it share one
+	// limiter per class.
 	maxTrackedTokens = 50000
+	// maxTrackedAddresses bounds the per-address limiters for unknown
+	// tokens; addresses beyond it share one.
+	maxTrackedAddresses = 10000
 	// tokenIdle is how long a token's limiter is kept after its last use.
 	tokenIdle = 2 * time.Minute
 
@@ -75,7 +92,8 @@ func (c requestClass) limits() (rate.Limit, int) {
 
 type tokenKey struct {
 	class requestClass
-	hash  string
+	// id is the token's hash, or the source address for unknown tokens.
+	id string
 }
 
 type tokenEntry struct {
@@ -83,35 +101,47 @@ type tokenEntry struct {
 	last time.Time
 }
 
-// tokenLimits holds one token bucket per token and request class.
+// tokenLimits holds one token bucket per id (a real token's hash, or a
+// source address) and request class, at most max of them.
 type tokenLimits struct {
 	mu       sync.Mutex
 	m        map[tokenKey]*tokenEntry
+	max      int
+	limits   func(requestClass) (rate.Limit, int)
 	overflow [2]*rate.Limiter
 	swept    time.Time
 }
 
-func newTokenLimits() *tokenLimits {
-	t := &tokenLimits{m: map[tokenKey]*tokenEntry{}}
+// newTokenLimits holds the buckets of real tokens.
+func newTokenLimits() *tokenLimits { return newLimits(maxTrackedTokens, requestClass.limits) }
+
+// newAddressLimits holds the buckets of source addresses sending tokens no
+// binding holds.
+func newAddressLimits() *tokenLimits {
+	return newLimits(maxTrackedAddresses, func(requestClass) (rate.Limit, int) { return UnknownRate, UnknownBurst })
+}
+
+func newLimits(n int, limits func(requestClass) (rate.Limit, int)) *tokenLimits {
+	t := &tokenLimits{m: map[tokenKey]*tokenEntry{}, max: n, limits: limits}
 	for c := range t.overflow {
-		r, b := requestClass(c).limits()
+		r, b := limits(requestClass(c))
 		t.overflow[c] = rate.NewLimiter(r, b)
 	}
 	return t
 }
 
-// allow takes one request of class for the token hashing to hash. When
-// refused, retryAfter is how long until the bucket has a token again.
-func (t *tokenLimits) allow(class requestClass, hash string, now time.Time) (ok bool, retryAfter time.Duration) {
+// allow takes one request of class for id. When refused, retryAfter is how
+// long until the bucket has a token again.
+func (t *tokenLimits) allow(class requestClass, id string, now time.Time) (ok bool, retryAfter time.Duration) {
 	t.mu.Lock()
-	k := tokenKey{class, hash}
+	k := tokenKey{class, id}
 	e := t.m[k]
 	if e == nil {
-		if len(t.m) >= maxTrackedTokens && now.Sub(t.swept) > time.Second {
+		if len(t.m) >= t.max && now.Sub(t.swept) > time.Second {
 			t.sweep(now)
 		}
-		if len(t.m) < maxTrackedTokens {
-			r, b := class.limits()
+		if len(t.m) < t.max {
+			r, b := t.limits(class)
 			e = &tokenEntry{lim: rate.NewLimiter(r, b)}
 			t.m[k] = e
 		}
@@ -139,23 +169,57 @@ func (t *tokenLimits) sweep(now time.Time) {
 	}
 }
 
-// limitRequest refuses a register or session request over its token's
-// budget with 429 and Retry-After. A request without a well-formed token is
-// left to authenticate, which refuses it.
+// limitRequest refuses a register or session request over its budget with
+// 429 and Retry-After: a real token's own budget, or for a token no binding
+// in the cache holds, its source address's. A request without a well-formed
+// token is left to authenticate, which refuses it.
 func (s *Server) limitRequest(w http.ResponseWriter, r *http.Request) bool {
 	token, err := binding.TokenFromHeader(r.Header)
 	if err != nil {
 		return true
 	}
-	ok, after := s.limits.allow(classControl, token.Hash(), s.opts.Now())
+	hash, now := token.Hash(), s.opts.Now()
+	if s.knownToken(r.Context(), hash, now) {
+		ok, after := s.limits.allow(classControl, hash, now)
+		if ok {
+			return true
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(after)))
+		s.reject(w, r, refuse(http.StatusTooManyRequests, binding.ErrRateLimited, "rate_limited",
+			"more than %d registrations and session opens per second with this token (burst %d); retry after the Retry-After delay",
+			ControlRate, ControlBurst), nil)
+		return false
+	}
+	ok, after := s.unknown.allow(classControl, sourceAddress(r), now)
 	if ok {
 		return true
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(after)))
-	s.reject(w, r, refuse(http.StatusTooManyRequests, binding.ErrRateLimited, "rate_limited",
-		"more than %d registrations and session opens per second with this token (burst %d); retry after the Retry-After delay",
-		ControlRate, ControlBurst), nil)
+	s.reject(w, r, refuse(http.StatusTooManyRequests, binding.ErrRateLimited, "unknown_token_rate_limited",
+		"more than %d registrations and session opens per second from this address with tokens no binding holds (burst %d); "+
+			"check the token (a TrainJob that was deleted or had its token reissued), then retry after the Retry-After delay",
+		UnknownRate, UnknownBurst), nil)
 	return false
+}
+
+// knownToken reports whether a binding in the cache holds the token hashing
+// to hash (an index lookup: no API call).
+func (s *Server) knownToken(ctx context.Context, hash string, now time.Time) bool {
+	var list tetherv1.WorkerBindingList
+	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
+		return false
+	}
+	return findByHash(list.Items, hash, now) != nil
+}
+
+// sourceAddress is the request's peer IP address (without the port, so
+// one pod's connections share it). Forwarding headers are not trusted:
+// sidecars connect to the binding server directly.
+func sourceAddress(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }
 
 // retryAfterSeconds rounds a delay up to whole seconds, at least 1.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 )
@@ -87,5 +88,43 @@ func TestFrameLimiterFromInterval(t *testing.T) {
 	}
 	if l.Burst() != FrameBurst {
 		t.Errorf("burst %d, want %d", l.Burst(), FrameBurst)
+	}
+}
+
+func TestAddressLimitsAreBoundedAndApart(t *testing.T) {
+	tokens, addrs := newTokenLimits(), newAddressLimits()
+	now := time.Unix(1000, 0)
+	// One address spends its burst of unknown tokens...
+	for i := range UnknownBurst {
+		if ok, _ := addrs.allow(classControl, "10.0.0.1", now); !ok {
+			t.Fatalf("unknown-token request %d within the burst refused", i)
+		}
+	}
+	if ok, after := addrs.allow(classControl, "10.0.0.1", now); ok || after <= 0 {
+		t.Fatalf("past the address's burst: ok %v retry after %s, want refused with a delay", ok, after)
+	}
+	// ...which is neither another address's nor a real token's budget.
+	if ok, _ := addrs.allow(classControl, "10.0.0.2", now); !ok {
+		t.Error("another address was refused")
+	}
+	if ok, _ := tokens.allow(classControl, "real", now); !ok {
+		t.Error("a real token was refused")
+	}
+	for i := range maxTrackedAddresses + 100 {
+		addrs.allow(classControl, fmt.Sprint(i), now)
+	}
+	if n := len(addrs.m); n > maxTrackedAddresses {
+		t.Fatalf("%d address limiters held, want at most %d", n, maxTrackedAddresses)
+	}
+	if n := len(tokens.m); n != 1 {
+		t.Errorf("%d token limiters after the address flood, want 1", n)
+	}
+}
+
+func TestSourceAddressDropsThePort(t *testing.T) {
+	for remote, want := range map[string]string{"10.1.2.3:4567": "10.1.2.3", "[fd00::1]:443": "fd00::1", "odd": "odd"} {
+		if got := sourceAddress(&http.Request{RemoteAddr: remote}); got != want {
+			t.Errorf("sourceAddress(%q) = %q, want %q", remote, got, want)
+		}
 	}
 }

@@ -114,9 +114,11 @@ type Server struct {
 	upgrader websocket.Upgrader
 	metrics  *metrics
 	handler  http.Handler
-	// limits are the per-token request budgets; liveLookups bounds the
-	// API reads for tokens the cache does not know (ratelimit.go).
+	// limits are the per-token request budgets of real tokens, unknown the
+	// per-address budgets of tokens no binding holds; liveLookups bounds
+	// the API reads for tokens the cache does not know (ratelimit.go).
 	limits      *tokenLimits
+	unknown     *tokenLimits
 	liveLookups *rate.Limiter
 	// skipped is what workers' scans skipped (skipped.go).
 	skipped skippedReports
@@ -135,7 +137,7 @@ func New(opts Options, cache, live client.Reader, writer client.StatusClient, lo
 	opts.defaults()
 	s := &Server{opts: opts, cache: cache, live: live, writer: writer, log: log, events: events, hub: newHub(),
 		writes:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName]()),
-		baseCtx: context.Background(), limits: newTokenLimits(), liveLookups: rate.NewLimiter(liveLookupRate, liveLookupBurst)}
+		baseCtx: context.Background(), limits: newTokenLimits(), unknown: newAddressLimits(), liveLookups: rate.NewLimiter(liveLookupRate, liveLookupBurst)}
 	s.hub.onForget = func(k workerKey) { s.skipped.forget(k) }
 	s.lease = newReplicaLease(opts.Lease, opts.Now, log)
 	s.paced = newPacedQueue()

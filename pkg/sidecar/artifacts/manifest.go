@@ -49,6 +49,10 @@ func EncodeManifest(m upload.Manifest) ([]byte, error) {
 	if m.Files == nil {
 		m.Files = []upload.ManifestFile{}
 	}
+	if len(m.Files) > upload.MaxManifestEntries {
+		return nil, fmt.Errorf("manifest: %d files, over the %d one manifest may list; exclude files with the %s annotation or pack small files into fewer",
+			len(m.Files), upload.MaxManifestEntries, ExcludeAnnotation)
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return nil, err

@@ -106,7 +106,8 @@ type Handler struct {
 	// a store that can presign, then committed here.
 	Direct DirectOptions
 
-	locks keyLocks
+	locks     keyLocks
+	manifests manifestSlots
 }
 
 // Route sends requests for the artifact bucket (/<upload.Bucket> and below)
@@ -381,6 +382,22 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		return
 	}
 	rq.log = rq.log.WithValues("size", size)
+	if isManifest {
+		// Before its body is read (manifest.go): a job's manifests are read
+		// a few at a time, each under its key's lock, so parallel PUTs of
+		// one token cannot hold many 16 MiB bodies at once.
+		release := h.manifests.take(job.Namespace + "/" + job.Name)
+		if release == nil {
+			rq.reason, rq.retryAfter = "manifest_rate_limited", time.Second
+			rq.fail(&apiError{http.StatusServiceUnavailable, "SlowDown", fmt.Sprintf(
+				"%d manifest uploads of this job are being read already (at most %d at once): retry after Retry-After",
+				MaxManifestPutsPerJob, MaxManifestPutsPerJob)})
+			return
+		}
+		defer release()
+		unlock := h.locks.lock(rq.key)
+		defer unlock()
+	}
 
 	// From here on the body is read.
 	ctx := r.Context()
@@ -400,19 +417,22 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	// manifest, read whole first) or claimed (Content-MD5).
 	known := dig.contentMD5
 	if isManifest {
-		var err error
-		buf, err = io.ReadAll(body)
-		if err != nil {
+		// Parsed as it streams in; the bytes are kept to be stored.
+		raw := bytes.NewBuffer(make([]byte, 0, size))
+		m, perr := decodeManifest(io.TeeReader(body, raw), jobID)
+		// The rest (after the JSON, or after what made it malformed): the
+		// digests cover the whole body.
+		if _, err := io.Copy(raw, body); err != nil || body.err != nil {
 			rq.fail(bodyError(body, size))
 			return
 		}
+		buf = raw.Bytes()
 		rq.bodyRead = true
 		if e := dig.verify(); e != nil {
 			rq.fail(e)
 			return
 		}
 		known = dig.sum()
-		m, perr := parseManifest(buf, jobID)
 		if perr != nil {
 			_ = h.manifestResult(after, job, ManifestResult{Key: rq.key, Rank: manifestRank, Err: "malformed manifest: " + perr.Error()})
 			rq.fail(&apiError{http.StatusBadRequest, "MalformedManifest",
@@ -422,8 +442,10 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		manifest = m
 	}
 
-	unlock := h.locks.lock(rq.key)
-	defer unlock()
+	if !isManifest { // a manifest's key is locked before its body is read
+		unlock := h.locks.lock(rq.key)
+		defer unlock()
+	}
 	existing, err := headOpt(ctx, h.Backend, rq.key)
 	if err != nil {
 		rq.log.Error(err, "backend HEAD", "object", rq.key)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 
 	"github.com/tether-dev/tether/pkg/upload"
@@ -41,13 +42,57 @@ type ManifestResult struct {
 // maxMissing bounds ManifestResult.Missing.
 const maxMissing = 10
 
-// parseManifest decodes and checks a manifest for job jobID. Unknown fields
-// are ignored (a newer sidecar may add some); everything the server relies
-// on is checked.
+// parseManifest decodes and checks a stored manifest for job jobID
+// (decodeManifest on its bytes).
 func parseManifest(b []byte, jobID string) (*upload.Manifest, error) {
+	return decodeManifest(bytes.NewReader(b), jobID)
+}
+
+// decodeManifest decodes and checks a manifest for job jobID as it streams
+// from r: token by token, one entry at a time, so what it holds is the
+// entries it kept, never a second copy of the document, and a manifest
+// over upload.MaxManifestEntries is refused at the first entry too many.
+// Object keys match their fields as encoding/json matches them (case
+// folded, the last of a repeated key wins); unknown fields are skipped (a
+// newer sidecar may add some); everything the server relies on is checked.
+func decodeManifest(r io.Reader, jobID string) (*upload.Manifest, error) {
+	dec := json.NewDecoder(r)
+	if err := wantDelim(dec, '{'); err != nil {
+		return nil, fmt.Errorf("not a JSON manifest: %v", err)
+	}
 	var m upload.Manifest
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&m); err != nil {
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("not a JSON manifest: %v", err)
+		}
+		name, _ := tok.(string)
+		var field *string
+		switch {
+		case strings.EqualFold(name, "files"):
+			files, err := decodeFiles(dec, jobID)
+			if err != nil {
+				return nil, err
+			}
+			m.Files = files
+			continue
+		case strings.EqualFold(name, "version"):
+			field = &m.Version
+		case strings.EqualFold(name, "jobID"):
+			field = &m.JobID
+		case strings.EqualFold(name, "podUID"):
+			field = &m.PodUID
+		}
+		if field == nil {
+			err = skipValue(dec)
+		} else {
+			err = dec.Decode(field)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("not a JSON manifest: field %q: %v", name, err)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
 		return nil, fmt.Errorf("not a JSON manifest: %v", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -59,8 +104,32 @@ func parseManifest(b []byte, jobID string) (*upload.Manifest, error) {
 	if m.JobID != jobID {
 		return nil, fmt.Errorf("jobID is %q but the manifest was uploaded under job %q", m.JobID, jobID)
 	}
-	seen := make(map[string]struct{}, len(m.Files))
-	for i, f := range m.Files {
+	return &m, nil
+}
+
+// decodeFiles decodes and checks the files array (or null), entry by entry.
+func decodeFiles(dec *json.Decoder, jobID string) ([]upload.ManifestFile, error) {
+	tok, err := dec.Token()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("not a JSON manifest: files: %v", err)
+	case tok == nil:
+		return nil, nil
+	case tok != json.Delim('['):
+		return nil, fmt.Errorf("files is %v, not an array", tok)
+	}
+	files := []upload.ManifestFile{}
+	seen := map[string]struct{}{}
+	for i := 0; dec.More(); i++ {
+		if i == upload.MaxManifestEntries {
+			return nil, fmt.Errorf("the manifest lists more than %d files, the most one manifest may list: "+
+				"exclude what need not be kept (annotation tether.dev/exclude) or pack small files into fewer, larger ones (docs/artifacts.md)",
+				upload.MaxManifestEntries)
+		}
+		var f upload.ManifestFile
+		if err := dec.Decode(&f); err != nil {
+			return nil, fmt.Errorf("not a JSON manifest: files[%d]: %v", i, err)
+		}
 		if f.Path == upload.ManifestName {
 			return nil, fmt.Errorf("files[%d]: the manifest cannot list itself", i)
 		}
@@ -77,8 +146,77 @@ func parseManifest(b []byte, jobID string) (*upload.Manifest, error) {
 		if len(f.MD5) != 32 || !isLowerHex(f.MD5) {
 			return nil, fmt.Errorf("files[%d] (%s): md5 %q is not 32 lowercase hex characters", i, f.Path, f.MD5)
 		}
+		files = append(files, f)
 	}
-	return &m, nil
+	if _, err := dec.Token(); err != nil { // the closing bracket
+		return nil, fmt.Errorf("not a JSON manifest: files: %v", err)
+	}
+	return files, nil
+}
+
+func wantDelim(dec *json.Decoder, d json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != d {
+		return fmt.Errorf("found %v where %v was expected", tok, d)
+	}
+	return nil
+}
+
+// skipValue reads one value token by token, keeping none of it.
+func skipValue(dec *json.Decoder) error {
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+		if depth == 0 {
+			return nil
+		}
+	}
+}
+
+// manifestSlots counts each job's manifest PUTs in flight: one job's token
+// may have MaxManifestPutsPerJob read and checked at once (each holds up to
+// upload.MaxManifestSize and its entries); more are answered 503 SlowDown
+// before their body is read.
+type manifestSlots struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// MaxManifestPutsPerJob is how many manifest PUTs of one job (one token)
+// the handler reads at once: two, so two nodes of a multi-node job that
+// finish together both go on; the others retry after Retry-After.
+const MaxManifestPutsPerJob = 2
+
+// take reserves a slot for job, or returns nil when its slots are taken.
+func (s *manifestSlots) take(job string) (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[job] >= MaxManifestPutsPerJob {
+		return nil
+	}
+	if s.n == nil {
+		s.n = map[string]int{}
+	}
+	s.n[job]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.n[job]--; s.n[job] == 0 {
+			delete(s.n, job)
+		}
+	}
 }
 
 // entryState is the outcome of checking one manifest entry.

@@ -3,8 +3,6 @@ package binding
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -141,18 +139,16 @@ func mustCreate(t *testing.T, o client.Object) {
 	}
 }
 
-// metrics scrapes the control plane's /metrics and returns the lines that
-// start with prefix.
+// metrics scrapes the control plane's /metrics (as a metrics reader) and
+// returns the lines that start with prefix.
 func metrics(t *testing.T, prefix string) []string {
 	t.Helper()
-	resp, err := http.Get("http://" + env.MetricsAddr + "/metrics")
+	body, err := env.ScrapeMetrics(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
 	var out []string
-	for _, l := range strings.Split(string(body), "\n") {
+	for _, l := range strings.Split(body, "\n") {
 		if strings.HasPrefix(l, prefix) {
 			out = append(out, l)
 		}
