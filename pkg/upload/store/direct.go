@@ -116,8 +116,7 @@ func (h *Handler) directJob(rq *request, key string, size int64) (*Job, string, 
 		return nil, "", e
 	}
 	if !job.Writable {
-		return &job, "", &apiError{http.StatusForbidden, "AccessDenied",
-			fmt.Sprintf("binding %s/%s is finished: the job's artifacts can no longer change", job.Namespace, job.Name)}
+		return &job, "", notWritable(job)
 	}
 	if size < 0 || size > upload.MaxObjectSize {
 		return &job, "", &apiError{http.StatusBadRequest, "EntityTooLarge",
@@ -231,8 +230,22 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	default:
 		target = pkey
 	}
+	var prior *upload.ObjectInfo // what target held before the copy
+	if target == pkey {
+		if prior, err = headOpt(ctx, h.Backend, pkey); err != nil {
+			rq.log.Error(err, "backend HEAD", "object", pkey)
+			rq.fail(backendReadError(err))
+			return
+		}
+	}
 	if target != "" {
 		if e := h.copyVerified(after, rq, ukey, target, got); e != nil {
+			rq.fail(e)
+			return
+		}
+		// The copy may end after the job's artifacts became final.
+		if e := h.recheck(rq, *job); e != nil {
+			h.cleanup(after, rq, target, prior)
 			rq.fail(e)
 			return
 		}

@@ -246,7 +246,7 @@ func TestDirectUpload(t *testing.T) {
 		if resp := presignedPut(t, a, body, size); resp.StatusCode != http.StatusOK {
 			t.Fatalf("PUT: %d", resp.StatusCode)
 		}
-		if n, err := d.h.Promote(context.Background(), "job-a"); err != nil || n != 0 {
+		if n, err := d.h.Promote(context.Background(), "job-a", nil); err != nil || n != 0 {
 			t.Fatalf("Promote: %d %v", n, err)
 		}
 		d.wantAbsent("job-a/orphan.bin")

@@ -385,6 +385,14 @@ func (f *faultyBackend) Stat(ctx context.Context, key string) (upload.ObjectInfo
 	return info, time.Unix(0, 0), err
 }
 
+func (f *faultyBackend) Open(ctx context.Context, key string) (io.ReadCloser, upload.ObjectInfo, error) {
+	o, ok := f.Backend.(Opener)
+	if !ok {
+		return nil, upload.ObjectInfo{}, errors.New("the backend cannot open objects")
+	}
+	return o.Open(ctx, key)
+}
+
 // rawTLS opens a TLS connection to the server, for requests net/http will
 // not send (a body shorter than its Content-Length).
 func (e *env) rawTLS() *tls.Conn {
