@@ -207,19 +207,33 @@ func (c *Client) DownloadFile(ctx context.Context, wb *tetherv1.WorkerBinding, p
 
 // Log opens the archived trainer log of pod (status.artifacts.logs).
 func (c *Client) Log(ctx context.Context, wb *tetherv1.WorkerBinding, pod string) (io.ReadCloser, error) {
-	rel := "logs/" + pod + ".log"
-	if a := wb.Status.Artifacts; a == nil || !slices.Contains(a.Logs, wb.Spec.JobID+"/"+rel) {
-		return nil, fmt.Errorf("no archived log of pod %s in %s/%s (status.artifacts.logs lists them; a log is archived once the trainer container terminated)", pod, wb.Namespace, wb.Name)
+	if a := wb.Status.Artifacts; a != nil {
+		for _, dir := range logDirs {
+			rel := dir + pod + ".log"
+			if slices.Contains(a.Logs, wb.Spec.JobID+"/"+rel) {
+				return c.open(ctx, wb, rel)
+			}
+		}
 	}
-	return c.open(ctx, wb, rel)
+	return nil, fmt.Errorf("no archived log of pod %s in %s/%s (status.artifacts.logs lists them; a log is archived once the trainer container terminated)", pod, wb.Namespace, wb.Name)
 }
+
+// logDirs are where logs are archived under a job's prefix: the reserved
+// upload.LogsDir, and logs/, where control planes before it put them.
+var logDirs = []string{upload.LogsDir, "logs/"}
 
 // LogPods are the pods whose trainer logs are archived, in the order listed.
 func LogPods(wb *tetherv1.WorkerBinding) []string {
 	var pods []string
 	if a := wb.Status.Artifacts; a != nil {
 		for _, k := range a.Logs {
-			p := strings.TrimPrefix(k, wb.Spec.JobID+"/logs/")
+			p := strings.TrimPrefix(k, wb.Spec.JobID+"/")
+			for _, dir := range logDirs {
+				if rest, ok := strings.CutPrefix(p, dir); ok {
+					p = rest
+					break
+				}
+			}
 			pods = append(pods, strings.TrimSuffix(p, ".log"))
 		}
 	}
