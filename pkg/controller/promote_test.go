@@ -121,9 +121,9 @@ func TestStoredManifestVerdictBeforeArtifactsIncomplete(t *testing.T) {
 		wantPhase  tetherv1.WorkerBindingPhase
 		wantReason string
 	}{
-		{"stored and verified", fakeManifests{0: {Key: "job-1/manifest.json", Verified: true, Files: 3, Bytes: 30}},
+		{"stored and verified", fakeManifests{0: {Key: "job-1/manifest.json", PodUID: "a", Verified: true, Files: 3, Bytes: 30}},
 			tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded},
-		{"stored, an entry missing", fakeManifests{0: {Key: "job-1/manifest.json", Files: 3, Missing: []string{"model.bin"}, MissingCount: 1, Err: "1 entry missing"}},
+		{"stored, an entry missing", fakeManifests{0: {Key: "job-1/manifest.json", PodUID: "a", Files: 3, Missing: []string{"model.bin"}, MissingCount: 1, Err: "1 entry missing"}},
 			tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete},
 		{"not stored", fakeManifests{}, tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete},
 	} {

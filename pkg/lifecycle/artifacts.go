@@ -62,15 +62,16 @@ func unverifiedNodes(st *tetherv1.WorkerBindingStatus) string {
 }
 
 // ArtifactsRecorded stores the server's verdict on node rank's manifest,
-// written by pod podUID ("" from an older sidecar), and, once the TrainJob is
-// complete, completes the binding when every node's is verified. A manifest
-// of a pod that is not the node's in this attempt (replaced, or flushed
-// after a preemption) says nothing about the current attempt's files.
+// written by pod podUID, and, once the TrainJob is complete, completes the
+// binding when every node's is verified. A manifest that names no pod, or a
+// pod that is not the node's in this attempt (replaced, flushed after a
+// preemption, or another node's), says nothing about the current attempt's
+// files: one node cannot vouch for another.
 func ArtifactsRecorded(st *tetherv1.WorkerBindingStatus, rank int32, podUID string, a tetherv1.NodeArtifacts) bool {
 	if IsFinal(st.Phase) {
 		return false
 	}
-	if n := Node(st, rank); podUID != "" && n != nil && n.PodUID != "" && n.PodUID != podUID {
+	if n := Node(st, rank); podUID == "" || n == nil || n.PodUID != podUID {
 		return false
 	}
 	if st.Phase == tetherv1.PhasePending && st.Reason == tetherv1.ReasonPreempted {
@@ -93,6 +94,18 @@ func ArtifactsRecorded(st *tetherv1.WorkerBindingStatus, rank int32, podUID stri
 func equalNodeArtifacts(a, b *tetherv1.NodeArtifacts) bool {
 	return a.Manifest == b.Manifest && a.ManifestSHA256 == b.ManifestSHA256 && a.Verified == b.Verified && a.Files == b.Files && a.Bytes == b.Bytes &&
 		slices.Equal(a.Missing, b.Missing) && a.MissingCount == b.MissingCount && a.LastError == b.LastError
+}
+
+// NodePods are the nodes' current pods' UIDs by rank (the artifact
+// endpoint lets a pod write only its own rank's keys).
+func NodePods(st *tetherv1.WorkerBindingStatus) map[int]string {
+	out := make(map[int]string, len(st.Nodes))
+	for i := range st.Nodes {
+		if n := &st.Nodes[i]; n.PodUID != "" {
+			out[int(n.Rank)] = n.PodUID
+		}
+	}
+	return out
 }
 
 // ArtifactsWritable says whether the job's artifacts may still change: not

@@ -118,6 +118,9 @@ func (h *Handler) directJob(rq *request, key string, size int64) (*Job, string, 
 	if !job.Writable {
 		return &job, "", notWritable(job)
 	}
+	if e := checkNode(rq, job, path); e != nil {
+		return &job, "", e
+	}
 	if size < 0 || size > upload.MaxObjectSize {
 		return &job, "", &apiError{http.StatusBadRequest, "EntityTooLarge",
 			fmt.Sprintf("the object is %d bytes; a single PUT is 0 to %d bytes (5 GiB): split the artifact into smaller files", size, upload.MaxObjectSize)}

@@ -37,9 +37,12 @@ var (
 	allTokens = []string{tokenA, tokenB, tokenDone, tokenDown, tokenNone}
 )
 
+// testPod is node 0's registered pod in the test's bindings.
+const testPod = "pod-0"
+
 var testJobs = map[string]Job{
-	tokenA:    {Namespace: "ml", Name: "job-a-wb", JobID: "job-a", Writable: true},
-	tokenB:    {Namespace: "ml", Name: "job-b-wb", JobID: "job-b", Writable: true},
+	tokenA:    {Namespace: "ml", Name: "job-a-wb", JobID: "job-a", Writable: true, Pods: map[int]string{0: testPod}},
+	tokenB:    {Namespace: "ml", Name: "job-b-wb", JobID: "job-b", Writable: true, Pods: map[int]string{0: testPod}},
 	tokenDone: {Namespace: "ml", Name: "job-done-wb", JobID: "job-done", Writable: false},
 }
 

@@ -35,6 +35,8 @@ type Job struct {
 	// Nodes is how many nodes of the job are bound: with more than one,
 	// nodes/<rank>/manifest.json is node rank's manifest (upload.NodesDir).
 	Nodes int
+	// Pods are the nodes' current registered pods' UIDs, by rank (nodes.go).
+	Pods map[int]string
 }
 
 // Authorizer returns the job whose binding holds token. It refuses with an
@@ -369,6 +371,10 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		rq.fail(notWritable(job))
 		return
 	}
+	if e := checkNode(rq, job, path); e != nil {
+		rq.fail(e)
+		return
+	}
 	size, e := contentLength(r)
 	if e != nil {
 		rq.fail(e)
@@ -427,6 +433,10 @@ func (h *Handler) put(rq *request, jobID, path string) {
 			_ = h.manifestResult(after, job, ManifestResult{Key: rq.key, Rank: manifestRank, Err: "malformed manifest: " + perr.Error()})
 			rq.fail(&apiError{http.StatusBadRequest, "MalformedManifest",
 				"the manifest was not stored: " + perr.Error() + " (docs/artifacts.md describes the format)"})
+			return
+		}
+		if e := checkManifestPod(rq, job, manifestRank, m); e != nil {
+			rq.fail(e)
 			return
 		}
 		manifest = m

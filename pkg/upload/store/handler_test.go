@@ -433,7 +433,7 @@ func isNotAsListed(err error, path string) bool {
 
 func manifestJSON(t *testing.T, jobID string, files map[string][]byte, order []string) []byte {
 	t.Helper()
-	m := upload.Manifest{Version: upload.ManifestVersion, JobID: jobID}
+	m := upload.Manifest{Version: upload.ManifestVersion, JobID: jobID, PodUID: testPod}
 	for _, p := range order {
 		m.Files = append(m.Files, upload.ManifestFile{Path: p, Size: int64(len(files[p])), MD5: md5hex(files[p])})
 	}
