@@ -97,7 +97,7 @@ type UploaderConfig struct {
 // Uploader computed over the very bytes it sent, while sending them; nothing
 // else ever counts as verified.
 type Uploader struct {
-	cfg    UploaderConfig
+	cfg UploaderConfig
 	// podUID is sent with every request (upload.PodHeader).
 	podUID atomic.Pointer[string]
 	log    *slog.Logger

@@ -63,9 +63,14 @@ func checkUploadID(id, key string, size int64) *apiError {
 }
 
 // uploadKey is the pending object of direct upload id of job jobID.
-func uploadKey(jobID, id string) string { return jobID + "/" + upload.UploadsDir + id }
+func uploadKey(jobID, id string) string { return uploadsPrefix(jobID) + id }
 
-func uploadsPrefix(jobID string) string { return jobID + "/" + upload.UploadsDir }
+func uploadsPrefix(jobID string) string { return upload.UploadsPrefix + jobID + "/" }
+
+// committedMarker records that upload id was committed: its URL stays valid
+// for its TTL, and a second PUT through it must not be committed again with
+// other bytes. The URL cannot write it (it signs the upload's key only).
+func committedMarker(ukey string) string { return ukey + ".committed" }
 
 // serveDirect serves POST upload.PathAuthorize and upload.PathCommit.
 func (h *Handler) serveDirect(rq *request) {
@@ -177,9 +182,14 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), upload.CommitTimeout(h.callbackTimeout(), max(req.Size, 0)))
 	defer cancel()
 	_ = rq.rc.SetWriteDeadline(time.Now().Add(upload.CommitTimeout(h.callbackTimeout(), max(req.Size, 0)) + h.idleTimeout()))
-	job, _, e := h.directJob(rq, req.Key, req.Size)
+	job, path, e := h.directJob(rq, req.Key, req.Size)
 	if e == nil {
 		e = checkUploadID(req.Upload, req.Key, req.Size)
+	}
+	if _, isManifest := upload.ManifestRank(path, nodesOf(job)); e == nil && isManifest {
+		// As authorize answers: a manifest's verdict is recorded as it is stored.
+		e = &apiError{http.StatusBadRequest, "InvalidRequest",
+			"a manifest is uploaded through the server (PUT /" + upload.Bucket + "/<key>), never committed from a direct upload"}
 	}
 	if e == nil && (len(req.MD5) != 32 || !isLowerHex(req.MD5)) {
 		e = &apiError{http.StatusBadRequest, "InvalidDigest", "md5 must be the body's MD5 as 32 lowercase hex digits"}
@@ -194,6 +204,20 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	}
 	ukey := uploadKey(job.JobID, req.Upload)
 	rq.log = rq.log.WithValues("upload", req.Upload)
+	unlockUpload := h.locks.lock(ukey)
+	defer unlockUpload()
+	switch m, err := headOpt(ctx, h.Backend, committedMarker(ukey)); {
+	case err != nil:
+		rq.log.Error(err, "backend HEAD", "object", committedMarker(ukey))
+		rq.fail(backendReadError(err))
+		return
+	case m != nil:
+		// What its URL wrote since is not this commit's: dropped.
+		h.dropUpload(after, rq, ukey)
+		rq.fail(&apiError{http.StatusConflict, "InvalidUpload",
+			"upload " + req.Upload + " was already committed: an upload is committed once; authorize the object again for a new one"})
+		return
+	}
 	defer h.dropUpload(after, rq, ukey)
 
 	got, err := h.Backend.Head(ctx, ukey)
@@ -263,6 +287,9 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 			return
 		}
 	}
+	if _, err := h.Backend.Put(after, committedMarker(ukey), strings.NewReader(""), 0); err != nil {
+		rq.log.Error(err, "recording the commit of a direct upload", "object", committedMarker(ukey))
+	}
 	if h.OnVerified != nil {
 		h.OnVerified(after, *job, req.Key, got)
 	}
@@ -311,6 +338,13 @@ func (h *Handler) dropUploads(ctx context.Context, jobID string) error {
 		}
 	}
 	return nil
+}
+
+func nodesOf(job *Job) int {
+	if job == nil {
+		return 0
+	}
+	return job.Nodes
 }
 
 func writeJSON(rq *request, v any) {

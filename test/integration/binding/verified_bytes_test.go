@@ -110,8 +110,8 @@ func (j *job) succeed(t *testing.T) *tetherv1.WorkerBinding {
 func pendingObjects(t *testing.T, jobID string) []string {
 	t.Helper()
 	var out []string
-	for _, dir := range []string{upload.PendingDir, upload.UploadsDir} {
-		root := filepath.Join(env.ArtifactDir, jobID, filepath.FromSlash(dir))
+	for _, dir := range []string{jobID + "/" + upload.PendingDir, upload.UploadsPrefix + jobID} {
+		root := filepath.Join(env.ArtifactDir, filepath.FromSlash(dir))
 		_ = filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
 			if err == nil && !fi.IsDir() {
 				out = append(out, strings.TrimPrefix(p, root+string(filepath.Separator)))
