@@ -8,8 +8,9 @@ import (
 // A PUT is authorized before its body arrives, and a body may take minutes:
 // the job's artifacts may become final (every manifest verified, being
 // promoted, or the binding ended) meanwhile. recheck asks the Authorizer
-// again, before the body's last bytes reach the backend and once more after
-// the object is stored, so a write that ends after that point is never kept.
+// again before the body's last bytes reach the backend (an empty body: after
+// it is stored; a direct upload: after its copy), so a write that ends after
+// that point is never kept.
 
 // notWritable is the refusal of a write to a job whose artifacts are final.
 func notWritable(job Job) *apiError {

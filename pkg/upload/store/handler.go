@@ -537,8 +537,10 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	}
 
 	// Authorized when it began, the PUT may have ended after the job's
-	// artifacts became final: what it stored is not kept.
-	if target != "" {
+	// artifacts became final: what it stored is not kept. A body checked
+	// before its last bytes (all but the empty one) is not asked again,
+	// so a PUT costs two authorizations, not three.
+	if target != "" && !body.checked {
 		if e := h.recheck(rq, job); e != nil {
 			h.cleanup(after, rq, target, prior)
 			rq.fail(e)
@@ -678,6 +680,7 @@ type bodyReader struct {
 	// refusal, after which the body fails.
 	last    func() *apiError
 	refused *apiError
+	checked bool
 	// idle is how long a read may make no progress.
 	idle     time.Duration
 	extended time.Time
@@ -708,6 +711,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 		}
 	}
 	if n > 0 && int64(n) == b.remaining && b.last != nil {
+		b.checked = true
 		if e := b.last(); e != nil {
 			b.refused, b.err = e, errRefused
 			return 0, b.err
