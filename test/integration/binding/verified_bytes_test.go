@@ -131,14 +131,14 @@ func TestTokenCannotReplaceAVerifiedArtifact(t *testing.T) {
 	runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	good := bytes.Repeat([]byte("the verified model "), 10_000)
-	wb := j.flushVerified(t, map[string][]byte{"model.bin": good})
+	j.flushVerified(t, map[string][]byte{"model.bin": good})
 	c := j.tokenClient(t)
 
 	evil := bytes.Repeat([]byte("a later model, never listed "), 10_000)
 	if code, msg := c.put("model.bin", bytes.NewReader(evil), int64(len(evil))); code != http.StatusOK {
 		t.Fatalf("a PUT while Running: %d %s (a running job may still write)", code, msg)
 	}
-	wb = j.succeed(t)
+	wb := j.succeed(t)
 	if got := stored(t, wb.Spec.JobID+"/model.bin"); !bytes.Equal(got, good) {
 		sum := md5.Sum(got)
 		t.Fatalf("on Succeeded the final model.bin has MD5 %s, not the %d bytes the verified manifest lists: a write after the verdict was promoted", hex.EncodeToString(sum[:]), len(good))
@@ -165,7 +165,7 @@ func TestTokenCannotLandASlowPutAfterSucceeded(t *testing.T) {
 	runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	good := bytes.Repeat([]byte("the verified model "), 10_000)
-	wb := j.flushVerified(t, map[string][]byte{"model.bin": good})
+	j.flushVerified(t, map[string][]byte{"model.bin": good})
 	c := j.tokenClient(t)
 
 	late := bytes.Repeat([]byte("late bytes "), 20_000)
@@ -187,7 +187,7 @@ func TestTokenCannotLandASlowPutAfterSucceeded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wb = j.succeed(t)
+	wb := j.succeed(t)
 	// The server's cache has seen it once the token may no longer write.
 	eventually(t, 10*time.Second, func() error {
 		if code := c.writable(); code != http.StatusForbidden {
