@@ -55,8 +55,8 @@ func localFiles(t *testing.T, dir string, skip ...func(rel string) bool) map[str
 	return files
 }
 
-// stored lists a job's stored objects (its manifest, logs/ and the
-// server's .tether/ keys left out) with the MD5 of their content: the ETag
+// stored lists a job's stored objects (its manifest and the server's
+// .tether/ keys, archived logs included, left out) with the MD5 of their content: the ETag
 // from S3, or the file's MD5 in the fs backend (<dir>/<job-id>/<path>).
 func (e *env) stored(t *testing.T, jobID string) map[string]string {
 	t.Helper()
@@ -119,7 +119,7 @@ func skipServerKeys(rel string) bool {
 	if _, ok := upload.ManifestRank(rel, binding.MaxBoundNodes); ok {
 		return true // a node's manifest
 	}
-	return strings.HasPrefix(rel, ".tether/") || strings.HasPrefix(rel, "logs/")
+	return strings.HasPrefix(rel, upload.ReservedDir+"/") // pending objects, uploads, archived logs
 }
 
 // sameFiles says whether every local file is stored with its MD5 as ETag.

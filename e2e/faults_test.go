@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // The fault scenarios (issue 11 item 5) each report what a fault cost:
@@ -72,8 +73,9 @@ func jobStoreCost(t *testing.T, since localcluster.S3Traffic, jobID, dir string)
 		}
 		c.TotalPuts += pt.Puts
 		c.TotalBytes += pt.Bytes
-		// A direct upload's object (.tether/uploads/<id>) is the file it
-		// was committed as; one never committed was cut or refused.
+		// A direct upload's object (.tether-uploads/<job-id>/<id>) is the
+		// file it was committed as; one never committed was cut or refused
+		// (its <id>.committed marker is the server's, counted as other).
 		target := path
 		if pt.CopiedTo != "" {
 			target = pt.CopiedTo
@@ -81,7 +83,7 @@ func jobStoreCost(t *testing.T, since localcluster.S3Traffic, jobID, dir string)
 		rel := immutableRel(target)
 		_, exists := sizes[rel]
 		switch {
-		case strings.Contains(path, "/.tether/uploads/") && pt.CopiedTo == "":
+		case strings.Contains(path, "/"+upload.UploadsPrefix) && pt.CopiedTo == "" && !strings.HasSuffix(path, ".committed"):
 			c.GonePuts += pt.Puts
 			c.GoneBytes += pt.Bytes
 		case rel == "":

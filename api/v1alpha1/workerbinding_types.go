@@ -365,6 +365,13 @@ type NodeArtifacts struct {
 	// for the others.
 	// +optional
 	Manifest string `json:"manifest,omitempty"`
+	// ManifestSHA256 is the SHA-256 (lowercase hex) of the manifest the
+	// verdict is on: readers check the stored manifest against it, and
+	// only what it lists is promoted.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	// +kubebuilder:validation:MaxLength=64
+	ManifestSHA256 string `json:"manifestSHA256,omitempty"`
 	// Verified is true when every file the manifest lists is stored as listed.
 	// +optional
 	Verified bool `json:"verified,omitempty"`

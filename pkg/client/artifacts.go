@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"crypto/md5"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -47,8 +48,31 @@ type Artifact struct {
 // ErrNoReads is returned by reads on a Client without Options.ReadURL.
 var ErrNoReads = errors.New("no read endpoint configured: set the control plane's binding URL (Options.ReadURL, --tether-url or TETHER_URL)")
 
+// ManifestDigestError is a stored manifest that is not the one the binding
+// server verified: its SHA-256 is not the one the binding recorded.
+type ManifestDigestError struct {
+	Rank      int32
+	Key       string
+	Want, Got string
+	// Final is whether the binding had succeeded: before, the latest
+	// manifest may still wait under its pending key.
+	Final bool
+}
+
+func (e *ManifestDigestError) Error() string {
+	msg := fmt.Sprintf("node %d's manifest %s has SHA-256 %s, but the binding recorded %s when it was verified: the stored manifest was changed; refusing it and the files it lists",
+		e.Rank, e.Key, e.Got, e.Want)
+	if !e.Final {
+		msg += " (before the binding succeeds, a newer manifest may still wait to be promoted: read again once it is Succeeded)"
+	}
+	return msg
+}
+
 // Artifacts lists the files of every bound node's current manifest, rank
-// by rank. A node without a manifest yet contributes nothing.
+// by rank. A node without a manifest yet contributes nothing. Each manifest
+// is checked against the SHA-256 the binding recorded with its verdict: a
+// manifest changed in the store is a *ManifestDigestError, and a verdict
+// recorded without a digest (an older control plane) marks nothing verified.
 func (c *Client) Artifacts(ctx context.Context, wb *tetherv1.WorkerBinding) ([]Artifact, error) {
 	var out []Artifact
 	for _, n := range nodes(wb) {
@@ -64,17 +88,25 @@ func (c *Client) Artifacts(ctx context.Context, wb *tetherv1.WorkerBinding) ([]A
 		if err != nil {
 			return nil, fmt.Errorf("node %d's manifest: %w", n.Rank, err)
 		}
-		var m upload.Manifest
-		err = json.NewDecoder(io.LimitReader(body, maxManifestBytes)).Decode(&m)
+		raw, err := io.ReadAll(io.LimitReader(body, maxManifestBytes+1))
 		_ = body.Close()
 		if err != nil {
 			return nil, fmt.Errorf("node %d's manifest %s: %w", n.Rank, a.Manifest, err)
 		}
+		sum := sha256.Sum256(raw)
+		if got := hex.EncodeToString(sum[:]); a.ManifestSHA256 != "" && got != a.ManifestSHA256 {
+			return nil, &ManifestDigestError{Rank: n.Rank, Key: a.Manifest, Want: a.ManifestSHA256, Got: got, Final: wb.Status.Phase == tetherv1.PhaseSucceeded}
+		}
+		var m upload.Manifest
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, fmt.Errorf("node %d's manifest %s: %w", n.Rank, a.Manifest, err)
+		}
+		verified := a.Verified && a.ManifestSHA256 != ""
 		prefix := upload.NodePrefix(int(n.Rank))
 		for _, f := range m.Files {
 			p := prefix + f.Path
 			out = append(out, Artifact{Rank: n.Rank, Path: p, Size: f.Size, MD5: f.MD5,
-				Verified: a.Verified && !slices.Contains(a.Missing, p) && !slices.Contains(a.Missing, f.Path)})
+				Verified: verified && !slices.Contains(a.Missing, p) && !slices.Contains(a.Missing, f.Path)})
 		}
 	}
 	return out, nil
@@ -116,7 +148,7 @@ func (c *Client) Find(ctx context.Context, wb *tetherv1.WorkerBinding, path stri
 	for _, a := range list {
 		if a.Path == path {
 			if !a.Verified {
-				return a, fmt.Errorf("artifact %s of %s/%s is not verified (its node's manifest names it missing, or is not verified): refusing to download it", path, wb.Namespace, wb.Name)
+				return a, fmt.Errorf("artifact %s of %s/%s is not verified (its node's manifest names it missing, is not verified, or was verified by a control plane that recorded no manifest digest): refusing to download it", path, wb.Namespace, wb.Name)
 			}
 			return a, nil
 		}
@@ -175,19 +207,33 @@ func (c *Client) DownloadFile(ctx context.Context, wb *tetherv1.WorkerBinding, p
 
 // Log opens the archived trainer log of pod (status.artifacts.logs).
 func (c *Client) Log(ctx context.Context, wb *tetherv1.WorkerBinding, pod string) (io.ReadCloser, error) {
-	rel := "logs/" + pod + ".log"
-	if a := wb.Status.Artifacts; a == nil || !slices.Contains(a.Logs, wb.Spec.JobID+"/"+rel) {
-		return nil, fmt.Errorf("no archived log of pod %s in %s/%s (status.artifacts.logs lists them; a log is archived once the trainer container terminated)", pod, wb.Namespace, wb.Name)
+	if a := wb.Status.Artifacts; a != nil {
+		for _, dir := range logDirs {
+			rel := dir + pod + ".log"
+			if slices.Contains(a.Logs, wb.Spec.JobID+"/"+rel) {
+				return c.open(ctx, wb, rel)
+			}
+		}
 	}
-	return c.open(ctx, wb, rel)
+	return nil, fmt.Errorf("no archived log of pod %s in %s/%s (status.artifacts.logs lists them; a log is archived once the trainer container terminated)", pod, wb.Namespace, wb.Name)
 }
+
+// logDirs are where logs are archived under a job's prefix: the reserved
+// upload.LogsDir, and logs/, where control planes before it put them.
+var logDirs = []string{upload.LogsDir, "logs/"}
 
 // LogPods are the pods whose trainer logs are archived, in the order listed.
 func LogPods(wb *tetherv1.WorkerBinding) []string {
 	var pods []string
 	if a := wb.Status.Artifacts; a != nil {
 		for _, k := range a.Logs {
-			p := strings.TrimPrefix(k, wb.Spec.JobID+"/logs/")
+			p := strings.TrimPrefix(k, wb.Spec.JobID+"/")
+			for _, dir := range logDirs {
+				if rest, ok := strings.CutPrefix(p, dir); ok {
+					p = rest
+					break
+				}
+			}
 			pods = append(pods, strings.TrimSuffix(p, ".log"))
 		}
 	}

@@ -3,7 +3,9 @@ package controller
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -403,8 +405,8 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 			requeue = recheck
 		}
 	}
-	// A failed job's pending artifacts are dropped here (and a late upload
-	// of a succeeded one promoted).
+	// A final binding's pending artifacts are dropped here (a failed job's
+	// outputs, a late upload of a succeeded one).
 	defer r.settlePending(ctx, wb)
 	if _, retry, err := r.Logs.archive(ctx, &wb.Status, wb.Spec.JobID, lifecycle.Settings(&wb.Spec).TrainerContainer, pods); err != nil {
 		// Bounded: each log is retried with backoff, then given up (said so).
@@ -436,7 +438,7 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 
 // PendingArtifacts is the artifact store's handling of deferred overwrites.
 type PendingArtifacts interface {
-	Promote(ctx context.Context, jobID string) (int, error)
+	Promote(ctx context.Context, jobID string, manifests []store.VerifiedManifest) (int, error)
 	DropPending(ctx context.Context, jobID string) (int, error)
 }
 
@@ -472,13 +474,26 @@ func (r *BindingReconciler) recheckStoredManifests(ctx context.Context, wb *teth
 // promotionRetry is how soon a failed promotion is tried again.
 const promotionRetry = 5 * time.Second
 
-// promote moves the verified pending artifacts of a binding whose every
-// artifact is verified over their final keys.
+// promote puts in place exactly what the verified manifests of a binding
+// whose every artifact is verified list, by the digest recorded with each
+// verdict. A listed file or manifest no longer stored as listed takes its
+// node's verdict back: the binding awaits artifacts again instead of
+// succeeding over the wrong bytes.
 func (r *BindingReconciler) promote(ctx context.Context, wb *tetherv1.WorkerBinding) error {
 	if r.Pending == nil {
 		return nil
 	}
-	n, err := r.Pending.Promote(ctx, wb.Spec.JobID)
+	var manifests []store.VerifiedManifest
+	for rank, sum := range lifecycle.VerifiedManifests(&wb.Status) {
+		manifests = append(manifests, store.VerifiedManifest{Rank: int(rank), SHA256: sum})
+	}
+	slices.SortFunc(manifests, func(a, b store.VerifiedManifest) int { return a.Rank - b.Rank })
+	n, err := r.Pending.Promote(ctx, wb.Spec.JobID, manifests)
+	var nl *store.NotAsListedError
+	if errors.As(err, &nl) {
+		logf.FromContext(ctx).Info("a verified artifact changed before promotion: the node's verdict is taken back", "node", nl.Rank, "path", nl.Path, "why", nl.Why)
+		lifecycle.ArtifactsNotAsListed(&wb.Status, int32(nl.Rank), nl.Path, nl.Error())
+	}
 	if err != nil {
 		return err
 	}
@@ -488,30 +503,23 @@ func (r *BindingReconciler) promote(ctx context.Context, wb *tetherv1.WorkerBind
 	return nil
 }
 
-// settlePending promotes a succeeded job's pending artifacts and drops a
-// failed job's, so a failed trainer's outputs never replace good ones. Both
-// are idempotent; a failure is retried by the next reconcile of the binding.
+// settlePending drops what is still pending once the binding is final: a
+// failed job's outputs never replace good ones, and a succeeded job's
+// verified versions were promoted before it said Succeeded, so what is
+// pending then is a late write no manifest lists. Idempotent; a failure is
+// retried by the next reconcile of the binding.
 func (r *BindingReconciler) settlePending(ctx context.Context, wb *tetherv1.WorkerBinding) {
-	if r.Pending == nil {
+	if r.Pending == nil || !lifecycle.IsFinal(wb.Status.Phase) {
 		return
 	}
-	var n int
-	var err error
-	switch wb.Status.Phase {
-	case tetherv1.PhaseSucceeded:
-		n, err = r.Pending.Promote(ctx, wb.Spec.JobID)
-	case tetherv1.PhaseFailed:
-		n, err = r.Pending.DropPending(ctx, wb.Spec.JobID)
-	default:
-		return
-	}
+	n, err := r.Pending.DropPending(ctx, wb.Spec.JobID)
 	log := logf.FromContext(ctx)
 	if err != nil {
 		log.Error(err, "settling pending artifacts", "phase", wb.Status.Phase)
 		return
 	}
 	if n > 0 {
-		log.Info("settled pending artifacts", "phase", wb.Status.Phase, "objects", n)
+		log.Info("dropped pending artifacts no verified manifest lists", "phase", wb.Status.Phase, "objects", n)
 	}
 }
 

@@ -85,7 +85,11 @@ func manifest(rank int, verified bool) func(*tetherv1.WorkerBindingStatus, time.
 		if !verified {
 			a.Missing, a.MissingCount, a.LastError = []string{"ckpt/shard.pt"}, 1, "1 of 2 files missing or different"
 		}
-		lifecycle.ArtifactsRecorded(st, int32(rank), "", a)
+		uid := ""
+		if n := lifecycle.Node(st, int32(rank)); n != nil {
+			uid = n.PodUID
+		}
+		lifecycle.ArtifactsRecorded(st, int32(rank), uid, a)
 	}
 }
 

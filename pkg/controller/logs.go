@@ -33,7 +33,8 @@ func KubeletLogs(cs kubernetes.Interface) LogSource {
 const maxLogKeys = 16
 
 // LogArchiver copies a terminated trainer container's log next to the job's
-// artifacts, as <job-id>/logs/<pod>.log, keeping at most MaxBytes: a longer
+// artifacts, as <job-id>/.tether/logs/<pod>.log (upload.LogsDir: reserved,
+// so no sidecar can write or replace it), keeping at most MaxBytes: a longer
 // log loses its beginning, and says so in its first line.
 type LogArchiver struct {
 	Source   LogSource
@@ -68,7 +69,7 @@ const (
 
 // LogKey is where a pod's trainer log is archived (the instance that never
 // restarted, or the first).
-func LogKey(jobID, pod string) string { return jobID + "/logs/" + pod + ".log" }
+func LogKey(jobID, pod string) string { return jobID + "/" + upload.LogsDir + pod + ".log" }
 
 // RestartLogKey is where the log of the trainer instance after restart
 // restarts in place is archived (restart 0 is LogKey's).
@@ -76,7 +77,7 @@ func RestartLogKey(jobID, pod string, restart int32) string {
 	if restart <= 0 {
 		return LogKey(jobID, pod)
 	}
-	return fmt.Sprintf("%s/logs/%s.restart-%d.log", jobID, pod, restart)
+	return fmt.Sprintf("%s/%s%s.restart-%d.log", jobID, upload.LogsDir, pod, restart)
 }
 
 func (a *LogArchiver) now() time.Time {

@@ -18,11 +18,13 @@ import (
 
 // fakePending records promotions; fail makes the next ones fail.
 type fakePending struct {
-	promoted []string
-	fail     error
+	promoted  []string
+	manifests [][]store.VerifiedManifest
+	fail      error
 }
 
-func (f *fakePending) Promote(_ context.Context, jobID string) (int, error) {
+func (f *fakePending) Promote(_ context.Context, jobID string, manifests []store.VerifiedManifest) (int, error) {
+	f.manifests = append(f.manifests, manifests)
 	if f.fail != nil {
 		return 0, f.fail
 	}
@@ -68,6 +70,38 @@ func TestSucceededOnlyAfterPromotion(t *testing.T) {
 	}
 }
 
+// A verified file overwritten before promotion (the store says it no
+// longer holds the listed version) takes its node's verdict back: the
+// binding does not say Succeeded over bytes the manifest does not list.
+func TestPromotionOfAChangedArtifactTakesTheVerdictBack(t *testing.T) {
+	wb := &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Name: "tj", Namespace: "ns"}}
+	wb.Spec.JobID = "job-1"
+	wb.Spec.Settings = lifecycle.RecordSettings(jobconfig.Settings{HeartbeatInterval: 10 * time.Second, TrainerContainer: "node", Nodes: jobconfig.NodesAll})
+	lifecycle.Initial(&wb.Status)
+	pending := &fakePending{fail: &store.NotAsListedError{Rank: 0, Path: "model.bin", Why: "the key holds 3 bytes with MD5 x"}}
+	r := &BindingReconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
+		Live: jobSetReader{nodes: 1}, Pending: pending}
+	register(0, "a")(&wb.Status, at(1))
+	manifest(0, true)(&wb.Status, at(20))
+	wb.Status.Nodes[0].Artifacts.ManifestSHA256 = strings.Repeat("ab", 32)
+	pods := []corev1.Pod{*pod(0, "a", 1).Exited(0, at(19)).Obj()}
+
+	r.observe(context.Background(), trainJob(complete(21)), wb, pods, at(22))
+	if got := pending.manifests; len(got) != 1 || len(got[0]) != 1 || got[0][0] != (store.VerifiedManifest{Rank: 0, SHA256: strings.Repeat("ab", 32)}) {
+		t.Fatalf("Promote was given %+v, want node 0's recorded digest", got)
+	}
+	if wb.Status.Phase != tetherv1.PhaseFinishing || wb.Status.Reason != tetherv1.ReasonAwaitingArtifacts {
+		t.Fatalf("%s/%s (%s), want Finishing/AwaitingArtifacts", wb.Status.Phase, wb.Status.Reason, wb.Status.Message)
+	}
+	if a := wb.Status.Nodes[0].Artifacts; a.Verified || len(a.Missing) != 1 || a.Missing[0] != "model.bin" {
+		t.Errorf("node 0's artifacts %+v, want unverified naming model.bin", a)
+	}
+	r.observe(context.Background(), trainJob(complete(21)), wb, pods, at(52))
+	if wb.Status.Phase != tetherv1.PhaseFailed || wb.Status.Reason != tetherv1.ReasonArtifactsIncomplete || !strings.Contains(wb.Status.Message, "model.bin") {
+		t.Errorf("after the grace: %s/%s (%s), want Failed/ArtifactsIncomplete naming model.bin", wb.Status.Phase, wb.Status.Reason, wb.Status.Message)
+	}
+}
+
 // fakeManifests answers StoredManifest from a map of rank to result.
 type fakeManifests map[int]store.ManifestResult
 
@@ -87,9 +121,9 @@ func TestStoredManifestVerdictBeforeArtifactsIncomplete(t *testing.T) {
 		wantPhase  tetherv1.WorkerBindingPhase
 		wantReason string
 	}{
-		{"stored and verified", fakeManifests{0: {Key: "job-1/manifest.json", Verified: true, Files: 3, Bytes: 30}},
+		{"stored and verified", fakeManifests{0: {Key: "job-1/manifest.json", PodUID: "a", Verified: true, Files: 3, Bytes: 30}},
 			tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded},
-		{"stored, an entry missing", fakeManifests{0: {Key: "job-1/manifest.json", Files: 3, Missing: []string{"model.bin"}, MissingCount: 1, Err: "1 entry missing"}},
+		{"stored, an entry missing", fakeManifests{0: {Key: "job-1/manifest.json", PodUID: "a", Files: 3, Missing: []string{"model.bin"}, MissingCount: 1, Err: "1 entry missing"}},
 			tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete},
 		{"not stored", fakeManifests{}, tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete},
 	} {

@@ -62,15 +62,16 @@ func unverifiedNodes(st *tetherv1.WorkerBindingStatus) string {
 }
 
 // ArtifactsRecorded stores the server's verdict on node rank's manifest,
-// written by pod podUID ("" from an older sidecar), and, once the TrainJob is
-// complete, completes the binding when every node's is verified. A manifest
-// of a pod that is not the node's in this attempt (replaced, or flushed
-// after a preemption) says nothing about the current attempt's files.
+// written by pod podUID, and, once the TrainJob is complete, completes the
+// binding when every node's is verified. A manifest that names no pod, or a
+// pod that is not the node's in this attempt (replaced, flushed after a
+// preemption, or another node's), says nothing about the current attempt's
+// files: one node cannot vouch for another.
 func ArtifactsRecorded(st *tetherv1.WorkerBindingStatus, rank int32, podUID string, a tetherv1.NodeArtifacts) bool {
 	if IsFinal(st.Phase) {
 		return false
 	}
-	if n := Node(st, rank); podUID != "" && n != nil && n.PodUID != "" && n.PodUID != podUID {
+	if n := Node(st, rank); podUID == "" || n == nil || n.PodUID != podUID {
 		return false
 	}
 	if st.Phase == tetherv1.PhasePending && st.Reason == tetherv1.ReasonPreempted {
@@ -92,8 +93,79 @@ func ArtifactsRecorded(st *tetherv1.WorkerBindingStatus, rank int32, podUID stri
 }
 
 func equalNodeArtifacts(a, b *tetherv1.NodeArtifacts) bool {
-	return a.Manifest == b.Manifest && a.Verified == b.Verified && a.Files == b.Files && a.Bytes == b.Bytes &&
+	return a.Manifest == b.Manifest && a.ManifestSHA256 == b.ManifestSHA256 && a.Verified == b.Verified && a.Files == b.Files && a.Bytes == b.Bytes &&
 		slices.Equal(a.Missing, b.Missing) && a.MissingCount == b.MissingCount && a.LastError == b.LastError
+}
+
+// NodePods are the nodes' current pods' UIDs by rank (the artifact
+// endpoint lets a pod write only its own rank's keys).
+func NodePods(st *tetherv1.WorkerBindingStatus) map[int]string {
+	out := make(map[int]string, len(st.Nodes))
+	for i := range st.Nodes {
+		if n := &st.Nodes[i]; n.PodUID != "" {
+			out[int(n.Rank)] = n.PodUID
+		}
+	}
+	return out
+}
+
+// ArtifactsWritable says whether the job's artifacts may still change: not
+// once every manifest is verified with the TrainJob complete (they are being
+// promoted, exactly as listed), nor once the binding is final. The artifact
+// endpoint refuses writes then, so what the manifests list is what stays.
+func ArtifactsWritable(st *tetherv1.WorkerBindingStatus) bool {
+	return !IsFinal(st.Phase) && !Promoting(st)
+}
+
+// ArtifactsState names, for a refused write, the state that made the
+// artifacts final ("Succeeded", "Finishing/PromotingArtifacts").
+func ArtifactsState(st *tetherv1.WorkerBindingStatus) string {
+	if st.Reason == "" || IsFinal(st.Phase) {
+		return string(st.Phase)
+	}
+	return string(st.Phase) + "/" + st.Reason
+}
+
+// VerifiedManifests are the bound nodes' verified manifests (rank and
+// recorded SHA-256), what promotion puts in place.
+func VerifiedManifests(st *tetherv1.WorkerBindingStatus) map[int32]string {
+	out := map[int32]string{}
+	for r := range boundRanks(st) {
+		if n := Node(st, r); n != nil && n.Artifacts != nil && n.Artifacts.Verified {
+			out[r] = n.Artifacts.ManifestSHA256
+		}
+	}
+	return out
+}
+
+// ArtifactsNotAsListed takes back node rank's verdict: promotion found a
+// file its verified manifest lists (path, relative to the node's prefix), or
+// the manifest itself, no longer stored as listed. A promoting binding
+// waits for artifacts again (and fails ArtifactsIncomplete once its grace is
+// over): Succeeded would promise final keys that do not hold what the
+// manifest lists.
+func ArtifactsNotAsListed(st *tetherv1.WorkerBindingStatus, rank int32, path, why string) bool {
+	if IsFinal(st.Phase) {
+		return false
+	}
+	n := node(st, rank)
+	if n == nil {
+		return false
+	}
+	a := tetherv1.NodeArtifacts{}
+	if n.Artifacts != nil {
+		a = *n.Artifacts
+	}
+	a.Verified = false
+	a.Missing = prefixed(rank, []string{path})
+	a.MissingCount = 1
+	a.LastError = why
+	n.Artifacts = &a
+	aggregateArtifacts(st)
+	if Promoting(st) {
+		gate(st)
+	}
+	return true
 }
 
 // prefixed turns node-relative paths into paths relative to the job's prefix.

@@ -16,9 +16,11 @@ const (
 	PathCommit = "/v1/artifacts/commit"
 	// MaxDirectRequest bounds the JSON body of both requests.
 	MaxDirectRequest = 8 << 10
-	// UploadsDir holds, under a job's prefix, the pending objects of direct
-	// uploads until they are committed: <job-id>/.tether/uploads/<id>.
-	UploadsDir = ReservedDir + "/uploads/"
+	// UploadsPrefix holds, outside every job's prefix, the objects of direct
+	// uploads until they are committed: .tether-uploads/<job-id>/<id>. One
+	// top-level prefix, so one bucket lifecycle rule (S3 prefixes take no
+	// wildcards) expires what a presigned URL wrote after its binding ended.
+	UploadsPrefix = ReservedDir + "-uploads/"
 )
 
 // Mode is how a sidecar sends an object's body.

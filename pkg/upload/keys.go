@@ -10,6 +10,11 @@ import (
 // <job-id>/.tether/pending/<path>.
 const PendingDir = ReservedDir + "/pending/"
 
+// LogsDir is where, under a job's prefix, the controller archives trainer
+// logs: <job-id>/.tether/logs/<pod>.log. Under ReservedDir, so no sidecar
+// can write there and a trainer's own logs/<pod>.log never collides.
+const LogsDir = ReservedDir + "/logs/"
+
 // MaxKeyLength is the longest key a client may PUT (bytes). S3 limits keys to
 // 1024 bytes; a key must still fit when it is stored as pending, so the limit
 // is 1024 minus len(PendingDir) = 1008.

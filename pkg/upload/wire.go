@@ -11,6 +11,10 @@ const (
 	Bucket = "tether-artifacts"
 	// TokenHeader carries the job's token on every artifact request.
 	TokenHeader = "X-Tether-Token"
+	// PodHeader carries the sidecar's pod UID on every artifact request: in
+	// a multi-node job a write is allowed only to the keys of the rank
+	// whose current (registered) pod it names.
+	PodHeader = "X-Tether-Pod-UID"
 	// MaxObjectSize is S3's single-PUT limit (5 GiB).
 	MaxObjectSize int64 = 5 << 30
 	// ManifestName is the manifest's name under the job's prefix.
@@ -30,9 +34,9 @@ const (
 type Manifest struct {
 	Version string `json:"version"`
 	JobID   string `json:"jobID"`
-	// PodUID is the pod whose sidecar wrote it (optional): a verdict on a
-	// manifest of a pod that is no longer its node's (replaced, preempted)
-	// is not the current attempt's.
+	// PodUID is the pod whose sidecar wrote it (required): a manifest of a
+	// pod that is not its node's current one (replaced, preempted, or
+	// another node's) is refused, and its verdict never recorded.
 	PodUID string         `json:"podUID,omitempty"`
 	Files  []ManifestFile `json:"files"`
 }

@@ -65,8 +65,9 @@ func (s *Server) authorizeArtifacts(ctx context.Context, token binding.Token) (s
 		}
 		return store.Job{}, ref
 	}
-	return store.Job{Namespace: wb.Namespace, Name: wb.Name, JobID: wb.Spec.JobID, Writable: !lifecycle.IsFinal(wb.Status.Phase),
-		Nodes: int(wb.Status.NodeCount)}, nil
+	return store.Job{Namespace: wb.Namespace, Name: wb.Name, JobID: wb.Spec.JobID,
+		Writable: lifecycle.ArtifactsWritable(&wb.Status), State: lifecycle.ArtifactsState(&wb.Status),
+		Nodes: int(wb.Status.NodeCount), Pods: lifecycle.NodePods(&wb.Status)}, nil
 }
 
 // manifestVerified records the store's verdict on a node's manifest; once

@@ -28,7 +28,7 @@ import (
 // ReadPathPrefix is the orchestrator read endpoint (docs/orchestrator.md):
 // GET ReadPathPrefix<namespace>/workerbindings/<name>/objects/<path>, where
 // path is relative to the job's prefix (manifest.json, nodes/1/manifest.json,
-// ckpt/step-100.pt, logs/<pod>.log).
+// ckpt/step-100.pt, .tether/logs/<pod>.log).
 const ReadPathPrefix = "/orchestrator/v1/namespaces/"
 
 // Headers of the read endpoint's answers.

@@ -120,11 +120,11 @@ func TestUploaderDirectMode(t *testing.T) {
 	if got := d.seen(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("the endpoint saw %q, want %q (the body must not go through it)", got, want)
 	}
-	if len(sp.keys) != 1 || !strings.Contains(sp.keys[0], "/"+jobID+"/"+upload.UploadsDir) || sp.leak {
+	if len(sp.keys) != 1 || !strings.Contains(sp.keys[0], "/"+upload.UploadsPrefix+jobID+"/") || sp.leak {
 		t.Fatalf("store PUTs %q (token sent: %v), want one PUT of a pending upload without the token", sp.keys, sp.leak)
 	}
 	// Nothing left under the uploads prefix.
-	if keys, err := d.s3.List(t.Context(), jobID+"/"+upload.UploadsDir); err != nil || len(keys) != 0 {
+	if keys, err := d.s3.List(t.Context(), upload.UploadsPrefix+jobID+"/"); err != nil || len(keys) != 1 || !strings.HasSuffix(keys[0], ".committed") {
 		t.Fatalf("uploads left: %q %v", keys, err)
 	}
 

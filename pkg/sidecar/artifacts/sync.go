@@ -152,6 +152,9 @@ func NewSyncer(cfg SyncerConfig) (*Syncer, error) {
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultSyncInterval
 	}
+	if uid := cfg.Uploader.podUID.Load(); cfg.PodUID != "" && (uid == nil || *uid == "") {
+		cfg.Uploader.podUID.Store(&cfg.PodUID)
+	}
 	if cfg.Workers == 0 {
 		cfg.Workers = DefaultWorkers
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/tether-dev/tether/pkg/binding"
@@ -14,9 +15,11 @@ import (
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
-// tokenTransport adds the token, read from its file for every request.
+// tokenTransport adds the token, read from its file for every request, and
+// the pod's UID (upload.PodHeader) when known.
 type tokenTransport struct {
 	file string
+	pod  *atomic.Pointer[string]
 	next http.RoundTripper
 }
 
@@ -30,6 +33,11 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	r := req.Clone(req.Context())
 	r.Header.Set(upload.TokenHeader, string(token))
+	if t.pod != nil {
+		if uid := t.pod.Load(); uid != nil && *uid != "" {
+			r.Header.Set(upload.PodHeader, *uid)
+		}
+	}
 	if r.Method == http.MethodPut && r.ContentLength >= expectContinueMin {
 		r.Header.Set("Expect", "100-continue")
 	}

@@ -50,6 +50,10 @@ type UploaderConfig struct {
 	// NodeRank is the pod's node rank: rank r > 0 keeps its keys, manifest
 	// included, under <job-id>/nodes/<r>/ (upload.NodePrefix).
 	NodeRank int
+	// PodUID is the sidecar's pod (TETHER_POD_UID), sent with every request:
+	// the server lets a node write only its own rank's keys. A Syncer sets
+	// it from its own PodUID when empty.
+	PodUID string
 	// TokenFile holds the job's token. It is read again for every request,
 	// so a rotated token is picked up; the token is only ever put in the
 	// TokenHeader header and never logged or put in an error.
@@ -93,7 +97,9 @@ type UploaderConfig struct {
 // Uploader computed over the very bytes it sent, while sending them; nothing
 // else ever counts as verified.
 type Uploader struct {
-	cfg    UploaderConfig
+	cfg UploaderConfig
+	// podUID is sent with every request (upload.PodHeader).
+	podUID atomic.Pointer[string]
 	log    *slog.Logger
 	client *minio.Client
 
@@ -226,7 +232,8 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 	if cfg.WrapTransport != nil {
 		rt = cfg.WrapTransport(rt)
 	}
-	rt = &tokenTransport{file: cfg.TokenFile, next: rt}
+	up.podUID.Store(&cfg.PodUID)
+	rt = &tokenTransport{file: cfg.TokenFile, pod: &up.podUID, next: rt}
 	up.initDirect(u.Host, rt)
 
 	client, err := minio.New(u.Host, &minio.Options{

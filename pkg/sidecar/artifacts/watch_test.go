@@ -42,7 +42,7 @@ func eventSyncer(t *testing.T, env *s3env, job, dir string, o uploaderOpts, mod 
 	if log == nil {
 		log = testLogger(t)
 	}
-	s, err := NewSyncer(SyncerConfig{Scanner: sc, Uploader: u, JobID: job, Interval: time.Hour, FileEvents: true, Logger: log})
+	s, err := NewSyncer(SyncerConfig{Scanner: sc, Uploader: u, JobID: job, PodUID: "pod-0", Interval: time.Hour, FileEvents: true, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func newFSStore(t *testing.T, job string) *fsStore {
 	s := &fsStore{backend: store.FSBackend{Root: t.TempDir()}}
 	h := &store.Handler{Backend: s.backend, Log: logr.Discard(),
 		Authorize: func(context.Context, binding.Token) (store.Job, error) {
-			return store.Job{Namespace: "ns", Name: "wb", JobID: job, Writable: true}, nil
+			return store.Job{Namespace: "ns", Name: "wb", JobID: job, Writable: true, Pods: map[int]string{0: "pod-0"}}, nil
 		}}
 	srv := httptest.NewTLSServer(h)
 	t.Cleanup(srv.Close)

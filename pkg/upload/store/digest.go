@@ -147,3 +147,15 @@ func parseDigests(h http.Header) (*digests, *apiError) {
 func isHex(s string) bool {
 	return isLowerHex(strings.ToLower(s))
 }
+
+// sha256Hex is the lowercase hex SHA-256 of b (a manifest's own digest).
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// md5Hex is the lowercase hex MD5 of b (an object's ETag).
+func md5Hex(b []byte) string {
+	s := md5.Sum(b)
+	return hex.EncodeToString(s[:])
+}

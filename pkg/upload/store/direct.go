@@ -63,9 +63,14 @@ func checkUploadID(id, key string, size int64) *apiError {
 }
 
 // uploadKey is the pending object of direct upload id of job jobID.
-func uploadKey(jobID, id string) string { return jobID + "/" + upload.UploadsDir + id }
+func uploadKey(jobID, id string) string { return uploadsPrefix(jobID) + id }
 
-func uploadsPrefix(jobID string) string { return jobID + "/" + upload.UploadsDir }
+func uploadsPrefix(jobID string) string { return upload.UploadsPrefix + jobID + "/" }
+
+// committedMarker records that upload id was committed: its URL stays valid
+// for its TTL, and a second PUT through it must not be committed again with
+// other bytes. The URL cannot write it (it signs the upload's key only).
+func committedMarker(ukey string) string { return ukey + ".committed" }
 
 // serveDirect serves POST upload.PathAuthorize and upload.PathCommit.
 func (h *Handler) serveDirect(rq *request) {
@@ -116,8 +121,10 @@ func (h *Handler) directJob(rq *request, key string, size int64) (*Job, string, 
 		return nil, "", e
 	}
 	if !job.Writable {
-		return &job, "", &apiError{http.StatusForbidden, "AccessDenied",
-			fmt.Sprintf("binding %s/%s is finished: the job's artifacts can no longer change", job.Namespace, job.Name)}
+		return &job, "", notWritable(job)
+	}
+	if e := checkNode(rq, job, path); e != nil {
+		return &job, "", e
 	}
 	if size < 0 || size > upload.MaxObjectSize {
 		return &job, "", &apiError{http.StatusBadRequest, "EntityTooLarge",
@@ -175,9 +182,14 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), upload.CommitTimeout(h.callbackTimeout(), max(req.Size, 0)))
 	defer cancel()
 	_ = rq.rc.SetWriteDeadline(time.Now().Add(upload.CommitTimeout(h.callbackTimeout(), max(req.Size, 0)) + h.idleTimeout()))
-	job, _, e := h.directJob(rq, req.Key, req.Size)
+	job, path, e := h.directJob(rq, req.Key, req.Size)
 	if e == nil {
 		e = checkUploadID(req.Upload, req.Key, req.Size)
+	}
+	if _, isManifest := upload.ManifestRank(path, nodesOf(job)); e == nil && isManifest {
+		// As authorize answers: a manifest's verdict is recorded as it is stored.
+		e = &apiError{http.StatusBadRequest, "InvalidRequest",
+			"a manifest is uploaded through the server (PUT /" + upload.Bucket + "/<key>), never committed from a direct upload"}
 	}
 	if e == nil && (len(req.MD5) != 32 || !isLowerHex(req.MD5)) {
 		e = &apiError{http.StatusBadRequest, "InvalidDigest", "md5 must be the body's MD5 as 32 lowercase hex digits"}
@@ -192,6 +204,20 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	}
 	ukey := uploadKey(job.JobID, req.Upload)
 	rq.log = rq.log.WithValues("upload", req.Upload)
+	unlockUpload := h.locks.lock(ukey)
+	defer unlockUpload()
+	switch m, err := headOpt(ctx, h.Backend, committedMarker(ukey)); {
+	case err != nil:
+		rq.log.Error(err, "backend HEAD", "object", committedMarker(ukey))
+		rq.fail(backendReadError(err))
+		return
+	case m != nil:
+		// What its URL wrote since is not this commit's: dropped.
+		h.dropUpload(after, rq, ukey)
+		rq.fail(&apiError{http.StatusConflict, "InvalidUpload",
+			"upload " + req.Upload + " was already committed: an upload is committed once; authorize the object again for a new one"})
+		return
+	}
 	defer h.dropUpload(after, rq, ukey)
 
 	got, err := h.Backend.Head(ctx, ukey)
@@ -231,8 +257,22 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	default:
 		target = pkey
 	}
+	var prior *upload.ObjectInfo // what target held before the copy
+	if target == pkey {
+		if prior, err = headOpt(ctx, h.Backend, pkey); err != nil {
+			rq.log.Error(err, "backend HEAD", "object", pkey)
+			rq.fail(backendReadError(err))
+			return
+		}
+	}
 	if target != "" {
 		if e := h.copyVerified(after, rq, ukey, target, got); e != nil {
+			rq.fail(e)
+			return
+		}
+		// The copy may end after the job's artifacts became final.
+		if e := h.recheck(rq, *job); e != nil {
+			h.cleanup(after, rq, target, prior)
 			rq.fail(e)
 			return
 		}
@@ -246,6 +286,9 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 				"the object is verified but an older pending version could not be dropped; retry the upload"})
 			return
 		}
+	}
+	if _, err := h.Backend.Put(after, committedMarker(ukey), strings.NewReader(""), 0); err != nil {
+		rq.log.Error(err, "recording the commit of a direct upload", "object", committedMarker(ukey))
 	}
 	if h.OnVerified != nil {
 		h.OnVerified(after, *job, req.Key, got)
@@ -295,6 +338,13 @@ func (h *Handler) dropUploads(ctx context.Context, jobID string) error {
 		}
 	}
 	return nil
+}
+
+func nodesOf(job *Job) int {
+	if job == nil {
+		return 0
+	}
+	return job.Nodes
 }
 
 func writeJSON(rq *request, v any) {

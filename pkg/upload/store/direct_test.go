@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -117,7 +118,10 @@ func wantStoreRefusal(t *testing.T, a upload.AuthorizeResponse, body []byte, siz
 
 func (d *directEnv) wantNoUploads() {
 	d.t.Helper()
-	if keys := d.list("job-a/" + upload.UploadsDir); len(keys) != 0 {
+	// A commit's marker stays (until the binding ends) so its URL cannot be
+	// committed twice; no upload's bytes do.
+	keys := slices.DeleteFunc(d.list(upload.UploadsPrefix+"job-a/"), func(k string) bool { return strings.HasSuffix(k, ".committed") })
+	if len(keys) != 0 {
 		d.t.Fatalf("direct uploads left behind: %q", keys)
 	}
 }
@@ -137,7 +141,7 @@ func TestDirectUpload(t *testing.T) {
 		if a.Mode != upload.ModeDirect || a.URL == "" || a.Upload == "" || time.Until(a.Expires) < 4*time.Minute {
 			t.Fatalf("authorize: %+v", a)
 		}
-		if strings.Contains(a.URL, key) || !strings.Contains(a.URL, upload.UploadsDir) {
+		if strings.Contains(a.URL, key) || !strings.Contains(a.URL, upload.UploadsPrefix) {
 			t.Fatalf("the URL is not for a pending upload key: %s", a.URL)
 		}
 		resp := presignedPut(t, a, body, size)
@@ -222,6 +226,48 @@ func TestDirectUpload(t *testing.T) {
 		d.wantAbsent(key)
 	})
 
+	// Within its URL's life, an upload id is committed once: its URL PUT
+	// again with other bytes is not committed again, and those bytes are
+	// not kept.
+	t.Run("CommittedOnce", func(t *testing.T) {
+		d := newDirectEnv(t, v, 0)
+		const key = "job-a/once.bin"
+		a := d.authorizeDirect(tokenA, key, size)
+		if resp := presignedPut(t, a, body, size); resp.StatusCode != http.StatusOK {
+			t.Fatalf("PUT: %d", resp.StatusCode)
+		}
+		decodeJSON[upload.CommitResponse](t, d.postJSON(upload.PathCommit, tokenA, commit(a, key, size, md5hex(body))))
+		other := data(int(size), 8)
+		if resp := presignedPut(t, a, other, size); resp.StatusCode != http.StatusOK {
+			t.Fatalf("second PUT through the same URL: %d (the store still takes it; the commit must not)", resp.StatusCode)
+		}
+		e := wantError(t, d.postJSON(upload.PathCommit, tokenA, commit(a, key, size, md5hex(other))), http.StatusConflict, "InvalidUpload")
+		if !strings.Contains(e.Message, "already committed") {
+			t.Errorf("message %q", e.Message)
+		}
+		d.wantObject(key, body)
+		d.wantAbsent(PendingKey(key))
+		d.wantNoUploads()
+	})
+
+	// The commit repeats the authorization's manifest-key rule: a manifest
+	// is never stored from a direct upload (its verdict would be skipped).
+	t.Run("ManifestKeyNotCommitted", func(t *testing.T) {
+		d := newDirectEnv(t, v, 0)
+		key := "job-a/" + upload.ManifestName
+		m := []byte(`{"version":"v1","jobID":"job-a","podUID":"pod-0","files":[]}`)
+		id := uploadID(key, int64(len(m)))
+		if _, err := d.s3.Put(context.Background(), uploadKey("job-a", id), bytes.NewReader(m), int64(len(m))); err != nil {
+			t.Fatal(err)
+		}
+		e := wantError(t, d.postJSON(upload.PathCommit, tokenA, upload.CommitRequest{Key: key, Size: int64(len(m)), MD5: md5hex(m), Upload: id}),
+			http.StatusBadRequest, "InvalidRequest")
+		if !strings.Contains(e.Message, "manifest") {
+			t.Errorf("message %q", e.Message)
+		}
+		d.wantAbsent(key)
+	})
+
 	t.Run("FinalBindingRefused", func(t *testing.T) {
 		d := newDirectEnv(t, v, 0)
 		wantError(t, d.postJSON(upload.PathAuthorize, tokenDone, upload.AuthorizeRequest{Key: "job-done/x.bin", Size: 5}), http.StatusForbidden, "AccessDenied")
@@ -240,13 +286,33 @@ func TestDirectUpload(t *testing.T) {
 		d.wantNoUploads()
 	})
 
+	// A URL used after its binding ended: the store takes the PUT, but
+	// the commit is refused and what it wrote dropped; nothing reaches the
+	// key or its pending key.
+	t.Run("URLUsedAfterTheBindingEnded", func(t *testing.T) {
+		d := newDirectEnv(t, v, 0)
+		const key = "job-a/after-the-end-2.bin"
+		a := d.authorizeDirect(tokenA, key, size)
+		d.final.Store(true)
+		if _, err := d.h.DropPending(context.Background(), "job-a"); err != nil {
+			t.Fatal(err)
+		}
+		if resp := presignedPut(t, a, body, size); resp.StatusCode != http.StatusOK {
+			t.Fatalf("PUT: %d", resp.StatusCode)
+		}
+		wantError(t, d.postJSON(upload.PathCommit, tokenA, commit(a, key, size, md5hex(body))), http.StatusForbidden, "AccessDenied")
+		d.wantAbsent(key)
+		d.wantAbsent(PendingKey(key))
+		d.wantNoUploads()
+	})
+
 	t.Run("UncommittedUploadsDroppedWhenTheBindingEnds", func(t *testing.T) {
 		d := newDirectEnv(t, v, 0)
 		a := d.authorizeDirect(tokenA, "job-a/orphan.bin", size)
 		if resp := presignedPut(t, a, body, size); resp.StatusCode != http.StatusOK {
 			t.Fatalf("PUT: %d", resp.StatusCode)
 		}
-		if n, err := d.h.Promote(context.Background(), "job-a"); err != nil || n != 0 {
+		if n, err := d.h.Promote(context.Background(), "job-a", nil); err != nil || n != 0 {
 			t.Fatalf("Promote: %d %v", n, err)
 		}
 		d.wantAbsent("job-a/orphan.bin")

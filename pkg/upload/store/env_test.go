@@ -37,9 +37,12 @@ var (
 	allTokens = []string{tokenA, tokenB, tokenDone, tokenDown, tokenNone}
 )
 
+// testPod is node 0's registered pod in the test's bindings.
+const testPod = "pod-0"
+
 var testJobs = map[string]Job{
-	tokenA:    {Namespace: "ml", Name: "job-a-wb", JobID: "job-a", Writable: true},
-	tokenB:    {Namespace: "ml", Name: "job-b-wb", JobID: "job-b", Writable: true},
+	tokenA:    {Namespace: "ml", Name: "job-a-wb", JobID: "job-a", Writable: true, Pods: map[int]string{0: testPod}},
+	tokenB:    {Namespace: "ml", Name: "job-b-wb", JobID: "job-b", Writable: true, Pods: map[int]string{0: testPod}},
 	tokenDone: {Namespace: "ml", Name: "job-done-wb", JobID: "job-done", Writable: false},
 }
 
@@ -383,6 +386,14 @@ func (f *faultyBackend) Stat(ctx context.Context, key string) (upload.ObjectInfo
 	}
 	info, err := f.Backend.Head(ctx, key)
 	return info, time.Unix(0, 0), err
+}
+
+func (f *faultyBackend) Open(ctx context.Context, key string) (io.ReadCloser, upload.ObjectInfo, error) {
+	o, ok := f.Backend.(Opener)
+	if !ok {
+		return nil, upload.ObjectInfo{}, errors.New("the backend cannot open objects")
+	}
+	return o.Open(ctx, key)
 }
 
 // rawTLS opens a TLS connection to the server, for requests net/http will

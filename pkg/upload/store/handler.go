@@ -26,12 +26,17 @@ type Job struct {
 	Namespace, Name string
 	// JobID prefixes every key the token may write or read.
 	JobID string
-	// Writable is false once the binding is final (Succeeded or Failed):
-	// its artifacts can still be HEADed but no longer PUT.
+	// Writable is false once the job's artifacts are final: every manifest
+	// verified with the TrainJob complete (being promoted), or the binding
+	// Succeeded or Failed. Its artifacts can still be HEADed but no longer
+	// PUT; State ("Succeeded", "Finishing/PromotingArtifacts") says why.
 	Writable bool
+	State    string
 	// Nodes is how many nodes of the job are bound: with more than one,
 	// nodes/<rank>/manifest.json is node rank's manifest (upload.NodesDir).
 	Nodes int
+	// Pods are the nodes' current registered pods' UIDs, by rank (nodes.go).
+	Pods map[int]string
 }
 
 // Authorizer returns the job whose binding holds token. It refuses with an
@@ -161,6 +166,8 @@ type request struct {
 	onRefused  func(reason string)
 	reason     string
 	retryAfter time.Duration
+	// token is the request's token once authorized (recheck).
+	token binding.Token
 }
 
 func (rq *request) fail(e *apiError) {
@@ -244,30 +251,36 @@ func (h *Handler) authorize(rq *request, jobID string) (Job, *apiError) {
 	}
 	job, err := h.Authorize(rq.r.Context(), token)
 	if err != nil {
-		var ae *AuthError
-		var sd *SlowDownError
-		switch {
-		case errors.As(err, &ae):
-			status := http.StatusForbidden
-			if ae.Status == http.StatusUnauthorized {
-				status = http.StatusUnauthorized
-			}
-			rq.reason = ae.Reason
-			return Job{}, &apiError{status, "AccessDenied", ae.Message}
-		case errors.As(err, &sd):
-			rq.reason, rq.retryAfter = "rate_limited", sd.RetryAfter
-			return Job{}, &apiError{http.StatusServiceUnavailable, "SlowDown", sd.Message}
-		}
-		rq.log.Error(err, "authorizing the token")
-		return Job{}, &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
-			"the server cannot check the token now; retry with backoff"}
+		return Job{}, authError(rq, err)
 	}
+	rq.token = token
 	rq.log = rq.log.WithValues("binding", job.Namespace+"/"+job.Name)
 	if jobID != job.JobID {
 		return Job{}, &apiError{http.StatusForbidden, "AccessDenied",
 			fmt.Sprintf("this token belongs to job %q: its keys start with %q", job.JobID, job.JobID+"/")}
 	}
 	return job, nil
+}
+
+// authError is the answer to an Authorizer's error.
+func authError(rq *request, err error) *apiError {
+	var ae *AuthError
+	var sd *SlowDownError
+	switch {
+	case errors.As(err, &ae):
+		status := http.StatusForbidden
+		if ae.Status == http.StatusUnauthorized {
+			status = http.StatusUnauthorized
+		}
+		rq.reason = ae.Reason
+		return &apiError{status, "AccessDenied", ae.Message}
+	case errors.As(err, &sd):
+		rq.reason, rq.retryAfter = "rate_limited", sd.RetryAfter
+		return &apiError{http.StatusServiceUnavailable, "SlowDown", sd.Message}
+	}
+	rq.log.Error(err, "authorizing the token")
+	return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+		"the server cannot check the token now; retry with backoff"}
 }
 
 func (h *Handler) stat(ctx context.Context, key string) (upload.ObjectInfo, time.Time, error) {
@@ -356,8 +369,11 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		return
 	}
 	if !job.Writable {
-		rq.fail(&apiError{http.StatusForbidden, "AccessDenied",
-			fmt.Sprintf("binding %s/%s is finished: the job's artifacts can no longer change", job.Namespace, job.Name)})
+		rq.fail(notWritable(job))
+		return
+	}
+	if e := checkNode(rq, job, path); e != nil {
+		rq.fail(e)
 		return
 	}
 	size, e := contentLength(r)
@@ -405,7 +421,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.callbackTimeout())
 	defer cancel()
 	// A non-manifest body's digests are chosen once its target is known.
-	body := &bodyReader{r: r.Body, remaining: size, rc: rq.rc, idle: h.idleTimeout()}
+	body := &bodyReader{r: r.Body, remaining: size, rc: rq.rc, idle: h.idleTimeout(), last: func() *apiError { return h.recheck(rq, job) }}
 	if isManifest {
 		body.w = dig.writer(true)
 	}
@@ -437,6 +453,10 @@ func (h *Handler) put(rq *request, jobID, path string) {
 			_ = h.manifestResult(after, job, ManifestResult{Key: rq.key, Rank: manifestRank, Err: "malformed manifest: " + perr.Error()})
 			rq.fail(&apiError{http.StatusBadRequest, "MalformedManifest",
 				"the manifest was not stored: " + perr.Error() + " (docs/artifacts.md describes the format)"})
+			return
+		}
+		if e := checkManifestPod(rq, job, manifestRank, m); e != nil {
+			rq.fail(e)
 			return
 		}
 		manifest = m
@@ -538,6 +558,17 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		return
 	}
 
+	// Authorized when it began, the PUT may have ended after the job's
+	// artifacts became final: what it stored is not kept. A body checked
+	// before its last bytes (all but the empty one) is not asked again,
+	// so a PUT costs two authorizations, not three.
+	if target != "" && !body.checked {
+		if e := h.recheck(rq, job); e != nil {
+			h.cleanup(after, rq, target, prior)
+			rq.fail(e)
+			return
+		}
+	}
 	// The latest verified upload of a key wins: if it equals the final
 	// object, a pending object from an earlier upload must not be promoted
 	// over it.
@@ -558,6 +589,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	hd := rq.w.Header()
 	if manifest != nil {
 		res, verr := verifyManifest(after, h.Backend, rq.key, manifestRank, manifest, h.manifestWorkers())
+		res.SHA256 = sha256Hex(buf)
 		rerr := h.manifestResult(after, job, res)
 		rq.log = rq.log.WithValues("manifestVerified", res.Verified, "files", res.Files, "bytes", res.Bytes)
 		if rerr != nil && verr == nil {
@@ -626,6 +658,9 @@ func headOpt(ctx context.Context, b upload.Backend, key string) (*upload.ObjectI
 }
 
 func bodyError(b *bodyReader, size int64) *apiError {
+	if b.refused != nil {
+		return b.refused
+	}
 	return &apiError{http.StatusBadRequest, "IncompleteBody",
 		fmt.Sprintf("the body ended after %d of the %d bytes in Content-Length (%v); nothing was kept: upload the file again", b.n, size, b.err)}
 }
@@ -647,6 +682,10 @@ func backendError(err error) *apiError {
 // errShortBody is a body that ended before Content-Length bytes.
 var errShortBody = errors.New("unexpected end of body")
 
+// errRefused is a body withheld from the backend: the job's artifacts
+// became final while it streamed.
+var errRefused = errors.New("the job's artifacts became final during the upload")
+
 // bodyReader reads exactly remaining bytes of a request body into w (the
 // digests, if any), and extends the connection's deadlines while the body makes
 // progress.
@@ -658,6 +697,12 @@ type bodyReader struct {
 	err error
 	w   io.Writer
 	rc  *http.ResponseController
+	// last, if set, is asked before the body's last bytes are handed on
+	// (so before any backend can complete the object); refused is its
+	// refusal, after which the body fails.
+	last    func() *apiError
+	refused *apiError
+	checked bool
 	// idle is how long a read may make no progress.
 	idle     time.Duration
 	extended time.Time
@@ -685,6 +730,13 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 		// Extending costs a timer update: do it at most every idle/4.
 		if now := time.Now(); m > 0 && now.Sub(b.extended) > min(b.idle/4, time.Second) {
 			b.extend(now)
+		}
+	}
+	if n > 0 && int64(n) == b.remaining && b.last != nil {
+		b.checked = true
+		if e := b.last(); e != nil {
+			b.refused, b.err = e, errRefused
+			return 0, b.err
 		}
 	}
 	if n > 0 {

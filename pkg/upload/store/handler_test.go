@@ -321,21 +321,45 @@ func testPending(t *testing.T, e *env) {
 	e.wantObject(key, v1)
 	e.wantAbsent(pkey)
 
-	// Promote moves pending objects over final ones.
+	// Promote moves what the verified manifest lists over the final
+	// objects, and nothing else: a later version of a listed file and an
+	// unlisted pending object are dropped.
 	e.mustPut(key, v2)
 	e.mustPut("job-a/other", v3)
 	e.mustPut("job-a/other", v1)
-	n, err := e.h.Promote(context.Background(), "job-a")
+	e.mustPut("job-a/unlisted", v3)
+	e.mustPut("job-a/unlisted", v2)
+	e.mustPut("job-a/"+upload.ManifestName, manifestJSON(t, "job-a", map[string][]byte{"ckpt/latest.pt": v2, "other": v1}, []string{"ckpt/latest.pt", "other"}))
+	verdict := e.manifests[len(e.manifests)-1]
+	if !verdict.Verified || len(verdict.SHA256) != 64 {
+		t.Fatalf("manifest verdict %+v, want verified with its SHA-256", verdict)
+	}
+	vm := []VerifiedManifest{{Rank: 0, SHA256: verdict.SHA256}}
+	e.mustPut(key, v3) // after the verdict: replaces the pending v2
+	if _, err := e.h.Promote(context.Background(), "job-a", vm); !isNotAsListed(err, "ckpt/latest.pt") {
+		t.Fatalf("Promote with the listed version overwritten: %v, want a NotAsListedError naming ckpt/latest.pt", err)
+	}
+	e.wantObject(key, v1)
+	e.mustPut(key, v2) // the listed version again, then a later one is kept apart
+	e.mustPut(key, v1)
+	e.wantAbsent(pkey)
+	e.mustPut(key, v2)
+	n, err := e.h.Promote(context.Background(), "job-a", vm)
 	if err != nil || n != 2 {
 		t.Fatalf("Promote: %d, %v", n, err)
 	}
 	e.wantObject(key, v2)
 	e.wantObject("job-a/other", v1)
+	e.wantObject("job-a/unlisted", v3)
 	if got := e.list("job-a/.tether/"); len(got) != 0 {
 		t.Fatalf("pending after Promote: %q", got)
 	}
-	if n, err := e.h.Promote(context.Background(), "job-a"); err != nil || n != 0 {
+	if n, err := e.h.Promote(context.Background(), "job-a", vm); err != nil || n != 0 {
 		t.Fatalf("second Promote: %d, %v", n, err)
+	}
+	// A manifest rewritten behind the verdict is not promoted from.
+	if _, err := e.h.Promote(context.Background(), "job-a", []VerifiedManifest{{Rank: 0, SHA256: strings.Repeat("0", 64)}}); !isNotAsListed(err, upload.ManifestName) {
+		t.Fatalf("Promote with another manifest digest: %v", err)
 	}
 
 	// DropPending keeps the final objects.
@@ -354,7 +378,7 @@ func testPending(t *testing.T, e *env) {
 		t.Fatalf("DropPending(job-b): %d, %v", n, err)
 	}
 	e.wantObject(pkey, v1)
-	if _, err := e.h.Promote(context.Background(), "../job-a"); !errors.Is(err, ErrInvalidKey) {
+	if _, err := e.h.Promote(context.Background(), "../job-a", nil); !errors.Is(err, ErrInvalidKey) {
 		t.Fatalf("Promote(../job-a): %v", err)
 	}
 }
@@ -402,9 +426,14 @@ func testSameContentNoWrite(t *testing.T, e *env) {
 	e.wantObject(PendingKey(key), newer)
 }
 
+func isNotAsListed(err error, path string) bool {
+	var nl *NotAsListedError
+	return errors.As(err, &nl) && nl.Path == path
+}
+
 func manifestJSON(t *testing.T, jobID string, files map[string][]byte, order []string) []byte {
 	t.Helper()
-	m := upload.Manifest{Version: upload.ManifestVersion, JobID: jobID}
+	m := upload.Manifest{Version: upload.ManifestVersion, JobID: jobID, PodUID: testPod}
 	for _, p := range order {
 		m.Files = append(m.Files, upload.ManifestFile{Path: p, Size: int64(len(files[p])), MD5: md5hex(files[p])})
 	}

@@ -24,6 +24,9 @@ type ManifestResult struct {
 	// (empty from an older sidecar).
 	Rank   int
 	PodUID string
+	// SHA256 is the manifest's own digest (lowercase hex): the binding
+	// records it, promotion and readers check the stored manifest by it.
+	SHA256 string
 	// Files and Bytes count the manifest's entries and their sizes.
 	Files, Bytes int64
 	// Verified is true when every entry is stored with the listed size and

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -91,8 +92,15 @@ func (b *S3Backend) PresignGet(ctx context.Context, key string, ttl time.Duratio
 }
 
 // CheckReadKey checks a key a reader asks for with the rules of a PUT's
-// key (checkKey): a clean <job-id>/<path>, not under <job-id>/.tether/.
+// key (checkKey): a clean <job-id>/<path>, not under <job-id>/.tether/ but
+// for the archived trainer logs (<job-id>/.tether/logs/, upload.LogsDir),
+// which only the controller writes.
 func CheckReadKey(key string) error {
+	if job, rest, ok := strings.Cut(key, "/"); ok {
+		if log, ok := strings.CutPrefix(rest, upload.LogsDir); ok && log != "" && !strings.Contains(log, "/") {
+			key = job + "/" + log // the rest of the rules, on the log's name
+		}
+	}
 	if _, _, e := checkKey(key); e != nil {
 		return fmt.Errorf("%s", e.message)
 	}

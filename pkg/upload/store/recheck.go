@@ -41,19 +41,21 @@ func (h *Handler) StoredManifest(ctx context.Context, jobID string, rank int) (r
 	if err != nil {
 		return ManifestResult{}, false, fmt.Errorf("reading %s: %w", key, err)
 	}
+	sum := sha256Hex(buf)
 	m, perr := parseManifest(buf, jobID)
 	if perr != nil {
-		return ManifestResult{Key: key, Rank: rank, Err: "malformed manifest: " + perr.Error()}, true, nil
+		return ManifestResult{Key: key, Rank: rank, SHA256: sum, Err: "malformed manifest: " + perr.Error()}, true, nil
 	}
 	res, err = verifyManifest(ctx, h.Backend, key, rank, m, h.manifestWorkers())
 	if err != nil {
 		return ManifestResult{}, false, err
 	}
+	res.SHA256 = sum
 	return res, true, nil
 }
 
 // Artifacts is the result as a node's artifacts on the binding.
 func (r ManifestResult) Artifacts() tetherv1.NodeArtifacts {
-	return tetherv1.NodeArtifacts{Manifest: r.Key, Verified: r.Verified, Files: int32(r.Files), Bytes: r.Bytes,
+	return tetherv1.NodeArtifacts{Manifest: r.Key, ManifestSHA256: r.SHA256, Verified: r.Verified, Files: int32(r.Files), Bytes: r.Bytes,
 		Missing: r.Missing, MissingCount: int32(r.MissingCount), LastError: r.Err}
 }

@@ -36,7 +36,7 @@ func (j *job) syncer(t *testing.T) *artifacts.Syncer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := artifacts.NewSyncer(artifacts.SyncerConfig{Scanner: sc, Uploader: up, JobID: cfg.JobID})
+	s, err := artifacts.NewSyncer(artifacts.SyncerConfig{Scanner: sc, Uploader: up, JobID: cfg.JobID, PodUID: cfg.Pod.UID})
 	if err != nil {
 		t.Fatal(err)
 	}
