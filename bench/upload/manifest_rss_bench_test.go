@@ -31,7 +31,9 @@ import (
 const (
 	manifestServerMode = "manifest-server"
 	manifestJobID      = "bench-manifest"
-	manifestToken      = "00000000000000000000000000000000000000000000000000000000000000aa"
+	// manifestPod is node 0's registered pod: every manifest names its pod.
+	manifestPod   = "bench-manifest-pod-0"
+	manifestToken = "00000000000000000000000000000000000000000000000000000000000000aa"
 	// memoryLimitMiB is the chart's limits.memory for the control plane.
 	memoryLimitMiB = 512
 )
@@ -62,7 +64,7 @@ func BenchmarkManifestPutRSS(b *testing.B) {
 	const parallel = 10
 	body := bigManifest(b, entries)
 	srv := startManifestServer(b)
-	small := fmt.Appendf(nil, `{"version":%q,"jobID":%q,"files":[]}`, upload.ManifestVersion, manifestJobID)
+	small := fmt.Appendf(nil, `{"version":%q,"jobID":%q,"podUID":%q,"files":[]}`, upload.ManifestVersion, manifestJobID, manifestPod)
 
 	for b.Loop() {
 		if code, _ := srv.put(b, small); code != http.StatusOK {
@@ -106,7 +108,7 @@ func BenchmarkManifestPutRSS(b *testing.B) {
 // upload.MaxManifestSize with long paths.
 func bigManifest(b *testing.B, n int) []byte {
 	b.Helper()
-	head := fmt.Sprintf(`{"version":%q,"jobID":%q,"files":[`, upload.ManifestVersion, manifestJobID)
+	head := fmt.Sprintf(`{"version":%q,"jobID":%q,"podUID":%q,"files":[`, upload.ManifestVersion, manifestJobID, manifestPod)
 	const perEntry = len(`{"path":"","size":1,"md5":"00000000000000000000000000000000"},`)
 	pathLen := (upload.MaxManifestSize-len(head)-2)/n - perEntry
 	if pathLen < 8 {
@@ -238,7 +240,8 @@ func runManifestServerChild() int {
 			if string(token) != manifestToken {
 				return store.Job{}, store.Unauthorized("no binding holds this token")
 			}
-			return store.Job{Namespace: "tether-bench", Name: manifestJobID, JobID: manifestJobID, Writable: true}, nil
+			return store.Job{Namespace: "tether-bench", Name: manifestJobID, JobID: manifestJobID, Writable: true,
+				Pods: map[int]string{0: manifestPod}}, nil
 		},
 		Log: logr.Discard(),
 	}

@@ -17,7 +17,7 @@ import (
 // manifestOf is job's manifest listing n files (none of them stored).
 func manifestOf(job string, n int) []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, `{"version":%q,"jobID":%q,"files":[`, upload.ManifestVersion, job)
+	fmt.Fprintf(&b, `{"version":%q,"jobID":%q,"podUID":%q,"files":[`, upload.ManifestVersion, job, testPod)
 	for i := range n {
 		if i > 0 {
 			b.WriteByte(',')
