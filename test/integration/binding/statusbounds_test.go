@@ -46,8 +46,9 @@ func TestWorstCaseStatusOf256NodesIsAccepted(t *testing.T) {
 			for i := range missing {
 				missing[i] = fmt.Sprintf("%d/%s", i, long("k", 1006))
 			}
-			lifecycle.ArtifactsRecorded(st, r, "", tetherv1.NodeArtifacts{Manifest: fmt.Sprintf("%s/nodes/%d/manifest.json", wb.Spec.JobID, r),
-				Files: 1 << 30, Bytes: 1 << 50, Missing: missing, MissingCount: 1 << 30, LastError: long("e", 20_000)})
+			// A verdict is recorded only for the node's current pod, with the manifest's digest.
+			lifecycle.ArtifactsRecorded(st, r, n.PodUID, tetherv1.NodeArtifacts{Manifest: fmt.Sprintf("%s/nodes/%d/manifest.json", wb.Spec.JobID, r),
+				ManifestSHA256: long("f", 64), Files: 1 << 30, Bytes: 1 << 50, Missing: missing, MissingCount: 1 << 30, LastError: long("e", 20_000)})
 			lifecycle.UploadReported(st, r, n.PodUID, 1<<50, long("u", 20_000))
 		}
 		st.TrainerExitCode, st.TrainerExits = ptr.To[int32](137), 1<<20
