@@ -77,6 +77,7 @@ const (
 	ErrBadRequest         = "BadRequest"         // 400: the body is not a valid request
 	ErrUnavailable        = "Unavailable"        // 503: the server cannot decide now; retry
 	ErrRateLimited        = "RateLimited"        // 429: too many requests with this token; retry after Retry-After
+	ErrSessionActive      = "SessionActive"      // 409: the worker's session is open and heartbeating; retry after a backoff
 )
 
 // PodIdentity is the pod a sidecar runs in, from the downward API.

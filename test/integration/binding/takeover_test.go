@@ -1,0 +1,119 @@
+package binding
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+// rawSession opens a session as the sidecar's pod with the job's token, as
+// anyone who can read the token Secret can, and sends nothing on it.
+func rawSession(t *testing.T, j *job) (*websocket.Conn, error) {
+	t.Helper()
+	e := j.sidecarEnv()
+	token, err := os.ReadFile(j.tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(j.caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	u, err := url.Parse(e[binding.EnvServerURL])
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Scheme, u.Path = "wss", strings.TrimSuffix(u.Path, "/")+binding.PathSession
+	h := http.Header{}
+	h.Set(binding.HeaderAuthorization, binding.Token(strings.TrimSpace(string(token))).BearerHeader())
+	h.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
+	h.Set(binding.HeaderJobID, e[binding.EnvJobID])
+	h.Set(binding.HeaderWorkerID, e[binding.EnvWorkerID])
+	h.Set(binding.HeaderPodNamespace, e[binding.EnvPodNamespace])
+	h.Set(binding.HeaderPodName, e[binding.EnvPodName])
+	h.Set(binding.HeaderPodUID, e[binding.EnvPodUID])
+	d := websocket.Dialer{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, HandshakeTimeout: 5 * time.Second}
+	conn, resp, err := d.DialContext(context.Background(), u.String(), h)
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	if err == nil {
+		t.Cleanup(func() { conn.Close() })
+	}
+	return conn, err
+}
+
+// TestSidecarTakesItsSessionBack: a session opened with the job's token while
+// the sidecar was away (restarting) holds the worker and sends nothing. The
+// sidecar's session replaces it once it has been silent for 2 heartbeat
+// intervals (the newcomer is refused before), and the replacement is a
+// Warning Event and a metric, not silent.
+func TestSidecarTakesItsSessionBack(t *testing.T) {
+	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "2s"})
+	_, stop, done := runningClient(t, j.clientConfig())
+	j.waitPhase(t, tetherv1.PhaseRunning, "")
+	stop()
+	<-done
+	const replaced = "tether_binding_sessions_replaced_total"
+	before := counter(t, replaced)
+	var intruder *websocket.Conn
+	eventually(t, 10*time.Second, func() error {
+		var err error
+		intruder, err = rawSession(t, j)
+		return err
+	})
+	closed := make(chan int, 1)
+	go func() {
+		for {
+			if _, _, err := intruder.ReadMessage(); err != nil {
+				var ce *websocket.CloseError
+				if errors.As(err, &ce) {
+					closed <- ce.Code
+				} else {
+					closed <- 0
+				}
+				return
+			}
+		}
+	}()
+	real, _, realDone := runningClient(t, j.clientConfig())
+	select {
+	case code := <-closed:
+		if code != binding.CloseReplaced {
+			t.Logf("refusals: %q", metrics(t, "tether_binding_refusals_total"))
+			t.Fatalf("the silent session ended with %d, want %d (replaced by the sidecar's)", code, binding.CloseReplaced)
+		}
+	case err := <-realDone:
+		t.Fatalf("the sidecar stopped: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the sidecar did not take its session back")
+	}
+	seq := real.LastAckedSeq()
+	eventually(t, 10*time.Second, func() error {
+		if real.LastAckedSeq() <= seq {
+			return fmt.Errorf("no heartbeat acknowledged since the takeover (seq %d)", seq)
+		}
+		return nil
+	})
+	if got := counter(t, replaced); got <= before {
+		t.Errorf("%s = %v, want more than %v", replaced, got, before)
+	}
+	waitForEvent(t, j, server.ReasonSessionReplaced)
+}
