@@ -251,6 +251,10 @@ type Finishing struct {
 	// Skipped and SkippedCount are the final scan's, as in Heartbeat.
 	Skipped      []SkippedEntry `json:"skipped,omitempty"`
 	SkippedCount int            `json:"skippedCount,omitempty"`
+	// Progress is the progress file as the pod stops: the trainer's last
+	// line, which the next heartbeat's status write might never carry (the
+	// binding may end first).
+	Progress *Progress `json:"progress,omitempty"`
 }
 
 // MaxReportedUnverified bounds Finishing.Unverified (the WorkerBinding names
@@ -346,6 +350,9 @@ func DecodeFrame(b []byte) (Frame, error) {
 		}
 		if err := checkSkipped(fin.Skipped, fin.SkippedCount); err != nil {
 			return bad("finishing: %v", err)
+		}
+		if p := fin.Progress; p != nil && p.Fraction != nil && !(*p.Fraction >= 0 && *p.Fraction <= 1) {
+			p.Fraction = nil // advisory, as in a heartbeat
 		}
 	default:
 		return bad("unknown frame type %q", f.Type)

@@ -408,8 +408,19 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 			}
 		case binding.FrameFinishing:
 			fin := f.Finishing
+			// The trainer's last progress line goes with this write: a
+			// heartbeat carrying it may be paced past the binding's end.
+			var ws workerState
+			s.hub.update(sess.key, func(st *workerState) {
+				if fin.Progress != nil && st.podUID == sess.podUID {
+					st.progress = fin.Progress
+				}
+				ws = *st
+			})
 			if _, err := s.updateStatus(ctx, sess.key.binding, func(st *tetherv1.WorkerBindingStatus) bool {
-				finishing := lifecycle.Finishing(st, sess.key.rank, sess.podUID, fin.Reason)
+				progressed := fin.Progress != nil && ws.podUID == sess.podUID &&
+					lifecycle.Heartbeat(st, sess.key.rank, sess.podUID, s.opts.Now(), int64(ws.lastSeq), toAPIProgress(ws.progress))
+				finishing := lifecycle.Finishing(st, sess.key.rank, sess.podUID, fin.Reason) || progressed
 				// The first finishing frame (the signal) carries no scan.
 				skipped := fin.SkippedCount > 0 && lifecycle.SkippedReported(st, fin.Skipped, fin.SkippedCount)
 				return lifecycle.FlushUnverified(st, sess.key.rank, fin.Unverified, fin.UnverifiedCount, fin.ArtifactError) || finishing || skipped

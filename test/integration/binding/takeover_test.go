@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -116,4 +117,46 @@ func TestSidecarTakesItsSessionBack(t *testing.T) {
 		t.Errorf("%s = %v, want more than %v", replaced, got, before)
 	}
 	waitForEvent(t, j, server.ReasonSessionReplaced)
+}
+
+// TestFinishCarriesTheTrainersLastLine: the trainer writes its last progress
+// line and exits; the sidecar finishes and stops before a heartbeat carries
+// it. The binding shows that line, not the last heartbeat's (issue 24 §4:
+// a 12-step job showed step 10).
+func TestFinishCarriesTheTrainersLastLine(t *testing.T) {
+	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	writeProgress := func(step int) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(j.artifactDir, binding.ProgressFile), []byte(fmt.Sprintf(`{"step":%d}`+"\n", step)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step := func() int64 {
+		if p := j.binding(t).Status.Progress; p != nil && p.Step != nil {
+			return *p.Step
+		}
+		return -1
+	}
+	writeProgress(10)
+	c, stop, done := runningClient(t, j.clientConfig())
+	eventually(t, 15*time.Second, func() error {
+		if s := step(); s != 10 {
+			return fmt.Errorf("progress step %d, want 10", s)
+		}
+		return nil
+	})
+	writeProgress(12)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Finish(ctx, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	<-done
+	eventually(t, 10*time.Second, func() error {
+		if s := step(); s != 12 {
+			return fmt.Errorf("progress step %d after the pod finished, want 12 (the trainer's last line)", s)
+		}
+		return nil
+	})
 }
