@@ -155,7 +155,7 @@ func TestCommandsAreDeliveredAndAcknowledged(t *testing.T) {
 // 24 §3: it was closed with 4001 and the sidecar stopped its work).
 func TestTenantCannotTakeTheSidecarsSession(t *testing.T) {
 	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
-	real, _, realDone := runningClient(t, j.clientConfig())
+	sidecar, _, realDone := runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	const refused = `tether_binding_refusals_total{reason="session_active"}`
 	before := counter(t, refused)
@@ -171,10 +171,10 @@ func TestTenantCannotTakeTheSidecarsSession(t *testing.T) {
 		}
 		return nil
 	})
-	seq := real.LastAckedSeq()
+	seq := sidecar.LastAckedSeq()
 	eventually(t, 10*time.Second, func() error {
-		if real.LastAckedSeq() < seq+2 {
-			return fmt.Errorf("real sidecar acked up to %d, want %d", real.LastAckedSeq(), seq+2)
+		if sidecar.LastAckedSeq() < seq+2 {
+			return fmt.Errorf("real sidecar acked up to %d, want %d", sidecar.LastAckedSeq(), seq+2)
 		}
 		return nil
 	})

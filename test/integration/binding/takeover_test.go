@@ -94,7 +94,7 @@ func TestSidecarTakesItsSessionBack(t *testing.T) {
 			}
 		}
 	}()
-	real, _, realDone := runningClient(t, j.clientConfig())
+	sidecar, _, realDone := runningClient(t, j.clientConfig())
 	select {
 	case code := <-closed:
 		if code != binding.CloseReplaced {
@@ -106,9 +106,9 @@ func TestSidecarTakesItsSessionBack(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the sidecar did not take its session back")
 	}
-	seq := real.LastAckedSeq()
+	seq := sidecar.LastAckedSeq()
 	eventually(t, 10*time.Second, func() error {
-		if real.LastAckedSeq() <= seq {
+		if sidecar.LastAckedSeq() <= seq {
 			return fmt.Errorf("no heartbeat acknowledged since the takeover (seq %d)", seq)
 		}
 		return nil
