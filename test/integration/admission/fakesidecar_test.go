@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/testobj"
@@ -110,4 +111,37 @@ func initImages(p *corev1.Pod) []string {
 		out = append(out, c.Name+"="+c.Image)
 	}
 	return out
+}
+
+// TestInjectedPodAsStoredIsProven: Tether's own injection, as the API server
+// stores it (every default applied), submitted again (what a reinvocation or
+// a pod made from the injected spec sends), is proven injected and admitted
+// unchanged, not refused as a look-alike.
+func TestInjectedPodAsStoredIsProven(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, nil)
+	tj := testobj.MakeTrainJob("again", ns).Bound().Obj()
+	if err := env.Client.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	first := testobj.MakeTrainerPod("again", ns).Routed().Obj()
+	if err := env.Client.Create(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	stored := &corev1.Pod{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(first), stored); err != nil {
+		t.Fatal(err)
+	}
+	copyOf := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: stored.GenerateName,
+		Labels: stored.Labels, Annotations: stored.Annotations}, Spec: *stored.Spec.DeepCopy()}
+	copyOf.Spec.NodeName = ""
+	if err := env.Client.Create(ctx, copyOf, client.DryRunAll); err != nil {
+		t.Fatalf("Tether's own injection, as stored, submitted again: %v", err)
+	}
+	if n := len(copyOf.Spec.InitContainers); n != len(stored.Spec.InitContainers) {
+		t.Errorf("re-injected: %d init containers, want the %d it had", n, len(stored.Spec.InitContainers))
+	}
+	if got, want := copyOf.Annotations[jobconfig.PodStatusAnnotation], stored.Annotations[jobconfig.PodStatusAnnotation]; got != want {
+		t.Errorf("status annotation changed from %s to %s", want, got)
+	}
 }
