@@ -136,7 +136,7 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 			log.Error("tether sidecar stopping: the binding server refused it", "error", err, "permanent", session.IsPermanent(err))
 			return 1
 		}
-		// The binding finished, was revoked or taken over. A native sidecar
+		// The binding finished, was revoked, or went on with another pod. A native sidecar
 		// is restarted whenever it exits, even with 0, so it waits for the
 		// pod's termination instead of crash-looping against a 410.
 		log.Info("the binding ended; idle until the pod terminates", "reason", err)
@@ -284,9 +284,11 @@ func unverifiedReport(reason string, rep *artifacts.Report, flushErr error) (bin
 		Skipped: skipped, SkippedCount: len(skipped)}, true
 }
 
-// bindingEnded reports whether err says the binding is over (finished,
-// revoked, or the worker's session taken over), as opposed to a refusal that
-// a restart might fix (a token not yet valid, a server misconfiguration).
+// bindingEnded reports whether err says the binding is over for this pod
+// (finished, revoked, or the node has another registered pod: a session
+// taken over is not that, session.Client opens it again), as opposed to a
+// refusal that a restart might fix (a token not yet valid, a server
+// misconfiguration).
 func bindingEnded(err error) bool {
 	var pe *session.PermanentError
 	if !errors.As(err, &pe) {

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -40,7 +41,12 @@ type stub struct {
 	pushFlush  bool
 	push       []binding.Command // pushed after the first heartbeat (pushFlush: a flush)
 	refuseS3   bool              // answer every PUT 403 AccessDenied
-	s3Delay    time.Duration     // before answering a PUT
+	// takeOver closes the first session with 4001 after its first
+	// heartbeat, as the server does when another session opens.
+	takeOver  bool
+	sessions  atomic.Int32
+	registers atomic.Int32
+	s3Delay   time.Duration // before answering a PUT
 
 	objMu   sync.Mutex
 	objects map[string][]byte // by key
@@ -134,6 +140,7 @@ func newStub(t *testing.T, setup func(*stub)) (*stub, string) {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
+		s.registers.Add(1)
 		if s.registerFn != nil && s.registerFn(w) {
 			return
 		}
@@ -150,6 +157,7 @@ func newStub(t *testing.T, setup func(*stub)) (*stub, string) {
 			s.closes <- code
 			return conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, ""), time.Now().Add(time.Second))
 		})
+		n := s.sessions.Add(1)
 		pushed := false
 		for {
 			_, data, err := conn.ReadMessage()
@@ -165,6 +173,10 @@ func newStub(t *testing.T, setup func(*stub)) (*stub, string) {
 			if f.Type == binding.FrameHeartbeat {
 				b, _ := json.Marshal(binding.Frame{Type: binding.FrameAck, Ack: &binding.Ack{Seq: f.Heartbeat.Seq, Phase: "Running"}})
 				_ = conn.WriteMessage(websocket.TextMessage, b)
+				if s.takeOver && n == 1 {
+					_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(binding.CloseReplaced, "replaced by a newer session of the same worker"), time.Now().Add(time.Second))
+					return
+				}
 				if !pushed {
 					pushed = true
 					for _, c := range s.push {
@@ -336,6 +348,41 @@ func TestSidecarIdlesAfterBindingFinished(t *testing.T) {
 	sigs <- syscall.SIGTERM
 	if c := waitExit(t, code); c != 0 {
 		t.Errorf("exit code %d after SIGTERM, want 0", c)
+	}
+}
+
+// TestSidecarKeepsWorkingAfterItsSessionIsTakenOver: one session open with
+// the job's token closed the sidecar's with 4001, and it used to take that for
+// the binding's end: no more syncing, no final flush, no manifest (issue 24
+// §3). It opens its session again and, at SIGTERM, flushes and uploads the
+// manifest.
+func TestSidecarKeepsWorkingAfterItsSessionIsTakenOver(t *testing.T) {
+	s, ca := newStub(t, func(s *stub) { s.takeOver = true })
+	env := testEnv(t, s.srv.URL, ca)
+	if err := os.WriteFile(env[binding.EnvArtifactDir]+"/model.pt", []byte("weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sigs := make(chan os.Signal, 1)
+	code, out := start(t, env, sigs)
+	deadline := time.Now().Add(5 * time.Second)
+	for s.sessions.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sidecar did not open its session again after 4001:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.waitFrame(t, binding.FrameHeartbeat)
+	sigs <- syscall.SIGTERM
+	s.waitFrame(t, binding.FrameFinishing)
+	if c := waitExit(t, code); c != 0 {
+		t.Errorf("exit code %d, want 0", c)
+	}
+	checkManifest(t, s, map[string]string{"model.pt": "weights"})
+	if n := s.registers.Load(); n != 1 {
+		t.Errorf("%d registrations, want 1", n)
+	}
+	if !strings.Contains(out.String(), "session taken over") {
+		t.Errorf("the log does not say the session was taken over:\n%s", out)
 	}
 }
 

@@ -97,6 +97,15 @@ func (o *options) describe(w io.Writer, wb *tetherv1.WorkerBinding, events []eve
 		if a.LastError != "" {
 			p("Artifact error", a.LastError)
 		}
+		if a.SkippedCount > 0 || len(a.Skipped) > 0 {
+			// Not uploaded by policy (symlinks, FIFOs, sockets, devices): the
+			// binding names at most 5.
+			skipped := strings.Join(a.Skipped, "; ")
+			if n := int(a.SkippedCount) - len(a.Skipped); n > 0 {
+				skipped += fmt.Sprintf("; and %d more", n)
+			}
+			p("Skipped", fmt.Sprintf("%d not uploaded: %s", max(int(a.SkippedCount), len(a.Skipped)), skipped))
+		}
 		if len(a.Logs) > 0 {
 			p("Logs", strings.Join(client.LogPods(wb), ", "))
 		}

@@ -44,7 +44,8 @@ func bindings() []tetherv1.WorkerBinding {
 			},
 			LastTrainerExit: &tetherv1.TrainerExit{Rank: 1, PodName: "llm-finetune-node-0-1-fghij", ExitCode: 0, Reason: "Completed", Attempt: 2, FinishedAt: *at(19 * time.Minute)},
 			Artifacts: &tetherv1.ArtifactsStatus{Manifest: "llm-0042/manifest.json", ManifestVerified: true, Files: 3, Bytes: 3 << 20,
-				Logs: []string{"llm-0042/.tether/logs/llm-finetune-node-0-0-abcde.log", "llm-0042/.tether/logs/llm-finetune-node-0-1-fghij.log"}},
+				Logs:    []string{"llm-0042/.tether/logs/llm-finetune-node-0-0-abcde.log", "llm-0042/.tether/logs/llm-finetune-node-0-1-fghij.log"},
+				Skipped: []string{`latest: symlink to "/etc/passwd", outside the artifact directory`, "queue: a FIFO"}, SkippedCount: 3},
 			LastCommand: &tetherv1.CommandStatus{ID: "7", Name: "flush", State: "Acknowledged", SentNodes: []int32{0, 1}, AckedNodes: []int32{0, 1}, Time: at(10 * time.Minute)},
 		},
 	}

@@ -156,15 +156,20 @@ func (w *PodWrapper) RestartAttempt(n int) *PodWrapper {
 }
 
 // Injected makes the pod look as Tether's pod webhook leaves it, as far as
-// trainjob.CheckInjected looks: the status annotation and the completed
-// native sidecar with the same ids (golden tests cover the rest of an injection).
+// trainjob.CheckInjected looks: the status annotation, the completed native
+// sidecar with the same ids and the token volume it mounts (golden tests
+// cover the rest of an injection).
 func (w *PodWrapper) Injected() *PodWrapper {
 	const job, worker = "job", "worker"
 	w.Annotation(jobconfig.PodStatusAnnotation, trainjob.InjectionStatus{Version: trainjob.InjectionStatusVersion, JobID: job, WorkerID: worker,
 		Sidecar: trainjob.SidecarContainer}.String())
+	name, _ := trainjob.IsTrainerPod(&w.Pod)
+	w.Volume(corev1.Volume{Name: trainjob.TokenVolume, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{SecretName: binding.TokenSecretName(name)}}})
 	return w.InitContainer(corev1.Container{Name: trainjob.SidecarContainer, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		Env: []corev1.EnvVar{{Name: binding.EnvJobID, Value: job}, {Name: binding.EnvWorkerID, Value: worker},
-			{Name: binding.EnvServerURL, Value: "https://tether.example"}, {Name: binding.EnvTokenFile, Value: "/var/run/tether/token/token"}}})
+			{Name: binding.EnvServerURL, Value: "https://tether.example"}, {Name: binding.EnvTokenFile, Value: trainjob.SidecarTokenDir + "/" + binding.TokenKey}},
+		VolumeMounts: []corev1.VolumeMount{{Name: trainjob.TokenVolume, MountPath: trainjob.SidecarTokenDir, ReadOnly: true}}})
 }
 
 // Running sets the pod Running with its "node" container running, restarted

@@ -77,6 +77,7 @@ const (
 	ErrBadRequest         = "BadRequest"         // 400: the body is not a valid request
 	ErrUnavailable        = "Unavailable"        // 503: the server cannot decide now; retry
 	ErrRateLimited        = "RateLimited"        // 429: too many requests with this token; retry after Retry-After
+	ErrSessionActive      = "SessionActive"      // 409: the worker's session is open and heartbeating; retry after a backoff
 )
 
 // PodIdentity is the pod a sidecar runs in, from the downward API.
@@ -250,6 +251,10 @@ type Finishing struct {
 	// Skipped and SkippedCount are the final scan's, as in Heartbeat.
 	Skipped      []SkippedEntry `json:"skipped,omitempty"`
 	SkippedCount int            `json:"skippedCount,omitempty"`
+	// Progress is the progress file as the pod stops: the trainer's last
+	// line, which the next heartbeat's status write might never carry (the
+	// binding may end first).
+	Progress *Progress `json:"progress,omitempty"`
 }
 
 // MaxReportedUnverified bounds Finishing.Unverified (the WorkerBinding names
@@ -345,6 +350,9 @@ func DecodeFrame(b []byte) (Frame, error) {
 		}
 		if err := checkSkipped(fin.Skipped, fin.SkippedCount); err != nil {
 			return bad("finishing: %v", err)
+		}
+		if p := fin.Progress; p != nil && p.Fraction != nil && !(*p.Fraction >= 0 && *p.Fraction <= 1) {
+			p.Fraction = nil // advisory, as in a heartbeat
 		}
 	default:
 		return bad("unknown frame type %q", f.Type)

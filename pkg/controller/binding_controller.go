@@ -376,7 +376,12 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 	}
 	cond := podsInjectedCondition(pods, lifecycle.Settings(&wb.Spec).Nodes)
 	cond.ObservedGeneration = wb.Generation
-	prev := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionPodsInjected)
+	// A copy: SetStatusCondition below overwrites the condition in place, and
+	// the Warning compares with what it was (issue 24 §2).
+	var prev *metav1.Condition
+	if c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionPodsInjected); c != nil {
+		prev = c.DeepCopy()
+	}
 	if prev != nil && prev.Status == metav1.ConditionFalse && cond.Reason == tetherv1.ReasonNoPods {
 		// The evidence outlives the pods: uninjected pods that ended still
 		// ran unbound (a job that finishes so is NeverBound, saying so).

@@ -40,8 +40,11 @@ func podsInjectedCondition(pods []corev1.Pod, nodes string) metav1.Condition {
 	switch {
 	case len(missing) > 0:
 		return metav1.Condition{Type: tetherv1.ConditionPodsInjected, Status: metav1.ConditionFalse, Reason: tetherv1.ReasonPodsNotInjected,
-			Message: fmt.Sprintf("trainer pod(s) %s were created before the job was bound and run without the Tether sidecar; "+
-				"the job cannot be bound until they are recreated (delete them, or suspend and resume the TrainJob)", joinBounded(missing, 5))}
+			Message: fmt.Sprintf("trainer pod(s) %s run without the Tether sidecar: their pod template was not routed to Tether "+
+				"(the job was bound after its JobSet started, or a pod came from a template Tether did not see); deleting them or a plain "+
+				"suspend and resume recreates them from the same template. Suspend the TrainJob (spec.suspend: true), then update it while "+
+				"it is suspended (e.g. kubectl annotate trainjob %s tether.dev/routed=1 --overwrite) so that Tether routes it, then resume it "+
+				"(docs/platform.md#pods-without-the-sidecar)", joinBounded(missing, 5), trainJobOf(pods))}
 	case len(injected) > 0:
 		return metav1.Condition{Type: tetherv1.ConditionPodsInjected, Status: metav1.ConditionTrue, Reason: tetherv1.ReasonPodsInjected,
 			Message: "sidecar injected into " + joinBounded(injected, 5)}
@@ -49,6 +52,16 @@ func podsInjectedCondition(pods []corev1.Pod, nodes string) metav1.Condition {
 		return metav1.Condition{Type: tetherv1.ConditionPodsInjected, Status: metav1.ConditionUnknown, Reason: tetherv1.ReasonNoPods,
 			Message: "no running trainer pod yet"}
 	}
+}
+
+// trainJobOf is the TrainJob of the pods, or a placeholder.
+func trainJobOf(pods []corev1.Pod) string {
+	for i := range pods {
+		if name, ok := trainjob.IsTrainerPod(&pods[i]); ok {
+			return name
+		}
+	}
+	return "NAME"
 }
 
 // joinBounded joins at most n names, counting the rest: a condition message

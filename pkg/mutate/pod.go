@@ -52,14 +52,14 @@ func (i PodInjector) inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) (d Dec
 			"it was bound while Tether's TrainJob webhook was not called; remove and re-add the label to stamp it, then recreate the pods",
 			name, jobconfig.BindLabel, jobconfig.BindValue, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation)), nil
 	}
-	// Already injected means proven (status, container and ids agree), not
-	// announced: an annotation copied from a dumped pod or set in a runtime
-	// template is replaced by a real injection, or the pod is denied.
+	// Already injected means proven (sidecar_proof.go), not announced: an
+	// annotation copied from a dumped pod or set in a runtime template, over
+	// a sidecar Tether did not render, is replaced by a real injection, or
+	// the pod is denied.
 	var stale error
-	if _, has := pod.Annotations[jobconfig.PodStatusAnnotation]; has {
-		if stale = trainjob.CheckInjected(pod, jobID, workerID); stale == nil {
-			return skipped(SkipAlreadyInjected, "pod already carries the sidecar and "+jobconfig.PodStatusAnnotation+" for this job"), nil
-		}
+	_, hasStatus := pod.Annotations[jobconfig.PodStatusAnnotation]
+	if hasStatus {
+		stale = trainjob.CheckInjected(pod, jobID, workerID)
 	}
 	settings, err := jobSettings(trainJob)
 	if err != nil {
@@ -80,6 +80,11 @@ func (i PodInjector) inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) (d Dec
 		return denied(DenyNoTrainerContainer, fmt.Sprintf("pod has no container %q to bind (containers: %s); "+
 			"set annotation %s on TrainJob %s to the trainer's container name",
 			settings.TrainerContainer, containerNames(pod.Spec.Containers), jobconfig.TrainerContainerAnnotation, name)), nil
+	}
+	if hasStatus && stale == nil {
+		if stale = i.proveInjected(pod, trainer, settings, name, jobID, workerID, strconv.Itoa(rank)); stale == nil {
+			return skipped(SkipAlreadyInjected, "pod already carries the sidecar Tether injects for this job"), nil
+		}
 	}
 	// A runtime that declares the sidecar (Kueue mode) gets it completed in
 	// place. A malformed declaration under a stale status annotation is most

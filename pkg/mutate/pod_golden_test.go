@@ -45,11 +45,17 @@ type podExpectation struct {
 // podCases lists every case in testdata/pod; a case missing here, or an entry
 // without a case, fails the test.
 var podCases = map[string]podExpectation{
-	"unbound-trainjob":                  {reason: SkipNotBound},
-	"no-trainjob":                       {reason: SkipNoTrainJob},
-	"injected-default":                  {reason: ReasonInjected},
-	"long-grace-period":                 {reason: ReasonInjected},
-	"already-injected":                  {reason: SkipAlreadyInjected},
+	"unbound-trainjob":           {reason: SkipNotBound},
+	"no-trainjob":                {reason: SkipNoTrainJob},
+	"injected-default":           {reason: ReasonInjected},
+	"long-grace-period":          {reason: ReasonInjected},
+	"already-injected":           {reason: SkipAlreadyInjected},
+	"already-injected-defaulted": {reason: SkipAlreadyInjected},
+	// Issue 24 §1.2: a pod that merely looks injected.
+	"fake-sidecar-sleep":                {reason: DenyStaleInjection},
+	"fake-sidecar-other-image":          {reason: DenyStaleInjection},
+	"fake-sidecar-other-token-secret":   {reason: DenyStaleInjection},
+	"fake-sidecar-extra-tether-env":     {reason: DenyStaleInjection},
 	"initializer-pod":                   {reason: SkipNotTrainerPod},
 	"primary-scope-node-1":              {reason: SkipNotPrimaryNode},
 	"node-rank-1":                       {reason: ReasonInjected},

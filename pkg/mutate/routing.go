@@ -1,7 +1,10 @@
 package mutate
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
 
@@ -35,6 +38,9 @@ type trainJobRouting struct {
 		Suspend        *bool             `json:"suspend,omitempty"`
 		Labels         map[string]string `json:"labels,omitempty"`
 		RuntimePatches []map[string]any  `json:"runtimePatches,omitempty"`
+		// PodTemplateOverrides is Trainer v2.1's (v2.0's podSpecOverrides
+		// have no metadata, so cannot label a pod).
+		PodTemplateOverrides []map[string]any `json:"podTemplateOverrides,omitempty"`
 	} `json:"spec"`
 }
 
@@ -45,15 +51,110 @@ func (r *trainJobRouting) suspended() bool {
 // routeTrainJob returns the patch that makes (bound) or stops making (not
 // bound) obj's JobSet carry RouteLabel, and warnings for the API client.
 // old is nil at CREATE. It is idempotent: on its own output it returns
-// nothing.
-func routeTrainJob(shape TrainerShape, obj, old *trainJobRouting, bound bool) ([]jsonpatch.JsonPatchOperation, []string) {
+// nothing. The error refuses a bound TrainJob whose other runtime patches
+// would take the label off again (routingConflicts).
+func routeTrainJob(shape TrainerShape, obj, old *trainJobRouting, bound bool) ([]jsonpatch.JsonPatchOperation, []string, error) {
 	switch shape {
 	case ShapeSpecLabels:
-		return routeBySpecLabels(obj, bound), nil
+		if conflicts := overrideConflicts(obj.Spec.PodTemplateOverrides); bound && len(conflicts) > 0 &&
+			(old == nil || !slices.Equal(conflicts, overrideConflicts(old.Spec.PodTemplateOverrides))) {
+			return nil, nil, conflictError(conflicts)
+		}
+		return routeBySpecLabels(obj, bound), nil, nil
 	case ShapeRuntimePatches:
-		return routeByRuntimePatch(obj, old, bound)
+		if bound {
+			if err := refuseRoutingConflicts(obj, old); err != nil {
+				return nil, nil, err
+			}
+		}
+		ops, warnings := routeByRuntimePatch(obj, old, bound)
+		return ops, warnings, nil
 	}
-	return nil, nil
+	return nil, nil, nil
+}
+
+// refuseRoutingConflicts refuses a bound TrainJob with a runtime patch
+// other than Tether's that sets RouteLabel to anything but RouteValue:
+// Trainer merges the patches' JobSet labels in list order (v2.3.0
+// newRuntimeInfo), so such an entry after Tether's unlabels the JobSet and
+// its pods never reach the pod webhook (issue 24); one on the trainer pod
+// template is refused too, for the same intent, though the JobSet webhook
+// would put the label back. Where it is does not matter: the label is Tether's alone.
+// A conflict old already had (stored before this check existed) is not
+// refused again, so that the object's other updates and its deletion go on;
+// its pods are reported as PodsNotInjected.
+func refuseRoutingConflicts(obj, old *trainJobRouting) error {
+	conflicts := routingConflicts(obj.Spec.RuntimePatches)
+	if len(conflicts) == 0 {
+		return nil
+	}
+	if old != nil && slices.Equal(conflicts, routingConflicts(old.Spec.RuntimePatches)) {
+		return nil
+	}
+	return conflictError(conflicts)
+}
+
+func conflictError(conflicts []string) error {
+	return fmt.Errorf("TrainJob is labeled %s=%s, but %s: its pods would not carry the label that routes them to Tether "+
+		"and would run without the sidecar; remove %s from there (the label is Tether's: it sets it itself), "+
+		"or remove the %s label from the TrainJob to run it unbound",
+		RouteLabel, RouteValue, strings.Join(conflicts, "; "), RouteLabel, RouteLabel)
+}
+
+// overrideConflicts describes each Trainer v2.1 podTemplateOverrides entry
+// targeting the trainer job that sets RouteLabel to another value.
+func overrideConflicts(overrides []map[string]any) []string {
+	var out []string
+	for k, o := range overrides {
+		targets, _ := o["targetJobs"].([]any)
+		if !slices.ContainsFunc(targets, func(t any) bool { return dig(t, "name") == trainjob.TrainerReplicatedJob }) {
+			continue
+		}
+		if v, conflict := conflictingLabel(dig(o, "metadata", "labels")); conflict {
+			out = append(out, fmt.Sprintf("spec.podTemplateOverrides[%d] sets the label %s of replicated job %s's pods to %s", k, RouteLabel, trainjob.TrainerReplicatedJob, v))
+		}
+	}
+	return out
+}
+
+// routingConflicts describes each runtime patch, other than Tether's, that
+// sets RouteLabel to another value than RouteValue on the JobSet or on the
+// trainer pod template.
+func routingConflicts(patches []map[string]any) []string {
+	var out []string
+	for k, p := range patches {
+		if p["manager"] == RuntimePatchManager {
+			continue
+		}
+		manager, _ := p["manager"].(string)
+		where := fmt.Sprintf("runtime patch %d (manager %q)", k, manager)
+		if v, conflict := conflictingLabel(dig(p, "trainingRuntimeSpec", "template", "metadata", "labels")); conflict {
+			out = append(out, fmt.Sprintf("%s sets the JobSet's label %s to %s", where, RouteLabel, v))
+		}
+		rjs, _ := dig(p, "trainingRuntimeSpec", "template", "spec", "replicatedJobs").([]any)
+		for _, rj := range rjs {
+			if dig(rj, "name") != trainjob.TrainerReplicatedJob {
+				continue
+			}
+			if v, conflict := conflictingLabel(dig(rj, "template", "spec", "template", "metadata", "labels")); conflict {
+				out = append(out, fmt.Sprintf("%s sets the label %s of replicated job %s's pod template to %s", where, RouteLabel, trainjob.TrainerReplicatedJob, v))
+			}
+		}
+	}
+	return out
+}
+
+// conflictingLabel reports whether labels (a JSON object) sets RouteLabel to
+// anything but RouteValue (null included: a merge that deletes it), and the
+// value as JSON.
+func conflictingLabel(labels any) (string, bool) {
+	m, _ := labels.(map[string]any)
+	v, set := m[RouteLabel]
+	if !set || v == RouteValue {
+		return "", false
+	}
+	b, _ := json.Marshal(v)
+	return string(b), true
 }
 
 // routeBySpecLabels: Trainer v2.0/v2.1 copy spec.labels onto the JobSet and

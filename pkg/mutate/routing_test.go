@@ -88,6 +88,12 @@ func TestJobSetRouting(t *testing.T) {
 		{name: "create bound, template metadata without labels", obj: jobSet(t, bound, false, "{annotations: {a: b}}"), wantRoute: true},
 		{name: "create bound, template labels", obj: jobSet(t, bound, true, "{labels: {x: z}}"), wantRoute: true},
 		{name: "create unbound", obj: jobSet(t, unbound, false, "")},
+		// Issue 24's second line: whatever a runtime (or a patch, or a v2.1
+		// podTemplateOverride) put on the trainer pod template, a routed
+		// JobSet's trainer pods carry the label.
+		{name: "create bound, template label false", obj: jobSet(t, bound, false, `{labels: {tether.dev/bind: "false"}}`), wantRoute: true},
+		{name: "update running, apply set the label false", obj: jobSet(t, bound, false, `{labels: {tether.dev/bind: "false"}}`),
+			old: jobSet(t, bound, false, `{labels: {tether.dev/bind: "true"}}`), wantRoute: true},
 		// Trainer's server-side apply drops the label the webhook added at
 		// CREATE: put back, even while running (no net template change).
 		{name: "update running, apply dropped the label", obj: jobSet(t, bound, false, ""),
@@ -160,7 +166,10 @@ func TestTrainJobRoutingUpdates(t *testing.T) {
 		{name: "v2.0 bound while running", shape: ShapeSpecLabels, obj: running, old: running, bound: true, wantOps: "add /spec/labels"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ops, warnings := routeTrainJob(tc.shape, routing(t, tc.obj), routing(t, tc.old), tc.bound)
+			ops, warnings, err := routeTrainJob(tc.shape, routing(t, tc.obj), routing(t, tc.old), tc.bound)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var got []string
 			for _, op := range ops {
 				got = append(got, op.Operation+" "+op.Path)
@@ -172,6 +181,23 @@ func TestTrainJobRoutingUpdates(t *testing.T) {
 				t.Errorf("warnings %q, want warned=%v", warnings, tc.wantWarned)
 			}
 		})
+	}
+}
+
+// TestTrainJobRoutingConflictStored: a conflicting patch the stored object
+// already had (before the check existed) does not block its other updates;
+// a conflict an UPDATE brings is refused.
+func TestTrainJobRoutingConflictStored(t *testing.T) {
+	const conflict = `spec: {suspend: true, runtimePatches: [{manager: other.example/x, trainingRuntimeSpec: {template: {metadata: {labels: {tether.dev/bind: "false"}}}}}]}`
+	if _, _, err := routeTrainJob(ShapeRuntimePatches, routing(t, conflict), routing(t, conflict), true); err != nil {
+		t.Errorf("stored conflict refused again: %v", err)
+	}
+	_, _, err := routeTrainJob(ShapeRuntimePatches, routing(t, conflict), routing(t, "spec: {suspend: true}"), true)
+	if err == nil || !strings.Contains(err.Error(), `runtime patch 0 (manager "other.example/x")`) {
+		t.Errorf("conflict added by an UPDATE: error %v, want one naming the patch", err)
+	}
+	if _, _, err := routeTrainJob(ShapeRuntimePatches, routing(t, conflict), nil, false); err != nil {
+		t.Errorf("unbound TrainJob refused: %v", err)
 	}
 }
 

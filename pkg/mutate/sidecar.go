@@ -15,12 +15,12 @@ import (
 // injection can recognise the first.
 const (
 	SidecarName        = trainjob.SidecarContainer
-	TokenVolumeName    = "tether-token"
+	TokenVolumeName    = trainjob.TokenVolume
 	ArtifactVolumeName = "tether-artifacts"
 
 	// Paths inside the sidecar. The artifact directory is mounted read-only:
 	// the sidecar must never change what the trainer wrote.
-	SidecarTokenDir    = "/var/run/tether/token"
+	SidecarTokenDir    = trainjob.SidecarTokenDir
 	SidecarArtifactDir = "/var/run/tether/artifacts"
 
 	// SidecarUID is distroless' nonroot user.

@@ -100,8 +100,7 @@ func (h *TrainJobHandler) route(ctx context.Context, obj *metav1.ObjectMeta, rou
 	case err != nil:
 		return nil, nil, nil // unbinding: nothing to route
 	}
-	ops, warnings := routeTrainJob(shape, route, old, bound)
-	return ops, warnings, nil
+	return routeTrainJob(shape, route, old, bound)
 }
 
 // hasMetadata: the object's JSON has a metadata object.

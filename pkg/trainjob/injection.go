@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,10 @@ import (
 const (
 	// SidecarContainer is the name of the injected native sidecar.
 	SidecarContainer = "tether-sidecar"
+	// TokenVolume is the pod volume of the job's token Secret, which the
+	// sidecar mounts read-only at SidecarTokenDir.
+	TokenVolume     = "tether-token"
+	SidecarTokenDir = "/var/run/tether/token"
 	// InjectionStatusVersion changes when what the webhook injects changes shape.
 	InjectionStatusVersion = "v1alpha1"
 )
@@ -57,14 +62,21 @@ func ParseInjectionStatus(v string) (InjectionStatus, error) {
 // ErrNoInjectionStatus is CheckInjected's answer for a pod without the annotation.
 var ErrNoInjectionStatus = errors.New("no " + jobconfig.PodStatusAnnotation + " annotation")
 
-// CheckInjected tells whether pod really carries Tether's sidecar, and if not
-// why: the status annotation parses, the sidecar container it names is a
-// native sidecar (init container with restartPolicy Always) completed by the
-// webhook (it has the job and worker ids, the server URL and the token file)
-// and that container's job and worker ids are the annotation's. A status annotation
-// alone (copied from a dumped pod, or set in a runtime template) is not an
-// injection. jobID and workerID, when not empty, must also be the
-// annotation's: the pod is injected for that job.
+// CheckInjected tells whether pod carries Tether's sidecar as Tether leaves
+// it, and if not why: the status annotation parses; the pod has exactly one
+// init container named like the sidecar, a native sidecar (restartPolicy
+// Always) completed by the webhook (job and worker ids, server URL, token
+// file) that runs its image's own entrypoint (Tether never sets a command);
+// its ids are the annotation's; and it mounts the job's token Secret
+// (volume TokenVolume of Secret binding.TokenSecretName, read-only at
+// SidecarTokenDir), the one thing a sidecar cannot work without. jobID and
+// workerID, when not empty, must also be the annotation's.
+//
+// It is what can be told without the control plane's settings (the image,
+// the server URL): the pod webhook proves an injection against its own
+// rendering of the sidecar (pkg/mutate, sidecar_proof.go) and refuses a pod
+// that fails it, so a pod that passes this check and not that one exists only
+// where the webhook never saw it.
 func CheckInjected(pod *corev1.Pod, jobID, workerID string) error {
 	raw, ok := pod.Annotations[jobconfig.PodStatusAnnotation]
 	if !ok || raw == "" {
@@ -82,14 +94,18 @@ func CheckInjected(pod *corev1.Pod, jobID, workerID string) error {
 		return fmt.Errorf("%s names sidecar container %q, not %q", jobconfig.PodStatusAnnotation, s.Sidecar, SidecarContainer)
 	}
 	var sidecar *corev1.Container
+	n := 0
 	for k := range pod.Spec.InitContainers {
 		if pod.Spec.InitContainers[k].Name == SidecarContainer {
 			sidecar = &pod.Spec.InitContainers[k]
+			n++
 		}
 	}
 	switch {
 	case sidecar == nil:
 		return fmt.Errorf("%s is set but the pod has no %s init container", jobconfig.PodStatusAnnotation, SidecarContainer)
+	case n > 1:
+		return fmt.Errorf("the pod has %d init containers named %s", n, SidecarContainer)
 	case sidecar.RestartPolicy == nil || *sidecar.RestartPolicy != corev1.ContainerRestartPolicyAlways:
 		return fmt.Errorf("init container %s is not a native sidecar (restartPolicy Always)", SidecarContainer)
 	}
@@ -113,7 +129,41 @@ func CheckInjected(pod *corev1.Pod, jobID, workerID string) error {
 		return fmt.Errorf("container %s is set up for job %q worker %q, but %s names job %q worker %q",
 			SidecarContainer, env[binding.EnvJobID], env[binding.EnvWorkerID], jobconfig.PodStatusAnnotation, s.JobID, s.WorkerID)
 	}
-	return nil
+	if len(sidecar.Command) > 0 || len(sidecar.Args) > 0 {
+		return fmt.Errorf("init container %s sets a command or args (%s), which Tether's sidecar never has: it is not Tether's",
+			SidecarContainer, strings.Join(append(slices.Clone(sidecar.Command), sidecar.Args...), " "))
+	}
+	return checkTokenMount(pod, sidecar, env[binding.EnvTokenFile])
+}
+
+// checkTokenMount: the sidecar reads the token of the pod's own TrainJob,
+// from the Secret the controller writes.
+func checkTokenMount(pod *corev1.Pod, sidecar *corev1.Container, tokenFile string) error {
+	name, _ := IsTrainerPod(pod)
+	want := binding.TokenSecretName(name)
+	var vol *corev1.Volume
+	for k := range pod.Spec.Volumes {
+		if pod.Spec.Volumes[k].Name == TokenVolume {
+			vol = &pod.Spec.Volumes[k]
+		}
+	}
+	switch {
+	case vol == nil:
+		return fmt.Errorf("the pod has no volume %s (the job's token Secret %s): its %s cannot authenticate", TokenVolume, want, SidecarContainer)
+	case vol.Secret == nil || vol.Secret.SecretName != want:
+		return fmt.Errorf("volume %s is not the job's token Secret %s", TokenVolume, want)
+	case tokenFile != SidecarTokenDir+"/"+binding.TokenKey:
+		return fmt.Errorf("container %s reads its token from %s, not %s/%s", SidecarContainer, tokenFile, SidecarTokenDir, binding.TokenKey)
+	}
+	for _, m := range sidecar.VolumeMounts {
+		if m.MountPath == SidecarTokenDir {
+			if m.Name != TokenVolume || m.SubPath != "" || m.SubPathExpr != "" {
+				return fmt.Errorf("container %s mounts %q at %s, not volume %s", SidecarContainer, m.Name, SidecarTokenDir, TokenVolume)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("container %s does not mount volume %s at %s", SidecarContainer, TokenVolume, SidecarTokenDir)
 }
 
 // IsInjected reports whether pod carries Tether's sidecar, consistent with

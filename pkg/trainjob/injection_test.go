@@ -15,12 +15,13 @@ import (
 func injectedPod(jobID, workerID string) *corev1.Pod {
 	st := InjectionStatus{Version: InjectionStatusVersion, JobID: jobID, WorkerID: workerID, Sidecar: SidecarContainer}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{jobconfig.PodStatusAnnotation: st.String()}},
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{jobconfig.PodStatusAnnotation: st.String()}, Labels: TrainerPodLabels("tj")},
 		Spec: corev1.PodSpec{InitContainers: []corev1.Container{{
 			Name: SidecarContainer, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 			Env: []corev1.EnvVar{{Name: binding.EnvJobID, Value: jobID}, {Name: binding.EnvWorkerID, Value: workerID},
 				{Name: binding.EnvServerURL, Value: "https://tether.example"}, {Name: binding.EnvTokenFile, Value: "/var/run/tether/token/token"}},
-		}}},
+			VolumeMounts: []corev1.VolumeMount{{Name: TokenVolume, MountPath: SidecarTokenDir, ReadOnly: true}},
+		}}, Volumes: []corev1.Volume{{Name: TokenVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "tj-tether-token"}}}}},
 	}
 }
 
@@ -52,6 +53,21 @@ func TestCheckInjected(t *testing.T) {
 		}, wantErr: "not Tether's completed sidecar (no TETHER_JOB_ID, TETHER_WORKER_ID, TETHER_SERVER_URL, TETHER_TOKEN_FILE)"},
 		{name: "completed but no token file", pod: func(p *corev1.Pod) { p.Spec.InitContainers[0].Env = p.Spec.InitContainers[0].Env[:3] },
 			wantErr: "(no TETHER_TOKEN_FILE)"},
+		// Issue 24 §1.2: what a user can write into a runtime's template.
+		{name: "fake with a command", pod: func(p *corev1.Pod) { p.Spec.InitContainers[0].Command = []string{"sleep", "infinity"} },
+			wantErr: "sets a command or args (sleep infinity)"},
+		{name: "no token volume", pod: func(p *corev1.Pod) { p.Spec.Volumes = nil }, wantErr: "has no volume tether-token"},
+		{name: "token volume of another Secret", pod: func(p *corev1.Pod) { p.Spec.Volumes[0].Secret.SecretName = "mine" },
+			wantErr: "not the job's token Secret tj-tether-token"},
+		{name: "token volume not mounted", pod: func(p *corev1.Pod) { p.Spec.InitContainers[0].VolumeMounts = nil },
+			wantErr: "does not mount volume tether-token"},
+		{name: "another volume at the token dir", pod: func(p *corev1.Pod) { p.Spec.InitContainers[0].VolumeMounts[0].Name = "mine" },
+			wantErr: `mounts "mine" at /var/run/tether/token`},
+		{name: "token file elsewhere", pod: func(p *corev1.Pod) { p.Spec.InitContainers[0].Env[3].Value = "/tmp/token" },
+			wantErr: "reads its token from /tmp/token"},
+		{name: "two sidecars", pod: func(p *corev1.Pod) {
+			p.Spec.InitContainers = append(p.Spec.InitContainers, p.Spec.InitContainers[0])
+		}, wantErr: "2 init containers named tether-sidecar"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := injectedPod("j1", "w1")

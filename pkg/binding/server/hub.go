@@ -110,6 +110,17 @@ func (h *hub) attach(key workerKey, sess *session, init func() *workerState) *se
 	return old
 }
 
+// current is the worker's session, or nil.
+func (h *hub) current(key workerKey) *session {
+	e := h.entry(key)
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.st.session
+}
+
 // detach forgets sess if it is still the worker's session.
 func (h *hub) detach(key workerKey, sess *session) {
 	h.update(key, func(st *workerState) {

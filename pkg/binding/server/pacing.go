@@ -13,9 +13,13 @@ import (
 
 // Heartbeat status writes, per binding and per replica:
 //
-//   - transitions (the first heartbeat of a session, a phase to leave, a
-//     lost heartbeat resumed, a new upload error, skipped entries) are
-//     written at once;
+//   - transitions (a phase to leave, a lost heartbeat resumed, a new upload
+//     error, skipped entries) are written at once;
+//   - the first heartbeat of a session too, so that other replicas see at
+//     once that this one holds the worker, unless this replica wrote the
+//     binding less than StatusInterval ago: a session opened again and
+//     again (a sidecar's reconnects, or anyone with the job's token in a
+//     loop) then costs no more writes than its data changing would;
 //   - reported data that changed (progress, uploaded bytes) at most once per
 //     StatusInterval;
 //   - liveness alone at most once per LivenessWriteInterval while the
@@ -72,9 +76,9 @@ const (
 )
 
 // noteHeartbeat decides what a heartbeat of binding b means for its status:
-// urgent is a transition to write at once; changed says reported data
-// changed.
-func (h *hub) noteHeartbeat(b types.NamespacedName, now time.Time, urgent, changed bool, r paceRules) writeDecision {
+// urgent is a transition to write at once; opened says it is the first of
+// a session; changed says reported data changed.
+func (h *hub) noteHeartbeat(b types.NamespacedName, now time.Time, urgent, opened, changed bool, r paceRules) writeDecision {
 	h.paceMu.Lock()
 	defer h.paceMu.Unlock()
 	p := h.pace[b]
@@ -83,6 +87,13 @@ func (h *hub) noteHeartbeat(b types.NamespacedName, now time.Time, urgent, chang
 		h.pace[b] = p
 	}
 	p.dirty = p.dirty || changed
+	if opened {
+		// Written recently by this replica, the write is due with the data
+		// (the node's new session is data then, not a transition).
+		recent := !p.writtenAt.IsZero() && p.replica == r.replica && now.Sub(p.writtenAt) < r.status
+		urgent = urgent || !recent
+		p.dirty = true
+	}
 	// A Lease gained or lost is a transition: the binding must name the
 	// Lease that vouches for it (or none), or the controller would time the
 	// node's liveness by the wrong rule.

@@ -19,17 +19,20 @@ func TestHeartbeatWritePacing(t *testing.T) {
 
 	h := newHub()
 	steps := []struct {
-		name            string
-		at              time.Duration
-		urgent, changed bool
-		rules           paceRules
-		want            writeDecision
-		take            bool // the pacer gives the binding its turn right after
+		name                    string
+		at                      time.Duration
+		urgent, opened, changed bool
+		rules                   paceRules
+		want                    writeDecision
+		take                    bool // the pacer gives the binding its turn right after
 	}{
-		{name: "first heartbeat of a session", at: 0, urgent: true, rules: vouched, want: writeNow},
+		{name: "first heartbeat of a session", at: 0, opened: true, rules: vouched, want: writeNow},
+		// Issue 24 §3: a session opened again right after a write costs none.
+		{name: "a new session 2s later", at: 2 * time.Second, opened: true, rules: vouched, want: writeNone},
+		{name: "another, 4s later", at: 4 * time.Second, opened: true, rules: vouched, want: writeNone},
 		{name: "quiet, 10s later", at: 10 * time.Second, rules: vouched, want: writeNone},
 		{name: "progress changed before the status interval", at: 20 * time.Second, changed: true, rules: vouched, want: writeNone},
-		{name: "quiet, but the change is still unwritten past the status interval", at: 31 * time.Second, rules: vouched, want: writePaced, take: true},
+		{name: "quiet, but the change (and the new sessions) still unwritten past the status interval", at: 31 * time.Second, rules: vouched, want: writePaced, take: true},
 		{name: "quiet after that write", at: 5 * time.Minute, rules: vouched, want: writeNone},
 		{name: "liveness alone, past the liveness interval", at: 31*time.Second + 10*time.Minute, rules: vouched, want: writePaced},
 		{name: "already waiting in the pacer", at: 31*time.Second + 10*time.Minute + 10*time.Second, changed: true, rules: vouched, want: writeNone, take: true},
@@ -40,7 +43,7 @@ func TestHeartbeatWritePacing(t *testing.T) {
 		{name: "the Lease back: written at once with its name", at: 12*time.Minute + 40*time.Second, rules: vouched, want: writeNow},
 	}
 	for _, s := range steps {
-		got := h.noteHeartbeat(b, at(s.at), s.urgent, s.changed, s.rules)
+		got := h.noteHeartbeat(b, at(s.at), s.urgent, s.opened, s.changed, s.rules)
 		if got != s.want {
 			t.Fatalf("%s: decision %d, want %d", s.name, got, s.want)
 		}
@@ -49,13 +52,26 @@ func TestHeartbeatWritePacing(t *testing.T) {
 		}
 	}
 
+	// A new session past the status interval since this replica's last
+	// write, or after another replica's (the Lease differs), is written at once.
+	h = newHub()
+	h.noteHeartbeat(b, at(0), false, true, false, vouched)
+	if d := h.noteHeartbeat(b, at(31*time.Second), false, true, false, vouched); d != writeNow {
+		t.Fatalf("a session opened past the status interval: decision %d, want now", d)
+	}
+	other := vouched
+	other.replica = "tether-binding-b-1"
+	if d := h.noteHeartbeat(b, at(32*time.Second), false, true, false, other); d != writeNow {
+		t.Fatalf("a session opened on another replica: decision %d, want now", d)
+	}
+
 	// A transition written while the binding waited: its turn writes nothing.
 	h = newHub()
-	h.noteHeartbeat(b, at(0), true, false, vouched)
-	if d := h.noteHeartbeat(b, at(11*time.Minute), false, false, vouched); d != writePaced {
+	h.noteHeartbeat(b, at(0), true, false, false, vouched)
+	if d := h.noteHeartbeat(b, at(11*time.Minute), false, false, false, vouched); d != writePaced {
 		t.Fatalf("decision %d, want paced", d)
 	}
-	h.noteHeartbeat(b, at(11*time.Minute+time.Second), true, false, vouched)
+	h.noteHeartbeat(b, at(11*time.Minute+time.Second), true, false, false, vouched)
 	if h.takePaced(b, at(11*time.Minute+2*time.Second), vouched) {
 		t.Fatal("the pacer wrote a binding a transition had just written")
 	}

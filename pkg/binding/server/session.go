@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/gorilla/websocket"
 	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,9 +22,29 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 const writeWait = 10 * time.Second
+
+// Event reasons of session takeovers (docs/platform.md, Events).
+const (
+	// ReasonSessionRefused: a session open for a worker whose session is
+	// open and heartbeating was refused.
+	ReasonSessionRefused = "SessionRefused"
+	// ReasonSessionReplaced: a new session of the same pod replaced one
+	// that had gone silent.
+	ReasonSessionReplaced = "SessionReplaced"
+)
+
+// takeoverSilence is how long a worker's session must have sent nothing
+// (in heartbeat intervals) before another session of the same pod may
+// replace it: a sidecar heartbeats every interval, so a live one is never
+// replaced, while one that reconnects after its connection broke (it
+// notices within 3 intervals) gets in (issue 24 §3). Below
+// MissedHeartbeats, so a takeover happens before the old session is
+// declared lost.
+const takeoverSilence = 2
 
 // session is one worker's WebSocket connection. Its reader goroutine is
 // the only goroutine a session keeps: frames are written under writeMu by
@@ -55,6 +77,11 @@ type session struct {
 	writeMu sync.Mutex
 	// ping sends the next ping when it fires.
 	ping *time.Timer
+
+	// lastFrame is when the session was opened or last read a frame (Unix
+	// nanoseconds): a session silent for takeoverSilence intervals may be
+	// replaced.
+	lastFrame atomic.Int64
 
 	mu        sync.Mutex
 	closeCode int // set by close; 0 while open
@@ -205,17 +232,25 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 			"pod %s is not the binding's registered worker: register first", pod.Name), wb)
 		return
 	}
+	key := workerKey{types.NamespacedName{Namespace: wb.Namespace, Name: wb.Name}, rank}
+	interval := heartbeatInterval(wb)
+	if cur := s.hub.current(key); cur != nil && cur.podUID == pod.UID && cur.closedWith() == 0 && !cur.silentFor(takeoverSilence*interval) {
+		// Whoever holds the job's token can claim to be the pod: a live
+		// session is not handed over (the sidecar's own reconnect comes
+		// after its session broke, and so went silent).
+		s.refuseTakeover(w, r, wb, cur, pod.Name)
+		return
+	}
 	conn, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		// The upgrader has answered the client already.
 		s.metrics.refusals.WithLabelValues("bad_upgrade").Inc()
 		return
 	}
-	key := workerKey{types.NamespacedName{Namespace: wb.Namespace, Name: wb.Name}, rank}
-	interval := heartbeatInterval(wb)
 	token, _ := binding.TokenFromHeader(r.Header) // authenticate parsed it already
 	sess := &session{key: key, podUID: pod.UID, conn: conn, tokenHash: token.Hash(), base: s.log, podName: pod.Name,
 		closeSent: make(chan struct{})}
+	sess.lastFrame.Store(time.Now().UnixNano())
 	var lastSeq uint64
 	if n := lifecycle.Node(&wb.Status, rank); n != nil && n.PodUID == pod.UID {
 		lastSeq = uint64(n.LastSeq)
@@ -240,6 +275,9 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	if old != nil {
 		old.close(binding.CloseReplaced, "replaced by a newer session of the same worker")
 		s.metrics.replaced.Inc()
+		if old.podUID == pod.UID {
+			s.announceTakeover(wb, old, pod.Name)
+		}
 	}
 	s.metrics.sessionsOpened.Inc()
 	// A command that arrived while the worker was away is pushed now.
@@ -262,6 +300,39 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		s.metrics.sessionsClosed.WithLabelValues(closeCodeName(code)).Inc()
 		sess.debug("session closed", "code", code)
 	}()
+}
+
+// silentFor reports whether the session has read no frame for d.
+func (s *session) silentFor(d time.Duration) bool {
+	return time.Since(time.Unix(0, s.lastFrame.Load())) > d
+}
+
+// refuseTakeover answers a session open for a worker whose session (cur)
+// is live: 409 SessionActive, counted, and a Warning on the TrainJob, since
+// the open came with the job's token from somewhere other than that
+// session.
+func (s *Server) refuseTakeover(w http.ResponseWriter, r *http.Request, wb *tetherv1.WorkerBinding, cur *session, podName string) {
+	ref := refuse(http.StatusConflict, binding.ErrSessionActive, "session_active",
+		"node %d's session (pod %s) is open and heartbeating; one session per worker: a sidecar whose connection broke gets in once that session has been silent for %d heartbeat intervals",
+		cur.key.rank, cur.podName, takeoverSilence)
+	if s.events != nil {
+		s.events.Eventf(trainjob.Ref(wb.Namespace, wb.Spec.TrainJobName, ""), nil, corev1.EventTypeWarning, ReasonSessionRefused, lifecycle.EventAction,
+			"refused a second session for node %d as pod %s, opened with the job's token while the sidecar's session heartbeats: "+
+				"if the sidecar did not open it, someone else holds the token (reissue it by deleting Secret %s)", cur.key.rank, podName, wb.Spec.TokenSecretName)
+	}
+	s.reject(w, r, ref, wb)
+}
+
+// announceTakeover says that a session of the pod replaced old, which had
+// gone silent: the sidecar's own reconnect, or someone else with the token.
+func (s *Server) announceTakeover(wb *tetherv1.WorkerBinding, old *session, podName string) {
+	silent := time.Since(time.Unix(0, old.lastFrame.Load())).Round(time.Second)
+	s.log.Info("session replaced by a newer one of the same pod", "binding", old.key.binding.String(), "node", old.key.rank, "pod", podName, "silentFor", silent.String())
+	if s.events != nil {
+		s.events.Eventf(trainjob.Ref(wb.Namespace, wb.Spec.TrainJobName, ""), nil, corev1.EventTypeWarning, ReasonSessionReplaced, lifecycle.EventAction,
+			"node %d's session (pod %s) was replaced by a new one after %s without a frame: the sidecar reconnecting, "+
+				"or, if its log shows no reconnect, someone else with the job's token", old.key.rank, podName, silent)
+	}
 }
 
 // registered reports whether podUID registered as node rank in the
@@ -318,6 +389,7 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 			return binding.CloseProtocolError
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(deadline))
+		sess.lastFrame.Store(time.Now().UnixNano())
 		switch f.Type {
 		case binding.FrameHeartbeat:
 			hb := f.Heartbeat
@@ -336,8 +408,19 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 			}
 		case binding.FrameFinishing:
 			fin := f.Finishing
+			// The trainer's last progress line goes with this write: a
+			// heartbeat carrying it may be paced past the binding's end.
+			var ws workerState
+			s.hub.update(sess.key, func(st *workerState) {
+				if fin.Progress != nil && st.podUID == sess.podUID {
+					st.progress = fin.Progress
+				}
+				ws = *st
+			})
 			if _, err := s.updateStatus(ctx, sess.key.binding, func(st *tetherv1.WorkerBindingStatus) bool {
-				finishing := lifecycle.Finishing(st, sess.key.rank, sess.podUID, fin.Reason)
+				progressed := fin.Progress != nil && ws.podUID == sess.podUID &&
+					lifecycle.Heartbeat(st, sess.key.rank, sess.podUID, s.opts.Now(), int64(ws.lastSeq), toAPIProgress(ws.progress))
+				finishing := lifecycle.Finishing(st, sess.key.rank, sess.podUID, fin.Reason) || progressed
 				// The first finishing frame (the signal) carries no scan.
 				skipped := fin.SkippedCount > 0 && lifecycle.SkippedReported(st, fin.Skipped, fin.SkippedCount)
 				return lifecycle.FlushUnverified(st, sess.key.rank, fin.Unverified, fin.UnverifiedCount, fin.ArtifactError) || finishing || skipped
@@ -425,7 +508,7 @@ func (s *Server) readError(ctx context.Context, sess *session, err error) int {
 func (s *Server) heartbeat(ctx context.Context, sess *session, hb *binding.Heartbeat) (string, int) {
 	key := sess.key
 	now := s.opts.Now()
-	var urgent, changed, wasLost bool
+	var urgent, opened, changed, wasLost bool
 	var phase string
 	s.hub.update(key, func(st *workerState) {
 		st.lastHeartbeat = now
@@ -455,7 +538,8 @@ func (s *Server) heartbeat(ctx context.Context, sess *session, hb *binding.Heart
 		} else if phaseToLeave {
 			st.phaseWriteQueued = true
 		}
-		urgent = wasLost || newError || phaseToLeave || st.lastWrite.IsZero()
+		urgent = wasLost || newError || phaseToLeave
+		opened = st.lastWrite.IsZero()
 		st.lastWrite = now
 	})
 	s.metrics.heartbeats.Inc()
@@ -464,7 +548,7 @@ func (s *Server) heartbeat(ctx context.Context, sess *session, hb *binding.Heart
 	// Heartbeat status is paced per binding, not per node: one write
 	// carries every node this replica holds, so a job of many nodes costs
 	// no more writes than a job of one (pacing.go).
-	switch s.hub.noteHeartbeat(key.binding, now, urgent, changed, s.paceRules(now)) {
+	switch s.hub.noteHeartbeat(key.binding, now, urgent, opened, changed, s.paceRules(now)) {
 	case writeNow:
 		// Written by the status writers, never on the session's reader:
 		// a slow API server must not delay acks or starve pongs. It uses

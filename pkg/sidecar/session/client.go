@@ -34,6 +34,7 @@ type Client struct {
 	lastAcked  atomic.Uint64
 	rtt        atomic.Int64 // smoothed, nanoseconds
 	sessions   atomic.Int64
+	takeovers  atomic.Int64
 	phase      atomic.Pointer[string]
 	interval   atomic.Int64 // effective heartbeat interval, nanoseconds
 
@@ -104,6 +105,10 @@ func (c *Client) LastAckedSeq() uint64 { return c.lastAcked.Load() }
 
 // Reconnects counts the sessions opened after the first one.
 func (c *Client) Reconnects() int { return int(max(c.sessions.Load()-1, 0)) }
+
+// Takeovers counts the times the server closed this process's session
+// because another one of the same worker opened (CloseReplaced).
+func (c *Client) Takeovers() int { return int(c.takeovers.Load()) }
 
 // Connected reports whether a session is open now.
 func (c *Client) Connected() bool { return c.currentSession() != nil }

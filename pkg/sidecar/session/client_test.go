@@ -55,6 +55,8 @@ type stubServer struct {
 	token         string        // the token the server accepts
 	registerCodes []int         // answers before 200, consumed in order
 	sessionCode   int           // if not 0, refuse session upgrades with it
+	sessionErr    string        // the ErrorResponse code of that refusal ("": Forbidden)
+	sessionCodes  []int         // refusals of the next upgrades, consumed in order (with sessionErr)
 	lastSeq       uint64        // RegisterResponse.LastSeq
 	interval      time.Duration // RegisterResponse.HeartbeatInterval
 	registers     int
@@ -158,10 +160,17 @@ func (s *stubServer) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	if s.sessionCode != 0 {
-		code := s.sessionCode
+	code := s.sessionCode
+	if len(s.sessionCodes) > 0 {
+		code, s.sessionCodes = s.sessionCodes[0], s.sessionCodes[1:]
+	}
+	if code != 0 {
+		ec := s.sessionErr
+		if ec == "" {
+			ec = binding.ErrForbidden
+		}
 		s.mu.Unlock()
-		s.writeError(w, code, binding.ErrForbidden)
+		s.writeError(w, code, ec)
 		return
 	}
 	s.sessions++
@@ -656,7 +665,7 @@ func TestRunHeartbeatsAndCommands(t *testing.T) {
 }
 
 func TestRunStopsOnFinalClose(t *testing.T) {
-	for _, code := range []int{binding.CloseReplaced, binding.CloseRevoked, binding.CloseFinished} {
+	for _, code := range []int{binding.CloseRevoked, binding.CloseFinished} {
 		t.Run(closeCodeMeaning(code), func(t *testing.T) {
 			s := newStubServer(t)
 			s.session = func(ss *stubSession) {
@@ -674,6 +683,65 @@ func TestRunStopsOnFinalClose(t *testing.T) {
 				t.Errorf("Reconnects = %d, want 0", c.Reconnects())
 			}
 		})
+	}
+}
+
+// TestRunReclaimsATakenOverSession: anyone with the job's token can open a
+// session as this pod and the server closes this one with 4001 (issue 24
+// §3). The sidecar opens its session again, first refused while the other
+// one is live (409 SessionActive), without registering again, and goes on.
+func TestRunReclaimsATakenOverSession(t *testing.T) {
+	s := newStubServer(t)
+	s.session = func(ss *stubSession) {
+		if ss.n > 1 {
+			ss.ackAll()
+			return
+		}
+		ss.ackN(2)
+		ss.s.mu.Lock()
+		ss.s.sessionCodes, ss.s.sessionErr = []int{http.StatusConflict, http.StatusConflict}, binding.ErrSessionActive
+		ss.s.mu.Unlock()
+		ss.closeWith(binding.CloseReplaced, "replaced by a newer session of the same worker")
+	}
+	c := newTestClient(t, s, nil)
+	_, stop := startRun(t, c)
+	eventually(t, "the session back, with heartbeats", func() bool {
+		_, sessions := s.counts()
+		return sessions == 2 && c.LastAckedSeq() >= 4
+	})
+	if err := stop(); err != nil {
+		t.Errorf("Run = %v after cancel, want nil", err)
+	}
+	if registers, _ := s.counts(); registers != 1 {
+		t.Errorf("%d registrations, want 1: taking the session back registers no pod", registers)
+	}
+	if c.Takeovers() != 1 {
+		t.Errorf("Takeovers = %d, want 1", c.Takeovers())
+	}
+}
+
+// TestRunStopsWhenNoLongerTheNodesPod: after a 4001, the server refusing the
+// session as not the node's registered pod (a replacement pod registered)
+// ends the binding for this pod, without a registration that would make it
+// the node's pod again.
+func TestRunStopsWhenNoLongerTheNodesPod(t *testing.T) {
+	s := newStubServer(t)
+	s.session = func(ss *stubSession) {
+		ss.ackN(1)
+		ss.s.mu.Lock()
+		ss.s.sessionCode, ss.s.sessionErr = http.StatusConflict, binding.ErrBadRequest
+		ss.s.mu.Unlock()
+		ss.closeWith(binding.CloseReplaced, "the node's pod was replaced by train-node-0-0-xyz")
+	}
+	c := newTestClient(t, s, nil)
+	wait, _ := startRun(t, c)
+	err := wait()
+	var pe *PermanentError
+	if !errors.As(err, &pe) || pe.CloseCode != binding.CloseReplaced {
+		t.Fatalf("Run = %v, want a permanent error with close code %d", err, binding.CloseReplaced)
+	}
+	if registers, _ := s.counts(); registers != 1 {
+		t.Errorf("%d registrations, want 1", registers)
 	}
 }
 

@@ -3,6 +3,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -12,8 +13,9 @@ import (
 
 // PermanentError is a refusal that retrying cannot fix: the server answered
 // a registration or session upgrade with 400, 401, 403 or 410, closed the
-// session with CloseReplaced, CloseRevoked or CloseFinished, or the token file
-// holds no well-formed token.
+// session with CloseRevoked or CloseFinished, or with CloseReplaced and then
+// refused it again as no longer the node's registered pod (CloseCode
+// CloseReplaced), or the token file holds no well-formed token.
 type PermanentError struct {
 	// Op is what was refused: "register", "open session", "session",
 	// "read token".
@@ -84,6 +86,38 @@ func closeCodeMeaning(code int) string {
 		return "too many frames: this sidecar sent frames faster than the server allows (a bug in the sender)"
 	}
 	return "close code " + strconv.Itoa(code)
+}
+
+// takenOverError: the server closed the session with CloseReplaced, a newer
+// session of this worker having opened (Run opens it again).
+type takenOverError struct{ text string }
+
+func (e *takenOverError) Error() string {
+	return fmt.Sprintf("session: server closed the session with %d (%s): %q", binding.CloseReplaced, closeCodeMeaning(binding.CloseReplaced), e.text)
+}
+
+// notRegistered reports whether err is the server refusing a session open
+// because this pod is not the node's registered worker (409 BadRequest; a
+// 409 SessionActive is another session being live, which passes).
+func notRegistered(err error) bool {
+	var ra *retryAfterError
+	return errors.As(err, &ra) && ra.status == http.StatusConflict && (ra.resp == nil || ra.resp.Code != binding.ErrSessionActive)
+}
+
+// sessionActive reports whether err is the server refusing a session open
+// because another session of this worker is live (409 SessionActive).
+func sessionActive(err error) bool {
+	var ra *retryAfterError
+	return errors.As(err, &ra) && ra.status == http.StatusConflict && ra.resp != nil && ra.resp.Code == binding.ErrSessionActive
+}
+
+// responseOf is the server's explanation in err, if any.
+func responseOf(err error) *binding.ErrorResponse {
+	var er *binding.ErrorResponse
+	if errors.As(err, &er) {
+		return er
+	}
+	return nil
 }
 
 // retryAfterError is a retryable HTTP refusal; after is the server's

@@ -16,9 +16,10 @@ import (
 // Finish tells the server the pod is terminating (FrameFinishing with
 // reason). It uses the open session when there is one; otherwise it opens a
 // short-lived session of its own (registering first if this process never
-// registered), sends the frame and closes it with 1000. That session
-// replaces any the server still holds for this worker, so call Finish when
-// shutting down, right before cancelling Run.
+// registered), sends the frame and closes it with 1000 (the server takes it
+// only once the session it still holds for this worker has gone silent), so
+// call Finish when shutting down, right before cancelling Run. The frame
+// carries the progress file as it is now.
 func (c *Client) Finish(ctx context.Context, reason string) error {
 	return c.FinishWith(ctx, binding.Finishing{Reason: reason})
 }
@@ -40,6 +41,11 @@ func (c *Client) FinishWith(ctx context.Context, fin binding.Finishing) error {
 	var all int
 	fin.Skipped, all = binding.BoundSkipped(fin.Skipped)
 	fin.SkippedCount = max(fin.SkippedCount, all)
+	if fin.Progress == nil && c.cfg.Progress != nil {
+		// Read now: the trainer's last line, written just before it exited,
+		// is newer than the last heartbeat's sample.
+		fin.Progress = c.cfg.Progress().Sanitized()
+	}
 	f := binding.Frame{Type: binding.FrameFinishing, Finishing: &fin}
 	if s := c.currentSession(); s != nil {
 		err := s.send(ctx, f)

@@ -93,8 +93,10 @@ func (s *session) takeSent(seq uint64) (time.Time, bool) {
 // cancelled (it then closes the session with 1000 and returns nil) or the
 // binding ends for good (it returns a *PermanentError). Lost connections,
 // server errors, CloseProtocolError and CloseHeartbeatTimeout lead to a new
-// registration and session after a backoff. Run must not be called twice at
-// once.
+// registration and session after a backoff; CloseReplaced to a new session
+// of the same registration (see reclaiming), and to a *PermanentError with
+// CloseReplaced only once the server says this pod is no longer the node's.
+// Run must not be called twice at once.
 func (c *Client) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("binding client: Run is already running")
@@ -116,28 +118,61 @@ func (c *Client) Run(ctx context.Context) error {
 	}()
 
 	bo := credentials.NewBackoff(c.cfg.BackoffInitial, c.cfg.BackoffMax)
+	// reclaiming: the session was taken over (CloseReplaced). Whoever has
+	// the job's token can open one as this pod, so that is no reason to
+	// stop: the sidecar opens its session again, without registering (a
+	// registration could make a pod that is no longer the node's its pod
+	// again), until the server takes it back or says this pod is no longer
+	// the node's registered one.
+	reclaiming := false
 	for {
-		rr, err := c.register(ctx, bo)
-		if ctx.Err() != nil {
-			return nil
+		if !reclaiming {
+			rr, err := c.register(ctx, bo)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err != nil {
+				return err // permanent
+			}
+			c.log.Info("registered", "job", c.cfg.JobID, "worker", c.cfg.WorkerID, "phase", rr.Phase,
+				"lastSeq", rr.LastSeq, "heartbeatInterval", c.HeartbeatInterval())
 		}
-		if err != nil {
-			return err // permanent
-		}
-		c.log.Info("registered", "job", c.cfg.JobID, "worker", c.cfg.WorkerID, "phase", rr.Phase,
-			"lastSeq", rr.LastSeq, "heartbeatInterval", c.HeartbeatInterval())
 		healthy, err := c.runSession(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if reclaiming && notRegistered(err) {
+			// The node has another pod now: the binding goes on without this one.
+			err = &PermanentError{Op: "session", CloseCode: binding.CloseReplaced,
+				CloseText: "this pod is no longer the node's registered pod", Response: responseOf(err)}
 		}
 		if IsPermanent(err) {
 			c.log.Error("binding ended", "error", err)
 			return err
 		}
-		if healthy {
+		var taken *takenOverError
+		active := sessionActive(err)
+		switch {
+		case errors.As(err, &taken):
+			c.takeovers.Add(1)
+			reclaiming = true
+			c.log.Warn("session taken over by another connection with this job's token; opening it again", "reason", taken.text)
+		case active:
+			// Registered already: only the session is to be opened again.
+			reclaiming = true
+		case healthy:
+			reclaiming = false
+		}
+		if healthy && taken == nil {
+			// Not after a takeover: two sessions of one worker are contention.
 			bo.Reset()
 		}
 		d := c.retryDelay(bo, err)
+		if active {
+			// The server hands a silent session over after 2 heartbeat
+			// intervals and closes it after 3: try often enough to be there.
+			d = min(d, c.HeartbeatInterval()/2)
+		}
 		c.log.Warn("session lost; reconnecting", "error", err, "retryIn", d)
 		if credentials.Sleep(ctx, d) != nil {
 			return nil
@@ -301,7 +336,9 @@ func (c *Client) sessionEnded(err error, readTimeout time.Duration) error {
 	var ce *websocket.CloseError
 	if errors.As(err, &ce) {
 		switch ce.Code {
-		case binding.CloseReplaced, binding.CloseRevoked, binding.CloseFinished:
+		case binding.CloseReplaced:
+			return &takenOverError{text: ce.Text}
+		case binding.CloseRevoked, binding.CloseFinished:
 			return &PermanentError{Op: "session", CloseCode: ce.Code, CloseText: ce.Text}
 		case binding.CloseProtocolError:
 			c.log.Warn("the server closed the session for a protocol error", "reason", ce.Text)

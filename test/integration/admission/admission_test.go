@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
@@ -307,6 +308,38 @@ func TestPodsCreatedBeforeBindingAreReported(t *testing.T) {
 	waitForEvent(t, ns, "early", tetherv1.ReasonPodsNotInjected)
 }
 
+// TestEveryUninjectedPodIsWarned: a pod recreated without the sidecar after
+// the first one was reported gets its own PodsNotInjected Warning (issue 24
+// §2: the second was never sent).
+func TestEveryUninjectedPodIsWarned(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, nil)
+	tj := testobj.MakeTrainJob("again", ns).Obj()
+	if err := env.Client.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	first := testobj.MakeTrainerPod("again", ns).Name("again-node-0-0-aaaaa").Obj()
+	if err := env.Client.Create(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	tj.Labels = map[string]string{jobconfig.BindLabel: jobconfig.BindValue}
+	if err := env.Client.Update(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	waitForEventNote(t, ns, "again", tetherv1.ReasonPodsNotInjected, first.Name)
+	// The Job replaces a failed pod; it is not routed either (created as
+	// before the binding), so it too runs without the sidecar.
+	first.Status.Phase = corev1.PodFailed
+	if err := env.Client.Status().Update(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	second := testobj.MakeTrainerPod("again", ns).Name("again-node-0-0-bbbbb").Obj()
+	if err := env.Client.Create(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	waitForEventNote(t, ns, "again", tetherv1.ReasonPodsNotInjected, second.Name)
+}
+
 func TestMultiNodeBindsEveryNode(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t, nil)
@@ -348,6 +381,27 @@ func TestMultiNodeBindsEveryNode(t *testing.T) {
 }
 
 // waitForEvent waits for an Event with reason on the TrainJob.
+// waitForEventNote waits for an Event reason on the TrainJob whose note contains substr.
+func waitForEventNote(t *testing.T, ns, trainJob, reason, substr string) {
+	t.Helper()
+	eventually(t, 15*time.Second, func() error {
+		var list eventsv1.EventList
+		if err := env.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		var seen []string
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "TrainJob" && e.Regarding.Name == trainJob && e.Reason == reason {
+				if strings.Contains(e.Note, substr) {
+					return nil
+				}
+				seen = append(seen, e.Note)
+			}
+		}
+		return fmt.Errorf("no %s Event on TrainJob %s naming %s (seen %q)", reason, trainJob, substr, seen)
+	})
+}
+
 func waitForEvent(t *testing.T, ns, trainJob, reason string) {
 	t.Helper()
 	eventually(t, 15*time.Second, func() error {
@@ -366,4 +420,45 @@ func waitForEvent(t *testing.T, ns, trainJob, reason string) {
 		}
 		return fmt.Errorf("no %s Event on TrainJob %s (seen %v)", reason, trainJob, seen)
 	})
+}
+
+// TestPodsNotInjectedRemedy: the remedy the PodsNotInjected message names,
+// as far as the API server shows it (Trainer's and JobSet's controllers do
+// not run here). A TrainJob bound while running cannot get Tether's
+// runtime patch (Trainer v2.2+ lets runtimePatches change only while the job
+// stays suspended), and neither does a plain suspend and resume; suspend,
+// update while suspended, resume does, and keeps it.
+func TestPodsNotInjectedRemedy(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, nil)
+	tj := testobj.MakeTrainJob("late", ns).Suspend(false).Obj()
+	if err := env.Client.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	routed := func() bool {
+		for _, p := range tj.Spec.RuntimePatches {
+			if p.Manager == mutate.RuntimePatchManager {
+				return true
+			}
+		}
+		return false
+	}
+	step := func(what string, change func(), wantRouted bool) {
+		t.Helper()
+		change()
+		if err := env.Client.Update(ctx, tj); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if routed() != wantRouted {
+			t.Fatalf("%s: Tether's runtime patch present %v, want %v (runtimePatches %+v)", what, routed(), wantRouted, tj.Spec.RuntimePatches)
+		}
+	}
+	step("bind while running", func() { tj.Labels = map[string]string{jobconfig.BindLabel: jobconfig.BindValue} }, false)
+	step("suspend", func() { tj.Spec.Suspend = ptr.To(true) }, false)
+	step("resume without an update in between", func() { tj.Spec.Suspend = ptr.To(false) }, false)
+	step("suspend again", func() { tj.Spec.Suspend = ptr.To(true) }, false)
+	step("update while suspended (the message's kubectl annotate)", func() {
+		tj.Annotations["tether.dev/routed"] = "1"
+	}, true)
+	step("resume", func() { tj.Spec.Suspend = ptr.To(false) }, true)
 }

@@ -148,26 +148,45 @@ func TestCommandsAreDeliveredAndAcknowledged(t *testing.T) {
 	}
 }
 
-func TestSecondSessionReplacesFirst(t *testing.T) {
+// TestTenantCannotTakeTheSidecarsSession: anyone holding the job's token
+// (a tenant can read its Secret) opens a session as the sidecar's pod, while
+// the real sidecar's session heartbeats. The newcomer is refused (409
+// SessionActive, counted, a Warning Event); the real session goes on (issue
+// 24 §3: it was closed with 4001 and the sidecar stopped its work).
+func TestTenantCannotTakeTheSidecarsSession(t *testing.T) {
 	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
-	_, _, firstDone := runningClient(t, j.clientConfig())
+	sidecar, _, realDone := runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
-	second, _, _ := runningClient(t, j.clientConfig())
-	select {
-	case err := <-firstDone:
-		var pe *session.PermanentError
-		if !errors.As(err, &pe) || pe.CloseCode != binding.CloseReplaced {
-			t.Fatalf("first client ended with %v, want close %d", err, binding.CloseReplaced)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("first session was not replaced")
-	}
+	const refused = `tether_binding_refusals_total{reason="session_active"}`
+	before := counter(t, refused)
+	intruder, _, _ := runningClient(t, j.clientConfig())
 	eventually(t, 10*time.Second, func() error {
-		if second.LastAckedSeq() == 0 {
-			return errors.New("second session not acknowledged")
+		select {
+		case err := <-realDone:
+			t.Fatalf("the real sidecar's session ended when another opened one with its token: %v", err)
+		default:
+		}
+		if counter(t, refused) <= before {
+			return errors.New("the second session open was not refused yet")
 		}
 		return nil
 	})
+	seq := sidecar.LastAckedSeq()
+	eventually(t, 10*time.Second, func() error {
+		if sidecar.LastAckedSeq() < seq+2 {
+			return fmt.Errorf("real sidecar acked up to %d, want %d", sidecar.LastAckedSeq(), seq+2)
+		}
+		return nil
+	})
+	select {
+	case err := <-realDone:
+		t.Fatalf("the real sidecar's session ended: %v", err)
+	default:
+	}
+	if intruder.LastAckedSeq() != 0 {
+		t.Errorf("the intruder's heartbeats were acknowledged (seq %d)", intruder.LastAckedSeq())
+	}
+	waitForEvent(t, j, server.ReasonSessionRefused)
 }
 
 func TestHeartbeatLostThenRecovered(t *testing.T) {
