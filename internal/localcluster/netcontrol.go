@@ -3,7 +3,9 @@ package localcluster
 import (
 	"crypto/x509"
 	"net"
+	"os"
 	"path/filepath"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -41,6 +43,15 @@ func (nw *ClusterNetwork) configureAPIServer(apiserver *envtest.APIServer) error
 	if err := c.CA.writeCert(apiserver.CertDir, "sa-signer", certRequest{commonName: "service-accounts", usage: x509.ExtKeyUsageServerAuth}); err != nil {
 		return err
 	}
+	// Its log (envtest keeps none).
+	logf, err := os.OpenFile(filepath.Join(c.logDir(), "kube-apiserver.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	apiserver.Out, apiserver.Err = logf, logf
+	// kube-apiserver may drain connections for up to its request timeout
+	// (60s) when it stops; envtest's default 20s would SIGKILL it.
+	c.env.ControlPlaneStopTimeout = 70 * time.Second
 	apiserver.Configure().
 		Set("advertise-address", NetworkHostIP.String()).
 		Set("endpoint-reconciler-type", "lease").

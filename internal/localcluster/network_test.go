@@ -89,6 +89,14 @@ func TestClusterNetwork(t *testing.T) {
 			t.Errorf("node %s: no kube-proxy nftables table (%v): %s", n.Name, err, out)
 		}
 	}
+	// kube-proxy's one masquerade rule: for packets it marked, which with
+	// no clusterCIDR are a pod reaching itself through a Service (hairpin).
+	out, _ := exec.Command("nsenter", "-t", strconv.Itoa(c.Network.Nodes[0].init.PID()), "-n", c.bin("nft"), "list", "ruleset").CombinedOutput()
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "masquerade") || strings.Contains(line, "0x00004000") {
+			t.Logf("node %s nftables: %s", c.Network.Nodes[0].Name, strings.TrimSpace(line))
+		}
+	}
 
 	waitDefaultServiceAccount(ctx, t, c)
 	var servers []*corev1.Pod
@@ -187,7 +195,7 @@ func TestClusterNetwork(t *testing.T) {
 		}
 	}
 	// The host routes into the nodes' pod CIDRs and the node link only.
-	out, _ := exec.Command("ip", "route", "show", "dev", c.Network.HostLink).CombinedOutput()
+	out, _ = exec.Command("ip", "route", "show", "dev", c.Network.HostLink).CombinedOutput()
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		if !NetworkRange.Contains(net.ParseIP(strings.SplitN(strings.Fields(line)[0], "/", 2)[0])) {
 			t.Errorf("host route outside %s: %q", NetworkRange, line)
