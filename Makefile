@@ -73,11 +73,12 @@ integration: testbin
 ## kube-controller-manager, kube-scheduler, kwok, JobSet, Trainer v2.3.0 and
 ## v2.0.0, Kueue, versitygw; all built from the Go module proxy and cached)
 ## plus a real node (kubelet, containerd, Debian's runc) running the images
-## of `make images`; first the real node alone, then the scenarios
+## of `make images`; first the real node alone and the cluster network alone
+## (two real nodes with pod networking, kube-proxy, CoreDNS), then the scenarios
 E2E_TIMEOUT ?= 30m
 e2e: images
-	bash hack/testbin.sh e2e
-	TETHER_E2E=1 $(GO) test -count=1 -v -timeout 5m -run '^TestRealNodeAlone$$' ./internal/localcluster/
+	bash hack/testbin.sh e2e network
+	TETHER_E2E=1 $(GO) test -count=1 -v -timeout 10m -run '^(TestRealNodeAlone|TestClusterNetworkPlumbing|TestClusterNetwork)$$' ./internal/localcluster/
 	TETHER_E2E=1 $(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
 
 ## bench: Go benchmarks (figures via b.ReportMetric; nothing is asserted on time)

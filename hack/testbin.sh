@@ -38,6 +38,12 @@ DEBIAN_SHELLCHECK=${DEBIAN_SHELLCHECK:-shellcheck}
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 DEBIAN_RUNC=${DEBIAN_RUNC:-runc}
 DEBIAN_CNI=${DEBIAN_CNI:-containernetworking-plugins}
+# The two-node cluster network (DESIGN.md §15, internal/localcluster/network.go):
+# kube-proxy from the Kubernetes wrapper module, CoreDNS built as a main of our
+# own with only the plugins the cluster uses (its default set pulls in cloud
+# SDKs), and Debian's nft with the shared libraries it links.
+COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
+DEBIAN_NFT_PACKAGES=${DEBIAN_NFT_PACKAGES:-nftables libnftables1 libnftnl11 libmnl0 libjansson4 libxtables12}
 ROOT=${TETHER_TESTBIN:-${XDG_CACHE_HOME:-$HOME/.cache}/tether/testbin}
 CURRENT="$ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 
@@ -133,6 +139,38 @@ jobset_wrapper() {
   echo "$dir"
 }
 
+# coredns_wrapper writes a module whose main links CoreDNS's core and only the
+# plugins the local cluster's Corefile uses (internal/localcluster/coredns.go):
+# no forward, no cloud back ends.
+coredns_wrapper() {
+  local dir="$ROOT/src/coredns-$COREDNS_VERSION"
+  if [[ ! -f "$dir/.ready" ]]; then
+    log "preparing wrapper module for github.com/coredns/coredns $COREDNS_VERSION"
+    mkdir -p "$dir"
+    printf 'module tether.dev/testbin/coredns\n\ngo 1.26.0\n\nrequire github.com/coredns/coredns %s\n' "$COREDNS_VERSION" >"$dir/go.mod"
+    cat >"$dir/main.go" <<'GO'
+// Command coredns is CoreDNS with the plugins Tether's local cluster uses.
+package main
+
+import (
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/ready"
+
+	"github.com/coredns/coredns/coremain"
+)
+
+func main() { coremain.Run() }
+GO
+    # tidy, not `go get` of the module: that would fetch every default plugin's SDKs.
+    (cd "$dir" && GOFLAGS=-mod=mod go mod tidy >&2)
+    touch "$dir/.ready"
+  fi
+  echo "$dir"
+}
+
 build() {
   local name=$1 version=$2 wrapper=$3 pkg=$4 ldflags=${5:-}
   local out="$ROOT/$name-$version/$name"
@@ -218,6 +256,32 @@ debian_pkg() {
   echo "$dir"
 }
 
+# nft extracts Debian's nftables and the libraries it links that a base system
+# lacks, and writes $ROOT/nft-<version>/nft: a script that runs the extracted
+# binary with those libraries first (kube-proxy's nftables mode runs `nft`
+# from PATH). Nothing is installed system-wide.
+nft() {
+  local d libs="" pkg version real
+  for pkg in $DEBIAN_NFT_PACKAGES; do
+    d=$(debian_pkg "$pkg")
+    [[ "$pkg" == nftables ]] && { version=${d##*/nftables-}; real="$d/usr/sbin/nft"; }
+    libs="$libs${libs:+:}$d/usr/lib/$(uname -m)-linux-gnu"
+  done
+  local dir="$ROOT/nft-$version"
+  if [[ ! -x "$dir/nft" ]]; then
+    mkdir -p "$dir"
+    # shellcheck disable=SC2016 # $LD_LIBRARY_PATH and $@ are the script's own, expanded when it runs
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' "$libs" "$real" >"$dir/nft.tmp"
+    chmod +x "$dir/nft.tmp"
+    "$dir/nft.tmp" --version >&2 || { log "nft $version: the extracted binary does not run (a shared library missing? add its package to DEBIAN_NFT_PACKAGES)"; exit 1; }
+    mv "$dir/nft.tmp" "$dir/nft"
+    log "nft $version: ready ($dir/nft)"
+  else
+    log "nft $version: cached ($dir/nft)"
+  fi
+  ln -sfn "$dir/nft" "$CURRENT/nft"
+}
+
 for c in "${components[@]}"; do
   case "$c" in
     kube-apiserver|kube-controller-manager|kube-scheduler)
@@ -232,6 +296,14 @@ for c in "${components[@]}"; do
       d=$(debian_pkg "$DEBIAN_CNI"); ln -sfn "$d/usr/lib/cni" "$CURRENT/cni" ;;
     node)
       "$0" kubelet containerd runc cni-plugins ;;
+    kube-proxy)
+      build kube-proxy "$K8S_VERSION" "$(k8s_wrapper)" "k8s.io/kubernetes/cmd/kube-proxy" "$(k8s_ldflags)" ;;
+    coredns)
+      build coredns "$COREDNS_VERSION" "$(coredns_wrapper)" tether.dev/testbin/coredns ;;
+    nft)
+      nft ;;
+    network)
+      "$0" node kube-proxy coredns nft ;;
     kubectl)
       build kubectl "$K8S_VERSION" "$(k8s_wrapper)" "k8s.io/kubernetes/cmd/kubectl" "$(k8s_ldflags)" ;;
     etcd)
@@ -267,7 +339,7 @@ for c in "${components[@]}"; do
       "$0" golangci-lint kube-api-linter shellcheck ;;
     e2e)
       "$0" kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue versitygw node ;;
-    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd containerd runc cni-plugins node controller-gen versitygw kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue helm golangci-lint kube-api-linter promtool shellcheck lint e2e)"; exit 2 ;;
+    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd containerd runc cni-plugins node kube-proxy coredns nft network controller-gen versitygw kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue helm golangci-lint kube-api-linter promtool shellcheck lint e2e)"; exit 2 ;;
   esac
 done
 log "ready: KUBEBUILDER_ASSETS=$CURRENT"

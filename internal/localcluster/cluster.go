@@ -73,6 +73,9 @@ type Cluster struct {
 	CertDir    string
 	// RealNode is the node run by a real kubelet (Options.RealNode), or nil.
 	RealNode *RealNode
+	// Network is the cluster network of two real nodes with pod
+	// networking, Services and DNS (network.go), or nil.
+	Network *ClusterNetwork
 
 	env *envtest.Environment
 
@@ -172,6 +175,10 @@ func (c *Cluster) Stop() error {
 	if c.env != nil {
 		errs = append(errs, c.env.Stop())
 	}
+	// After kube-apiserver, which listens on the host's veth address.
+	if c.Network != nil {
+		errs = append(errs, c.Network.stop())
+	}
 	if !c.Opts.KeepDir && c.Dir != "" && c.Opts.Dir == "" {
 		_ = os.RemoveAll(c.Dir)
 	}
@@ -244,6 +251,11 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	apiserver := c.env.ControlPlane.GetAPIServer()
 	// The apiserver must not publish its own Endpoints (no Service network here).
 	apiserver.Configure().Set("endpoint-reconciler-type", "none")
+	if c.Network != nil {
+		if err := c.Network.configureAPIServer(apiserver); err != nil {
+			return err
+		}
+	}
 	// The real node's kubelet (RealNode) serves on 127.0.0.1 with a
 	// certificate from the cluster CA and accepts this client certificate:
 	// `kubectl logs` and the pods/log API go through it.

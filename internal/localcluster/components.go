@@ -27,10 +27,12 @@ import (
 // ResourceQuota usage (quota admission enforces a quota only once this
 // controller has written its status; scenario 9 holds pods back with one).
 func (c *Cluster) startControllerManager(ctx context.Context) error {
-	_, err := c.start("kube-controller-manager", c.bin("kube-controller-manager"), c.kubeComponentArgs(
-		"--controllers=job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,pod-garbage-collector-controller,ttl-after-finished-controller,node-lifecycle-controller,persistentvolume-binder-controller,resourcequota-controller",
-		"--concurrent-job-syncs=10",
-	))
+	controllers := "job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,pod-garbage-collector-controller,ttl-after-finished-controller,node-lifecycle-controller,persistentvolume-binder-controller,resourcequota-controller"
+	args := []string{"--concurrent-job-syncs=10"}
+	if c.Network != nil {
+		controllers, args = c.Network.controllerManager(controllers, args)
+	}
+	_, err := c.start("kube-controller-manager", c.bin("kube-controller-manager"), c.kubeComponentArgs(append([]string{"--controllers=" + controllers}, args...)...))
 	return err
 }
 
@@ -66,7 +68,9 @@ func (c *Cluster) startKwok(ctx context.Context) error {
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 		"--config=" + stages,
 		"--node-lease-duration-seconds=40",
-		"--cidr=10.244.0.0/16",
+		// Fake pod addresses, never dialed: from the test range
+		// (DESIGN.md §9), apart from the cluster network's 198.18.0.0/16.
+		"--cidr=198.19.0.0/16",
 	}); err != nil {
 		return err
 	}

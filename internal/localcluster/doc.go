@@ -22,6 +22,17 @@
 // own Kueue queue (RealNodeQueue), whose flavor adds the node selector and
 // the toleration of the node's taint.
 //
+// The cluster network (network.go, ClusterNetwork; DESIGN.md §9, §15) is
+// the start of a real cluster's network beside them: two more real nodes,
+// each in network, PID and mount namespaces of its own, joined by a bridge
+// in a network namespace of its own to each other and to the host's end of
+// a veth, where kube-apiserver then listens. Pods get addresses from the
+// CNI bridge and host-local plugins (a pod CIDR per node), kube-proxy in
+// nftables mode routes Services inside each node's namespace, and CoreDNS
+// (a Deployment behind kube-dns) answers the cluster zone and nothing else.
+// Every address is from 198.18.0.0/15, no namespace has a default route,
+// nothing is masqueraded or forwarded out, and Stop removes it all.
+//
 // Every webhook is registered by loopback URL (never a Service), every
 // listener binds 127.0.0.1, and every process is stopped by PID on Stop (and
 // killed by the kernel if the harness itself dies: Pdeathsig).

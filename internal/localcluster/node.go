@@ -77,7 +77,12 @@ type RealNode struct {
 	Images []images.Written
 	// ContainerdSocket is containerd's API socket (ctr --address).
 	ContainerdSocket string
-	init             *Process
+	// Name is the node's name (RealNodeName for the loopback node).
+	Name string
+	init *Process
+	// net is the node's place on the cluster network (ClusterNetwork), nil
+	// for the loopback node: its own network namespace, address and pod CIDR.
+	net *netNode
 }
 
 // Image returns the reference of the image titled title (the last element
@@ -110,11 +115,23 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 		return err
 	}
 	id := filepath.Base(c.Dir)
-	n := &RealNode{c: c, Dir: filepath.Join(c.Dir, "node"), CgroupRoot: "/tether-" + id, Images: images}
-	n.ContainerdSocket = filepath.Join(n.Dir, "containerd", "containerd.sock")
+	n := &RealNode{c: c, Name: RealNodeName, Dir: filepath.Join(c.Dir, "node"), CgroupRoot: "/tether-" + id, Images: images}
 	if n.KubeletAddr, err = testenv.FreeAddr(); err != nil {
 		return err
 	}
+	if err := n.start(); err != nil {
+		return err
+	}
+	c.RealNode = n
+	return n.waitReady(ctx)
+}
+
+// start writes the node's files and starts node-init; a node of the
+// cluster network gets a network namespace of its own, wired by the
+// network before node-init runs its first step.
+func (n *RealNode) start() error {
+	c := n.c
+	n.ContainerdSocket = filepath.Join(n.Dir, "containerd", "containerd.sock")
 	spec, err := n.prepare()
 	if err != nil {
 		return err
@@ -128,17 +145,34 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	if err := os.WriteFile(specPath, raw, 0o600); err != nil {
 		return err
 	}
-	if n.init, err = startProcessIn(c.logDir(), "node", filepath.Join(c.Dir, "bin", "node-init"), []string{"--spec=" + specPath},
-		nil, syscall.CLONE_NEWPID|syscall.CLONE_NEWNS); err != nil {
+	flags := uintptr(syscall.CLONE_NEWPID | syscall.CLONE_NEWNS)
+	logName := "node"
+	if n.net != nil {
+		flags |= syscall.CLONE_NEWNET
+		logName = "node-" + n.Name
+	}
+	if n.init, err = startProcessIn(c.logDir(), logName, filepath.Join(c.Dir, "bin", "node-init"), []string{"--spec=" + specPath},
+		nil, flags); err != nil {
 		return err
 	}
-	c.RealNode = n
-	return c.waitFor(ctx, 120*time.Second, "real node Ready (see "+n.init.LogFile+" and "+filepath.Join(c.logDir(), "kubelet.log")+")", func() (bool, error) {
+	if n.net != nil {
+		if err := n.net.network.attach(n); err != nil {
+			return fmt.Errorf("node %s's network: %w", n.Name, err)
+		}
+		return os.WriteFile(spec.WaitFile, nil, 0o600)
+	}
+	return nil
+}
+
+// waitReady waits until the node is Ready without its not-ready taint.
+func (n *RealNode) waitReady(ctx context.Context) error {
+	c := n.c
+	return c.waitFor(ctx, 120*time.Second, "node "+n.Name+" Ready (see "+n.init.LogFile+" and "+n.logFile("kubelet")+")", func() (bool, error) {
 		if exited, werr := n.init.Exited(); exited {
 			return false, fmt.Errorf("node-init exited (%v); see %s", werr, n.init.LogFile)
 		}
 		var node corev1.Node
-		if err := c.Client.Get(ctx, client.ObjectKey{Name: RealNodeName}, &node); err != nil {
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: n.Name}, &node); err != nil {
 			return false, nil
 		}
 		for _, t := range node.Spec.Taints {
@@ -170,6 +204,15 @@ func nodeImages() ([]images.Written, error) {
 	return list.Images, nil
 }
 
+// logFile is the log of one of the node's processes: <logs>/<name>.log for
+// the loopback node, <logs>/<node>-<name>.log on the cluster network.
+func (n *RealNode) logFile(name string) string {
+	if n.net != nil {
+		name = n.Name + "-" + name
+	}
+	return filepath.Join(n.c.logDir(), name+".log")
+}
+
 // prepare writes the node's directories, certificates and configuration,
 // and returns node-init's spec.
 func (n *RealNode) prepare() (*nodespec.Spec, error) {
@@ -182,8 +225,12 @@ func (n *RealNode) prepare() (*nodespec.Spec, error) {
 			return nil, err
 		}
 	}
-	if err := c.CA.writeCert(dirs["pki"], "kubelet", certRequest{commonName: RealNodeName,
-		ips: []net.IP{net.ParseIP("127.0.0.1")}, dnsNames: []string{"localhost"}, usage: x509.ExtKeyUsageServerAuth}); err != nil {
+	nodeIP := net.ParseIP("127.0.0.1")
+	if n.net != nil {
+		nodeIP = n.net.ip
+	}
+	if err := c.CA.writeCert(dirs["pki"], "kubelet", certRequest{commonName: n.Name,
+		ips: []net.IP{nodeIP}, dnsNames: []string{"localhost"}, usage: x509.ExtKeyUsageServerAuth}); err != nil {
 		return nil, err
 	}
 	binds := []nodespec.Bind{{Source: dirs["var-lib"], Target: "/var/lib"}, {Source: dirs["var-log"], Target: "/var/log"}, {Source: dirs["run"], Target: "/run"}}
@@ -199,12 +246,15 @@ func (n *RealNode) prepare() (*nodespec.Spec, error) {
 		}
 		binds = append(binds, nodespec.Bind{Source: f, Target: host})
 	}
-	cni := `{"cniVersion": "1.0.0", "name": "loopback-only", "plugins": [{"type": "loopback"}]}`
-	if err := os.WriteFile(filepath.Join(dirs["cni/net.d"], "10-loopback.conflist"), []byte(cni), 0o644); err != nil {
+	cni, resolvConf := `{"cniVersion": "1.0.0", "name": "loopback-only", "plugins": [{"type": "loopback"}]}`, "nameserver 127.0.0.1\n"
+	if n.net != nil {
+		cni, resolvConf = n.net.cniConfig(), n.net.resolvConf()
+	}
+	if err := os.WriteFile(filepath.Join(dirs["cni/net.d"], "10-tether.conflist"), []byte(cni), 0o644); err != nil {
 		return nil, err
 	}
 	resolv := filepath.Join(n.Dir, "resolv.conf")
-	if err := os.WriteFile(resolv, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
+	if err := os.WriteFile(resolv, []byte(resolvConf), 0o644); err != nil {
 		return nil, err
 	}
 	pause := n.Image("tether-pause")
@@ -253,7 +303,7 @@ state = %[2]q
 	}
 	kubeletConfig := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: %[12]s
 port: %[1]s
 readOnlyPort: 0
 healthzPort: 0
@@ -279,7 +329,7 @@ volumePluginDir: %[8]q
 resolvConf: %[9]q
 registerWithTaints:
 - key: %[10]s
-  value: %[11]s
+  value: %[13]s
   effect: NoSchedule
 # The kubelet refreshes Secret volumes on its pod sync; the default minute
 # made token-reissue scenarios wait that long.
@@ -294,7 +344,10 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 maxPods: 110
 `, portOf(n.KubeletAddr), filepath.Join(dirs["pki"], "ca.crt"), filepath.Join(dirs["pki"], "kubelet.crt"), filepath.Join(dirs["pki"], "kubelet.key"),
-		n.ContainerdSocket, n.CgroupRoot, dirs["pod-logs"], dirs["volume-plugins"], resolv, RealNodeLabel, RealNodeLabelValue)
+		n.ContainerdSocket, n.CgroupRoot, dirs["pod-logs"], dirs["volume-plugins"], resolv, RealNodeLabel, RealNodeLabelValue, nodeIP.String(), n.labelValue())
+	if n.net != nil {
+		kubeletConfig += n.net.kubeletConfig()
+	}
 	kubeletPath := filepath.Join(n.Dir, "kubelet.yaml")
 	if err := os.WriteFile(kubeletPath, []byte(kubeletConfig), 0o600); err != nil {
 		return nil, err
@@ -302,19 +355,44 @@ maxPods: 110
 	// Any pull fails at once on loopback: every image the node runs is imported.
 	env := []string{"PATH=" + c.Assets + ":/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + n.Dir,
 		"HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9", "NO_PROXY=", "TMPDIR=" + os.TempDir()}
-	logs := c.logDir()
+	if n.net != nil {
+		// The apiserver is no longer on loopback (which Go never proxies).
+		env[3] = "NO_PROXY=" + NetworkRange.String()
+	}
 	steps := []nodespec.Step{{Name: "containerd", Path: c.bin("containerd"), Args: []string{"--config=" + containerdPath},
-		Env: env, Log: filepath.Join(logs, "containerd.log"), WaitSocket: n.ContainerdSocket}}
+		Env: env, Log: n.logFile("containerd"), WaitSocket: n.ContainerdSocket}}
 	for _, im := range n.Images {
 		steps = append(steps, nodespec.Step{Name: "import " + im.Ref, Path: c.bin("ctr"),
 			Args: []string{"--address=" + n.ContainerdSocket, "--namespace=k8s.io", "images", "import", "--local", im.Path},
-			Env:  env, Log: filepath.Join(logs, "ctr-import.log"), RunToCompletion: true})
+			Env:  env, Log: n.logFile("ctr-import"), RunToCompletion: true})
 	}
-	steps = append(steps, nodespec.Step{Name: "kubelet", Path: c.bin("kubelet"), Env: env, Log: filepath.Join(logs, "kubelet.log"),
-		Args: []string{"--config=" + kubeletPath, "--kubeconfig=" + c.Kubeconfig, "--hostname-override=" + RealNodeName,
-			"--node-labels=" + RealNodeLabel + "=" + RealNodeLabelValue, "--root-dir=" + dirs["kubelet"],
-			"--cert-dir=" + dirs["pki"], "--v=2"}})
-	return &nodespec.Spec{Binds: binds, Steps: steps, StopGrace: "15s"}, nil
+	kubeletArgs := []string{"--config=" + kubeletPath, "--kubeconfig=" + c.Kubeconfig, "--hostname-override=" + n.Name,
+		"--node-labels=" + RealNodeLabel + "=" + n.labelValue(), "--root-dir=" + dirs["kubelet"],
+		"--cert-dir=" + dirs["pki"], "--v=2"}
+	if n.net != nil {
+		kubeletArgs = append(kubeletArgs, "--node-ip="+nodeIP.String())
+	}
+	steps = append(steps, nodespec.Step{Name: "kubelet", Path: c.bin("kubelet"), Env: env, Log: n.logFile("kubelet"), Args: kubeletArgs})
+	spec := &nodespec.Spec{Binds: binds, Steps: steps, StopGrace: "15s"}
+	if n.net != nil {
+		kp, err := n.net.kubeProxyStep(n, env)
+		if err != nil {
+			return nil, err
+		}
+		spec.Steps = append(spec.Steps, kp)
+		spec.WaitFile = filepath.Join(n.Dir, "network-ready")
+	}
+	return spec, nil
+}
+
+// labelValue is the value of the node's RealNodeLabel and of its taint:
+// RealNodeLabelValue for the loopback node, NetworkNodeLabelValue on the
+// cluster network.
+func (n *RealNode) labelValue() string {
+	if n.net != nil {
+		return NetworkNodeLabelValue
+	}
+	return RealNodeLabelValue
 }
 
 // resolvedDir follows a symlink to a directory (the cni link in the assets).

@@ -4,7 +4,8 @@
 // of its own, bind-mounts the node's directories over the host paths the
 // kubelet and containerd hard-code (/var/lib, /var/log, /run) and value files
 // over the host sysctls the kubelet rewrites, then runs the node's processes
-// in order (containerd, image imports, the kubelet) and reaps every orphan
+// in order (containerd, image imports, the kubelet, on the cluster network's
+// nodes kube-proxy) and reaps every orphan
 // (containerd's shims re-parent to it).
 //
 // One namespace for all of them matters twice: runc must see the kubelet's
@@ -121,6 +122,12 @@ func run(specPath string) error {
 		return err
 	}
 	fmt.Println("node-init: mounts ready")
+	if spec.WaitFile != "" {
+		if err := waitFile(spec.WaitFile, term); err != nil {
+			return err
+		}
+		fmt.Println("node-init: network ready")
+	}
 
 	var daemons []daemon
 	stopAll := func() {
@@ -211,6 +218,25 @@ func start(st nodespec.Step) (int, error) {
 	// The reaper owns waiting; the os.Process handle is not used again.
 	_ = p.Release()
 	return pid, nil
+}
+
+// waitFile waits (at most two minutes) for the harness to create path; a
+// SIGTERM meanwhile ends node-init with nothing started.
+func waitFile(path string, term <-chan os.Signal) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not created within 2m: the harness did not finish the node's network", path)
+		}
+		select {
+		case <-term:
+			return errors.New("stopped while waiting for the node's network")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func waitSocket(st nodespec.Step, done <-chan syscall.WaitStatus) error {

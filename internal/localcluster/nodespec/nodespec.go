@@ -11,6 +11,11 @@ type Spec struct {
 	// Steps run in order: a Step with WaitSocket is a daemon that must create
 	// that Unix socket; one with RunToCompletion must exit 0 before the next.
 	Steps []Step `json:"steps"`
+	// WaitFile, when set, is a file node-init waits for after the mounts and
+	// before the first step: the harness creates it once the node's network
+	// namespace (node-init is started in a new one) has its interfaces,
+	// addresses and routes.
+	WaitFile string `json:"waitFile,omitempty"`
 	// StopGrace is how long each daemon gets between SIGTERM and SIGKILL
 	// (a Go duration).
 	StopGrace string `json:"stopGrace"`
