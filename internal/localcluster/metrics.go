@@ -2,20 +2,14 @@ package localcluster
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // metricsScraper scrapes the replicas' /metrics (HTTPS, authenticated and
@@ -28,36 +22,20 @@ type metricsScraper struct {
 	token string
 }
 
-const scraperName = "tether-metrics-scraper"
-
 func (s *metricsScraper) bearer(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.token != "" {
-		return s.token, nil
+	if s.token == "" {
+		token, err := testenv.ScraperToken(ctx, s.cs)
+		if err != nil {
+			return "", err
+		}
+		s.token = token
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: scraperName, Namespace: "tether-system"}}
-	if _, err := s.cs.CoreV1().ServiceAccounts("tether-system").Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", err
-	}
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: scraperName},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "tether-metrics-reader"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: scraperName, Namespace: "tether-system"}}}
-	if _, err := s.cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", err
-	}
-	tr, err := s.cs.CoreV1().ServiceAccounts("tether-system").CreateToken(ctx, scraperName, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("token for the metrics scraper: %w", err)
-	}
-	s.token = tr.Status.Token
 	return s.token, nil
 }
 
-// scrape GETs addr's /metrics. The certificate is the self-signed one
-// controller-runtime generates per replica, so it is not verified.
+// scrape GETs addr's /metrics.
 func (s *metricsScraper) scrape(addr string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -65,21 +43,9 @@ func (s *metricsScraper) scrape(addr string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/metrics", nil)
-	if err != nil {
-		return "", err
+	code, body, err := testenv.GetMetrics(ctx, addr, token)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("GET https://%s/metrics: %d %s", addr, code, body)
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // self-signed, as in a cluster
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET https://%s/metrics: %d %s", addr, resp.StatusCode, body)
-	}
-	return string(body), err
+	return body, err
 }

@@ -53,15 +53,7 @@ func (e *Env) MetricsToken(ctx context.Context) (string, error) {
 	if err := yaml.Unmarshal(raw, role); err != nil {
 		return "", fmt.Errorf("manifests/base/metrics-reader.yaml: %w", err)
 	}
-	objs := []client.Object{
-		role,
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tether-system"}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: metricsScraper, Namespace: "tether-system"}},
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: metricsScraper},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: MetricsReaderRole},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: metricsScraper, Namespace: "tether-system"}}},
-	}
-	for _, o := range objs {
+	for _, o := range []client.Object{role, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tether-system"}}} {
 		if err := e.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
 			return "", fmt.Errorf("metrics scraper: creating %T %s: %w", o, o.GetName(), err)
 		}
@@ -70,20 +62,48 @@ func (e *Env) MetricsToken(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	token, err := ScraperToken(ctx, cs)
+	if err != nil {
+		return "", err
+	}
+	scraperToken.env, scraperToken.token = e, token
+	return token, nil
+}
+
+// ScraperToken creates (if missing) the ServiceAccount tether-system/
+// tether-metrics-scraper bound to MetricsReaderRole, which must exist, and
+// returns a token of it valid for a day: what a Prometheus installed with
+// the ServiceMonitor scrapes with.
+func ScraperToken(ctx context.Context, cs kubernetes.Interface) (string, error) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: metricsScraper, Namespace: "tether-system"}}
+	if _, err := cs.CoreV1().ServiceAccounts("tether-system").Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("metrics scraper: creating its ServiceAccount: %w", err)
+	}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: metricsScraper},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: MetricsReaderRole},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: metricsScraper, Namespace: "tether-system"}}}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("metrics scraper: binding %s: %w", MetricsReaderRole, err)
+	}
 	tr, err := cs.CoreV1().ServiceAccounts("tether-system").CreateToken(ctx, metricsScraper,
 		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)}}, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("metrics scraper: token: %w", err)
 	}
-	scraperToken.env, scraperToken.token = e, tr.Status.Token
 	return tr.Status.Token, nil
 }
 
 // GetMetrics GETs the control plane's /metrics with token ("" sends none)
-// and returns the status and body. The endpoint's certificate is the
-// self-signed one controller-runtime generates, so it is not verified.
+// and returns the status and body.
 func (e *Env) GetMetrics(ctx context.Context, token string) (int, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+e.MetricsAddr+"/metrics", nil)
+	return GetMetrics(ctx, e.MetricsAddr, token)
+}
+
+// GetMetrics GETs https://addr/metrics with token ("" sends none) and
+// returns the status and body. The endpoint's certificate is the
+// self-signed one controller-runtime generates, so it is not verified.
+func GetMetrics(ctx context.Context, addr, token string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/metrics", nil)
 	if err != nil {
 		return 0, "", err
 	}
