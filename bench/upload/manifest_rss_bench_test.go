@@ -8,8 +8,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
-	"log"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -245,23 +243,8 @@ func runManifestServerChild() int {
 		},
 		Log: logr.Discard(),
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	if err := serveChild(h, cert); err != nil {
 		return fail(err)
 	}
-	srv := &http.Server{
-		Handler:           store.Route(h, http.NotFoundHandler()),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          log.New(io.Discard, "", 0),
-	}
-	go func() {
-		_ = srv.Serve(tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}))
-	}()
-	fmt.Printf("listening %s\n", ln.Addr())
-	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it
-	_ = srv.Close()
 	return 0
 }

@@ -393,9 +393,18 @@ func runServerChild() int {
 	if configureDirect != nil {
 		configureDirect(h, direct)
 	}
+	if err := serveChild(h, cert); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// serveChild serves h over TLS on a loopback port a child announces on
+// stdout ("listening <addr>"), until its parent closes its stdin.
+func serveChild(h *store.Handler, cert tls.Certificate) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	srv := &http.Server{
 		Handler:           store.Route(h, http.NotFoundHandler()),
@@ -410,8 +419,7 @@ func runServerChild() int {
 	}()
 	fmt.Printf("listening %s\n", ln.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it
-	_ = srv.Close()
-	return 0
+	return srv.Close()
 }
 
 // procCPU is a process's user+system CPU (all its threads) from
