@@ -13,9 +13,9 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
-	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // Real node, scenario 1: the happy path under a real kubelet, containerd and
@@ -127,7 +127,7 @@ func TestRealNode1HappyPath(t *testing.T) {
 	})
 	// The control plane archived the trainer's log, read through pods/log.
 	eventually(t, 60*time.Second, "the trainer's log archived", func() error {
-		body, _, err := suite.tether.S3.Get(context.Background(), controller.LogKey(jobID, pod.Name))
+		body, _, err := suite.tether.S3.Get(context.Background(), upload.LogKey(jobID, pod.Name))
 		if err != nil {
 			return err
 		}

@@ -12,9 +12,9 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
-	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // Real node, scenario 7: the trainer fails once and the kubelet restarts it
@@ -112,8 +112,8 @@ func TestRealNode7TrainerRestartedInPlace(t *testing.T) {
 	// previous=true after the restart, or at its exit) and the second. The
 	// kubelet has garbage-collected the first run's container by now.
 	for key, want := range map[string]string{
-		controller.LogKey(jobID, pod.Name):           "failing with exit code 3",
-		controller.RestartLogKey(jobID, pod.Name, 1): "final model written",
+		upload.LogKey(jobID, pod.Name):           "failing with exit code 3",
+		upload.RestartLogKey(jobID, pod.Name, 1): "final model written",
 	} {
 		eventually(t, 60*time.Second, "archived log "+key, func() error {
 			body, _, err := suite.tether.S3.Get(context.Background(), key)

@@ -21,15 +21,6 @@ import (
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
-// readPrefix mirrors the binding server's read endpoint
-// (pkg/binding/server.ReadPathPrefix); a test keeps them equal.
-const (
-	readPrefix = "/orchestrator/v1/namespaces/"
-)
-
-// maxManifestBytes is the largest manifest the store accepts.
-const maxManifestBytes = 16 << 20
-
 // Artifact is one file a node's manifest lists.
 type Artifact struct {
 	// Rank is the node that uploaded it.
@@ -88,7 +79,7 @@ func (c *Client) Artifacts(ctx context.Context, wb *tetherv1.WorkerBinding) ([]A
 		if err != nil {
 			return nil, fmt.Errorf("node %d's manifest: %w", n.Rank, err)
 		}
-		raw, err := io.ReadAll(io.LimitReader(body, maxManifestBytes+1))
+		raw, err := io.ReadAll(io.LimitReader(body, upload.MaxManifestSize+1))
 		_ = body.Close()
 		if err != nil {
 			return nil, fmt.Errorf("node %d's manifest %s: %w", n.Rank, a.Manifest, err)
@@ -208,19 +199,22 @@ func (c *Client) DownloadFile(ctx context.Context, wb *tetherv1.WorkerBinding, p
 // Log opens the archived trainer log of pod (status.artifacts.logs).
 func (c *Client) Log(ctx context.Context, wb *tetherv1.WorkerBinding, pod string) (io.ReadCloser, error) {
 	if a := wb.Status.Artifacts; a != nil {
-		for _, dir := range logDirs {
-			rel := dir + pod + ".log"
-			if slices.Contains(a.Logs, wb.Spec.JobID+"/"+rel) {
-				return c.open(ctx, wb, rel)
+		for _, key := range []string{upload.LogKey(wb.Spec.JobID, pod), wb.Spec.JobID + "/" + legacyLogsDir + pod + ".log"} {
+			if slices.Contains(a.Logs, key) {
+				return c.open(ctx, wb, strings.TrimPrefix(key, wb.Spec.JobID+"/"))
 			}
 		}
 	}
 	return nil, fmt.Errorf("no archived log of pod %s in %s/%s (status.artifacts.logs lists them; a log is archived once the trainer container terminated)", pod, wb.Namespace, wb.Name)
 }
 
+// legacyLogsDir is where control planes before upload.LogsDir archived
+// logs, under a job's prefix.
+const legacyLogsDir = "logs/"
+
 // logDirs are where logs are archived under a job's prefix: the reserved
-// upload.LogsDir, and logs/, where control planes before it put them.
-var logDirs = []string{upload.LogsDir, "logs/"}
+// upload.LogsDir (upload.LogKey), and legacyLogsDir.
+var logDirs = []string{upload.LogsDir, legacyLogsDir}
 
 // LogPods are the pods whose trainer logs are archived, in the order listed.
 func LogPods(wb *tetherv1.WorkerBinding) []string {
@@ -258,7 +252,7 @@ func (c *Client) open(ctx context.Context, wb *tetherv1.WorkerBinding, rel strin
 		return nil, ErrNoReads
 	}
 	u := *c.read
-	u.Path = readPrefix + wb.Namespace + "/workerbindings/" + wb.Name + "/objects/" + rel
+	u.Path = tetherv1.ReadPathPrefix + wb.Namespace + "/workerbindings/" + wb.Name + "/objects/" + rel
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err

@@ -11,25 +11,18 @@ import (
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
 )
 
-// Commands an orchestrator sends to a job's workers.
+// Commands an orchestrator sends to a job's workers: the protocol's
+// command names (pkg/binding), which the workers receive as they are.
 const (
 	// Flush uploads every artifact now and keeps training.
-	Flush = "flush"
+	Flush = binding.CommandFlush
 	// Drain asks the worker to wrap up: flush, then report Finishing.
-	Drain = "drain"
+	Drain = binding.CommandDrain
 	// Cancel stops the trainer after a final flush.
-	Cancel = "cancel"
-)
-
-// CommandAnnotation and the command states mirror pkg/binding/server (a
-// test keeps them equal).
-const (
-	CommandAnnotation   = "tether.dev/command"
-	CommandSent         = "Sent"
-	CommandAcknowledged = "Acknowledged"
-	CommandFailed       = "Failed"
+	Cancel = binding.CommandCancel
 )
 
 // Send asks the workers of binding namespace/name to run command (Flush,
@@ -42,7 +35,7 @@ func (c *Client) Send(ctx context.Context, namespace, name, command string) (str
 		return "", fmt.Errorf("command %q: want %s, %s or %s", command, Flush, Drain, Cancel)
 	}
 	id := strconv.FormatInt(time.Now().UnixNano(), 36)
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{CommandAnnotation: command + ":" + id}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{tetherv1.CommandAnnotation: command + ":" + id}}})
 	wb := &tetherv1.WorkerBinding{}
 	wb.Namespace, wb.Name = namespace, name
 	if err := c.kube.Patch(ctx, wb, crclient.RawPatch(types.MergePatchType, patch)); err != nil {
@@ -71,10 +64,10 @@ func (c *Client) WaitCommand(ctx context.Context, namespace, name, id string) (*
 		lc := wb.Status.LastCommand
 		if lc != nil && lc.ID == id {
 			switch lc.State {
-			case CommandAcknowledged:
+			case tetherv1.CommandAcknowledged:
 				out = lc.DeepCopy()
 				return true, nil
-			case CommandFailed:
+			case tetherv1.CommandFailed:
 				return false, &CommandError{Binding: namespace + "/" + name, Status: *lc}
 			}
 		}

@@ -67,19 +67,6 @@ const (
 	maxLogFailures = 4096
 )
 
-// LogKey is where a pod's trainer log is archived (the instance that never
-// restarted, or the first).
-func LogKey(jobID, pod string) string { return jobID + "/" + upload.LogsDir + pod + ".log" }
-
-// RestartLogKey is where the log of the trainer instance after restart
-// restarts in place is archived (restart 0 is LogKey's).
-func RestartLogKey(jobID, pod string, restart int32) string {
-	if restart <= 0 {
-		return LogKey(jobID, pod)
-	}
-	return fmt.Sprintf("%s/%s%s.restart-%d.log", jobID, upload.LogsDir, pod, restart)
-}
-
 func (a *LogArchiver) now() time.Time {
 	if a.Now != nil {
 		return a.Now()
@@ -115,10 +102,10 @@ func (a *LogArchiver) archive(ctx context.Context, st *tetherv1.WorkerBindingSta
 		}
 		var todo []instance
 		if cs.LastTerminationState.Terminated != nil && cs.RestartCount > 0 {
-			todo = append(todo, instance{RestartLogKey(jobID, p.Name, cs.RestartCount-1), true})
+			todo = append(todo, instance{upload.RestartLogKey(jobID, p.Name, cs.RestartCount-1), true})
 		}
 		if cs.State.Terminated != nil {
-			todo = append(todo, instance{RestartLogKey(jobID, p.Name, cs.RestartCount), false})
+			todo = append(todo, instance{upload.RestartLogKey(jobID, p.Name, cs.RestartCount), false})
 		}
 		for _, in := range todo {
 			if st.Artifacts != nil && slices.Contains(st.Artifacts.Logs, in.key) {

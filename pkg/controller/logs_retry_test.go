@@ -85,11 +85,11 @@ func TestLogArchiverKeepsEachRestartsLog(t *testing.T) {
 	if changed, _, err := a.archive(context.Background(), st, "job", "node", pods); err != nil || !changed {
 		t.Fatalf("archive: changed %v, err %v", changed, err)
 	}
-	if got := store.objects[LogKey("job", "a")]; !strings.Contains(got, "run 1") {
-		t.Errorf("%s = %q, want the first run's log", LogKey("job", "a"), got)
+	if got := store.objects[upload.LogKey("job", "a")]; !strings.Contains(got, "run 1") {
+		t.Errorf("%s = %q, want the first run's log", upload.LogKey("job", "a"), got)
 	}
-	if got := store.objects[RestartLogKey("job", "a", 1)]; !strings.Contains(got, "run 2") {
-		t.Errorf("%s = %q, want the restarted run's log", RestartLogKey("job", "a", 1), got)
+	if got := store.objects[upload.RestartLogKey("job", "a", 1)]; !strings.Contains(got, "run 2") {
+		t.Errorf("%s = %q, want the restarted run's log", upload.RestartLogKey("job", "a", 1), got)
 	}
 	if len(store.objects) != 2 || len(st.Artifacts.Logs) != 2 {
 		t.Errorf("stored %v, status logs %v; want the two runs of pod a only", store.objects, st.Artifacts.Logs)

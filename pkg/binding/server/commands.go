@@ -13,21 +13,9 @@ import (
 	"github.com/tether-dev/tether/pkg/lifecycle"
 )
 
-// CommandAnnotation on a WorkerBinding asks the binding server to push a
-// command to the job's workers: "<name>:<id>", e.g. "flush:42". A new id
-// pushes the command again; the outcome is status.lastCommand.
-const CommandAnnotation = "tether.dev/command"
-
-// Command states in status.lastCommand.
-const (
-	CommandSent         = "Sent"
-	CommandAcknowledged = "Acknowledged"
-	CommandFailed       = "Failed"
-)
-
-// parseCommand reads CommandAnnotation; ok is false when absent or malformed.
+// parseCommand reads tetherv1.CommandAnnotation; ok is false when absent or malformed.
 func parseCommand(wb *tetherv1.WorkerBinding) (binding.Command, bool) {
-	v := wb.Annotations[CommandAnnotation]
+	v := wb.Annotations[tetherv1.CommandAnnotation]
 	name, id, ok := strings.Cut(v, ":")
 	if !ok || id == "" {
 		return binding.Command{}, false
@@ -52,7 +40,7 @@ func (s *Server) pushPendingCommand(ctx context.Context, key workerKey, wb *teth
 	if !ok {
 		return
 	}
-	if c := wb.Status.LastCommand; c != nil && c.ID == cmd.ID && c.State != CommandSent {
+	if c := wb.Status.LastCommand; c != nil && c.ID == cmd.ID && c.State != tetherv1.CommandSent {
 		// Answered already. A command still "Sent" (its session dropped
 		// before the ack) is sent again on the next session: commands are
 		// delivered at least once, and workers de-duplicate by id.
@@ -75,7 +63,7 @@ func (s *Server) pushPendingCommand(ctx context.Context, key workerKey, wb *teth
 	if _, err := s.updateStatus(ctx, key.binding, func(st *tetherv1.WorkerBindingStatus) bool {
 		c := st.LastCommand
 		if c == nil || c.ID != cmd.ID {
-			st.LastCommand = &tetherv1.CommandStatus{ID: cmd.ID, Name: cmd.Name, State: CommandSent, Time: &now, SentNodes: []int32{key.rank}}
+			st.LastCommand = &tetherv1.CommandStatus{ID: cmd.ID, Name: cmd.Name, State: tetherv1.CommandSent, Time: &now, SentNodes: []int32{key.rank}}
 			return true
 		}
 		if slices.Contains(c.SentNodes, key.rank) {
@@ -83,8 +71,8 @@ func (s *Server) pushPendingCommand(ctx context.Context, key workerKey, wb *teth
 		}
 		c.SentNodes = append(c.SentNodes, key.rank)
 		slices.Sort(c.SentNodes)
-		if c.State == CommandAcknowledged {
-			c.State = CommandSent // another node has it to answer now
+		if c.State == tetherv1.CommandAcknowledged {
+			c.State = tetherv1.CommandSent // another node has it to answer now
 		}
 		return true
 	}); err != nil {
@@ -118,20 +106,20 @@ func (s *Server) commandAcked(ctx context.Context, sess *session, ack *binding.C
 	// The "Sent" record was written moments ago: read it from the API server.
 	_, err := s.updateStatusFrom(ctx, reader, sess.key.binding, func(st *tetherv1.WorkerBindingStatus) bool {
 		c := st.LastCommand
-		if c == nil || c.ID != ack.ID || c.State == CommandFailed || !slices.Contains(c.SentNodes, rank) || slices.Contains(c.AckedNodes, rank) {
+		if c == nil || c.ID != ack.ID || c.State == tetherv1.CommandFailed || !slices.Contains(c.SentNodes, rank) || slices.Contains(c.AckedNodes, rank) {
 			return false
 		}
 		name = c.Name
 		c.Time = &now
 		if !ack.OK {
-			c.State, c.Message = CommandFailed, nodeTag(st, rank)+ack.Error
+			c.State, c.Message = tetherv1.CommandFailed, nodeTag(st, rank)+ack.Error
 			state = c.State
 			return true
 		}
 		c.AckedNodes = append(c.AckedNodes, rank)
 		slices.Sort(c.AckedNodes)
 		if len(c.AckedNodes) >= len(c.SentNodes) {
-			c.State, c.Message = CommandAcknowledged, ""
+			c.State, c.Message = tetherv1.CommandAcknowledged, ""
 			if c.Name == binding.CommandCancel {
 				lifecycle.Cancelled(st, "cancelled by the orchestrator (command "+c.ID+")")
 			}

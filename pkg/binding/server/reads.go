@@ -25,12 +25,6 @@ import (
 	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
-// ReadPathPrefix is the orchestrator read endpoint (docs/orchestrator.md):
-// GET ReadPathPrefix<namespace>/workerbindings/<name>/objects/<path>, where
-// path is relative to the job's prefix (manifest.json, nodes/1/manifest.json,
-// ckpt/step-100.pt, .tether/logs/<pod>.log).
-const ReadPathPrefix = "/orchestrator/v1/namespaces/"
-
 // Headers of the read endpoint's answers.
 const (
 	// HeaderPresignExpires is when a presigned URL (in Location) expires, RFC 3339.
@@ -120,7 +114,7 @@ func (s *Server) EnableArtifactReads(backend upload.Backend, rev Reviewer, ttl t
 	r := &reads{s: s, backend: backend, rev: rev, ttl: ttl, limit: rate.NewLimiter(reviewRate, reviewBurst)}
 	next := s.handler
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if strings.HasPrefix(req.URL.Path, ReadPathPrefix) {
+		if strings.HasPrefix(req.URL.Path, tetherv1.ReadPathPrefix) {
 			r.ServeHTTP(w, req)
 			return
 		}
@@ -143,10 +137,10 @@ func (r *reads) fail(w http.ResponseWriter, status int, reason, format string, a
 
 // parseReadPath splits <ns>/workerbindings/<name>/objects/<path>.
 func parseReadPath(p string) (ns, name, rel string, err error) {
-	rest := strings.TrimPrefix(p, ReadPathPrefix)
+	rest := strings.TrimPrefix(p, tetherv1.ReadPathPrefix)
 	parts := strings.SplitN(rest, "/", 5)
 	if len(parts) != 5 || parts[1] != "workerbindings" || parts[3] != "objects" || parts[4] == "" {
-		return "", "", "", fmt.Errorf("path %q: use %s<namespace>/workerbindings/<name>/objects/<path>", truncate(p, 200), ReadPathPrefix)
+		return "", "", "", fmt.Errorf("path %q: use %s<namespace>/workerbindings/<name>/objects/<path>", truncate(p, 200), tetherv1.ReadPathPrefix)
 	}
 	ns, name, rel = parts[0], parts[2], parts[4]
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {

@@ -122,7 +122,7 @@ func TestCommandsAreDeliveredAndAcknowledged(t *testing.T) {
 	command(t, j, "flush:1")
 	eventually(t, 10*time.Second, func() error {
 		c := j.binding(t).Status.LastCommand
-		if c == nil || c.ID != "1" || c.State != server.CommandAcknowledged {
+		if c == nil || c.ID != "1" || c.State != tetherv1.CommandAcknowledged {
 			return fmt.Errorf("flush:1 not acknowledged yet: %+v annotations %v", c, j.binding(t).Annotations)
 		}
 		return nil
@@ -133,7 +133,7 @@ func TestCommandsAreDeliveredAndAcknowledged(t *testing.T) {
 
 	command(t, j, "cancel:2")
 	wb := j.waitPhase(t, tetherv1.PhaseFailed, tetherv1.ReasonCancelled)
-	if wb.Status.LastCommand.State != server.CommandAcknowledged {
+	if wb.Status.LastCommand.State != tetherv1.CommandAcknowledged {
 		t.Errorf("cancel command state %s", wb.Status.LastCommand.State)
 	}
 	// A finished binding ends the session for good.
@@ -299,7 +299,7 @@ func command(t *testing.T, j *job, value string) {
 	if wb.Annotations == nil {
 		wb.Annotations = map[string]string{}
 	}
-	wb.Annotations[server.CommandAnnotation] = value
+	wb.Annotations[tetherv1.CommandAnnotation] = value
 	if err := env.Client.Patch(context.Background(), wb, patch); err != nil {
 		t.Fatal(err)
 	}

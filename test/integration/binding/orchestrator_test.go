@@ -32,6 +32,7 @@ import (
 	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
+	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
@@ -106,7 +107,7 @@ func TestOrchestratorReadsVerifiedArtifactsWithItsOwnToken(t *testing.T) {
 	// An archived trainer log, read through the same endpoint. The
 	// controller archives logs only from a kubelet (none here), so the log
 	// is stored as the archiver stores it and listed on this copy of the status.
-	logKey := controller.LogKey(wb.Spec.JobID, j.pod.Name)
+	logKey := upload.LogKey(wb.Spec.JobID, j.pod.Name)
 	if _, err := (store.FSBackend{Root: env.ArtifactDir}).Put(ctx, logKey, strings.NewReader("step 1 loss 2.0\n"), 16); err != nil {
 		t.Fatal(err)
 	}

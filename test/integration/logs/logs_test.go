@@ -19,8 +19,8 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"
-	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/controlplane"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // TestTrainerLogArchivedWithItsEnd runs the real controller on a real API
@@ -88,7 +88,7 @@ func TestTrainerLogArchivedWithItsEnd(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for _, p := range pods {
-		key := controller.LogKey(wb.Spec.JobID, p.Name)
+		key := upload.LogKey(wb.Spec.JobID, p.Name)
 		got, err := os.ReadFile(filepath.Join(env.ArtifactDir, filepath.FromSlash(key)))
 		if err != nil {
 			t.Fatalf("archived log %s: %v", key, err)

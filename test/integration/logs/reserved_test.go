@@ -22,7 +22,6 @@ import (
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -73,7 +72,7 @@ func TestSidecarCannotOverwriteTheArchivedLog(t *testing.T) {
 		}
 		return nil
 	})
-	logKey := controller.LogKey(wb.Spec.JobID, p.Name)
+	logKey := upload.LogKey(wb.Spec.JobID, p.Name)
 	if got := wb.Status.Artifacts.Logs; len(got) != 1 || got[0] != logKey {
 		t.Fatalf("status.artifacts.logs = %q, want [%s]", got, logKey)
 	}

@@ -1,0 +1,27 @@
+package v1alpha1
+
+// The orchestrator's contract with the control plane, beyond the
+// WorkerBinding's fields: the names an orchestrator writes and reads. Both
+// the control plane (pkg/binding/server) and the orchestrators' client
+// (pkg/client) import them from here, as Kubernetes keeps its well-known
+// labels and annotations next to its types: an orchestrator already
+// depends on this package to read a WorkerBinding, and this package
+// depends on neither half (docs/orchestrator.md).
+
+// CommandAnnotation on a WorkerBinding asks the binding server to push a
+// command to the job's workers: "<name>:<id>", e.g. "flush:42". A new id
+// pushes the command again; the outcome is status.lastCommand.
+const CommandAnnotation = "tether.dev/command"
+
+// Command states in status.lastCommand.
+const (
+	CommandSent         = "Sent"
+	CommandAcknowledged = "Acknowledged"
+	CommandFailed       = "Failed"
+)
+
+// ReadPathPrefix is the orchestrator read endpoint (docs/orchestrator.md):
+// GET ReadPathPrefix<namespace>/workerbindings/<name>/objects/<path>, where
+// path is relative to the job's prefix (manifest.json, nodes/1/manifest.json,
+// ckpt/step-100.pt, .tether/logs/<pod>.log).
+const ReadPathPrefix = "/orchestrator/v1/namespaces/"
