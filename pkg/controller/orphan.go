@@ -19,7 +19,6 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
@@ -69,13 +68,13 @@ func (r *OrphanReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if wb.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
 	}
-	gone, terminating, err := r.trainJobGone(ctx, wb)
+	state, err := r.trainJobState(ctx, wb)
 	switch {
 	case err != nil:
 		return ctrl.Result{}, err
-	case terminating:
+	case state == lifecycle.TrainJobTerminating:
 		return ctrl.Result{RequeueAfter: terminatingRecheck}, nil
-	case !gone:
+	case !state.Gone():
 		return ctrl.Result{}, nil
 	}
 	log := logf.FromContext(ctx)
@@ -113,32 +112,31 @@ func (r *OrphanReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	return ctrl.Result{}, r.deleteSecret(ctx, wb)
 }
 
-// trainJobGone reports whether the binding's TrainJob no longer exists (not
-// found, or a new TrainJob of the same name), or is still being deleted.
-// Without an ownerReference (removed by the garbage collector for
-// --cascade=orphan) any TrainJob of that name is not the binding's, unless
-// it is still the terminating original.
-func (r *OrphanReconciler) trainJobGone(ctx context.Context, wb *tetherv1.WorkerBinding) (gone, terminating bool, err error) {
-	owner := bindingserver.TrainJobOwner(wb)
+// trainJobState reads the binding's TrainJob and says what it is to the
+// binding (lifecycle.TrainJobOf, the rule the binding server applies to its
+// token). A binding without an owner (removed by the garbage collector for
+// --cascade=orphan) needs no read: whatever TrainJob of that name exists is
+// not the binding's.
+func (r *OrphanReconciler) trainJobState(ctx context.Context, wb *tetherv1.WorkerBinding) (lifecycle.TrainJobState, error) {
+	owner := lifecycle.TrainJobOwner(wb)
+	if owner == "" {
+		return lifecycle.TrainJobOf(owner, nil), nil
+	}
 	tj := &metav1.PartialObjectMetadata{}
 	tj.SetGroupVersionKind(trainjob.GVK)
 	key := types.NamespacedName{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
-	err = r.Client.Get(ctx, key, tj)
+	err := r.Client.Get(ctx, key, tj)
 	if apierrors.IsNotFound(err) {
 		// The cache may lag behind a TrainJob created a moment ago.
 		err = r.Live.Get(ctx, key, tj)
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		return true, false, nil
+		return lifecycle.TrainJobOf(owner, nil), nil
 	case err != nil:
-		return false, false, err
-	case tj.DeletionTimestamp != nil:
-		return false, true, nil
-	case owner == "" || tj.UID != owner:
-		return true, false, nil
+		return lifecycle.TrainJobLive, err
 	}
-	return false, false, nil
+	return lifecycle.TrainJobOf(owner, tj), nil
 }
 
 // deleteSecret deletes the binding's token Secret unless a live TrainJob

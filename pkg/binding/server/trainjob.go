@@ -8,11 +8,11 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -21,18 +21,6 @@ import (
 // have bound a TrainJob this one has not seen yet. An older binding whose
 // TrainJob the cache lacks is orphaned.
 const cacheLag = 30 * time.Second
-
-// TrainJobOwner returns the UID of wb's TrainJob from its ownerReference,
-// or "" if it has none (the TrainJob was deleted with --cascade=orphan and
-// the garbage collector removed it).
-func TrainJobOwner(wb *tetherv1.WorkerBinding) types.UID {
-	for _, o := range wb.OwnerReferences {
-		if o.Kind == trainjob.GVK.Kind && o.APIVersion == trainjob.GVK.GroupVersion().String() && o.Name == wb.Spec.TrainJobName {
-			return o.UID
-		}
-	}
-	return ""
-}
 
 // trainJobRefusal refuses wb's token unless its TrainJob exists, is the one
 // that owns the binding and is not being deleted: a token lives no longer
@@ -66,25 +54,31 @@ var readOnly = []client.GetOption{client.UnsafeDisableDeepCopy}
 // longer vouches for its token, and "" while it does. It reads the TrainJob
 // into tj (the liveness loop reuses one).
 func (s *Server) trainJobGone(ctx context.Context, wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) (reason, msg string, err error) {
-	owner := TrainJobOwner(wb)
-	if owner == "" {
+	owner := lifecycle.TrainJobOwner(wb)
+	var found *metav1.PartialObjectMetadata
+	if owner != "" { // an orphaned binding is answered without a read
+		// A live read decodes into tj: it starts empty, but for its kind.
+		*tj = metav1.PartialObjectMetadata{TypeMeta: trainJobTypeMeta}
+		key := client.ObjectKey{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
+		err = s.cache.Get(ctx, key, tj, readOnly...)
+		// err != nil first: IsNotFound allocates even for a nil error.
+		if err != nil && apierrors.IsNotFound(err) && s.live != nil && s.opts.Now().Sub(wb.CreationTimestamp.Time) < cacheLag && s.liveLookups.Allow() {
+			err = s.live.Get(ctx, key, tj)
+		}
+		switch {
+		case err == nil:
+			found = tj
+		case !apierrors.IsNotFound(err):
+			return "", "", err
+		}
+	}
+	switch lifecycle.TrainJobOf(owner, found) {
+	case lifecycle.TrainJobOrphaned:
 		return "trainjob_deleted", fmt.Sprintf("the binding's TrainJob %s/%s was deleted (the binding is orphaned): its token is no longer valid",
 			wb.Namespace, wb.Spec.TrainJobName), nil
-	}
-	// A live read decodes into tj: it starts empty, but for its kind.
-	*tj = metav1.PartialObjectMetadata{TypeMeta: trainJobTypeMeta}
-	key := client.ObjectKey{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
-	err = s.cache.Get(ctx, key, tj, readOnly...)
-	// err != nil first: IsNotFound allocates even for a nil error.
-	if err != nil && apierrors.IsNotFound(err) && s.live != nil && s.opts.Now().Sub(wb.CreationTimestamp.Time) < cacheLag && s.liveLookups.Allow() {
-		err = s.live.Get(ctx, key, tj)
-	}
-	switch {
-	case err == nil && tj.UID != owner || err != nil && apierrors.IsNotFound(err):
+	case lifecycle.TrainJobMissing:
 		return "trainjob_deleted", fmt.Sprintf("TrainJob %s/%s was deleted: its token is no longer valid", wb.Namespace, wb.Spec.TrainJobName), nil
-	case err != nil:
-		return "", "", err
-	case tj.DeletionTimestamp != nil:
+	case lifecycle.TrainJobTerminating:
 		return "trainjob_terminating", fmt.Sprintf("TrainJob %s/%s is being deleted: its token is no longer valid", wb.Namespace, wb.Spec.TrainJobName), nil
 	}
 	return "", "", nil
