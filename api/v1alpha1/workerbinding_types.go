@@ -160,7 +160,8 @@ type PreviousToken struct {
 }
 
 // WorkerBindingSettings are a bound job's recorded settings. Empty fields
-// mean the defaults (a binding created by an older release).
+// mean the defaults (nothing is recorded while the TrainJob's settings are
+// invalid).
 type WorkerBindingSettings struct {
 	// HeartbeatInterval is how often the sidecar heartbeats (the interval
 	// the pod webhook gave it).

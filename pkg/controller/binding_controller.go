@@ -247,7 +247,7 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		expired := wb.Spec.PreviousToken != nil && !r.now().Before(wb.Spec.PreviousToken.ValidUntil.Time)
 		recorded := false
 		if !lifecycle.SettingsRecorded(&wb.Spec) {
-			// A binding of an older release, or whose settings were invalid so far.
+			// A binding whose settings were invalid so far.
 			if s := r.settings(ctx, tj); s != (tetherv1.WorkerBindingSettings{}) {
 				wb.Spec.Settings, recorded = s, true
 			}

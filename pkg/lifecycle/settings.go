@@ -19,8 +19,8 @@ func SettingsRecorded(spec *tetherv1.WorkerBindingSpec) bool {
 }
 
 // Settings are the binding's recorded settings, with jobconfig's defaults for
-// what is not recorded (a binding of an older release, or of a TrainJob whose
-// settings have not been valid yet: its pods are denied meanwhile).
+// what is not recorded (a binding of a TrainJob whose settings have not been
+// valid yet: its pods are denied meanwhile).
 func Settings(spec *tetherv1.WorkerBindingSpec) tetherv1.WorkerBindingSettings {
 	s := spec.Settings
 	if s.HeartbeatInterval.Duration <= 0 {
@@ -30,12 +30,7 @@ func Settings(spec *tetherv1.WorkerBindingSpec) tetherv1.WorkerBindingSettings {
 		s.TrainerContainer = jobconfig.DefaultTrainerContainer
 	}
 	if s.Nodes == "" {
-		// Settings recorded without Nodes: a binding of an older release,
-		// which bound node 0 only; nothing recorded yet: the default.
 		s.Nodes = jobconfig.NodesAll
-		if SettingsRecorded(spec) {
-			s.Nodes = jobconfig.NodesPrimary
-		}
 	}
 	return s
 }

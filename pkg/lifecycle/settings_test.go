@@ -13,14 +13,15 @@ func TestSettingsRecordedOrDefaults(t *testing.T) {
 	if SettingsRecorded(&spec) {
 		t.Fatal("an empty spec counts as recorded")
 	}
-	if s := Settings(&spec); s.HeartbeatInterval.Duration != jobconfig.DefaultHeartbeatInterval || s.TrainerContainer != jobconfig.DefaultTrainerContainer {
+	if s := Settings(&spec); s.HeartbeatInterval.Duration != jobconfig.DefaultHeartbeatInterval || s.TrainerContainer != jobconfig.DefaultTrainerContainer || s.Nodes != jobconfig.NodesAll {
 		t.Errorf("defaults: %+v", s)
 	}
 	spec.Settings = RecordSettings(jobconfig.Settings{HeartbeatInterval: 3 * time.Second, TrainerContainer: "trainer"})
 	if !SettingsRecorded(&spec) {
 		t.Fatal("recorded settings not seen")
 	}
-	if s := Settings(&spec); s.HeartbeatInterval.Duration != 3*time.Second || s.TrainerContainer != "trainer" {
+	// Recorded without Nodes: the default, as for every other field.
+	if s := Settings(&spec); s.HeartbeatInterval.Duration != 3*time.Second || s.TrainerContainer != "trainer" || s.Nodes != jobconfig.NodesAll {
 		t.Errorf("recorded: %+v", s)
 	}
 }

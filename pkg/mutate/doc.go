@@ -1,4 +1,5 @@
-// Package mutate holds Tether's two admission webhooks.
+// Package mutate holds Tether's three admission webhooks: TrainJob, JobSet
+// and Pod.
 //
 // The TrainJob webhook touches metadata only: it stamps the job's identity
 // (job id, worker id) and validates the per-job settings annotations. No
@@ -6,7 +7,9 @@
 // by the Pod webhook, into the trainer pods (replicated job "node") that
 // JobSet creates for a bound TrainJob: appended, or, where the runtime
 // declares it so that Kueue counts it (Kueue mode, declared.go), completed
-// in place with the declared resources.
+// in place with the declared resources. The JobSet webhook carries the
+// routing label down to the trainer pods' template (routing.go), so the Pod
+// webhook is called for bound jobs' pods only.
 //
 // The decision logic (TrainJobMutator, PodInjector) is pure: it takes objects
 // and returns the mutated object or a reason, which keeps it golden-testable.
