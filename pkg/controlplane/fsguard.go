@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,4 +33,12 @@ func checkFSReplicas(ctx context.Context, r client.Reader, opts Options) error {
 			opts.Namespace, opts.Deployment, n, opts.ArtifactDir, opts.ArtifactDir)
 	}
 	return nil
+}
+
+// guardFSReplicas runs checkFSReplicas against the API server, for at most
+// 30 seconds.
+func (a *assembly) guardFSReplicas() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return checkFSReplicas(ctx, a.mgr.GetAPIReader(), a.opts)
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/tether-dev/tether/internal/version"
 	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/controller"
@@ -108,6 +110,10 @@ type Options struct {
 	// override them again with its annotations.
 	SidecarRequests, SidecarLimits map[string]string
 	ServerURL                      string
+
+	// sidecarResources are DefaultSidecarResources with SidecarRequests and
+	// SidecarLimits over them, merged once, by Validate.
+	sidecarResources corev1.ResourceRequirements
 }
 
 // DefaultOptions are the values of the flags when none is given.
@@ -241,9 +247,11 @@ func (o *Options) Validate() error {
 	case o.TokenOverlap < 0 || o.TokenOverlap > time.Hour:
 		return fmt.Errorf("--token-overlap=%s: must be between 0 and 1h (a replaced token must die soon)", o.TokenOverlap)
 	}
-	if _, err := mutate.MergeResources(mutate.DefaultSidecarResources(), o.SidecarRequests, o.SidecarLimits); err != nil {
+	resources, err := mutate.MergeResources(mutate.DefaultSidecarResources(), o.SidecarRequests, o.SidecarLimits)
+	if err != nil {
 		return fmt.Errorf("--sidecar-requests/--sidecar-limits (over the built-in 50m/64Mi requests, 1/128Mi limits): %w", err)
 	}
+	o.sidecarResources = resources
 	return nil
 }
 
@@ -254,10 +262,9 @@ func (o *Options) caBundleFile() string {
 	return filepath.Join(o.CertDir, "ca.crt")
 }
 
+// sidecarConfig is the sidecar the pod webhook injects; after Validate.
 func (o *Options) sidecarConfig() mutate.SidecarConfig {
-	// Validate has checked the merge.
-	resources, _ := mutate.MergeResources(mutate.DefaultSidecarResources(), o.SidecarRequests, o.SidecarLimits)
-	return mutate.SidecarConfig{Image: o.SidecarImage, ServerURL: o.ServerURL, Resources: resources}
+	return mutate.SidecarConfig{Image: o.SidecarImage, ServerURL: o.ServerURL, Resources: o.sidecarResources}
 }
 
 func envOr(key, def string) string {

@@ -1,0 +1,60 @@
+package controlplane
+
+import (
+	"context"
+	"os"
+
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/upload/store"
+)
+
+// bindingServer builds the binding server (sessions, registration, the
+// replica's Lease); servers starts it.
+func (a *assembly) bindingServer() error {
+	opts, mgr := a.opts, a.mgr
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tetherv1.WorkerBinding{}, bindingserver.TokenHashIndex,
+		bindingserver.IndexTokenHash); err != nil {
+		return err
+	}
+	// The replica's Lease is renewed against the API server, never through
+	// the cache (a renewal must not act on a stale copy).
+	leaseClient, err := client.New(a.cfg, client.Options{Scheme: a.scheme})
+	if err != nil {
+		return err
+	}
+	a.replica = opts.ReplicaName
+	if a.replica == "" {
+		host, _ := os.Hostname()
+		a.replica = bindingserver.ReplicaLeaseName(host)
+	}
+	a.binding = bindingserver.New(bindingserver.Options{
+		Addr: opts.BindingAddr, CertDir: opts.CertDir,
+		StatusInterval: opts.StatusInterval, MissedHeartbeats: opts.MissedHeartbeats,
+		LivenessWriteInterval: opts.LivenessWriteInterval, StatusWriteRate: opts.StatusWriteRate,
+		Lease: bindingserver.LeaseOptions{Client: leaseClient, Namespace: opts.Namespace, Name: a.replica, Duration: opts.ReplicaLeaseDuration},
+	}, mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient(), mgr.GetLogger().WithName("binding"), a.recorder)
+	return nil
+}
+
+// artifacts opens the artifact store and serves it on the binding server:
+// the sidecars' job-scoped endpoint, and the orchestrators' reads with their
+// own Kubernetes identity (docs/orchestrator.md).
+func (a *assembly) artifacts() error {
+	backend, err := artifactBackend(a.opts, a.mgr.GetLogger().WithName("artifacts"))
+	if err != nil {
+		return err
+	}
+	a.backend = backend
+	a.artifactStore = a.binding.EnableArtifacts(backend, store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload})
+	clientset, err := kubernetes.NewForConfig(a.cfg)
+	if err != nil {
+		return err
+	}
+	a.clientset = clientset
+	a.binding.EnableArtifactReads(backend, bindingserver.KubeReviewer{Clientset: clientset}, a.opts.PresignTTL)
+	return nil
+}

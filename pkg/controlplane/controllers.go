@@ -1,0 +1,69 @@
+package controlplane
+
+import (
+	"fmt"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/controller"
+	"github.com/tether-dev/tether/pkg/mutate"
+)
+
+// injectionReporter records, on the TrainJob, each trainer pod created with
+// the sidecar (mutate.InjectionReporter).
+func (a *assembly) injectionReporter() error {
+	return a.mgr.Add(&mutate.InjectionReporter{Cache: a.mgr.GetCache(), TrainJobs: a.mgr.GetClient(), Recorder: a.recorder})
+}
+
+// bindingController runs the binding controller: it binds TrainJobs, keeps
+// their bindings' phases, promotes or drops their artifacts and archives
+// their trainer logs.
+func (a *assembly) bindingController() error {
+	opts, mgr := a.opts, a.mgr
+	logSource := opts.LogSource
+	if logSource == nil {
+		logSource = controller.KubeletLogs(a.clientset)
+	}
+	if err := (&controller.BindingReconciler{
+		Client:   mgr.GetClient(),
+		Secrets:  mgr.GetAPIReader(),
+		Live:     mgr.GetAPIReader(),
+		Scheme:   a.scheme,
+		CABundle: lastGoodFile(opts.caBundleFile()),
+		Events:   a.recorder,
+
+		StatusInterval:   opts.StatusInterval,
+		MissedHeartbeats: opts.MissedHeartbeats,
+		Leases: &controller.ReplicaLeases{Client: mgr.GetClient(), Namespace: opts.Namespace,
+			Selector: client.MatchingLabels{bindingserver.ReplicaLeaseLabel: "true"}, Self: a.replica},
+		ArtifactGrace: opts.ArtifactGrace,
+		TokenOverlap:  opts.TokenOverlap,
+		Pending:       a.artifactStore,
+		Manifests:     a.artifactStore,
+		Logs:          &controller.LogArchiver{Source: logSource, Store: a.backend, MaxBytes: opts.LogCapBytes},
+		Claims:        &controller.JobIDClaims{Namespace: opts.Namespace, Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the binding controller: %w", err)
+	}
+	return nil
+}
+
+// orphanController finalizes bindings whose TrainJob is gone.
+func (a *assembly) orphanController() error {
+	if err := (&controller.OrphanReconciler{Client: a.mgr.GetClient(), Live: a.mgr.GetAPIReader(), Events: a.recorder, Pending: a.artifactStore}).
+		SetupWithManager(a.mgr); err != nil {
+		return fmt.Errorf("setting up the orphaned-binding controller: %w", err)
+	}
+	return nil
+}
+
+// trainerStatus puts a bound job's progress in TrainJob.status.trainerStatus
+// and the trainer's own report on the binding (TrainerStatusReconciler).
+func (a *assembly) trainerStatus() error {
+	if err := (&controller.TrainerStatusReconciler{Client: a.mgr.GetClient(), Live: a.mgr.GetAPIReader(), Off: a.opts.TrainerStatus == "off"}).
+		SetupWithManager(a.mgr); err != nil {
+		return fmt.Errorf("setting up the trainer-status controller: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,87 @@
+package controlplane
+
+import (
+	"fmt"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/trainjob"
+)
+
+// manager creates the controller-runtime manager every other part is added
+// to, and the ControlPlane around it.
+func (a *assembly) manager() error {
+	opts := a.opts
+	mgr, err := ctrl.NewManager(a.cfg, ctrl.Options{
+		// Tether's correlator options (events.go); the field is deprecated
+		// only because the manager does not stop a broadcaster it is given,
+		// and Start does.
+		EventBroadcaster:        a.events, //nolint:staticcheck // see above
+		Scheme:                  a.scheme,
+		Metrics:                 metricsOptions(opts),
+		HealthProbeBindAddress:  opts.HealthAddr,
+		LeaderElection:          opts.LeaderElect,
+		LeaderElectionID:        "tether-control-plane.tether.dev",
+		LeaderElectionNamespace: opts.Namespace,
+		// A replica that stops hands the lease over at once.
+		LeaderElectionReleaseOnCancel: true,
+		// The webhook server is added to the manager on first use
+		// (GetWebhookServer), which waits for the certificate.
+		WebhookServer: webhook.NewServer(webhook.Options{Host: opts.WebhookHost, Port: opts.WebhookPort, CertDir: opts.CertDir}),
+		Cache: cache.Options{
+			ByObject: map[client.Object]cache.ByObject{
+				// Only trainer pods are cached: the controller needs nothing of any other pod.
+				&corev1.Pod{}: {Label: trainjob.TrainerPodSelector()},
+				// Only the binding-server replicas' Leases, in our namespace.
+				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}},
+					Label: labels.SelectorFromSet(labels.Set{bindingserver.ReplicaLeaseLabel: "true"})},
+			},
+			// Only what is read from the cache is kept (cachetransform.go).
+			DefaultTransform: cacheTransform(),
+		},
+		// Controller names must be unique per process; a control plane
+		// restarted in-process (tests) registers the same names again.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		// Token Secrets are read by name from the API server, never cached:
+		// caching would need list/watch on every Secret in the cluster.
+		// Unstructured reads are served from the cache too: the binding
+		// controller's TrainJob (watched unstructured, For) would otherwise
+		// be a live GET per reconcile, one of its costliest calls in a burst
+		// (bench/controller). Every other unstructured read (JobSets, CRDs)
+		// goes through the API reader on purpose: through this client it
+		// would start an informer, and need list/watch, for its kind.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}, Unstructured: true}},
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	a.mgr = mgr
+	a.cp = &ControlPlane{Manager: mgr, events: a.events, certsReady: make(chan struct{}), serving: make(chan struct{})}
+	//nolint:staticcheck // the core/v1 recorder on purpose: see eventRecorder
+	a.recorder = eventRecorder{mgr.GetEventRecorderFor("tether")}
+	return nil
+}
+
+// metricsOptions serves /metrics as Kubebuilder-scaffolded operators do:
+// HTTPS, and only to a caller the API server authenticates and authorizes
+// for get on /metrics (controller-runtime's filter: a TokenReview and a
+// SubjectAccessReview per new token, cached for a minute).
+func metricsOptions(opts Options) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: opts.MetricsAddr}
+	if opts.MetricsSecure {
+		o.SecureServing = true
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
+}
