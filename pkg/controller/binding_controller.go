@@ -1,11 +1,7 @@
 package controller
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,7 +27,6 @@ import (
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // conflictRetry is how soon a reconcile that lost a write race runs again.
@@ -315,52 +310,6 @@ func (r *BindingReconciler) jobIDOwner(ctx context.Context, jobID string, tj *un
 	return "", nil
 }
 
-// loadToken reads the TrainJob's token Secret. It returns the Secret (nil
-// when absent) and its token ("" when absent or malformed); a Secret of that
-// name that the TrainJob does not own is an error.
-func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unstructured) (*corev1.Secret, binding.Token, error) {
-	secret := &corev1.Secret{}
-	err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: tj.GetNamespace(), Name: binding.TokenSecretName(tj.GetName())}, secret)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, "", nil
-	case err != nil:
-		return nil, "", err
-	case !metav1.IsControlledBy(secret, tj):
-		return nil, "", fmt.Errorf("exists but is not owned by this TrainJob (uid %s); delete it so Tether can issue a token", tj.GetUID())
-	}
-	token, err := binding.ParseToken(string(secret.Data[binding.TokenKey]))
-	if err != nil {
-		return secret, "", nil
-	}
-	return secret, token, nil
-}
-
-// writeSecret creates the token Secret, or updates it when its token or CA
-// bundle differ from what they should be.
-func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Unstructured, secret *corev1.Secret, token binding.Token, ca []byte) error {
-	if secret == nil {
-		secret = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: binding.TokenSecretName(tj.GetName()), Namespace: tj.GetNamespace(),
-				Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
-			Type: binding.TokenSecretType,
-			Data: map[string][]byte{binding.TokenKey: []byte(token), binding.CABundleKey: ca},
-		}
-		if err := ctrl.SetControllerReference(tj, secret, r.Scheme); err != nil {
-			return err
-		}
-		return r.Client.Create(ctx, secret)
-	}
-	if string(secret.Data[binding.TokenKey]) == string(token) && bytes.Equal(secret.Data[binding.CABundleKey], ca) {
-		return nil
-	}
-	if secret.Data == nil {
-		secret.Data = map[string][]byte{}
-	}
-	secret.Data[binding.TokenKey], secret.Data[binding.CABundleKey] = []byte(token), ca
-	return r.Client.Update(ctx, secret)
-}
-
 // updateStatus sets the phase and conditions the admission stage knows about:
 // the token is issued, and whether the job's trainer pods carry the sidecar.
 func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding) (time.Duration, error) {
@@ -413,12 +362,8 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 	// A final binding's pending artifacts are dropped here (a failed job's
 	// outputs, a late upload of a succeeded one).
 	defer r.settlePending(ctx, wb)
-	if _, retry, err := r.Logs.archive(ctx, &wb.Status, wb.Spec.JobID, lifecycle.Settings(&wb.Spec).TrainerContainer, pods); err != nil {
-		// Bounded: each log is retried with backoff, then given up (said so).
-		logf.FromContext(ctx).Info("trainer log not archived", "error", err.Error(), "retryIn", retry.String())
-		if retry > 0 && (requeue == 0 || retry < requeue) {
-			requeue = retry
-		}
+	if retry := r.archiveLogs(ctx, wb, pods); retry > 0 && (requeue == 0 || retry < requeue) {
+		requeue = retry
 	}
 	if equalStatus(before, &wb.Status) {
 		return requeue, nil
@@ -439,93 +384,6 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 		}
 	}
 	return requeue, nil
-}
-
-// PendingArtifacts is the artifact store's handling of deferred overwrites.
-type PendingArtifacts interface {
-	Promote(ctx context.Context, jobID string, manifests []store.VerifiedManifest) (int, error)
-	DropPending(ctx context.Context, jobID string) (int, error)
-}
-
-// StoredManifests checks a node's manifest as the artifact store holds it.
-type StoredManifests interface {
-	StoredManifest(ctx context.Context, jobID string, rank int) (store.ManifestResult, bool, error)
-}
-
-// recheckStoredManifests records the store's verdict on the stored manifest
-// of each node whose verdict the binding lacks once the grace is over: the
-// manifest may have been stored while its verdict could not be written
-// (the apiserver away when the job ended, the sidecar's retries spent).
-func (r *BindingReconciler) recheckStoredManifests(ctx context.Context, wb *tetherv1.WorkerBinding) {
-	if r.Manifests == nil {
-		return
-	}
-	log := logf.FromContext(ctx)
-	for _, rank := range lifecycle.UnverifiedRanks(&wb.Status) {
-		res, found, err := r.Manifests.StoredManifest(ctx, wb.Spec.JobID, int(rank))
-		if err != nil {
-			log.Info("cannot check the stored manifest", "node", rank, "error", err.Error())
-			continue
-		}
-		if !found {
-			continue
-		}
-		if lifecycle.ArtifactsRecorded(&wb.Status, rank, res.PodUID, res.Artifacts()) {
-			log.Info("recorded the verdict on a stored manifest the binding lacked", "node", rank, "verified", res.Verified, "files", res.Files)
-		}
-	}
-}
-
-// promotionRetry is how soon a failed promotion is tried again.
-const promotionRetry = 5 * time.Second
-
-// promote puts in place exactly what the verified manifests of a binding
-// whose every artifact is verified list, by the digest recorded with each
-// verdict. A listed file or manifest no longer stored as listed takes its
-// node's verdict back: the binding awaits artifacts again instead of
-// succeeding over the wrong bytes.
-func (r *BindingReconciler) promote(ctx context.Context, wb *tetherv1.WorkerBinding) error {
-	if r.Pending == nil {
-		return nil
-	}
-	var manifests []store.VerifiedManifest
-	for rank, sum := range lifecycle.VerifiedManifests(&wb.Status) {
-		manifests = append(manifests, store.VerifiedManifest{Rank: int(rank), SHA256: sum})
-	}
-	slices.SortFunc(manifests, func(a, b store.VerifiedManifest) int { return a.Rank - b.Rank })
-	n, err := r.Pending.Promote(ctx, wb.Spec.JobID, manifests)
-	var nl *store.NotAsListedError
-	if errors.As(err, &nl) {
-		logf.FromContext(ctx).Info("a verified artifact changed before promotion: the node's verdict is taken back", "node", nl.Rank, "path", nl.Path, "why", nl.Why)
-		lifecycle.ArtifactsNotAsListed(&wb.Status, int32(nl.Rank), nl.Path, nl.Error())
-	}
-	if err != nil {
-		return err
-	}
-	if n > 0 {
-		logf.FromContext(ctx).Info("promoted verified artifacts", "objects", n)
-	}
-	return nil
-}
-
-// settlePending drops what is still pending once the binding is final: a
-// failed job's outputs never replace good ones, and a succeeded job's
-// verified versions were promoted before it said Succeeded, so what is
-// pending then is a late write no manifest lists. Idempotent; a failure is
-// retried by the next reconcile of the binding.
-func (r *BindingReconciler) settlePending(ctx context.Context, wb *tetherv1.WorkerBinding) {
-	if r.Pending == nil || !lifecycle.IsFinal(wb.Status.Phase) {
-		return
-	}
-	n, err := r.Pending.DropPending(ctx, wb.Spec.JobID)
-	log := logf.FromContext(ctx)
-	if err != nil {
-		log.Error(err, "settling pending artifacts", "phase", wb.Status.Phase)
-		return
-	}
-	if n > 0 {
-		log.Info("dropped pending artifacts no verified manifest lists", "phase", wb.Status.Phase, "objects", n)
-	}
 }
 
 func (r *BindingReconciler) trainerPods(ctx context.Context, tj *unstructured.Unstructured) ([]corev1.Pod, error) {

@@ -1,0 +1,104 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/upload/store"
+)
+
+// The artifact store's work the binding reconciler delegates: it decides
+// (from the binding's status) when, these helpers do it in the store.
+
+// PendingArtifacts is the artifact store's handling of deferred overwrites.
+type PendingArtifacts interface {
+	Promote(ctx context.Context, jobID string, manifests []store.VerifiedManifest) (int, error)
+	DropPending(ctx context.Context, jobID string) (int, error)
+}
+
+// StoredManifests checks a node's manifest as the artifact store holds it.
+type StoredManifests interface {
+	StoredManifest(ctx context.Context, jobID string, rank int) (store.ManifestResult, bool, error)
+}
+
+// recheckStoredManifests records the store's verdict on the stored manifest
+// of each node whose verdict the binding lacks once the grace is over: the
+// manifest may have been stored while its verdict could not be written
+// (the apiserver away when the job ended, the sidecar's retries spent).
+func (r *BindingReconciler) recheckStoredManifests(ctx context.Context, wb *tetherv1.WorkerBinding) {
+	if r.Manifests == nil {
+		return
+	}
+	log := logf.FromContext(ctx)
+	for _, rank := range lifecycle.UnverifiedRanks(&wb.Status) {
+		res, found, err := r.Manifests.StoredManifest(ctx, wb.Spec.JobID, int(rank))
+		if err != nil {
+			log.Info("cannot check the stored manifest", "node", rank, "error", err.Error())
+			continue
+		}
+		if !found {
+			continue
+		}
+		if lifecycle.ArtifactsRecorded(&wb.Status, rank, res.PodUID, res.Artifacts()) {
+			log.Info("recorded the verdict on a stored manifest the binding lacked", "node", rank, "verified", res.Verified, "files", res.Files)
+		}
+	}
+}
+
+// promotionRetry is how soon a failed promotion is tried again.
+const promotionRetry = 5 * time.Second
+
+// promote puts in place exactly what the verified manifests of a binding
+// whose every artifact is verified list, by the digest recorded with each
+// verdict. A listed file or manifest no longer stored as listed takes its
+// node's verdict back: the binding awaits artifacts again instead of
+// succeeding over the wrong bytes.
+func (r *BindingReconciler) promote(ctx context.Context, wb *tetherv1.WorkerBinding) error {
+	if r.Pending == nil {
+		return nil
+	}
+	var manifests []store.VerifiedManifest
+	for rank, sum := range lifecycle.VerifiedManifests(&wb.Status) {
+		manifests = append(manifests, store.VerifiedManifest{Rank: int(rank), SHA256: sum})
+	}
+	slices.SortFunc(manifests, func(a, b store.VerifiedManifest) int { return a.Rank - b.Rank })
+	n, err := r.Pending.Promote(ctx, wb.Spec.JobID, manifests)
+	var nl *store.NotAsListedError
+	if errors.As(err, &nl) {
+		logf.FromContext(ctx).Info("a verified artifact changed before promotion: the node's verdict is taken back", "node", nl.Rank, "path", nl.Path, "why", nl.Why)
+		lifecycle.ArtifactsNotAsListed(&wb.Status, int32(nl.Rank), nl.Path, nl.Error())
+	}
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		logf.FromContext(ctx).Info("promoted verified artifacts", "objects", n)
+	}
+	return nil
+}
+
+// settlePending drops what is still pending once the binding is final: a
+// failed job's outputs never replace good ones, and a succeeded job's
+// verified versions were promoted before it said Succeeded, so what is
+// pending then is a late write no manifest lists. Idempotent; a failure is
+// retried by the next reconcile of the binding.
+func (r *BindingReconciler) settlePending(ctx context.Context, wb *tetherv1.WorkerBinding) {
+	if r.Pending == nil || !lifecycle.IsFinal(wb.Status.Phase) {
+		return
+	}
+	n, err := r.Pending.DropPending(ctx, wb.Spec.JobID)
+	log := logf.FromContext(ctx)
+	if err != nil {
+		log.Error(err, "settling pending artifacts", "phase", wb.Status.Phase)
+		return
+	}
+	if n > 0 {
+		log.Info("dropped pending artifacts no verified manifest lists", "phase", wb.Status.Phase, "objects", n)
+	}
+}

@@ -1,0 +1,63 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+)
+
+// loadToken reads the TrainJob's token Secret. It returns the Secret (nil
+// when absent) and its token ("" when absent or malformed); a Secret of that
+// name that the TrainJob does not own is an error.
+func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unstructured) (*corev1.Secret, binding.Token, error) {
+	secret := &corev1.Secret{}
+	err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: tj.GetNamespace(), Name: binding.TokenSecretName(tj.GetName())}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, "", nil
+	case err != nil:
+		return nil, "", err
+	case !metav1.IsControlledBy(secret, tj):
+		return nil, "", fmt.Errorf("exists but is not owned by this TrainJob (uid %s); delete it so Tether can issue a token", tj.GetUID())
+	}
+	token, err := binding.ParseToken(string(secret.Data[binding.TokenKey]))
+	if err != nil {
+		return secret, "", nil
+	}
+	return secret, token, nil
+}
+
+// writeSecret creates the token Secret, or updates it when its token or CA
+// bundle differ from what they should be.
+func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Unstructured, secret *corev1.Secret, token binding.Token, ca []byte) error {
+	if secret == nil {
+		secret = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: binding.TokenSecretName(tj.GetName()), Namespace: tj.GetNamespace(),
+				Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
+			Type: binding.TokenSecretType,
+			Data: map[string][]byte{binding.TokenKey: []byte(token), binding.CABundleKey: ca},
+		}
+		if err := ctrl.SetControllerReference(tj, secret, r.Scheme); err != nil {
+			return err
+		}
+		return r.Client.Create(ctx, secret)
+	}
+	if string(secret.Data[binding.TokenKey]) == string(token) && bytes.Equal(secret.Data[binding.CABundleKey], ca) {
+		return nil
+	}
+	if secret.Data == nil {
+		secret.Data = map[string][]byte{}
+	}
+	secret.Data[binding.TokenKey], secret.Data[binding.CABundleKey] = []byte(token), ca
+	return r.Client.Update(ctx, secret)
+}
