@@ -13,7 +13,8 @@ import (
 )
 
 // bindingServer builds the binding server (sessions, registration, the
-// replica's Lease); servers starts it.
+// replica's Lease) and the clientset the parts after it share; servers
+// starts it.
 func (a *assembly) bindingServer() error {
 	opts, mgr := a.opts, a.mgr
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tetherv1.WorkerBinding{}, bindingserver.TokenHashIndex,
@@ -30,6 +31,11 @@ func (a *assembly) bindingServer() error {
 	if a.replica == "" {
 		host, _ := os.Hostname()
 		a.replica = bindingserver.ReplicaLeaseName(host)
+	}
+	// The clients of the Kubernetes APIs the parts review with
+	// (TokenReview, SubjectAccessReview) and read logs through.
+	if a.clientset, err = kubernetes.NewForConfig(a.cfg); err != nil {
+		return err
 	}
 	a.binding = bindingserver.New(bindingserver.Options{
 		Addr: opts.BindingAddr, CertDir: opts.CertDir,
@@ -50,11 +56,6 @@ func (a *assembly) artifacts() error {
 	}
 	a.backend = backend
 	a.artifactStore = a.binding.EnableArtifacts(backend, store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload})
-	clientset, err := kubernetes.NewForConfig(a.cfg)
-	if err != nil {
-		return err
-	}
-	a.clientset = clientset
-	a.binding.EnableArtifactReads(backend, bindingserver.KubeReviewer{Clientset: clientset}, a.opts.PresignTTL)
+	a.binding.EnableArtifactReads(backend, bindingserver.KubeReviewer{Clientset: a.clientset}, a.opts.PresignTTL)
 	return nil
 }
