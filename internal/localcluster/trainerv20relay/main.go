@@ -43,9 +43,11 @@ func run() int {
 	fs.StringVar(&cfg.relayPIDFile, "relay-pid-file", "", "file (relative to -workdir) this process's PID is written to")
 	fs.StringVar(&cfg.managerPIDFile, "manager-pid-file", "", "file (relative to -workdir) the manager's PID is written to")
 	fs.Var(&cfg.managerEnv, "manager-env", "KEY=VALUE of the manager's environment (repeated)")
+	// Not open, fd 3 may be the runtime's own (its poller's): only a pipe
+	// is the status pipe.
 	var st syscall.Stat_t
-	if err := syscall.Fstat(3, &st); err != nil {
-		fmt.Fprintln(os.Stderr, "trainerv20relay: file descriptor 3 (the status pipe) is not open: StartTrainerV20 (internal/localcluster) starts this command")
+	if err := syscall.Fstat(3, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+		fmt.Fprintln(os.Stderr, "trainerv20relay: file descriptor 3 is not the status pipe: StartTrainerV20 (internal/localcluster) starts this command")
 		return 2
 	}
 	status := os.NewFile(3, "status")
