@@ -86,9 +86,10 @@ bench: testbin
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
 
 ## demo: the main job on an embedded default: a full local cluster on loopback
-## (no cluster or Docker needed); the first run builds the binaries (~10-12 min)
+## (no cluster or Docker needed); the first run builds exactly the binaries it
+## runs (hack/testbin.sh's demo group: no real node, no Trainer v2.0.0, no S3)
 demo:
-	bash hack/testbin.sh e2e
+	bash hack/testbin.sh demo
 	$(GO) run ./cmd/tether-demo $(DEMO_ARGS)
 
 ## lint: go vet, gofmt, generated code up to date, golangci-lint (.golangci.yml),

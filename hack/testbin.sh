@@ -4,6 +4,7 @@
 #
 #   hack/testbin.sh [component...]     default: kube-apiserver etcd kubectl
 #   hack/testbin.sh --print-dir        prints the directory to use as KUBEBUILDER_ASSETS
+#   hack/testbin.sh --print-group demo prints the components of the demo group (builds nothing)
 #
 # Binaries are cached by version under $TETHER_TESTBIN (default
 # ~/.cache/tether/testbin/<component>-<version>/<component>); a cached binary is
@@ -44,12 +45,22 @@ DEBIAN_CNI=${DEBIAN_CNI:-containernetworking-plugins}
 # SDKs), and Debian's nft with the shared libraries it links.
 COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
 DEBIAN_NFT_PACKAGES=${DEBIAN_NFT_PACKAGES:-nftables libnftables1 libnftnl11 libmnl0 libjansson4 libxtables12}
+# The demo group: exactly what a kwok-only cluster (localcluster.Start with
+# Kueue, Trainer v2.3.0, no real node; `make demo`) execs. cmd/tether-demo's
+# test checks it against localcluster.Options.Components.
+DEMO_COMPONENTS=(kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager kueue)
 ROOT=${TETHER_TESTBIN:-${XDG_CACHE_HOME:-$HOME/.cache}/tether/testbin}
 CURRENT="$ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 
 log() { printf '[testbin %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 if [[ "${1:-}" == "--print-dir" ]]; then echo "$CURRENT"; exit 0; fi
+if [[ "${1:-}" == "--print-group" ]]; then
+  case "${2:-}" in
+    demo) echo "${DEMO_COMPONENTS[*]}"; exit 0 ;;
+    *) log "--print-group: unknown group ${2:-} (known: demo)"; exit 2 ;;
+  esac
+fi
 
 components=("$@")
 [[ ${#components[@]} -gt 0 ]] || components=(kube-apiserver etcd kubectl)
@@ -337,9 +348,11 @@ for c in "${components[@]}"; do
       d=$(debian_pkg "$DEBIAN_SHELLCHECK"); ln -sfn "$d/usr/bin/shellcheck" "$CURRENT/shellcheck" ;;
     lint)
       "$0" golangci-lint kube-api-linter shellcheck ;;
+    demo)
+      "$0" "${DEMO_COMPONENTS[@]}" ;;
     e2e)
       "$0" kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue versitygw node ;;
-    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd containerd runc cni-plugins node kube-proxy coredns nft network controller-gen versitygw kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue helm golangci-lint kube-api-linter promtool shellcheck lint e2e)"; exit 2 ;;
+    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd containerd runc cni-plugins node kube-proxy coredns nft network controller-gen versitygw kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue helm golangci-lint kube-api-linter promtool shellcheck lint demo e2e)"; exit 2 ;;
   esac
 done
 log "ready: KUBEBUILDER_ASSETS=$CURRENT"

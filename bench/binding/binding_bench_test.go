@@ -2,19 +2,14 @@ package binding_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"math"
 	"net"
 	"net/http"
 	"os"
@@ -34,7 +29,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/gorilla/websocket"
 	dto "github.com/prometheus/client_model/go"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -49,6 +43,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	bench "github.com/tether-dev/tether/bench/binding"
 	"github.com/tether-dev/tether/internal/benchutil"
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"
@@ -57,7 +52,6 @@ import (
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
-	"github.com/tether-dev/tether/pkg/sidecar/credentials"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -67,19 +61,10 @@ const (
 	// The control plane's production settings (controlplane.DefaultOptions);
 	// testenv shortens the status interval for its tests.
 	statusInterval   = 30 * time.Second
-	missedHeartbeats = 3
+	missedHeartbeats = bench.MissedHeartbeats
 
 	// createWorkers bounds the objects created concurrently.
 	createWorkers = 16
-	// wantNofile is the RLIMIT_NOFILE both processes ask for.
-	wantNofile = 65536
-
-	// loadgenEnv, when set to a config file, turns the test binary into the
-	// load generator (see TestMain).
-	loadgenEnv = "TETHER_BENCH_LOADGEN_CONFIG"
-	// eventPrefix marks the generator's stdout lines addressed to the
-	// benchmark: "<prefix><name> <json>".
-	eventPrefix = "@tether-loadgen "
 )
 
 // Targets, reported next to the figures, never asserted.
@@ -90,15 +75,6 @@ const (
 	targetAckP99ms   = 20.0
 	targetWritesPerS = 20.0
 )
-
-// TestMain runs the load generator instead of the tests when the benchmark
-// re-executes the test binary for it.
-func TestMain(m *testing.M) {
-	if path := os.Getenv(loadgenEnv); path != "" {
-		os.Exit(runLoadGenerator(path))
-	}
-	os.Exit(m.Run())
-}
 
 // benchConfig is the load, from TETHER_BENCH_* environment variables.
 type benchConfig struct {
@@ -169,23 +145,12 @@ func loadConfig(b *testing.B) benchConfig {
 	return c
 }
 
-// identity is one worker: its token and the objects that make it valid.
-type identity struct {
-	Token     string `json:"token"`
-	Binding   string `json:"binding"`
-	JobID     string `json:"jobID"`
-	WorkerID  string `json:"workerID"`
-	Namespace string `json:"namespace"`
-	Pod       string `json:"pod"`
-	UID       string `json:"uid"`
-}
-
 // BenchmarkBindingSessions holds N sidecar sessions on one control-plane
 // replica and measures what they cost it; see the package documentation.
 // It runs once whatever b.N is: use -benchtime 1x.
 func BenchmarkBindingSessions(b *testing.B) {
 	cfg := loadConfig(b)
-	nofile, nofileNote := raiseNofile()
+	nofile, nofileNote := bench.RaiseNofile()
 	progressf("RLIMIT_NOFILE of the server process: %d (%s)", nofile, nofileNote)
 	if need := uint64(cfg.sessions) + 1000; nofile < need {
 		b.Logf("WARNING: %d sessions need about %d descriptors in each process; expect dial failures past ~%d sessions",
@@ -271,7 +236,7 @@ func BenchmarkBindingSessions(b *testing.B) {
 	checkServerUp(b, env)
 
 	// The measured phase: the generator announces its start and end.
-	lg.await(b, "hold-start", 2*time.Minute+maxSettle, nil)
+	lg.await(b, "hold-start", 2*time.Minute+bench.MaxSettle, nil)
 	b.ResetTimer()
 	cpu0, t0 := benchutil.ProcessCPU(), time.Now()
 	procs0 := childCPU(lg.cmd.Process.Pid)
@@ -317,7 +282,7 @@ func BenchmarkBindingSessions(b *testing.B) {
 	server := gatherServer(b)
 	lg.send(b, "done")
 
-	var res loadgenResult
+	var res bench.LoadgenResult
 	lg.await(b, "result", 3*time.Minute, &res)
 	lg.wait(b, time.Minute)
 	if res.Fatal != "" {
@@ -509,7 +474,7 @@ func pressureAvg10(line string) float64 {
 // server included, when it loses its leader lease.
 func checkServerUp(b *testing.B, env *testenv.Env) {
 	b.Helper()
-	tc, err := tlsConfig(env.CAFile)
+	tc, err := bench.TLSConfig(env.CAFile)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -564,7 +529,7 @@ func waitForLeader(b *testing.B, ctx context.Context, env *testenv.Env) {
 // is visible, and the pod webhook leaves them alone (no TrainJob yet). The
 // binding server accepts a token only while the binding's owning TrainJob
 // exists.
-func createObjects(b *testing.B, ctx context.Context, env *testenv.Env, n int) []identity {
+func createObjects(b *testing.B, ctx context.Context, env *testenv.Env, n int) []bench.Identity {
 	b.Helper()
 	c := env.Client
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -575,14 +540,14 @@ func createObjects(b *testing.B, ctx context.Context, env *testenv.Env, n int) [
 	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		b.Fatal(err)
 	}
-	ids := make([]identity, n)
+	ids := make([]bench.Identity, n)
 	for i := range ids {
 		var raw [32]byte
 		if _, err := rand.Read(raw[:]); err != nil {
 			b.Fatal(err)
 		}
 		name := fmt.Sprintf("job-%d", i)
-		ids[i] = identity{Token: hex.EncodeToString(raw[:]), Binding: name, JobID: uuid.NewString(), WorkerID: uuid.NewString(),
+		ids[i] = bench.Identity{Token: hex.EncodeToString(raw[:]), Binding: name, JobID: uuid.NewString(), WorkerID: uuid.NewString(),
 			Namespace: namespace, Pod: name + "-node-0-0"}
 	}
 
@@ -711,9 +676,9 @@ func parallel(ctx context.Context, what string, n, workers int, f func(i int) er
 // session request with the binding's token and a wrong worker id is refused
 // with 403 (identity mismatch) once the binding is in its cache, with 401
 // (unknown token) before. Nothing is written.
-func waitForCache(b *testing.B, ctx context.Context, env *testenv.Env, ids []identity, workers int) {
+func waitForCache(b *testing.B, ctx context.Context, env *testenv.Env, ids []bench.Identity, workers int) {
 	b.Helper()
-	hc, err := httpsClient(env.CAFile, workers)
+	hc, err := bench.HTTPSClient(env.CAFile, workers)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -732,7 +697,7 @@ func waitForCache(b *testing.B, ctx context.Context, env *testenv.Env, ids []ide
 			if err != nil {
 				return err
 			}
-			req.Header = sessionHeader(id)
+			req.Header = bench.SessionHeader(id)
 			req.Header.Set(binding.HeaderWorkerID, "bench-cache-probe")
 			resp, err := hc.Do(req)
 			if err != nil {
@@ -766,57 +731,17 @@ func waitForCache(b *testing.B, ctx context.Context, env *testenv.Env, ids []ide
 	progressf("binding server's cache holds all %d bindings", len(ids))
 }
 
-func httpsClient(caFile string, conns int) (*http.Client, error) {
-	tc, err := tlsConfig(caFile)
-	if err != nil {
-		return nil, err
-	}
-	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: tc, MaxIdleConns: conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns,
-		IdleConnTimeout: time.Minute, DisableCompression: true,
-	}}, nil
-}
-
-func tlsConfig(caFile string) (*tls.Config, error) {
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, err
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s: no certificate", caFile)
-	}
-	return &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
-}
-
-// sessionHeader is what a sidecar sends with GET /v1/session.
-func sessionHeader(id identity) http.Header {
-	h := http.Header{}
-	h.Set(binding.HeaderAuthorization, "Bearer "+id.Token)
-	h.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
-	h.Set(binding.HeaderJobID, id.JobID)
-	h.Set(binding.HeaderWorkerID, id.WorkerID)
-	h.Set(binding.HeaderPodName, id.Pod)
-	h.Set(binding.HeaderPodUID, id.UID)
-	return h
-}
-
 // ---- The benchmark's side of the load generator ----
 
-// loadgenConfig is what the benchmark hands the generator, as a JSON file.
-type loadgenConfig struct {
-	ServerURL  string    `json:"serverURL"`
-	CAFile     string    `json:"caFile"`
-	Identities string    `json:"identities"`
-	Result     string    `json:"result"`
-	Hold       string    `json:"hold"`
-	Dialers    int       `json:"dialers"`
-	DialRate   int       `json:"dialRate"`
-	Registrars int       `json:"registrars"`
-	Deadline   time.Time `json:"deadline"`
-	// Trace is where the generator writes its execution trace of the
-	// measured phase ("": none).
-	Trace string `json:"trace,omitempty"`
+// buildLoadGenerator builds the generator (./bench/binding/loadgen, a
+// command of its own) into dir, as the harness builds its helpers.
+func buildLoadGenerator(dir string) (string, error) {
+	cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, "loadgen"), "./bench/binding/loadgen")
+	cmd.Dir = testenv.RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./bench/binding/loadgen: %w\n%s", err, out)
+	}
+	return filepath.Join(dir, "loadgen"), nil
 }
 
 type loadgenEvent struct {
@@ -833,7 +758,7 @@ type loadgen struct {
 	err    error // set before exited closes
 }
 
-func startLoadGenerator(b *testing.B, env *testenv.Env, ids []identity, cfg benchConfig, dir string) *loadgen {
+func startLoadGenerator(b *testing.B, env *testenv.Env, ids []bench.Identity, cfg benchConfig, dir string) *loadgen {
 	b.Helper()
 	idPath := filepath.Join(dir, "identities.jsonl")
 	f, err := os.Create(idPath)
@@ -857,7 +782,7 @@ func startLoadGenerator(b *testing.B, env *testenv.Env, ids []identity, cfg benc
 	if result == "" {
 		result = filepath.Join(dir, "result.json")
 	}
-	lc := loadgenConfig{ServerURL: env.BindingURL, CAFile: env.CAFile, Identities: idPath, Result: result,
+	lc := bench.LoadgenConfig{ServerURL: env.BindingURL, CAFile: env.CAFile, Identities: idPath, Result: result,
 		Hold: cfg.hold.String(), Dialers: cfg.dialers, DialRate: cfg.dialRate, Registrars: cfg.registrars, Trace: cfg.loadgenTrace,
 		Deadline: time.Now().Add(20*time.Minute + cfg.hold + time.Duration(len(ids))*50*time.Millisecond)}
 	raw, err := json.Marshal(lc)
@@ -869,8 +794,11 @@ func startLoadGenerator(b *testing.B, env *testenv.Env, ids []identity, cfg benc
 		b.Fatal(err)
 	}
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), loadgenEnv+"="+cfgPath)
+	bin, err := buildLoadGenerator(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-config="+cfgPath)
 	cmd.Stderr = os.Stderr
 	// If the benchmark dies, so does the generator (it also exits when its
 	// stdin closes, and at its deadline).
@@ -901,7 +829,7 @@ func startLoadGenerator(b *testing.B, env *testenv.Env, ids []identity, cfg benc
 		sc.Buffer(make([]byte, 64<<10), 16<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			rest, ok := strings.CutPrefix(line, eventPrefix)
+			rest, ok := strings.CutPrefix(line, bench.EventPrefix)
 			if !ok {
 				fmt.Fprintln(os.Stderr, "loadgen:", line)
 				continue
@@ -1172,864 +1100,4 @@ func gatherServer(b *testing.B) string {
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, " ")
-}
-
-// raiseNofile raises RLIMIT_NOFILE to wantNofile, or as far as the hard
-// limit allows without CAP_SYS_RESOURCE, and returns the soft limit.
-func raiseNofile() (uint64, string) {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return 0, err.Error()
-	}
-	if lim.Cur >= wantNofile {
-		return lim.Cur, "already high enough"
-	}
-	err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: wantNofile, Max: max(wantNofile, lim.Max)})
-	if err == nil {
-		return wantNofile, "raised"
-	}
-	note := fmt.Sprintf("raising to %d: %v; soft limit set to the hard limit", wantNofile, err)
-	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: lim.Max, Max: lim.Max})
-	_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
-	return lim.Cur, note
-}
-
-// ---- The load generator (a separate process) ----
-
-// loadgenResult is what the generator reports at the end.
-type loadgenResult struct {
-	Sessions   int    `json:"sessions"`
-	Nofile     uint64 `json:"nofile"`
-	NofileNote string `json:"nofileNote"`
-
-	Registered      int            `json:"registered"`
-	RegisterFailed  int            `json:"registerFailed"`
-	RegisterSeconds float64        `json:"registerSeconds"`
-	RegisterErrors  map[string]int `json:"registerErrors"`
-
-	Established      int            `json:"established"`
-	DialFailed       int            `json:"dialFailed"`
-	EstablishSeconds float64        `json:"establishSeconds"`
-	DialErrors       map[string]int `json:"dialErrors"`
-
-	HeartbeatInterval string  `json:"heartbeatInterval"`
-	HoldSeconds       float64 `json:"holdSeconds"`
-	// Held: sessions open from the start to the end of the measured phase.
-	Held             int            `json:"held"`
-	ClosedDuringHold int            `json:"closedDuringHold"`
-	CloseCodes       map[string]int `json:"closeCodes"` // sessions the server or the network ended
-
-	// Heartbeats sent in the measured phase, and what became of them.
-	HeartbeatsSent int64 `json:"heartbeatsSent"`
-	Acks           int64 `json:"acks"`
-	// Unanswered: no ack by the time the benchmark finished measuring
-	// (at least a few seconds after the phase); their latency enters the
-	// percentiles as that lower bound. Late: acked after the next heartbeat
-	// of the session was sent (more than one interval).
-	Unanswered int64 `json:"unanswered"`
-	Late       int64 `json:"late"`
-	// Skipped: acks that never came although a later heartbeat's did.
-	Skipped int64 `json:"skipped"`
-	// StaleAcks: acks for no heartbeat awaiting one (a bug, if any).
-	StaleAcks      int64 `json:"staleAcks"`
-	NonRunningAcks int64 `json:"nonRunningAcks"`
-	// SettleSeconds is how long after the warm-up interval the last
-	// session's Running transition took; NotRunningAtStart counts those
-	// still not acked Running when the hold started anyway.
-	SettleSeconds     float64 `json:"settleSeconds"`
-	NotRunningAtStart int     `json:"notRunningAtStart"`
-	SendErrors        int64   `json:"sendErrors"`
-	UnexpectedFrames  int64   `json:"unexpectedFrames"`
-
-	Latency  percentiles `json:"ackLatencyMs"`
-	FirstAck percentiles `json:"firstAckLatencyMs"` // sessions' first heartbeats, while opening
-	SendLag  percentiles `json:"sendLagMs"`
-
-	CPUSeconds float64 `json:"cpuSeconds"`
-	CPUCores   float64 `json:"cpuCores"`
-
-	Fatal string `json:"fatal,omitempty"`
-}
-
-type percentiles struct {
-	N    int     `json:"n"`
-	P50  float64 `json:"p50"`
-	P90  float64 `json:"p90"`
-	P99  float64 `json:"p99"`
-	P999 float64 `json:"p999"`
-	Max  float64 `json:"max"`
-}
-
-func summarize(d []time.Duration) percentiles {
-	slices.Sort(d)
-	p := func(q float64) float64 {
-		if len(d) == 0 {
-			return 0
-		}
-		k := int(math.Ceil(q*float64(len(d)))) - 1
-		return float64(d[max(0, min(k, len(d)-1))]) / float64(time.Millisecond)
-	}
-	return percentiles{N: len(d), P50: p(0.5), P90: p(0.9), P99: p(0.99), P999: p(0.999), Max: p(1)}
-}
-
-func emit(name string, v any) {
-	raw, _ := json.Marshal(v)
-	fmt.Fprintf(os.Stdout, "%s%s %s\n", eventPrefix, name, raw)
-}
-
-func genLogf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "%s loadgen: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-}
-
-// runLoadGenerator is the generator's main; it returns the exit code.
-func runLoadGenerator(path string) int {
-	res := &loadgenResult{}
-	fail := func(format string, args ...any) int {
-		res.Fatal = fmt.Sprintf(format, args...)
-		emit("fatal", res.Fatal)
-		return 1
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return fail("%v", err)
-	}
-	var cfg loadgenConfig
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return fail("%s: %v", path, err)
-	}
-	hold, err := time.ParseDuration(cfg.Hold)
-	if err != nil {
-		return fail("hold: %v", err)
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), cfg.Deadline)
-	defer cancel()
-	res.Nofile, res.NofileNote = raiseNofile()
-
-	ids, err := readIdentities(cfg.Identities)
-	if err != nil {
-		return fail("%v", err)
-	}
-	res.Sessions = len(ids)
-	tc, err := tlsConfig(cfg.CAFile)
-	if err != nil {
-		return fail("%v", err)
-	}
-	// The benchmark talks through stdin; EOF means it is gone.
-	ctl := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(os.Stdin)
-		for sc.Scan() {
-			ctl <- strings.TrimSpace(sc.Text())
-		}
-		close(ctl)
-	}()
-	awaitCtl := func(want string, timeout time.Duration) error {
-		select {
-		case msg, ok := <-ctl:
-			if !ok {
-				return errors.New("the benchmark closed stdin")
-			}
-			if msg != want {
-				return fmt.Errorf("got %q from the benchmark, want %q", msg, want)
-			}
-			return nil
-		case <-time.After(timeout):
-			return fmt.Errorf("no %q from the benchmark within %s", want, timeout)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-
-	g := newGenerator(cfg, tc, ids)
-	defer g.closeAll()
-
-	// 1. Register every worker.
-	g.register(ctx, res)
-	emit("registered", map[string]any{"registered": res.Registered, "failed": res.RegisterFailed, "seconds": res.RegisterSeconds})
-	if err := awaitCtl("go", 10*time.Minute); err != nil {
-		return fail("%v", err)
-	}
-
-	// 2. Open the sessions; heartbeats start on the schedule at once.
-	g.startSenders(ctx)
-	g.dial(ctx, res)
-	emit("established", map[string]any{"established": res.Established, "failed": res.DialFailed, "seconds": res.EstablishSeconds})
-	if res.Established == 0 {
-		return fail("no session established: %v", res.DialErrors)
-	}
-
-	// 3. Warm up until every session has sent its first heartbeat (which
-	// writes Registered -> Running) and an ack says that write was made
-	// (a server that queues its writes acks before it writes), at most
-	// maxSettle more; then hold. The measured phase is the steady state of
-	// sessions that only heartbeat, not the ramp's transitions.
-	holdStart := time.Unix(0, g.lastOpen.Load()).Add(g.interval + time.Second)
-	if err := credentials.Sleep(ctx, time.Until(holdStart)); err != nil {
-		return fail("%v", err)
-	}
-	settleStart := time.Now()
-	for {
-		open, running := g.runningSessions()
-		if running >= open || time.Since(settleStart) > maxSettle {
-			res.SettleSeconds, res.NotRunningAtStart = time.Since(settleStart).Seconds(), open-running
-			genLogf("%d of %d open sessions acked Running after %.1fs more", running, open, res.SettleSeconds)
-			break
-		}
-		if err := credentials.Sleep(ctx, time.Second); err != nil {
-			return fail("%v", err)
-		}
-	}
-	holdStart = time.Now()
-	g.holdStart.Store(holdStart.UnixNano())
-	cpu0 := benchutil.ProcessCPU()
-	openAtStart := g.openSessions()
-	stopTrace := func() {}
-	if cfg.Trace != "" {
-		if f, err := os.Create(cfg.Trace); err != nil {
-			genLogf("trace: %v", err)
-		} else if err := trace.Start(f); err != nil {
-			genLogf("trace: %v", err)
-			_ = f.Close()
-		} else {
-			stopTrace = func() { trace.Stop(); _ = f.Close() }
-		}
-	}
-	emit("hold-start", map[string]any{"open": openAtStart})
-	genLogf("measured phase started with %d open sessions", openAtStart)
-	if err := credentials.Sleep(ctx, hold); err != nil {
-		return fail("%v", err)
-	}
-	stopTrace()
-	holdEnd := time.Now()
-	g.holdEnd.Store(holdEnd.UnixNano())
-	res.CPUSeconds = (benchutil.ProcessCPU() - cpu0).Seconds()
-	res.HoldSeconds = holdEnd.Sub(holdStart).Seconds()
-	res.CPUCores = res.CPUSeconds / res.HoldSeconds
-	res.Held, res.ClosedDuringHold = g.held(holdStart, holdEnd)
-	emit("hold-end", map[string]any{"held": res.Held})
-
-	// 4. Keep the sessions (and heartbeats) up while the benchmark measures.
-	if err := awaitCtl("done", 10*time.Minute); err != nil {
-		return fail("%v", err)
-	}
-	g.stopSenders()
-	g.finish(res)
-	g.closeAll()
-
-	out, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(cfg.Result, out, 0o600); err != nil {
-		genLogf("writing %s: %v", cfg.Result, err)
-	}
-	emit("result", res)
-	return 0
-}
-
-func readIdentities(path string) ([]identity, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var ids []identity
-	dec := json.NewDecoder(bufio.NewReader(f))
-	for {
-		var id identity
-		if err := dec.Decode(&id); errors.Is(err, io.EOF) {
-			return ids, nil
-		} else if err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-}
-
-// worker is one simulated sidecar.
-type worker struct {
-	id   identity
-	conn *websocket.Conn // set once by the dialer before alive
-	// seq is the last heartbeat sequence number; only the worker's sender
-	// goroutine touches it after registration.
-	seq uint64
-
-	alive atomic.Bool
-	// running is set by the first ack that says Running: the server has
-	// written the session's Registered -> Running transition.
-	running  atomic.Bool
-	openedAt atomic.Int64 // UnixNano
-	closedAt atomic.Int64 // UnixNano; 0 while open
-	// pending are the heartbeats awaiting their acks, oldest first (the
-	// server answers a session's heartbeats in order).
-	mu      sync.Mutex
-	pending []sentHeartbeat
-}
-
-type sentHeartbeat struct {
-	seq  uint64
-	sent int64 // UnixNano
-}
-
-type generator struct {
-	cfg      loadgenConfig
-	tls      *tls.Config
-	workers  []*worker
-	interval time.Duration
-	senders  int
-
-	lastOpen           atomic.Int64
-	holdStart, holdEnd atomic.Int64 // UnixNano; 0 until set
-	closing            atomic.Bool  // our own shutdown: ends are not counted
-
-	stopSend  context.CancelFunc
-	sendersWG sync.WaitGroup
-
-	mu        sync.Mutex
-	latencies []time.Duration // heartbeat -> ack, heartbeats sent in the measured phase
-	sendLags  []time.Duration // schedule -> send, measured phase
-	firstAcks []time.Duration // first heartbeat of a session -> ack (includes the Running write)
-	closes    map[string]int
-
-	sent, acks, late, skipped, stale, nonRunning, sendErrors, unexpected atomic.Int64
-}
-
-func newGenerator(cfg loadgenConfig, tc *tls.Config, ids []identity) *generator {
-	g := &generator{cfg: cfg, tls: tc, interval: jobconfig.DefaultHeartbeatInterval, closes: map[string]int{}}
-	g.workers = make([]*worker, len(ids))
-	for i, id := range ids {
-		g.workers[i] = &worker{id: id}
-	}
-	g.senders = min(8, len(ids))
-	return g
-}
-
-// maxSettle bounds the wait for every session's Running transition.
-const maxSettle = 3 * time.Minute
-
-// runningSessions counts the open sessions and those acked Running.
-func (g *generator) runningSessions() (open, running int) {
-	for _, w := range g.workers {
-		if w.alive.Load() {
-			open++
-			if w.running.Load() {
-				running++
-			}
-		}
-	}
-	return open, running
-}
-
-func (g *generator) inHold(t int64) bool {
-	hs, he := g.holdStart.Load(), g.holdEnd.Load()
-	return hs != 0 && t >= hs && (he == 0 || t < he)
-}
-
-// register POSTs every worker's registration, cfg.Registrars at a time
-// over keep-alive connections, retrying what the server says to retry.
-func (g *generator) register(ctx context.Context, res *loadgenResult) {
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: g.tls.Clone(), MaxIdleConns: g.cfg.Registrars, MaxIdleConnsPerHost: g.cfg.Registrars,
-		MaxConnsPerHost: g.cfg.Registrars, DisableCompression: true, IdleConnTimeout: time.Minute,
-	}}
-	defer hc.CloseIdleConnections()
-	var mu sync.Mutex
-	errs := map[string]int{}
-	var intervals sync.Map
-	var next, ok, failed atomic.Int64
-	start := time.Now()
-	stop := ticker(5*time.Second, func() {
-		genLogf("registered %d/%d (%.0f/s), %d failed", ok.Load(), len(g.workers), float64(ok.Load())/time.Since(start).Seconds(), failed.Load())
-	})
-	var wg sync.WaitGroup
-	for range g.cfg.Registrars {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= len(g.workers) {
-					return
-				}
-				w := g.workers[i]
-				resp, err := g.registerOne(ctx, hc, w.id)
-				if err != nil {
-					failed.Add(1)
-					mu.Lock()
-					errs[errKey(err)]++
-					mu.Unlock()
-					continue
-				}
-				w.seq = resp.LastSeq
-				intervals.Store(resp.HeartbeatInterval.Duration, true)
-				ok.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	stop()
-	intervals.Range(func(k, _ any) bool {
-		g.interval = k.(time.Duration) // all the same: no TrainJob, the default
-		return true
-	})
-	res.Registered, res.RegisterFailed = int(ok.Load()), int(failed.Load())
-	res.RegisterSeconds = time.Since(start).Seconds()
-	res.RegisterErrors = errs
-	res.HeartbeatInterval = g.interval.String()
-	genLogf("registered %d workers in %.1fs (%.0f/s), %d failed %v; heartbeat interval %s",
-		res.Registered, res.RegisterSeconds, float64(res.Registered)/res.RegisterSeconds, res.RegisterFailed, errs, g.interval)
-}
-
-type httpError struct {
-	status int
-	body   string
-}
-
-func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.body) }
-
-func errKey(err error) string {
-	var he *httpError
-	if errors.As(err, &he) {
-		return "HTTP " + strconv.Itoa(he.status)
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return "timeout"
-	}
-	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-		return "too many open files"
-	}
-	s := err.Error()
-	if len(s) > 80 {
-		s = s[:80]
-	}
-	return s
-}
-
-func (g *generator) registerOne(ctx context.Context, hc *http.Client, id identity) (*binding.RegisterResponse, error) {
-	body, err := json.Marshal(binding.RegisterRequest{JobID: id.JobID, WorkerID: id.WorkerID, SidecarVersion: "bench",
-		Pod: binding.PodIdentity{Namespace: id.Namespace, Name: id.Pod, UID: id.UID, Node: "bench-node"}})
-	if err != nil {
-		return nil, err
-	}
-	var lastErr error
-	for attempt := range 5 {
-		if attempt > 0 {
-			if err := credentials.Sleep(ctx, time.Duration(200<<attempt)*time.Millisecond); err != nil {
-				return nil, err
-			}
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.cfg.ServerURL+binding.PathRegister, bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set(binding.HeaderAuthorization, "Bearer "+id.Token)
-		req.Header.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := hc.Do(req)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		_ = resp.Body.Close()
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		if resp.StatusCode == http.StatusServiceUnavailable {
-			lastErr = &httpError{resp.StatusCode, string(raw)}
-			continue
-		}
-		if resp.StatusCode != http.StatusOK {
-			return nil, &httpError{resp.StatusCode, string(raw)}
-		}
-		var rr binding.RegisterResponse
-		if err := json.Unmarshal(raw, &rr); err != nil {
-			return nil, err
-		}
-		return &rr, nil
-	}
-	return nil, lastErr
-}
-
-// dial opens every registered worker's session, cfg.Dialers at a time.
-func (g *generator) dial(ctx context.Context, res *loadgenResult) {
-	u := "wss" + strings.TrimPrefix(g.cfg.ServerURL, "https") + binding.PathSession
-	d := &websocket.Dialer{TLSClientConfig: g.tls.Clone(), HandshakeTimeout: 15 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024}
-	var mu sync.Mutex
-	errs := map[string]int{}
-	var next, ok, failed atomic.Int64
-	start := time.Now()
-	stop := ticker(5*time.Second, func() {
-		genLogf("sessions open %d/%d (%.0f/s), %d failed", ok.Load(), len(g.workers), float64(ok.Load())/time.Since(start).Seconds(), failed.Load())
-	})
-	var wg sync.WaitGroup
-	for range g.cfg.Dialers {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= len(g.workers) {
-					return
-				}
-				w := g.workers[i]
-				if w.id.UID == "" {
-					continue
-				}
-				if r := g.cfg.DialRate; r > 0 {
-					_ = credentials.Sleep(ctx, time.Until(start.Add(time.Duration(i)*time.Second/time.Duration(r))))
-				}
-				var err error
-				for attempt := range 3 {
-					if attempt > 0 {
-						_ = credentials.Sleep(ctx, time.Duration(attempt)*time.Second)
-					}
-					var conn *websocket.Conn
-					var resp *http.Response
-					conn, resp, err = d.DialContext(ctx, u, sessionHeader(w.id))
-					if err == nil {
-						w.conn = conn
-						if err = g.firstHeartbeat(w); err != nil {
-							_ = conn.Close()
-							break
-						}
-						now := time.Now().UnixNano()
-						w.openedAt.Store(now)
-						w.alive.Store(true)
-						g.lastOpen.Store(now)
-						go g.read(w)
-						break
-					}
-					if resp != nil {
-						raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-						_ = resp.Body.Close()
-						err = &httpError{resp.StatusCode, string(raw)}
-						if resp.StatusCode != http.StatusServiceUnavailable && resp.StatusCode != http.StatusConflict {
-							break
-						}
-					}
-				}
-				if err != nil {
-					failed.Add(1)
-					mu.Lock()
-					errs[errKey(err)]++
-					mu.Unlock()
-					continue
-				}
-				ok.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	stop()
-	res.Established, res.DialFailed = int(ok.Load()), int(failed.Load())
-	res.EstablishSeconds = time.Since(start).Seconds()
-	res.DialErrors = errs
-	genLogf("%d sessions open in %.1fs (%.0f/s), %d failed %v", res.Established, res.EstablishSeconds,
-		float64(res.Established)/res.EstablishSeconds, res.DialFailed, errs)
-}
-
-// firstHeartbeat sends a new session's first heartbeat and waits for its
-// ack, as a sidecar's first heartbeat follows the handshake at once. The
-// server writes the binding's status (Registered -> Running) before it
-// acks, so the dialers open sessions no faster than the API server takes
-// those writes: an open-loop ramp of thousands of sessions a second queues
-// thousands of writes (see the package documentation).
-func (g *generator) firstHeartbeat(w *worker) error {
-	conn := w.conn
-	w.seq++
-	start := time.Now()
-	_ = conn.SetWriteDeadline(start.Add(5 * time.Second))
-	if err := conn.WriteMessage(websocket.TextMessage, appendHeartbeat(nil, w.seq, start)); err != nil {
-		return err
-	}
-	_ = conn.SetReadDeadline(start.Add(30 * time.Second))
-	for {
-		_, data, err := conn.ReadMessage()
-		if err != nil {
-			return err
-		}
-		f, err := binding.DecodeFrame(data)
-		if err != nil {
-			return err
-		}
-		if f.Type == binding.FrameAck && f.Ack.Seq == w.seq {
-			g.mu.Lock()
-			g.firstAcks = append(g.firstAcks, time.Since(start))
-			g.mu.Unlock()
-			return nil
-		}
-	}
-}
-
-func ticker(every time.Duration, f func()) (stop func()) {
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				f()
-			}
-		}
-	}()
-	return func() { close(done) }
-}
-
-var ackPrefix = []byte(`{"type":"ack","ack":{"seq":`)
-
-// read is the session's one reader goroutine: acks are matched to the
-// pending heartbeat; pings are answered by gorilla's default handler.
-func (g *generator) read(w *worker) {
-	conn := w.conn
-	conn.SetReadLimit(binding.MaxFrameSize)
-	for {
-		_ = conn.SetReadDeadline(time.Now().Add(time.Duration(missedHeartbeats)*g.interval + 10*time.Second))
-		_, data, err := conn.ReadMessage()
-		if err != nil {
-			g.ended(w, err)
-			return
-		}
-		now := time.Now().UnixNano()
-		var seq uint64
-		var running bool
-		if rest, ok := bytes.CutPrefix(data, ackPrefix); ok {
-			end := bytes.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
-			if end <= 0 {
-				g.unexpected.Add(1)
-				continue
-			}
-			seq, _ = strconv.ParseUint(string(rest[:end]), 10, 64)
-			running = bytes.Contains(rest, []byte(`"phase":"Running"`))
-		} else {
-			f, err := binding.DecodeFrame(data)
-			if err != nil || f.Type != binding.FrameAck {
-				g.unexpected.Add(1)
-				continue
-			}
-			seq, running = f.Ack.Seq, f.Ack.Phase == string(tetherv1.PhaseRunning)
-		}
-		if running {
-			w.running.Store(true)
-		}
-		var hb sentHeartbeat
-		late, skipped := false, 0
-		w.mu.Lock()
-		for len(w.pending) > 0 && w.pending[0].seq < seq {
-			w.pending = w.pending[1:]
-			skipped++
-		}
-		if len(w.pending) > 0 && w.pending[0].seq == seq {
-			hb, late = w.pending[0], len(w.pending) > 1
-			w.pending = w.pending[1:]
-		}
-		w.mu.Unlock()
-		if skipped > 0 {
-			g.skipped.Add(int64(skipped))
-		}
-		if hb.seq == 0 {
-			g.stale.Add(1)
-			continue
-		}
-		if !g.inHold(hb.sent) {
-			continue
-		}
-		g.acks.Add(1)
-		if late {
-			g.late.Add(1)
-		}
-		if !running {
-			g.nonRunning.Add(1)
-		}
-		g.mu.Lock()
-		g.latencies = append(g.latencies, time.Duration(now-hb.sent))
-		g.mu.Unlock()
-	}
-}
-
-func (g *generator) ended(w *worker, err error) {
-	w.alive.Store(false)
-	w.closedAt.Store(time.Now().UnixNano())
-	if g.closing.Load() {
-		return
-	}
-	var ce *websocket.CloseError
-	var ne net.Error
-	key := "error"
-	switch {
-	case errors.As(err, &ce):
-		key = "close " + strconv.Itoa(ce.Code)
-	case errors.As(err, &ne) && ne.Timeout():
-		key = "read timeout"
-	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		key = "eof"
-	}
-	g.mu.Lock()
-	g.closes[key]++
-	g.mu.Unlock()
-}
-
-func (g *generator) openSessions() int {
-	n := 0
-	for _, w := range g.workers {
-		if w.alive.Load() {
-			n++
-		}
-	}
-	return n
-}
-
-// held counts the sessions open through [start, end), and those that were
-// open at start and ended within it.
-func (g *generator) held(start, end time.Time) (held, closed int) {
-	s, e := start.UnixNano(), end.UnixNano()
-	for _, w := range g.workers {
-		o := w.openedAt.Load()
-		if o == 0 || o > s {
-			continue
-		}
-		switch c := w.closedAt.Load(); {
-		case c == 0 || c >= e:
-			held++
-		case c >= s:
-			closed++
-		}
-	}
-	return held, closed
-}
-
-// startSenders starts the shared heartbeat scheduler: g.senders goroutines,
-// sender k owning workers k, k+senders, ... Worker i heartbeats at
-// t0 + i*interval/n + r*interval (r = 0, 1, ...), so the load is spread
-// evenly over the interval; a worker whose session is not open yet skips
-// its slot.
-func (g *generator) startSenders(ctx context.Context) {
-	ctx, g.stopSend = context.WithCancel(ctx)
-	t0 := time.Now()
-	n := len(g.workers)
-	for k := range g.senders {
-		g.sendersWG.Go(func() {
-			buf := make([]byte, 0, 512)
-			timer := time.NewTimer(time.Hour)
-			defer timer.Stop()
-			for r := 0; ; r++ {
-				for i := k; i < n; i += g.senders {
-					due := t0.Add(time.Duration(r)*g.interval + time.Duration(int64(i)*int64(g.interval)/int64(n)))
-					if wait := time.Until(due); wait > 0 {
-						timer.Reset(wait)
-						select {
-						case <-ctx.Done():
-							return
-						case <-timer.C:
-						}
-					} else if ctx.Err() != nil {
-						return
-					}
-					w := g.workers[i]
-					if !w.alive.Load() {
-						continue
-					}
-					buf = g.heartbeat(w, buf, due)
-				}
-			}
-		})
-	}
-}
-
-func (g *generator) stopSenders() {
-	if g.stopSend != nil {
-		g.stopSend()
-		g.sendersWG.Wait()
-	}
-}
-
-// heartbeat sends w's next heartbeat; progress makes it look like a real
-// sidecar's with a progress file.
-func (g *generator) heartbeat(w *worker, buf []byte, due time.Time) []byte {
-	w.seq++
-	now := time.Now()
-	ts := now.UnixNano()
-	buf = appendHeartbeat(buf[:0], w.seq, now)
-	w.mu.Lock()
-	w.pending = append(w.pending, sentHeartbeat{seq: w.seq, sent: ts})
-	w.mu.Unlock()
-	if g.inHold(ts) {
-		g.sent.Add(1)
-		g.mu.Lock()
-		g.sendLags = append(g.sendLags, now.Sub(due))
-		g.mu.Unlock()
-	}
-	_ = w.conn.SetWriteDeadline(now.Add(5 * time.Second))
-	if err := w.conn.WriteMessage(websocket.TextMessage, buf); err != nil {
-		g.sendErrors.Add(1)
-		_ = w.conn.Close() // the reader records the end
-	}
-	return buf
-}
-
-func appendHeartbeat(b []byte, seq uint64, now time.Time) []byte {
-	b = append(b, `{"type":"heartbeat","heartbeat":{"seq":`...)
-	b = strconv.AppendUint(b, seq, 10)
-	b = append(b, `,"sentAt":"`...)
-	b = now.UTC().AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","progress":{"step":`...)
-	b = strconv.AppendUint(b, 100*seq, 10)
-	b = append(b, `,"epoch":1.5,"loss":0.2345,"fraction":0.42,"updatedAt":"`...)
-	b = now.UTC().AppendFormat(b, time.RFC3339)
-	b = append(b, `"},"uploadedBytes":`...)
-	b = strconv.AppendUint(b, 1<<20*seq, 10)
-	return append(b, `}}`...)
-}
-
-// finish fills in the measured phase's results.
-func (g *generator) finish(res *loadgenResult) {
-	now := time.Now().UnixNano()
-	var unanswered []time.Duration
-	for _, w := range g.workers {
-		w.mu.Lock()
-		for _, hb := range w.pending {
-			if g.inHold(hb.sent) {
-				unanswered = append(unanswered, time.Duration(now-hb.sent))
-			}
-		}
-		w.mu.Unlock()
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	res.HeartbeatsSent, res.Acks, res.Unanswered, res.Late = g.sent.Load(), g.acks.Load(), int64(len(unanswered)), g.late.Load()
-	res.Skipped, res.StaleAcks = g.skipped.Load(), g.stale.Load()
-	g.latencies = append(g.latencies, unanswered...)
-	res.NonRunningAcks, res.SendErrors, res.UnexpectedFrames = g.nonRunning.Load(), g.sendErrors.Load(), g.unexpected.Load()
-	res.Latency, res.SendLag, res.FirstAck = summarize(g.latencies), summarize(g.sendLags), summarize(g.firstAcks)
-	res.CloseCodes = maps.Clone(g.closes)
-}
-
-// closeAll ends every session with a normal closure.
-func (g *generator) closeAll() {
-	if g.closing.Swap(true) {
-		return
-	}
-	g.stopSenders()
-	deadline := time.Now().Add(time.Second)
-	for _, w := range g.workers {
-		if w.alive.Load() {
-			_ = w.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "benchmark done"), deadline)
-		}
-	}
-	time.Sleep(500 * time.Millisecond)
-	for _, w := range g.workers {
-		if w.conn != nil {
-			_ = w.conn.Close()
-		}
-	}
-}
-
-// Sanity check, run by go test ./bench/binding/ without -bench: the
-// generator's hand-built heartbeat is a valid frame.
-func TestHeartbeatFrame(t *testing.T) {
-	f, err := binding.DecodeFrame(appendHeartbeat(nil, 42, time.Now()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f.Type != binding.FrameHeartbeat || f.Heartbeat.Seq != 42 || f.Heartbeat.Progress == nil || *f.Heartbeat.Progress.Step != 4200 {
-		t.Fatalf("unexpected frame %+v", f)
-	}
 }

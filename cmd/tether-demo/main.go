@@ -59,6 +59,11 @@ func main() {
 	}
 }
 
+// clusterOptions is the cluster the demo starts: kwok nodes, Trainer
+// v2.3.0 and Kueue. `make demo` builds its Components (hack/testbin.sh's
+// demo group; main_test.go keeps the two equal).
+func clusterOptions() localcluster.Options { return localcluster.Options{Kueue: true} }
+
 func step(format string, args ...any) {
 	fmt.Printf("\n==> %s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 }
@@ -71,8 +76,10 @@ func run(hold bool) error {
 
 	step("starting a local cluster on loopback (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, JobSet, Trainer v2.3.0, Kueue v0.17.0)")
 	start := time.Now()
-	c, err := localcluster.Start(ctx, localcluster.Options{Kueue: true, KeepDir: hold,
-		Log: func(f string, a ...any) { detail(f, a...) }})
+	opts := clusterOptions()
+	opts.KeepDir = hold
+	opts.Log = func(f string, a ...any) { detail(f, a...) }
+	c, err := localcluster.Start(ctx, opts)
 	if err != nil {
 		return err
 	}

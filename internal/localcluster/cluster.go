@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -112,7 +111,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			c = nil
 		}
 	}()
-	if c.Assets, err = assets(); err != nil {
+	if c.Assets, err = assets(opts); err != nil {
 		return c, err
 	}
 	if c.CA, err = newCA(); err != nil {
@@ -332,25 +331,6 @@ func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
 		}
 	}
 	return false
-}
-
-// assets is the directory testenv.Assets resolves, holding every binary
-// the cluster runs.
-func assets() (string, error) {
-	dir, err := testenv.Assets()
-	if err != nil {
-		return "", fmt.Errorf("%w; the local cluster needs `hack/testbin.sh e2e` (or `make e2e`)", err)
-	}
-	var missing []string
-	for _, b := range []string{"kubectl", "kube-controller-manager", "kube-scheduler", "kwok", "jobset", "trainer-controller-manager", "kueue"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			missing = append(missing, b)
-		}
-	}
-	if len(missing) > 0 {
-		return "", fmt.Errorf("%s not built in %s: run `hack/testbin.sh e2e` (or `make e2e`) to build them from the Go module proxy", strings.Join(missing, ", "), dir)
-	}
-	return dir, nil
 }
 
 // moduleDir is the module cache directory of module@version (downloaded if

@@ -5,6 +5,19 @@
 // hack/testbin.sh builds, then Tether's own control plane as processes with
 // the shipped manifests applied.
 //
+// Where the harness lives (decided in issue 25): this library stays in
+// internal/localcluster, beside internal/testenv and internal/testobj, and
+// the suites that use it live under test/, as Kueue's and cert-manager's do
+// (test/integration today; e2e/ moves to test/e2e once the cluster-network
+// work that rewrites its scenarios has landed, not before, so the two
+// changes do not collide). The library stays under internal/ because a
+// shipped binary, cmd/tether-demo, builds on it and internal/ keeps it out
+// of the module's importable API; what keeps test code out of that binary
+// is internal/archtest (no testing package, no init that exits: each relay
+// the harness re-executes is a main package of its own, like trainerv20relay,
+// node-init and netprobe), which also holds every hand-written non-test file
+// of the harness to 700 lines.
+//
 // Two kinds of nodes. On the kwok nodes no kubelet runs, so PodRunner plays
 // its part for bound trainer pods: it runs the real cmd/sidecar binary with
 // the environment and files the injected pod spec gives it, a trainer

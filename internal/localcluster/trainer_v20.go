@@ -26,7 +26,8 @@ package localcluster
 // So flags cannot keep the webhook listener off other interfaces, and the cert
 // directory is fixed: the manager runs in its own network and mount namespaces
 // (root), where the only interface is loopback and /tmp is WorkDir/tmp. A relay
-// process in those namespaces (this binary, re-executed) forwards
+// process in those namespaces (the trainerv20relay command, built into
+// WorkDir/bin) forwards
 //
 //	127.0.0.1:<apiserver port> in the namespace -> WorkDir/apiserver.sock -> the kube-apiserver
 //	cfg.WebhookAddr on the host -> WorkDir/webhook.sock -> 127.0.0.1:9443 in the namespace
@@ -43,41 +44,26 @@ package localcluster
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/tether-dev/tether/internal/localcluster/connrelay"
 )
 
 // TrainerV20Config describes how to run Trainer v2.0.0's manager against a local kube-apiserver.
@@ -111,26 +97,8 @@ const (
 	trainerV20ProbePath     = "/validate-trainer-kubeflow-org-v1alpha1-trainjob"
 	trainerV20APISocket     = "apiserver.sock"
 	trainerV20WebhookSocket = "webhook.sock"
-	trainerV20RelayEnv      = "TETHER_TRAINER_V20_RELAY"
 	trainerV20StartTimeout  = 2 * time.Minute
 )
-
-// Any binary that links this package doubles as the relay: StartTrainerV20
-// re-executes /proc/self/exe with trainerV20RelayEnv set.
-func init() {
-	if spec := os.Getenv(trainerV20RelayEnv); spec != "" {
-		os.Exit(runTrainerV20Relay(spec))
-	}
-}
-
-// trainerV20RelaySpec is what the relay gets (as JSON in trainerV20RelayEnv).
-type trainerV20RelaySpec struct {
-	WorkDir   string   // the relay's working directory; socket and PID file names are relative to it
-	Binary    string   // the manager
-	Args      []string // the manager's arguments
-	Env       []string // the manager's environment
-	APIListen string   // where the manager expects the apiserver, inside the namespace
-}
 
 // StartTrainerV20 starts the manager and returns once its webhook answers TLS on WebhookAddr;
 // stop kills every process it started (by PID / process group) and waits for them.
@@ -156,6 +124,10 @@ func StartTrainerV20(ctx context.Context, cfg TrainerV20Config) (stop func() err
 		if p := filepath.Join(workDir, s); len(p) >= 108 {
 			return nil, fmt.Errorf("trainer v2.0.0: socket path %s is too long for a Unix socket; use a shorter WorkDir", p)
 		}
+	}
+	relayBin, err := buildTrainerV20Relay(workDir)
+	if err != nil {
+		return nil, fmt.Errorf("trainer v2.0.0: building the relay: %w", err)
 	}
 	privateTmp := filepath.Join(workDir, "tmp")
 	certDir := filepath.Join(privateTmp, trainerV20CertSubdir)
@@ -249,33 +221,35 @@ func StartTrainerV20(ctx context.Context, cfg TrainerV20Config) (stop func() err
 	if err != nil {
 		return nil, fmt.Errorf("trainer v2.0.0: %w", err)
 	}
-	apiRelay := startTrainerV20Relay(apiLn, func() (net.Conn, error) { return net.DialTimeout("tcp", apiAddr, 5*time.Second) })
-	cleanups = append(cleanups, func() { apiRelay.close(); _ = os.Remove(apiSock) })
+	apiRelay := connrelay.Start(apiLn, func() (net.Conn, error) { return net.DialTimeout("tcp", apiAddr, 5*time.Second) })
+	cleanups = append(cleanups, func() { apiRelay.Close(); _ = os.Remove(apiSock) })
 	whLn, err := net.Listen("tcp", cfg.WebhookAddr)
 	if err != nil {
 		return nil, fmt.Errorf("trainer v2.0.0: webhook address: %w", err)
 	}
 	whSock := filepath.Join(workDir, trainerV20WebhookSocket)
-	whRelay := startTrainerV20Relay(whLn, func() (net.Conn, error) { return net.DialTimeout("unix", whSock, 5*time.Second) })
-	cleanups = append(cleanups, whRelay.close)
+	whRelay := connrelay.Start(whLn, func() (net.Conn, error) { return net.DialTimeout("unix", whSock, 5*time.Second) })
+	cleanups = append(cleanups, whRelay.Close)
 
-	spec, err := json.Marshal(trainerV20RelaySpec{
-		WorkDir: workDir,
-		Binary:  cfg.Binary,
-		Args: []string{
-			"--kubeconfig=/tmp/kubeconfig",
-			"--metrics-bind-address=0",
-			"--health-probe-bind-address=0",
-			"--leader-elect=false",
-			"--webhook-server-port=" + portOfAddr(trainerV20WebhookTarget),
-			"--webhook-service-name=" + trainerV20ServiceName,
-			"--webhook-secret-name=" + trainerV20SecretName,
-		},
-		Env:       []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "TMPDIR=/tmp"},
-		APIListen: apiListen,
-	})
-	if err != nil {
-		return nil, err
+	relayArgs := []string{
+		"-workdir=" + workDir,
+		"-api-listen=" + apiListen,
+		"-api-socket=" + trainerV20APISocket,
+		"-webhook-socket=" + trainerV20WebhookSocket,
+		"-webhook-target=" + trainerV20WebhookTarget,
+		"-private-tmp=" + privateTmp,
+		"-relay-pid-file=" + TrainerV20RelayPIDFile,
+		"-manager-pid-file=" + TrainerV20ManagerPIDFile,
+		"-manager-env=PATH=/usr/local/bin:/usr/bin:/bin", "-manager-env=HOME=/tmp", "-manager-env=TMPDIR=/tmp",
+		"--",
+		cfg.Binary,
+		"--kubeconfig=/tmp/kubeconfig",
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=0",
+		"--leader-elect=false",
+		"--webhook-server-port=" + portOfAddr(trainerV20WebhookTarget),
+		"--webhook-service-name=" + trainerV20ServiceName,
+		"--webhook-secret-name=" + trainerV20SecretName,
 	}
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
@@ -283,9 +257,9 @@ func StartTrainerV20(ctx context.Context, cfg TrainerV20Config) (stop func() err
 	}
 	defer statusR.Close()
 	cmd := &exec.Cmd{
-		Path:       "/proc/self/exe",
-		Args:       []string{"tether-trainer-v20-relay"},
-		Env:        []string{trainerV20RelayEnv + "=" + string(spec), "PATH=/usr/local/bin:/usr/bin:/bin"},
+		Path:       relayBin,
+		Args:       append([]string{"trainerv20relay"}, relayArgs...),
+		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
 		Stdout:     logFile,
 		Stderr:     logFile,
 		ExtraFiles: []*os.File{statusW},
@@ -378,351 +352,14 @@ func StartTrainerV20(ctx context.Context, cfg TrainerV20Config) (stop func() err
 	}
 }
 
-// trainerV20Probe is an AdmissionReview the TrainJob validator allows without
-// looking anything up (ValidateDelete returns nil).
-const trainerV20Probe = `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{` +
-	`"uid":"tether-readiness-probe","operation":"DELETE","name":"probe","namespace":"default","userInfo":{},` +
-	`"kind":{"group":"trainer.kubeflow.org","version":"v1alpha1","kind":"TrainJob"},` +
-	`"resource":{"group":"trainer.kubeflow.org","version":"v1alpha1","resource":"trainjobs"},` +
-	`"oldObject":{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{"name":"probe","namespace":"default"}}}}`
-
-// probeTrainerV20 sends trainerV20Probe to the TrainJob validator through
-// addr, verifying the webhook's certificate with caPEM: the path answers 404
-// until the manager registered its webhooks.
-func probeTrainerV20(ctx context.Context, addr string, caPEM []byte) error {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return errors.New("no certificate in ca.crt")
+// buildTrainerV20Relay builds the trainerv20relay command into
+// workDir/bin, as the harness builds its other helpers (goBuild).
+func buildTrainerV20Relay(workDir string) (string, error) {
+	dir := filepath.Join(workDir, "bin")
+	if err := goBuild(dir, "./internal/localcluster/trainerv20relay"); err != nil {
+		return "", err
 	}
-	host, _, _ := net.SplitHostPort(addr)
-	client := &http.Client{
-		Timeout: 2 * time.Second,
-		Transport: &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12},
-			DisableKeepAlives: true,
-			Proxy:             nil,
-		},
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+trainerV20ProbePath, strings.NewReader(trainerV20Probe))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
-	}
-	var review struct {
-		Response *struct {
-			Allowed bool `json:"allowed"`
-		} `json:"response"`
-	}
-	if err := json.Unmarshal(body, &review); err != nil || review.Response == nil || !review.Response.Allowed {
-		return fmt.Errorf("unexpected answer to the readiness probe: %s", bytes.TrimSpace(body))
-	}
-	return nil
-}
-
-// writeTrainerV20Secret creates or replaces the rotator's Secret with
-// contents it accepts without rotating (see the top of this file).
-func writeTrainerV20Secret(ctx context.Context, cs kubernetes.Interface, callerCA []byte) error {
-	ns := trainerV20Namespace
-	if b, err := os.ReadFile(trainerV20NSFile); err == nil && strings.TrimSpace(string(b)) != "" {
-		ns = strings.TrimSpace(string(b)) // what the manager itself would read
-	}
-	data, err := trainerV20SecretData(callerCA)
-	if err != nil {
-		return err
-	}
-	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: trainerV20SecretName, Namespace: ns},
-		Type:       corev1.SecretTypeOpaque,
-		Data:       data,
-	}
-	old, err := cs.CoreV1().Secrets(ns).Get(ctx, secret.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = cs.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{})
-	case err == nil:
-		old.Data, old.StringData, old.Type = data, nil, corev1.SecretTypeOpaque
-		_, err = cs.CoreV1().Secrets(ns).Update(ctx, old, metav1.UpdateOptions{})
-	}
-	return err
-}
-
-func trainerV20SecretData(callerCA []byte) (map[string][]byte, error) {
-	now := time.Now()
-	caKey, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return nil, err
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: trainerV20CAName, Organization: []string{"tether-local"}},
-		DNSNames:              []string{trainerV20CAName},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment | x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	if err != nil {
-		return nil, err
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	dns := fmt.Sprintf("%s.%s.svc", trainerV20ServiceName, trainerV20Namespace)
-	if b, err := os.ReadFile(trainerV20NSFile); err == nil && strings.TrimSpace(string(b)) != "" {
-		dns = fmt.Sprintf("%s.%s.svc", trainerV20ServiceName, strings.TrimSpace(string(b)))
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(2),
-		Subject:               pkix.Name{CommonName: dns},
-		DNSNames:              []string{dns},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
-	if err != nil {
-		return nil, err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	bundle := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	bundle = append(bundle, bytes.TrimSpace(callerCA)...)
-	bundle = append(bundle, '\n')
-	return map[string][]byte{
-		"ca.crt":  bundle,
-		"ca.key":  pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(caKey)}),
-		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-	}, nil
-}
-
-// runTrainerV20Relay is the relay process, started in new network and mount
-// namespaces: it brings loopback up, opens its listeners and the manager
-// binary, makes WorkDir/tmp the namespace's /tmp, starts the manager, relays
-// until SIGTERM (then stops the manager) or until the manager exits.
-func runTrainerV20Relay(specJSON string) int {
-	status := os.NewFile(3, "status")
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "%s trainer-v2.0.0 relay: %s\n", time.Now().Format(time.RFC3339Nano), fmt.Sprintf(format, args...))
-	}
-	fail := func(format string, args ...any) int {
-		msg := fmt.Sprintf(format, args...)
-		logf("%s", msg)
-		fmt.Fprintf(status, "error %s\n", msg)
-		return 1
-	}
-	var spec trainerV20RelaySpec
-	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
-		return fail("bad spec: %v", err)
-	}
-	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
-	// Sockets and PID files are named relative to the working directory,
-	// which stays reachable after /tmp is mounted over.
-	if err := os.Chdir(spec.WorkDir); err != nil {
-		return fail("%v", err)
-	}
-	if err := syscall.Mount("none", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-		return fail("making mounts private: %v", err)
-	}
-	if err := loopbackUp(); err != nil {
-		return fail("bringing lo up: %v", err)
-	}
-	bin, err := os.Open(spec.Binary)
-	if err != nil {
-		return fail("%v", err)
-	}
-	defer bin.Close()
-	apiLn, err := net.Listen("tcp", spec.APIListen)
-	if err != nil {
-		return fail("%v", err)
-	}
-	_ = os.Remove(trainerV20WebhookSocket)
-	whLn, err := net.Listen("unix", trainerV20WebhookSocket)
-	if err != nil {
-		return fail("%v", err)
-	}
-	if err := syscall.Mount(filepath.Join(spec.WorkDir, "tmp"), "/tmp", "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
-		return fail("mounting the private /tmp: %v", err)
-	}
-	apiRelay := startTrainerV20Relay(apiLn, func() (net.Conn, error) {
-		return net.DialTimeout("unix", trainerV20APISocket, 5*time.Second)
-	})
-	defer apiRelay.close()
-	whRelay := startTrainerV20Relay(whLn, func() (net.Conn, error) {
-		return net.DialTimeout("tcp", trainerV20WebhookTarget, 5*time.Second)
-	})
-	defer whRelay.close()
-
-	// The binary may sit under the old /tmp: exec it through the open file.
-	cmd := &exec.Cmd{
-		Path:        fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), bin.Fd()),
-		Args:        append([]string{"trainer-controller-manager"}, spec.Args...),
-		Env:         spec.Env,
-		Stdout:      os.Stdout,
-		Stderr:      os.Stderr,
-		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
-	}
-	if err := cmd.Start(); err != nil {
-		return fail("starting %s: %v", spec.Binary, err)
-	}
-	pid := cmd.Process.Pid
-	logf("manager %s started, pid %d; relaying %s and %s", spec.Binary, pid, spec.APIListen, trainerV20WebhookTarget)
-	_ = os.WriteFile(TrainerV20RelayPIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
-	_ = os.WriteFile(TrainerV20ManagerPIDFile, []byte(strconv.Itoa(pid)+"\n"), 0o644)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	fmt.Fprintf(status, "ready %d\n", pid)
-	_ = status.Close()
-
-	select {
-	case err := <-done:
-		logf("manager exited: %v", err)
-		return 1
-	case sig := <-signals:
-		logf("%v: stopping the manager", sig)
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		logf("manager stopped")
-		return 0
-	}
-}
-
-// loopbackUp sets IFF_UP on lo (a new network namespace starts with lo down).
-func loopbackUp() error {
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer syscall.Close(fd)
-	var req struct {
-		Name  [syscall.IFNAMSIZ]byte
-		Flags uint16
-		_     [22]byte
-	}
-	copy(req.Name[:], "lo")
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.SIOCGIFFLAGS, uintptr(unsafe.Pointer(&req))); e != 0 {
-		return e
-	}
-	req.Flags |= syscall.IFF_UP
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.SIOCSIFFLAGS, uintptr(unsafe.Pointer(&req))); e != 0 {
-		return e
-	}
-	return nil
-}
-
-// trainerV20Relay accepts connections and pipes each to a new connection from dial.
-type trainerV20Relay struct {
-	ln    net.Listener
-	dial  func() (net.Conn, error)
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	done  bool
-	wg    sync.WaitGroup
-}
-
-func startTrainerV20Relay(ln net.Listener, dial func() (net.Conn, error)) *trainerV20Relay {
-	r := &trainerV20Relay{ln: ln, dial: dial, conns: map[net.Conn]struct{}{}}
-	r.wg.Add(1)
-	go r.serve()
-	return r
-}
-
-func (r *trainerV20Relay) serve() {
-	defer r.wg.Done()
-	for {
-		c, err := r.ln.Accept()
-		if err != nil {
-			return
-		}
-		r.wg.Add(1)
-		go r.pipe(c)
-	}
-}
-
-func (r *trainerV20Relay) track(cs ...net.Conn) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.done {
-		return false
-	}
-	for _, c := range cs {
-		r.conns[c] = struct{}{}
-	}
-	return true
-}
-
-func (r *trainerV20Relay) pipe(a net.Conn) {
-	defer r.wg.Done()
-	defer a.Close()
-	b, err := r.dial()
-	if err != nil {
-		return
-	}
-	defer b.Close()
-	if !r.track(a, b) {
-		return
-	}
-	defer func() {
-		r.mu.Lock()
-		delete(r.conns, a)
-		delete(r.conns, b)
-		r.mu.Unlock()
-	}()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	half := func(dst, src net.Conn) {
-		defer wg.Done()
-		_, _ = io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		} else {
-			_ = dst.Close()
-		}
-	}
-	go half(a, b)
-	go half(b, a)
-	wg.Wait()
-}
-
-func (r *trainerV20Relay) close() {
-	r.mu.Lock()
-	r.done = true
-	_ = r.ln.Close()
-	for c := range r.conns {
-		_ = c.Close()
-	}
-	r.mu.Unlock()
-	r.wg.Wait()
+	return filepath.Join(dir, "trainerv20relay"), nil
 }
 
 func requireLoopback(addr string) error {

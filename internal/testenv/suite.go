@@ -5,14 +5,30 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"testing"
 	"time"
 )
+
+// The helpers take these interfaces, not the testing package's types
+// (*testing.M, *testing.T and testing.TB satisfy them): testenv is linked
+// by the local cluster and so by cmd/tether-demo, which must not link the
+// testing package (internal/archtest).
+
+// Runner is what RunSuite needs of a *testing.M.
+type Runner interface{ Run() int }
+
+// TB is what the helpers here need of a test.
+type TB interface {
+	Helper()
+	Skip(args ...any)
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
 
 // RunSuite starts a local control plane for a test package's TestMain, runs
 // its tests and stops it. Without the binaries the suite is skipped, except
 // under CI (CI set), where that is a failure.
-func RunSuite(m *testing.M, env **Env, opts Options) int {
+func RunSuite(m Runner, env **Env, opts Options) int {
 	var err error
 	*env, err = Start(context.Background(), opts)
 	if err != nil {
@@ -33,7 +49,7 @@ func RunSuite(m *testing.M, env **Env, opts Options) int {
 
 // StartForTest starts a control plane for one test and stops it when the
 // test ends; it skips or fails as RunSuite does.
-func StartForTest(t *testing.T, opts Options) *Env {
+func StartForTest(t TB, opts Options) *Env {
 	t.Helper()
 	env, err := Start(context.Background(), opts)
 	if err != nil {
@@ -47,7 +63,7 @@ func StartForTest(t *testing.T, opts Options) *Env {
 }
 
 // Eventually retries check until it returns nil or timeout passes.
-func Eventually(t testing.TB, timeout time.Duration, check func() error) {
+func Eventually(t TB, timeout time.Duration, check func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -63,7 +79,7 @@ func Eventually(t testing.TB, timeout time.Duration, check func() error) {
 }
 
 // Consistently fails if check returns an error at any time during d.
-func Consistently(t testing.TB, d time.Duration, check func() error) {
+func Consistently(t TB, d time.Duration, check func() error) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
