@@ -92,7 +92,7 @@ func TestRealNode3Restricted(t *testing.T) {
 			}
 			return nil
 		})
-		pids, err := node.ContainerPIDs(containerStatus(pod, mutate.SidecarName).ContainerID)
+		pids, err := nodeOf(t, pod).ContainerPIDs(containerStatus(pod, mutate.SidecarName).ContainerID)
 		if err != nil || len(pids) == 0 {
 			t.Fatalf("sidecar's processes: %v %v", pids, err)
 		}
