@@ -52,7 +52,8 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx := context.Background()
 	start := time.Now()
-	// The real node (r*_test.go) is on unless TETHER_E2E_REAL_NODE=0.
+	// The real nodes on the cluster network (r*_test.go) are on unless
+	// TETHER_E2E_REAL_NODE=0.
 	c, err := localcluster.Start(ctx, localcluster.Options{Kueue: true, KeepDir: os.Getenv("TETHER_E2E_KEEP") == "1", Log: logf,
 		RealNode: os.Getenv("TETHER_E2E_REAL_NODE") != "0"})
 	if err != nil {
@@ -60,9 +61,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() {
+		stop := time.Now()
 		if err := c.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: stopping the local cluster:", err)
 		}
+		logf("cluster stopped in %.1fs", time.Since(stop).Seconds())
 	}()
 	logf("cluster up in %.1fs (dir %s)", time.Since(start).Seconds(), c.Dir)
 	t0 := time.Now()

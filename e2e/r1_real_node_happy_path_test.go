@@ -13,6 +13,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -37,8 +38,13 @@ func TestRealNode1HappyPath(t *testing.T) {
 	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
 
 	pod := suite.injectedPod(t, ns, name, "")
-	if !pod.Spec.HostNetwork {
-		t.Fatal("the real node's runtime must give pods hostNetwork (loopback only)")
+	if pod.Spec.HostNetwork {
+		t.Fatal("a pod of Trainer's torch-distributed runtime as shipped has hostNetwork")
+	}
+	// The sidecar is given the binding server's URL as installed: the
+	// Service's DNS name, which only CoreDNS in the pod resolves.
+	if got := injectedEnv(pod, binding.EnvServerURL); got != localcluster.ControlPlaneBindingURL {
+		t.Fatalf("sidecar's %s = %q, want the Service's DNS name %s", binding.EnvServerURL, got, localcluster.ControlPlaneBindingURL)
 	}
 	sidecarImage := node.Image("tether-sidecar")
 	if got := pod.Spec.InitContainers[len(pod.Spec.InitContainers)-1].Image; got != sidecarImage {
@@ -56,9 +62,12 @@ func TestRealNode1HappyPath(t *testing.T) {
 	}
 
 	wb := suite.waitBinding(t, ns, name, 60*time.Second, "registered and heartbeating", phaseIs(tetherv1.PhaseRunning, ""))
-	if wb.Status.Worker == nil || wb.Status.Worker.PodUID != string(pod.UID) || wb.Status.Worker.NodeName != localcluster.RealNodeName {
-		t.Fatalf("registered worker %+v, want pod %s on node %s", wb.Status.Worker, pod.UID, localcluster.RealNodeName)
+	// Registered by way of the Service's name: the sidecar was given no
+	// other address.
+	if wb.Status.Worker == nil || wb.Status.Worker.PodUID != string(pod.UID) || wb.Status.Worker.NodeName != nodeOf(t, pod).Name {
+		t.Fatalf("registered worker %+v, want pod %s on node %s", wb.Status.Worker, pod.UID, pod.Spec.NodeName)
 	}
+	logf("real-happy: pod %s on %s (IP %s) registered through %s", pod.Name, pod.Spec.NodeName, pod.Status.PodIP, localcluster.ControlPlaneBindingURL)
 	first := wb.Status.LastHeartbeatTime.Time
 	suite.waitBinding(t, ns, name, 30*time.Second, "progress and newer heartbeats", func(wb *tetherv1.WorkerBinding) error {
 		if wb.Status.Progress == nil || wb.Status.Progress.Step == nil || *wb.Status.Progress.Step < 2 {
@@ -74,7 +83,7 @@ func TestRealNode1HappyPath(t *testing.T) {
 	// (read on the host, where the kubelet keeps it) while the trainer runs.
 	// The sidecar runs with its defaults here (10s settle time, 10s between
 	// sync rounds), so a checkpoint is stored up to ~20s after it is written.
-	dir := hostArtifactDir(pod)
+	dir := hostArtifactDir(t, pod)
 	eventually(t, 60*time.Second, "a checkpoint verified during training", func() error {
 		stored, local := suite.stored(t, jobID), localFiles(t, dir)
 		for rel, sum := range stored {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,9 +32,13 @@ import (
 // passes with the sidecar in; a non-compliant trainer is refused, naming
 // only the trainer's container, never the sidecar.
 //
-// Runtime: on the real node, runc enforces the sidecar's restricted
-// context: no capabilities, no_new_privs, a seccomp filter, a read-only
-// root, user 65532 (read from the running process in /proc).
+// Runtime: in a namespace that enforces restricted too, a bound TrainJob on
+// Trainer's torch-distributed runtime as shipped (its trainer given a
+// restricted securityContext by a runtime patch) is admitted for real, not
+// by dry run, with no hostNetwork or other exception; on the real node runc
+// enforces the sidecar's restricted context: no capabilities, no_new_privs,
+// a seccomp filter, a read-only root, user 65532 (read from the running
+// process in /proc), and the job succeeds.
 func TestRealNode3Restricted(t *testing.T) {
 	node := needRealNode(t)
 	timed(t)
@@ -41,14 +46,7 @@ func TestRealNode3Restricted(t *testing.T) {
 
 	t.Run("admission", func(t *testing.T) {
 		ns := suite.newNamespace(t, "restricted")
-		nsObj := &corev1.Namespace{}
-		if err := suite.c.Client.Get(ctx, client.ObjectKey{Name: ns}, nsObj); err != nil {
-			t.Fatal(err)
-		}
-		nsObj.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
-		if err := suite.c.Client.Update(ctx, nsObj); err != nil {
-			t.Fatal(err)
-		}
+		enforceRestricted(t, ns)
 		// Suspended and queued nowhere: Trainer makes no pods; the binding
 		// and token Secret exist, so the pod webhook injects.
 		const name = "restricted-job"
@@ -82,17 +80,22 @@ func TestRealNode3Restricted(t *testing.T) {
 
 	t.Run("runtime", func(t *testing.T) {
 		ns := suite.realNodeNamespace(t, "real-restricted")
+		enforceRestricted(t, ns)
 		const name = "real-restricted"
-		tj := bound(realTrainJob(name, ns, localcluster.TrainerPlan{Steps: 6, StepInterval: time.Second})).Obj()
+		tj := bound(realTrainJob(name, ns, localcluster.TrainerPlan{Steps: 6, StepInterval: time.Second})).
+			NodePatch(trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "node", SecurityContext: restrictedContext()}}}).Obj()
 		suite.create(t, tj)
 		pod := suite.injectedPod(t, ns, name, "")
+		if pod.Spec.HostNetwork || pod.Spec.HostPID || pod.Spec.HostIPC {
+			t.Fatalf("pod admitted under enforce=restricted with host namespaces: network %v pid %v ipc %v", pod.Spec.HostNetwork, pod.Spec.HostPID, pod.Spec.HostIPC)
+		}
 		pod = suite.waitPod(t, ns, pod.Name, 90*time.Second, "sidecar running", func(p *corev1.Pod) error {
 			if s := containerStatus(p, mutate.SidecarName); s == nil || s.State.Running == nil {
 				return fmt.Errorf("sidecar not running: %+v", s)
 			}
 			return nil
 		})
-		pids, err := node.ContainerPIDs(containerStatus(pod, mutate.SidecarName).ContainerID)
+		pids, err := nodeOf(t, pod).ContainerPIDs(containerStatus(pod, mutate.SidecarName).ContainerID)
 		if err != nil || len(pids) == 0 {
 			t.Fatalf("sidecar's processes: %v %v", pids, err)
 		}
@@ -127,13 +130,8 @@ func TestRealNode3Restricted(t *testing.T) {
 func restrictedTrainerPod(ns, name, image string, compliant bool) *corev1.Pod {
 	trainer := corev1.Container{Name: "node", Image: image, Command: []string{"/trainer-standin"}}
 	if compliant {
-		trainer.SecurityContext = &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			RunAsNonRoot:             ptr.To(true),
-			RunAsUser:                ptr.To[int64](1000),
-			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		}
+		trainer.SecurityContext = restrictedContext()
+		trainer.SecurityContext.RunAsUser = ptr.To[int64](1000)
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-node-0-0-dryrun", Labels: map[string]string{
@@ -144,6 +142,35 @@ func restrictedTrainerPod(ns, name, image string, compliant bool) *corev1.Pod {
 			jobconfig.BindLabel: jobconfig.BindValue,
 		}},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyOnFailure, Containers: []corev1.Container{trainer}},
+	}
+}
+
+// restrictedContext is a trainer securityContext Pod Security's restricted
+// level accepts (the stand-in image runs as 65532).
+func restrictedContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		RunAsNonRoot:             ptr.To(true),
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// enforceRestricted labels namespace ns to enforce Pod Security's
+// restricted level.
+func enforceRestricted(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	nsObj := &corev1.Namespace{}
+	if err := suite.c.Client.Get(ctx, client.ObjectKey{Name: ns}, nsObj); err != nil {
+		t.Fatal(err)
+	}
+	if nsObj.Labels == nil {
+		nsObj.Labels = map[string]string{}
+	}
+	nsObj.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
+	if err := suite.c.Client.Update(ctx, nsObj); err != nil {
+		t.Fatal(err)
 	}
 }
 

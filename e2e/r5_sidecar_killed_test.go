@@ -22,7 +22,7 @@ import (
 // again, resumes without sending the verified files again, and the job
 // succeeds with every file stored.
 func TestRealNode5SidecarKilled(t *testing.T) {
-	node := needRealNode(t)
+	needRealNode(t)
 	timed(t)
 	ns := suite.realNodeNamespace(t, "real-sidecar-kill")
 	const name = "real-sidecar-kill"
@@ -34,7 +34,7 @@ func TestRealNode5SidecarKilled(t *testing.T) {
 	pod = suite.waitRunningOnRealNode(t, pod)
 
 	// Two checkpoints verified (same MD5 as the files in the emptyDir).
-	dir := hostArtifactDir(pod)
+	dir := hostArtifactDir(t, pod)
 	var before map[string]time.Time
 	eventually(t, 60*time.Second, "two checkpoints verified", func() error {
 		stored, local := suite.stored(t, jobID), localFiles(t, dir)
@@ -60,7 +60,7 @@ func TestRealNode5SidecarKilled(t *testing.T) {
 
 	pod = suite.podNow(t, ns, pod.Name)
 	sidecar := containerStatus(pod, mutate.SidecarName)
-	if err := node.KillContainer(sidecar.ContainerID, syscall.SIGKILL); err != nil {
+	if err := nodeOf(t, pod).KillContainer(sidecar.ContainerID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	logf("%s/%s: SIGKILLed the sidecar (%s)", ns, name, sidecar.ContainerID)

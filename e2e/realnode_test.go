@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,28 +20,42 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 )
 
-// The real-node scenarios (r*_test.go) run Tether's images under a real
-// kubelet, containerd and runc. Their pods use hostNetwork and share the
-// host's loopback, so they run one at a time (no t.Parallel); nothing in
-// them opens a fixed port.
+// The real-node scenarios (r*_test.go) run Tether's images under real
+// kubelets, containerd and runc on the cluster network's two nodes, in pods
+// with addresses of their own (pod networking, no hostNetwork), on
+// Trainer's torch-distributed runtime as shipped. They run one at a time
+// (no t.Parallel): the real nodes' queue holds little quota.
 
 // realNodeQueue is the LocalQueue, in every real-node scenario's namespace,
-// whose TrainJobs Kueue places on the real node.
+// whose TrainJobs Kueue places on the real nodes.
 const realNodeQueue = "real-node-queue"
 
-// needRealNode skips t when the suite runs without the real node
-// (TETHER_E2E_REAL_NODE=0).
+// needRealNode skips t when the suite runs without the real nodes
+// (TETHER_E2E_REAL_NODE=0); it returns the first (every node has the same
+// images).
 func needRealNode(t *testing.T) *localcluster.RealNode {
 	t.Helper()
-	if suite.c.RealNode == nil {
-		t.Skip("the real node is off (TETHER_E2E_REAL_NODE=0)")
+	nodes := suite.c.RealNodes()
+	if len(nodes) == 0 {
+		t.Skip("the real nodes are off (TETHER_E2E_REAL_NODE=0)")
 	}
-	return suite.c.RealNode
+	return nodes[0]
+}
+
+// nodeOf is the real node pod runs on.
+func nodeOf(t *testing.T, pod *corev1.Pod) *localcluster.RealNode {
+	t.Helper()
+	n := suite.c.RealNodeNamed(pod.Spec.NodeName)
+	if n == nil {
+		t.Fatalf("pod %s/%s is on node %q, not a real node", pod.Namespace, pod.Name, pod.Spec.NodeName)
+	}
+	return n
 }
 
 // realNodeNamespace is newNamespace plus the real node's LocalQueue.
@@ -53,14 +68,14 @@ func (e *env) realNodeNamespace(t *testing.T, prefix string) string {
 	return ns
 }
 
-// realTrainJob is a TrainJob on Trainer's own torch-distributed runtime with
-// hostNetwork (localcluster.RealNodeRuntime), queued for the real node,
-// whose trainer is the stand-in image following plan. It requests a quarter
-// CPU: Kueue assigns a flavor (and so the real node's node selector and
+// realTrainJob is a TrainJob on Trainer's own torch-distributed runtime as
+// shipped (localcluster.TorchRuntime), queued for the real nodes, whose
+// trainer is the stand-in image following plan. It requests a quarter CPU:
+// Kueue assigns a flavor (and so the real nodes' node selector and
 // toleration) only to a workload that requests a covered resource.
 func realTrainJob(name, ns string, plan localcluster.TrainerPlan) *testobj.TrainJobWrapper {
-	n := suite.c.RealNode
-	return testobj.MakeTrainJob(name, ns).Runtime(localcluster.RealNodeRuntime).
+	n := suite.c.RealNodes()[0]
+	return testobj.MakeTrainJob(name, ns).Runtime(localcluster.TorchRuntime).
 		ResourcesPerNode(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")}).
 		Image(n.Image("tether-trainer-standin")).
 		Command("/trainer-standin").
@@ -94,10 +109,12 @@ func standinFiles(log string) map[string]string {
 	return files
 }
 
-// hostArtifactDir is where the kubelet keeps the pod's artifact emptyDir on
-// the host (only while the pod runs: the kubelet tears it down after).
-func hostArtifactDir(pod *corev1.Pod) string {
-	return filepath.Join(suite.c.RealNode.Dir, "kubelet", "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", mutate.ArtifactVolumeName)
+// hostArtifactDir is where the pod's node's kubelet keeps its artifact
+// emptyDir on the host (only while the pod runs: the kubelet tears it down
+// after).
+func hostArtifactDir(t *testing.T, pod *corev1.Pod) string {
+	t.Helper()
+	return filepath.Join(nodeOf(t, pod).Dir, "kubelet", "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", mutate.ArtifactVolumeName)
 }
 
 // containerStatus finds a container's status (init containers included).
@@ -112,15 +129,21 @@ func containerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {
 	return nil
 }
 
-// waitRunningOnRealNode waits until the pod runs on the real node with its
-// sidecar and trainer started. Trainer's torch runtime declares a container
-// port (29400), a host port under hostNetwork, so the scheduler keeps a pod
-// Pending until the previous scenario's pod on the node has ended.
+// waitRunningOnRealNode waits until the pod runs on a real node with its
+// sidecar and trainer started, on pod networking: an address of its own
+// from that node's pod CIDR, never the host's.
 func (e *env) waitRunningOnRealNode(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
-	return e.waitPod(t, pod.Namespace, pod.Name, 120*time.Second, "sidecar and trainer running on the real node", func(p *corev1.Pod) error {
-		if p.Spec.NodeName != localcluster.RealNodeName {
-			return fmt.Errorf("on node %q, not the real node %s", p.Spec.NodeName, localcluster.RealNodeName)
+	return e.waitPod(t, pod.Namespace, pod.Name, 120*time.Second, "sidecar and trainer running on a real node", func(p *corev1.Pod) error {
+		n := e.c.RealNodeNamed(p.Spec.NodeName)
+		if n == nil {
+			return fmt.Errorf("on node %q, not a real node", p.Spec.NodeName)
+		}
+		if p.Spec.HostNetwork {
+			return fmt.Errorf("hostNetwork pod on %s: the real nodes run pods on pod networking only", n.Name)
+		}
+		if ip := net.ParseIP(p.Status.PodIP); ip == nil || !n.PodCIDR().Contains(ip) {
+			return fmt.Errorf("pod IP %q not (yet) from node %s's pod CIDR %s", p.Status.PodIP, n.Name, n.PodCIDR())
 		}
 		sc, tr := containerStatus(p, mutate.SidecarName), containerStatus(p, "node")
 		if sc == nil || sc.State.Running == nil || tr == nil || tr.State.Running == nil {
@@ -159,15 +182,16 @@ func sameAsStored(files, stored map[string]string) error {
 	return nil
 }
 
-// persistentArtifacts makes a hostPath PersistentVolume on the real node
-// (a directory of the node's, writable by the stand-in's uid) and a claim
+// persistentArtifacts makes a hostPath PersistentVolume on the real nodes
+// (a directory on the host, which both nodes see; writable by the
+// stand-in's uid) and a claim
 // bound to it, and returns the runtime patch that mounts the claim at the
 // artifact path, and the directory on the host. The files outlive each pod,
 // as on any PersistentVolumeClaim.
 func (e *env) persistentArtifacts(t *testing.T, ns, name string) (trainer.PodSpecPatch, string) {
 	t.Helper()
 	ctx := context.Background()
-	dir := filepath.Join(e.c.RealNode.Dir, "pv", ns, name)
+	dir := filepath.Join(e.c.Dir, "pv", ns, name)
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
@@ -235,4 +259,10 @@ func (e *env) expectStoredAsTrainerLeft(t *testing.T, pod *corev1.Pod, jobID str
 		t.Fatalf("stored artifacts differ from the trainer's files: %v", err)
 	}
 	return files
+}
+
+// injectedEnv is the value of the injected sidecar's environment variable
+// name ("" if unset).
+func injectedEnv(pod *corev1.Pod, name string) string {
+	return testenv.SidecarEnv(pod)[name]
 }

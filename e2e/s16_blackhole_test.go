@@ -36,9 +36,11 @@ func TestScenario16BindingBlackholed(t *testing.T) {
 	storedBefore := suite.stored(t, jobID)
 	modifiedBefore := suite.lastModified(t, jobID)
 	trafficBefore := suite.s3Traffic(t)
-	suite.tether.BlackholeBinding(true)
+	if err := suite.tether.BlackholeBinding(true); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
-	defer suite.tether.BlackholeBinding(false)
+	defer func() { _ = suite.tether.BlackholeBinding(false) }()
 
 	suite.waitBinding(t, ns, name, 30*time.Second, "HeartbeatLost during the black hole", func(wb *tetherv1.WorkerBinding) error {
 		if !meta.IsStatusConditionTrue(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost) {
@@ -55,7 +57,9 @@ func TestScenario16BindingBlackholed(t *testing.T) {
 	if wb.Status.Phase != tetherv1.PhaseRunning || wb.Status.Attempt != 1 {
 		t.Fatalf("at the end of the black hole: %s/%s attempt %d; want the binding live (Running, attempt 1)", wb.Status.Phase, wb.Status.Reason, wb.Status.Attempt)
 	}
-	suite.tether.BlackholeBinding(false)
+	if err := suite.tether.BlackholeBinding(false); err != nil {
+		t.Fatal(err)
+	}
 	end := time.Now()
 	suite.waitBinding(t, ns, name, 90*time.Second, "heartbeats resumed after the black hole", func(wb *tetherv1.WorkerBinding) error {
 		if c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionHeartbeatLost); c == nil || c.Status != "False" {

@@ -16,12 +16,16 @@ import (
 // caNames are the CA names the other controllers' rotators check.
 var caNames = []string{"kueue-ca", "kubeflow-trainer-ca"}
 
-// servingNames are the serving certificate's DNS names: localhost, and the
+// servingNames are the serving certificate's DNS names: localhost, the
 // Service names the other controllers' rotators check before they accept a
-// pre-populated certificate instead of making their own.
+// pre-populated certificate instead of making their own, and Tether's
+// Service, which the apiserver and the sidecars on the cluster network
+// dial by name.
 var servingNames = []string{"localhost",
 	"kueue-webhook-service.kueue-system.svc",
 	"kubeflow-trainer-controller-manager.kubeflow-system.svc",
+	ControlPlaneService + "." + ControlPlaneNamespace + ".svc",
+	ControlPlaneService + "." + ControlPlaneNamespace + ".svc." + ClusterDomain,
 }
 
 // CA signs the serving certificates of every webhook in the cluster: one CA
@@ -65,11 +69,12 @@ func newCA() (*CA, error) {
 		KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: keyDER}), cert: cert, key: key}, nil
 }
 
-// writeServingCert writes tls.crt, tls.key and ca.crt for 127.0.0.1 and
-// localhost into dir (the layout controller-runtime and Tether read).
+// writeServingCert writes tls.crt, tls.key and ca.crt for 127.0.0.1,
+// NetworkHostIP and servingNames into dir (the layout controller-runtime
+// and Tether read).
 func (ca *CA) writeServingCert(dir string) error {
 	return ca.writeCert(dir, "tls", certRequest{commonName: "localhost", dnsNames: servingNames,
-		ips: []net.IP{net.ParseIP("127.0.0.1")}, usage: x509.ExtKeyUsageServerAuth})
+		ips: []net.IP{net.ParseIP("127.0.0.1"), NetworkHostIP}, usage: x509.ExtKeyUsageServerAuth})
 }
 
 // certRequest is one certificate the CA issues.

@@ -48,9 +48,12 @@ type Options struct {
 	Kueue bool
 	// Nodes is the number of kwok nodes (default 2), each 16 CPU / 64 GiB.
 	Nodes int
-	// RealNode adds a node run by a real kubelet and containerd (RealNode;
-	// needs `hack/testbin.sh node`, `make images` and root). With Kueue, the
-	// LocalQueues made by RealNodeQueue place their pods there.
+	// RealNode starts the cluster network (network.go: two real nodes run
+	// by real kubelets and containerd, pod networking, kube-proxy, CoreDNS;
+	// needs `hack/testbin.sh network`, `make images` and root), and runs
+	// Tether's control plane behind its Service there (StartTether). With
+	// Kueue, the LocalQueues made by RealNodeQueue place their pods on the
+	// network's nodes.
 	RealNode bool
 	// Log receives one line per step (nil: silent).
 	Log func(format string, args ...any)
@@ -70,13 +73,15 @@ type Cluster struct {
 	Scheme     *runtime.Scheme
 	CA         *CA
 	CertDir    string
-	// RealNode is the node run by a real kubelet (Options.RealNode), or nil.
-	RealNode *RealNode
 	// Network is the cluster network of two real nodes with pod
 	// networking, Services and DNS (network.go), or nil.
 	Network *ClusterNetwork
 
 	env *envtest.Environment
+	// hostBindingURL is the binding server's URL for host processes
+	// (Tether.BindingURL), once StartTether ran: PodRunner's sidecars use
+	// it, having no cluster DNS or kube-proxy on the host.
+	hostBindingURL string
 
 	mu        sync.Mutex
 	processes []*Process
@@ -139,13 +144,19 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}{"kueue " + KueueVersion, c.startKueue})
 	}
 	if opts.RealNode {
+		// Before kube-apiserver, which listens on the host's veth.
+		start := time.Now()
+		if err = c.startNetwork(); err != nil {
+			return c, fmt.Errorf("starting the cluster network: %w", err)
+		}
+		opts.Log("started the cluster network's bridge and host veth (%.1fs)", time.Since(start).Seconds())
 		steps = append(steps, struct {
 			name string
 			fn   func(context.Context) error
-		}{"real node (kubelet " + KubernetesVersion + ", containerd, runc)", c.startRealNode}, struct {
+		}{"cluster network nodes (kubelet " + KubernetesVersion + ", containerd, runc, kube-proxy) and CoreDNS", c.startNetNodes}, struct {
 			name string
 			fn   func(context.Context) error
-		}{"real node runtime and queue", c.installRealNodeRuntime})
+		}{"real node queue", c.installRealNodeQueues})
 	}
 	for _, s := range steps {
 		start := time.Now()
@@ -176,7 +187,9 @@ func (c *Cluster) Stop() error {
 	}
 	// After kube-apiserver, which listens on the host's veth address.
 	if c.Network != nil {
+		start := time.Now()
 		errs = append(errs, c.Network.stop())
+		c.logf("stopped the cluster network's bridge and host veth (%.1fs)", time.Since(start).Seconds())
 	}
 	if !c.Opts.KeepDir && c.Dir != "" && c.Opts.Dir == "" {
 		_ = os.RemoveAll(c.Dir)
@@ -222,6 +235,13 @@ func (c *Cluster) untrackWhere(match func(*Process) bool) {
 	}
 }
 
+// logf is Options.Log, which a Cluster made by a test may lack.
+func (c *Cluster) logf(format string, args ...any) {
+	if c.Opts.Log != nil {
+		c.Opts.Log(format, args...)
+	}
+}
+
 func (c *Cluster) onStop(fn func() error) {
 	c.mu.Lock()
 	c.stops = append(c.stops, fn)
@@ -255,7 +275,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 			return err
 		}
 	}
-	// The real node's kubelet (RealNode) serves on 127.0.0.1 with a
+	// The real nodes' kubelets serve on their node addresses with a
 	// certificate from the cluster CA and accepts this client certificate:
 	// `kubectl logs` and the pods/log API go through it.
 	kubeletClient := filepath.Join(c.Dir, "kubelet-client")

@@ -191,7 +191,14 @@ func (c *Cluster) startTrainer(ctx context.Context) error {
 	}
 	// The runtime is validated by Trainer's webhook, so this also proves the
 	// webhook path works.
-	return c.retry(ctx, 30*time.Second, func() error { return apply(ctx, c.Client, runtimeObjs...) })
+	if err := c.retry(ctx, 30*time.Second, func() error { return apply(ctx, c.Client, runtimeObjs...) }); err != nil {
+		return err
+	}
+	if c.Opts.TrainerVersion == TrainerV20 {
+		return nil
+	}
+	// The real nodes' scenarios run on Trainer's runtime as shipped.
+	return c.installTorchRuntime(ctx)
 }
 
 func (c *Cluster) startTrainerV23(ctx context.Context, addr string) error {
@@ -339,8 +346,8 @@ func (c *Cluster) LocalQueue(ctx context.Context, ns, name string) error {
 // RealNodeQueue creates a LocalQueue named name in ns whose TrainJobs run on
 // the real node (ClusterQueue RealNodeClusterQueue).
 func (c *Cluster) RealNodeQueue(ctx context.Context, ns, name string) error {
-	if c.RealNode == nil {
-		return errors.New("the cluster has no real node: start it with Options.RealNode")
+	if c.Network == nil {
+		return errors.New("the cluster has no real nodes: start it with Options.RealNode")
 	}
 	return c.localQueue(ctx, ns, name, RealNodeClusterQueue)
 }

@@ -22,22 +22,23 @@
 // its part for bound trainer pods: it runs the real cmd/sidecar binary with
 // the environment and files the injected pod spec gives it, a trainer
 // stand-in in place of the training container, and writes container states
-// into the Pod's status as a kubelet would. With Options.RealNode a real
-// node (RealNode, node.go) runs beside them: kubelet v1.37.2, containerd
-// v2.x and Debian's runc run the images of `make images` (Tether's sidecar,
-// the trainer stand-in, a pause image), with node address 127.0.0.1 and
-// hostNetwork pods only. containerd and the kubelet run under node-init,
-// PID 1 of a private PID and mount namespace: their mounts never reach the
+// into the Pod's status as a kubelet would. With Options.RealNode two real
+// nodes (RealNode, node.go) run beside them on the cluster network:
+// kubelet v1.37.2, containerd v2.x and Debian's runc run the images of
+// `make images` (Tether's sidecar, the trainer stand-in, a pause image) in
+// pods with addresses of their own (no hostNetwork anywhere).
+// containerd, the kubelet and kube-proxy run under node-init, PID 1 of a
+// private PID, mount and network namespace: their mounts never reach the
 // host (/var/lib, /var/log, /run and the sysctls the kubelet sets are bound
 // to the node's own directory), and when node-init ends the kernel ends
 // every process of the node, shims and containers included; Stop then
-// removes the node's cgroups. A TrainJob reaches the real node through its
-// own Kueue queue (RealNodeQueue), whose flavor adds the node selector and
-// the toleration of the node's taint.
+// removes the node's cgroups. A TrainJob reaches the real nodes through
+// their own Kueue queue (RealNodeQueue), whose flavor adds the node
+// selector and the toleration of the nodes' taint.
 //
 // The cluster network (network.go, ClusterNetwork; DESIGN.md §9, §15) is
-// the start of a real cluster's network beside them: two more real nodes,
-// each in network, PID and mount namespaces of its own, joined by a bridge
+// a real cluster's network: the two real nodes, each in network, PID and
+// mount namespaces of its own, joined by a bridge
 // in a network namespace of its own to each other and to the host's end of
 // a veth, where kube-apiserver then listens. Pods get addresses from the
 // CNI bridge and host-local plugins (a pod CIDR per node), kube-proxy in
@@ -46,7 +47,17 @@
 // Every address is from 198.18.0.0/15, no namespace has a default route,
 // nothing is masqueraded or forwarded out, and Stop removes it all.
 //
-// Every webhook is registered by loopback URL (never a Service), every
-// listener binds 127.0.0.1, and every process is stopped by PID on Stop (and
-// killed by the kernel if the harness itself dies: Pdeathsig).
+// Tether's control plane still runs as host processes: with the network,
+// they listen on the host's veth address, the shipped Service
+// tether-control-plane (its selector removed) has EndpointSlices of the
+// harness's making pointing there (endpoints.go), the webhooks are
+// registered by that Service (the apiserver dials an endpoint) and the
+// sidecars get the Service's DNS name, as installed. Host processes have no
+// kube-proxy or cluster DNS: the kwok pods' sidecars (PodRunner) and the
+// tests reach the binding server through a loopback forwarder that follows
+// the same readiness (balancer.go). Without the network, the webhook is
+// registered by the loopback URL of such a forwarder too. The other
+// components' webhooks are registered by loopback URL, their listeners bind
+// 127.0.0.1, and every process is stopped by PID on Stop (and killed by the
+// kernel if the harness itself dies: Pdeathsig).
 package localcluster

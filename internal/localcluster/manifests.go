@@ -86,6 +86,24 @@ func apply(ctx context.Context, c client.Client, objs ...*unstructured.Unstructu
 	return nil
 }
 
+// webhookCABundle sets the caBundle of every webhook of a Mutating- or
+// ValidatingWebhookConfiguration, keeping its clientConfig's Service.
+func webhookCABundle(o *unstructured.Unstructured, caBundle []byte) error {
+	hooks, _, err := unstructured.NestedSlice(o.Object, "webhooks")
+	if err != nil {
+		return err
+	}
+	for _, h := range hooks {
+		hook := h.(map[string]any)
+		cc, _ := hook["clientConfig"].(map[string]any)
+		if cc == nil || cc["service"] == nil {
+			return fmt.Errorf("webhook %v of %s has no Service reference", hook["name"], o.GetName())
+		}
+		cc["caBundle"] = base64.StdEncoding.EncodeToString(caBundle)
+	}
+	return unstructured.SetNestedSlice(o.Object, hooks, "webhooks")
+}
+
 // webhookURLs rewrites the Service references of a Mutating- or
 // ValidatingWebhookConfiguration to https://<addr><path> with caBundle, keeps
 // only the webhooks whose path contains one of keep (all when keep is

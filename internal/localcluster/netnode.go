@@ -134,3 +134,9 @@ conntrack:
 	return nodespec.Step{Name: "kube-proxy", Path: n.c.bin("kube-proxy"), Env: env, Log: n.logFile("kube-proxy"),
 		Args: []string{"--config=" + path, "--v=2"}}, nil
 }
+
+// PodCIDR is the node's pod CIDR (its pods' addresses).
+func (n *RealNode) PodCIDR() *net.IPNet { return n.net.podCIDR }
+
+// IP is the node's address on the cluster network.
+func (n *RealNode) IP() net.IP { return n.net.ip }

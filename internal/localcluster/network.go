@@ -36,7 +36,7 @@ var (
 
 // NetworkNodeLabelValue is RealNodeLabel's value (and its NoSchedule
 // taint's) on the cluster network's nodes: only pods that tolerate it land
-// there, never a pod meant for the loopback node or the kwok nodes.
+// there, never a pod meant for the kwok nodes.
 const NetworkNodeLabelValue = "network"
 
 // ClusterDomain is the kubelets' clusterDomain and CoreDNS's zone.

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tether-dev/tether/internal/images"
@@ -26,27 +25,21 @@ import (
 	"github.com/tether-dev/tether/internal/testenv"
 )
 
-// The real node: a kubelet v1.37.2 with containerd 2.x and Debian's runc,
-// registered beside the kwok nodes (DESIGN.md §14).
+// The real nodes: kubelets v1.37.2 with containerd 2.x and Debian's runc,
+// registered beside the kwok nodes (DESIGN.md §14), on the cluster network
+// (network.go).
 const (
-	// RealNodeName is the node's name, and so its InternalIP: the kubelet
-	// refuses a loopback --node-ip, but --hostname-override=127.0.0.1 makes
-	// 127.0.0.1 the address the apiserver dials.
-	RealNodeName = "127.0.0.1"
-	// RealNodeLabel (= RealNodeLabelValue) labels the real node and taints it
-	// (NoSchedule), so only pods that tolerate it land there: those admitted
-	// through the RealNodeQueue, whose ResourceFlavor adds the node selector
-	// and the toleration.
-	RealNodeLabel      = "tether.dev/e2e-node"
-	RealNodeLabelValue = "real"
+	// RealNodeLabel (= NetworkNodeLabelValue) labels the real nodes and
+	// taints them (NoSchedule), so only pods that tolerate it land there:
+	// those admitted through the RealNodeQueue, whose ResourceFlavor adds
+	// the node selector and the toleration.
+	RealNodeLabel = "tether.dev/e2e-node"
 	// RealNodeClusterQueue is the ClusterQueue whose flavor places pods on
-	// the real node; Cluster.RealNodeQueue makes LocalQueues for it.
+	// the real nodes; Cluster.RealNodeQueue makes LocalQueues for it.
 	RealNodeClusterQueue = "real-node"
-	// RealNodeRuntime is Trainer's own torch-distributed runtime with
-	// hostNetwork: true and dnsPolicy ClusterFirstWithHostNet, nothing else:
-	// pods on the real node share the host's loopback and never get a
-	// routable address.
-	RealNodeRuntime = "torch-distributed-host-network"
+	// TorchRuntime is Trainer's torch-distributed ClusterTrainingRuntime,
+	// installed as Trainer ships it (manifests/base/runtimes).
+	TorchRuntime = "torch-distributed"
 )
 
 // nodeBinaries are what the real node runs, from hack/testbin.sh node.
@@ -58,8 +51,9 @@ var nodeBinaries = []string{"kubelet", "containerd", "containerd-shim-runc-v2", 
 var kubeletSysctls = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
 	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
 
-// RealNode is the cluster's real node. Its containerd and kubelet run under
-// node-init, PID 1 of a private PID and mount namespace: every mount the node
+// RealNode is one of the cluster network's real nodes. Its containerd,
+// kubelet and kube-proxy run under node-init, PID 1 of a private PID, mount
+// and network namespace: every mount the node
 // makes stays in it, and when node-init ends the kernel ends every process
 // of the node, shims and containers included.
 type RealNode struct {
@@ -71,17 +65,17 @@ type RealNode struct {
 	// CgroupRoot is the kubelet's cgroup root (in every hierarchy); Stop
 	// removes it.
 	CgroupRoot string
-	// KubeletAddr is the kubelet's serving address (127.0.0.1:port).
+	// KubeletAddr is the kubelet's serving address (the node's IP:10250).
 	KubeletAddr string
 	// Images are the images imported into containerd (make images).
 	Images []images.Written
 	// ContainerdSocket is containerd's API socket (ctr --address).
 	ContainerdSocket string
-	// Name is the node's name (RealNodeName for the loopback node).
+	// Name is the node's name (NetworkNodeName).
 	Name string
 	init *Process
-	// net is the node's place on the cluster network (ClusterNetwork), nil
-	// for the loopback node: its own network namespace, address and pod CIDR.
+	// net is the node's place on the cluster network (ClusterNetwork): its
+	// own network namespace, address and pod CIDR.
 	net *netNode
 }
 
@@ -94,36 +88,6 @@ func (n *RealNode) Image(title string) string {
 		}
 	}
 	return ""
-}
-
-func (c *Cluster) startRealNode(ctx context.Context) error {
-	var missing []string
-	for _, b := range nodeBinaries {
-		if _, err := os.Stat(c.bin(b)); err != nil {
-			missing = append(missing, b)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("the real node needs %s in %s: run `hack/testbin.sh node` (kubelet and containerd from the Go module proxy, runc and CNI plugins from Debian's packages)",
-			strings.Join(missing, ", "), c.Assets)
-	}
-	images, err := nodeImages()
-	if err != nil {
-		return err
-	}
-	if err := c.buildNodeInit(); err != nil {
-		return err
-	}
-	id := filepath.Base(c.Dir)
-	n := &RealNode{c: c, Name: RealNodeName, Dir: filepath.Join(c.Dir, "node"), CgroupRoot: "/tether-" + id, Images: images}
-	if n.KubeletAddr, err = testenv.FreeAddr(); err != nil {
-		return err
-	}
-	if err := n.start(); err != nil {
-		return err
-	}
-	c.RealNode = n
-	return n.waitReady(ctx)
 }
 
 // start writes the node's files and starts node-init; a node of the
@@ -145,23 +109,15 @@ func (n *RealNode) start() error {
 	if err := os.WriteFile(specPath, raw, 0o600); err != nil {
 		return err
 	}
-	flags := uintptr(syscall.CLONE_NEWPID | syscall.CLONE_NEWNS)
-	logName := "node"
-	if n.net != nil {
-		flags |= syscall.CLONE_NEWNET
-		logName = "node-" + n.Name
-	}
-	if n.init, err = startProcessIn(c.logDir(), logName, filepath.Join(c.Dir, "bin", "node-init"), []string{"--spec=" + specPath},
+	flags := uintptr(syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWNET)
+	if n.init, err = startProcessIn(c.logDir(), "node-"+n.Name, filepath.Join(c.Dir, "bin", "node-init"), []string{"--spec=" + specPath},
 		nil, flags); err != nil {
 		return err
 	}
-	if n.net != nil {
-		if err := n.net.network.attach(n); err != nil {
-			return fmt.Errorf("node %s's network: %w", n.Name, err)
-		}
-		return os.WriteFile(spec.WaitFile, nil, 0o600)
+	if err := n.net.network.attach(n); err != nil {
+		return fmt.Errorf("node %s's network: %w", n.Name, err)
 	}
-	return nil
+	return os.WriteFile(spec.WaitFile, nil, 0o600)
 }
 
 // waitReady waits until the node is Ready without its not-ready taint.
@@ -204,13 +160,9 @@ func nodeImages() ([]images.Written, error) {
 	return list.Images, nil
 }
 
-// logFile is the log of one of the node's processes: <logs>/<name>.log for
-// the loopback node, <logs>/<node>-<name>.log on the cluster network.
+// logFile is the log of one of the node's processes: <logs>/<node>-<name>.log.
 func (n *RealNode) logFile(name string) string {
-	if n.net != nil {
-		name = n.Name + "-" + name
-	}
-	return filepath.Join(n.c.logDir(), name+".log")
+	return filepath.Join(n.c.logDir(), n.Name+"-"+name+".log")
 }
 
 // prepare writes the node's directories, certificates and configuration,
@@ -225,10 +177,7 @@ func (n *RealNode) prepare() (*nodespec.Spec, error) {
 			return nil, err
 		}
 	}
-	nodeIP := net.ParseIP("127.0.0.1")
-	if n.net != nil {
-		nodeIP = n.net.ip
-	}
+	nodeIP := n.net.ip
 	if err := c.CA.writeCert(dirs["pki"], "kubelet", certRequest{commonName: n.Name,
 		ips: []net.IP{nodeIP}, dnsNames: []string{"localhost"}, usage: x509.ExtKeyUsageServerAuth}); err != nil {
 		return nil, err
@@ -246,10 +195,7 @@ func (n *RealNode) prepare() (*nodespec.Spec, error) {
 		}
 		binds = append(binds, nodespec.Bind{Source: f, Target: host})
 	}
-	cni, resolvConf := `{"cniVersion": "1.0.0", "name": "loopback-only", "plugins": [{"type": "loopback"}]}`, "nameserver 127.0.0.1\n"
-	if n.net != nil {
-		cni, resolvConf = n.net.cniConfig(), n.net.resolvConf()
-	}
+	cni, resolvConf := n.net.cniConfig(), n.net.resolvConf()
 	if err := os.WriteFile(filepath.Join(dirs["cni/net.d"], "10-tether.conflist"), []byte(cni), 0o644); err != nil {
 		return nil, err
 	}
@@ -344,21 +290,16 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 maxPods: 110
 `, portOf(n.KubeletAddr), filepath.Join(dirs["pki"], "ca.crt"), filepath.Join(dirs["pki"], "kubelet.crt"), filepath.Join(dirs["pki"], "kubelet.key"),
-		n.ContainerdSocket, n.CgroupRoot, dirs["pod-logs"], dirs["volume-plugins"], resolv, RealNodeLabel, RealNodeLabelValue, nodeIP.String(), n.labelValue())
-	if n.net != nil {
-		kubeletConfig += n.net.kubeletConfig()
-	}
+		n.ContainerdSocket, n.CgroupRoot, dirs["pod-logs"], dirs["volume-plugins"], resolv, RealNodeLabel, NetworkNodeLabelValue, nodeIP.String(), NetworkNodeLabelValue)
+	kubeletConfig += n.net.kubeletConfig()
 	kubeletPath := filepath.Join(n.Dir, "kubelet.yaml")
 	if err := os.WriteFile(kubeletPath, []byte(kubeletConfig), 0o600); err != nil {
 		return nil, err
 	}
-	// Any pull fails at once on loopback: every image the node runs is imported.
+	// Any pull fails at once (a proxy on a closed loopback port): every
+	// image the node runs is imported. The apiserver is on NetworkRange.
 	env := []string{"PATH=" + c.Assets + ":/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + n.Dir,
-		"HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9", "NO_PROXY=", "TMPDIR=" + os.TempDir()}
-	if n.net != nil {
-		// The apiserver is no longer on loopback (which Go never proxies).
-		env[3] = "NO_PROXY=" + NetworkRange.String()
-	}
+		"HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9", "NO_PROXY=" + NetworkRange.String(), "TMPDIR=" + os.TempDir()}
 	steps := []nodespec.Step{{Name: "containerd", Path: c.bin("containerd"), Args: []string{"--config=" + containerdPath},
 		Env: env, Log: n.logFile("containerd"), WaitSocket: n.ContainerdSocket}}
 	for _, im := range n.Images {
@@ -367,32 +308,15 @@ maxPods: 110
 			Env:  env, Log: n.logFile("ctr-import"), RunToCompletion: true})
 	}
 	kubeletArgs := []string{"--config=" + kubeletPath, "--kubeconfig=" + c.Kubeconfig, "--hostname-override=" + n.Name,
-		"--node-labels=" + RealNodeLabel + "=" + n.labelValue(), "--root-dir=" + dirs["kubelet"],
-		"--cert-dir=" + dirs["pki"], "--v=2"}
-	if n.net != nil {
-		kubeletArgs = append(kubeletArgs, "--node-ip="+nodeIP.String())
-	}
+		"--node-labels=" + RealNodeLabel + "=" + NetworkNodeLabelValue, "--root-dir=" + dirs["kubelet"],
+		"--cert-dir=" + dirs["pki"], "--v=2", "--node-ip=" + nodeIP.String()}
 	steps = append(steps, nodespec.Step{Name: "kubelet", Path: c.bin("kubelet"), Env: env, Log: n.logFile("kubelet"), Args: kubeletArgs})
-	spec := &nodespec.Spec{Binds: binds, Steps: steps, StopGrace: "15s"}
-	if n.net != nil {
-		kp, err := n.net.kubeProxyStep(n, env)
-		if err != nil {
-			return nil, err
-		}
-		spec.Steps = append(spec.Steps, kp)
-		spec.WaitFile = filepath.Join(n.Dir, "network-ready")
+	kp, err := n.net.kubeProxyStep(n, env)
+	if err != nil {
+		return nil, err
 	}
-	return spec, nil
-}
-
-// labelValue is the value of the node's RealNodeLabel and of its taint:
-// RealNodeLabelValue for the loopback node, NetworkNodeLabelValue on the
-// cluster network.
-func (n *RealNode) labelValue() string {
-	if n.net != nil {
-		return NetworkNodeLabelValue
-	}
-	return RealNodeLabelValue
+	steps = append(steps, kp)
+	return &nodespec.Spec{Binds: binds, Steps: steps, StopGrace: "15s", WaitFile: filepath.Join(n.Dir, "network-ready")}, nil
 }
 
 // resolvedDir follows a symlink to a directory (the cni link in the assets).
@@ -554,48 +478,9 @@ func (n *RealNode) KillContainer(containerID string, sig syscall.Signal) error {
 	return nil
 }
 
-// installRealNodeRuntime (a step after Trainer and Kueue) creates RealNodeRuntime from Trainer's own
-// torch-distributed runtime (its module's manifests) with hostNetwork and
-// dnsPolicy ClusterFirstWithHostNet added, and, with Kueue, the real node's
-// flavor and ClusterQueue.
-func (c *Cluster) installRealNodeRuntime(ctx context.Context) error {
-	mod, err := moduleDir("github.com/kubeflow/trainer/v2", c.Opts.TrainerVersion)
-	if err != nil {
-		return err
-	}
-	objs, err := readObjects(filepath.Join(mod, "manifests", "base", "runtimes", "torch_distributed.yaml"))
-	if err != nil {
-		return fmt.Errorf("Trainer %s's torch-distributed runtime: %w", c.Opts.TrainerVersion, err)
-	}
-	if len(objs) != 1 || objs[0].GetKind() != "ClusterTrainingRuntime" {
-		return fmt.Errorf("Trainer %s's torch_distributed.yaml: want one ClusterTrainingRuntime, got %d objects", c.Opts.TrainerVersion, len(objs))
-	}
-	rt := objs[0]
-	rt.SetName(RealNodeRuntime)
-	jobs, _, _ := unstructured.NestedSlice(rt.Object, "spec", "template", "spec", "replicatedJobs")
-	patched := false
-	for i, j := range jobs {
-		job, _ := j.(map[string]any)
-		if job["name"] != "node" {
-			continue
-		}
-		if err := unstructured.SetNestedField(job, true, "template", "spec", "template", "spec", "hostNetwork"); err != nil {
-			return err
-		}
-		if err := unstructured.SetNestedField(job, string(corev1.DNSClusterFirstWithHostNet), "template", "spec", "template", "spec", "dnsPolicy"); err != nil {
-			return err
-		}
-		jobs[i], patched = job, true
-	}
-	if !patched {
-		return fmt.Errorf("Trainer %s's torch-distributed runtime has no replicated job \"node\"", c.Opts.TrainerVersion)
-	}
-	if err := unstructured.SetNestedSlice(rt.Object, jobs, "spec", "template", "spec", "replicatedJobs"); err != nil {
-		return err
-	}
-	if err := c.retry(ctx, 30*time.Second, func() error { return apply(ctx, c.Client, rt) }); err != nil {
-		return err
-	}
+// installRealNodeQueues (a step after Kueue) creates, with Kueue, the real
+// nodes' flavor and ClusterQueue.
+func (c *Cluster) installRealNodeQueues(ctx context.Context) error {
 	if !c.Opts.Kueue {
 		return nil
 	}
@@ -604,6 +489,41 @@ func (c *Cluster) installRealNodeRuntime(ctx context.Context) error {
 		return err
 	}
 	return c.retry(ctx, 60*time.Second, func() error { return apply(ctx, c.Client, queues...) })
+}
+
+// installTorchRuntime creates Trainer's own torch-distributed
+// ClusterTrainingRuntime from its module's manifests, unchanged.
+func (c *Cluster) installTorchRuntime(ctx context.Context) error {
+	mod, err := moduleDir("github.com/kubeflow/trainer/v2", c.Opts.TrainerVersion)
+	if err != nil {
+		return err
+	}
+	objs, err := readObjects(filepath.Join(mod, "manifests", "base", "runtimes", "torch_distributed.yaml"))
+	if err != nil {
+		return fmt.Errorf("Trainer %s's torch-distributed runtime: %w", c.Opts.TrainerVersion, err)
+	}
+	if len(objs) != 1 || objs[0].GetKind() != "ClusterTrainingRuntime" || objs[0].GetName() != TorchRuntime {
+		return fmt.Errorf("Trainer %s's torch_distributed.yaml: want one ClusterTrainingRuntime %s, got %d objects", c.Opts.TrainerVersion, TorchRuntime, len(objs))
+	}
+	return c.retry(ctx, 30*time.Second, func() error { return apply(ctx, c.Client, objs...) })
+}
+
+// RealNodes are the cluster network's nodes (nil without Options.RealNode).
+func (c *Cluster) RealNodes() []*RealNode {
+	if c.Network == nil {
+		return nil
+	}
+	return c.Network.Nodes
+}
+
+// RealNodeNamed is the real node called name, or nil (a kwok node).
+func (c *Cluster) RealNodeNamed(name string) *RealNode {
+	for _, n := range c.RealNodes() {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
 }
 
 // buildNodeInit builds node-init into <Dir>/bin.

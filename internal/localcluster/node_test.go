@@ -3,6 +3,7 @@ package localcluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,10 +18,12 @@ import (
 	"github.com/tether-dev/tether/internal/testenv"
 )
 
-// TestRealNodeAlone starts only what the real node needs (etcd,
-// kube-apiserver, kube-controller-manager, the node), runs one hostNetwork
-// pod from the stand-in image to Succeeded, reads its log through the
-// kubelet, and checks that Stop leaves no process, cgroup or mount behind.
+// TestRealNodeAlone starts only what the real nodes need (the cluster
+// network, etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+// the nodes and CoreDNS), runs one pod from the stand-in image on pod
+// networking (an address from the node's pod CIDR) to Succeeded, reads its
+// log through the kubelet, and checks that Stop leaves no process, cgroup
+// or mount behind.
 func TestRealNodeAlone(t *testing.T) {
 	if os.Getenv("TETHER_E2E") != "1" {
 		t.Skip("set TETHER_E2E=1 (make e2e) to run a real kubelet and containerd")
@@ -58,13 +61,16 @@ func TestRealNodeAlone(t *testing.T) {
 			_ = c.Stop()
 		}
 	})
-	for _, step := range []func(context.Context) error{c.startAPIServer, c.startControllerManager, c.startRealNode} {
+	if err := c.startNetwork(); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []func(context.Context) error{c.startAPIServer, c.startControllerManager, c.startScheduler, c.startNetNodes} {
 		if err := step(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("node Ready %.1fs after start", time.Since(start).Seconds())
-	n := c.RealNode
+	t.Logf("nodes Ready %.1fs after start", time.Since(start).Seconds())
+	n := c.Network.Nodes[0]
 	// The kubelet set its kernel tunables in the node's own value files; the
 	// host's are as they were.
 	panicFile, _ := os.ReadFile(filepath.Join(n.Dir, "sysctl", "kernel.panic"))
@@ -83,8 +89,7 @@ func TestRealNodeAlone(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "standin"},
 		Spec: corev1.PodSpec{
-			NodeName:      RealNodeName,
-			HostNetwork:   true,
+			NodeName:      n.Name,
 			RestartPolicy: corev1.RestartPolicyNever,
 			Tolerations:   []corev1.Toleration{{Key: RealNodeLabel, Operator: corev1.TolerationOpExists}},
 			Containers: []corev1.Container{{
@@ -115,6 +120,9 @@ func TestRealNodeAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("pod created → Succeeded in %.1fs", time.Since(created).Seconds())
+	if ip := net.ParseIP(pod.Status.PodIP); pod.Spec.HostNetwork || ip == nil || !n.net.podCIDR.Contains(ip) {
+		t.Fatalf("pod IP %q (hostNetwork %v), want one from node %s's pod CIDR %s", pod.Status.PodIP, pod.Spec.HostNetwork, n.Name, n.net.podCIDR)
+	}
 	raw, err := c.Clientset.CoreV1().Pods("default").GetLogs("standin", &corev1.PodLogOptions{}).Do(ctx).Raw()
 	if err != nil {
 		t.Fatalf("pods/log through the kubelet: %v", err)

@@ -230,8 +230,8 @@ func (r *PodRunner) sync(ctx context.Context) {
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		// The real node's kubelet runs its own pods.
-		if pod.Annotations[jobconfig.PodStatusAnnotation] == "" || pod.Spec.NodeName == "" || pod.Spec.NodeName == RealNodeName {
+		// The real nodes' kubelets run their own pods.
+		if pod.Annotations[jobconfig.PodStatusAnnotation] == "" || pod.Spec.NodeName == "" || r.c.RealNodeNamed(pod.Spec.NodeName) != nil {
 			continue
 		}
 		skip := r.Skip != nil && r.Skip(pod)
@@ -301,6 +301,12 @@ func (r *PodRunner) startPod(ctx context.Context, rp *runningPod, pod *corev1.Po
 			v = filepath.Join(tokenDir, filepath.Base(v))
 		case binding.EnvArtifactDir:
 			v = artifacts
+		case binding.EnvServerURL:
+			// The injected URL is the Service's DNS name on the cluster
+			// network, which no host process resolves.
+			if r.c.Network != nil && r.c.hostBindingURL != "" {
+				v = r.c.hostBindingURL
+			}
 		}
 		env = append(env, k+"="+v)
 	}

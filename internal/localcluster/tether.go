@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,16 +42,26 @@ type TetherOptions struct {
 
 // Tether is Tether's control plane running in the cluster: replicas of the
 // real cmd/webhook binary under the ServiceAccount and RBAC that
-// manifests/overlays/self-managed ships, behind loopback "Services" for the
-// webhook and the binding server.
+// manifests/overlays/self-managed ships. On the cluster network they are
+// behind the shipped Service tether-control-plane (EndpointSlices of the
+// harness's making, endpoints.go): the apiserver calls the webhooks there,
+// pods dial ControlPlaneBindingURL. Host processes (the kwok pods' sidecars,
+// the tests) reach the binding server through a loopback forwarder
+// following the same readiness; without the network the webhooks are
+// called through one too.
 type Tether struct {
 	c          *Cluster
 	opts       TetherOptions
 	bin        string
 	kubeconfig string
 	args       []string
-	webhookLB  *balancer
-	bindingLB  *balancer
+	// webhookLB is the webhooks' loopback forwarder without the network
+	// (nil with it: the apiserver dials the Service's endpoints).
+	webhookLB *balancer
+	// bindingLB is the binding server's forwarder for host processes.
+	bindingLB *balancer
+	// endpoints are the Service's EndpointSlices (nil without the network).
+	endpoints *serviceEndpoints
 	// ArtifactDir is the fs backend's directory ("" with S3).
 	ArtifactDir string
 	// S3 is the artifact store with TetherOptions.S3. The control plane
@@ -69,7 +80,7 @@ type Replica struct {
 	Index                                             int
 	WebhookAddr, BindingAddr, MetricsAddr, HealthAddr string
 	proc                                              *Process
-	terminating                                       bool
+	terminating, ready                                bool
 	crashes                                           int
 	scraper                                           *metricsScraper
 }
@@ -86,14 +97,34 @@ func (t *Tether) Crashes(i int) int {
 func (r *Replica) Process() *Process { return r.proc }
 
 // BlackholeBinding starts (on) or ends a black hole between the sidecars
-// and the binding "Service": every connection, open or new, is accepted
-// and delivers nothing, in either direction, until it ends.
-func (t *Tether) BlackholeBinding(on bool) { t.bindingLB.setBlackhole(on) }
+// and the binding server, until it ends: every connection, open or new,
+// delivers nothing in either direction. For host processes the forwarder
+// accepts and holds every byte; on the cluster network an nftables table
+// in each node's namespace drops the pods' packets to and from the
+// replicas' binding ports.
+func (t *Tether) BlackholeBinding(on bool) error {
+	t.bindingLB.setBlackhole(on)
+	if t.endpoints == nil {
+		return nil
+	}
+	var ports []int32
+	for _, r := range t.Replicas() {
+		_, p, _ := net.SplitHostPort(r.BindingAddr)
+		n, _ := strconv.Atoi(p)
+		ports = append(ports, int32(n))
+	}
+	return t.c.Network.blackhole(ports, on)
+}
 
-// PreferBindingReplica sends every new connection to the binding server's
-// "Service" to replica i while it is ready (-1: spread them again), so a
-// test knows which replica holds a sidecar's session and uploads.
+// PreferBindingReplica sends every new connection to the binding server to
+// replica i while it is ready (-1: spread them again), so a test knows
+// which replica holds a sidecar's session and uploads: the forwarder's
+// choice for host processes, the binding EndpointSlices on the network.
 func (t *Tether) PreferBindingReplica(i int) {
+	if t.endpoints != nil {
+		t.endpoints.setPrefer(i)
+		t.syncEndpoints()
+	}
 	if i < 0 {
 		t.bindingLB.prefer("")
 		return
@@ -120,8 +151,19 @@ func (t *Tether) S3Traffic() (S3Traffic, error) {
 	return t.s3Front.snapshot(), nil
 }
 
-// BindingURL is the URL the injected sidecars use (the binding "Service").
+// BindingURL is the binding server's URL for host processes (the
+// forwarder): the tests' own clients and the kwok pods' sidecars.
 func (t *Tether) BindingURL() string { return "https://" + t.bindingLB.Addr() }
+
+// ServiceURL is the URL the webhook injects into sidecars: the Service's
+// DNS name on the cluster network (ControlPlaneBindingURL), else the
+// forwarder's.
+func (t *Tether) ServiceURL() string {
+	if t.endpoints != nil {
+		return ControlPlaneBindingURL
+	}
+	return t.BindingURL()
+}
 
 // BuildBinaries builds ./cmd/webhook, ./cmd/sidecar and the trainer stand-in
 // into dir (the Go build cache makes repeat builds fast).
@@ -159,13 +201,22 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 	}
 	t := &Tether{c: c, opts: opts, bin: filepath.Join(binDir, "webhook")}
 	var err error
-	if t.webhookLB, err = newBalancer(); err != nil {
+	if c.Network != nil {
+		t.endpoints = newServiceEndpoints(c)
+	} else if t.webhookLB, err = newBalancer(); err != nil {
 		return nil, err
 	}
 	if t.bindingLB, err = newBalancer(); err != nil {
 		return nil, err
 	}
-	c.onStop(func() error { t.webhookLB.close(); t.bindingLB.close(); return nil })
+	c.onStop(func() error {
+		if t.webhookLB != nil {
+			t.webhookLB.close()
+		}
+		t.bindingLB.close()
+		return nil
+	})
+	c.hostBindingURL = t.BindingURL()
 	overlay := "overlays/self-managed"
 	if opts.S3 {
 		overlay = "overlays/quick-start"
@@ -183,12 +234,12 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 		"--leader-elect",
 		"--cert-mode=external",
 		"--cert-dir=" + c.CertDir,
-		"--binding-server-url=" + t.BindingURL(),
+		"--binding-server-url=" + t.ServiceURL(),
 	}
-	// Pods on the real node run the sidecar image make images built; on kwok
-	// nodes PodRunner runs the binary, whatever the image says.
-	if c.RealNode != nil {
-		t.args = append(t.args, "--sidecar-image="+c.RealNode.Image("tether-sidecar"))
+	// Pods on the real nodes run the sidecar image make images built; on
+	// kwok nodes PodRunner runs the binary, whatever the image says.
+	if nodes := c.RealNodes(); len(nodes) > 0 {
+		t.args = append(t.args, "--sidecar-image="+nodes[0].Image("tether-sidecar"))
 	} else {
 		t.args = append(t.args, "--sidecar-image=ghcr.io/tether-dev/tether-sidecar:e2e")
 	}
@@ -214,8 +265,23 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 	scraper := &metricsScraper{cs: c.Clientset}
 	for i := range opts.Replicas {
 		r := &Replica{Index: i, scraper: scraper}
-		for _, a := range []*string{&r.WebhookAddr, &r.BindingAddr, &r.MetricsAddr, &r.HealthAddr} {
-			if *a, err = testenv.FreeAddr(); err != nil {
+		if r.HealthAddr, err = testenv.FreeAddr(); err != nil {
+			return nil, err
+		}
+		// On the network the Service's endpoints are where a pod would
+		// listen: the host's veth address.
+		for _, a := range []*string{&r.WebhookAddr, &r.BindingAddr, &r.MetricsAddr} {
+			if t.endpoints != nil {
+				*a, err = freeAddrOn(NetworkHostIP)
+			} else {
+				*a, err = testenv.FreeAddr()
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if t.endpoints != nil {
+			if err := t.endpoints.add(i, r.WebhookAddr, r.MetricsAddr, r.BindingAddr); err != nil {
 				return nil, err
 			}
 		}
@@ -266,8 +332,21 @@ func (t *Tether) install(ctx context.Context, overlay string) (S3Config, error) 
 		case "CustomResourceDefinition":
 			crds = append(crds, o)
 		case "MutatingWebhookConfiguration":
-			if err := webhookURLs(o, o.GetName(), t.webhookLB.Addr(), t.c.CA.CertPEM); err != nil {
+			if t.endpoints != nil {
+				// Called through the Service, as installed.
+				if err := webhookCABundle(o, t.c.CA.CertPEM); err != nil {
+					return s3cfg, err
+				}
+			} else if err := webhookURLs(o, o.GetName(), t.webhookLB.Addr(), t.c.CA.CertPEM); err != nil {
 				return s3cfg, err
+			}
+			rest = append(rest, o)
+		case "Service":
+			// Its endpoints are the harness's while the replicas are
+			// host processes: no selector, or the endpointslice
+			// controller would manage (empty) slices beside them.
+			if o.GetName() == ControlPlaneService && t.endpoints != nil {
+				unstructured.RemoveNestedField(o.Object, "spec", "selector")
 			}
 			rest = append(rest, o)
 		default:
@@ -320,8 +399,9 @@ func decodeSecretValue(v string) (string, error) {
 }
 
 func (t *Tether) startReplica(r *Replica) error {
+	webhookHost, _, _ := net.SplitHostPort(r.WebhookAddr)
 	args := append([]string{
-		"--webhook-host=127.0.0.1",
+		"--webhook-host=" + webhookHost,
 		"--webhook-port=" + portOf(r.WebhookAddr),
 		"--binding-bind-address=" + r.BindingAddr,
 		"--metrics-bind-address=" + r.MetricsAddr,
@@ -421,8 +501,32 @@ func (t *Tether) leaveServices(r *Replica) {
 	t.mu.Lock()
 	r.terminating = true
 	t.mu.Unlock()
-	t.webhookLB.setReady(r.WebhookAddr, false)
-	t.bindingLB.setReady(r.BindingAddr, false)
+	t.setReady(r, false)
+}
+
+// setReady puts replica r behind the Service and the forwarders (ready) or
+// takes it out; pollReadiness calls it every 200ms.
+func (t *Tether) setReady(r *Replica, ready bool) {
+	t.mu.Lock()
+	r.ready = ready
+	terminating := r.terminating
+	t.mu.Unlock()
+	if t.webhookLB != nil {
+		t.webhookLB.setReady(r.WebhookAddr, ready)
+	}
+	t.bindingLB.setReady(r.BindingAddr, ready)
+	if t.endpoints != nil {
+		t.endpoints.set(r.Index, ready, terminating)
+		t.syncEndpoints()
+	}
+}
+
+// syncEndpoints writes the EndpointSlices that changed (a failed write is
+// retried on the next poll).
+func (t *Tether) syncEndpoints() {
+	if err := t.endpoints.sync(context.Background()); err != nil {
+		t.c.logf("tether endpoints: %v", err)
+	}
 }
 
 // StartReplicaAgain starts a replica stopped by KillReplica.
@@ -440,7 +544,11 @@ func (t *Tether) waitReady(ctx context.Context, r *Replica, timeout time.Duratio
 		if exited, err := r.proc.Exited(); exited {
 			return false, fmt.Errorf("tether replica %d exited (%v); see %s", r.Index, err, r.proc.LogFile)
 		}
-		return slices.Contains(t.webhookLB.ready(), r.WebhookAddr), nil
+		t.mu.Lock()
+		ready := r.ready
+		t.mu.Unlock()
+		// On the network, ready once its EndpointSlices say so.
+		return ready && (t.endpoints == nil || t.endpoints.isWritten(r.Index)), nil
 	})
 }
 
@@ -464,8 +572,7 @@ func (t *Tether) pollReadiness() {
 					ready = resp.StatusCode == http.StatusOK
 				}
 			}
-			t.webhookLB.setReady(r.WebhookAddr, ready)
-			t.bindingLB.setReady(r.BindingAddr, ready)
+			t.setReady(r, ready)
 		}
 		select {
 		case <-t.stopPoll:

@@ -1,0 +1,52 @@
+package localcluster
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// blackholeTable is the nftables table of BlackholeBinding in each node's
+// network namespace.
+const blackholeTable = "tether_blackhole"
+
+// blackhole drops, in every node's network namespace, the forwarded
+// packets to and from the given ports of NetworkHostIP (the replicas'
+// binding servers after kube-proxy's DNAT), both directions, open
+// connections and new: the pods see a network that never delivers (a
+// partition, not a refusal). Off deletes the table. The host's rules are
+// untouched: the table lives in the nodes' namespaces only.
+func (nw *ClusterNetwork) blackhole(ports []int32, on bool) error {
+	var set []string
+	for _, p := range ports {
+		set = append(set, strconv.Itoa(int(p)))
+	}
+	rules := fmt.Sprintf(`table inet %[1]s {
+  chain forward {
+    type filter hook forward priority -10; policy accept;
+    ip daddr %[2]s tcp dport { %[3]s } drop
+    ip saddr %[2]s tcp sport { %[3]s } drop
+  }
+}
+`, blackholeTable, NetworkHostIP, strings.Join(set, ", "))
+	file := filepath.Join(nw.c.Dir, "blackhole.nft")
+	if err := os.WriteFile(file, []byte(rules), 0o600); err != nil {
+		return err
+	}
+	nft := nw.c.bin("nft")
+	for _, n := range nw.Nodes {
+		in := []string{"nsenter", "-t", strconv.Itoa(n.init.PID()), "-n", nft}
+		var err error
+		if on {
+			err = run(append(in, "-f", file))
+		} else {
+			err = run(append(in, "delete", "table", "inet", blackholeTable))
+		}
+		if err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+	}
+	return nil
+}
