@@ -43,7 +43,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	bench "github.com/tether-dev/tether/bench/binding"
+	bench "github.com/tether-dev/tether/bench/binding/loadproto"
 	"github.com/tether-dev/tether/internal/benchutil"
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"

@@ -13,7 +13,7 @@
 // benchmark checks. Once the binding server finds every binding in its cache
 // (a session request with a wrong worker id is refused 403, not 401), the
 // benchmark builds and starts the load generator (./loadgen, a command of
-// its own; loadgen.go holds what the two share), so that the server's CPU
+// its own; ./loadproto holds what the two share), so that the server's CPU
 // and memory are those of its own process.
 //
 // The generator registers every worker (POST /v1/register, 32 at a time),

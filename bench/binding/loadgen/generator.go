@@ -21,7 +21,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	bench "github.com/tether-dev/tether/bench/binding"
+	bench "github.com/tether-dev/tether/bench/binding/loadproto"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/sidecar/credentials"

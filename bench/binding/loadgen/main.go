@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	bench "github.com/tether-dev/tether/bench/binding"
+	bench "github.com/tether-dev/tether/bench/binding/loadproto"
 	"github.com/tether-dev/tether/internal/benchutil"
 	"github.com/tether-dev/tether/pkg/sidecar/credentials"
 )

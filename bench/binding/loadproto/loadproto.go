@@ -1,9 +1,8 @@
-package binding
-
-// What the benchmark (binding_bench_test.go) and its load generator
+// Package loadproto is what the binding benchmark (bench/binding) and its load generator
 // (./loadgen, a process of its own) share: the identities, the generator's
 // configuration and result, the event lines on its stdout, and the client
 // side of the binding server.
+package loadproto
 
 import (
 	"crypto/tls"
