@@ -31,7 +31,7 @@ import (
 // opened with it is closed, and the sidecar goes on with the new one. The
 // job succeeds with every file verified.
 func TestRealNode6TokenReissued(t *testing.T) {
-	n := needRealNode(t)
+	needRealNode(t)
 	timed(t)
 	ctx := context.Background()
 	ns := suite.realNodeNamespace(t, "real-token")
@@ -73,7 +73,7 @@ func TestRealNode6TokenReissued(t *testing.T) {
 	validUntil := wb.Spec.PreviousToken.ValidUntil.Time
 
 	// The kubelet updates the running pod's token volume.
-	n = nodeOf(t, pod)
+	n := nodeOf(t, pod)
 	tokenFile := n.InNode(filepath.Join(n.Dir, "kubelet", "pods", string(pod.UID), "volumes", "kubernetes.io~secret", mutate.TokenVolumeName, binding.TokenKey))
 	eventually(t, 90*time.Second, "the kubelet wrote the new token into the pod's volume", func() error {
 		b, err := os.ReadFile(tokenFile)

@@ -24,10 +24,10 @@ func TestComponentsFollowOptions(t *testing.T) {
 	if !slices.Contains(v20, "trainer-controller-manager-"+TrainerV20) || slices.Contains(v20, "trainer-controller-manager") || slices.Contains(v20, "kueue") {
 		t.Errorf("Options{TrainerVersion: v2.0.0}.Components() = %v", v20)
 	}
-	real := Options{RealNode: true}.Components()
+	withRealNode := Options{RealNode: true}.Components()
 	for _, c := range []string{"kubelet", "containerd", "runc", "cni-plugins"} {
-		if !slices.Contains(real, c) {
-			t.Errorf("Options{RealNode: true}.Components() = %v lacks %s", real, c)
+		if !slices.Contains(withRealNode, c) {
+			t.Errorf("Options{RealNode: true}.Components() = %v lacks %s", withRealNode, c)
 		}
 	}
 }

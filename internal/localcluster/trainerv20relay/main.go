@@ -153,12 +153,12 @@ func relay(cfg config, status *os.File) int {
 		logf("%v: stopping the manager", sig)
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-done:
+		case err := <-done:
+			logf("manager stopped: %v", err)
 		case <-time.After(5 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			logf("manager killed after 5s: %v", <-done)
 		}
-		logf("manager stopped")
 		return 0
 	}
 }
