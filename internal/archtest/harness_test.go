@@ -7,15 +7,11 @@ package archtest
 
 import (
 	"bufio"
-	"encoding/json"
-	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,41 +20,6 @@ import (
 
 // shipped are the binaries `make build` ships.
 const shipped = "./cmd/..."
-
-type srcPkg struct {
-	ImportPath string
-	Dir        string
-	GoFiles    []string
-	Module     *struct{ Path string }
-}
-
-// listSources runs `go list -deps -json` on patterns with each package's
-// directory and non-test Go files.
-func listSources(t *testing.T, patterns ...string) []srcPkg {
-	t.Helper()
-	cmd := exec.Command("go", append([]string{"list", "-deps", "-json=ImportPath,Dir,GoFiles,Module"}, patterns...)...)
-	cmd.Dir = "../.."
-	out, err := cmd.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("go list %v: %v\n%s", patterns, err, ee.Stderr)
-		}
-		t.Fatalf("go list %v: %v", patterns, err)
-	}
-	var pkgs []srcPkg
-	dec := json.NewDecoder(strings.NewReader(string(out)))
-	for {
-		var p srcPkg
-		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		pkgs = append(pkgs, p)
-	}
-	return pkgs
-}
 
 // No shipped binary links the testing package: test helpers (and the
 // flags testing registers) stay out of what a platform team runs.
@@ -85,7 +46,7 @@ func TestShippedBinariesDoNotLinkTesting(t *testing.T) {
 // binary that happens to link the harness.
 func TestNoInitExitsInShippedBinaries(t *testing.T) {
 	fset := token.NewFileSet()
-	for _, p := range listSources(t, shipped) {
+	for _, p := range list(t, shipped) {
 		if !internal(p.ImportPath) {
 			continue
 		}

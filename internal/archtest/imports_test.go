@@ -13,14 +13,17 @@ const module = "github.com/tether-dev/tether/"
 
 type pkg struct {
 	ImportPath string
+	Dir        string
+	GoFiles    []string
 	Imports    []string
 	Module     *struct{ Path string }
 }
 
-// list runs `go list -deps -json` on patterns (non-test imports only).
+// list runs `go list -deps -json` on patterns: each package's directory,
+// non-test Go files and non-test imports.
 func list(t *testing.T, patterns ...string) []pkg {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"list", "-deps", "-json=ImportPath,Imports,Module"}, patterns...)...)
+	cmd := exec.Command("go", append([]string{"list", "-deps", "-json=ImportPath,Dir,GoFiles,Imports,Module"}, patterns...)...)
 	cmd.Dir = "../.."
 	out, err := cmd.Output()
 	if err != nil {
