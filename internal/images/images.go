@@ -71,6 +71,10 @@ type Spec struct {
 	Repository string
 	// Package is the Go main package of the binary, e.g. ./cmd/sidecar.
 	Package string
+	// Binary, if set, is a prebuilt binary the image carries instead of a
+	// package of this module: its name in hack/testbin.sh's directory
+	// (e.g. versitygw, coredns); Package then only says where it comes from.
+	Binary string
 	// Entrypoint is the binary's absolute path in the image, e.g.
 	// /tether-sidecar.
 	Entrypoint string

@@ -8,7 +8,7 @@ package images
 // network from inside pods.
 func NetworkSpecs(registry string) []Spec {
 	return []Spec{
-		{Repository: registry + "/tether-coredns", Package: "github.com/coredns/coredns (hack/testbin.sh coredns)", Entrypoint: "/coredns",
+		{Repository: registry + "/tether-coredns", Package: "github.com/coredns/coredns (hack/testbin.sh coredns)", Binary: "coredns", Entrypoint: "/coredns",
 			Description: "Tether test image: CoreDNS with the kubernetes, errors, health, ready and cache plugins, the local cluster's DNS", Test: true},
 		{Repository: registry + "/tether-netprobe", Package: "./internal/localcluster/netprobe", Entrypoint: "/netprobe",
 			Description: "Tether test image: checks the local cluster's network from inside pods", Test: true},
