@@ -55,6 +55,10 @@ type Options struct {
 	// Kueue, the LocalQueues made by RealNodeQueue place their pods on the
 	// network's nodes.
 	RealNode bool
+	// Install installs Tether from its chart once the real nodes are up
+	// (InstallHelm, install.go; needs RealNode): Cluster.Installed, and no
+	// StartTether (whose webhook names would clash).
+	Install InstallMode
 	// Log receives one line per step (nil: silent).
 	Log func(format string, args ...any)
 }
@@ -76,6 +80,8 @@ type Cluster struct {
 	// Network is the cluster network of two real nodes with pod
 	// networking, Services and DNS (network.go), or nil.
 	Network *ClusterNetwork
+	// Installed is Tether installed from its chart (Options.Install), or nil.
+	Installed *Installed
 
 	env *envtest.Environment
 	// hostBindingURL is the binding server's URL for host processes
@@ -103,6 +109,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	if opts.Kueue && opts.TrainerVersion == TrainerV20 {
 		return nil, errors.New("kueue v0.17 needs Trainer >= v2.2: start Trainer v2.0.0 without Kueue")
+	}
+	if opts.Install != "" && !opts.RealNode {
+		return nil, errors.New("Options.Install runs Tether on the real nodes: set Options.RealNode too")
 	}
 	c = &Cluster{Opts: opts, Dir: opts.Dir}
 	if c.Dir == "" {
@@ -157,6 +166,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			name string
 			fn   func(context.Context) error
 		}{"real node queue", c.installRealNodeQueues})
+		if opts.Install != "" {
+			steps = append(steps, struct {
+				name string
+				fn   func(context.Context) error
+			}{"tether from charts/tether (helm install, replicas Ready, webhooks served)", c.startInstall})
+		}
 	}
 	for _, s := range steps {
 		start := time.Now()

@@ -51,13 +51,18 @@ func (c *Cluster) startNetNodes(ctx context.Context) error {
 		return err
 	}
 	imgs = append(imgs, extra...)
+	installed, tags, err := c.installImages()
+	if err != nil {
+		return err
+	}
+	imgs = append(imgs, installed...)
 	if err := c.buildNodeInit(); err != nil {
 		return err
 	}
 	id := filepath.Base(c.Dir)
 	for i := range networkNodes {
 		nn := c.Network.nodeNet(i)
-		n := &RealNode{c: c, Name: NetworkNodeName(i), Images: imgs, net: nn,
+		n := &RealNode{c: c, Name: NetworkNodeName(i), Images: imgs, Tags: tags, net: nn,
 			KubeletAddr: net.JoinHostPort(nn.ip.String(), "10250")}
 		n.Dir = filepath.Join(c.Dir, n.Name)
 		n.CgroupRoot = "/tether-" + id + "-" + n.Name
@@ -77,30 +82,38 @@ func (c *Cluster) startNetNodes(ctx context.Context) error {
 // networkImages builds the images of images.NetworkSpecs into <Dir>/images:
 // CoreDNS from the binary hack/testbin.sh built, netprobe from this module.
 func (c *Cluster) networkImages() ([]images.Written, error) {
-	dir := filepath.Join(c.Dir, "images")
-	binDir := filepath.Join(c.Dir, "bin")
-	if err := goBuild(binDir, "./internal/localcluster/netprobe"); err != nil {
+	if err := goBuild(filepath.Join(c.Dir, "bin"), "./internal/localcluster/netprobe"); err != nil {
 		return nil, err
 	}
 	meta := images.Meta{Version: version.Version, Revision: strings.Repeat("0", 40), Created: time.Unix(0, 0)}
-	platform := v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
 	var out []images.Written
 	for _, s := range images.NetworkSpecs(version.Registry) {
-		bin := filepath.Join(binDir, filepath.Base(s.Entrypoint))
-		if s.Title() == "tether-coredns" {
-			bin = resolvedDir(c.bin("coredns"))
-		}
-		img, err := images.Image(s, meta, platform, bin)
+		w, err := c.prebuiltImage(s, meta)
 		if err != nil {
-			return nil, fmt.Errorf("image %s: %w", s.Title(), err)
-		}
-		w, err := images.Write(dir, s, s.Ref(meta), img, meta.Created)
-		if err != nil {
-			return nil, fmt.Errorf("image %s: %w", s.Title(), err)
+			return nil, err
 		}
 		out = append(out, w)
 	}
 	return out, nil
+}
+
+// prebuiltImage writes s's image at meta's version into <Dir>/images, for
+// this machine's platform, from hack/testbin.sh's binary s.Binary, or else
+// from <Dir>/bin/<entrypoint's name>, built there before.
+func (c *Cluster) prebuiltImage(s images.Spec, meta images.Meta) (images.Written, error) {
+	bin := filepath.Join(c.Dir, "bin", filepath.Base(s.Entrypoint))
+	if s.Binary != "" {
+		bin = resolvedDir(c.bin(s.Binary))
+	}
+	img, err := images.Image(s, meta, v1.Platform{OS: "linux", Architecture: runtime.GOARCH}, bin)
+	if err != nil {
+		return images.Written{}, fmt.Errorf("image %s: %w", s.Title(), err)
+	}
+	w, err := images.Write(filepath.Join(c.Dir, "images"), s, s.Ref(meta), img, meta.Created)
+	if err != nil {
+		return images.Written{}, fmt.Errorf("image %s: %w", s.Title(), err)
+	}
+	return w, nil
 }
 
 // kubeProxyStep is kube-proxy in the node's namespaces, in nftables mode

@@ -69,6 +69,9 @@ type RealNode struct {
 	KubeletAddr string
 	// Images are the images imported into containerd (make images).
 	Images []images.Written
+	// Tags are further names of imported images (ref, name), given by
+	// `ctr images tag` after the imports: the installed mode's TeamRegistry.
+	Tags [][2]string
 	// ContainerdSocket is containerd's API socket (ctr --address).
 	ContainerdSocket string
 	// Name is the node's name (NetworkNodeName).
@@ -305,6 +308,11 @@ maxPods: 110
 	for _, im := range n.Images {
 		steps = append(steps, nodespec.Step{Name: "import " + im.Ref, Path: c.bin("ctr"),
 			Args: []string{"--address=" + n.ContainerdSocket, "--namespace=k8s.io", "images", "import", "--local", im.Path},
+			Env:  env, Log: n.logFile("ctr-import"), RunToCompletion: true})
+	}
+	for _, t := range n.Tags {
+		steps = append(steps, nodespec.Step{Name: "tag " + t[1], Path: c.bin("ctr"),
+			Args: []string{"--address=" + n.ContainerdSocket, "--namespace=k8s.io", "images", "tag", "--force", t[0], t[1]},
 			Env:  env, Log: n.logFile("ctr-import"), RunToCompletion: true})
 	}
 	kubeletArgs := []string{"--config=" + kubeletPath, "--kubeconfig=" + c.Kubeconfig, "--hostname-override=" + n.Name,

@@ -29,6 +29,9 @@ func (o Options) Components() []string {
 	if o.RealNode {
 		cs = append(cs, "kubelet", "containerd", "runc", "cni-plugins")
 	}
+	if o.Install != "" {
+		cs = append(cs, "helm", "versitygw")
+	}
 	return cs
 }
 
