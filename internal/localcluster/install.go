@@ -243,11 +243,17 @@ func (in *Installed) helm(ctx context.Context) error {
 func (in *Installed) wait(ctx context.Context) error {
 	c := in.c
 	if err := c.waitFor(ctx, 180*time.Second, "the in-cluster store's Deployment Ready", func() (bool, error) {
+		if err := in.stuck(ctx); err != nil {
+			return false, err
+		}
 		return deploymentReady(ctx, c, StoreService, 1)
 	}); err != nil {
 		return err
 	}
 	if err := c.waitFor(ctx, 180*time.Second, "both control-plane replicas Ready", func() (bool, error) {
+		if err := in.stuck(ctx); err != nil {
+			return false, err
+		}
 		return deploymentReady(ctx, c, ControlPlaneService, 2)
 	}); err != nil {
 		return err
@@ -273,6 +279,32 @@ func (in *Installed) wait(ctx context.Context) error {
 		return err
 	}
 	return c.retry(ctx, 60*time.Second, func() error { return in.webhookDryRun(ctx) })
+}
+
+// stuckReasons are the container states a pod of Tether's does not leave
+// by waiting: a failure to find, create or start its image or command, or
+// a crash the kubelet now backs off from.
+var stuckReasons = map[string]bool{"ErrImageNeverPull": true, "ImagePullBackOff": true, "ErrImagePull": true, "InvalidImageName": true,
+	"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true, "StartError": true, "CrashLoopBackOff": true}
+
+// stuck is an error naming the first container of Tether's pods in a
+// state it will not leave by waiting, or nil.
+func (in *Installed) stuck(ctx context.Context) error {
+	var pods corev1.PodList
+	if err := in.c.Client.List(ctx, &pods, client.InNamespace(ControlPlaneNamespace)); err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		for _, s := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			if w := s.State.Waiting; w != nil && stuckReasons[w.Reason] {
+				return fmt.Errorf("pod %s container %s: %s: %s", p.Name, s.Name, w.Reason, w.Message)
+			}
+			if t := s.State.Terminated; t != nil && stuckReasons[t.Reason] {
+				return fmt.Errorf("pod %s container %s: %s (exit %d): %s", p.Name, s.Name, t.Reason, t.ExitCode, t.Message)
+			}
+		}
+	}
+	return nil
 }
 
 // deploymentReady says whether Deployment name in ControlPlaneNamespace has

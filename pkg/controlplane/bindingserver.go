@@ -9,6 +9,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
@@ -56,6 +57,20 @@ func (a *assembly) artifacts() error {
 	}
 	a.backend = backend
 	a.artifactStore = a.binding.EnableArtifacts(backend, store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload})
-	a.binding.EnableArtifactReads(backend, bindingserver.KubeReviewer{Clientset: a.clientset}, a.opts.PresignTTL)
+	reads := backend
+	if !a.opts.ArtifactReadRedirect {
+		if o, ok := backend.(store.Opener); ok {
+			reads = streamed{Backend: backend, Opener: o}
+		}
+	}
+	a.binding.EnableArtifactReads(reads, bindingserver.KubeReviewer{Clientset: a.clientset}, a.opts.PresignTTL)
 	return nil
+}
+
+// streamed is a backend for the read endpoint without the store's
+// presigning (--artifact-read-redirect=false): the endpoint then streams
+// every object itself.
+type streamed struct {
+	upload.Backend
+	store.Opener
 }

@@ -90,6 +90,12 @@ type Options struct {
 	// store that can presign (the s3 backend), the control plane only
 	// authorizing and verifying them; false sends every body through it.
 	ArtifactDirectUpload bool
+	// ArtifactReadRedirect answers an artifact read with a redirect to a
+	// presigned URL of a store that can presign (the s3 backend); false
+	// streams every object through the control plane, for a store that
+	// only the control plane reaches (the in-cluster quick start's, behind
+	// its NetworkPolicy, by a name only cluster DNS answers).
+	ArtifactReadRedirect bool
 	// LogSource replaces reading logs through the API server (pods/log):
 	// tests without a kubelet use it. Nil in production.
 	LogSource controller.LogSource
@@ -140,6 +146,7 @@ func DefaultOptions() Options {
 		TrainerStatus:         "auto",
 		PresignTTL:            5 * time.Minute,
 		ArtifactDirectUpload:  true,
+		ArtifactReadRedirect:  true,
 		MetricsAddr:           ":8080",
 		MetricsSecure:         true,
 		HealthAddr:            ":8081",
@@ -185,6 +192,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.S3.Insecure, "s3-insecure", o.S3.Insecure, "use plain HTTP to the S3 endpoint (tests only)")
 	fs.StringVar(&o.S3.PublicEndpoint, "s3-public-endpoint", o.S3.PublicEndpoint, "S3 endpoint host[:port] as sidecars reach it, if not --s3-endpoint: the presigned URLs of direct uploads name it (needs --s3-region)")
 	fs.BoolVar(&o.ArtifactDirectUpload, "artifact-direct-upload", o.ArtifactDirectUpload, "let sidecars PUT artifacts straight to the s3 store through presigned URLs (the control plane authorizes and verifies each one); false: every body goes through the control plane. Sidecars must reach the store's endpoint (--s3-public-endpoint)")
+	fs.BoolVar(&o.ArtifactReadRedirect, "artifact-read-redirect", o.ArtifactReadRedirect, "answer artifact reads with a redirect to a presigned URL of the s3 store (readers must reach its endpoint); false: stream every object through the control plane, for a store only the control plane reaches")
 	fs.StringVar(&o.S3.CredentialsDir, "s3-credentials-dir", o.S3.CredentialsDir, "directory holding access-key and secret-key files (a mounted Secret)")
 	fs.Int64Var(&o.LogCapBytes, "log-cap-bytes", o.LogCapBytes, "largest trainer log archived per pod; a longer one keeps its end, with a marker")
 	fs.StringVar(&o.TrainerStatus, "trainer-status", o.TrainerStatus, "auto: write bound jobs' progress into TrainJob.status.trainerStatus when the trainer does not report it (a TrainJob may opt out with tether.dev/trainer-status=off); off: never")
