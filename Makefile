@@ -74,12 +74,14 @@ integration: testbin
 ## v2.0.0, Kueue, versitygw; all built from the Go module proxy and cached)
 ## plus a real node (kubelet, containerd, Debian's runc) running the images
 ## of `make images`; first the real node alone and the cluster network alone
-## (two real nodes with pod networking, kube-proxy, CoreDNS), then the scenarios
+## (two real nodes with pod networking, kube-proxy, CoreDNS), then the scenarios,
+## then Tether installed from its chart on a cluster of its own (test/install)
 E2E_TIMEOUT ?= 30m
 e2e: images
-	bash hack/testbin.sh e2e network
+	bash hack/testbin.sh e2e network helm
 	TETHER_E2E=1 $(GO) test -count=1 -v -timeout 10m -run '^(TestRealNodeAlone|TestClusterNetworkPlumbing|TestClusterNetwork)$$' ./internal/localcluster/
 	TETHER_E2E=1 $(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
+	TETHER_E2E=1 $(GO) test -count=1 -v -timeout 15m ./test/install/
 
 ## bench: Go benchmarks (figures via b.ReportMetric; nothing is asserted on time)
 bench: testbin

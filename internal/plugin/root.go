@@ -28,6 +28,7 @@ type options struct {
 	output        string
 	tetherURL     string
 	tetherCA      string
+	tetherName    string
 	// now is the clock of ages and durations (tests fix it).
 	now func() time.Time
 }
@@ -51,6 +52,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o.config.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().StringVar(&o.tetherURL, "tether-url", os.Getenv(EnvURL), "base URL of the control plane's binding Service, for artifact and log reads (env "+EnvURL+")")
 	root.PersistentFlags().StringVar(&o.tetherCA, "tether-ca", os.Getenv(EnvCA), "PEM file of the CA that signs the binding Service's certificate (env "+EnvCA+"; default: system roots)")
+	root.PersistentFlags().StringVar(&o.tetherName, "tether-server-name", "", "name the read endpoint's certificate must carry when --tether-url reaches it by another (a port-forward's localhost, a pod IP), e.g. tether-control-plane.tether-system.svc")
 	root.AddCommand(o.getCmd(), o.describeCmd(), o.logsCmd(), o.artifactsCmd(), o.waitCmd(),
 		o.commandCmd(client.Flush, "Upload every artifact now (training goes on)"),
 		o.commandCmd(client.Drain, "Flush, then have the worker wrap up"),
@@ -64,7 +66,7 @@ func (o *options) client() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := client.Options{ReadURL: o.tetherURL}
+	opts := client.Options{ReadURL: o.tetherURL, ReadServerName: o.tetherName}
 	if o.tetherCA != "" {
 		if opts.ReadCA, err = os.ReadFile(o.tetherCA); err != nil {
 			return nil, fmt.Errorf("--tether-ca: %w", err)

@@ -29,6 +29,12 @@ type Options struct {
 	// ReadCA is the PEM bundle that signs the read endpoint's certificate
 	// (the control plane's CA); empty uses the system roots.
 	ReadCA []byte
+	// ReadServerName is the name the read endpoint's certificate must
+	// carry when ReadURL reaches it by another (a pod IP, a port-forward's
+	// localhost): the Service's DNS name, which the control plane's
+	// certificate names, e.g. tether-control-plane.tether-system.svc.
+	// Empty: ReadURL's host.
+	ReadServerName string
 	// StoreTransport fetches presigned URLs from the store (default: a
 	// plain transport with the system roots). It never carries the
 	// caller's Kubernetes credentials.
@@ -66,7 +72,7 @@ func New(cfg *rest.Config, opts Options) (*Client, error) {
 	if c.read, err = url.Parse(strings.TrimSuffix(opts.ReadURL, "/")); err != nil || c.read.Scheme != "https" || c.read.Host == "" {
 		return nil, fmt.Errorf("read URL %q: want https://host[:port] of the control plane's binding Service", opts.ReadURL)
 	}
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: opts.ReadServerName}
 	if len(opts.ReadCA) > 0 {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(opts.ReadCA) {

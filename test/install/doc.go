@@ -1,0 +1,14 @@
+// Package install runs Tether as a platform team installs it (issue 27 §1):
+// `helm install` of charts/tether on the local cluster's two real nodes
+// (internal/localcluster with Options.Install), the images named through
+// the chart's values under a team's registry, the in-cluster artifact store
+// on a PersistentVolume the harness provides; then a labeled TrainJob to
+// Succeeded on the real nodes, its artifacts checked byte by byte in the
+// installed store, and read back with the Go client through the installed
+// control plane.
+//
+// It has a cluster of its own (TestMain): the e2e suite's runs the control
+// plane as host processes under the same webhook names. Like e2e it runs
+// only with TETHER_E2E=1, as root, after `make images` and `hack/testbin.sh
+// e2e network helm` (`make e2e` does all three).
+package install
