@@ -156,8 +156,9 @@ func BenchmarkBindingSessions(b *testing.B) {
 		b.Logf("WARNING: %d sessions need about %d descriptors in each process; expect dial failures past ~%d sessions",
 			cfg.sessions, need, nofile-1000)
 	}
-	// The control plane's production logger (cmd/webhook: zap, JSON, info),
-	// writing nowhere: its log calls cost what they cost in production.
+	// The control plane's production logger (cmd/tether-control-plane: zap,
+	// JSON, info), writing nowhere: its log calls cost what they cost in
+	// production.
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	ctx := b.Context()
 

@@ -28,7 +28,8 @@ import (
 
 // TetherOptions configure Tether's control plane in the cluster.
 type TetherOptions struct {
-	// Replicas of cmd/webhook (default 1); they share one leader lease.
+	// Replicas of cmd/tether-control-plane (default 1); they share one
+	// leader lease.
 	Replicas int
 	// S3 installs manifests/overlays/quick-start, the default install, and
 	// runs its artifact store (versitygw) as a local process with the
@@ -41,7 +42,7 @@ type TetherOptions struct {
 }
 
 // Tether is Tether's control plane running in the cluster: replicas of the
-// real cmd/webhook binary under the ServiceAccount and RBAC that
+// real cmd/tether-control-plane binary under the ServiceAccount and RBAC that
 // manifests/overlays/self-managed ships. On the cluster network they are
 // behind the shipped Service tether-control-plane (EndpointSlices of the
 // harness's making, endpoints.go): the apiserver calls the webhooks there,
@@ -165,10 +166,10 @@ func (t *Tether) ServiceURL() string {
 	return t.BindingURL()
 }
 
-// BuildBinaries builds ./cmd/webhook, ./cmd/sidecar and the trainer stand-in
-// into dir (the Go build cache makes repeat builds fast).
+// BuildBinaries builds ./cmd/tether-control-plane, ./cmd/sidecar and the
+// trainer stand-in into dir (the Go build cache makes repeat builds fast).
 func BuildBinaries(dir string) error {
-	return goBuild(dir, "./cmd/webhook", "./cmd/sidecar", "./internal/localcluster/trainer-standin")
+	return goBuild(dir, "./cmd/tether-control-plane", "./cmd/sidecar", "./internal/localcluster/trainer-standin")
 }
 
 // goBuild builds static binaries of the module's packages into dir.
@@ -199,7 +200,7 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 	if err := BuildBinaries(binDir); err != nil {
 		return nil, err
 	}
-	t := &Tether{c: c, opts: opts, bin: filepath.Join(binDir, "webhook")}
+	t := &Tether{c: c, opts: opts, bin: filepath.Join(binDir, "tether-control-plane")}
 	var err error
 	if c.Network != nil {
 		t.endpoints = newServiceEndpoints(c)

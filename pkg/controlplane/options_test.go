@@ -14,7 +14,7 @@ func TestSidecarResourceFlags(t *testing.T) {
 		o.Namespace = "tether-system"
 		o.ServerURL = "https://tether-control-plane.tether-system.svc:8443"
 		o.ArtifactDir = "/tmp/a"
-		fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+		fs := flag.NewFlagSet("tether-control-plane", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		o.BindFlags(fs)
 		if err := fs.Parse(args); err != nil {
