@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+	"github.com/tether-dev/tether/pkg/sidecar/retry"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -109,7 +110,7 @@ type Uploader struct {
 	verifiedBytes atomic.Int64
 
 	ca      *credentials.CA
-	backoff *credentials.Backoff
+	backoff *retry.Backoff
 	direct  direct
 }
 
@@ -181,7 +182,7 @@ func (e *FileError) Unwrap() error { return e.Err }
 
 // NewUploader checks cfg and returns an Uploader. It makes no request.
 func NewUploader(cfg UploaderConfig) (*Uploader, error) {
-	u, err := credentials.ParseServerURL(cfg.ServerURL)
+	u, err := binding.ParseServerURL(cfg.ServerURL)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("uploader: %w", err)
@@ -213,7 +214,7 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 		cfg.StallTimeout = DefaultStallTimeout
 	}
 	up := &Uploader{cfg: cfg, log: cfg.Logger, verified: map[string]verifiedFile{},
-		ca: credentials.NewCA(cfg.CAFile), backoff: credentials.NewBackoff(cfg.BackoffInitial, cfg.BackoffMax)}
+		ca: credentials.NewCA(cfg.CAFile), backoff: retry.NewBackoff(cfg.BackoffInitial, cfg.BackoffMax)}
 	if up.log == nil {
 		up.log = slog.New(slog.DiscardHandler)
 	}
