@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tether-dev/tether/internal/version"
+	"github.com/tether-dev/tether/pkg/binding"
 	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/jobconfig"
@@ -246,6 +247,12 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--presign-ttl=%s: must be between 1s and 1h (a read URL should die soon)", o.PresignTTL)
 	case o.TokenOverlap < 0 || o.TokenOverlap > time.Hour:
 		return fmt.Errorf("--token-overlap=%s: must be between 0 and 1h (a replaced token must die soon)", o.TokenOverlap)
+	}
+	// The pod webhook gives this URL to every sidecar, and a sidecar refuses
+	// one that is not https (its token would cross the network in clear
+	// text): refuse it here, once, rather than in every bound pod.
+	if _, err := binding.ParseServerURL(o.ServerURL); err != nil {
+		return fmt.Errorf("--binding-server-url: %w", err)
 	}
 	resources, err := mutate.MergeResources(mutate.DefaultSidecarResources(), o.SidecarRequests, o.SidecarLimits)
 	if err != nil {
