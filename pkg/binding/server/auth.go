@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +28,8 @@ type refusal struct {
 	code    string
 	reason  string
 	message string
+	// retryAfter, when set, is sent as Retry-After.
+	retryAfter time.Duration
 }
 
 func (r *refusal) Error() string { return r.code + ": " + r.message }
@@ -149,6 +152,9 @@ func (s *Server) pod(ctx context.Context, ns, name string) (*corev1.Pod, error) 
 
 func writeError(w http.ResponseWriter, r *refusal) {
 	w.Header().Set("Content-Type", "application/json")
+	if r.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(r.retryAfter)))
+	}
 	w.WriteHeader(r.status)
 	_ = json.NewEncoder(w).Encode(binding.ErrorResponse{Code: r.code, Message: r.message})
 }
