@@ -33,11 +33,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, ref, nil)
 		return
 	}
-	if ref := s.provePod(ctx, r, wb, req.Pod.Name, req.Pod.UID); ref != nil {
-		s.reject(w, r, ref, wb)
-		return
-	}
-	pod, ref := s.checkIdentity(ctx, wb, req.JobID, req.WorkerID, req.Pod)
+	pod, ref := s.checkIdentity(ctx, r, wb, req.JobID, req.WorkerID, req.Pod)
 	if ref != nil {
 		s.reject(w, r, ref, wb)
 		return
