@@ -50,8 +50,8 @@ const (
 	PodReviewBurst = 2 * binding.MaxBoundNodes
 	// podReviewRate and podReviewBurst bound every review the replica asks
 	// the API server for.
-	podReviewRate  = 200
-	podReviewBurst = 1000
+	podReviewRate  = 500
+	podReviewBurst = 2000
 	// podReviewTimeout bounds one review.
 	podReviewTimeout = 5 * time.Second
 	// podReviewRetryAfter is the Retry-After of a review that could not be
