@@ -200,6 +200,7 @@ func (g *generator) registerOne(ctx context.Context, hc *http.Client, id bench.I
 			return nil, err
 		}
 		req.Header.Set(binding.HeaderAuthorization, "Bearer "+id.Token)
+		req.Header.Set(binding.HeaderPodToken, id.PodToken)
 		req.Header.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := hc.Do(req)

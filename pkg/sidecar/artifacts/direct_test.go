@@ -53,8 +53,12 @@ func newDirectServer(t *testing.T, env *s3env, jobID string) *directServer {
 		Log: logr.Discard(),
 	}
 	srv := httptest.NewTLSServer(store.Route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen := r.Method + " " + r.URL.Path
+		if r.Header.Get(binding.HeaderPodToken) != testPodToken {
+			seen += " (without the pod token)"
+		}
 		d.mu.Lock()
-		d.paths = append(d.paths, r.Method+" "+r.URL.Path)
+		d.paths = append(d.paths, seen)
 		d.mu.Unlock()
 		d.h.ServeHTTP(w, r)
 	}), http.NotFoundHandler()))
@@ -82,7 +86,7 @@ type storePuts struct {
 func (s *storePuts) RoundTrip(r *http.Request) (*http.Response, error) {
 	s.mu.Lock()
 	s.keys = append(s.keys, r.URL.Path)
-	if r.Header.Get(upload.TokenHeader) != "" {
+	if r.Header.Get(upload.TokenHeader) != "" || r.Header.Get(binding.HeaderPodToken) != "" {
 		s.leak = true
 	}
 	s.mu.Unlock()

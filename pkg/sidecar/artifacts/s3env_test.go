@@ -45,6 +45,8 @@ const (
 	testToken  = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	adminKey   = "tetheradmin"
 	adminSecre = "tether-test-secret"
+	// testPodToken stands for the kubelet's projected pod token (a JWT).
+	testPodToken = "eyJhbGciOiJSUzI1NiJ9.eyJuIjoxfQ.c2ln"
 )
 
 // s3env is the shared versitygw.
@@ -277,6 +279,10 @@ func newTestUploader(t *testing.T, env *s3env, jobID string, o uploaderOpts) (*U
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	podTokenFile := filepath.Join(dir, "pod-token")
+	if err := os.WriteFile(podTokenFile, []byte(testPodToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if o.url == "" {
 		o.url = "https://" + env.addr
 		o.caPEM = env.caPEM
@@ -287,7 +293,7 @@ func newTestUploader(t *testing.T, env *s3env, jobID string, o uploaderOpts) (*U
 	}
 	c := &counter{}
 	cfg := UploaderConfig{
-		ServerURL: o.url, JobID: jobID, TokenFile: tokenFile, CAFile: caFile,
+		ServerURL: o.url, JobID: jobID, TokenFile: tokenFile, PodTokenFile: podTokenFile, CAFile: caFile,
 		BackoffInitial: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
 		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
 			if o.wrap != nil {

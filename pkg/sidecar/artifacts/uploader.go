@@ -59,6 +59,11 @@ type UploaderConfig struct {
 	// so a rotated token is picked up; the token is only ever put in the
 	// TokenHeader header and never logged or put in an error.
 	TokenFile string
+	// PodTokenFile holds the pod's projected ServiceAccount token, sent in
+	// binding.HeaderPodToken with every request (it proves PodUID); read
+	// again for every request, never logged. Empty sends none (the server
+	// refuses the request).
+	PodTokenFile string
 	// CAFile holds the PEM bundle that verifies the server; it is read again
 	// for every new connection. Empty means the system roots.
 	CAFile string
@@ -234,7 +239,7 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 		rt = cfg.WrapTransport(rt)
 	}
 	up.podUID.Store(&cfg.PodUID)
-	rt = &tokenTransport{file: cfg.TokenFile, pod: &up.podUID, next: rt}
+	rt = &tokenTransport{file: cfg.TokenFile, podTokenFile: cfg.PodTokenFile, pod: &up.podUID, next: rt}
 	up.initDirect(u.Host, rt)
 
 	client, err := minio.New(u.Host, &minio.Options{
