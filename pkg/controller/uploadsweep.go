@@ -41,7 +41,7 @@ const sweepPageRetry = time.Second
 type DirectUploads interface {
 	// DirectTTL is the presigned URLs' lifetime, 0 if the store presigns none.
 	DirectTTL() time.Duration
-	SweepUploads(ctx context.Context, jobID string, max int) (int, bool, error)
+	SweepUploads(ctx context.Context, jobID string, limit int) (int, bool, error)
 	UploadJobs(ctx context.Context, fn func(jobID string) error) error
 }
 

@@ -49,26 +49,26 @@ func (h *Handler) DirectTTL() time.Duration {
 	return DefaultDirectTTL
 }
 
-// SweepUploads deletes up to max objects under job jobID's pending-upload
+// SweepUploads deletes up to limit objects under job jobID's pending-upload
 // prefix (uploads never committed, bytes a URL wrote after its binding
 // ended, commit markers) and returns how many it deleted and whether more
 // remain. Call it only once no live binding can commit for jobID (the
 // binding is Succeeded, Failed or gone): a commit needs the upload's object.
-func (h *Handler) SweepUploads(ctx context.Context, jobID string, max int) (int, bool, error) {
+func (h *Handler) SweepUploads(ctx context.Context, jobID string, limit int) (int, bool, error) {
 	if err := checkJobID(jobID); err != nil {
 		return 0, false, err
 	}
-	if max <= 0 {
-		max = UploadSweepPage
+	if limit <= 0 {
+		limit = UploadSweepPage
 	}
 	prefix := uploadsPrefix(jobID)
 	var keys []string
 	var more bool
 	var err error
 	if p, ok := h.Backend.(PageLister); ok {
-		keys, more, err = p.ListPage(ctx, prefix, max)
-	} else if keys, err = h.Backend.List(ctx, prefix); len(keys) > max {
-		keys, more = keys[:max], true
+		keys, more, err = p.ListPage(ctx, prefix, limit)
+	} else if keys, err = h.Backend.List(ctx, prefix); len(keys) > limit {
+		keys, more = keys[:limit], true
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("listing direct uploads of job %s: %w", jobID, err)
