@@ -58,7 +58,7 @@ func (a *assembly) artifacts() error {
 		return err
 	}
 	a.backend = backend
-	a.artifactStore = a.binding.EnableArtifacts(backend, store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload})
+	a.artifactStore = a.binding.EnableArtifacts(backend, store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL})
 	a.binding.EnableArtifactReads(backend, bindingserver.KubeReviewer{Clientset: a.clientset}, a.opts.PresignTTL)
 	return nil
 }
