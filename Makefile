@@ -32,9 +32,9 @@ build:
 images:
 	$(GO) run ./hack/images -out bin/images -version $(VERSION) -platforms $(IMAGE_PLATFORMS)
 
-## testbin: build kube-apiserver, etcd, kubectl, versitygw (S3) and helm from the Go module proxy, promtool from Debian (cached)
+## testbin: build kube-apiserver, etcd, kubectl, versitygw and SeaweedFS (the two S3 servers of the store suites) and helm from the Go module proxy, promtool from Debian (cached)
 testbin:
-	bash hack/testbin.sh kube-apiserver etcd kubectl versitygw helm promtool
+	bash hack/testbin.sh kube-apiserver etcd kubectl versitygw seaweedfs helm promtool
 
 ## test: unit tests, golden files, the envtest integration suites, and a short fuzz run
 test: testbin
