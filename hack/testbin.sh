@@ -401,7 +401,7 @@ for c in "${components[@]}"; do
     demo)
       "$0" "${DEMO_COMPONENTS[@]}" ;;
     e2e)
-      "$0" kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue versitygw node ;;
+      "$0" kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue versitygw seaweedfs node ;;
     *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd containerd runc cni-plugins node kube-proxy coredns nft network controller-gen versitygw seaweedfs kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue helm golangci-lint kube-api-linter promtool shellcheck lint demo e2e)"; exit 2 ;;
   esac
 done
