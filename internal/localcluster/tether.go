@@ -23,6 +23,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	"github.com/tether-dev/tether/internal/s3server"
 	"github.com/tether-dev/tether/internal/testenv"
 )
 
@@ -32,11 +33,13 @@ type TetherOptions struct {
 	// leader lease.
 	Replicas int
 	// S3 installs manifests/overlays/quick-start, the default install, and
-	// runs its artifact store (versitygw) as a local process with the
-	// bucket and credentials the overlay ships (required with more than one
-	// replica); otherwise overlays/self-managed and the fs backend in
-	// <Dir>/artifacts.
+	// runs its artifact store (versitygw, or S3Impl) as a local process
+	// with the bucket and credentials the overlay ships (required with more
+	// than one replica); otherwise overlays/self-managed and the fs backend
+	// in <Dir>/artifacts.
 	S3 bool
+	// S3Impl is the S3 server with S3 (default: versitygw).
+	S3Impl s3server.Impl
 	// Args are extra control-plane flags (e.g. --status-interval=2s).
 	Args []string
 }
@@ -226,6 +229,7 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 	if err != nil {
 		return nil, err
 	}
+	s3cfg.Impl = opts.S3Impl
 	if t.kubeconfig, err = c.serviceAccountKubeconfig(ctx, "tether-system", "tether-control-plane"); err != nil {
 		return nil, err
 	}

@@ -21,11 +21,11 @@ import (
 )
 
 // directServer is the binding server's artifact endpoint (store.Handler, S3
-// backend on the shared versitygw) over HTTPS on loopback.
+// backend on a shared S3 server) over HTTPS on loopback.
 type directServer struct {
 	h     *store.Handler
 	url   string
-	caPEM []byte // trusts the endpoint and versitygw
+	caPEM []byte // trusts the endpoint and the S3 server
 	s3    *store.S3Backend
 
 	mu    sync.Mutex
@@ -93,8 +93,11 @@ func (s *storePuts) RoundTrip(r *http.Request) (*http.Response, error) {
 	return s.next.RoundTrip(r)
 }
 
-func TestUploaderDirectMode(t *testing.T) {
-	env := needS3(t)
+// Direct uploads (the big file) and proxied ones (the small file, and the
+// big one once the server turns direct mode off), on each S3 server.
+func TestUploaderDirectMode(t *testing.T) { eachS3(t, testUploaderDirectMode) }
+
+func testUploaderDirectMode(t *testing.T, env *s3env) {
 	jobID := newJobID(t)
 	d := newDirectServer(t, env, jobID)
 	sp := &storePuts{}
@@ -154,8 +157,9 @@ func TestUploaderDirectMode(t *testing.T) {
 
 // A file that changes while it is sent directly is never verified nor
 // stored under its key.
-func TestUploaderDirectModeChangingFile(t *testing.T) {
-	env := needS3(t)
+func TestUploaderDirectModeChangingFile(t *testing.T) { eachS3(t, testUploaderDirectModeChangingFile) }
+
+func testUploaderDirectModeChangingFile(t *testing.T, env *s3env) {
 	jobID := newJobID(t)
 	d := newDirectServer(t, env, jobID)
 	dir := t.TempDir()
