@@ -16,7 +16,10 @@ import (
 // are listed one level deep, on the S3 backend (delimiter listing, pages of
 // the asked size) and on the generic fallback alike.
 func TestSweepUploads(t *testing.T) {
-	v := startVersityGW(t)
+	eachS3(t, testSweepUploads)
+}
+
+func testSweepUploads(t *testing.T, v *s3Store) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name    string

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
@@ -100,6 +101,7 @@ type job struct {
 	pod                *corev1.Pod
 	token              []byte
 	tokenFile, caFile  string
+	podTokenFile       string
 	artifactDir, jobID string
 	caPool             *x509.CertPool
 }
@@ -129,6 +131,15 @@ func (s *suite) newJob(t *testing.T, ns string) *job {
 	if err := os.MkdirAll(j.artifactDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The pod token the kubelet would project into the sidecar.
+	j.podTokenFile = filepath.Join(dir, "pod-token")
+	cs, err := kubernetes.NewForConfig(s.env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.WritePodToken(ctx, cs, j.pod, j.podTokenFile); err != nil {
+		t.Fatal(err)
+	}
 	j.caPool = x509.NewCertPool()
 	j.caPool.AppendCertsFromPEM(secret.Data["ca.crt"])
 	j.jobID = testenv.SidecarEnv(j.pod)[binding.EnvJobID]
@@ -147,7 +158,7 @@ func (j *job) register(t *testing.T) {
 	t.Helper()
 	e := testenv.SidecarEnv(j.pod)
 	c, err := session.NewClient(session.Config{
-		ServerURL: e[binding.EnvServerURL], TokenFile: j.tokenFile, CAFile: j.caFile,
+		ServerURL: e[binding.EnvServerURL], TokenFile: j.tokenFile, PodTokenFile: j.podTokenFile, CAFile: j.caFile,
 		JobID: e[binding.EnvJobID], WorkerID: e[binding.EnvWorkerID],
 		Pod:               binding.PodIdentity{Namespace: e[binding.EnvPodNamespace], Name: e[binding.EnvPodName], UID: e[binding.EnvPodUID]},
 		HeartbeatInterval: time.Second, BackoffInitial: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond,
@@ -165,7 +176,7 @@ func (j *job) register(t *testing.T) {
 func (j *job) flush(t *testing.T) {
 	t.Helper()
 	e := testenv.SidecarEnv(j.pod)
-	up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: e[binding.EnvServerURL], JobID: j.jobID, TokenFile: j.tokenFile, CAFile: j.caFile})
+	up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: e[binding.EnvServerURL], JobID: j.jobID, TokenFile: j.tokenFile, PodTokenFile: j.podTokenFile, CAFile: j.caFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +249,11 @@ func (j *job) authorize(t *testing.T, rel string, size int64) upload.AuthorizeRe
 	}
 	req.Header.Set(upload.TokenHeader, string(bytes.TrimSpace(j.token)))
 	req.Header.Set(upload.PodHeader, string(j.pod.UID))
+	podToken, err := os.ReadFile(j.podTokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(binding.HeaderPodToken, string(bytes.TrimSpace(podToken)))
 	req.Header.Set("Content-Type", "application/json")
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: j.caPool}}, Timeout: 10 * time.Second}
 	resp, err := c.Do(req)
