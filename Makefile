@@ -32,9 +32,9 @@ build:
 images:
 	$(GO) run ./hack/images -out bin/images -version $(VERSION) -platforms $(IMAGE_PLATFORMS)
 
-## testbin: build kube-apiserver, etcd, kubectl, versitygw (S3) and helm from the Go module proxy, promtool from Debian (cached)
+## testbin: build kube-apiserver, etcd, kubectl, versitygw and SeaweedFS (the two S3 servers of the store suites) and helm from the Go module proxy, promtool from Debian (cached)
 testbin:
-	bash hack/testbin.sh kube-apiserver etcd kubectl versitygw helm promtool
+	bash hack/testbin.sh kube-apiserver etcd kubectl versitygw seaweedfs helm promtool
 
 ## test: unit tests, golden files, the envtest integration suites, and a short fuzz run
 test: testbin
@@ -71,16 +71,22 @@ integration: testbin
 
 ## e2e: the end-to-end suite on a full local cluster (etcd, kube-apiserver,
 ## kube-controller-manager, kube-scheduler, kwok, JobSet, Trainer v2.3.0 and
-## v2.0.0, Kueue, versitygw; all built from the Go module proxy and cached)
+## v2.0.0, Kueue, versitygw and SeaweedFS; all built from the Go module proxy and cached)
 ## plus a real node (kubelet, containerd, Debian's runc) running the images
 ## of `make images`; first the real node alone and the cluster network alone
 ## (two real nodes with pod networking, kube-proxy, CoreDNS), then the scenarios,
-## then Tether installed from its chart on a cluster of its own (test/install)
+## then scenarios 1 and 18 against SeaweedFS, then Tether installed from its
+## chart on a cluster of its own (test/install)
 E2E_TIMEOUT ?= 30m
 e2e: images
 	bash hack/testbin.sh e2e network helm
 	TETHER_E2E=1 $(GO) test -count=1 -v -timeout 10m -run '^(TestRealNodeAlone|TestClusterNetworkPlumbing|TestClusterNetwork)$$' ./internal/localcluster/
 	TETHER_E2E=1 $(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
+	@# Direct and proxied uploads once more against SeaweedFS, the second S3
+	@# server (scenario 1: checkpoints direct, small files proxied; 18: both
+	@# modes with a replica killed mid-upload), kwok nodes only: about 3 min.
+	TETHER_E2E=1 TETHER_E2E_S3=seaweedfs TETHER_E2E_REAL_NODE=0 $(GO) test -count=1 -v -timeout 15m \
+	  -run '^(TestScenario1HappyPathWithKueue|TestScenario18ReplicaKilledMidUpload)$$' ./e2e/
 	TETHER_E2E=1 $(GO) test -count=1 -v -timeout 15m ./test/install/
 
 ## bench: Go benchmarks (figures via b.ReportMetric; nothing is asserted on time)

@@ -1,9 +1,9 @@
 // Package e2e is Tether's end-to-end suite on a full local cluster: etcd,
 // kube-apiserver, kube-controller-manager, kube-scheduler, kwok, JobSet,
 // Kubeflow Trainer and Kueue, all real and built from the Go module proxy by
-// hack/testbin.sh, with Tether's control plane (cmd/webhook, two replicas
-// behind loopback "Services") installed from manifests/ and artifacts in a
-// real S3 server (versitygw). kwok runs no containers, so
+// hack/testbin.sh, with Tether's control plane (cmd/tether-control-plane,
+// two replicas behind loopback "Services") installed from manifests/ and
+// artifacts in a real S3 server (versitygw). kwok runs no containers, so
 // internal/localcluster's PodRunner runs the real cmd/sidecar and a trainer
 // stand-in for each injected pod and writes their exits into the Pod status
 // as the kubelet would.

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/internal/s3server"
 )
 
 // env is a cluster with Tether and a pod runner; the helpers of the
@@ -69,12 +70,18 @@ func run(m *testing.M) int {
 	}()
 	logf("cluster up in %.1fs (dir %s)", time.Since(start).Seconds(), c.Dir)
 	t0 := time.Now()
-	tether, err := c.StartTether(ctx, localcluster.TetherOptions{Replicas: 2, S3: true, Args: controlPlaneArgs})
+	// TETHER_E2E_S3=seaweedfs runs the suite against SeaweedFS instead.
+	s3Impl, err := s3server.ParseImpl(os.Getenv("TETHER_E2E_S3"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: TETHER_E2E_S3:", err)
+		return 1
+	}
+	tether, err := c.StartTether(ctx, localcluster.TetherOptions{Replicas: 2, S3: true, S3Impl: s3Impl, Args: controlPlaneArgs})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting Tether:", err)
 		return 1
 	}
-	logf("tether control plane up (2 replicas, S3) in %.1fs", time.Since(t0).Seconds())
+	logf("tether control plane up (2 replicas, S3 on %v) in %.1fs", s3Impl, time.Since(t0).Seconds())
 	runner := c.NewPodRunner()
 	runner.SidecarEnv = sidecarEnv
 	runner.Plan = planFor

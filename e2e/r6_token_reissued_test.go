@@ -18,6 +18,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
@@ -143,6 +144,13 @@ func registerWith(t *testing.T, token string, ca []byte, pod *corev1.Pod, wb *te
 		t.Fatal(err)
 	}
 	req.Header.Set(binding.HeaderAuthorization, "Bearer "+token)
+	// What the pod's kubelet projects into its sidecar (this request plays
+	// the sidecar): the pod's own token proves the pod it names.
+	podToken, err := testenv.PodToken(context.Background(), suite.c.Clientset, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(binding.HeaderPodToken, podToken)
 	req.Header.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
 	req.Header.Set(binding.HeaderJobID, wb.Spec.JobID)
 	req.Header.Set(binding.HeaderWorkerID, wb.Spec.WorkerID)

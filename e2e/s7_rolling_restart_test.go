@@ -17,7 +17,7 @@ import (
 
 const burstPrefix = "burst"
 
-// Scenario 7: both webhook replicas are restarted one after the other
+// Scenario 7: both control-plane replicas are restarted one after the other
 // (a rolling update), twice, while labeled TrainJobs are created ten per second,
 // each making its trainer pod: no TrainJob create fails, every pod is
 // created (no FailedCreate) and injected.

@@ -16,6 +16,12 @@ K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 CONTROLLER_TOOLS_VERSION=${CONTROLLER_TOOLS_VERSION:-v0.20.1}
 VERSITYGW_VERSION=${VERSITYGW_VERSION:-v1.8.0}
+# The second S3 server of the store suites (internal/s3server): SeaweedFS's
+# weed, a pseudo-version (the module proxy serves no tag of it). Its go.mod
+# has replace directives, so it is built in a wrapper module that copies
+# them; it has no build tags that leave out back ends (the optional ones,
+# e.g. rocksdb or tikv, are opt-in), so the default weed is what is built.
+SEAWEEDFS_VERSION=${SEAWEEDFS_VERSION:-v0.0.0-20261109003541-7506e5f91cd6}
 # The full local cluster of the e2e suite (DESIGN.md §6).
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
@@ -148,6 +154,48 @@ jobset_wrapper() {
     touch "$dir/.ready"
   fi
   echo "$dir"
+}
+
+# seaweedfs_wrapper writes a module that requires SeaweedFS and repeats the
+# replace directives of its go.mod (a replace applies only in the main
+# module, and `go install pkg@version` refuses a module that has any).
+seaweedfs_wrapper() {
+  local dir="$ROOT/src/seaweedfs-$SEAWEEDFS_VERSION" m=github.com/seaweedfs/seaweedfs
+  if [[ ! -f "$dir/.ready" ]]; then
+    log "preparing wrapper module for $m $SEAWEEDFS_VERSION"
+    mkdir -p "$dir"
+    local gomod
+    gomod=$(go mod download -json "$m@$SEAWEEDFS_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+    {
+      printf 'module tether.dev/testbin/seaweedfs\n\ngo 1.26.0\n\nrequire %s %s\n\n' "$m" "$SEAWEEDFS_VERSION"
+      # Both forms: single-line replaces and the lines of a replace block.
+      grep -E '^replace [^(]' "$gomod" || true
+      awk '/^replace \($/ {b=1; print; next} b && /^\)/ {b=0; print; next} b {print}' "$gomod"
+    } >"$dir/go.mod"
+    (cd "$dir" && GOFLAGS=-mod=mod go get "$m@$SEAWEEDFS_VERSION" >&2)
+    touch "$dir/.ready"
+  fi
+  echo "$dir"
+}
+
+# seaweedfs builds weed (one binary: `weed server` runs master, volume
+# server, filer and S3 gateway), cached as $ROOT/seaweedfs-<version>/weed.
+seaweedfs() {
+  local dir="$ROOT/seaweedfs-$SEAWEEDFS_VERSION" m=github.com/seaweedfs/seaweedfs
+  if [[ -x "$dir/weed" ]]; then
+    log "seaweedfs $SEAWEEDFS_VERSION: cached ($dir/weed)"
+  else
+    local wrapper
+    wrapper=$(seaweedfs_wrapper)
+    log "seaweedfs $SEAWEEDFS_VERSION: building $m/weed (one-time, ~9 min cold on 2 cores)"
+    local start=$SECONDS commit=${SEAWEEDFS_VERSION##*-}
+    mkdir -p "$dir"
+    (cd "$wrapper" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-s -w -X $m/weed/util/version.COMMIT=$commit" -o "$dir/weed.tmp" "$m/weed")
+    mv "$dir/weed.tmp" "$dir/weed"
+    log "seaweedfs $SEAWEEDFS_VERSION: built in $((SECONDS - start))s"
+  fi
+  ln -sfn "$dir/weed" "$CURRENT/weed"
 }
 
 # coredns_wrapper writes a module whose main links CoreDNS's core and only the
@@ -323,6 +371,8 @@ for c in "${components[@]}"; do
       tool controller-gen "$CONTROLLER_TOOLS_VERSION" sigs.k8s.io/controller-tools/cmd/controller-gen ;;
     versitygw)
       tool versitygw "$VERSITYGW_VERSION" github.com/versity/versitygw/cmd/versitygw ;;
+    seaweedfs)
+      seaweedfs ;;
     kwok)
       tool kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok ;;
     trainer-controller-manager)
@@ -351,8 +401,8 @@ for c in "${components[@]}"; do
     demo)
       "$0" "${DEMO_COMPONENTS[@]}" ;;
     e2e)
-      "$0" kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue versitygw node ;;
-    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd containerd runc cni-plugins node kube-proxy coredns nft network controller-gen versitygw kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue helm golangci-lint kube-api-linter promtool shellcheck lint demo e2e)"; exit 2 ;;
+      "$0" kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue versitygw seaweedfs node ;;
+    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd containerd runc cni-plugins node kube-proxy coredns nft network controller-gen versitygw seaweedfs kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue helm golangci-lint kube-api-linter promtool shellcheck lint demo e2e)"; exit 2 ;;
   esac
 done
 log "ready: KUBEBUILDER_ASSETS=$CURRENT"

@@ -169,8 +169,9 @@ const headlineRate = 1000
 // linear drift affects all equally. Paths never overlap.
 func BenchmarkPodAdmission(b *testing.B) {
 	cfg := loadConfig(b)
-	// The control plane's production logger (cmd/webhook: zap, JSON, info),
-	// writing nowhere: the handler's log calls cost what they cost in production.
+	// The control plane's production logger (cmd/tether-control-plane: zap,
+	// JSON, info), writing nowhere: the handler's log calls cost what they
+	// cost in production.
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	ctx := b.Context()
 

@@ -156,8 +156,9 @@ func BenchmarkBindingSessions(b *testing.B) {
 		b.Logf("WARNING: %d sessions need about %d descriptors in each process; expect dial failures past ~%d sessions",
 			cfg.sessions, need, nofile-1000)
 	}
-	// The control plane's production logger (cmd/webhook: zap, JSON, info),
-	// writing nowhere: its log calls cost what they cost in production.
+	// The control plane's production logger (cmd/tether-control-plane: zap,
+	// JSON, info), writing nowhere: its log calls cost what they cost in
+	// production.
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	ctx := b.Context()
 
@@ -540,6 +541,11 @@ func createObjects(b *testing.B, ctx context.Context, env *testenv.Env, n int) [
 	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		b.Fatal(err)
 	}
+	// The kubelet's part: every pod's projected pod token (TokenRequest).
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
 	ids := make([]bench.Identity, n)
 	for i := range ids {
 		var raw [32]byte
@@ -551,7 +557,7 @@ func createObjects(b *testing.B, ctx context.Context, env *testenv.Env, n int) [
 			Namespace: namespace, Pod: name + "-node-0-0"}
 	}
 
-	err := parallel(ctx, "pods", n, createWorkers, func(i int) error {
+	err = parallel(ctx, "pods", n, createWorkers, func(i int) error {
 		id := &ids[i]
 		status := mutate.InjectionStatus{Version: mutate.StatusVersion, JobID: id.JobID, WorkerID: id.WorkerID,
 			Sidecar: mutate.SidecarName, ArtifactVolume: mutate.ArtifactVolumeName}.String()
@@ -570,7 +576,8 @@ func createObjects(b *testing.B, ctx context.Context, env *testenv.Env, n int) [
 				len(pod.Spec.InitContainers), jobconfig.PodStatusAnnotation, pod.Annotations[jobconfig.PodStatusAnnotation])
 		}
 		id.UID = string(pod.UID)
-		return nil
+		id.PodToken, err = testenv.PodToken(ctx, cs, pod)
+		return err
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -81,8 +81,9 @@ func loadConfig(b *testing.B) benchConfig {
 // last iteration, with the bindings grown to TETHER_BENCH_BINDINGS.
 func BenchmarkBindAtScale(b *testing.B) {
 	cfg := loadConfig(b)
-	// The control plane's production logger (cmd/webhook: zap, JSON, info),
-	// writing nowhere: its log calls cost what they cost in production.
+	// The control plane's production logger (cmd/tether-control-plane: zap,
+	// JSON, info), writing nowhere: its log calls cost what they cost in
+	// production.
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	ctx := b.Context()
 	env := startEnv(b, ctx)

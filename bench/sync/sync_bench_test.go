@@ -414,8 +414,15 @@ func BenchmarkSidecarSmallFilesRSS(b *testing.B) {
 		s := startServer(b, os.Getenv("TETHER_BENCH_SYNC_STORE"))
 		dir := b.TempDir()
 		smallFiles(b, dir, n)
+		// The store alone (no binding server) reviews no pod token; the
+		// sidecar needs the file the webhook mounts.
+		podToken := filepath.Join(b.TempDir(), "pod-token")
+		if err := os.WriteFile(podToken, []byte("eyJhbGciOiJSUzI1NiJ9.e30.c2ln"), 0o600); err != nil {
+			b.Fatal(err)
+		}
 		env := map[string]string{
-			binding.EnvJobID: s.jobID, binding.EnvWorkerID: "worker-0", binding.EnvTrainJob: "bench",
+			binding.EnvPodTokenFile: podToken,
+			binding.EnvJobID:        s.jobID, binding.EnvWorkerID: "worker-0", binding.EnvTrainJob: "bench",
 			binding.EnvServerURL: s.url, binding.EnvTokenFile: s.tokenFile, binding.EnvCAFile: s.caFile,
 			binding.EnvArtifactDir: dir, binding.EnvHeartbeatInterval: "10s",
 			binding.EnvPodName: "bench-node-0-0", binding.EnvPodNamespace: "tether-bench", binding.EnvPodUID: "uid-bench",

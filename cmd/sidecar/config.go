@@ -142,6 +142,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.WorkerID = req(binding.EnvWorkerID)
 	c.ServerURL = req(binding.EnvServerURL)
 	c.TokenFile = req(binding.EnvTokenFile)
+	c.PodTokenFile = req(binding.EnvPodTokenFile)
 	c.CAFile = req(binding.EnvCAFile)
 	c.Pod = binding.PodIdentity{
 		Name:      req(binding.EnvPodName),
@@ -184,6 +185,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.TokenFile != "" {
 		if err := checkToken(c.TokenFile); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", binding.EnvTokenFile, err))
+		}
+	}
+	if c.PodTokenFile != "" {
+		if _, err := credentials.ReadPodToken(c.PodTokenFile); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w (the pod's projected ServiceAccount token the webhook mounts)", binding.EnvPodTokenFile, err))
 		}
 	}
 	if c.CAFile != "" {

@@ -35,6 +35,7 @@ func testEnv(t *testing.T, serverURL, caPEM string) map[string]string {
 		binding.EnvTrainJob:          "mnist",
 		binding.EnvServerURL:         serverURL,
 		binding.EnvTokenFile:         write("token", testToken),
+		binding.EnvPodTokenFile:      write("pod-token", "eyJhbGciOiJSUzI1NiJ9.eyJhdWQiOlsidGV0aGVyLmRldi9iaW5kaW5nIl19.c2ln"),
 		binding.EnvCAFile:            write("ca.crt", caPEM),
 		binding.EnvArtifactDir:       artifacts,
 		binding.EnvHeartbeatInterval: "50ms",
@@ -110,6 +111,12 @@ func TestLoadConfigNamesTheVariable(t *testing.T) {
 		{"http", func(_ *testing.T, env map[string]string) { env[binding.EnvServerURL] = "http://x" }, binding.EnvServerURL},
 		{"log level", func(_ *testing.T, env map[string]string) { env[EnvLogLevel] = "loud" }, EnvLogLevel},
 		{"no token file", func(_ *testing.T, env map[string]string) { env[binding.EnvTokenFile] = "/nonexistent/token" }, binding.EnvTokenFile},
+		{"missing pod token", func(_ *testing.T, env map[string]string) { delete(env, binding.EnvPodTokenFile) }, binding.EnvPodTokenFile + " is not set"},
+		{"empty pod token", func(t *testing.T, env map[string]string) {
+			if err := os.WriteFile(env[binding.EnvPodTokenFile], []byte("\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, binding.EnvPodTokenFile + ": "},
 		{"bad token", func(t *testing.T, env map[string]string) {
 			if err := os.WriteFile(env[binding.EnvTokenFile], []byte("secret-but-malformed"), 0o600); err != nil {
 				t.Fatal(err)

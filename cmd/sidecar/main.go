@@ -192,6 +192,7 @@ func newSyncer(cfg config, log *slog.Logger) (*artifacts.Syncer, *artifacts.Scan
 		JobID:         cfg.client.JobID,
 		NodeRank:      cfg.nodeRank,
 		TokenFile:     cfg.client.TokenFile,
+		PodTokenFile:  cfg.client.PodTokenFile,
 		CAFile:        cfg.client.CAFile,
 		MaxConns:      cfg.uploadWorkers,
 		Logger:        log,

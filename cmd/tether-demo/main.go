@@ -90,7 +90,7 @@ func run(hold bool) error {
 	}()
 	detail("cluster up in %s; logs of every component in %s", time.Since(start).Round(100*time.Millisecond), filepath.Join(c.Dir, "logs"))
 
-	step("installing Tether from manifests/overlays/self-managed (CRD, RBAC, webhook) and running cmd/webhook as its ServiceAccount")
+	step("installing Tether from manifests/overlays/self-managed (CRD, RBAC, webhook) and running cmd/tether-control-plane as its ServiceAccount")
 	start = time.Now()
 	tether, err := c.StartTether(ctx, localcluster.TetherOptions{Args: []string{"--status-interval=2s"}})
 	if err != nil {

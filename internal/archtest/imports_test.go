@@ -69,9 +69,9 @@ func TestNothingBelowControlPlaneImportsMutate(t *testing.T) {
 
 // The control plane binary must not compile against the sidecar's code.
 func TestControlPlaneHasNoSidecarCode(t *testing.T) {
-	for _, p := range list(t, "./cmd/webhook") {
+	for _, p := range list(t, "./cmd/tether-control-plane") {
 		if r := rel(p.ImportPath); internal(p.ImportPath) && (strings.HasPrefix(r, "pkg/sidecar/") || strings.HasPrefix(r, "cmd/sidecar")) {
-			t.Errorf("cmd/webhook depends on sidecar-only package %s", r)
+			t.Errorf("cmd/tether-control-plane depends on sidecar-only package %s", r)
 		}
 	}
 }

@@ -112,7 +112,7 @@ func (s Spec) Ref(meta Meta) string { return s.Repository + ":" + meta.Version }
 // (version.Registry).
 func Specs(registry string) []Spec {
 	return []Spec{
-		{Repository: registry + "/tether-webhook", Package: "./cmd/webhook", Entrypoint: "/tether-webhook",
+		{Repository: registry + "/tether-control-plane", Package: "./cmd/tether-control-plane", Entrypoint: "/tether-control-plane",
 			Description: "Tether control plane: admission webhooks, binding controller and binding API",
 			CACerts:     true, Tmp: true},
 		{Repository: registry + "/tether-sidecar", Package: "./cmd/sidecar", Entrypoint: "/tether-sidecar",

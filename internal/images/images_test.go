@@ -105,11 +105,11 @@ func TestImageIsReproducible(t *testing.T) {
 // Two builds and writes of the same image, from binaries with different host
 // mtimes, at different wall times, give byte-identical archives.
 func TestWriteIsReproducible(t *testing.T) {
-	s := spec(t, "tether-webhook")
+	s := spec(t, "tether-control-plane")
 	var sums []string
 	var digests []string
 	for _, mtime := range []time.Time{time.Unix(5, 0), time.Now()} {
-		bin := fakeBinary(t, "\x7fELF webhook", 0o755, mtime)
+		bin := fakeBinary(t, "\x7fELF control plane", 0o755, mtime)
 		img, err := Image(s, testMeta, amd64, bin)
 		if err != nil {
 			t.Fatal(err)
@@ -226,10 +226,10 @@ func layerEntries(t *testing.T, img v1.Image) ([]entry, map[string][]byte) {
 
 func TestLayerHoldsOnlyTheBinaryAndWhatItNeeds(t *testing.T) {
 	for title, want := range map[string][]entry{
-		"tether-webhook": {
+		"tether-control-plane": {
 			{"etc/", 0o755, tar.TypeDir}, {"etc/ssl/", 0o755, tar.TypeDir}, {"etc/ssl/certs/", 0o755, tar.TypeDir},
 			{"etc/ssl/certs/ca-certificates.crt", 0o644, tar.TypeReg},
-			{"tether-webhook", 0o755, tar.TypeReg}, {"tmp/", 0o1777, tar.TypeDir},
+			{"tether-control-plane", 0o755, tar.TypeReg}, {"tmp/", 0o1777, tar.TypeDir},
 		},
 		"tether-sidecar": {
 			{"etc/", 0o755, tar.TypeDir}, {"etc/ssl/", 0o755, tar.TypeDir}, {"etc/ssl/certs/", 0o755, tar.TypeDir},

@@ -45,8 +45,8 @@ func TestManifestsNameTheBuiltImages(t *testing.T) {
 			sidecar = v
 		}
 	}
-	if image != refs["tether-webhook"] {
-		t.Errorf("manifests/base/deployment.yaml: image %q, make images builds %s", image, refs["tether-webhook"])
+	if image != refs["tether-control-plane"] {
+		t.Errorf("manifests/base/deployment.yaml: image %q, make images builds %s", image, refs["tether-control-plane"])
 	}
 	if sidecar != refs["tether-sidecar"] {
 		t.Errorf("manifests/base/deployment.yaml: --sidecar-image=%q, make images builds %s", sidecar, refs["tether-sidecar"])

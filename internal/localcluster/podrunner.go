@@ -104,8 +104,9 @@ func (p TrainerPlan) Args(dir string) []string {
 // PodRunner plays the kubelet for the pods Tether injected (kwok makes them
 // Running but runs nothing). For each such pod it runs the real cmd/sidecar
 // binary with the environment the pod spec gives it (downward API resolved
-// from the Pod object), the token and CA from the Secret the pod mounts, and
-// the artifact volume as a host directory; next to it the trainer stand-in
+// from the Pod object), the token and CA from the Secret the pod mounts, the
+// pod token the kubelet would project (TokenRequest bound to the pod,
+// renewed at 80% of its life), and the artifact volume as a host directory; next to it the trainer stand-in
 // in place of the trainer container. When the trainer exits it records the
 // exit code in the Pod's status, SIGTERMs the sidecar (as the kubelet does
 // with native sidecars once the main containers end), and finishes the pod.
@@ -147,7 +148,15 @@ type runningPod struct {
 	finishing bool
 	finished  bool
 	lastErr   string
+	// podTokenFile is the sidecar's projected pod token, minted at
+	// podTokenAt and renewed as the kubelet does (sync's own).
+	podTokenFile string
+	podTokenAt   time.Time
 }
+
+// podTokenRenewal is when the kubelet renews a projected token: at 80% of
+// its life.
+const podTokenRenewal = trainjob.PodTokenExpirationSeconds * time.Second * 8 / 10
 
 // NewPodRunner prepares a runner; binaries come from StartTether's build.
 func (c *Cluster) NewPodRunner() *PodRunner {
@@ -253,7 +262,13 @@ func (r *PodRunner) sync(ctx context.Context) {
 		case pod.Status.Phase == corev1.PodRunning && rp.sidecar == nil && !rp.finishing:
 			start = true
 		}
+		renew := !start && rp.sidecar != nil && !rp.finishing && rp.podTokenFile != "" && time.Since(rp.podTokenAt) > podTokenRenewal
 		r.mu.Unlock()
+		if renew {
+			if err := r.writePodToken(ctx, rp, pod); err != nil {
+				r.c.Opts.Log("pod %s: renewing its pod token: %v", rp.key, err)
+			}
+		}
 		if !start {
 			continue
 		}
@@ -292,6 +307,10 @@ func (r *PodRunner) startPod(ctx context.Context, rp *runningPod, pod *corev1.Po
 			return err
 		}
 	}
+	rp.podTokenFile = filepath.Join(dir, "pod-token")
+	if err := r.writePodToken(ctx, rp, pod); err != nil {
+		return err
+	}
 	var env []string
 	for k, v := range testenv.SidecarEnv(pod) {
 		switch k {
@@ -299,6 +318,8 @@ func (r *PodRunner) startPod(ctx context.Context, rp *runningPod, pod *corev1.Po
 			v = filepath.Join(tokenDir, filepath.Base(v))
 		case binding.EnvCAFile:
 			v = filepath.Join(tokenDir, filepath.Base(v))
+		case binding.EnvPodTokenFile:
+			v = rp.podTokenFile
 		case binding.EnvArtifactDir:
 			v = artifacts
 		case binding.EnvServerURL:
@@ -528,6 +549,26 @@ func exitCode(p *Process) int32 {
 		}
 	}
 	return 1
+}
+
+// writePodToken mints what the kubelet projects into the sidecar's
+// tether-pod-token volume (a token of the pod's ServiceAccount, audience
+// binding.PodTokenAudience, bound to the pod) and replaces the file with it
+// in one rename, as the kubelet's atomic writer does.
+func (r *PodRunner) writePodToken(ctx context.Context, rp *runningPod, pod *corev1.Pod) error {
+	token, err := testenv.PodToken(ctx, r.c.Clientset, pod)
+	if err != nil {
+		return err
+	}
+	tmp := rp.podTokenFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte(token), 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, rp.podTokenFile); err != nil {
+		return err
+	}
+	rp.podTokenAt = time.Now()
+	return nil
 }
 
 // tokenSecretOf is the Secret of the pod's Tether token volume.

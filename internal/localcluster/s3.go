@@ -13,8 +13,9 @@ import (
 	"github.com/tether-dev/tether/internal/s3server"
 )
 
-// S3 is a versitygw server (internal/s3server: posix backend) on loopback,
-// plain HTTP, with one bucket for Tether's artifacts.
+// S3 is an S3 server (internal/s3server: versitygw's posix backend, or
+// SeaweedFS) on loopback, plain HTTP, with one bucket for Tether's
+// artifacts.
 type S3 struct {
 	Endpoint       string // host:port
 	Bucket         string
@@ -22,15 +23,18 @@ type S3 struct {
 	Admin          *minio.Client
 }
 
-// S3Config is the store's bucket and root credentials.
+// S3Config is the store's bucket and root credentials, and the server.
 type S3Config struct {
 	Bucket, AccessKey, SecretKey string
+	// Impl is the server (default: versitygw).
+	Impl s3server.Impl
 }
 
 // DefaultS3Config is the store's configuration when no manifest gives one.
 var DefaultS3Config = S3Config{Bucket: "tether-artifacts", AccessKey: "tether-e2e-access", SecretKey: "tether-e2e-secret-key-0123456789"}
 
-// StartS3 starts versitygw with cfg's credentials and creates cfg's bucket.
+// StartS3 starts cfg's S3 server with cfg's credentials and creates cfg's
+// bucket.
 func (c *Cluster) StartS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	data := filepath.Join(c.Dir, "s3-data")
 	creds := filepath.Join(c.Dir, "s3-credentials")
@@ -45,11 +49,16 @@ func (c *Cluster) StartS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	if err := os.WriteFile(filepath.Join(creds, "secret-key"), []byte(cfg.SecretKey), 0o600); err != nil {
 		return nil, err
 	}
-	logFile, err := os.OpenFile(filepath.Join(c.logDir(), "versitygw.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logFile, err := os.OpenFile(filepath.Join(c.logDir(), cfg.Impl.String()+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := s3server.Start(ctx, s3server.Options{Binary: c.bin("versitygw"), Dir: data, AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey, Output: logFile})
+	bin, err := cfg.Impl.BinaryIn(c.Assets)
+	if err != nil {
+		_ = logFile.Close()
+		return nil, err
+	}
+	srv, err := s3server.Start(ctx, s3server.Options{Impl: cfg.Impl, Binary: bin, Dir: data, AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey, Output: logFile})
 	if err != nil {
 		_ = logFile.Close()
 		return nil, err

@@ -14,8 +14,9 @@ import (
 // renders the manifests with, and the real node's binaries with RealNode.
 // It is what `make demo` builds (testbin's "demo" group is checked against
 // it by cmd/tether-demo's test), so a component Start begins to exec must
-// be added here. Not included: versitygw (StartS3, TetherOptions.S3) and
-// the cluster network's (ClusterNetwork checks its own).
+// be added here. Not included: the S3 server, versitygw or seaweedfs
+// (StartS3, TetherOptions.S3), and the cluster network's (ClusterNetwork
+// checks its own).
 func (o Options) Components() []string {
 	cs := []string{"kube-apiserver", "etcd", "kubectl", "kube-controller-manager", "kube-scheduler", "kwok", "jobset"}
 	if o.TrainerVersion == TrainerV20 {

@@ -23,25 +23,29 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	"github.com/tether-dev/tether/internal/s3server"
 	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // TetherOptions configure Tether's control plane in the cluster.
 type TetherOptions struct {
-	// Replicas of cmd/webhook (default 1); they share one leader lease.
+	// Replicas of cmd/tether-control-plane (default 1); they share one
+	// leader lease.
 	Replicas int
 	// S3 installs manifests/overlays/quick-start, the default install, and
-	// runs its artifact store (versitygw) as a local process with the
-	// bucket and credentials the overlay ships (required with more than one
-	// replica); otherwise overlays/self-managed and the fs backend in
-	// <Dir>/artifacts.
+	// runs its artifact store (versitygw, or S3Impl) as a local process
+	// with the bucket and credentials the overlay ships (required with more
+	// than one replica); otherwise overlays/self-managed and the fs backend
+	// in <Dir>/artifacts.
 	S3 bool
+	// S3Impl is the S3 server with S3 (default: versitygw).
+	S3Impl s3server.Impl
 	// Args are extra control-plane flags (e.g. --status-interval=2s).
 	Args []string
 }
 
 // Tether is Tether's control plane running in the cluster: replicas of the
-// real cmd/webhook binary under the ServiceAccount and RBAC that
+// real cmd/tether-control-plane binary under the ServiceAccount and RBAC that
 // manifests/overlays/self-managed ships. On the cluster network they are
 // behind the shipped Service tether-control-plane (EndpointSlices of the
 // harness's making, endpoints.go): the apiserver calls the webhooks there,
@@ -165,10 +169,10 @@ func (t *Tether) ServiceURL() string {
 	return t.BindingURL()
 }
 
-// BuildBinaries builds ./cmd/webhook, ./cmd/sidecar and the trainer stand-in
-// into dir (the Go build cache makes repeat builds fast).
+// BuildBinaries builds ./cmd/tether-control-plane, ./cmd/sidecar and the
+// trainer stand-in into dir (the Go build cache makes repeat builds fast).
 func BuildBinaries(dir string) error {
-	return goBuild(dir, "./cmd/webhook", "./cmd/sidecar", "./internal/localcluster/trainer-standin")
+	return goBuild(dir, "./cmd/tether-control-plane", "./cmd/sidecar", "./internal/localcluster/trainer-standin")
 }
 
 // goBuild builds static binaries of the module's packages into dir.
@@ -199,7 +203,7 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 	if err := BuildBinaries(binDir); err != nil {
 		return nil, err
 	}
-	t := &Tether{c: c, opts: opts, bin: filepath.Join(binDir, "webhook")}
+	t := &Tether{c: c, opts: opts, bin: filepath.Join(binDir, "tether-control-plane")}
 	var err error
 	if c.Network != nil {
 		t.endpoints = newServiceEndpoints(c)
@@ -225,6 +229,7 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 	if err != nil {
 		return nil, err
 	}
+	s3cfg.Impl = opts.S3Impl
 	if t.kubeconfig, err = c.serviceAccountKubeconfig(ctx, "tether-system", "tether-control-plane"); err != nil {
 		return nil, err
 	}

@@ -3,5 +3,5 @@
 // the Trainer v2.3 CRDs from its Go module, Tether's CRD and its
 // MutatingWebhookConfiguration from manifests/ (service references rewritten
 // to the local webhook address), and Tether's control plane in-process with
-// exactly the wiring cmd/webhook uses.
+// exactly the wiring cmd/tether-control-plane uses.
 package testenv

@@ -35,7 +35,11 @@ func MakeTrainerPod(trainJob, namespace string) *PodWrapper {
 			Annotations: map[string]string{trainjob.CompletionIndexLabel: "0"},
 		},
 		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
+			// What the ServiceAccount admission plugin sets before the
+			// webhooks run; envtest runs without it, and the pod webhook
+			// refuses a pod without one (it could hold no pod token).
+			ServiceAccountName: "default",
+			RestartPolicy:      corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{
 				Name:    "node",
 				Image:   "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",

@@ -1,7 +1,8 @@
 // Package binding is the protocol between a bound job's sidecar and Tether's
 // control plane, and nothing else: messages and frames, headers, paths,
-// limits, close and error codes, the sidecar's environment variables, the
-// token (one type: issue, parse, hash, header) and the token Secret's keys.
+// limits, close and error codes, the sidecar's environment variables and what
+// its server URL must be (ParseServerURL), the token (one type: issue, parse,
+// hash, header) and the token Secret's keys.
 // Both halves import it: the server in pkg/binding/server (control plane),
 // the client in pkg/sidecar/session (sidecar).
 //

@@ -29,6 +29,21 @@ const (
 	HeaderPodNamespace = "Tether-Pod-Namespace"
 	HeaderPodName      = "Tether-Pod-Name"
 	HeaderPodUID       = "Tether-Pod-UID"
+
+	// HeaderPodToken carries the pod's projected ServiceAccount token
+	// (audience PodTokenAudience) beside the job's token, on registration,
+	// session and artifact requests: every rank of a job holds the same job
+	// token, so only this token proves which pod is asking. The server
+	// reviews it (TokenReview) and refuses a request whose claimed pod is
+	// not the token's.
+	HeaderPodToken = "Tether-Pod-Token"
+	// PodTokenAudience is the audience of the pod token: the API server
+	// accepts it for nothing else, and the binding server accepts no token
+	// of another audience (a pod's kube-api-access token in particular).
+	PodTokenAudience = "tether.dev/binding"
+	// MaxPodTokenLength bounds HeaderPodToken (a ServiceAccount JWT is
+	// about 1 KiB).
+	MaxPodTokenLength = 8 << 10
 )
 
 // Limits the server enforces.

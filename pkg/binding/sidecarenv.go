@@ -23,6 +23,11 @@ const (
 	// EnvFlushBudget bounds the sidecar's final flush on SIGTERM; the pod
 	// webhook derives it from the pod's termination grace period.
 	EnvFlushBudget = "TETHER_FLUSH_BUDGET"
+	// EnvPodTokenFile is the pod's projected ServiceAccount token (audience
+	// PodTokenAudience), which proves which pod the sidecar runs in
+	// (HeaderPodToken); the kubelet rotates it, so it is read for every
+	// request.
+	EnvPodTokenFile = "TETHER_POD_TOKEN_FILE"
 )
 
 // ProgressFile is the optional file, relative to the artifact directory, where

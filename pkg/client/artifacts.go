@@ -40,7 +40,8 @@ type Artifact struct {
 var ErrNoReads = errors.New("no read endpoint configured: set the control plane's binding URL (Options.ReadURL, --tether-url or TETHER_URL)")
 
 // ManifestDigestError is a stored manifest that is not the one the binding
-// server verified: its SHA-256 is not the one the binding recorded.
+// server verified: its SHA-256 is not the one the binding recorded, or the
+// binding records none (every verdict of the control plane carries one).
 type ManifestDigestError struct {
 	Rank      int32
 	Key       string
@@ -51,6 +52,10 @@ type ManifestDigestError struct {
 }
 
 func (e *ManifestDigestError) Error() string {
+	if e.Want == "" {
+		return fmt.Sprintf("node %d's manifest %s has no SHA-256 recorded on the binding, and the control plane records one with every verdict: the status was not written by it; refusing the manifest and the files it lists",
+			e.Rank, e.Key)
+	}
 	msg := fmt.Sprintf("node %d's manifest %s has SHA-256 %s, but the binding recorded %s when it was verified: the stored manifest was changed; refusing it and the files it lists",
 		e.Rank, e.Key, e.Got, e.Want)
 	if !e.Final {
@@ -62,11 +67,11 @@ func (e *ManifestDigestError) Error() string {
 // Artifacts lists the files of every bound node's current manifest, rank
 // by rank. A node without a manifest yet contributes nothing. Each manifest
 // is checked against the SHA-256 the binding recorded with its verdict: a
-// manifest changed in the store is a *ManifestDigestError, and a verdict
-// recorded without a digest (an older control plane) marks nothing verified.
+// manifest changed in the store, or one without a recorded SHA-256, is a
+// *ManifestDigestError.
 func (c *Client) Artifacts(ctx context.Context, wb *tetherv1.WorkerBinding) ([]Artifact, error) {
 	var out []Artifact
-	for _, n := range nodes(wb) {
+	for _, n := range wb.Status.Nodes {
 		a := n.Artifacts
 		if a == nil || a.Manifest == "" {
 			continue
@@ -85,35 +90,21 @@ func (c *Client) Artifacts(ctx context.Context, wb *tetherv1.WorkerBinding) ([]A
 			return nil, fmt.Errorf("node %d's manifest %s: %w", n.Rank, a.Manifest, err)
 		}
 		sum := sha256.Sum256(raw)
-		if got := hex.EncodeToString(sum[:]); a.ManifestSHA256 != "" && got != a.ManifestSHA256 {
+		if got := hex.EncodeToString(sum[:]); got != a.ManifestSHA256 {
 			return nil, &ManifestDigestError{Rank: n.Rank, Key: a.Manifest, Want: a.ManifestSHA256, Got: got, Final: wb.Status.Phase == tetherv1.PhaseSucceeded}
 		}
 		var m upload.Manifest
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return nil, fmt.Errorf("node %d's manifest %s: %w", n.Rank, a.Manifest, err)
 		}
-		verified := a.Verified && a.ManifestSHA256 != ""
 		prefix := upload.NodePrefix(int(n.Rank))
 		for _, f := range m.Files {
 			p := prefix + f.Path
 			out = append(out, Artifact{Rank: n.Rank, Path: p, Size: f.Size, MD5: f.MD5,
-				Verified: verified && !slices.Contains(a.Missing, p) && !slices.Contains(a.Missing, f.Path)})
+				Verified: a.Verified && !slices.Contains(a.Missing, p) && !slices.Contains(a.Missing, f.Path)})
 		}
 	}
 	return out, nil
-}
-
-// nodes are the binding's nodes; a binding written before per-node status
-// has its node 0 in status.artifacts only.
-func nodes(wb *tetherv1.WorkerBinding) []tetherv1.NodeStatus {
-	if len(wb.Status.Nodes) > 0 {
-		return wb.Status.Nodes
-	}
-	if a := wb.Status.Artifacts; a != nil && a.Manifest != "" {
-		return []tetherv1.NodeStatus{{Rank: 0, Artifacts: &tetherv1.NodeArtifacts{Manifest: a.Manifest, Verified: a.ManifestVerified,
-			Files: a.Files, Bytes: a.Bytes, Missing: a.Missing, MissingCount: a.MissingCount}}}
-	}
-	return nil
 }
 
 // DigestError is a download whose content is not what the manifest lists.
@@ -139,7 +130,7 @@ func (c *Client) Find(ctx context.Context, wb *tetherv1.WorkerBinding, path stri
 	for _, a := range list {
 		if a.Path == path {
 			if !a.Verified {
-				return a, fmt.Errorf("artifact %s of %s/%s is not verified (its node's manifest names it missing, is not verified, or was verified by a control plane that recorded no manifest digest): refusing to download it", path, wb.Namespace, wb.Name)
+				return a, fmt.Errorf("artifact %s of %s/%s is not verified (its node's manifest names it missing or is not verified): refusing to download it", path, wb.Namespace, wb.Name)
 			}
 			return a, nil
 		}
@@ -199,35 +190,19 @@ func (c *Client) DownloadFile(ctx context.Context, wb *tetherv1.WorkerBinding, p
 // Log opens the archived trainer log of pod (status.artifacts.logs).
 func (c *Client) Log(ctx context.Context, wb *tetherv1.WorkerBinding, pod string) (io.ReadCloser, error) {
 	if a := wb.Status.Artifacts; a != nil {
-		for _, key := range []string{upload.LogKey(wb.Spec.JobID, pod), wb.Spec.JobID + "/" + legacyLogsDir + pod + ".log"} {
-			if slices.Contains(a.Logs, key) {
-				return c.open(ctx, wb, strings.TrimPrefix(key, wb.Spec.JobID+"/"))
-			}
+		if key := upload.LogKey(wb.Spec.JobID, pod); slices.Contains(a.Logs, key) {
+			return c.open(ctx, wb, strings.TrimPrefix(key, wb.Spec.JobID+"/"))
 		}
 	}
 	return nil, fmt.Errorf("no archived log of pod %s in %s/%s (status.artifacts.logs lists them; a log is archived once the trainer container terminated)", pod, wb.Namespace, wb.Name)
 }
-
-// legacyLogsDir is where control planes before upload.LogsDir archived
-// logs, under a job's prefix.
-const legacyLogsDir = "logs/"
-
-// logDirs are where logs are archived under a job's prefix: the reserved
-// upload.LogsDir (upload.LogKey), and legacyLogsDir.
-var logDirs = []string{upload.LogsDir, legacyLogsDir}
 
 // LogPods are the pods whose trainer logs are archived, in the order listed.
 func LogPods(wb *tetherv1.WorkerBinding) []string {
 	var pods []string
 	if a := wb.Status.Artifacts; a != nil {
 		for _, k := range a.Logs {
-			p := strings.TrimPrefix(k, wb.Spec.JobID+"/")
-			for _, dir := range logDirs {
-				if rest, ok := strings.CutPrefix(p, dir); ok {
-					p = rest
-					break
-				}
-			}
+			p := strings.TrimPrefix(strings.TrimPrefix(k, wb.Spec.JobID+"/"), upload.LogsDir)
 			pods = append(pods, strings.TrimSuffix(p, ".log"))
 		}
 	}

@@ -34,7 +34,8 @@ func (a *assembly) bindingServer() error {
 		a.replica = bindingserver.ReplicaLeaseName(host)
 	}
 	// The clients of the Kubernetes APIs the parts review with
-	// (TokenReview, SubjectAccessReview) and read logs through.
+	// (TokenReview of pod tokens and readers' tokens, SubjectAccessReview)
+	// and read logs through.
 	if a.clientset, err = kubernetes.NewForConfig(a.cfg); err != nil {
 		return err
 	}
@@ -43,6 +44,8 @@ func (a *assembly) bindingServer() error {
 		StatusInterval: opts.StatusInterval, MissedHeartbeats: opts.MissedHeartbeats,
 		LivenessWriteInterval: opts.LivenessWriteInterval, StatusWriteRate: opts.StatusWriteRate,
 		Lease: bindingserver.LeaseOptions{Client: leaseClient, Namespace: opts.Namespace, Name: a.replica, Duration: opts.ReplicaLeaseDuration},
+		// Pod tokens are reviewed by the API server (create tokenreviews).
+		PodTokens: bindingserver.KubePodTokenReviewer{Clientset: a.clientset},
 	}, mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient(), mgr.GetLogger().WithName("binding"), a.recorder)
 	return nil
 }
@@ -56,7 +59,7 @@ func (a *assembly) artifacts() error {
 		return err
 	}
 	a.backend = backend
-	a.artifactStore = a.binding.EnableArtifacts(backend, store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload})
+	a.artifactStore = a.binding.EnableArtifacts(backend, store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL})
 	reads := backend
 	if !a.opts.ArtifactReadRedirect {
 		if o, ok := backend.(store.Opener); ok {

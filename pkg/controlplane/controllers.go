@@ -58,6 +58,19 @@ func (a *assembly) orphanController() error {
 	return nil
 }
 
+// uploadSweeper removes what presigned direct-upload URLs write after their
+// binding ended (UploadSweeper); nothing with a store that cannot presign.
+func (a *assembly) uploadSweeper() error {
+	if a.artifactStore == nil {
+		return nil
+	}
+	if err := (&controller.UploadSweeper{Client: a.mgr.GetClient(), Uploads: a.artifactStore, Margin: a.opts.UploadSweepMargin}).
+		SetupWithManager(a.mgr); err != nil {
+		return fmt.Errorf("setting up the upload sweeper: %w", err)
+	}
+	return nil
+}
+
 // trainerStatus puts a bound job's progress in TrainJob.status.trainerStatus
 // and the trainer's own report on the binding (TrainerStatusReconciler).
 func (a *assembly) trainerStatus() error {

@@ -78,6 +78,7 @@ func New(cfg *rest.Config, opts Options) (_ *ControlPlane, err error) {
 		(*assembly).injectionReporter, // controllers.go
 		(*assembly).bindingController, // controllers.go
 		(*assembly).orphanController,  // controllers.go
+		(*assembly).uploadSweeper,     // controllers.go
 		(*assembly).trainerStatus,     // controllers.go
 		(*assembly).probes,            // controlplane.go
 	} {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tether-dev/tether/internal/version"
+	"github.com/tether-dev/tether/pkg/binding"
 	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/jobconfig"
@@ -84,8 +85,11 @@ type Options struct {
 	// TrainerStatus is auto (write the worker's progress into
 	// TrainJob.status.trainerStatus unless the trainer reports it) or off.
 	TrainerStatus string
-	// PresignTTL is how long a presigned artifact read URL lives.
+	// PresignTTL is how long a presigned artifact URL lives: the read
+	// endpoint's and the direct uploads'.
 	PresignTTL time.Duration
+	// UploadSweepMargin: see controller.UploadSweeper.Margin.
+	UploadSweepMargin time.Duration
 	// ArtifactDirectUpload lets sidecars PUT artifact bodies straight to a
 	// store that can presign (the s3 backend), the control plane only
 	// authorizing and verifying them; false sends every body through it.
@@ -145,6 +149,7 @@ func DefaultOptions() Options {
 		LogCapBytes:           10 << 20,
 		TrainerStatus:         "auto",
 		PresignTTL:            5 * time.Minute,
+		UploadSweepMargin:     controller.DefaultUploadSweepMargin,
 		ArtifactDirectUpload:  true,
 		ArtifactReadRedirect:  true,
 		MetricsAddr:           ":8080",
@@ -196,7 +201,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.S3.CredentialsDir, "s3-credentials-dir", o.S3.CredentialsDir, "directory holding access-key and secret-key files (a mounted Secret)")
 	fs.Int64Var(&o.LogCapBytes, "log-cap-bytes", o.LogCapBytes, "largest trainer log archived per pod; a longer one keeps its end, with a marker")
 	fs.StringVar(&o.TrainerStatus, "trainer-status", o.TrainerStatus, "auto: write bound jobs' progress into TrainJob.status.trainerStatus when the trainer does not report it (a TrainJob may opt out with tether.dev/trainer-status=off); off: never")
-	fs.DurationVar(&o.PresignTTL, "presign-ttl", o.PresignTTL, "lifetime of the presigned URLs the artifact read endpoint hands out (S3 backend; at most 1h)")
+	fs.DurationVar(&o.PresignTTL, "presign-ttl", o.PresignTTL, "lifetime of the presigned URLs the artifact endpoints hand out: orchestrators' reads and sidecars' direct uploads (S3 backend; at most 1h)")
+	fs.DurationVar(&o.UploadSweepMargin, "upload-sweep-margin", o.UploadSweepMargin, "after a binding ends, its job's pending direct uploads are swept until --presign-ttl plus this margin (clock skew between store and control plane, and a body the store accepted just before the URL expired still streaming), then once more")
 	fs.StringVar(&o.CABundleFile, "ca-bundle-file", o.CABundleFile, "PEM CA bundle put into token Secrets for the sidecar (default <cert-dir>/ca.crt)")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address of the Prometheus /metrics endpoint ('0' disables)")
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "serve /metrics over HTTPS, only to callers the API server authenticates and authorizes for get on /metrics (the tether-metrics-reader ClusterRole); false: plain HTTP to anyone, for local debugging only")
@@ -252,8 +258,16 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--s3-public-endpoint needs --s3-region: presigned URLs for it are signed without asking the store for the bucket's region")
 	case o.PresignTTL < time.Second || o.PresignTTL > time.Hour:
 		return fmt.Errorf("--presign-ttl=%s: must be between 1s and 1h (a read URL should die soon)", o.PresignTTL)
+	case o.UploadSweepMargin < 0 || o.UploadSweepMargin > time.Hour:
+		return fmt.Errorf("--upload-sweep-margin=%s: must be between 0 and 1h", o.UploadSweepMargin)
 	case o.TokenOverlap < 0 || o.TokenOverlap > time.Hour:
 		return fmt.Errorf("--token-overlap=%s: must be between 0 and 1h (a replaced token must die soon)", o.TokenOverlap)
+	}
+	// The pod webhook gives this URL to every sidecar, and a sidecar refuses
+	// one that is not https (its token would cross the network in clear
+	// text): refuse it here, once, rather than in every bound pod.
+	if _, err := binding.ParseServerURL(o.ServerURL); err != nil {
+		return fmt.Errorf("--binding-server-url: %w", err)
 	}
 	resources, err := mutate.MergeResources(mutate.DefaultSidecarResources(), o.SidecarRequests, o.SidecarLimits)
 	if err != nil {

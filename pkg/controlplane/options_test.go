@@ -14,7 +14,7 @@ func TestSidecarResourceFlags(t *testing.T) {
 		o.Namespace = "tether-system"
 		o.ServerURL = "https://tether-control-plane.tether-system.svc:8443"
 		o.ArtifactDir = "/tmp/a"
-		fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+		fs := flag.NewFlagSet("tether-control-plane", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		o.BindFlags(fs)
 		if err := fs.Parse(args); err != nil {
@@ -35,5 +35,27 @@ func TestSidecarResourceFlags(t *testing.T) {
 	}
 	if _, err := parse("--sidecar-requests=memory=1Gi"); err == nil || !strings.Contains(err.Error(), "memory request 1Gi exceeds its limit 128Mi") {
 		t.Errorf("request over the built-in limit: %v", err)
+	}
+}
+
+// The binding server URL is what every sidecar dials with its token: a URL
+// the sidecar would refuse is refused when the control plane starts.
+func TestBindingServerURLIsOneTheSidecarAccepts(t *testing.T) {
+	for raw, want := range map[string]string{
+		"http://tether-control-plane.tether-system.svc:8443":       `--binding-server-url: ServerURL "http://tether-control-plane.tether-system.svc:8443": scheme must be https`,
+		"https://u:p@tether-control-plane.tether-system.svc:8443":  "must not carry user info",
+		"https://tether-control-plane.tether-system.svc:8443/?t=x": "must not carry user info, a query",
+		"tether-control-plane.tether-system.svc:8443":              "--binding-server-url: ServerURL",
+	} {
+		o := DefaultOptions()
+		o.Namespace, o.ArtifactDir, o.ServerURL = "tether-system", "/tmp/a", raw
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--binding-server-url=%s: Validate() = %v, want an error containing %q", raw, err, want)
+		}
+	}
+	o := DefaultOptions()
+	o.Namespace, o.ArtifactDir = "tether-system", "/tmp/a"
+	if err := o.Validate(); err != nil {
+		t.Errorf("the default --binding-server-url %s: %v", o.ServerURL, err)
 	}
 }

@@ -41,6 +41,9 @@ const (
 	DenyTrainJobLookup     Reason = "TrainJobLookupFailed"
 	DenyUndecodable        Reason = "Undecodable"
 	DenyNodeRank           Reason = "NodeRank" // no node rank, or one beyond binding.MaxBoundNodes
+	// The pod names no ServiceAccount, so it can hold no projected token to
+	// prove itself with (pod.go, serviceAccountRefusal).
+	DenyNoServiceAccount Reason = "NoServiceAccount"
 	// The runtime declares the sidecar (Kueue mode) but not as Tether can complete it.
 	DenySidecarDeclaration Reason = "InvalidSidecarDeclaration"
 	// The job's sidecar-requests/-limits contradict the runtime's declaration.

@@ -81,6 +81,9 @@ func (i PodInjector) inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) (d Dec
 			"set annotation %s on TrainJob %s to the trainer's container name",
 			settings.TrainerContainer, containerNames(pod.Spec.Containers), jobconfig.TrainerContainerAnnotation, name)), nil
 	}
+	if pod.Spec.ServiceAccountName == "" {
+		return denied(DenyNoServiceAccount, serviceAccountRefusal), nil
+	}
 	if hasStatus && stale == nil {
 		if stale = i.proveInjected(pod, trainer, settings, name, jobID, workerID, strconv.Itoa(rank)); stale == nil {
 			return skipped(SkipAlreadyInjected, "pod already carries the sidecar Tether injects for this job"), nil
@@ -161,7 +164,7 @@ func (i PodInjector) inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) (d Dec
 			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 		trainer.VolumeMounts = append(trainer.VolumeMounts, corev1.VolumeMount{Name: ArtifactVolumeName, MountPath: settings.ArtifactPath})
 	}
-	pod.Spec.Volumes = append(pod.Spec.Volumes, tokenVolume(name))
+	pod.Spec.Volumes = append(pod.Spec.Volumes, tokenVolume(name), podTokenVolume())
 	if declared >= 0 {
 		pod.Spec.InitContainers[declared] = sidecar
 	} else {
@@ -278,7 +281,7 @@ func nameConflicts(pod *corev1.Pod, declared int, stale error) (Decision, bool) 
 		}
 	}
 	for _, v := range pod.Spec.Volumes {
-		if conflict == "" && (v.Name == TokenVolumeName || v.Name == ArtifactVolumeName) {
+		if conflict == "" && (v.Name == TokenVolumeName || v.Name == PodTokenVolumeName || v.Name == ArtifactVolumeName) {
 			conflict = fmt.Sprintf("a volume named %q", v.Name)
 		}
 	}

@@ -130,7 +130,7 @@ func TestPodPatchNullAndEmpty(t *testing.T) {
 	if err := json.Unmarshal(applyPatch(t, raw, resp), &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Spec.InitContainers) != 1 || len(got.Spec.Volumes) != 2 || len(got.Spec.Containers[0].VolumeMounts) != 1 ||
+	if len(got.Spec.InitContainers) != 1 || len(got.Spec.Volumes) != 3 || len(got.Spec.Containers[0].VolumeMounts) != 1 ||
 		len(got.Annotations) != 1 || got.Annotations[jobconfig.PodStatusAnnotation] == "" {
 		t.Errorf("patched pod lacks the injection: initContainers %d, volumes %d, trainer mounts %d, annotations %v",
 			len(got.Spec.InitContainers), len(got.Spec.Volumes), len(got.Spec.Containers[0].VolumeMounts), got.Annotations)

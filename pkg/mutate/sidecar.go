@@ -16,11 +16,13 @@ import (
 const (
 	SidecarName        = trainjob.SidecarContainer
 	TokenVolumeName    = trainjob.TokenVolume
+	PodTokenVolumeName = trainjob.PodTokenVolume
 	ArtifactVolumeName = "tether-artifacts"
 
 	// Paths inside the sidecar. The artifact directory is mounted read-only:
 	// the sidecar must never change what the trainer wrote.
 	SidecarTokenDir    = trainjob.SidecarTokenDir
+	SidecarPodTokenDir = trainjob.SidecarPodTokenDir
 	SidecarArtifactDir = "/var/run/tether/artifacts"
 
 	// SidecarUID is distroless' nonroot user.
@@ -86,6 +88,7 @@ func renderSidecar(in sidecarInput) corev1.Container {
 		{Name: binding.EnvTrainJob, Value: in.trainJob},
 		{Name: binding.EnvServerURL, Value: in.serverURL},
 		{Name: binding.EnvTokenFile, Value: SidecarTokenDir + "/" + binding.TokenKey},
+		{Name: binding.EnvPodTokenFile, Value: SidecarPodTokenDir + "/" + trainjob.PodTokenKey},
 		{Name: binding.EnvCAFile, Value: SidecarTokenDir + "/" + binding.CABundleKey},
 		{Name: binding.EnvArtifactDir, Value: SidecarArtifactDir},
 		{Name: binding.EnvNodeRank, Value: in.nodeRank},
@@ -117,8 +120,9 @@ func renderSidecar(in sidecarInput) corev1.Container {
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 		Env:           env,
 		Resources:     in.resources,
-		VolumeMounts: append(append(make([]corev1.VolumeMount, 0, 2+len(in.nestedMounts)),
+		VolumeMounts: append(append(make([]corev1.VolumeMount, 0, 3+len(in.nestedMounts)),
 			corev1.VolumeMount{Name: TokenVolumeName, MountPath: SidecarTokenDir, ReadOnly: true},
+			corev1.VolumeMount{Name: PodTokenVolumeName, MountPath: SidecarPodTokenDir, ReadOnly: true},
 			artifacts), in.nestedMounts...),
 		SecurityContext:          restrictedSecurityContext(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
@@ -136,6 +140,34 @@ func tokenVolume(trainJob string) corev1.Volume {
 		Secret: &corev1.SecretVolumeSource{SecretName: binding.TokenSecretName(trainJob), DefaultMode: ptr.To[int32](0o444)},
 	}}
 }
+
+// podTokenVolume is the pod's projected ServiceAccount token for the binding
+// server (audience binding.PodTokenAudience), which only the sidecar mounts:
+// the job's token is every rank's, this one proves which pod is asking
+// (docs/security.md, "The pod token"). Every field the API server would
+// default is set, so a reinvocation's proof compares it as rendered.
+func podTokenVolume() corev1.Volume {
+	return corev1.Volume{Name: PodTokenVolumeName, VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{
+			DefaultMode: ptr.To[int32](0o444),
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+				Audience: binding.PodTokenAudience, ExpirationSeconds: ptr.To[int64](trainjob.PodTokenExpirationSeconds), Path: trainjob.PodTokenKey,
+			}}},
+		},
+	}}
+}
+
+// serviceAccountRefusal is the denial of a pod without a ServiceAccount. In
+// a cluster the ServiceAccount admission plugin, a mutating plugin that runs
+// before the webhooks, sets spec.serviceAccountName ("default" when the pod
+// names none), so a pod without one reaches the webhook only where that
+// plugin is disabled. The webhook does not choose an identity for the pod
+// (it would be a ServiceAccount the pod's author never named, which may not
+// exist): without one the API server refuses the pod token volume, and the
+// sidecar could not prove its pod.
+const serviceAccountRefusal = "pod has no spec.serviceAccountName: Tether's sidecar proves its pod with the pod's projected ServiceAccount token " +
+	"(volume " + PodTokenVolumeName + "), which needs one; set serviceAccountName in the runtime's pod template, " +
+	"or enable the API server's ServiceAccount admission plugin, which sets it to \"default\""
 
 // InjectionStatus is the value of the pod's tether.dev/status annotation
 // (defined in pkg/trainjob, which the controller shares).

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
@@ -79,6 +80,9 @@ func (i PodInjector) proveInjected(pod *corev1.Pod, trainer *corev1.Container, s
 	problems = append(problems, sidecarDiff(want, *c)...)
 	if v := findVolume(pod.Spec.Volumes, TokenVolumeName); v == nil || !equality.Semantic.DeepEqual(*v, tokenVolume(name)) {
 		problems = append(problems, fmt.Sprintf("volume %s is not the job's token Secret %s as Tether mounts it", TokenVolumeName, tokenVolume(name).Secret.SecretName))
+	}
+	if v := findVolume(pod.Spec.Volumes, PodTokenVolumeName); v == nil || !equality.Semantic.DeepEqual(*v, podTokenVolume()) {
+		problems = append(problems, fmt.Sprintf("volume %s is not the pod's ServiceAccount token of audience %s as Tether mounts it", PodTokenVolumeName, binding.PodTokenAudience))
 	}
 	if len(problems) == 0 {
 		return nil

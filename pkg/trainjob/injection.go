@@ -23,6 +23,15 @@ const (
 	// sidecar mounts read-only at SidecarTokenDir.
 	TokenVolume     = "tether-token"
 	SidecarTokenDir = "/var/run/tether/token"
+	// PodTokenVolume is the projected ServiceAccount token of the pod
+	// (audience binding.PodTokenAudience), which only the sidecar mounts,
+	// read-only at SidecarPodTokenDir: it proves the pod to the binding
+	// server. PodTokenExpirationSeconds is its lifetime (the kubelet
+	// rotates it at 80%).
+	PodTokenVolume            = "tether-pod-token"
+	SidecarPodTokenDir        = "/var/run/tether/pod-token"
+	PodTokenKey               = "token"
+	PodTokenExpirationSeconds = 600
 	// InjectionStatusVersion changes when what the webhook injects changes shape.
 	InjectionStatusVersion = "v1alpha1"
 )

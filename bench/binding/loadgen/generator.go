@@ -24,7 +24,7 @@ import (
 	bench "github.com/tether-dev/tether/bench/binding/loadproto"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
-	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+	"github.com/tether-dev/tether/pkg/sidecar/retry"
 )
 
 // worker is one simulated sidecar.
@@ -191,7 +191,7 @@ func (g *generator) registerOne(ctx context.Context, hc *http.Client, id bench.I
 	var lastErr error
 	for attempt := range 5 {
 		if attempt > 0 {
-			if err := credentials.Sleep(ctx, time.Duration(200<<attempt)*time.Millisecond); err != nil {
+			if err := retry.Sleep(ctx, time.Duration(200<<attempt)*time.Millisecond); err != nil {
 				return nil, err
 			}
 		}
@@ -200,6 +200,7 @@ func (g *generator) registerOne(ctx context.Context, hc *http.Client, id bench.I
 			return nil, err
 		}
 		req.Header.Set(binding.HeaderAuthorization, "Bearer "+id.Token)
+		req.Header.Set(binding.HeaderPodToken, id.PodToken)
 		req.Header.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := hc.Do(req)
@@ -253,12 +254,12 @@ func (g *generator) dial(ctx context.Context, res *bench.LoadgenResult) {
 					continue
 				}
 				if r := g.cfg.DialRate; r > 0 {
-					_ = credentials.Sleep(ctx, time.Until(start.Add(time.Duration(i)*time.Second/time.Duration(r))))
+					_ = retry.Sleep(ctx, time.Until(start.Add(time.Duration(i)*time.Second/time.Duration(r))))
 				}
 				var err error
 				for attempt := range 3 {
 					if attempt > 0 {
-						_ = credentials.Sleep(ctx, time.Duration(attempt)*time.Second)
+						_ = retry.Sleep(ctx, time.Duration(attempt)*time.Second)
 					}
 					var conn *websocket.Conn
 					var resp *http.Response

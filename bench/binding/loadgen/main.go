@@ -17,7 +17,7 @@ import (
 
 	bench "github.com/tether-dev/tether/bench/binding/loadproto"
 	"github.com/tether-dev/tether/internal/benchutil"
-	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+	"github.com/tether-dev/tether/pkg/sidecar/retry"
 )
 
 func summarize(d []time.Duration) bench.Percentiles {
@@ -134,7 +134,7 @@ func run(path string) int {
 	// bench.MaxSettle more; then hold. The measured phase is the steady state of
 	// sessions that only heartbeat, not the ramp's transitions.
 	holdStart := time.Unix(0, g.lastOpen.Load()).Add(g.interval + time.Second)
-	if err := credentials.Sleep(ctx, time.Until(holdStart)); err != nil {
+	if err := retry.Sleep(ctx, time.Until(holdStart)); err != nil {
 		return fail("%v", err)
 	}
 	settleStart := time.Now()
@@ -145,7 +145,7 @@ func run(path string) int {
 			genLogf("%d of %d open sessions acked Running after %.1fs more", running, open, res.SettleSeconds)
 			break
 		}
-		if err := credentials.Sleep(ctx, time.Second); err != nil {
+		if err := retry.Sleep(ctx, time.Second); err != nil {
 			return fail("%v", err)
 		}
 	}
@@ -166,7 +166,7 @@ func run(path string) int {
 	}
 	emit("hold-start", map[string]any{"open": openAtStart})
 	genLogf("measured phase started with %d open sessions", openAtStart)
-	if err := credentials.Sleep(ctx, hold); err != nil {
+	if err := retry.Sleep(ctx, hold); err != nil {
 		return fail("%v", err)
 	}
 	stopTrace()

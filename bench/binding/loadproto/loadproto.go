@@ -39,6 +39,9 @@ type Identity struct {
 	Namespace string `json:"namespace"`
 	Pod       string `json:"pod"`
 	UID       string `json:"uid"`
+	// PodToken is the pod's projected ServiceAccount token, as the kubelet
+	// would mount it (binding.HeaderPodToken).
+	PodToken string `json:"podToken"`
 }
 
 // HTTPSClient is a client of the binding server, trusting caFile, with up
@@ -76,6 +79,7 @@ func SessionHeader(id Identity) http.Header {
 	h.Set(binding.HeaderWorkerID, id.WorkerID)
 	h.Set(binding.HeaderPodName, id.Pod)
 	h.Set(binding.HeaderPodUID, id.UID)
+	h.Set(binding.HeaderPodToken, id.PodToken)
 	return h
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,8 +36,21 @@ func (s *Server) EnableArtifacts(backend upload.Backend, direct store.DirectOpti
 		Log:       s.log.WithName("artifacts"),
 		Direct:    direct,
 	}
-	s.handler = store.Route(h, s.handler)
+	s.handler = store.Route(withPodClaim(h), s.handler)
 	return h
+}
+
+// podClaimKey carries an artifact request's pod claim (its pod token and
+// upload.PodHeader) in its context to authorizeArtifacts: the store's
+// Authorizer sees the token only, and authorizes the same request again
+// when a PUT's body has arrived (recheck).
+type podClaimKey struct{}
+
+func withPodClaim(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := podClaim{token: r.Header.Get(binding.HeaderPodToken), uid: r.Header.Get(upload.PodHeader)}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), podClaimKey{}, c)))
+	})
 }
 
 // authorizeArtifacts finds the binding holding token; the store then checks
@@ -64,6 +78,16 @@ func (s *Server) authorizeArtifacts(ctx context.Context, token binding.Token) (s
 			return store.Job{}, &store.AuthError{Status: http.StatusUnauthorized, Reason: ref.reason, Message: ref.message}
 		}
 		return store.Job{}, ref
+	}
+	// The pod the request names (upload.PodHeader, which the store checks
+	// against the node's current pod) must be the pod its token proves.
+	claim, _ := ctx.Value(podClaimKey{}).(podClaim)
+	claim.namespace = wb.Namespace
+	if _, ref := s.proveClaim(ctx, claim, func() (bool, time.Duration) { return s.limits.allow(classPodReviews, hash, s.opts.Now()) }); ref != nil {
+		if ref.status == http.StatusServiceUnavailable {
+			return store.Job{}, store.SlowDown(max(ref.retryAfter, time.Second), "%s", ref.message)
+		}
+		return store.Job{}, &store.AuthError{Status: ref.status, Reason: ref.reason, Message: ref.message}
 	}
 	return store.Job{Namespace: wb.Namespace, Name: wb.Name, JobID: wb.Spec.JobID,
 		Writable: lifecycle.ArtifactsWritable(&wb.Status), State: lifecycle.ArtifactsState(&wb.Status),

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +28,8 @@ type refusal struct {
 	code    string
 	reason  string
 	message string
+	// retryAfter, when set, is sent as Retry-After.
+	retryAfter time.Duration
 }
 
 func (r *refusal) Error() string { return r.code + ": " + r.message }
@@ -106,11 +109,15 @@ func tokenAccepted(wb *tetherv1.WorkerBinding, hash string, now time.Time) bool 
 }
 
 // checkIdentity refuses a request whose claimed job, worker or pod is not the
-// binding's: a token is good for one job's worker in one of its own pods.
-func (s *Server) checkIdentity(ctx context.Context, wb *tetherv1.WorkerBinding, jobID, workerID string, pod binding.PodIdentity) (*corev1.Pod, *refusal) {
+// binding's: a token is good for one job's worker in one of its own pods,
+// and the request's pod token (podtoken.go) must prove that pod.
+func (s *Server) checkIdentity(ctx context.Context, r *http.Request, wb *tetherv1.WorkerBinding, jobID, workerID string, pod binding.PodIdentity) (*corev1.Pod, *refusal) {
 	if jobID != wb.Spec.JobID || workerID != wb.Spec.WorkerID {
 		return nil, refuse(http.StatusForbidden, binding.ErrForbidden, "identity_mismatch",
 			"this token belongs to another job or worker")
+	}
+	if ref := s.provePod(ctx, r, wb, pod.Name, pod.UID); ref != nil {
+		return nil, ref
 	}
 	if pod.Namespace != wb.Namespace || pod.Name == "" || pod.UID == "" {
 		return nil, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch",
@@ -149,6 +156,9 @@ func (s *Server) pod(ctx context.Context, ns, name string) (*corev1.Pod, error) 
 
 func writeError(w http.ResponseWriter, r *refusal) {
 	w.Header().Set("Content-Type", "application/json")
+	if r.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(r.retryAfter)))
+	}
 	w.WriteHeader(r.status)
 	_ = json.NewEncoder(w).Encode(binding.ErrorResponse{Code: r.code, Message: r.message})
 }

@@ -1,7 +1,7 @@
 // Package server is the binding server half of pkg/binding: it runs inside
-// the control plane (cmd/webhook) on its own HTTPS port, registers sidecars,
-// holds one WebSocket session per worker, pushes commands, and keeps each
-// WorkerBinding's status current.
+// the control plane (cmd/tether-control-plane) on its own HTTPS port,
+// registers sidecars, holds one WebSocket session per worker, pushes
+// commands, and keeps each WorkerBinding's status current.
 //
 // Heartbeats live in memory; the WorkerBinding is written on transitions,
 // for changed progress at most once per status interval, and for liveness

@@ -81,11 +81,17 @@ type requestClass int
 const (
 	classControl requestClass = iota
 	classArtifacts
+	// classPodReviews: the pod token reviews a job token causes (podtoken.go).
+	classPodReviews
+	numClasses
 )
 
 func (c requestClass) limits() (rate.Limit, int) {
-	if c == classArtifacts {
+	switch c {
+	case classArtifacts:
 		return ArtifactRate, ArtifactBurst
+	case classPodReviews:
+		return PodReviewRate, PodReviewBurst
 	}
 	return ControlRate, ControlBurst
 }
@@ -108,7 +114,7 @@ type tokenLimits struct {
 	m        map[tokenKey]*tokenEntry
 	max      int
 	limits   func(requestClass) (rate.Limit, int)
-	overflow [2]*rate.Limiter
+	overflow [numClasses]*rate.Limiter
 	swept    time.Time
 }
 

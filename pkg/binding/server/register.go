@@ -33,7 +33,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, ref, nil)
 		return
 	}
-	pod, ref := s.checkIdentity(ctx, wb, req.JobID, req.WorkerID, req.Pod)
+	pod, ref := s.checkIdentity(ctx, r, wb, req.JobID, req.WorkerID, req.Pod)
 	if ref != nil {
 		s.reject(w, r, ref, wb)
 		return

@@ -64,6 +64,10 @@ type Options struct {
 	MissedHeartbeats int
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// PodTokens reviews the pod tokens (binding.HeaderPodToken) that prove
+	// which pod a request comes from (podtoken.go). Nil refuses every
+	// register, session and artifact request with 503.
+	PodTokens PodTokenReviewer
 }
 
 func (o *Options) defaults() {
@@ -129,6 +133,8 @@ type Server struct {
 	// writeBudget is StatusWriteRate: the pacer waits for it, transitions
 	// take from it without waiting.
 	writeBudget *rate.Limiter
+	// pods reviews and remembers pod tokens (nil: Options.PodTokens unset).
+	pods *podProofs
 }
 
 // New returns a Server. cache must have the TokenHashIndex on WorkerBindings.
@@ -139,6 +145,9 @@ func New(opts Options, cache, live client.Reader, writer client.StatusClient, lo
 		writes:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName]()),
 		baseCtx: context.Background(), limits: newTokenLimits(), unknown: newAddressLimits(), liveLookups: rate.NewLimiter(liveLookupRate, liveLookupBurst)}
 	s.hub.onForget = func(k workerKey) { s.skipped.forget(k) }
+	if opts.PodTokens != nil {
+		s.pods = newPodProofs(opts.PodTokens, opts.Now)
+	}
 	s.lease = newReplicaLease(opts.Lease, opts.Now, log)
 	s.paced = newPacedQueue()
 	s.writeBudget = rate.NewLimiter(rate.Limit(opts.StatusWriteRate), 1)

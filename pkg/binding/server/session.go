@@ -217,7 +217,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pod := binding.PodIdentity{Namespace: wb.Namespace, Name: r.Header.Get(binding.HeaderPodName), UID: r.Header.Get(binding.HeaderPodUID)}
-	p, ref := s.checkIdentity(ctx, wb, r.Header.Get(binding.HeaderJobID), r.Header.Get(binding.HeaderWorkerID), pod)
+	p, ref := s.checkIdentity(ctx, r, wb, r.Header.Get(binding.HeaderJobID), r.Header.Get(binding.HeaderWorkerID), pod)
 	if ref != nil {
 		s.reject(w, r, ref, wb)
 		return

@@ -67,7 +67,7 @@ func (u *Uploader) initDirect(host string, api http.RoundTripper) {
 	if u.cfg.WrapTransport != nil {
 		ct = u.cfg.WrapTransport(ct)
 	}
-	d.commit = &http.Client{Transport: &tokenTransport{file: u.cfg.TokenFile, pod: &u.podUID, next: ct}, CheckRedirect: noRedirect}
+	d.commit = &http.Client{Transport: &tokenTransport{file: u.cfg.TokenFile, podTokenFile: u.cfg.PodTokenFile, pod: &u.podUID, next: ct}, CheckRedirect: noRedirect}
 	var tr http.RoundTripper = &http.Transport{
 		// The store may be outside the cluster, behind a proxy.
 		Proxy:                 http.ProxyFromEnvironment,

@@ -21,11 +21,11 @@ import (
 )
 
 // directServer is the binding server's artifact endpoint (store.Handler, S3
-// backend on the shared versitygw) over HTTPS on loopback.
+// backend on a shared S3 server) over HTTPS on loopback.
 type directServer struct {
 	h     *store.Handler
 	url   string
-	caPEM []byte // trusts the endpoint and versitygw
+	caPEM []byte // trusts the endpoint and the S3 server
 	s3    *store.S3Backend
 
 	mu    sync.Mutex
@@ -53,8 +53,12 @@ func newDirectServer(t *testing.T, env *s3env, jobID string) *directServer {
 		Log: logr.Discard(),
 	}
 	srv := httptest.NewTLSServer(store.Route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen := r.Method + " " + r.URL.Path
+		if r.Header.Get(binding.HeaderPodToken) != testPodToken {
+			seen += " (without the pod token)"
+		}
 		d.mu.Lock()
-		d.paths = append(d.paths, r.Method+" "+r.URL.Path)
+		d.paths = append(d.paths, seen)
 		d.mu.Unlock()
 		d.h.ServeHTTP(w, r)
 	}), http.NotFoundHandler()))
@@ -82,15 +86,18 @@ type storePuts struct {
 func (s *storePuts) RoundTrip(r *http.Request) (*http.Response, error) {
 	s.mu.Lock()
 	s.keys = append(s.keys, r.URL.Path)
-	if r.Header.Get(upload.TokenHeader) != "" {
+	if r.Header.Get(upload.TokenHeader) != "" || r.Header.Get(binding.HeaderPodToken) != "" {
 		s.leak = true
 	}
 	s.mu.Unlock()
 	return s.next.RoundTrip(r)
 }
 
-func TestUploaderDirectMode(t *testing.T) {
-	env := needS3(t)
+// Direct uploads (the big file) and proxied ones (the small file, and the
+// big one once the server turns direct mode off), on each S3 server.
+func TestUploaderDirectMode(t *testing.T) { eachS3(t, testUploaderDirectMode) }
+
+func testUploaderDirectMode(t *testing.T, env *s3env) {
 	jobID := newJobID(t)
 	d := newDirectServer(t, env, jobID)
 	sp := &storePuts{}
@@ -150,8 +157,9 @@ func TestUploaderDirectMode(t *testing.T) {
 
 // A file that changes while it is sent directly is never verified nor
 // stored under its key.
-func TestUploaderDirectModeChangingFile(t *testing.T) {
-	env := needS3(t)
+func TestUploaderDirectModeChangingFile(t *testing.T) { eachS3(t, testUploaderDirectModeChangingFile) }
+
+func testUploaderDirectModeChangingFile(t *testing.T, env *s3env) {
 	jobID := newJobID(t)
 	d := newDirectServer(t, env, jobID)
 	dir := t.TempDir()

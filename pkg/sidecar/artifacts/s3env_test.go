@@ -1,8 +1,9 @@
 package artifacts
 
 // Test environment: a real S3 server (versitygw, posix backend, as a
-// subprocess on 127.0.0.1 with TLS) and a fault-injecting proxy in front of
-// it. versitygw does not check X-Tether-Token (the binding server does);
+// subprocess on 127.0.0.1 with TLS; SeaweedFS too for the direct-mode
+// tests) and a fault-injecting proxy in front of it. The S3 server does
+// not check X-Tether-Token (the binding server does);
 // these tests are about the uploader's semantics: single PUTs, ETag
 // verification, retries, resumption. The bucket has a policy that lets
 // anonymous requests PUT and HEAD, as the binding server's endpoint does for
@@ -45,9 +46,11 @@ const (
 	testToken  = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	adminKey   = "tetheradmin"
 	adminSecre = "tether-test-secret"
+	// testPodToken stands for the kubelet's projected pod token (a JWT).
+	testPodToken = "eyJhbGciOiJSUzI1NiJ9.eyJuIjoxfQ.c2ln"
 )
 
-// s3env is the shared versitygw.
+// s3env is a shared S3 server.
 type s3env struct {
 	addr  string // 127.0.0.1:port (TLS)
 	caPEM []byte // trusts addr
@@ -56,44 +59,66 @@ type s3env struct {
 	tmp   string
 }
 
-var (
-	s3Once sync.Once
-	s3     *s3env
-	s3Err  error
-	s3Skip string
-)
+// shared is one implementation's server, started on first use.
+type shared struct {
+	once sync.Once
+	env  *s3env
+	err  error
+	skip string
+}
+
+var servers = map[s3server.Impl]*shared{}
+
+func init() {
+	for _, impl := range s3server.Impls {
+		servers[impl] = &shared{}
+	}
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if s3 != nil {
-		s3.srv.Stop()
-		os.RemoveAll(s3.tmp)
+	for _, s := range servers {
+		if s.env != nil {
+			s.env.srv.Stop()
+			os.RemoveAll(s.env.tmp)
+		}
 	}
 	os.Exit(code)
 }
 
-// needS3 returns the shared versitygw, starting it on first use. Without
-// the binary the test is skipped, or fails under CI=true.
-func needS3(t *testing.T) *s3env {
+// needS3 returns the shared versitygw, starting it on first use.
+func needS3(t *testing.T) *s3env { return needS3Impl(t, s3server.VersityGW) }
+
+// needS3Impl returns the shared server of impl, starting it on first use.
+// Without the binary the test is skipped, or fails under CI=true.
+func needS3Impl(t *testing.T, impl s3server.Impl) *s3env {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("needs versitygw; skipped in -short mode")
+		t.Skipf("needs %v; skipped in -short mode", impl)
 	}
-	s3Once.Do(func() { s3, s3Skip, s3Err = startS3() })
-	if s3Skip != "" {
+	s := servers[impl]
+	s.once.Do(func() { s.env, s.skip, s.err = startS3(impl) })
+	if s.skip != "" {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("versitygw is required under CI=true: %s", s3Skip)
+			t.Fatalf("%v is required under CI=true: %s", impl, s.skip)
 		}
-		t.Skip(s3Skip)
+		t.Skip(s.skip)
 	}
-	if s3Err != nil {
-		t.Fatalf("starting versitygw: %v", s3Err)
+	if s.err != nil {
+		t.Fatalf("starting %v: %v", impl, s.err)
 	}
-	return s3
+	return s.env
 }
 
-func startS3() (*s3env, string, error) {
-	tmp, err := os.MkdirTemp("", "tether-versitygw-")
+// eachS3 runs f in a subtest per S3 implementation, on its shared server.
+func eachS3(t *testing.T, f func(t *testing.T, env *s3env)) {
+	for _, impl := range s3server.Impls {
+		t.Run(impl.String(), func(t *testing.T) { f(t, needS3Impl(t, impl)) })
+	}
+}
+
+func startS3(impl s3server.Impl) (*s3env, string, error) {
+	tmp, err := os.MkdirTemp("", "tether-"+impl.String()+"-")
 	if err != nil {
 		return nil, "", err
 	}
@@ -112,9 +137,9 @@ func startS3() (*s3env, string, error) {
 	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
 		return nil, "", err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	srv, err := s3server.Start(ctx, s3server.Options{Dir: data, AccessKey: adminKey, SecretKey: adminSecre,
+	srv, err := s3server.Start(ctx, s3server.Options{Impl: impl, Dir: data, AccessKey: adminKey, SecretKey: adminSecre,
 		CertFile: certFile, KeyFile: keyFile, CAPEM: caPEM})
 	if errors.Is(err, s3server.ErrNoBinary) {
 		return nil, err.Error(), nil
@@ -277,6 +302,10 @@ func newTestUploader(t *testing.T, env *s3env, jobID string, o uploaderOpts) (*U
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	podTokenFile := filepath.Join(dir, "pod-token")
+	if err := os.WriteFile(podTokenFile, []byte(testPodToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if o.url == "" {
 		o.url = "https://" + env.addr
 		o.caPEM = env.caPEM
@@ -287,7 +316,7 @@ func newTestUploader(t *testing.T, env *s3env, jobID string, o uploaderOpts) (*U
 	}
 	c := &counter{}
 	cfg := UploaderConfig{
-		ServerURL: o.url, JobID: jobID, TokenFile: tokenFile, CAFile: caFile,
+		ServerURL: o.url, JobID: jobID, TokenFile: tokenFile, PodTokenFile: podTokenFile, CAFile: caFile,
 		BackoffInitial: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
 		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
 			if o.wrap != nil {

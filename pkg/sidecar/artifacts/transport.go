@@ -15,12 +15,15 @@ import (
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
-// tokenTransport adds the token, read from its file for every request, and
-// the pod's UID (upload.PodHeader) when known.
+// tokenTransport adds the token, read from its file for every request, the
+// pod's UID (upload.PodHeader) when known, and the pod's token
+// (binding.HeaderPodToken, read from podTokenFile for every request: the
+// kubelet rotates it), which proves that UID.
 type tokenTransport struct {
-	file string
-	pod  *atomic.Pointer[string]
-	next http.RoundTripper
+	file         string
+	podTokenFile string
+	pod          *atomic.Pointer[string]
+	next         http.RoundTripper
 }
 
 func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -31,8 +34,20 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
+	var podToken string
+	if t.podTokenFile != "" {
+		if podToken, err = credentials.ReadPodToken(t.podTokenFile); err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return nil, &tokenError{err: err, permanent: errors.Is(err, credentials.ErrMalformedPodToken)}
+		}
+	}
 	r := req.Clone(req.Context())
 	r.Header.Set(upload.TokenHeader, string(token))
+	if podToken != "" {
+		r.Header.Set(binding.HeaderPodToken, podToken)
+	}
 	if t.pod != nil {
 		if uid := t.pod.Load(); uid != nil && *uid != "" {
 			r.Header.Set(upload.PodHeader, *uid)

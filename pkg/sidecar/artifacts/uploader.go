@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+	"github.com/tether-dev/tether/pkg/sidecar/retry"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -58,6 +59,11 @@ type UploaderConfig struct {
 	// so a rotated token is picked up; the token is only ever put in the
 	// TokenHeader header and never logged or put in an error.
 	TokenFile string
+	// PodTokenFile holds the pod's projected ServiceAccount token, sent in
+	// binding.HeaderPodToken with every request (it proves PodUID); read
+	// again for every request, never logged. Empty sends none (the server
+	// refuses the request).
+	PodTokenFile string
 	// CAFile holds the PEM bundle that verifies the server; it is read again
 	// for every new connection. Empty means the system roots.
 	CAFile string
@@ -109,7 +115,7 @@ type Uploader struct {
 	verifiedBytes atomic.Int64
 
 	ca      *credentials.CA
-	backoff *credentials.Backoff
+	backoff *retry.Backoff
 	direct  direct
 }
 
@@ -181,7 +187,7 @@ func (e *FileError) Unwrap() error { return e.Err }
 
 // NewUploader checks cfg and returns an Uploader. It makes no request.
 func NewUploader(cfg UploaderConfig) (*Uploader, error) {
-	u, err := credentials.ParseServerURL(cfg.ServerURL)
+	u, err := binding.ParseServerURL(cfg.ServerURL)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("uploader: %w", err)
@@ -213,7 +219,7 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 		cfg.StallTimeout = DefaultStallTimeout
 	}
 	up := &Uploader{cfg: cfg, log: cfg.Logger, verified: map[string]verifiedFile{},
-		ca: credentials.NewCA(cfg.CAFile), backoff: credentials.NewBackoff(cfg.BackoffInitial, cfg.BackoffMax)}
+		ca: credentials.NewCA(cfg.CAFile), backoff: retry.NewBackoff(cfg.BackoffInitial, cfg.BackoffMax)}
 	if up.log == nil {
 		up.log = slog.New(slog.DiscardHandler)
 	}
@@ -233,7 +239,7 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 		rt = cfg.WrapTransport(rt)
 	}
 	up.podUID.Store(&cfg.PodUID)
-	rt = &tokenTransport{file: cfg.TokenFile, pod: &up.podUID, next: rt}
+	rt = &tokenTransport{file: cfg.TokenFile, podTokenFile: cfg.PodTokenFile, pod: &up.podUID, next: rt}
 	up.initDirect(u.Host, rt)
 
 	client, err := minio.New(u.Host, &minio.Options{

@@ -62,7 +62,7 @@ type commandRequest struct {
 
 // NewClient checks cfg and returns a Client.
 func NewClient(cfg Config) (*Client, error) {
-	u, err := credentials.ParseServerURL(cfg.ServerURL)
+	u, err := binding.ParseServerURL(cfg.ServerURL)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("binding client: %w", err)

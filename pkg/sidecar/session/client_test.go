@@ -21,6 +21,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -44,6 +45,8 @@ const (
 	testToken  = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	testToken2 = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 	testWait   = 3 * time.Second // bound of every wait in these tests
+	// testPodToken stands for the kubelet's projected pod token (a JWT).
+	testPodToken = "eyJhbGciOiJSUzI1NiJ9.eyJuIjoxfQ.c2ln"
 )
 
 type stubServer struct {
@@ -62,6 +65,7 @@ type stubServer struct {
 	registers     int
 	sessions      int
 	registered    []binding.RegisterRequest
+	podTokens     []string            // binding.HeaderPodToken of every request, in arrival order
 	heartbeats    []binding.Heartbeat // of every session, in arrival order
 	// session serves one upgraded connection; nil means ackAll.
 	session func(ss *stubSession)
@@ -113,6 +117,7 @@ func (s *stubServer) authorize(w http.ResponseWriter, r *http.Request) bool {
 	tok, err := binding.TokenFromHeader(r.Header)
 	s.mu.Lock()
 	want := s.token
+	s.podTokens = append(s.podTokens, r.Header.Get(binding.HeaderPodToken))
 	s.mu.Unlock()
 	if err != nil || string(tok) != want {
 		s.writeError(w, http.StatusUnauthorized, binding.ErrUnauthorized)
@@ -326,9 +331,11 @@ func newTestClient(t *testing.T, s *stubServer, mutate func(*Config)) *Client {
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
 	writeFile(t, tokenFile, testToken+"\n")
+	podTokenFile := filepath.Join(dir, "pod-token")
+	writeFile(t, podTokenFile, testPodToken)
 	logs := &syncBuffer{}
 	cfg := Config{
-		ServerURL: s.srv.URL, TokenFile: tokenFile, CAFile: s.caFile,
+		ServerURL: s.srv.URL, TokenFile: tokenFile, PodTokenFile: podTokenFile, CAFile: s.caFile,
 		JobID: "job-1", WorkerID: "worker-0",
 		Pod:               binding.PodIdentity{Namespace: "ns", Name: "pod-0", UID: "uid-0", Node: "node-a"},
 		SidecarVersion:    "test",
@@ -442,6 +449,33 @@ func TestRegisterOK(t *testing.T) {
 	defer s.mu.Unlock()
 	if len(s.registered) != 1 || s.registered[0] != want {
 		t.Errorf("server got %+v, want %+v", s.registered, want)
+	}
+}
+
+// TestPodTokenIsReadForEveryRequest: the pod token travels in its header,
+// read from its file for every request, so the kubelet's rotation is picked
+// up; a file that holds no token is a permanent error naming the file.
+func TestPodTokenIsReadForEveryRequest(t *testing.T) {
+	s := newStubServer(t)
+	c := newTestClient(t, s, nil)
+	if _, err := c.Register(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	const rotated = "eyJhbGciOiJSUzI1NiJ9.eyJuIjoyfQ.c2ln"
+	writeFile(t, c.cfg.PodTokenFile, rotated+"\n")
+	if _, err := c.Register(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	got := slices.Clone(s.podTokens)
+	s.mu.Unlock()
+	if !slices.Equal(got, []string{testPodToken, rotated}) {
+		t.Errorf("pod tokens sent: %q, want %q then %q", got, testPodToken, rotated)
+	}
+	writeFile(t, c.cfg.PodTokenFile, "\n")
+	_, err := c.Register(context.Background())
+	if !IsPermanent(err) || !strings.Contains(err.Error(), "pod token") {
+		t.Errorf("empty pod token file: %v, want a permanent error naming the pod token", err)
 	}
 }
 

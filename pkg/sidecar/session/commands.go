@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+	"github.com/tether-dev/tether/pkg/sidecar/retry"
 )
 
 func (c *Client) commandLoop(ctx context.Context) {
@@ -67,7 +67,7 @@ func (c *Client) sampleLoop(ctx context.Context) {
 			smp.skippedCount = max(n, len(smp.skipped))
 		}
 		c.sample.Store(smp)
-		if credentials.Sleep(ctx, c.HeartbeatInterval()) != nil {
+		if retry.Sleep(ctx, c.HeartbeatInterval()) != nil {
 			return
 		}
 	}

@@ -44,6 +44,12 @@ type Config struct {
 	// token only ever travels in the Authorization header and is never
 	// logged.
 	TokenFile string
+	// PodTokenFile holds the pod's projected ServiceAccount token (audience
+	// binding.PodTokenAudience), sent in binding.HeaderPodToken on every
+	// request: it proves the pod the client claims to be (Pod). It is read
+	// again for every request (the kubelet rotates it) and never logged.
+	// Empty sends none, and the server refuses the request.
+	PodTokenFile string
 	// CAFile holds the PEM CA bundle that verifies the server. It is read
 	// again on every (re)connection (a rotated CA is picked up). Empty means
 	// the system roots.

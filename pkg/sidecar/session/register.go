@@ -13,17 +13,17 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+	"github.com/tether-dev/tether/pkg/sidecar/retry"
 )
 
 // Register registers the worker: POST PathRegister. It retries network
 // errors and every answer but 400, 401, 403 and 410 with backoff until ctx
 // ends; those four are returned at once as a *PermanentError.
 func (c *Client) Register(ctx context.Context) (binding.RegisterResponse, error) {
-	return c.register(ctx, credentials.NewBackoff(c.cfg.BackoffInitial, c.cfg.BackoffMax))
+	return c.register(ctx, retry.NewBackoff(c.cfg.BackoffInitial, c.cfg.BackoffMax))
 }
 
-func (c *Client) register(ctx context.Context, bo *credentials.Backoff) (binding.RegisterResponse, error) {
+func (c *Client) register(ctx context.Context, bo *retry.Backoff) (binding.RegisterResponse, error) {
 	var last error // the last failure not caused by ctx, for the final error
 	for {
 		rr, err := c.registerOnce(ctx)
@@ -42,7 +42,7 @@ func (c *Client) register(ctx context.Context, bo *credentials.Backoff) (binding
 		last = err
 		d := c.retryDelay(bo, err)
 		c.log.Warn("registration failed; retrying", "error", err, "retryIn", d)
-		if serr := credentials.Sleep(ctx, d); serr != nil {
+		if serr := retry.Sleep(ctx, d); serr != nil {
 			return binding.RegisterResponse{}, fmt.Errorf("register: %w (last error: %v)", serr, last)
 		}
 	}
@@ -144,7 +144,7 @@ func statusError(op string, resp *http.Response) error {
 
 // retryDelay is the next backoff, or the server's Retry-After if longer
 // (capped by BackoffMax).
-func (c *Client) retryDelay(bo *credentials.Backoff, err error) time.Duration {
+func (c *Client) retryDelay(bo *retry.Backoff, err error) time.Duration {
 	d := bo.Next()
 	var ra *retryAfterError
 	if errors.As(err, &ra) && ra.after > d {

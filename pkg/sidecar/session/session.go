@@ -14,7 +14,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/sidecar/credentials"
+	"github.com/tether-dev/tether/pkg/sidecar/retry"
 )
 
 // session is one open WebSocket connection. Only its writer goroutine (the
@@ -117,7 +117,7 @@ func (c *Client) Run(ctx context.Context) error {
 		c.commandLoop(ctx)
 	}()
 
-	bo := credentials.NewBackoff(c.cfg.BackoffInitial, c.cfg.BackoffMax)
+	bo := retry.NewBackoff(c.cfg.BackoffInitial, c.cfg.BackoffMax)
 	// reclaiming: the session was taken over (CloseReplaced). Whoever has
 	// the job's token can open one as this pod, so that is no reason to
 	// stop: the sidecar opens its session again, without registering (a
@@ -174,7 +174,7 @@ func (c *Client) Run(ctx context.Context) error {
 			d = min(d, c.HeartbeatInterval()/2)
 		}
 		c.log.Warn("session lost; reconnecting", "error", err, "retryIn", d)
-		if credentials.Sleep(ctx, d) != nil {
+		if retry.Sleep(ctx, d) != nil {
 			return nil
 		}
 	}

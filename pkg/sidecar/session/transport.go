@@ -14,26 +14,52 @@ import (
 	"github.com/tether-dev/tether/pkg/sidecar/credentials"
 )
 
-// readToken reads and checks the token file. An unreadable file is a
-// retryable error (the kubelet may be swapping it); a malformed token is
-// permanent, as the server would refuse it with 401.
-func (c *Client) readToken() (binding.Token, error) {
+// requestCredentials are what one request authenticates with: the job's token and
+// the pod's token (binding.HeaderPodToken), both read from their files for
+// the request, as the kubelet may have rotated either.
+type requestCredentials struct {
+	token    binding.Token
+	podToken string
+}
+
+// readToken reads and checks the token file and the pod token file. An
+// unreadable file is a retryable error (the kubelet may be swapping it); a
+// malformed token is permanent, as the server would refuse it with 401.
+func (c *Client) readToken() (requestCredentials, error) {
 	token, err := credentials.ReadToken(c.cfg.TokenFile)
 	switch {
 	case errors.Is(err, credentials.ErrMalformedToken):
-		return "", &PermanentError{Op: "read token", Response: &binding.ErrorResponse{
+		return requestCredentials{}, &PermanentError{Op: "read token", Response: &binding.ErrorResponse{
 			Code:    binding.ErrUnauthorized,
 			Message: "token file " + c.cfg.TokenFile + " does not hold a 64-character lowercase hex token",
 		}}
 	case err != nil:
-		return "", fmt.Errorf("read token: %w", err)
+		return requestCredentials{}, fmt.Errorf("read token: %w", err)
 	}
-	return token, nil
+	cr := requestCredentials{token: token}
+	if c.cfg.PodTokenFile == "" {
+		// The server refuses the request, naming the header.
+		return cr, nil
+	}
+	cr.podToken, err = credentials.ReadPodToken(c.cfg.PodTokenFile)
+	switch {
+	case errors.Is(err, credentials.ErrMalformedPodToken):
+		return requestCredentials{}, &PermanentError{Op: "read pod token", Response: &binding.ErrorResponse{
+			Code:    binding.ErrUnauthorized,
+			Message: "pod token file " + c.cfg.PodTokenFile + " does not hold a ServiceAccount token",
+		}}
+	case err != nil:
+		return requestCredentials{}, fmt.Errorf("read pod token: %w", err)
+	}
+	return cr, nil
 }
 
-func (c *Client) headers(token binding.Token) http.Header {
+func (c *Client) headers(cr requestCredentials) http.Header {
 	h := http.Header{}
-	h.Set(binding.HeaderAuthorization, token.BearerHeader())
+	h.Set(binding.HeaderAuthorization, cr.token.BearerHeader())
+	if cr.podToken != "" {
+		h.Set(binding.HeaderPodToken, cr.podToken)
+	}
 	h.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
 	ua := "tether-sidecar"
 	if c.cfg.SidecarVersion != "" {
@@ -44,8 +70,8 @@ func (c *Client) headers(token binding.Token) http.Header {
 }
 
 // sessionHeaders are headers plus the identity a session must claim.
-func (c *Client) sessionHeaders(token binding.Token) http.Header {
-	h := c.headers(token)
+func (c *Client) sessionHeaders(cr requestCredentials) http.Header {
+	h := c.headers(cr)
 	h.Set(binding.HeaderJobID, c.cfg.JobID)
 	h.Set(binding.HeaderWorkerID, c.cfg.WorkerID)
 	h.Set(binding.HeaderPodNamespace, c.cfg.Pod.Namespace)

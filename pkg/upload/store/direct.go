@@ -325,19 +325,13 @@ func (h *Handler) dropUpload(ctx context.Context, rq *request, key string) {
 	}
 }
 
-// dropUploads deletes every direct upload's object of job jobID that was
-// never committed (the binding ended while it was in flight).
+// dropUploads deletes the direct uploads of job jobID that were never
+// committed (the binding ended while they were in flight), one sweep page:
+// what a URL writes later, and any rest, is the controller's sweep's
+// (SweepUploads).
 func (h *Handler) dropUploads(ctx context.Context, jobID string) error {
-	keys, err := h.Backend.List(ctx, uploadsPrefix(jobID))
-	if err != nil {
-		return fmt.Errorf("listing direct uploads of job %s: %w", jobID, err)
-	}
-	for _, k := range keys {
-		if err := h.Backend.Delete(ctx, k); err != nil {
-			return fmt.Errorf("deleting direct upload %s: %w", k, err)
-		}
-	}
-	return nil
+	_, _, err := h.SweepUploads(ctx, jobID, UploadSweepPage)
+	return err
 }
 
 func nodesOf(job *Job) int {

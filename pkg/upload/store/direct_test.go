@@ -17,7 +17,7 @@ import (
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
-// directEnv is a Handler with the S3 backend on a real versitygw, its
+// directEnv is a Handler with the S3 backend on a real S3 server, its
 // direct-upload endpoints served over HTTPS on loopback.
 type directEnv struct {
 	*env
@@ -26,7 +26,7 @@ type directEnv struct {
 	final atomic.Bool
 }
 
-func newDirectEnv(t *testing.T, v *versity, ttl time.Duration) *directEnv {
+func newDirectEnv(t *testing.T, v *s3Store, ttl time.Duration) *directEnv {
 	t.Helper()
 	d := &directEnv{s3: v.newBackend(t, "pre/")}
 	d.env = newEnv(t, d.s3, func(h *Handler, _ *httptest.Server) {
@@ -127,7 +127,10 @@ func (d *directEnv) wantNoUploads() {
 }
 
 func TestDirectUpload(t *testing.T) {
-	v := startVersityGW(t)
+	eachS3(t, testDirectUpload)
+}
+
+func testDirectUpload(t *testing.T, v *s3Store) {
 	body := data(3<<20+17, 7)
 	size := int64(len(body))
 	commit := func(a upload.AuthorizeResponse, key string, size int64, sum string) upload.CommitRequest {

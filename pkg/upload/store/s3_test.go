@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,40 +19,95 @@ import (
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
-// versity is a versitygw serving a posix directory on loopback.
-type versity struct {
+// s3Store is a real S3 server (internal/s3server: versitygw or SeaweedFS)
+// on loopback.
+type s3Store struct {
+	impl           s3server.Impl
 	endpoint       string
 	access, secret string
 	buckets        atomic.Int64
 }
 
 const (
-	versityAccess = "tether-test-access"
-	versitySecret = "tether-test-secret-0123456789"
+	s3Access = "tether-test-access"
+	s3Secret = "tether-test-secret-0123456789"
 )
 
-// startVersityGW runs versitygw for the test's duration. Without the binary
-// the test fails on CI (CI=true) and is skipped elsewhere.
-func startVersityGW(t *testing.T) *versity {
+// shared is one implementation's server, started by the first test that
+// needs it and stopped by TestMain: SeaweedFS takes 8-11 s to start (its
+// filer waits out a membership check before it takes writes), and every
+// test works in buckets of its own.
+type shared struct {
+	once  sync.Once
+	srv   *s3server.Server
+	store *s3Store
+	dir   string
+	err   error
+}
+
+var servers = map[s3server.Impl]*shared{}
+
+func init() {
+	for _, impl := range s3server.Impls {
+		servers[impl] = &shared{}
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, s := range servers {
+		if s.srv != nil {
+			s.srv.Stop()
+		}
+		if s.dir != "" {
+			_ = os.RemoveAll(s.dir)
+		}
+	}
+	os.Exit(code)
+}
+
+// startS3 returns impl's shared server, starting it on first use. Without
+// the binary the test fails on CI (CI=true) and is skipped elsewhere.
+func startS3(t *testing.T, impl s3server.Impl) *s3Store {
 	t.Helper()
-	s, err := s3server.Start(context.Background(), s3server.Options{Dir: t.TempDir(), AccessKey: versityAccess, SecretKey: versitySecret})
-	if errors.Is(err, s3server.ErrNoBinary) && os.Getenv("CI") != "true" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Stop()
-		if t.Failed() {
-			t.Logf("versitygw output:\n%s", s.Output())
+	s := servers[impl]
+	s.once.Do(func() {
+		if s.dir, s.err = os.MkdirTemp("", "tether-store-"+impl.String()+"-"); s.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		if s.srv, s.err = s3server.Start(ctx, s3server.Options{Impl: impl, Dir: s.dir, AccessKey: s3Access, SecretKey: s3Secret}); s.err == nil {
+			s.store = &s3Store{impl: impl, endpoint: s.srv.Endpoint, access: s3Access, secret: s3Secret}
 		}
 	})
-	return &versity{endpoint: s.Endpoint, access: versityAccess, secret: versitySecret}
+	if errors.Is(s.err, s3server.ErrNoBinary) && os.Getenv("CI") != "true" {
+		t.Skip(s.err)
+	}
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out := s.srv.Output()
+			if len(out) > 16<<10 {
+				out = "...\n" + out[len(out)-16<<10:]
+			}
+			t.Logf("%v output:\n%s", impl, out)
+		}
+	})
+	return s.store
+}
+
+// eachS3 runs f in a subtest per S3 implementation.
+func eachS3(t *testing.T, f func(t *testing.T, v *s3Store)) {
+	for _, impl := range s3server.Impls {
+		t.Run(impl.String(), func(t *testing.T) { f(t, startS3(t, impl)) })
+	}
 }
 
 // newBackend returns an S3Backend on a new, empty bucket.
-func (v *versity) newBackend(t *testing.T, prefix string) *S3Backend {
+func (v *s3Store) newBackend(t *testing.T, prefix string) *S3Backend {
 	t.Helper()
 	b, err := NewS3Backend(S3Options{
 		Endpoint:  v.endpoint,
@@ -70,24 +126,29 @@ func (v *versity) newBackend(t *testing.T, prefix string) *S3Backend {
 	return b
 }
 
-// TestHandlerS3 runs the handler suite with the S3Backend on versitygw.
+// TestHandlerS3 runs the handler suite with the S3Backend on each S3 server.
 func TestHandlerS3(t *testing.T) {
-	v := startVersityGW(t)
-	runHandlerSuite(t, func(t *testing.T) upload.Backend { return v.newBackend(t, "") })
+	eachS3(t, func(t *testing.T, v *s3Store) {
+		runHandlerSuite(t, func(t *testing.T) upload.Backend { return v.newBackend(t, "") })
+	})
 }
 
 func TestS3BackendContract(t *testing.T) {
-	v := startVersityGW(t)
-	t.Run("NoPrefix", func(t *testing.T) {
-		runBackendSuite(t, func(t *testing.T) upload.Backend { return v.newBackend(t, "") })
-	})
-	t.Run("Prefix", func(t *testing.T) {
-		runBackendSuite(t, func(t *testing.T) upload.Backend { return v.newBackend(t, "tether/artifacts/") })
+	eachS3(t, func(t *testing.T, v *s3Store) {
+		t.Run("NoPrefix", func(t *testing.T) {
+			runBackendSuite(t, func(t *testing.T) upload.Backend { return v.newBackend(t, "") })
+		})
+		t.Run("Prefix", func(t *testing.T) {
+			runBackendSuite(t, func(t *testing.T) upload.Backend { return v.newBackend(t, "tether/artifacts/") })
+		})
 	})
 }
 
 func TestS3BackendPrefixIsolation(t *testing.T) {
-	v := startVersityGW(t)
+	eachS3(t, testS3BackendPrefixIsolation)
+}
+
+func testS3BackendPrefixIsolation(t *testing.T, v *s3Store) {
 	ctx := context.Background()
 	b := v.newBackend(t, "pre/")
 	body := []byte("hello")

@@ -27,7 +27,7 @@ import (
 func (j *job) syncer(t *testing.T) *artifacts.Syncer {
 	t.Helper()
 	cfg := j.clientConfig()
-	up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: cfg.ServerURL, JobID: cfg.JobID, TokenFile: j.tokenFile, CAFile: j.caFile})
+	up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: cfg.ServerURL, JobID: cfg.JobID, TokenFile: j.tokenFile, PodTokenFile: j.podTokenFile, CAFile: j.caFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +154,8 @@ func TestCrossJobArtifactTokenRefusedBeforeAnyByte(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPut, env.BindingURL+"/"+upload.Bucket+"/"+bJob+"/stolen.bin", body)
 	req.ContentLength = size
 	req.Header.Set(upload.TokenHeader, string(token))
+	req.Header.Set(upload.PodHeader, string(a.pod.UID))
+	req.Header.Set(binding.HeaderPodToken, a.podToken(t))
 	req.Header.Set("Expect", "100-continue")
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -57,6 +57,7 @@ func (p *rawPeer) headers() http.Header {
 	h.Set(binding.HeaderPodNamespace, p.cfg.Pod.Namespace)
 	h.Set(binding.HeaderPodName, p.cfg.Pod.Name)
 	h.Set(binding.HeaderPodUID, p.cfg.Pod.UID)
+	h.Set(binding.HeaderPodToken, p.j.podToken(p.t))
 	return h
 }
 

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
@@ -33,6 +34,9 @@ type job struct {
 	tokenFile   string
 	caFile      string
 	artifactDir string
+	// podTokenFile holds the pod's projected ServiceAccount token, as the
+	// kubelet would mount it (testenv.WritePodToken).
+	podTokenFile string
 }
 
 // newJob creates a namespace, a bound TrainJob (with extra annotations), waits
@@ -60,8 +64,17 @@ func newJob(t *testing.T, annotations map[string]string) *job {
 	if len(j.pod.Spec.InitContainers) == 0 {
 		t.Fatal("trainer pod was not injected")
 	}
+	j.writeFiles(t, secret)
+	return j
+}
+
+// writeFiles writes the files the kubelet would mount into j.pod's sidecar:
+// the job's token and CA from its Secret, and the pod's token.
+func (j *job) writeFiles(t *testing.T, secret *corev1.Secret) {
+	t.Helper()
 	dir := t.TempDir()
 	j.tokenFile, j.caFile, j.artifactDir = filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt"), filepath.Join(dir, "artifacts")
+	j.podTokenFile = filepath.Join(dir, "pod-token")
 	for path, data := range map[string][]byte{j.tokenFile: secret.Data["token"], j.caFile: secret.Data["ca.crt"]} {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
@@ -70,7 +83,30 @@ func newJob(t *testing.T, annotations map[string]string) *job {
 	if err := os.MkdirAll(j.artifactDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return j
+	if err := testenv.WritePodToken(context.Background(), clientset(t), j.pod, j.podTokenFile); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// podToken is the pod token the kubelet would give j.pod's sidecar.
+func (j *job) podToken(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(j.podTokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// clientset is an admin clientset of the environment (it mints pod tokens
+// as the kubelet does).
+func clientset(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
 
 // sidecarEnv is the injected sidecar's environment, resolved as the kubelet would.
@@ -82,7 +118,7 @@ func (j *job) clientConfig() session.Config {
 	e := j.sidecarEnv()
 	interval, _ := time.ParseDuration(e[binding.EnvHeartbeatInterval])
 	return session.Config{
-		ServerURL: e[binding.EnvServerURL], TokenFile: j.tokenFile, CAFile: j.caFile,
+		ServerURL: e[binding.EnvServerURL], TokenFile: j.tokenFile, PodTokenFile: j.podTokenFile, CAFile: j.caFile,
 		JobID: e[binding.EnvJobID], WorkerID: e[binding.EnvWorkerID],
 		Pod:               binding.PodIdentity{Namespace: e[binding.EnvPodNamespace], Name: e[binding.EnvPodName], UID: e[binding.EnvPodUID]},
 		HeartbeatInterval: interval,

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,16 +45,7 @@ func newTwoNodeJob(t *testing.T) [2]*job {
 		j := &job{ns: ns, name: name}
 		j.pod = testobj.MakeTrainerPod(name, ns).Routed().CompletionIndex(strconv.Itoa(rank)).Name(fmt.Sprintf("%s-node-0-%d", name, rank)).Obj()
 		mustCreate(t, j.pod)
-		dir := t.TempDir()
-		j.tokenFile, j.caFile, j.artifactDir = filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt"), filepath.Join(dir, "artifacts")
-		for path, data := range map[string][]byte{j.tokenFile: secret.Data["token"], j.caFile: secret.Data["ca.crt"]} {
-			if err := os.WriteFile(path, data, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := os.MkdirAll(j.artifactDir, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		j.writeFiles(t, secret)
 		out[rank] = j
 	}
 	// No JobSet API here: record the count the controller reads from the
@@ -76,7 +65,7 @@ func (j *job) nodeSyncer(t *testing.T, rank int) *artifacts.Syncer {
 	t.Helper()
 	cfg := j.clientConfig()
 	up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: cfg.ServerURL, JobID: cfg.JobID, NodeRank: rank,
-		TokenFile: j.tokenFile, CAFile: j.caFile, PodUID: cfg.Pod.UID})
+		TokenFile: j.tokenFile, PodTokenFile: j.podTokenFile, CAFile: j.caFile, PodUID: cfg.Pod.UID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +162,7 @@ func (c *tokenClient) putAs(podUID, rel string, body []byte) (int, string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	req.Header.Set(upload.TokenHeader, c.token)
+	c.sign(req)
 	req.Header.Set(upload.PodHeader, podUID)
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -31,6 +31,8 @@ func (p *rawPeer) putProbe(t *testing.T) int {
 	req, _ := http.NewRequest(http.MethodPut, p.cfg.ServerURL+"/"+upload.Bucket+"/"+p.cfg.JobID+"/probe.txt", strings.NewReader("probe"))
 	req.ContentLength = 5
 	req.Header.Set(upload.TokenHeader, p.token)
+	req.Header.Set(upload.PodHeader, p.cfg.Pod.UID)
+	req.Header.Set(binding.HeaderPodToken, p.j.podToken(t))
 	resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: p.tls}, Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)

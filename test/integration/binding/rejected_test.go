@@ -28,7 +28,7 @@ func TestChangedFileNeverBecomesTheObject(t *testing.T) {
 	j.write(t, "log.txt", []byte("first line\n"))
 	var once sync.Once
 	cfg := j.clientConfig()
-	up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: cfg.ServerURL, JobID: cfg.JobID, TokenFile: j.tokenFile, CAFile: j.caFile,
+	up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: cfg.ServerURL, JobID: cfg.JobID, TokenFile: j.tokenFile, PodTokenFile: j.podTokenFile, CAFile: j.caFile, PodUID: cfg.Pod.UID,
 		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
 			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 				if r.Method == http.MethodPut {

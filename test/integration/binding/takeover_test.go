@@ -50,6 +50,7 @@ func rawSession(t *testing.T, j *job) (*websocket.Conn, error) {
 	h.Set(binding.HeaderPodNamespace, e[binding.EnvPodNamespace])
 	h.Set(binding.HeaderPodName, e[binding.EnvPodName])
 	h.Set(binding.HeaderPodUID, e[binding.EnvPodUID])
+	h.Set(binding.HeaderPodToken, j.podToken(t))
 	d := websocket.Dialer{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, HandshakeTimeout: 5 * time.Second}
 	conn, resp, err := d.DialContext(context.Background(), u.String(), h)
 	if resp != nil && resp.Body != nil {

@@ -41,6 +41,9 @@ type tenantJob struct {
 	jobID  string
 	token  string
 	ca     []byte
+	// podUID and podToken are the job's node-0 pod's, which the tenant
+	// created, as its sidecar sends them.
+	podUID, podToken string
 }
 
 // tenancyRun makes the namespaces and ids of each run their own (-count):
@@ -84,7 +87,16 @@ func bound(t *testing.T, tn *testenv.Tenant, name string) *tenantJob {
 	if err := tn.Client.Get(ctx, types.NamespacedName{Namespace: tn.Namespace, Name: name}, wb); err != nil {
 		t.Fatal(err)
 	}
-	return &tenantJob{tenant: tn, name: name, jobID: wb.Spec.JobID, token: string(secret.Data[binding.TokenKey]), ca: secret.Data[binding.CABundleKey]}
+	pod := testobj.MakeTrainerPod(name, tn.Namespace).Routed().Obj()
+	if err := tn.Client.Create(ctx, pod); err != nil {
+		t.Fatalf("tenant %s creating its trainer pod: %v", tn.Namespace, err)
+	}
+	podToken, err := testenv.PodToken(ctx, clientset(t), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tenantJob{tenant: tn, name: name, jobID: wb.Spec.JobID, token: string(secret.Data[binding.TokenKey]), ca: secret.Data[binding.CABundleKey],
+		podUID: string(pod.UID), podToken: podToken}
 }
 
 func (j *tenantJob) httpClient() *http.Client {
@@ -107,6 +119,8 @@ func (j *tenantJob) object(t *testing.T, key string, body []byte) (int, string) 
 	}
 	req.ContentLength = int64(len(body))
 	req.Header.Set(upload.TokenHeader, j.token)
+	req.Header.Set(upload.PodHeader, j.podUID)
+	req.Header.Set(binding.HeaderPodToken, j.podToken)
 	resp, err := j.httpClient().Do(req)
 	if err != nil {
 		t.Fatal(err)

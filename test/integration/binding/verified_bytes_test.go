@@ -19,6 +19,7 @@ import (
 	"time"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/client"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -31,6 +32,15 @@ type tokenClient struct {
 	hc     *http.Client
 	token  string
 	prefix string
+	// podToken and podUID are the pod's, as its sidecar sends them.
+	podToken, podUID string
+}
+
+// sign sets the job's token and the pod's identity and token on req.
+func (c *tokenClient) sign(req *http.Request) {
+	req.Header.Set(upload.TokenHeader, c.token)
+	req.Header.Set(upload.PodHeader, c.podUID)
+	req.Header.Set(binding.HeaderPodToken, c.podToken)
 }
 
 func (j *job) tokenClient(t *testing.T) *tokenClient {
@@ -46,6 +56,7 @@ func (j *job) tokenClient(t *testing.T) *tokenClient {
 		t.Fatal(err)
 	}
 	return &tokenClient{t: t, token: strings.TrimSpace(string(token)), prefix: j.clientConfig().JobID + "/",
+		podToken: j.podToken(t), podUID: string(j.pod.UID),
 		hc: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: time.Minute}}
 }
 
@@ -58,7 +69,7 @@ func (c *tokenClient) put(rel string, body io.Reader, size int64) (int, string) 
 		c.t.Fatal(err)
 	}
 	req.ContentLength = size
-	req.Header.Set(upload.TokenHeader, c.token)
+	c.sign(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		c.t.Fatalf("PUT %s: %v", rel, err)
@@ -74,7 +85,7 @@ func (c *tokenClient) writable() int {
 	c.t.Helper()
 	b, _ := json.Marshal(upload.AuthorizeRequest{Key: c.prefix + "probe.bin", Size: 1})
 	req, _ := http.NewRequest(http.MethodPost, env.BindingURL+upload.PathAuthorize, bytes.NewReader(b))
-	req.Header.Set(upload.TokenHeader, c.token)
+	c.sign(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		c.t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/testenv"
@@ -77,12 +78,22 @@ func TestSidecarCannotOverwriteTheArchivedLog(t *testing.T) {
 		t.Fatalf("status.artifacts.logs = %q, want [%s]", got, logKey)
 	}
 
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podToken, err := testenv.PodToken(ctx, cs, p)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(secret.Data[binding.CABundleKey])
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 30 * time.Second}
 	put := func(key string, body []byte) (int, string) {
 		req, _ := http.NewRequest(http.MethodPut, env.BindingURL+"/"+upload.Bucket+"/"+key, bytes.NewReader(body))
 		req.Header.Set(upload.TokenHeader, string(secret.Data[binding.TokenKey]))
+		req.Header.Set(upload.PodHeader, string(p.UID))
+		req.Header.Set(binding.HeaderPodToken, podToken)
 		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)

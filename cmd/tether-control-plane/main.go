@@ -1,5 +1,5 @@
-// Command webhook is Tether's whole control plane, not only its webhooks: the
-// TrainJob and Pod admission webhooks, the binding controller, the binding
+// Command tether-control-plane is Tether's whole control plane: the TrainJob,
+// JobSet and Pod admission webhooks, the binding controller, the binding
 // server with its artifact endpoint, certificate management and metrics, in
 // one binary (see pkg/controlplane).
 package main

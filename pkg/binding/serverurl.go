@@ -1,4 +1,4 @@
-package credentials
+package binding
 
 import (
 	"errors"
@@ -6,10 +6,11 @@ import (
 	"net/url"
 )
 
-// ParseServerURL checks the binding server's base URL (TETHER_SERVER_URL) as
-// both clients need it: https, because the token must never cross the
-// network in clear text, with a host and without user info, query or
-// fragment. Errors name the field ServerURL; callers prefix their own name.
+// ParseServerURL checks the binding server's base URL (EnvServerURL) as both
+// of the sidecar's clients (the binding session and the artifact uploader)
+// need it: https, because the token must never cross the network in clear
+// text, with a host and without user info, query or fragment. Errors name
+// the field ServerURL; callers prefix their own name.
 func ParseServerURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	switch {

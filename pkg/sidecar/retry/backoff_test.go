@@ -1,8 +1,6 @@
-package credentials
+package retry
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 )
@@ -52,17 +50,5 @@ func TestNewBackoffDefaults(t *testing.T) {
 	b := NewBackoff(0, 0)
 	if b.initial != DefaultBackoffInitial || b.max != DefaultBackoffInitial {
 		t.Errorf("NewBackoff(0, 0) = %+v", b)
-	}
-}
-
-func TestSleep(t *testing.T) {
-	if err := Sleep(context.Background(), time.Millisecond); err != nil {
-		t.Error(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	start := time.Now()
-	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) || time.Since(start) > time.Second {
-		t.Errorf("Sleep on a cancelled context = %v", err)
 	}
 }

@@ -1,7 +1,6 @@
-package credentials
+package retry
 
 import (
-	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -15,11 +14,14 @@ const DefaultBackoffInitial = 500 * time.Millisecond
 // do not come back in lockstep. The binding session and the uploader each
 // choose their initial and max.
 //
-// It is written here rather than taken from a library (cenkalti/backoff,
-// k8s.io/apimachinery's wait) because it is a dozen lines, the sidecar's
-// dependency set is kept deliberately small (and must never reach k8s.io), and
-// those libraries default to a ±50% randomisation around the exponential value
-// rather than full jitter.
+// It is written here rather than taken from a library because none fits:
+// k8s.io/apimachinery's wait.Backoff is out of bounds (the sidecar never
+// compiles against k8s.io, internal/archtest), its jitter only lengthens a
+// delay (d to d·(1+jitter)) rather than spreading it down to zero, and
+// cenkalti/backoff randomises around the exponential value (±factor), keeps
+// its attempt count inside the value, so it has no After(n) for a caller
+// that counts its own attempts concurrently, and would be one more
+// dependency of the sidecar for a dozen lines.
 //
 // A Backoff is not safe for concurrent use.
 type Backoff struct {
@@ -79,19 +81,3 @@ func (b *Backoff) draw(ceil time.Duration) time.Duration {
 
 // Reset starts over from initial, after a success.
 func (b *Backoff) Reset() { b.attempt = 0 }
-
-// Sleep waits for d or until ctx ends, whichever is first; it returns
-// ctx.Err() in the latter case.
-func Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}

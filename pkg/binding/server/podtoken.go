@@ -1,0 +1,287 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
+)
+
+// Every rank of a job holds the same job token, so the token says which job
+// asks, never which pod: a sidecar that learned another rank's pod UID could
+// claim it. Each request therefore also carries the pod's projected
+// ServiceAccount token (binding.HeaderPodToken, audience
+// binding.PodTokenAudience), which the kubelet issues to that one pod and
+// only its sidecar mounts. The server reviews it with the API server
+// (TokenReview), takes the pod's namespace, name and UID from the review,
+// and refuses a request whose claimed pod is not the token's
+// (pod_token_mismatch). Verdicts are cached by the token's SHA-256 until the
+// token expires, so an API server outage does not stop pods that already
+// proved themselves (a rotated token is reviewed again: the kubelet rotates
+// at 80% of its 600 s, leaving the old one good for 120 s more).
+
+// Limits of the pod token reviews.
+const (
+	// MaxPodVerdicts bounds the cached verdicts (one per pod token in use:
+	// one per running trainer pod, two while the kubelet rotates it).
+	MaxPodVerdicts = 20000
+	// maxVerdictLife bounds a verdict whatever the token's expiry says.
+	maxVerdictLife = time.Hour
+	// PodReviewRate and PodReviewBurst bound the reviews one job token may
+	// cause per second: a job's pods register at once (up to
+	// binding.MaxBoundNodes of them), then each reviews once per rotation.
+	// Made-up pod tokens sent with a real job token spend that job's
+	// budget, not the others'.
+	PodReviewRate  = 5
+	PodReviewBurst = 2 * binding.MaxBoundNodes
+	// podReviewRate and podReviewBurst bound every review the replica asks
+	// the API server for.
+	podReviewRate  = 500
+	podReviewBurst = 2000
+	// podReviewTimeout bounds one review.
+	podReviewTimeout = 5 * time.Second
+	// podReviewRetryAfter is the Retry-After of a review that could not be
+	// made.
+	podReviewRetryAfter = 2 * time.Second
+)
+
+// PodTokenReviewer reviews a pod token for binding.PodTokenAudience.
+type PodTokenReviewer interface {
+	ReviewPodToken(ctx context.Context, token string) (authnv1.TokenReviewStatus, error)
+}
+
+// KubePodTokenReviewer asks the API server (create tokenreviews, which the
+// control plane's ClusterRole grants).
+type KubePodTokenReviewer struct{ Clientset kubernetes.Interface }
+
+// ReviewPodToken creates a TokenReview for the pod token's audience.
+func (k KubePodTokenReviewer) ReviewPodToken(ctx context.Context, token string) (authnv1.TokenReviewStatus, error) {
+	tr, err := k.Clientset.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
+		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{binding.PodTokenAudience}}}, metav1.CreateOptions{})
+	if err != nil {
+		return authnv1.TokenReviewStatus{}, fmt.Errorf("TokenReview: %w", err)
+	}
+	return tr.Status, nil
+}
+
+// Keys of the pod a bound ServiceAccount token names in its user's extra
+// (k8s.io/apiserver's serviceaccount.PodNameKey and PodUIDKey).
+const (
+	podNameExtra = "authentication.kubernetes.io/pod-name"
+	podUIDExtra  = "authentication.kubernetes.io/pod-uid"
+)
+
+// provenPod is the pod a reviewed pod token belongs to.
+type provenPod struct {
+	namespace, serviceAccount, name, uid string
+	// until is when the verdict stops counting: the token's expiry.
+	until time.Time
+}
+
+// podProofs reviews pod tokens and remembers the verdicts of authentic ones.
+type podProofs struct {
+	rev   PodTokenReviewer
+	now   func() time.Time
+	limit *rate.Limiter
+
+	mu       sync.Mutex
+	verdicts map[[sha256.Size]byte]provenPod
+	swept    time.Time
+}
+
+func newPodProofs(rev PodTokenReviewer, now func() time.Time) *podProofs {
+	return &podProofs{rev: rev, now: now, limit: rate.NewLimiter(podReviewRate, podReviewBurst),
+		verdicts: map[[sha256.Size]byte]provenPod{}}
+}
+
+// podClaim is the pod a request claims to come from, and the token that
+// should prove it.
+type podClaim struct {
+	token string
+	// namespace is the binding's: the pod must be in it. name may be empty
+	// (artifact requests name the pod by UID only).
+	namespace, name, uid string
+}
+
+// proveClaim reviews the claim's pod token (or finds its cached verdict)
+// and checks that it proves the claimed pod. budget takes one review from
+// the job token's own budget (ratelimit.go). A review that cannot be made
+// now is a 503 with Retry-After.
+func (s *Server) proveClaim(ctx context.Context, c podClaim, budget func() (bool, time.Duration)) (provenPod, *refusal) {
+	switch {
+	case s.pods == nil:
+		return provenPod{}, refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "no_pod_reviewer",
+			"this binding server cannot review pod tokens (no reviewer configured)")
+	case c.token == "":
+		return provenPod{}, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "no_pod_token",
+			"no %s header: every request carries the pod's projected ServiceAccount token (audience %s, the file %s names) beside the job's token; "+
+				"the pod needs the %s volume Tether's webhook adds, and a sidecar that sends the header (upgrade an older one)",
+			binding.HeaderPodToken, binding.PodTokenAudience, binding.EnvPodTokenFile, "tether-pod-token")
+	case len(c.token) > binding.MaxPodTokenLength:
+		return provenPod{}, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "malformed_pod_token",
+			"%s is longer than %d bytes: it is not a ServiceAccount token", binding.HeaderPodToken, binding.MaxPodTokenLength)
+	}
+	p, ref := s.pods.prove(ctx, c.token, budget)
+	if ref != nil {
+		return provenPod{}, ref
+	}
+	switch {
+	case p.namespace != c.namespace:
+		return provenPod{}, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_mismatch",
+			"the pod token is pod %s/%s's, not a pod in the binding's namespace %s: a sidecar speaks only for its own pod", p.namespace, p.name, c.namespace)
+	case c.uid == "":
+		return provenPod{}, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_mismatch",
+			"the request names no pod UID beside its pod token (pod %s/%s's): send the pod's UID (the sidecar does)", p.namespace, p.name)
+	case p.uid != c.uid:
+		return provenPod{}, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_mismatch",
+			"the request names pod UID %q, but its pod token is pod %s/%s's (UID %s): a sidecar speaks only for its own pod", c.uid, p.namespace, p.name, p.uid)
+	case c.name != "" && p.name != c.name:
+		return provenPod{}, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_mismatch",
+			"the request names pod %s, but its pod token is pod %s/%s's: a sidecar speaks only for its own pod", c.name, p.namespace, p.name)
+	}
+	return p, nil
+}
+
+// prove returns the pod token's cached verdict, or reviews it.
+func (pp *podProofs) prove(ctx context.Context, token string, budget func() (bool, time.Duration)) (provenPod, *refusal) {
+	key := sha256.Sum256([]byte(token))
+	now := pp.now()
+	pp.mu.Lock()
+	p, ok := pp.verdicts[key]
+	pp.mu.Unlock()
+	if ok && now.Before(p.until) {
+		return p, nil
+	}
+	if ok, after := budget(); !ok {
+		r := refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "pod_review_limited",
+			"more than %d pod token reviews per second with this job's token (burst %d): retry after Retry-After", PodReviewRate, PodReviewBurst)
+		r.retryAfter = after
+		return provenPod{}, r
+	}
+	if !pp.limit.Allow() {
+		r := refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "pod_review_limited",
+			"too many pod tokens are being reviewed on this replica: retry after Retry-After")
+		r.retryAfter = time.Second
+		return provenPod{}, r
+	}
+	rctx, cancel := context.WithTimeout(ctx, podReviewTimeout)
+	defer cancel()
+	st, err := pp.rev.ReviewPodToken(rctx, token)
+	if err != nil {
+		r := refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "pod_review_unavailable",
+			"cannot review the pod token now (%v): retry after Retry-After", err)
+		r.retryAfter = podReviewRetryAfter
+		return provenPod{}, r
+	}
+	p, ref := verdictOf(st, token, now)
+	if ref != nil {
+		return provenPod{}, ref
+	}
+	pp.remember(key, p, now)
+	return p, nil
+}
+
+// verdictOf reads the pod out of an authentic review.
+func verdictOf(st authnv1.TokenReviewStatus, token string, now time.Time) (provenPod, *refusal) {
+	if !st.Authenticated {
+		why := st.Error
+		if why == "" {
+			why = "not authenticated"
+		}
+		return provenPod{}, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "pod_token_rejected",
+			"the API server does not accept the pod token for audience %s (%s): send the token of the %s volume, which the kubelet keeps current",
+			binding.PodTokenAudience, truncate(why, 200), "tether-pod-token")
+	}
+	if !slices.Contains(st.Audiences, binding.PodTokenAudience) {
+		return provenPod{}, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "pod_token_rejected",
+			"the pod token is not for audience %s", binding.PodTokenAudience)
+	}
+	var p provenPod
+	rest, isSA := strings.CutPrefix(st.User.Username, "system:serviceaccount:")
+	p.namespace, p.serviceAccount, _ = strings.Cut(rest, ":")
+	names, uids := st.User.Extra[podNameExtra], st.User.Extra[podUIDExtra]
+	if !isSA || p.namespace == "" || p.serviceAccount == "" || len(names) != 1 || len(uids) != 1 || names[0] == "" || uids[0] == "" {
+		return provenPod{}, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_not_bound",
+			"the pod token (user %s) is not a ServiceAccount token bound to a pod: send the projected token of the %s volume, not one made without a pod",
+			truncate(st.User.Username, 120), "tether-pod-token")
+	}
+	p.name, p.uid = names[0], uids[0]
+	p.until = now.Add(maxVerdictLife)
+	if exp, ok := tokenExpiry(token); ok && exp.Before(p.until) {
+		p.until = exp
+	}
+	return p, nil
+}
+
+// tokenExpiry is the exp claim of a JWT the API server has just accepted
+// (so its claims are the issuer's).
+func tokenExpiry(token string) (time.Time, bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return time.Time{}, false
+	}
+	var claims struct {
+		Exp int64 `json:"exp"`
+	}
+	if json.Unmarshal(b, &claims) != nil || claims.Exp == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(claims.Exp, 0), true
+}
+
+// remember caches a verdict; when MaxPodVerdicts are held, expired ones go
+// first, then any (the pod reviews its token again).
+func (pp *podProofs) remember(key [sha256.Size]byte, p provenPod, now time.Time) {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if len(pp.verdicts) >= MaxPodVerdicts && now.Sub(pp.swept) > time.Second {
+		pp.swept = now
+		for k, v := range pp.verdicts {
+			if !now.Before(v.until) {
+				delete(pp.verdicts, k)
+			}
+		}
+	}
+	for k := range pp.verdicts {
+		if len(pp.verdicts) < MaxPodVerdicts {
+			break
+		}
+		delete(pp.verdicts, k)
+	}
+	pp.verdicts[key] = p
+}
+
+// cached is how many verdicts are held.
+func (pp *podProofs) cached() int {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	return len(pp.verdicts)
+}
+
+// provePod checks a register or session request's pod token against the pod
+// it claims (name and UID) in wb's namespace.
+func (s *Server) provePod(ctx context.Context, r *http.Request, wb *tetherv1.WorkerBinding, name, uid string) *refusal {
+	token, _ := binding.TokenFromHeader(r.Header) // authenticate parsed it already
+	hash := token.Hash()
+	_, ref := s.proveClaim(ctx, podClaim{token: r.Header.Get(binding.HeaderPodToken), namespace: wb.Namespace, name: name, uid: uid},
+		func() (bool, time.Duration) { return s.limits.allow(classPodReviews, hash, s.opts.Now()) })
+	return ref
+}
