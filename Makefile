@@ -75,7 +75,7 @@ integration: testbin
 ## plus a real node (kubelet, containerd, Debian's runc) running the images
 ## of `make images`; first the real node alone and the cluster network alone
 ## (two real nodes with pod networking, kube-proxy, CoreDNS), then the scenarios,
-## then scenarios 1 and 18 against SeaweedFS, then Tether installed from its
+## then scenario 1 against SeaweedFS, then Tether installed from its
 ## chart on a cluster of its own (test/install)
 E2E_TIMEOUT ?= 30m
 e2e: images
@@ -83,10 +83,12 @@ e2e: images
 	TETHER_E2E=1 $(GO) test -count=1 -v -timeout 10m -run '^(TestRealNodeAlone|TestClusterNetworkPlumbing|TestClusterNetwork)$$' ./internal/localcluster/
 	TETHER_E2E=1 $(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
 	@# Direct and proxied uploads once more against SeaweedFS, the second S3
-	@# server (scenario 1: checkpoints direct, small files proxied; 18: both
-	@# modes with a replica killed mid-upload), kwok nodes only: about 3 min.
+	@# server: scenario 1 (checkpoints direct, small files proxied), kwok nodes
+	@# only, about 50 s. Scenario 18 (both modes with a replica killed
+	@# mid-upload) passes there too (TETHER_E2E_S3=seaweedfs) but adds about
+	@# 2 min, which CI's 30-minute warm budget does not hold.
 	TETHER_E2E=1 TETHER_E2E_S3=seaweedfs TETHER_E2E_REAL_NODE=0 $(GO) test -count=1 -v -timeout 15m \
-	  -run '^(TestScenario1HappyPathWithKueue|TestScenario18ReplicaKilledMidUpload)$$' ./e2e/
+	  -run '^TestScenario1HappyPathWithKueue$$' ./e2e/
 	TETHER_E2E=1 $(GO) test -count=1 -v -timeout 15m ./test/install/
 
 ## bench: Go benchmarks (figures via b.ReportMetric; nothing is asserted on time)
