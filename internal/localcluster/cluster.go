@@ -290,6 +290,12 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 			return err
 		}
 	}
+	// Pods are admitted as a real cluster admits them: envtest turns the
+	// default-on ServiceAccount plugin off, and it is what sets a pod's
+	// spec.serviceAccountName before the webhooks run (Tether's injector
+	// refuses a pod without one: the sidecar's pod token needs it). Its
+	// default ServiceAccounts come from kube-controller-manager.
+	apiserver.Configure().Disable("disable-admission-plugins")
 	// The real nodes' kubelets serve on their node addresses with a
 	// certificate from the cluster CA and accepts this client certificate:
 	// `kubectl logs` and the pods/log API go through it.
