@@ -2,7 +2,7 @@ package v1alpha1
 
 // The orchestrator's contract with the control plane, beyond the
 // WorkerBinding's fields: the names an orchestrator writes and reads. Both
-// the control plane (pkg/binding/server) and the orchestrators' client
+// the control plane (pkg/artifactreads, pkg/bindingserver) and the orchestrators' client
 // (pkg/client) import them from here, as Kubernetes keeps its well-known
 // labels and annotations next to its types: an orchestrator already
 // depends on this package to read a WorkerBinding, and this package

@@ -48,10 +48,11 @@ import (
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
-	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/replicalease"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -320,7 +321,7 @@ func BenchmarkBindingSessions(b *testing.B) {
 	progressf("generator process: %.3f cores during the measured phase", res.CPUCores)
 	progressf("CPU pressure before: %s; after: %s", pressure0, pressure1)
 	progressf("replica Lease: oldest renewal seen in the measured phase %s old (it vouches for its sessions while younger than %s; past that every binding is rewritten, twice)",
-		leaseAge, bindingserver.DefaultReplicaLeaseDuration*2/3)
+		leaseAge, replicalease.DefaultDuration*2/3)
 	if scrapeErr != nil {
 		progressf("status writes: kube-apiserver /metrics: %v", scrapeErr)
 	} else {
@@ -377,7 +378,7 @@ func watchReplicaLease(ctx context.Context, env *testenv.Env) (stop func() time.
 		defer t.Stop()
 		for {
 			leases := &coordinationv1.LeaseList{}
-			if err := env.Client.List(ctx, leases, client.MatchingLabels{bindingserver.ReplicaLeaseLabel: "true"}); err == nil {
+			if err := env.Client.List(ctx, leases, client.MatchingLabels{replicalease.Label: "true"}); err == nil {
 				for _, l := range leases.Items {
 					if r := l.Spec.RenewTime; r != nil {
 						oldest = max(oldest, time.Since(r.Time))

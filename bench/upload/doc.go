@@ -6,7 +6,7 @@
 //	go test -run '^$' -bench . -benchtime 1x -timeout 30m ./bench/upload/
 //
 // The server is served in the benchmark process the way the binding server
-// serves it (pkg/binding/server): its own TCP listener on 127.0.0.1, wrapped
+// serves it (pkg/bindingserver): its own TCP listener on 127.0.0.1, wrapped
 // by tls.NewListener (a fresh self-signed ECDSA P-256 certificate, TLS 1.2+,
 // HTTP/1.1), an http.Server with the binding server's timeouts, and
 // store.Route in front. The Authorizer accepts exactly one token for one job

@@ -21,7 +21,7 @@ import (
 )
 
 // ArtifactServer is the binding server's artifact endpoint as it serves it
-// (pkg/binding/server): store.Handler on the fs backend opened as the
+// (pkg/bindingserver): store.Handler on the fs backend opened as the
 // control plane opens it (--artifact-backend fs), store.Route in front, its
 // own TCP listener on 127.0.0.1 wrapped by tls.NewListener (a fresh
 // self-signed certificate, TLS 1.2+, HTTP/1.1) and an http.Server with the

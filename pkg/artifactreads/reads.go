@@ -1,4 +1,4 @@
-package server
+package artifactreads
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -93,33 +95,46 @@ func (k KubeReviewer) CanGetBinding(ctx context.Context, u authnv1.UserInfo, nam
 	return sar.Status.Allowed, sar.Status.Reason, nil
 }
 
-// reads serves the orchestrator read endpoint.
-type reads struct {
-	s       *Server
-	backend upload.Backend
-	rev     Reviewer
-	ttl     time.Duration
-	limit   *rate.Limiter
+// Options are the read endpoint's dependencies.
+type Options struct {
+	// Backend holds the objects: a read is redirected to a presigned URL
+	// when it is a store.Presigner, else streamed when it is a store.Opener.
+	Backend upload.Backend
+	// Reviewer authenticates and authorizes the callers.
+	Reviewer Reviewer
+	// Bindings reads WorkerBindings (the control plane's cache).
+	Bindings client.Reader
+	// TTL is a presigned URL's lifetime; 0 is DefaultPresignTTL.
+	TTL time.Duration
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+	// Log logs failed reviews, refused reads and reads that ended early.
+	Log logr.Logger
+	// OnRefused counts a refused read by reason; nil counts nothing.
+	OnRefused func(reason string)
 }
 
-// EnableArtifactReads serves the orchestrator read endpoint on the binding
-// server's listener: a caller with a Kubernetes bearer token allowed to get
-// a WorkerBinding reads that job's stored objects, through a presigned URL
-// (a redirect) when the backend can sign one, else streamed. ttl 0 is
-// DefaultPresignTTL.
-func (s *Server) EnableArtifactReads(backend upload.Backend, rev Reviewer, ttl time.Duration) {
-	if ttl <= 0 {
-		ttl = DefaultPresignTTL
+// Handler serves the orchestrator read endpoint: a caller with a Kubernetes
+// bearer token allowed to get a WorkerBinding reads that job's stored
+// objects, through a presigned URL (a redirect) when the backend can sign
+// one, else streamed. It answers paths under tetherv1.ReadPathPrefix.
+type Handler struct {
+	opts  Options
+	limit *rate.Limiter
+}
+
+// New returns the read endpoint's handler.
+func New(opts Options) *Handler {
+	if opts.TTL <= 0 {
+		opts.TTL = DefaultPresignTTL
 	}
-	r := &reads{s: s, backend: backend, rev: rev, ttl: ttl, limit: rate.NewLimiter(reviewRate, reviewBurst)}
-	next := s.handler
-	s.handler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if strings.HasPrefix(req.URL.Path, tetherv1.ReadPathPrefix) {
-			r.ServeHTTP(w, req)
-			return
-		}
-		next.ServeHTTP(w, req)
-	})
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.OnRefused == nil {
+		opts.OnRefused = func(string) {}
+	}
+	return &Handler{opts: opts, limit: rate.NewLimiter(reviewRate, reviewBurst)}
 }
 
 // ReadError is the body of a refused read.
@@ -128,8 +143,8 @@ type ReadError struct {
 	Message string `json:"message"`
 }
 
-func (r *reads) fail(w http.ResponseWriter, status int, reason, format string, args ...any) {
-	r.s.metrics.refusals.WithLabelValues("read_" + reason).Inc()
+func (r *Handler) fail(w http.ResponseWriter, status int, reason, format string, args ...any) {
+	r.opts.OnRefused(reason)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(ReadError{Reason: reason, Message: fmt.Sprintf(format, args...)})
@@ -159,7 +174,8 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-func (r *reads) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+// ServeHTTP answers GET <prefix><namespace>/workerbindings/<name>/objects/<path>.
+func (r *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
 		r.fail(w, http.StatusMethodNotAllowed, "method", "%s is not served: the read endpoint answers GET only", req.Method)
@@ -186,30 +202,30 @@ func (r *reads) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	ctx := req.Context()
-	user, err := r.rev.Authenticate(ctx, token)
+	user, err := r.opts.Reviewer.Authenticate(ctx, token)
 	if errors.Is(err, errUnauthenticated) {
 		r.fail(w, http.StatusUnauthorized, "unauthenticated", "the API server did not accept the bearer token (expired, or not a token of this cluster)")
 		return
 	}
 	if err != nil {
-		r.s.log.Error(err, "authenticating a read", "binding", ns+"/"+name)
+		r.opts.Log.Error(err, "authenticating a read", "binding", ns+"/"+name)
 		r.fail(w, http.StatusServiceUnavailable, "review_failed", "could not authenticate the token with the API server: retry")
 		return
 	}
-	allowed, why, err := r.rev.CanGetBinding(ctx, user, ns, name)
+	allowed, why, err := r.opts.Reviewer.CanGetBinding(ctx, user, ns, name)
 	if err != nil {
-		r.s.log.Error(err, "authorizing a read", "user", user.Username, "binding", ns+"/"+name)
+		r.opts.Log.Error(err, "authorizing a read", "user", user.Username, "binding", ns+"/"+name)
 		r.fail(w, http.StatusServiceUnavailable, "review_failed", "could not authorize the request with the API server: retry")
 		return
 	}
 	if !allowed {
-		r.s.log.Info("read refused", "user", user.Username, "binding", ns+"/"+name, "reason", why)
+		r.opts.Log.Info("read refused", "user", user.Username, "binding", ns+"/"+name, "reason", why)
 		r.fail(w, http.StatusForbidden, "forbidden", "user %q may not get workerbindings.tether.dev %q in namespace %q: grant get on workerbindings (RBAC) to read its artifacts",
 			user.Username, name, ns)
 		return
 	}
 	wb := &tetherv1.WorkerBinding{}
-	if err := r.s.cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, wb); err != nil {
+	if err := r.opts.Bindings.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, wb); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.fail(w, http.StatusNotFound, "no_binding", "no WorkerBinding %s/%s", ns, name)
 			return
@@ -222,25 +238,25 @@ func (r *reads) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.fail(w, http.StatusBadRequest, "bad_key", "object %q: %v", truncate(rel, 200), err)
 		return
 	}
-	r.s.log.V(1).Info("artifact read", "user", user.Username, "binding", ns+"/"+name, "key", key)
-	if p, ok := r.backend.(store.Presigner); ok && req.Header.Get(HeaderStream) != "true" {
+	r.opts.Log.V(1).Info("artifact read", "user", user.Username, "binding", ns+"/"+name, "key", key)
+	if p, ok := r.opts.Backend.(store.Presigner); ok && req.Header.Get(HeaderStream) != "true" {
 		// The object must exist: a presigned URL of a missing key would
 		// only fail later, at the store, with less to say.
-		if _, err := r.backend.Head(ctx, key); err != nil {
+		if _, err := r.opts.Backend.Head(ctx, key); err != nil {
 			r.storeError(w, rel, err)
 			return
 		}
-		u, err := p.PresignGet(ctx, key, r.ttl)
+		u, err := p.PresignGet(ctx, key, r.opts.TTL)
 		if err != nil {
 			r.storeError(w, rel, err)
 			return
 		}
-		w.Header().Set(HeaderPresignExpires, r.s.opts.Now().Add(r.ttl).UTC().Format(time.RFC3339))
+		w.Header().Set(HeaderPresignExpires, r.opts.Now().Add(r.opts.TTL).UTC().Format(time.RFC3339))
 		w.Header().Set("Location", u.String())
 		w.WriteHeader(http.StatusTemporaryRedirect)
 		return
 	}
-	o, ok := r.backend.(store.Opener)
+	o, ok := r.opts.Backend.(store.Opener)
 	if !ok {
 		r.fail(w, http.StatusNotImplemented, "no_reader", "the artifact backend can neither presign nor stream objects")
 		return
@@ -256,16 +272,16 @@ func (r *reads) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.Header().Set("ETag", `"`+info.ETag+`"`)
 	w.WriteHeader(http.StatusOK)
 	if _, err := io.Copy(w, body); err != nil {
-		r.s.log.Info("artifact read ended early", "binding", ns+"/"+name, "key", key, "error", err.Error())
+		r.opts.Log.Info("artifact read ended early", "binding", ns+"/"+name, "key", key, "error", err.Error())
 	}
 }
 
-func (r *reads) storeError(w http.ResponseWriter, rel string, err error) {
+func (r *Handler) storeError(w http.ResponseWriter, rel string, err error) {
 	if errors.Is(err, upload.ErrNotFound) {
 		r.fail(w, http.StatusNotFound, "no_object", "no stored object %q for this job", truncate(rel, 200))
 		return
 	}
-	r.s.log.Error(err, "reading the artifact store", "object", rel)
+	r.opts.Log.Error(err, "reading the artifact store", "object", rel)
 	w.Header().Set("Retry-After", "5")
 	r.fail(w, http.StatusServiceUnavailable, "store", "the artifact store failed: retry (the control plane's log has the error)")
 }

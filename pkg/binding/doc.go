@@ -3,7 +3,7 @@
 // limits, close and error codes, the sidecar's environment variables and what
 // its server URL must be (ParseServerURL), the token (one type: issue, parse,
 // hash, header) and the token Secret's keys.
-// Both halves import it: the server in pkg/binding/server (control plane),
+// Both halves import it: the server in pkg/bindingserver (control plane),
 // the client in pkg/sidecar/session (sidecar).
 //
 // The wire protocol (docs/protocol.md) is versioned: registration is one

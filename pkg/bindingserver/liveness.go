@@ -1,4 +1,4 @@
-package server
+package bindingserver
 
 import (
 	"context"
@@ -6,10 +6,12 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/workerauth"
 )
 
 // livenessPeriod is how often the server checks its workers.
@@ -73,7 +75,7 @@ func (s *Server) watchLiveness(ctx context.Context) {
 					st.session.close(binding.CloseReplaced, "the node's pod was replaced by "+node.PodName)
 					continue
 				}
-				if !tokenAccepted(wb, st.session.tokenHash, now) {
+				if !workerauth.TokenAccepted(wb, st.session.tokenHash, now) {
 					st.session.close(binding.CloseTokenExpired, "token reissued and the previous one's overlap is over: reconnect with the current token")
 					s.metrics.refusals.WithLabelValues("token_expired").Inc()
 					continue
@@ -103,4 +105,24 @@ func (s *Server) watchLiveness(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// readOnly reads the cache's own object, not a deep copy: for readers that
+// change nothing and keep nothing (one slice for all, not one per call).
+var readOnly = []client.GetOption{client.UnsafeDisableDeepCopy}
+
+// revokedWithTrainJob closes the worker's session with CloseRevoked and
+// forgets the worker when its binding's TrainJob is gone or terminating
+// (the liveness check, every second on every replica).
+func (s *Server) revokedWithTrainJob(ctx context.Context, st stateSnapshot, wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) bool {
+	reason, msg, err := s.gate.TrainJobGone(ctx, wb, tj)
+	if err != nil || reason == "" {
+		return false
+	}
+	if st.session != nil {
+		st.session.close(binding.CloseRevoked, msg)
+		s.metrics.refusals.WithLabelValues(reason).Inc()
+	}
+	s.hub.forget(st.key)
+	return true
 }

@@ -1,4 +1,4 @@
-package server
+package bindingserver
 
 import (
 	"context"
@@ -181,9 +181,9 @@ func (q *pacedQueue) len() int {
 
 // paceRules are the server's rules now.
 func (s *Server) paceRules(now time.Time) paceRules {
-	r := paceRules{status: s.opts.StatusInterval, liveness: s.opts.LivenessWriteInterval, vouched: s.lease.vouching(now)}
+	r := paceRules{status: s.opts.StatusInterval, liveness: s.opts.LivenessWriteInterval, vouched: s.lease.Vouching(now)}
 	if r.vouched {
-		r.replica = s.lease.name()
+		r.replica = s.lease.Name()
 	}
 	return r
 }

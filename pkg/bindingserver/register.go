@@ -1,4 +1,4 @@
-package server
+package bindingserver
 
 import (
 	"encoding/json"
@@ -12,41 +12,36 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
+	"github.com/tether-dev/tether/pkg/workerauth"
 )
 
+// handleRegister registers a worker: the gate admits the request, the
+// registration is recorded on the binding (which may start an attempt), and
+// the answer carries what the sidecar resumes from.
 func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	if !s.limitRequest(w, r) {
+	if ref := s.gate.Limit(r); ref != nil {
+		s.reject(w, r, ref, nil)
 		return
 	}
 	var req binding.RegisterRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, binding.MaxRegisterBody))
 	if err := dec.Decode(&req); err != nil {
-		s.reject(w, r, refuse(http.StatusBadRequest, binding.ErrBadRequest, "bad_request", "invalid registration body (at most %d bytes of JSON): %v", binding.MaxRegisterBody, err), nil)
+		s.reject(w, r, workerauth.Refuse(http.StatusBadRequest, binding.ErrBadRequest, "bad_request", "invalid registration body (at most %d bytes of JSON): %v", binding.MaxRegisterBody, err), nil)
 		return
 	}
-	wb, ref := s.authenticate(ctx, r, req.Pod.Namespace)
+	worker, ref := s.gate.Admit(ctx, r, workerauth.Claim{Namespace: req.Pod.Namespace, JobID: req.JobID, WorkerID: req.WorkerID, Pod: req.Pod})
 	if ref != nil {
-		s.reject(w, r, ref, nil)
+		s.reject(w, r, ref, worker.Binding)
 		return
 	}
-	pod, ref := s.checkIdentity(ctx, r, wb, req.JobID, req.WorkerID, req.Pod)
-	if ref != nil {
-		s.reject(w, r, ref, wb)
-		return
-	}
-	rank, ref := boundRank(wb, pod)
-	if ref != nil {
-		s.reject(w, r, ref, wb)
-		return
-	}
+	wb, pod, rank := worker.Binding, worker.Pod, worker.Rank
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		// A pod on its way out never becomes the node's pod again (its
 		// replacement may already be).
-		s.reject(w, r, refuse(http.StatusConflict, binding.ErrBadRequest, "pod_ended",
+		s.reject(w, r, workerauth.Refuse(http.StatusConflict, binding.ErrBadRequest, "pod_ended",
 			"pod %s is terminating or has ended: it cannot register", pod.Name), wb)
 		return
 	}
@@ -59,7 +54,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 		return changed
 	})
 	if err != nil {
-		s.reject(w, r, refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "recording the registration: %v", err), wb)
+		s.reject(w, r, workerauth.Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "recording the registration: %v", err), wb)
 		return
 	}
 	s.metrics.registrations.Inc()
@@ -89,28 +84,6 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// boundRank is the pod's node rank, refused when the binding does not bind
-// that node (settings nodes=primary, or a rank beyond MaxBoundNodes or the
-// job's node count).
-func boundRank(wb *tetherv1.WorkerBinding, pod *corev1.Pod) (int32, *refusal) {
-	r, err := trainjob.Rank(pod)
-	if err != nil {
-		return 0, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch", "%v", err)
-	}
-	switch {
-	case r >= binding.MaxBoundNodes:
-		return 0, refuse(http.StatusForbidden, binding.ErrForbidden, "node_not_bound",
-			"pod %s is node %d; a binding binds at most %d nodes", pod.Name, r, binding.MaxBoundNodes)
-	case r > 0 && lifecycle.Settings(&wb.Spec).Nodes == jobconfig.NodesPrimary:
-		return 0, refuse(http.StatusForbidden, binding.ErrForbidden, "node_not_bound",
-			"pod %s is node %d and the binding binds node 0 only (%s=%s)", pod.Name, r, jobconfig.NodesAnnotation, jobconfig.NodesPrimary)
-	case wb.Status.NodeCount > 0 && int32(r) >= wb.Status.NodeCount:
-		return 0, refuse(http.StatusForbidden, binding.ErrForbidden, "node_not_bound",
-			"pod %s is node %d of a job of %d nodes", pod.Name, r, wb.Status.NodeCount)
-	}
-	return int32(r), nil
-}
-
 // heartbeatInterval is the interval recorded on the binding: the one the pod
 // webhook gave the sidecar.
 func heartbeatInterval(wb *tetherv1.WorkerBinding) time.Duration {
@@ -119,12 +92,12 @@ func heartbeatInterval(wb *tetherv1.WorkerBinding) time.Duration {
 
 // reject answers a refused request and counts it; the log line names the
 // binding when one was found, never the token.
-func (s *Server) reject(w http.ResponseWriter, r *http.Request, ref *refusal, wb *tetherv1.WorkerBinding) {
-	s.metrics.refusals.WithLabelValues(ref.reason).Inc()
-	kv := []any{"path", r.URL.Path, "remote", r.RemoteAddr, "status", ref.status, "reason", ref.reason, "message", ref.message}
+func (s *Server) reject(w http.ResponseWriter, r *http.Request, ref *workerauth.Refusal, wb *tetherv1.WorkerBinding) {
+	s.metrics.refusals.WithLabelValues(ref.Reason).Inc()
+	kv := []any{"path", r.URL.Path, "remote", r.RemoteAddr, "status", ref.Status, "reason", ref.Reason, "message", ref.Message}
 	if wb != nil {
 		kv = append(kv, "binding", wb.Namespace+"/"+wb.Name)
 	}
 	s.log.Info("refused binding request", kv...)
-	writeError(w, ref)
+	ref.Write(w)
 }

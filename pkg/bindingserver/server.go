@@ -1,4 +1,4 @@
-package server
+package bindingserver
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,22 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/replicalease"
+	"github.com/tether-dev/tether/pkg/workerauth"
 )
-
-// TokenHashIndex indexes WorkerBindings by the hashes of the tokens they
-// hold: spec.tokenSHA256 and, while it lasts, spec.previousToken.sha256.
-const TokenHashIndex = "spec.tokenSHA256"
-
-// IndexTokenHash is the indexer function for TokenHashIndex.
-func IndexTokenHash(o client.Object) []string {
-	wb := o.(*tetherv1.WorkerBinding)
-	if p := wb.Spec.PreviousToken; p != nil {
-		return []string{wb.Spec.TokenSHA256, p.SHA256}
-	}
-	return []string{wb.Spec.TokenSHA256}
-}
 
 // Options configure a Server.
 type Options struct {
@@ -58,16 +47,16 @@ type Options struct {
 	// liveness, not transitions) per second while the Lease vouches.
 	StatusWriteRate float64
 	// Lease is the replica's Lease; zero runs without one.
-	Lease LeaseOptions
+	Lease replicalease.Options
 	// MissedHeartbeats is how many intervals without a heartbeat mean the
 	// heartbeat is lost.
 	MissedHeartbeats int
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 	// PodTokens reviews the pod tokens (binding.HeaderPodToken) that prove
-	// which pod a request comes from (podtoken.go). Nil refuses every
+	// which pod a request comes from (pkg/workerauth). Nil refuses every
 	// register, session and artifact request with 503.
-	PodTokens PodTokenReviewer
+	PodTokens workerauth.PodTokenReviewer
 }
 
 func (o *Options) defaults() {
@@ -100,8 +89,8 @@ const (
 // every replica.
 type Server struct {
 	opts Options
-	// Cache reads WorkerBindings (indexed by TokenHashIndex) and trainer
-	// pods. The job's settings come from the binding, never the TrainJob.
+	// Cache reads WorkerBindings (indexed by workerauth.TokenHashIndex)
+	// and trainer pods. The job's settings come from the binding, never the TrainJob.
 	cache client.Reader
 	// live reads from the API server when the cache may lag (a pod that was
 	// just created, a conflict on write).
@@ -118,37 +107,31 @@ type Server struct {
 	upgrader websocket.Upgrader
 	metrics  *metrics
 	handler  http.Handler
-	// limits are the per-token request budgets of real tokens, unknown the
-	// per-address budgets of tokens no binding holds; liveLookups bounds
-	// the API reads for tokens the cache does not know (ratelimit.go).
-	limits      *tokenLimits
-	unknown     *tokenLimits
-	liveLookups *rate.Limiter
+	// gate admits workers' requests: register, sessions and artifacts
+	// (pkg/workerauth).
+	gate *workerauth.Gate
 	// skipped is what workers' scans skipped (skipped.go).
 	skipped skippedReports
 	// lease is the replica's Lease (nil without one); paced the bindings
 	// waiting for a paced status write (pacing.go).
-	lease *replicaLease
+	lease *replicalease.Lease
 	paced *pacedQueue
 	// writeBudget is StatusWriteRate: the pacer waits for it, transitions
 	// take from it without waiting.
 	writeBudget *rate.Limiter
-	// pods reviews and remembers pod tokens (nil: Options.PodTokens unset).
-	pods *podProofs
 }
 
-// New returns a Server. cache must have the TokenHashIndex on WorkerBindings.
+// New returns a Server. cache must have workerauth.TokenHashIndex on
+// WorkerBindings.
 // Events (may be nil) records the transitions it writes on the TrainJob.
 func New(opts Options, cache, live client.Reader, writer client.StatusClient, log logr.Logger, events events.EventRecorder) *Server {
 	opts.defaults()
 	s := &Server{opts: opts, cache: cache, live: live, writer: writer, log: log, events: events, hub: newHub(),
 		writes:  workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName]()),
-		baseCtx: context.Background(), limits: newTokenLimits(), unknown: newAddressLimits(), liveLookups: rate.NewLimiter(liveLookupRate, liveLookupBurst)}
+		baseCtx: context.Background(),
+		gate:    workerauth.New(workerauth.Options{Cache: cache, Live: live, Now: opts.Now, PodTokens: opts.PodTokens})}
 	s.hub.onForget = func(k workerKey) { s.skipped.forget(k) }
-	if opts.PodTokens != nil {
-		s.pods = newPodProofs(opts.PodTokens, opts.Now)
-	}
-	s.lease = newReplicaLease(opts.Lease, opts.Now, log)
+	s.lease = replicalease.New(opts.Lease, opts.Now, log)
 	s.paced = newPacedQueue()
 	s.writeBudget = rate.NewLimiter(rate.Limit(opts.StatusWriteRate), 1)
 	s.metrics = newMetrics(s.hub, opts.Now)
@@ -173,6 +156,24 @@ func New(opts Options, cache, live client.Reader, writer client.StatusClient, lo
 
 // Handler serves the binding protocol (tests mount it on their own listener).
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Mount serves h, on the binding server's listener, for the paths under
+// prefix (the orchestrator read endpoint, pkg/artifactreads). Call it
+// before Start.
+func (s *Server) Mount(prefix string, h http.Handler) {
+	next := s.handler
+	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, prefix) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Refused counts a request refused by a handler mounted on the binding
+// server (tether_binding_refusals_total, by reason).
+func (s *Server) Refused(reason string) { s.metrics.refusals.WithLabelValues(reason).Inc() }
 
 // Metrics returns the server's Prometheus collectors, for registration.
 func (s *Server) Metrics() *metrics { return s.metrics }
@@ -213,7 +214,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.baseCtx = ctx
 	if s.lease != nil {
-		go s.lease.run(ctx)
+		go s.lease.Run(ctx)
 	}
 	go s.watchLiveness(ctx)
 	go s.runStatusWriters(ctx)

@@ -42,7 +42,7 @@ const staleReplicaLease = time.Hour
 
 // ReplicaLeases tells the binding controller which binding-server replicas
 // still vouch for the sessions they hold: each renews its own Lease
-// (pkg/binding/server) and writes a binding's heartbeats only now and then.
+// (pkg/replicalease) and writes a binding's heartbeats only now and then.
 // When a Lease expires, every binding naming it is reconciled, so that its
 // nodes are HeartbeatLost on time unless another replica took them over.
 type ReplicaLeases struct {
@@ -136,7 +136,7 @@ func (l *ReplicaLeases) Events() chan event.GenericEvent {
 }
 
 // renewPeriod is how often the replica renews its Lease (a third of its
-// duration, as pkg/binding/server does); 0 for a Lease not found.
+// duration, as pkg/replicalease does); 0 for a Lease not found.
 func (s leaseState) renewPeriod() time.Duration { return s.expires.Sub(s.renewed) / 3 }
 
 // lookup reads replica's Lease from the cache.

@@ -8,9 +8,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/artifactreads"
+	"github.com/tether-dev/tether/pkg/bindingserver"
+	"github.com/tether-dev/tether/pkg/replicalease"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/pkg/upload/store"
+	"github.com/tether-dev/tether/pkg/workerauth"
 )
 
 // bindingServer builds the binding server (sessions, registration, the
@@ -18,8 +21,8 @@ import (
 // starts it.
 func (a *assembly) bindingServer() error {
 	opts, mgr := a.opts, a.mgr
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tetherv1.WorkerBinding{}, bindingserver.TokenHashIndex,
-		bindingserver.IndexTokenHash); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tetherv1.WorkerBinding{}, workerauth.TokenHashIndex,
+		workerauth.IndexTokenHash); err != nil {
 		return err
 	}
 	// The replica's Lease is renewed against the API server, never through
@@ -31,7 +34,7 @@ func (a *assembly) bindingServer() error {
 	a.replica = opts.ReplicaName
 	if a.replica == "" {
 		host, _ := os.Hostname()
-		a.replica = bindingserver.ReplicaLeaseName(host)
+		a.replica = replicalease.NewName(host)
 	}
 	// The clients of the Kubernetes APIs the parts review with
 	// (TokenReview of pod tokens and readers' tokens, SubjectAccessReview)
@@ -43,9 +46,9 @@ func (a *assembly) bindingServer() error {
 		Addr: opts.BindingAddr, CertDir: opts.CertDir,
 		StatusInterval: opts.StatusInterval, MissedHeartbeats: opts.MissedHeartbeats,
 		LivenessWriteInterval: opts.LivenessWriteInterval, StatusWriteRate: opts.StatusWriteRate,
-		Lease: bindingserver.LeaseOptions{Client: leaseClient, Namespace: opts.Namespace, Name: a.replica, Duration: opts.ReplicaLeaseDuration},
+		Lease: replicalease.Options{Client: leaseClient, Namespace: opts.Namespace, Name: a.replica, Duration: opts.ReplicaLeaseDuration},
 		// Pod tokens are reviewed by the API server (create tokenreviews).
-		PodTokens: bindingserver.KubePodTokenReviewer{Clientset: a.clientset},
+		PodTokens: workerauth.KubePodTokenReviewer{Clientset: a.clientset},
 	}, mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient(), mgr.GetLogger().WithName("binding"), a.recorder)
 	return nil
 }
@@ -66,7 +69,12 @@ func (a *assembly) artifacts() error {
 			reads = streamed{Backend: backend, Opener: o}
 		}
 	}
-	a.binding.EnableArtifactReads(reads, bindingserver.KubeReviewer{Clientset: a.clientset}, a.opts.PresignTTL)
+	a.binding.Mount(tetherv1.ReadPathPrefix, artifactreads.New(artifactreads.Options{
+		Backend: reads, Reviewer: artifactreads.KubeReviewer{Clientset: a.clientset}, Bindings: a.mgr.GetCache(), TTL: a.opts.PresignTTL,
+		Log: a.mgr.GetLogger().WithName("binding"),
+		// Counted with the binding server's refusals, as "read_<reason>".
+		OnRefused: func(reason string) { a.binding.Refused("read_" + reason) },
+	}))
 	return nil
 }
 

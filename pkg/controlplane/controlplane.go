@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/pkg/upload/store"
 )

@@ -15,7 +15,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/replicalease"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -45,7 +45,7 @@ func (a *assembly) manager() error {
 				&corev1.Pod{}: {Label: trainjob.TrainerPodSelector()},
 				// Only the binding-server replicas' Leases, in our namespace.
 				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}},
-					Label: labels.SelectorFromSet(labels.Set{bindingserver.ReplicaLeaseLabel: "true"})},
+					Label: labels.SelectorFromSet(labels.Set{replicalease.Label: "true"})},
 			},
 			// Only what is read from the cache is kept (cachetransform.go).
 			DefaultTransform: cacheTransform(),

@@ -12,10 +12,11 @@ import (
 
 	"github.com/tether-dev/tether/internal/version"
 	"github.com/tether-dev/tether/pkg/binding"
-	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/replicalease"
 )
 
 // Certificate modes.
@@ -141,7 +142,7 @@ func DefaultOptions() Options {
 		MissedHeartbeats:      3,
 		LivenessWriteInterval: bindingserver.DefaultLivenessWriteInterval,
 		StatusWriteRate:       bindingserver.DefaultStatusWriteRate,
-		ReplicaLeaseDuration:  bindingserver.DefaultReplicaLeaseDuration,
+		ReplicaLeaseDuration:  replicalease.DefaultDuration,
 		ArtifactGrace:         10 * time.Second,
 		TokenOverlap:          2 * time.Minute,
 		ArtifactBackend:       "fs",

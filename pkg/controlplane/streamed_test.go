@@ -8,8 +8,8 @@ import (
 )
 
 // With --artifact-read-redirect=false the read endpoint gets a backend that
-// can open objects but not presign them, so it streams (reads.go: a
-// Presigner is redirected to).
+// can open objects but not presign them, so it streams (pkg/artifactreads:
+// a Presigner is redirected to).
 func TestStreamedReadsHidePresigning(t *testing.T) {
 	b, err := store.NewS3Backend(store.S3Options{Endpoint: "tether-artifacts.tether-system.svc:7070", Bucket: "tether-artifacts", Region: "us-east-1"})
 	if err != nil {

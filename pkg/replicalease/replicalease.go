@@ -1,4 +1,4 @@
-package server
+package replicalease
 
 import (
 	"context"
@@ -18,24 +18,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// ReplicaLeaseLabel marks the replicas' Leases (value "true"), so the
-// controller's cache holds only them.
-const ReplicaLeaseLabel = "tether.dev/binding-replica"
+// Label marks the replicas' Leases (value "true"), so the controller's
+// cache holds only them.
+const Label = "tether.dev/binding-replica"
 
-// DefaultReplicaLeaseDuration is how long a replica's Lease vouches for its
-// sessions after a renewal; it is renewed every third of it.
-const DefaultReplicaLeaseDuration = 15 * time.Second
+// DefaultDuration is how long a replica's Lease vouches for its sessions
+// after a renewal; it is renewed every third of it.
+const DefaultDuration = 15 * time.Second
 
-// LeaseOptions configure the replica's Lease (KEP-589's answer to node
+// Options configure the replica's Lease (KEP-589's answer to node
 // heartbeats: one cheap object renewed every few seconds instead of a
 // status write per worker). A zero Namespace runs without a Lease: every
 // heartbeat-only status write then carries liveness, at most once per
 // StatusInterval per binding, and SessionReplica stays empty.
-type LeaseOptions struct {
+type Options struct {
 	// Client creates and renews the Lease, against the API server.
 	Client client.Client
 	// Namespace is the control plane's namespace; Name the Lease's, one per
-	// process (ReplicaLeaseName).
+	// process (NewName).
 	Namespace, Name string
 	// Duration is the Lease's leaseDurationSeconds (at least 3s).
 	Duration time.Duration
@@ -43,10 +43,10 @@ type LeaseOptions struct {
 
 var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 
-// ReplicaLeaseName is a Lease name for one run of a replica on host (its pod
+// NewName is a Lease name for one run of a replica on host (its pod
 // name): a restarted process is another holder, so the sessions the old one
 // vouched for are caught when its Lease stops being renewed.
-func ReplicaLeaseName(host string) string {
+func NewName(host string) string {
 	h := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(host), "-"), "-")
 	if len(h) > 200 {
 		h = h[:200]
@@ -59,9 +59,10 @@ func ReplicaLeaseName(host string) string {
 	return "tether-binding-" + h + "-" + hex.EncodeToString(b[:])
 }
 
-// replicaLease keeps the replica's Lease renewed.
-type replicaLease struct {
-	opts LeaseOptions
+// Lease keeps the replica's Lease renewed. A nil *Lease is a replica
+// without one: it names none and never vouches.
+type Lease struct {
+	opts Options
 	now  func() time.Time
 	log  logr.Logger
 
@@ -71,18 +72,20 @@ type replicaLease struct {
 	renewed time.Time
 }
 
-func newReplicaLease(opts LeaseOptions, now func() time.Time, log logr.Logger) *replicaLease {
+// New returns the replica's Lease, or nil when opts name none (a zero
+// Namespace or Name, or no Client). Run renews it.
+func New(opts Options, now func() time.Time, log logr.Logger) *Lease {
 	if opts.Namespace == "" || opts.Name == "" || opts.Client == nil {
 		return nil
 	}
 	if opts.Duration == 0 {
-		opts.Duration = DefaultReplicaLeaseDuration
+		opts.Duration = DefaultDuration
 	}
-	return &replicaLease{opts: opts, now: now, log: log.WithValues("lease", opts.Namespace+"/"+opts.Name)}
+	return &Lease{opts: opts, now: now, log: log.WithValues("lease", opts.Namespace+"/"+opts.Name)}
 }
 
-// name is the Lease's name, "" without a Lease.
-func (l *replicaLease) name() string {
+// Name is the Lease's name, "" without a Lease.
+func (l *Lease) Name() string {
 	if l == nil {
 		return ""
 	}
@@ -90,12 +93,12 @@ func (l *replicaLease) name() string {
 }
 
 // renewPeriod is how often the Lease is renewed.
-func (l *replicaLease) renewPeriod() time.Duration { return l.opts.Duration / 3 }
+func (l *Lease) renewPeriod() time.Duration { return l.opts.Duration / 3 }
 
-// vouching reports whether the Lease is current: renewed within its
+// Vouching reports whether the Lease is current: renewed within its
 // duration less one renew period, so the replica stops naming it on the
 // binding before another replica's clock could see it expired.
-func (l *replicaLease) vouching(now time.Time) bool {
+func (l *Lease) Vouching(now time.Time) bool {
 	if l == nil {
 		return false
 	}
@@ -104,11 +107,11 @@ func (l *replicaLease) vouching(now time.Time) bool {
 	return !l.renewed.IsZero() && now.Sub(l.renewed) < l.opts.Duration-l.renewPeriod()
 }
 
-// run creates the Lease and renews it until ctx ends. The Lease is left in
+// Run creates the Lease and renews it until ctx ends. The Lease is left in
 // place when the replica stops: its last renewal is when the replica last
 // vouched for its sessions, which the controller needs to time their loss
 // (the elected replica deletes Leases long expired).
-func (l *replicaLease) run(ctx context.Context) {
+func (l *Lease) Run(ctx context.Context) {
 	t := time.NewTicker(l.renewPeriod())
 	defer t.Stop()
 	var lease *coordinationv1.Lease
@@ -142,7 +145,7 @@ func (l *replicaLease) run(ctx context.Context) {
 
 // renew writes one renewal (creating the Lease the first time) and returns
 // the Lease as stored.
-func (l *replicaLease) renew(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+func (l *Lease) renew(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.renewPeriod())
 	defer cancel()
 	now := metav1.NewMicroTime(l.now())
@@ -154,7 +157,7 @@ func (l *replicaLease) renew(ctx context.Context, lease *coordinationv1.Lease) (
 			seconds := int32(l.opts.Duration / time.Second)
 			lease = &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Namespace: l.opts.Namespace, Name: l.opts.Name,
-					Labels: map[string]string{ReplicaLeaseLabel: "true"}},
+					Labels: map[string]string{Label: "true"}},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: &l.opts.Name, LeaseDurationSeconds: &seconds,
 					AcquireTime: &now, RenewTime: &now},
 			}
@@ -178,7 +181,7 @@ func (l *replicaLease) renew(ctx context.Context, lease *coordinationv1.Lease) (
 // markRenewed records a renewal that wrote renewTime at: the time written,
 // not the answer's, so that vouching ends before the Lease expires for
 // anyone reading it.
-func (l *replicaLease) markRenewed(at time.Time) {
+func (l *Lease) markRenewed(at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.renewed = at

@@ -1,4 +1,4 @@
-package server
+package workerauth
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,21 +22,138 @@ import (
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
-// refusal is a request the server turns down: an HTTP status, a protocol
+// Refusal is a request the gate turns down: an HTTP status, a protocol
 // error code, a metric reason and a message for the client.
-type refusal struct {
-	status  int
-	code    string
-	reason  string
-	message string
-	// retryAfter, when set, is sent as Retry-After.
-	retryAfter time.Duration
+type Refusal struct {
+	Status  int
+	Code    string
+	Reason  string
+	Message string
+	// RetryAfter, when set, is sent as Retry-After.
+	RetryAfter time.Duration
 }
 
-func (r *refusal) Error() string { return r.code + ": " + r.message }
+func (r *Refusal) Error() string { return r.Code + ": " + r.Message }
 
-func refuse(status int, code, reason, format string, args ...any) *refusal {
-	return &refusal{status: status, code: code, reason: reason, message: fmt.Sprintf(format, args...)}
+// Refuse makes a Refusal; the message is format's.
+func Refuse(status int, code, reason, format string, args ...any) *Refusal {
+	return &Refusal{Status: status, Code: code, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// Write answers the request with the refusal (binding.ErrorResponse).
+func (r *Refusal) Write(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	if r.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(r.RetryAfter)))
+	}
+	w.WriteHeader(r.Status)
+	_ = json.NewEncoder(w).Encode(binding.ErrorResponse{Code: r.Code, Message: r.Message})
+}
+
+// TokenHashIndex indexes WorkerBindings by the hashes of the tokens they
+// hold: spec.tokenSHA256 and, while it lasts, spec.previousToken.sha256.
+const TokenHashIndex = "spec.tokenSHA256"
+
+// IndexTokenHash is the indexer function for TokenHashIndex.
+func IndexTokenHash(o client.Object) []string {
+	wb := o.(*tetherv1.WorkerBinding)
+	if p := wb.Spec.PreviousToken; p != nil {
+		return []string{wb.Spec.TokenSHA256, p.SHA256}
+	}
+	return []string{wb.Spec.TokenSHA256}
+}
+
+// Options configure a Gate.
+type Options struct {
+	// Cache reads WorkerBindings (indexed by TokenHashIndex), trainer pods
+	// and TrainJob metadata.
+	Cache client.Reader
+	// Live reads from the API server when the cache may lag (a binding or
+	// pod created a moment ago); nil never does.
+	Live client.Reader
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+	// PodTokens reviews the pod tokens (binding.HeaderPodToken) that prove
+	// which pod a request comes from (podtoken.go). Nil refuses every
+	// register, session and artifact request with 503.
+	PodTokens PodTokenReviewer
+}
+
+// Gate authenticates workers' requests: the job token names the binding,
+// the claimed identity must be the binding's, the pod token proves the
+// pod, and the node must be one the binding binds. It also holds the
+// per-token and per-address request budgets (ratelimit.go).
+type Gate struct {
+	cache, live client.Reader
+	now         func() time.Time
+	// limits are the per-token request budgets of real tokens, unknown the
+	// per-address budgets of tokens no binding holds; liveLookups bounds
+	// the API reads for tokens and TrainJobs the cache does not know.
+	limits      *tokenLimits
+	unknown     *tokenLimits
+	liveLookups *rate.Limiter
+	// pods reviews and remembers pod tokens (nil: Options.PodTokens unset).
+	pods *podProofs
+}
+
+// New returns a Gate. opts.Cache must have the TokenHashIndex on
+// WorkerBindings.
+func New(opts Options) *Gate {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	g := &Gate{cache: opts.Cache, live: opts.Live, now: opts.Now,
+		limits: newTokenLimits(), unknown: newAddressLimits(), liveLookups: rate.NewLimiter(liveLookupRate, liveLookupBurst)}
+	if opts.PodTokens != nil {
+		g.pods = newPodProofs(opts.PodTokens, opts.Now)
+	}
+	return g
+}
+
+// Claim is who a register or session request says it is.
+type Claim struct {
+	// Namespace is the namespace the request names: where a token the
+	// cache does not know yet is looked up.
+	Namespace       string
+	JobID, WorkerID string
+	// Pod is the pod the request speaks for.
+	Pod binding.PodIdentity
+	// PodInBindingNamespace takes Pod.Namespace from the binding: a session
+	// open names its namespace as a lookup hint only.
+	PodInBindingNamespace bool
+}
+
+// Worker is an admitted request's worker.
+type Worker struct {
+	// Binding holds the request's token; it is set on a refusal too once
+	// the token was found (for the log line).
+	Binding *tetherv1.WorkerBinding
+	// Pod is the trainer pod the request is proven to come from.
+	Pod *corev1.Pod
+	// Rank is the pod's node rank.
+	Rank int32
+}
+
+// Admit is the gate of register and session requests: authenticate the
+// token, check the claimed identity and prove the pod, then the node's rank.
+func (g *Gate) Admit(ctx context.Context, r *http.Request, c Claim) (Worker, *Refusal) {
+	wb, ref := g.authenticate(ctx, r, c.Namespace)
+	if ref != nil {
+		return Worker{}, ref
+	}
+	pod := c.Pod
+	if c.PodInBindingNamespace {
+		pod.Namespace = wb.Namespace
+	}
+	p, ref := g.checkIdentity(ctx, r, wb, c.JobID, c.WorkerID, pod)
+	if ref != nil {
+		return Worker{Binding: wb}, ref
+	}
+	rank, ref := boundRank(wb, p)
+	if ref != nil {
+		return Worker{Binding: wb}, ref
+	}
+	return Worker{Binding: wb, Pod: p, Rank: rank}, nil
 }
 
 // authenticate finds the binding that holds the request's token. The binding
@@ -43,45 +161,45 @@ func refuse(status int, code, reason, format string, args ...any) *refusal {
 // constant time, so neither the lookup nor the comparison reveals the token.
 // A binding created moments ago may not be in the cache yet: on a miss the
 // claimed namespace is listed from the API server.
-func (s *Server) authenticate(ctx context.Context, r *http.Request, namespace string) (*tetherv1.WorkerBinding, *refusal) {
+func (g *Gate) authenticate(ctx context.Context, r *http.Request, namespace string) (*tetherv1.WorkerBinding, *Refusal) {
 	if v := r.Header.Get(binding.HeaderProtocolVersion); v != binding.ProtocolVersion {
-		return nil, refuse(http.StatusBadRequest, binding.ErrUnsupportedVersion, "unsupported_version",
+		return nil, Refuse(http.StatusBadRequest, binding.ErrUnsupportedVersion, "unsupported_version",
 			"%s %q is not supported; this server speaks %q", binding.HeaderProtocolVersion, v, binding.ProtocolVersion)
 	}
 	token, err := binding.TokenFromHeader(r.Header)
 	if err != nil {
-		return nil, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "malformed_token", "%v", err)
+		return nil, Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "malformed_token", "%v", err)
 	}
 	hash := token.Hash()
 	var list tetherv1.WorkerBindingList
-	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
-		return nil, refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "looking up the binding: %v", err)
+	if err := g.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
+		return nil, Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "looking up the binding: %v", err)
 	}
-	now := s.opts.Now()
+	now := g.now()
 	wb := findByHash(list.Items, hash, now)
-	if wb == nil && s.live != nil && namespace != "" {
-		if !s.liveLookups.Allow() {
+	if wb == nil && g.live != nil && namespace != "" {
+		if !g.liveLookups.Allow() {
 			// Unknown tokens arrive faster than the API server should be
 			// asked about them (ratelimit.go): a real new binding retries.
-			return nil, refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "lookup_limited",
+			return nil, Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "lookup_limited",
 				"the token is not in the server's cache and too many unknown tokens are being checked; retry with backoff")
 		}
 		var live tetherv1.WorkerBindingList
-		if err := s.live.List(ctx, &live, client.InNamespace(namespace)); err == nil {
+		if err := g.live.List(ctx, &live, client.InNamespace(namespace)); err == nil {
 			wb = findByHash(live.Items, hash, now)
 		}
 	}
 	switch {
 	case wb == nil:
-		return nil, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "unknown_token",
+		return nil, Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "unknown_token",
 			"no binding holds this token (the TrainJob was deleted or its token reissued)")
 	case wb.DeletionTimestamp != nil:
-		return nil, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "revoked", "the binding is being deleted")
+		return nil, Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "revoked", "the binding is being deleted")
 	case lifecycle.IsFinal(wb.Status.Phase):
-		return nil, refuse(http.StatusGone, binding.ErrBindingFinished, "finished",
+		return nil, Refuse(http.StatusGone, binding.ErrBindingFinished, "finished",
 			"binding %s/%s is %s (%s)", wb.Namespace, wb.Name, wb.Status.Phase, wb.Status.Reason)
 	}
-	if ref := s.trainJobRefusal(ctx, wb); ref != nil {
+	if ref := g.trainJobRefusal(ctx, wb); ref != nil {
 		return nil, ref
 	}
 	return wb, nil
@@ -90,17 +208,17 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request, namespace st
 func findByHash(items []tetherv1.WorkerBinding, hash string, now time.Time) *tetherv1.WorkerBinding {
 	var found *tetherv1.WorkerBinding
 	for i := range items {
-		if tokenAccepted(&items[i], hash, now) {
+		if TokenAccepted(&items[i], hash, now) {
 			found = &items[i]
 		}
 	}
 	return found
 }
 
-// tokenAccepted reports whether the token hashing to hash is good for wb at
+// TokenAccepted reports whether the token hashing to hash is good for wb at
 // now: its current token, or the one its last reissue replaced while that
 // overlap lasts. Hashes are compared in constant time.
-func tokenAccepted(wb *tetherv1.WorkerBinding, hash string, now time.Time) bool {
+func TokenAccepted(wb *tetherv1.WorkerBinding, hash string, now time.Time) bool {
 	if subtle.ConstantTimeCompare([]byte(wb.Spec.TokenSHA256), []byte(hash)) == 1 {
 		return true
 	}
@@ -111,31 +229,31 @@ func tokenAccepted(wb *tetherv1.WorkerBinding, hash string, now time.Time) bool 
 // checkIdentity refuses a request whose claimed job, worker or pod is not the
 // binding's: a token is good for one job's worker in one of its own pods,
 // and the request's pod token (podtoken.go) must prove that pod.
-func (s *Server) checkIdentity(ctx context.Context, r *http.Request, wb *tetherv1.WorkerBinding, jobID, workerID string, pod binding.PodIdentity) (*corev1.Pod, *refusal) {
+func (g *Gate) checkIdentity(ctx context.Context, r *http.Request, wb *tetherv1.WorkerBinding, jobID, workerID string, pod binding.PodIdentity) (*corev1.Pod, *Refusal) {
 	if jobID != wb.Spec.JobID || workerID != wb.Spec.WorkerID {
-		return nil, refuse(http.StatusForbidden, binding.ErrForbidden, "identity_mismatch",
+		return nil, Refuse(http.StatusForbidden, binding.ErrForbidden, "identity_mismatch",
 			"this token belongs to another job or worker")
 	}
-	if ref := s.provePod(ctx, r, wb, pod.Name, pod.UID); ref != nil {
+	if ref := g.provePod(ctx, r, wb, pod.Name, pod.UID); ref != nil {
 		return nil, ref
 	}
 	if pod.Namespace != wb.Namespace || pod.Name == "" || pod.UID == "" {
-		return nil, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch",
+		return nil, Refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch",
 			"pod %s/%s is not in the binding's namespace", pod.Namespace, pod.Name)
 	}
-	p, err := s.pod(ctx, pod.Namespace, pod.Name)
+	p, err := g.pod(ctx, pod.Namespace, pod.Name)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch", "pod %s/%s does not exist", pod.Namespace, pod.Name)
+			return nil, Refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch", "pod %s/%s does not exist", pod.Namespace, pod.Name)
 		}
-		return nil, refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "reading pod %s: %v", pod.Name, err)
+		return nil, Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "reading pod %s: %v", pod.Name, err)
 	}
 	var status struct {
 		JobID string `json:"jobID"`
 	}
 	_ = json.Unmarshal([]byte(p.Annotations[jobconfig.PodStatusAnnotation]), &status)
 	if string(p.UID) != pod.UID || p.Labels[trainjob.JobSetNameLabel] != wb.Spec.TrainJobName || status.JobID != wb.Spec.JobID {
-		return nil, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch",
+		return nil, Refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch",
 			"pod %s/%s is not an injected trainer pod of TrainJob %s", pod.Namespace, pod.Name, wb.Spec.TrainJobName)
 	}
 	return p, nil
@@ -144,21 +262,34 @@ func (s *Server) checkIdentity(ctx context.Context, r *http.Request, wb *tetherv
 // pod reads a trainer pod from the cache, or from the API server when the
 // cache has not seen it yet (a sidecar can start before the watch delivers
 // its pod).
-func (s *Server) pod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+func (g *Gate) pod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 	p := &corev1.Pod{}
 	key := types.NamespacedName{Namespace: ns, Name: name}
-	err := s.cache.Get(ctx, key, p)
-	if apierrors.IsNotFound(err) && s.live != nil {
-		err = s.live.Get(ctx, key, p)
+	err := g.cache.Get(ctx, key, p)
+	if apierrors.IsNotFound(err) && g.live != nil {
+		err = g.live.Get(ctx, key, p)
 	}
 	return p, err
 }
 
-func writeError(w http.ResponseWriter, r *refusal) {
-	w.Header().Set("Content-Type", "application/json")
-	if r.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(r.retryAfter)))
+// boundRank is the pod's node rank, refused when the binding does not bind
+// that node (settings nodes=primary, or a rank beyond MaxBoundNodes or the
+// job's node count).
+func boundRank(wb *tetherv1.WorkerBinding, pod *corev1.Pod) (int32, *Refusal) {
+	r, err := trainjob.Rank(pod)
+	if err != nil {
+		return 0, Refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch", "%v", err)
 	}
-	w.WriteHeader(r.status)
-	_ = json.NewEncoder(w).Encode(binding.ErrorResponse{Code: r.code, Message: r.message})
+	switch {
+	case r >= binding.MaxBoundNodes:
+		return 0, Refuse(http.StatusForbidden, binding.ErrForbidden, "node_not_bound",
+			"pod %s is node %d; a binding binds at most %d nodes", pod.Name, r, binding.MaxBoundNodes)
+	case r > 0 && lifecycle.Settings(&wb.Spec).Nodes == jobconfig.NodesPrimary:
+		return 0, Refuse(http.StatusForbidden, binding.ErrForbidden, "node_not_bound",
+			"pod %s is node %d and the binding binds node 0 only (%s=%s)", pod.Name, r, jobconfig.NodesAnnotation, jobconfig.NodesPrimary)
+	case wb.Status.NodeCount > 0 && int32(r) >= wb.Status.NodeCount:
+		return 0, Refuse(http.StatusForbidden, binding.ErrForbidden, "node_not_bound",
+			"pod %s is node %d of a job of %d nodes", pod.Name, r, wb.Status.NodeCount)
+	}
+	return int32(r), nil
 }

@@ -1,4 +1,4 @@
-package server
+package workerauth
 
 import (
 	"context"
@@ -121,43 +121,43 @@ type podClaim struct {
 // and checks that it proves the claimed pod. budget takes one review from
 // the job token's own budget (ratelimit.go). A review that cannot be made
 // now is a 503 with Retry-After.
-func (s *Server) proveClaim(ctx context.Context, c podClaim, budget func() (bool, time.Duration)) (provenPod, *refusal) {
+func (g *Gate) proveClaim(ctx context.Context, c podClaim, budget func() (bool, time.Duration)) (provenPod, *Refusal) {
 	switch {
-	case s.pods == nil:
-		return provenPod{}, refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "no_pod_reviewer",
+	case g.pods == nil:
+		return provenPod{}, Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "no_pod_reviewer",
 			"this binding server cannot review pod tokens (no reviewer configured)")
 	case c.token == "":
-		return provenPod{}, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "no_pod_token",
+		return provenPod{}, Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "no_pod_token",
 			"no %s header: every request carries the pod's projected ServiceAccount token (audience %s, the file %s names) beside the job's token; "+
 				"the pod needs the %s volume Tether's webhook adds, and a sidecar that sends the header (upgrade an older one)",
 			binding.HeaderPodToken, binding.PodTokenAudience, binding.EnvPodTokenFile, "tether-pod-token")
 	case len(c.token) > binding.MaxPodTokenLength:
-		return provenPod{}, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "malformed_pod_token",
+		return provenPod{}, Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "malformed_pod_token",
 			"%s is longer than %d bytes: it is not a ServiceAccount token", binding.HeaderPodToken, binding.MaxPodTokenLength)
 	}
-	p, ref := s.pods.prove(ctx, c.token, budget)
+	p, ref := g.pods.prove(ctx, c.token, budget)
 	if ref != nil {
 		return provenPod{}, ref
 	}
 	switch {
 	case p.namespace != c.namespace:
-		return provenPod{}, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_mismatch",
+		return provenPod{}, Refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_mismatch",
 			"the pod token is pod %s/%s's, not a pod in the binding's namespace %s: a sidecar speaks only for its own pod", p.namespace, p.name, c.namespace)
 	case c.uid == "":
-		return provenPod{}, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_mismatch",
+		return provenPod{}, Refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_mismatch",
 			"the request names no pod UID beside its pod token (pod %s/%s's): send the pod's UID (the sidecar does)", p.namespace, p.name)
 	case p.uid != c.uid:
-		return provenPod{}, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_mismatch",
+		return provenPod{}, Refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_mismatch",
 			"the request names pod UID %q, but its pod token is pod %s/%s's (UID %s): a sidecar speaks only for its own pod", c.uid, p.namespace, p.name, p.uid)
 	case c.name != "" && p.name != c.name:
-		return provenPod{}, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_mismatch",
+		return provenPod{}, Refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_mismatch",
 			"the request names pod %s, but its pod token is pod %s/%s's: a sidecar speaks only for its own pod", c.name, p.namespace, p.name)
 	}
 	return p, nil
 }
 
 // prove returns the pod token's cached verdict, or reviews it.
-func (pp *podProofs) prove(ctx context.Context, token string, budget func() (bool, time.Duration)) (provenPod, *refusal) {
+func (pp *podProofs) prove(ctx context.Context, token string, budget func() (bool, time.Duration)) (provenPod, *Refusal) {
 	key := sha256.Sum256([]byte(token))
 	now := pp.now()
 	pp.mu.Lock()
@@ -167,24 +167,24 @@ func (pp *podProofs) prove(ctx context.Context, token string, budget func() (boo
 		return p, nil
 	}
 	if ok, after := budget(); !ok {
-		r := refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "pod_review_limited",
+		r := Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "pod_review_limited",
 			"more than %d pod token reviews per second with this job's token (burst %d): retry after Retry-After", PodReviewRate, PodReviewBurst)
-		r.retryAfter = after
+		r.RetryAfter = after
 		return provenPod{}, r
 	}
 	if !pp.limit.Allow() {
-		r := refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "pod_review_limited",
+		r := Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "pod_review_limited",
 			"too many pod tokens are being reviewed on this replica: retry after Retry-After")
-		r.retryAfter = time.Second
+		r.RetryAfter = time.Second
 		return provenPod{}, r
 	}
 	rctx, cancel := context.WithTimeout(ctx, podReviewTimeout)
 	defer cancel()
 	st, err := pp.rev.ReviewPodToken(rctx, token)
 	if err != nil {
-		r := refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "pod_review_unavailable",
+		r := Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "pod_review_unavailable",
 			"cannot review the pod token now (%v): retry after Retry-After", err)
-		r.retryAfter = podReviewRetryAfter
+		r.RetryAfter = podReviewRetryAfter
 		return provenPod{}, r
 	}
 	p, ref := verdictOf(st, token, now)
@@ -196,18 +196,18 @@ func (pp *podProofs) prove(ctx context.Context, token string, budget func() (boo
 }
 
 // verdictOf reads the pod out of an authentic review.
-func verdictOf(st authnv1.TokenReviewStatus, token string, now time.Time) (provenPod, *refusal) {
+func verdictOf(st authnv1.TokenReviewStatus, token string, now time.Time) (provenPod, *Refusal) {
 	if !st.Authenticated {
 		why := st.Error
 		if why == "" {
 			why = "not authenticated"
 		}
-		return provenPod{}, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "pod_token_rejected",
+		return provenPod{}, Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "pod_token_rejected",
 			"the API server does not accept the pod token for audience %s (%s): send the token of the %s volume, which the kubelet keeps current",
 			binding.PodTokenAudience, truncate(why, 200), "tether-pod-token")
 	}
 	if !slices.Contains(st.Audiences, binding.PodTokenAudience) {
-		return provenPod{}, refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "pod_token_rejected",
+		return provenPod{}, Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "pod_token_rejected",
 			"the pod token is not for audience %s", binding.PodTokenAudience)
 	}
 	var p provenPod
@@ -215,7 +215,7 @@ func verdictOf(st authnv1.TokenReviewStatus, token string, now time.Time) (prove
 	p.namespace, p.serviceAccount, _ = strings.Cut(rest, ":")
 	names, uids := st.User.Extra[podNameExtra], st.User.Extra[podUIDExtra]
 	if !isSA || p.namespace == "" || p.serviceAccount == "" || len(names) != 1 || len(uids) != 1 || names[0] == "" || uids[0] == "" {
-		return provenPod{}, refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_not_bound",
+		return provenPod{}, Refuse(http.StatusForbidden, binding.ErrForbidden, "pod_token_not_bound",
 			"the pod token (user %s) is not a ServiceAccount token bound to a pod: send the projected token of the %s volume, not one made without a pod",
 			truncate(st.User.Username, 120), "tether-pod-token")
 	}
@@ -278,10 +278,17 @@ func (pp *podProofs) cached() int {
 
 // provePod checks a register or session request's pod token against the pod
 // it claims (name and UID) in wb's namespace.
-func (s *Server) provePod(ctx context.Context, r *http.Request, wb *tetherv1.WorkerBinding, name, uid string) *refusal {
+func (g *Gate) provePod(ctx context.Context, r *http.Request, wb *tetherv1.WorkerBinding, name, uid string) *Refusal {
 	token, _ := binding.TokenFromHeader(r.Header) // authenticate parsed it already
 	hash := token.Hash()
-	_, ref := s.proveClaim(ctx, podClaim{token: r.Header.Get(binding.HeaderPodToken), namespace: wb.Namespace, name: name, uid: uid},
-		func() (bool, time.Duration) { return s.limits.allow(classPodReviews, hash, s.opts.Now()) })
+	_, ref := g.proveClaim(ctx, podClaim{token: r.Header.Get(binding.HeaderPodToken), namespace: wb.Namespace, name: name, uid: uid},
+		func() (bool, time.Duration) { return g.limits.allow(classPodReviews, hash, g.now()) })
 	return ref
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

@@ -1,4 +1,4 @@
-package server
+package workerauth
 
 import (
 	"context"
@@ -59,7 +59,7 @@ func TestProveClaim(t *testing.T) {
 		other:   podUser("team-b", "train-node-0", "uid-b"),
 		unbound: {Username: "system:serviceaccount:team-a:default"},
 	}}
-	s := &Server{opts: Options{Now: clock}, pods: newPodProofs(rev, clock)}
+	g := &Gate{now: clock, pods: newPodProofs(rev, clock)}
 	ctx := context.Background()
 
 	cases := []struct {
@@ -81,7 +81,7 @@ func TestProveClaim(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p, ref := s.proveClaim(ctx, c.claim, allowAll)
+			p, ref := g.proveClaim(ctx, c.claim, allowAll)
 			switch {
 			case c.status == 0 && ref != nil:
 				t.Fatalf("refused: %v", ref)
@@ -89,11 +89,11 @@ func TestProveClaim(t *testing.T) {
 				t.Fatalf("proved pod %+v, want UID %s", p, c.claim.uid)
 			case c.status != 0 && ref == nil:
 				t.Fatalf("accepted (pod %+v), want %d %s", p, c.status, c.reason)
-			case c.status != 0 && (ref.status != c.status || ref.reason != c.reason):
-				t.Fatalf("refused %d %s (%s), want %d %s", ref.status, ref.reason, ref.message, c.status, c.reason)
+			case c.status != 0 && (ref.Status != c.status || ref.Reason != c.reason):
+				t.Fatalf("refused %d %s (%s), want %d %s", ref.Status, ref.Reason, ref.Message, c.status, c.reason)
 			}
-			if ref != nil && c.claim.token != "" && strings.Contains(ref.message, c.claim.token) {
-				t.Fatalf("the refusal repeats the token: %s", ref.message)
+			if ref != nil && c.claim.token != "" && strings.Contains(ref.Message, c.claim.token) {
+				t.Fatalf("the refusal repeats the token: %s", ref.Message)
 			}
 		})
 	}
@@ -108,10 +108,10 @@ func TestPodVerdictsOutliveAnOutage(t *testing.T) {
 	clock := func() time.Time { return now }
 	tok, rotated := jwt(now.Add(10*time.Minute), 0), jwt(now.Add(18*time.Minute), 1)
 	rev := &fakeReviewer{pods: map[string]authnv1.UserInfo{tok: podUser("team-a", "p", "uid-0"), rotated: podUser("team-a", "p", "uid-0")}}
-	s := &Server{opts: Options{Now: clock}, pods: newPodProofs(rev, clock)}
+	g := &Gate{now: clock, pods: newPodProofs(rev, clock)}
 	claim := podClaim{token: tok, namespace: "team-a", name: "p", uid: "uid-0"}
 	for range 100 {
-		if _, ref := s.proveClaim(context.Background(), claim, allowAll); ref != nil {
+		if _, ref := g.proveClaim(context.Background(), claim, allowAll); ref != nil {
 			t.Fatal(ref)
 		}
 	}
@@ -120,20 +120,20 @@ func TestPodVerdictsOutliveAnOutage(t *testing.T) {
 	}
 	rev.down.Store(true)
 	now = now.Add(9 * time.Minute)
-	if _, ref := s.proveClaim(context.Background(), claim, allowAll); ref != nil {
+	if _, ref := g.proveClaim(context.Background(), claim, allowAll); ref != nil {
 		t.Fatalf("API server down, cached verdict: refused %v", ref)
 	}
-	_, ref := s.proveClaim(context.Background(), podClaim{token: rotated, namespace: "team-a", name: "p", uid: "uid-0"}, allowAll)
-	if ref == nil || ref.status != http.StatusServiceUnavailable || ref.retryAfter <= 0 {
+	_, ref := g.proveClaim(context.Background(), podClaim{token: rotated, namespace: "team-a", name: "p", uid: "uid-0"}, allowAll)
+	if ref == nil || ref.Status != http.StatusServiceUnavailable || ref.RetryAfter <= 0 {
 		t.Fatalf("API server down, new token: %+v, want 503 with Retry-After", ref)
 	}
 	now = now.Add(2 * time.Minute) // past the first token's exp
-	if _, ref := s.proveClaim(context.Background(), claim, allowAll); ref == nil || ref.status != http.StatusServiceUnavailable {
+	if _, ref := g.proveClaim(context.Background(), claim, allowAll); ref == nil || ref.Status != http.StatusServiceUnavailable {
 		t.Fatalf("expired token, API server down: %+v, want 503 (its verdict ended with the token)", ref)
 	}
 	rev.down.Store(false)
 	delete(rev.pods, tok) // the API server refuses an expired token
-	if _, ref := s.proveClaim(context.Background(), claim, allowAll); ref == nil || ref.reason != "pod_token_rejected" {
+	if _, ref := g.proveClaim(context.Background(), claim, allowAll); ref == nil || ref.Reason != "pod_token_rejected" {
 		t.Fatalf("expired token reviewed again: %+v, want pod_token_rejected", ref)
 	}
 }
@@ -144,14 +144,14 @@ func TestPodReviewBudget(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
 	rev := &fakeReviewer{pods: map[string]authnv1.UserInfo{}}
-	s := &Server{opts: Options{Now: clock}, pods: newPodProofs(rev, clock), limits: newTokenLimits()}
-	budget := func() (bool, time.Duration) { return s.limits.allow(classPodReviews, "job-a", now) }
+	g := &Gate{now: clock, pods: newPodProofs(rev, clock), limits: newTokenLimits()}
+	budget := func() (bool, time.Duration) { return g.limits.allow(classPodReviews, "job-a", now) }
 	var limited int
 	for k := range PodReviewBurst + 50 {
-		_, ref := s.proveClaim(context.Background(), podClaim{token: jwt(now.Add(time.Minute), k), namespace: "team-a", uid: "u"}, budget)
-		if ref != nil && ref.reason == "pod_review_limited" {
+		_, ref := g.proveClaim(context.Background(), podClaim{token: jwt(now.Add(time.Minute), k), namespace: "team-a", uid: "u"}, budget)
+		if ref != nil && ref.Reason == "pod_review_limited" {
 			limited++
-			if ref.status != http.StatusServiceUnavailable || ref.retryAfter <= 0 {
+			if ref.Status != http.StatusServiceUnavailable || ref.RetryAfter <= 0 {
 				t.Fatalf("limited: %+v, want 503 with Retry-After", ref)
 			}
 		}

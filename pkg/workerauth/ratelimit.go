@@ -1,10 +1,9 @@
-package server
+package workerauth
 
 import (
 	"context"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -18,15 +17,6 @@ import (
 // Input limits (docs/protocol.md, "Limits"). Each is well above what a
 // correct sidecar sends, so only a broken or hostile peer meets one.
 const (
-	// FramesPerInterval is the sustained frame rate a session may send per
-	// heartbeat interval: a correct sidecar sends one heartbeat, now and then
-	// a commandAck and at most two finishing frames.
-	FramesPerInterval = 5
-	// FrameBurst is how many frames a session may send at once. It stays
-	// below the session's send queue (16 frames), so a flood meets this
-	// limit, with its own close code, before the queue fills with acks.
-	FrameBurst = 10
-
 	// ControlRate and ControlBurst bound registrations and session opens
 	// per token (per second): a sidecar registers once per start and opens
 	// sessions with backoff (base 0.5 s), each costing API reads and writes.
@@ -59,21 +49,12 @@ const (
 	// tokenIdle is how long a token's limiter is kept after its last use.
 	tokenIdle = 2 * time.Minute
 
-	// liveLookupRate bounds the API server reads the binding server makes
-	// for a token its cache does not know (a binding created a moment ago),
+	// liveLookupRate bounds the API server reads the gate makes for a
+	// token or TrainJob its cache does not know (created a moment ago),
 	// so a flood of unknown tokens cannot turn into API calls.
 	liveLookupRate  = 20
 	liveLookupBurst = 50
 )
-
-// newFrameLimiter is a session's token bucket: FramesPerInterval per
-// heartbeat interval, FrameBurst at once.
-func newFrameLimiter(interval time.Duration) *rate.Limiter {
-	if interval <= 0 {
-		interval = time.Second
-	}
-	return rate.NewLimiter(rate.Limit(float64(FramesPerInterval)/interval.Seconds()), FrameBurst)
-}
 
 // requestClass is a kind of request with its own per-token budget.
 type requestClass int
@@ -175,44 +156,45 @@ func (t *tokenLimits) sweep(now time.Time) {
 	}
 }
 
-// limitRequest refuses a register or session request over its budget with
-// 429 and Retry-After: a real token's own budget, or for a token no binding
-// in the cache holds, its source address's. A request without a well-formed
-// token is left to authenticate, which refuses it.
-func (s *Server) limitRequest(w http.ResponseWriter, r *http.Request) bool {
+// Limit is the budget of a register or session request, to be taken
+// before Admit: a real token's own budget, or for a token no binding in the
+// cache holds, its source address's. Over it, the request is refused with
+// 429 and Retry-After. A request without a well-formed token is left to
+// Admit, which refuses it.
+func (g *Gate) Limit(r *http.Request) *Refusal {
 	token, err := binding.TokenFromHeader(r.Header)
 	if err != nil {
-		return true
+		return nil
 	}
-	hash, now := token.Hash(), s.opts.Now()
-	if s.knownToken(r.Context(), hash, now) {
-		ok, after := s.limits.allow(classControl, hash, now)
+	hash, now := token.Hash(), g.now()
+	if g.knownToken(r.Context(), hash, now) {
+		ok, after := g.limits.allow(classControl, hash, now)
 		if ok {
-			return true
+			return nil
 		}
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(after)))
-		s.reject(w, r, refuse(http.StatusTooManyRequests, binding.ErrRateLimited, "rate_limited",
+		ref := Refuse(http.StatusTooManyRequests, binding.ErrRateLimited, "rate_limited",
 			"more than %d registrations and session opens per second with this token (burst %d); retry after the Retry-After delay",
-			ControlRate, ControlBurst), nil)
-		return false
+			ControlRate, ControlBurst)
+		ref.RetryAfter = after
+		return ref
 	}
-	ok, after := s.unknown.allow(classControl, sourceAddress(r), now)
+	ok, after := g.unknown.allow(classControl, sourceAddress(r), now)
 	if ok {
-		return true
+		return nil
 	}
-	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(after)))
-	s.reject(w, r, refuse(http.StatusTooManyRequests, binding.ErrRateLimited, "unknown_token_rate_limited",
+	ref := Refuse(http.StatusTooManyRequests, binding.ErrRateLimited, "unknown_token_rate_limited",
 		"more than %d registrations and session opens per second from this address with tokens no binding holds (burst %d); "+
 			"check the token (a TrainJob that was deleted or had its token reissued), then retry after the Retry-After delay",
-		UnknownRate, UnknownBurst), nil)
-	return false
+		UnknownRate, UnknownBurst)
+	ref.RetryAfter = after
+	return ref
 }
 
 // knownToken reports whether a binding in the cache holds the token hashing
 // to hash (an index lookup: no API call).
-func (s *Server) knownToken(ctx context.Context, hash string, now time.Time) bool {
+func (g *Gate) knownToken(ctx context.Context, hash string, now time.Time) bool {
 	var list tetherv1.WorkerBindingList
-	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
+	if err := g.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
 		return false
 	}
 	return findByHash(list.Items, hash, now) != nil

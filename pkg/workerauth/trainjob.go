@@ -1,4 +1,4 @@
-package server
+package workerauth
 
 import (
 	"context"
@@ -27,13 +27,13 @@ const cacheLag = 30 * time.Second
 // than its job, whatever the delete's cascade mode. It reads the control
 // plane's TrainJob metadata cache, on whichever replica serves the request.
 // A TrainJob it cannot read is a 503: the sidecar retries.
-func (s *Server) trainJobRefusal(ctx context.Context, wb *tetherv1.WorkerBinding) *refusal {
-	reason, msg, err := s.trainJobGone(ctx, wb, &metav1.PartialObjectMetadata{})
+func (g *Gate) trainJobRefusal(ctx context.Context, wb *tetherv1.WorkerBinding) *Refusal {
+	reason, msg, err := g.TrainJobGone(ctx, wb, &metav1.PartialObjectMetadata{})
 	switch {
 	case err != nil:
-		return refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "reading TrainJob %s: %v", wb.Spec.TrainJobName, err)
+		return Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "reading TrainJob %s: %v", wb.Spec.TrainJobName, err)
 	case reason != "":
-		return refuse(http.StatusUnauthorized, binding.ErrUnauthorized, reason, "%s", msg)
+		return Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, reason, "%s", msg)
 	}
 	return nil
 }
@@ -50,20 +50,21 @@ var trainJobTypeMeta = func() metav1.TypeMeta {
 // change nothing and keep nothing (one slice for all, not one per call).
 var readOnly = []client.GetOption{client.UnsafeDisableDeepCopy}
 
-// trainJobGone returns a metric reason and a message when wb's TrainJob no
+// TrainJobGone returns a metric reason and a message when wb's TrainJob no
 // longer vouches for its token, and "" while it does. It reads the TrainJob
-// into tj (the liveness loop reuses one).
-func (s *Server) trainJobGone(ctx context.Context, wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) (reason, msg string, err error) {
+// into tj (the binding server's liveness loop reuses one, once per worker
+// per second).
+func (g *Gate) TrainJobGone(ctx context.Context, wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) (reason, msg string, err error) {
 	owner := lifecycle.TrainJobOwner(wb)
 	var found *metav1.PartialObjectMetadata
 	if owner != "" { // an orphaned binding is answered without a read
 		// A live read decodes into tj: it starts empty, but for its kind.
 		*tj = metav1.PartialObjectMetadata{TypeMeta: trainJobTypeMeta}
 		key := client.ObjectKey{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
-		err = s.cache.Get(ctx, key, tj, readOnly...)
+		err = g.cache.Get(ctx, key, tj, readOnly...)
 		// err != nil first: IsNotFound allocates even for a nil error.
-		if err != nil && apierrors.IsNotFound(err) && s.live != nil && s.opts.Now().Sub(wb.CreationTimestamp.Time) < cacheLag && s.liveLookups.Allow() {
-			err = s.live.Get(ctx, key, tj)
+		if err != nil && apierrors.IsNotFound(err) && g.live != nil && g.now().Sub(wb.CreationTimestamp.Time) < cacheLag && g.liveLookups.Allow() {
+			err = g.live.Get(ctx, key, tj)
 		}
 		switch {
 		case err == nil:
@@ -82,20 +83,4 @@ func (s *Server) trainJobGone(ctx context.Context, wb *tetherv1.WorkerBinding, t
 		return "trainjob_terminating", fmt.Sprintf("TrainJob %s/%s is being deleted: its token is no longer valid", wb.Namespace, wb.Spec.TrainJobName), nil
 	}
 	return "", "", nil
-}
-
-// revokedWithTrainJob closes the worker's session with CloseRevoked and
-// forgets the worker when its binding's TrainJob is gone or terminating
-// (the liveness check, every second on every replica).
-func (s *Server) revokedWithTrainJob(ctx context.Context, st stateSnapshot, wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) bool {
-	reason, msg, err := s.trainJobGone(ctx, wb, tj)
-	if err != nil || reason == "" {
-		return false
-	}
-	if st.session != nil {
-		st.session.close(binding.CloseRevoked, msg)
-		s.metrics.refusals.WithLabelValues(reason).Inc()
-	}
-	s.hub.forget(st.key)
-	return true
 }

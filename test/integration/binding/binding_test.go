@@ -21,7 +21,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/sidecar/session"
 )
@@ -186,7 +186,7 @@ func TestTenantCannotTakeTheSidecarsSession(t *testing.T) {
 	if intruder.LastAckedSeq() != 0 {
 		t.Errorf("the intruder's heartbeats were acknowledged (seq %d)", intruder.LastAckedSeq())
 	}
-	waitForEvent(t, j, server.ReasonSessionRefused)
+	waitForEvent(t, j, bindingserver.ReasonSessionRefused)
 }
 
 func TestHeartbeatLostThenRecovered(t *testing.T) {

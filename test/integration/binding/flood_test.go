@@ -19,8 +19,9 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/workerauth"
 )
 
 // apiRequests is the API server's own count of requests for WorkerBindings
@@ -216,7 +217,7 @@ func TestFloodIsClosedAndBystanderServed(t *testing.T) {
 	}
 	// The bucket refills at FramesPerInterval per second (interval 1 s)
 	// while the flood lasts; the bystander sends 4 a second.
-	if limit := server.FrameBurst + int((float64(server.FramesPerInterval)+4)*elapsed.Seconds()) + 2; acks > limit || int(accepted) > limit {
+	if limit := bindingserver.FrameBurst + int((float64(bindingserver.FramesPerInterval)+4)*elapsed.Seconds()) + 2; acks > limit || int(accepted) > limit {
 		t.Errorf("%d heartbeats acknowledged, %v taken by the server before the close in %s, want at most %d", acks, accepted, elapsed, limit)
 	}
 	if got := counter(t, `tether_binding_refusals_total{reason="frame_rate"}`); got < refusedBefore+1 {
@@ -250,8 +251,8 @@ func TestFloodIsClosedAndBystanderServed(t *testing.T) {
 	sustained := counter(t, "tether_binding_heartbeats_total") - heartbeatsBefore
 	t.Logf("5 s of re-floods: %d sessions opened, %d opens refused with 429, %v heartbeats taken (bystander's ~20 included), %v WorkerBinding API requests (all sources)",
 		opened, refusedOpens, sustained, apiRequests(t)-apiBefore)
-	if opened > server.ControlBurst+int(server.ControlRate*6) || refusedOpens == 0 {
-		t.Errorf("%d sessions opened and %d refused in 5 s: the per-token limit (burst %d, %d/s) did not hold", opened, refusedOpens, server.ControlBurst, server.ControlRate)
+	if opened > workerauth.ControlBurst+int(workerauth.ControlRate*6) || refusedOpens == 0 {
+		t.Errorf("%d sessions opened and %d refused in 5 s: the per-token limit (burst %d, %d/s) did not hold", opened, refusedOpens, workerauth.ControlBurst, workerauth.ControlRate)
 	}
 
 	// 3. Acks of commands this session was never sent, below the frame
@@ -263,7 +264,7 @@ func TestFloodIsClosedAndBystanderServed(t *testing.T) {
 		t.Fatalf("register: %d %+v", code, e)
 	}
 	c.waitPhase(t, tetherv1.PhaseRegistered, "")
-	const sessions, perSession = 10, server.FrameBurst
+	const sessions, perSession = 10, bindingserver.FrameBurst
 	ackDropsBefore := counter(t, `tether_binding_refusals_total{reason="unsolicited_ack"}`)
 	apiBefore = apiRequests(t)
 	for s := range sessions {
@@ -313,7 +314,7 @@ func TestRegisterFloodIsRateLimited(t *testing.T) {
 	before := counter(t, `tether_binding_refusals_total{reason="rate_limited"}`)
 	start := time.Now()
 	ok, limited := 0, 0
-	for range 3 * server.ControlBurst {
+	for range 3 * workerauth.ControlBurst {
 		req, _ := http.NewRequest(http.MethodPost, p.cfg.ServerURL+binding.PathRegister, strings.NewReader(string(p.registerBody())))
 		req.Header = p.headers()
 		resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: p.tls}, Timeout: 10 * time.Second}).Do(req)
@@ -336,7 +337,7 @@ func TestRegisterFloodIsRateLimited(t *testing.T) {
 		}
 	}
 	elapsed := time.Since(start)
-	if limit := server.ControlBurst + int(server.ControlRate*elapsed.Seconds()) + 1; ok > limit || limited == 0 {
+	if limit := workerauth.ControlBurst + int(workerauth.ControlRate*elapsed.Seconds()) + 1; ok > limit || limited == 0 {
 		t.Errorf("%d registrations accepted and %d refused in %s; want at most %d accepted", ok, limited, elapsed, limit)
 	}
 	if got := counter(t, `tether_binding_refusals_total{reason="rate_limited"}`); got < before+float64(limited) {

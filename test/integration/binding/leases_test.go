@@ -14,7 +14,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/sidecar/session"
@@ -32,7 +32,7 @@ const (
 	testHeartbeat  = time.Second
 	testLease      = 6 * time.Second
 	leasePoll      = time.Second // pkg/controller's replicaLeasePoll
-	livenessPeriod = time.Second // pkg/binding/server's liveness check
+	livenessPeriod = time.Second // pkg/bindingserver's liveness check
 	// detectionSlack covers a reconcile, a status write and the test's
 	// polling on a shared machine; the bound itself is what docs promise.
 	detectionSlack = 4 * time.Second

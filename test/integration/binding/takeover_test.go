@@ -18,7 +18,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/binding/server"
+	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
@@ -117,7 +117,7 @@ func TestSidecarTakesItsSessionBack(t *testing.T) {
 	if got := counter(t, replaced); got <= before {
 		t.Errorf("%s = %v, want more than %v", replaced, got, before)
 	}
-	waitForEvent(t, j, server.ReasonSessionReplaced)
+	waitForEvent(t, j, bindingserver.ReasonSessionReplaced)
 }
 
 // TestFinishCarriesTheTrainersLastLine: the trainer writes its last progress

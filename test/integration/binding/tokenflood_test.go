@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/pkg/workerauth"
 )
 
 // madeUpTokens is more than the binding server ever kept limiters for
-// (maxTrackedTokens, 50,000, in pkg/binding/server/ratelimit.go): a flood
+// (maxTrackedTokens, 50,000, in pkg/workerauth/ratelimit.go): a flood
 // this size filled the table, and every token it had not seen yet shared
 // one bucket with the flood.
 const madeUpTokens = 52_000
@@ -103,9 +103,9 @@ func TestTenantCannotStarveRegistrationsWithMadeUpTokens(t *testing.T) {
 	elapsed := time.Since(start)
 	// Only the artifact HEADs' answer is 401 without a limit: an index
 	// lookup, no bucket. The registrations spend one address's budget.
-	if passed := registers.Load() - limited.Load(); passed > int64(server.UnknownBurst+server.UnknownRate*elapsed.Seconds()+1) {
+	if passed := registers.Load() - limited.Load(); passed > int64(workerauth.UnknownBurst+workerauth.UnknownRate*elapsed.Seconds()+1) {
 		t.Errorf("%d of %d made-up-token registrations from one address were let through in %s, want at most %d/s after a burst of %d",
-			passed, registers.Load(), elapsed, server.UnknownRate, server.UnknownBurst)
+			passed, registers.Load(), elapsed, workerauth.UnknownRate, workerauth.UnknownBurst)
 	}
 	if other.Load() != 0 {
 		t.Errorf("%d made-up-token requests were answered neither 401 nor 429", other.Load())

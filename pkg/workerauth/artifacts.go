@@ -1,0 +1,72 @@
+package workerauth
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/pkg/upload/store"
+)
+
+// podClaimKey carries an artifact request's pod claim (its pod token and
+// upload.PodHeader) in its context to AuthorizeArtifacts: the store's
+// Authorizer sees the token only, and authorizes the same request again
+// when a PUT's body has arrived (recheck).
+type podClaimKey struct{}
+
+// WithPodClaim puts the request's pod claim where AuthorizeArtifacts finds
+// it: wrap the store's handler in it.
+func WithPodClaim(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := podClaim{token: r.Header.Get(binding.HeaderPodToken), uid: r.Header.Get(upload.PodHeader)}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), podClaimKey{}, c)))
+	})
+}
+
+// AuthorizeArtifacts is the store's Authorizer (store.Handler.Authorize): it
+// finds the binding holding token; the store then checks that the key lies
+// under the binding's job id. A real token over its artifact request rate
+// is asked to slow down (503 SlowDown with Retry-After); an unknown one is
+// refused by a cache lookup alone and gets no bucket, so made-up tokens
+// cannot fill the table real tokens need.
+func (g *Gate) AuthorizeArtifacts(ctx context.Context, token binding.Token) (store.Job, error) {
+	hash := token.Hash()
+	var list tetherv1.WorkerBindingList
+	if err := g.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
+		return store.Job{}, err
+	}
+	wb := findByHash(list.Items, hash, g.now())
+	if wb == nil || wb.DeletionTimestamp != nil {
+		return store.Job{}, &store.AuthError{Status: http.StatusUnauthorized, Reason: "unknown_token",
+			Message: "no binding holds this token (the TrainJob was deleted or its token reissued)"}
+	}
+	if ok, after := g.limits.allow(classArtifacts, hash, g.now()); !ok {
+		return store.Job{}, store.SlowDown(after, "more than %d artifact requests per second with this token (burst %d): retry after Retry-After",
+			ArtifactRate, ArtifactBurst)
+	}
+	if ref := g.trainJobRefusal(ctx, wb); ref != nil {
+		if ref.Status == http.StatusUnauthorized {
+			return store.Job{}, &store.AuthError{Status: http.StatusUnauthorized, Reason: ref.Reason, Message: ref.Message}
+		}
+		return store.Job{}, ref
+	}
+	// The pod the request names (upload.PodHeader, which the store checks
+	// against the node's current pod) must be the pod its token proves.
+	claim, _ := ctx.Value(podClaimKey{}).(podClaim)
+	claim.namespace = wb.Namespace
+	if _, ref := g.proveClaim(ctx, claim, func() (bool, time.Duration) { return g.limits.allow(classPodReviews, hash, g.now()) }); ref != nil {
+		if ref.Status == http.StatusServiceUnavailable {
+			return store.Job{}, store.SlowDown(max(ref.RetryAfter, time.Second), "%s", ref.Message)
+		}
+		return store.Job{}, &store.AuthError{Status: ref.Status, Reason: ref.Reason, Message: ref.Message}
+	}
+	return store.Job{Namespace: wb.Namespace, Name: wb.Name, JobID: wb.Spec.JobID,
+		Writable: lifecycle.ArtifactsWritable(&wb.Status), State: lifecycle.ArtifactsState(&wb.Status),
+		Nodes: int(wb.Status.NodeCount), Pods: lifecycle.NodePods(&wb.Status)}, nil
+}
