@@ -221,7 +221,32 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, err
 		}
 	}
-	hash := token.Hash()
+	if wb, err = r.writeSpec(ctx, tj, wb, jobID, workerID, token.Hash(), issue); wb == nil || err != nil {
+		// No binding: another reconcile created it first, and the next one
+		// writes its Secret.
+		return ctrl.Result{}, err
+	}
+	if err := r.writeSecret(ctx, tj, secret, token, ca); err != nil {
+		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
+		return ctrl.Result{}, err
+	}
+	requeue, err := r.updateStatus(ctx, tj, wb)
+	if p := wb.Spec.PreviousToken; p != nil && err == nil {
+		// Back when the previous token expires, to clear it.
+		if until := p.ValidUntil.Sub(r.now()) + time.Second; requeue == 0 || until < requeue {
+			requeue = max(until, time.Second)
+		}
+	}
+	return ctrl.Result{RequeueAfter: requeue}, err
+}
+
+// writeSpec creates the binding (wb nil), or brings its spec up to date:
+// the token's hash, the previous one kept for the overlap when the token was
+// reissued, an expired previous token cleared, and settings recorded once
+// valid. issued says the token was issued in this reconcile. It returns the
+// binding as written, or nil without an error when another reconcile
+// created it first.
+func (r *BindingReconciler) writeSpec(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, jobID, workerID, hash string, issued bool) (*tetherv1.WorkerBinding, error) {
 	switch {
 	case wb == nil:
 		wb = &tetherv1.WorkerBinding{
@@ -231,10 +256,10 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		wb.Spec.Settings = r.settings(ctx, tj)
 		if err := ctrl.SetControllerReference(tj, wb, r.Scheme); err != nil {
-			return ctrl.Result{}, err
+			return nil, err
 		}
 		if err := r.Client.Create(ctx, wb); err != nil {
-			return ctrl.Result{}, client.IgnoreAlreadyExists(err)
+			return nil, client.IgnoreAlreadyExists(err)
 		}
 		r.normal(tj, lifecycle.ReasonBound, "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
 	default:
@@ -259,9 +284,9 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		wb.Spec.TokenSHA256 = hash
 		if err := r.Client.Update(ctx, wb); err != nil {
-			return ctrl.Result{}, err
+			return nil, err
 		}
-		if issue && rehashed {
+		if issued && rehashed {
 			overlap := "the previous token is refused from now on (--token-overlap=0)"
 			if wb.Spec.PreviousToken != nil {
 				overlap = "the previous token stays valid for " + r.TokenOverlap.String() + ", while the kubelet updates the running pod's token volume"
@@ -269,18 +294,7 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 			r.warn(tj, lifecycle.ReasonTokenReissued, "token Secret %s was missing or malformed and was issued anew; %s", wb.Spec.TokenSecretName, overlap)
 		}
 	}
-	if err := r.writeSecret(ctx, tj, secret, token, ca); err != nil {
-		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
-		return ctrl.Result{}, err
-	}
-	requeue, err := r.updateStatus(ctx, tj, wb)
-	if p := wb.Spec.PreviousToken; p != nil && err == nil {
-		// Back when the previous token expires, to clear it.
-		if until := p.ValidUntil.Sub(r.now()) + time.Second; requeue == 0 || until < requeue {
-			requeue = max(until, time.Second)
-		}
-	}
-	return ctrl.Result{RequeueAfter: requeue}, err
+	return wb, nil
 }
 
 // settings parses the TrainJob's settings for the binding to record. Invalid
