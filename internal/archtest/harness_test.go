@@ -132,9 +132,9 @@ type largeFile struct {
 }
 
 // largeFiles walks dirs (relative to the module, testdata and hidden
-// folders skipped) for hand-written non-test Go files of more than max
+// folders skipped) for hand-written non-test Go files of more than limit
 // lines.
-func largeFiles(t *testing.T, dirs []string, max int) []largeFile {
+func largeFiles(t *testing.T, dirs []string, limit int) []largeFile {
 	t.Helper()
 	var out []largeFile
 	for _, dir := range dirs {
@@ -153,7 +153,7 @@ func largeFiles(t *testing.T, dirs []string, max int) []largeFile {
 			if err != nil {
 				return err
 			}
-			if !generated && lines > max {
+			if !generated && lines > limit {
 				r, _ := filepath.Rel("../..", path)
 				out = append(out, largeFile{r, lines})
 			}
