@@ -35,7 +35,7 @@ import (
 
 // The stub server below exists ONLY to drive the Client's state machine over
 // real loopback TLS and WebSocket connections. It is not the binding server
-// (pkg/binding/server) and proves nothing about it; the real server's
+// (pkg/bindingserver) and proves nothing about it; the real server's
 // integration tests, client and server together, come separately. The stub is
 // strict where the contract is: it checks the headers on every request and
 // decodes every client frame with DecodeFrame, failing the test on anything
