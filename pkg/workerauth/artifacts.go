@@ -5,9 +5,6 @@ import (
 	"net/http"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -37,11 +34,10 @@ func WithPodClaim(next http.Handler) http.Handler {
 // cannot fill the table real tokens need.
 func (g *Gate) AuthorizeArtifacts(ctx context.Context, token binding.Token) (store.Job, error) {
 	hash := token.Hash()
-	var list tetherv1.WorkerBindingList
-	if err := g.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
+	wb, err := g.cached(ctx, hash, g.now())
+	if err != nil {
 		return store.Job{}, err
 	}
-	wb := findByHash(list.Items, hash, g.now())
 	if wb == nil || wb.DeletionTimestamp != nil {
 		return store.Job{}, &store.AuthError{Status: http.StatusUnauthorized, Reason: "unknown_token",
 			Message: "no binding holds this token (the TrainJob was deleted or its token reissued)"}

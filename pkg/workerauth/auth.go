@@ -170,13 +170,11 @@ func (g *Gate) authenticate(ctx context.Context, r *http.Request, namespace stri
 	if err != nil {
 		return nil, Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "malformed_token", "%v", err)
 	}
-	hash := token.Hash()
-	var list tetherv1.WorkerBindingList
-	if err := g.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
+	hash, now := token.Hash(), g.now()
+	wb, err := g.cached(ctx, hash, now)
+	if err != nil {
 		return nil, Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "looking up the binding: %v", err)
 	}
-	now := g.now()
-	wb := findByHash(list.Items, hash, now)
 	if wb == nil && g.live != nil && namespace != "" {
 		if !g.liveLookups.Allow() {
 			// Unknown tokens arrive faster than the API server should be
@@ -203,6 +201,16 @@ func (g *Gate) authenticate(ctx context.Context, r *http.Request, namespace stri
 		return nil, ref
 	}
 	return wb, nil
+}
+
+// cached is the binding in the cache that accepts the token hashing to hash
+// at now, or nil: an index lookup, no API call.
+func (g *Gate) cached(ctx context.Context, hash string, now time.Time) (*tetherv1.WorkerBinding, error) {
+	var list tetherv1.WorkerBindingList
+	if err := g.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
+		return nil, err
+	}
+	return findByHash(list.Items, hash, now), nil
 }
 
 func findByHash(items []tetherv1.WorkerBinding, hash string, now time.Time) *tetherv1.WorkerBinding {

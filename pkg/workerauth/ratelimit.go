@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 )
 
@@ -193,11 +191,8 @@ func (g *Gate) Limit(r *http.Request) *Refusal {
 // knownToken reports whether a binding in the cache holds the token hashing
 // to hash (an index lookup: no API call).
 func (g *Gate) knownToken(ctx context.Context, hash string, now time.Time) bool {
-	var list tetherv1.WorkerBindingList
-	if err := g.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
-		return false
-	}
-	return findByHash(list.Items, hash, now) != nil
+	wb, err := g.cached(ctx, hash, now)
+	return err == nil && wb != nil
 }
 
 // sourceAddress is the request's peer IP address (without the port, so
