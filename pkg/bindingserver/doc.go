@@ -11,8 +11,10 @@
 // open.go session opens and takeovers, session.go the WebSocket plumbing,
 // readloop.go the read loop, heartbeat.go heartbeats, statuswriters.go and
 // pacing.go the status writes, status.go the conflict-retrying write,
-// commands.go and acks.go commands, liveness.go the per-second check, hub.go
-// what a replica remembers per worker, metrics.go its collectors.
+// skipped.go what scans skipped, commands.go and acks.go commands,
+// artifacts.go the artifact store's mount and verdicts, liveness.go the
+// per-second check, hub.go what a replica remembers per worker, metrics.go
+// its collectors.
 //
 // Heartbeats live in memory; the WorkerBinding is written on transitions,
 // for changed progress at most once per status interval, and for liveness
