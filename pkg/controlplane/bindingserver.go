@@ -8,9 +8,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // bindingServer builds the binding server (sessions, registration, the
@@ -59,10 +60,10 @@ func (a *assembly) artifacts() error {
 		return err
 	}
 	a.backend = backend
-	a.artifactStore = a.binding.EnableArtifacts(backend, store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL})
+	a.artifactStore = a.binding.EnableArtifacts(backend, endpoint.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL})
 	reads := backend
 	if !a.opts.ArtifactReadRedirect {
-		if o, ok := backend.(store.Opener); ok {
+		if o, ok := backend.(objects.Opener); ok {
 			reads = streamed{Backend: backend, Opener: o}
 		}
 	}
@@ -75,5 +76,5 @@ func (a *assembly) artifacts() error {
 // every object itself.
 type streamed struct {
 	upload.Backend
-	store.Opener
+	objects.Opener
 }

@@ -1,4 +1,4 @@
-package store
+package endpoint
 
 import (
 	"io"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -32,7 +33,7 @@ func (s *slowReader) Read(p []byte) (int, error) {
 // server's ReadTimeout/WriteTimeout (the binding server sets 30 s); a body
 // that stalls longer than IdleTimeout fails and leaves nothing.
 func TestHandlerDeadlines(t *testing.T) {
-	e := newEnv(t, FSBackend{Root: t.TempDir()}, func(h *Handler, srv *httptest.Server) {
+	e := newEnv(t, fsstore.FSBackend{Root: t.TempDir()}, func(h *Handler, srv *httptest.Server) {
 		srv.Config.ReadTimeout = 300 * time.Millisecond
 		srv.Config.WriteTimeout = 300 * time.Millisecond
 		h.IdleTimeout = 400 * time.Millisecond

@@ -1,4 +1,4 @@
-package store
+package endpoint
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 )
 
 // checksum is one digest the client claimed for the body, besides
@@ -145,17 +147,5 @@ func parseDigests(h http.Header) (*digests, *apiError) {
 }
 
 func isHex(s string) bool {
-	return isLowerHex(strings.ToLower(s))
-}
-
-// sha256Hex is the lowercase hex SHA-256 of b (a manifest's own digest).
-func sha256Hex(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
-}
-
-// md5Hex is the lowercase hex MD5 of b (an object's ETag).
-func md5Hex(b []byte) string {
-	s := md5.Sum(b)
-	return hex.EncodeToString(s[:])
+	return objects.IsLowerHex(strings.ToLower(s))
 }

@@ -1,4 +1,4 @@
-package store
+package endpoint
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -30,12 +31,26 @@ type DirectOptions struct {
 	TTL time.Duration
 }
 
-func (h *Handler) presigner() PutPresigner {
-	p, ok := h.Backend.(PutPresigner)
+func (h *Handler) presigner() objects.PutPresigner {
+	p, ok := h.Backend.(objects.PutPresigner)
 	if !ok || h.Direct.Disabled {
 		return nil
 	}
 	return p
+}
+
+// DirectTTL is the lifetime of the direct-upload URLs the handler presigns,
+// or 0 when the backend cannot presign (nothing to sweep). It does not look
+// at Direct.Disabled: URLs presigned before a restart that disabled direct
+// uploads still live out their TTL.
+func (h *Handler) DirectTTL() time.Duration {
+	if _, ok := h.Backend.(objects.PutPresigner); !ok {
+		return 0
+	}
+	if h.Direct.TTL > 0 {
+		return h.Direct.TTL
+	}
+	return DefaultDirectTTL
 }
 
 // uploadID names a direct upload's pending object: a tag binding it to the
@@ -55,17 +70,12 @@ func uploadTag(key string, size int64) string {
 // checkUploadID checks that id was issued for key and size.
 func checkUploadID(id, key string, size int64) *apiError {
 	tag, r, ok := strings.Cut(id, ".")
-	if !ok || len(r) != 32 || !isLowerHex(r) || tag != uploadTag(key, size) {
+	if !ok || len(r) != 32 || !objects.IsLowerHex(r) || tag != uploadTag(key, size) {
 		return &apiError{http.StatusBadRequest, "InvalidUpload",
 			"the upload id was not issued for this key and size: authorize the object again"}
 	}
 	return nil
 }
-
-// uploadKey is the pending object of direct upload id of job jobID.
-func uploadKey(jobID, id string) string { return uploadsPrefix(jobID) + id }
-
-func uploadsPrefix(jobID string) string { return upload.UploadsPrefix + jobID + "/" }
 
 // committedMarker records that upload id was committed: its URL stays valid
 // for its TTL, and a second PUT through it must not be committed again with
@@ -151,7 +161,7 @@ func (h *Handler) authorizeDirect(rq *request, req upload.AuthorizeRequest) {
 		ttl = DefaultDirectTTL
 	}
 	id := uploadID(req.Key, req.Size)
-	u, hd, err := p.PresignPut(rq.r.Context(), uploadKey(job.JobID, id), req.Size, ttl)
+	u, hd, err := p.PresignPut(rq.r.Context(), objects.UploadKey(job.JobID, id), req.Size, ttl)
 	if err != nil {
 		rq.log.Error(err, "presigning a direct upload")
 		rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable", "the server cannot presign an upload now; retry with backoff"})
@@ -176,12 +186,55 @@ func (h *Handler) authorizeDirect(rq *request, req upload.AuthorizeRequest) {
 // or not at all over the same content. Whatever the verdict, the upload's
 // own object is deleted, so a rejected body never becomes an object.
 func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
-	ctx := rq.r.Context()
 	// The server-side copy of a large object takes time (and outlasts the
 	// server's WriteTimeout): the deadlines grow with the size.
-	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), upload.CommitTimeout(h.callbackTimeout(), max(req.Size, 0)))
+	after, cancel := context.WithTimeout(context.WithoutCancel(rq.r.Context()), upload.CommitTimeout(h.callbackTimeout(), max(req.Size, 0)))
 	defer cancel()
 	_ = rq.rc.SetWriteDeadline(time.Now().Add(upload.CommitTimeout(h.callbackTimeout(), max(req.Size, 0)) + h.idleTimeout()))
+	job, e := h.admitCommit(rq, after, req)
+	if e != nil {
+		rq.fail(e)
+		return
+	}
+	ukey := objects.UploadKey(job.JobID, req.Upload)
+	rq.log = rq.log.WithValues("upload", req.Upload)
+	unlockUpload := h.locks.Lock(ukey)
+	defer unlockUpload()
+	if e := h.checkNotCommitted(rq, after, ukey, req.Upload); e != nil {
+		rq.fail(e)
+		return
+	}
+	defer h.dropUpload(after, rq, ukey)
+	got, e := h.checkUpload(rq, ukey, req)
+	if e != nil {
+		rq.fail(e)
+		return
+	}
+	unlock := h.locks.Lock(req.Key)
+	defer unlock()
+	target, e := h.placeCommitted(rq, after, job, ukey, req.Key, got)
+	if e != nil {
+		rq.fail(e)
+		return
+	}
+	if _, err := h.Backend.Put(after, committedMarker(ukey), strings.NewReader(""), 0); err != nil {
+		rq.log.Error(err, "recording the commit of a direct upload", "object", committedMarker(ukey))
+	}
+	if h.OnVerified != nil {
+		h.OnVerified(after, job, req.Key, got)
+	}
+	if h.OnDirect != nil {
+		h.OnDirect(got)
+	}
+	writeJSON(rq, upload.CommitResponse{ETag: got.ETag, Size: got.Size, Pending: target == objects.PendingKey(req.Key)})
+	rq.log.V(1).Info("direct upload committed", "status", http.StatusOK, "etag", got.ETag, "target", target,
+		"duration", time.Since(rq.start).String())
+}
+
+// admitCommit checks a commit request before the store is asked anything:
+// the key, the token, the upload id, that the key is no manifest, and the
+// claimed MD5's form. A refused commit of a good upload id drops the upload.
+func (h *Handler) admitCommit(rq *request, after context.Context, req upload.CommitRequest) (Job, *apiError) {
 	job, path, e := h.directJob(rq, req.Key, req.Size)
 	if e == nil {
 		e = checkUploadID(req.Upload, req.Key, req.Size)
@@ -191,65 +244,68 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 		e = &apiError{http.StatusBadRequest, "InvalidRequest",
 			"a manifest is uploaded through the server (PUT /" + upload.Bucket + "/<key>), never committed from a direct upload"}
 	}
-	if e == nil && (len(req.MD5) != 32 || !isLowerHex(req.MD5)) {
+	if e == nil && (len(req.MD5) != 32 || !objects.IsLowerHex(req.MD5)) {
 		e = &apiError{http.StatusBadRequest, "InvalidDigest", "md5 must be the body's MD5 as 32 lowercase hex digits"}
 	}
 	if e != nil {
 		// The binding finished meanwhile: what was uploaded is dropped.
 		if job != nil && checkUploadID(req.Upload, req.Key, req.Size) == nil {
-			h.dropUpload(after, rq, uploadKey(job.JobID, req.Upload))
+			h.dropUpload(after, rq, objects.UploadKey(job.JobID, req.Upload))
 		}
-		rq.fail(e)
-		return
+		return Job{}, e
 	}
-	ukey := uploadKey(job.JobID, req.Upload)
-	rq.log = rq.log.WithValues("upload", req.Upload)
-	unlockUpload := h.locks.lock(ukey)
-	defer unlockUpload()
-	switch m, err := headOpt(ctx, h.Backend, committedMarker(ukey)); {
+	return *job, nil
+}
+
+// checkNotCommitted refuses a second commit of upload id (stored under
+// ukey), dropping what its URL wrote since. The caller holds ukey's lock.
+func (h *Handler) checkNotCommitted(rq *request, after context.Context, ukey, id string) *apiError {
+	switch m, err := objects.HeadOpt(rq.r.Context(), h.Backend, committedMarker(ukey)); {
 	case err != nil:
 		rq.log.Error(err, "backend HEAD", "object", committedMarker(ukey))
-		rq.fail(backendReadError(err))
-		return
+		return backendReadError(err)
 	case m != nil:
 		// What its URL wrote since is not this commit's: dropped.
 		h.dropUpload(after, rq, ukey)
-		rq.fail(&apiError{http.StatusConflict, "InvalidUpload",
-			"upload " + req.Upload + " was already committed: an upload is committed once; authorize the object again for a new one"})
-		return
+		return &apiError{http.StatusConflict, "InvalidUpload",
+			"upload " + id + " was already committed: an upload is committed once; authorize the object again for a new one"}
 	}
-	defer h.dropUpload(after, rq, ukey)
+	return nil
+}
 
-	got, err := h.Backend.Head(ctx, ukey)
+// checkUpload returns the stored upload's size and ETag if they are what
+// was authorized and claimed.
+func (h *Handler) checkUpload(rq *request, ukey string, req upload.CommitRequest) (upload.ObjectInfo, *apiError) {
+	got, err := h.Backend.Head(rq.r.Context(), ukey)
 	switch {
 	case errors.Is(err, upload.ErrNotFound):
-		rq.fail(&apiError{http.StatusBadRequest, "NoSuchUpload",
-			"nothing is stored for this upload (the presigned PUT failed, expired or was never sent): authorize the object again"})
-		return
+		return got, &apiError{http.StatusBadRequest, "NoSuchUpload",
+			"nothing is stored for this upload (the presigned PUT failed, expired or was never sent): authorize the object again"}
 	case err != nil:
 		rq.log.Error(err, "backend HEAD", "object", ukey)
-		rq.fail(backendReadError(err))
-		return
+		return got, backendReadError(err)
 	case got.Size != req.Size:
-		rq.fail(&apiError{http.StatusBadRequest, "IncompleteBody",
-			fmt.Sprintf("the store holds %d bytes for this upload, not the %d authorized; nothing was kept: upload the file again", got.Size, req.Size)})
-		return
+		return got, &apiError{http.StatusBadRequest, "IncompleteBody",
+			fmt.Sprintf("the store holds %d bytes for this upload, not the %d authorized; nothing was kept: upload the file again", got.Size, req.Size)}
 	case got.ETag != req.MD5:
-		rq.fail(&apiError{http.StatusBadRequest, "BadDigest",
-			"the stored upload's ETag " + got.ETag + " is not the MD5 of the bytes sent (" + req.MD5 + "); nothing was kept: upload the file again"})
-		return
+		return got, &apiError{http.StatusBadRequest, "BadDigest",
+			"the stored upload's ETag " + got.ETag + " is not the MD5 of the bytes sent (" + req.MD5 + "); nothing was kept: upload the file again"}
 	}
+	return got, nil
+}
 
-	unlock := h.locks.lock(req.Key)
-	defer unlock()
-	existing, err := headOpt(ctx, h.Backend, req.Key)
+// placeCommitted copies the verified upload ukey (holding got) to where a
+// proxied PUT of key would have stored it and returns that target ("" when
+// key already holds it). The caller holds key's lock.
+func (h *Handler) placeCommitted(rq *request, after context.Context, job Job, ukey, key string, got upload.ObjectInfo) (string, *apiError) {
+	ctx := rq.r.Context()
+	existing, err := objects.HeadOpt(ctx, h.Backend, key)
 	if err != nil {
-		rq.log.Error(err, "backend HEAD", "object", req.Key)
-		rq.fail(backendReadError(err))
-		return
+		rq.log.Error(err, "backend HEAD", "object", key)
+		return "", backendReadError(err)
 	}
-	pkey := PendingKey(req.Key)
-	target := req.Key
+	pkey := objects.PendingKey(key)
+	target := key
 	switch {
 	case existing == nil:
 	case *existing == got:
@@ -259,22 +315,19 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	}
 	var prior *upload.ObjectInfo // what target held before the copy
 	if target == pkey {
-		if prior, err = headOpt(ctx, h.Backend, pkey); err != nil {
+		if prior, err = objects.HeadOpt(ctx, h.Backend, pkey); err != nil {
 			rq.log.Error(err, "backend HEAD", "object", pkey)
-			rq.fail(backendReadError(err))
-			return
+			return "", backendReadError(err)
 		}
 	}
 	if target != "" {
 		if e := h.copyVerified(after, rq, ukey, target, got); e != nil {
-			rq.fail(e)
-			return
+			return "", e
 		}
 		// The copy may end after the job's artifacts became final.
-		if e := h.recheck(rq, *job); e != nil {
+		if e := h.recheck(rq, job); e != nil {
 			h.cleanup(after, rq, target, prior)
-			rq.fail(e)
-			return
+			return "", e
 		}
 	}
 	// The latest verified upload wins (as in put): the same content as the
@@ -282,23 +335,11 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	if target == "" {
 		if err := h.Backend.Delete(after, pkey); err != nil {
 			rq.log.Error(err, "dropping the pending object", "object", pkey)
-			rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
-				"the object is verified but an older pending version could not be dropped; retry the upload"})
-			return
+			return "", &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+				"the object is verified but an older pending version could not be dropped; retry the upload"}
 		}
 	}
-	if _, err := h.Backend.Put(after, committedMarker(ukey), strings.NewReader(""), 0); err != nil {
-		rq.log.Error(err, "recording the commit of a direct upload", "object", committedMarker(ukey))
-	}
-	if h.OnVerified != nil {
-		h.OnVerified(after, *job, req.Key, got)
-	}
-	if h.OnDirect != nil {
-		h.OnDirect(got)
-	}
-	writeJSON(rq, upload.CommitResponse{ETag: got.ETag, Size: got.Size, Pending: target == pkey})
-	rq.log.V(1).Info("direct upload committed", "status", http.StatusOK, "etag", got.ETag, "target", target,
-		"duration", time.Since(rq.start).String())
+	return target, nil
 }
 
 // copyVerified copies src over dst by a server-side copy and checks the
@@ -323,15 +364,6 @@ func (h *Handler) dropUpload(ctx context.Context, rq *request, key string) {
 	if err := h.Backend.Delete(ctx, key); err != nil {
 		rq.log.Error(err, "deleting a direct upload's object", "object", key)
 	}
-}
-
-// dropUploads deletes the direct uploads of job jobID that were never
-// committed (the binding ended while they were in flight), one sweep page:
-// what a URL writes later, and any rest, is the controller's sweep's
-// (SweepUploads).
-func (h *Handler) dropUploads(ctx context.Context, jobID string) error {
-	_, _, err := h.SweepUploads(ctx, jobID, UploadSweepPage)
-	return err
 }
 
 func nodesOf(job *Job) int {

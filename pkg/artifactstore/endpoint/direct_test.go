@@ -1,4 +1,4 @@
-package store
+package endpoint
 
 import (
 	"bytes"
@@ -13,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
+	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -21,14 +25,14 @@ import (
 // direct-upload endpoints served over HTTPS on loopback.
 type directEnv struct {
 	*env
-	s3 *S3Backend
+	s3 *s3store.S3Backend
 	// final makes job-a's binding finished (not writable).
 	final atomic.Bool
 }
 
-func newDirectEnv(t *testing.T, v *s3Store, ttl time.Duration) *directEnv {
+func newDirectEnv(t *testing.T, v *storetest.S3, ttl time.Duration) *directEnv {
 	t.Helper()
-	d := &directEnv{s3: v.newBackend(t, "pre/")}
+	d := &directEnv{s3: v.NewBackend(t, "pre/")}
 	d.env = newEnv(t, d.s3, func(h *Handler, _ *httptest.Server) {
 		// The S3 backend itself: the test wrapper does not presign.
 		h.Backend = d.s3
@@ -127,10 +131,10 @@ func (d *directEnv) wantNoUploads() {
 }
 
 func TestDirectUpload(t *testing.T) {
-	eachS3(t, testDirectUpload)
+	storetest.EachS3(t, testDirectUpload)
 }
 
-func testDirectUpload(t *testing.T, v *s3Store) {
+func testDirectUpload(t *testing.T, v *storetest.S3) {
 	body := data(3<<20+17, 7)
 	size := int64(len(body))
 	commit := func(a upload.AuthorizeResponse, key string, size int64, sum string) upload.CommitRequest {
@@ -173,7 +177,7 @@ func testDirectUpload(t *testing.T, v *s3Store) {
 			t.Fatalf("commit over other content: %+v, want pending", c)
 		}
 		d.wantObject(key, body)
-		d.wantObject(PendingKey(key), other)
+		d.wantObject(objects.PendingKey(key), other)
 		d.wantNoUploads()
 		if logs := d.logs.String(); strings.Contains(logs, "X-Amz-Signature") || strings.Contains(logs, a.Upload+"?") {
 			t.Fatalf("the log holds a presigned URL:\n%s", logs)
@@ -191,7 +195,7 @@ func testDirectUpload(t *testing.T, v *s3Store) {
 		}
 		wantError(t, d.postJSON(upload.PathCommit, tokenA, commit(a, key, size, md5hex(body))), http.StatusBadRequest, "BadDigest")
 		d.wantAbsent(key)
-		d.wantAbsent(PendingKey(key))
+		d.wantAbsent(objects.PendingKey(key))
 		d.wantNoUploads()
 		if len(d.verified) != 0 {
 			t.Fatalf("OnVerified for a rejected body: %+v", d.verified)
@@ -249,7 +253,7 @@ func testDirectUpload(t *testing.T, v *s3Store) {
 			t.Errorf("message %q", e.Message)
 		}
 		d.wantObject(key, body)
-		d.wantAbsent(PendingKey(key))
+		d.wantAbsent(objects.PendingKey(key))
 		d.wantNoUploads()
 	})
 
@@ -260,7 +264,7 @@ func testDirectUpload(t *testing.T, v *s3Store) {
 		key := "job-a/" + upload.ManifestName
 		m := []byte(`{"version":"v1","jobID":"job-a","podUID":"pod-0","files":[]}`)
 		id := uploadID(key, int64(len(m)))
-		if _, err := d.s3.Put(context.Background(), uploadKey("job-a", id), bytes.NewReader(m), int64(len(m))); err != nil {
+		if _, err := d.s3.Put(context.Background(), objects.UploadKey("job-a", id), bytes.NewReader(m), int64(len(m))); err != nil {
 			t.Fatal(err)
 		}
 		e := wantError(t, d.postJSON(upload.PathCommit, tokenA, upload.CommitRequest{Key: key, Size: int64(len(m)), MD5: md5hex(m), Upload: id}),
@@ -305,7 +309,7 @@ func testDirectUpload(t *testing.T, v *s3Store) {
 		}
 		wantError(t, d.postJSON(upload.PathCommit, tokenA, commit(a, key, size, md5hex(body))), http.StatusForbidden, "AccessDenied")
 		d.wantAbsent(key)
-		d.wantAbsent(PendingKey(key))
+		d.wantAbsent(objects.PendingKey(key))
 		d.wantNoUploads()
 	})
 
@@ -337,7 +341,7 @@ func testDirectUpload(t *testing.T, v *s3Store) {
 
 // The fs backend cannot presign: authorize answers proxy mode.
 func TestDirectFallsBackToProxyForFS(t *testing.T) {
-	e := newEnv(t, FSBackend{Root: t.TempDir()})
+	e := newEnv(t, fsstore.FSBackend{Root: t.TempDir()})
 	if a := e.authorizeDirect(tokenA, "job-a/x.bin", 100); a.Mode != upload.ModeProxy || a.URL != "" || a.Upload != "" {
 		t.Fatalf("fs: %+v, want proxy", a)
 	}

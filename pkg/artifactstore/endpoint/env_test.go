@@ -1,11 +1,9 @@
-package store
+package endpoint
 
 import (
 	"bytes"
 	"context"
-	"crypto/md5"
 	"crypto/tls"
-	"encoding/hex"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -23,6 +21,9 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
+	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -67,7 +68,7 @@ type env struct {
 
 	mu        sync.Mutex
 	verified  []verifiedCall
-	manifests []ManifestResult
+	manifests []verify.ManifestResult
 	logs      bytes.Buffer
 }
 
@@ -95,7 +96,7 @@ func newEnv(t *testing.T, backend upload.Backend, configure ...func(*Handler, *h
 			defer e.mu.Unlock()
 			e.verified = append(e.verified, verifiedCall{job, key, info})
 		},
-		OnManifest: func(_ context.Context, _ Job, res ManifestResult) error {
+		OnManifest: func(_ context.Context, _ Job, res verify.ManifestResult) error {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			e.manifests = append(e.manifests, res)
@@ -349,19 +350,11 @@ func wantMinioError(t *testing.T, err error, status int, code string) {
 	}
 }
 
-func md5hex(b []byte) string {
-	s := md5.Sum(b)
-	return hex.EncodeToString(s[:])
-}
-
-// data returns n deterministic bytes that differ by seed.
-func data(n int, seed byte) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*7) + seed
-	}
-	return b
-}
+// Short names for the shared test data, as the suites were written.
+var (
+	md5hex = storetest.MD5Hex
+	data   = storetest.Data
+)
 
 // faultyBackend wraps a backend to count PUTs and inject faults.
 type faultyBackend struct {
@@ -381,7 +374,7 @@ func (f *faultyBackend) Put(ctx context.Context, key string, body io.Reader, siz
 }
 
 func (f *faultyBackend) Stat(ctx context.Context, key string) (upload.ObjectInfo, time.Time, error) {
-	if s, ok := f.Backend.(Stater); ok {
+	if s, ok := f.Backend.(objects.Stater); ok {
 		return s.Stat(ctx, key)
 	}
 	info, err := f.Backend.Head(ctx, key)
@@ -389,7 +382,7 @@ func (f *faultyBackend) Stat(ctx context.Context, key string) (upload.ObjectInfo
 }
 
 func (f *faultyBackend) Open(ctx context.Context, key string) (io.ReadCloser, upload.ObjectInfo, error) {
-	o, ok := f.Backend.(Opener)
+	o, ok := f.Backend.(objects.Opener)
 	if !ok {
 		return nil, upload.ObjectInfo{}, errors.New("the backend cannot open objects")
 	}

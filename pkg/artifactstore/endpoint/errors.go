@@ -1,13 +1,14 @@
-package store
+package endpoint
 
 import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/xml"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 )
 
 // AuthError is what an Authorizer returns to refuse a token: Status is
@@ -34,15 +35,6 @@ func Unauthorized(format string, args ...any) error {
 func Forbidden(format string, args ...any) error {
 	return &AuthError{Status: http.StatusForbidden, Message: fmt.Sprintf(format, args...)}
 }
-
-// ErrKeyConflict is returned by a backend that cannot store a key because of
-// another key, e.g. FSBackend with "a/b" stored and a PUT of "a/b/c".
-// The Handler answers it with 409.
-var ErrKeyConflict = errors.New("the key conflicts with a stored key (an object where a directory is needed, or the reverse)")
-
-// ErrInvalidKey is returned by a backend for a key it cannot represent. The
-// Handler answers it with 400.
-var ErrInvalidKey = errors.New("invalid key")
 
 // apiError is an S3-style error response.
 type apiError struct {
@@ -86,4 +78,13 @@ func newRequestID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return strings.ToUpper(hex.EncodeToString(b[:]))
+}
+
+// checkKey is objects.CheckKey with its refusal as the endpoint's answer.
+func checkKey(key string) (jobID, path string, e *apiError) {
+	jobID, path, ke := objects.CheckKey(key)
+	if ke != nil {
+		return "", "", &apiError{ke.Status, ke.Code, ke.Message}
+	}
+	return jobID, path, nil
 }

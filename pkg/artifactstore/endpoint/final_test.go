@@ -1,4 +1,4 @@
-package store
+package endpoint
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/binding"
 )
 
@@ -17,7 +19,7 @@ import (
 // over a free key nor as a listed key's pending object.
 func TestPutEndingAfterArtifactsFinalNotKept(t *testing.T) {
 	var final atomic.Bool
-	e := newEnv(t, FSBackend{Root: t.TempDir()}, func(h *Handler, _ *httptest.Server) {
+	e := newEnv(t, fsstore.FSBackend{Root: t.TempDir()}, func(h *Handler, _ *httptest.Server) {
 		next := h.Authorize
 		h.Authorize = func(ctx context.Context, token binding.Token) (Job, error) {
 			j, err := next(ctx, token)
@@ -44,7 +46,7 @@ func TestPutEndingAfterArtifactsFinalNotKept(t *testing.T) {
 		if e := wantError(t, resp, http.StatusForbidden, "AccessDenied"); !strings.Contains(e.Message, "Succeeded") || !strings.Contains(e.Message, "final") {
 			t.Errorf("%s: message %q does not say the job's artifacts are final", key, e.Message)
 		}
-		e.wantAbsent(PendingKey(key))
+		e.wantAbsent(objects.PendingKey(key))
 	}
 	e.wantObject("job-a/model.bin", listed)
 	e.wantAbsent("job-a/unlisted.bin")

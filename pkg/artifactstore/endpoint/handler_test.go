@@ -1,4 +1,4 @@
-package store
+package endpoint
 
 import (
 	"bufio"
@@ -21,12 +21,17 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
+	"github.com/tether-dev/tether/pkg/artifactstore/pending"
+	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // TestHandlerFS runs the handler suite with the FSBackend.
 func TestHandlerFS(t *testing.T) {
-	runHandlerSuite(t, func(t *testing.T) upload.Backend { return FSBackend{Root: t.TempDir()} })
+	runHandlerSuite(t, func(t *testing.T) upload.Backend { return fsstore.FSBackend{Root: t.TempDir()} })
 }
 
 // runHandlerSuite runs every handler test against fresh backends from
@@ -133,7 +138,7 @@ func testBadDigest(t *testing.T, e *env) {
 	_, err = e.put(c, "job-a/model.pt", body)
 	wantMinioError(t, err, 400, "BadDigest")
 	e.wantObject("job-a/model.pt", old)
-	e.wantAbsent(PendingKey("job-a/model.pt"))
+	e.wantAbsent(objects.PendingKey("job-a/model.pt"))
 
 	// A malformed Content-MD5 is refused before the body is read.
 	e.bodyReads.Store(0)
@@ -296,7 +301,7 @@ func testOddNames(t *testing.T, e *env) {
 
 func testPending(t *testing.T, e *env) {
 	const key = "job-a/ckpt/latest.pt"
-	pkey := PendingKey(key)
+	pkey := objects.PendingKey(key)
 	if pkey != "job-a/.tether/pending/ckpt/latest.pt" {
 		t.Fatalf("PendingKey = %q", pkey)
 	}
@@ -334,10 +339,10 @@ func testPending(t *testing.T, e *env) {
 	if !verdict.Verified || len(verdict.SHA256) != 64 {
 		t.Fatalf("manifest verdict %+v, want verified with its SHA-256", verdict)
 	}
-	vm := []VerifiedManifest{{Rank: 0, SHA256: verdict.SHA256}}
+	vm := []pending.VerifiedManifest{{Rank: 0, SHA256: verdict.SHA256}}
 	e.mustPut(key, v3) // after the verdict: replaces the pending v2
 	if _, err := e.h.Promote(context.Background(), "job-a", vm); !isNotAsListed(err, "ckpt/latest.pt") {
-		t.Fatalf("Promote with the listed version overwritten: %v, want a NotAsListedError naming ckpt/latest.pt", err)
+		t.Fatalf("Promote with the listed version overwritten: %v, want a pending.NotAsListedError naming ckpt/latest.pt", err)
 	}
 	e.wantObject(key, v1)
 	e.mustPut(key, v2) // the listed version again, then a later one is kept apart
@@ -358,7 +363,7 @@ func testPending(t *testing.T, e *env) {
 		t.Fatalf("second Promote: %d, %v", n, err)
 	}
 	// A manifest rewritten behind the verdict is not promoted from.
-	if _, err := e.h.Promote(context.Background(), "job-a", []VerifiedManifest{{Rank: 0, SHA256: strings.Repeat("0", 64)}}); !isNotAsListed(err, upload.ManifestName) {
+	if _, err := e.h.Promote(context.Background(), "job-a", []pending.VerifiedManifest{{Rank: 0, SHA256: strings.Repeat("0", 64)}}); !isNotAsListed(err, upload.ManifestName) {
 		t.Fatalf("Promote with another manifest digest: %v", err)
 	}
 
@@ -378,7 +383,7 @@ func testPending(t *testing.T, e *env) {
 		t.Fatalf("DropPending(job-b): %d, %v", n, err)
 	}
 	e.wantObject(pkey, v1)
-	if _, err := e.h.Promote(context.Background(), "../job-a", nil); !errors.Is(err, ErrInvalidKey) {
+	if _, err := e.h.Promote(context.Background(), "../job-a", nil); !errors.Is(err, objects.ErrInvalidKey) {
 		t.Fatalf("Promote(../job-a): %v", err)
 	}
 }
@@ -399,21 +404,21 @@ func testSameContentNoWrite(t *testing.T, e *env) {
 		t.Fatalf("%d backend PUTs, want 0", n)
 	}
 	e.wantObject(key, body)
-	e.wantAbsent(PendingKey(key))
+	e.wantAbsent(objects.PendingKey(key))
 	// A body that does not match its Content-MD5 is still refused.
 	wrong := md5.Sum(body)
 	c := e.minio(tokenA, http.Header{"Content-Md5": {base64.StdEncoding.EncodeToString(wrong[:])}})
 	_, err = e.put(c, key, data(5000, 9))
 	wantMinioError(t, err, 400, "BadDigest")
 	e.wantObject(key, body)
-	e.wantAbsent(PendingKey(key))
+	e.wantAbsent(objects.PendingKey(key))
 
 	// With Content-MD5 equal to the pending object (the latest upload) the
 	// body is not written either, and the pending object stays: it is what
 	// the key holds once the binding succeeds.
 	newer := data(5000, 10)
 	e.mustPut(key, newer)
-	e.wantObject(PendingKey(key), newer)
+	e.wantObject(objects.PendingKey(key), newer)
 	puts = e.backend.puts.Load()
 	info, err = e.put(e.minio(tokenA, nil), key, newer, func(o *minio.PutObjectOptions) { o.SendContentMd5 = true })
 	if err != nil || info.ETag != md5hex(newer) {
@@ -423,11 +428,11 @@ func testSameContentNoWrite(t *testing.T, e *env) {
 		t.Fatalf("%d backend PUTs of the pending content, want 0", n)
 	}
 	e.wantObject(key, body)
-	e.wantObject(PendingKey(key), newer)
+	e.wantObject(objects.PendingKey(key), newer)
 }
 
 func isNotAsListed(err error, path string) bool {
-	var nl *NotAsListedError
+	var nl *pending.NotAsListedError
 	return errors.As(err, &nl) && nl.Path == path
 }
 
@@ -468,7 +473,7 @@ func testManifest(t *testing.T, e *env) {
 	if len(e.manifests) != 1 {
 		t.Fatalf("OnManifest calls: %+v", e.manifests)
 	}
-	want := ManifestResult{Key: "job-a/manifest.json", Files: 4, Bytes: 20000 + 0 + 77 + 64, Verified: true}
+	want := verify.ManifestResult{Key: "job-a/manifest.json", Files: 4, Bytes: 20000 + 0 + 77 + 64, Verified: true}
 	if r := e.manifests[0]; r.Key != want.Key || r.Files != want.Files || r.Bytes != want.Bytes || !r.Verified || len(r.Missing) != 0 || r.Err != "" {
 		t.Fatalf("result %+v, want %+v", r, want)
 	}
@@ -483,7 +488,7 @@ func testManifest(t *testing.T, e *env) {
 		t.Fatalf("result %+v", r)
 	}
 	// The second manifest differs from the first: it is pending like any object.
-	e.wantObject(PendingKey("job-a/manifest.json"), bad)
+	e.wantObject(objects.PendingKey("job-a/manifest.json"), bad)
 
 	// A file whose stored content differs from the manifest is missing too.
 	files["logs/train.log"] = []byte("rewritten")
@@ -563,22 +568,6 @@ type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 
-// failingReader returns n bytes, then an error.
-type failingReader struct {
-	n   int
-	err error
-}
-
-func (f *failingReader) Read(p []byte) (int, error) {
-	if f.n == 0 {
-		return 0, f.err
-	}
-	k := min(len(p), f.n)
-	clear(p[:k])
-	f.n -= k
-	return k, nil
-}
-
 func testBodyFailsMidStream(t *testing.T, e *env) {
 	const size = 3 << 20
 	for _, key := range []string{"job-a/new.bin", "job-a/existing.bin"} {
@@ -586,7 +575,7 @@ func testBodyFailsMidStream(t *testing.T, e *env) {
 		if key == "job-a/existing.bin" {
 			e.mustPut(key, old)
 		}
-		req, _ := http.NewRequest("PUT", e.srv.URL+"/tether-artifacts/"+key, &failingReader{n: size / 2, err: errors.New("disk read error")})
+		req, _ := http.NewRequest("PUT", e.srv.URL+"/tether-artifacts/"+key, &storetest.FailingReader{N: size / 2, Err: errors.New("disk read error")})
 		req.ContentLength = size
 		req.Header.Set(upload.TokenHeader, tokenA)
 		n := e.started.Load()
@@ -595,7 +584,7 @@ func testBodyFailsMidStream(t *testing.T, e *env) {
 			t.Fatal("the request succeeded")
 		}
 		e.waitHandled(n)
-		e.wantAbsent(PendingKey(key))
+		e.wantAbsent(objects.PendingKey(key))
 		if key == "job-a/existing.bin" {
 			e.wantObject(key, old)
 		} else {
@@ -752,7 +741,7 @@ func testConcurrent(t *testing.T, e *env) {
 	for _, v := range versions {
 		etags[md5hex(v)] = true
 	}
-	final, pending := e.head(key), e.head(PendingKey(key))
+	final, pending := e.head(key), e.head(objects.PendingKey(key))
 	if final == nil || !etags[final.ETag] {
 		t.Fatalf("final object %+v", final)
 	}
@@ -770,7 +759,7 @@ func testConcurrent(t *testing.T, e *env) {
 func testManifestVerdictNotRecorded(t *testing.T, e *env) {
 	failures := 1
 	next := e.h.OnManifest
-	e.h.OnManifest = func(ctx context.Context, job Job, res ManifestResult) error {
+	e.h.OnManifest = func(ctx context.Context, job Job, res verify.ManifestResult) error {
 		if failures > 0 {
 			failures--
 			return errors.New("conflict after 15 retries")

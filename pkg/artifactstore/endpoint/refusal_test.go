@@ -1,4 +1,4 @@
-package store
+package endpoint
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/binding"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestRefusalsAreReportedWithReasons(t *testing.T) {
 	var mu sync.Mutex
 	var reasons []string
-	e := newEnv(t, FSBackend{Root: t.TempDir()}, func(h *Handler, _ *httptest.Server) {
+	e := newEnv(t, fsstore.FSBackend{Root: t.TempDir()}, func(h *Handler, _ *httptest.Server) {
 		next := h.Authorize
 		h.Authorize = func(ctx context.Context, token binding.Token) (Job, error) {
 			switch string(token) {

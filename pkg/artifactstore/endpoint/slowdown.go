@@ -1,4 +1,4 @@
-package store
+package endpoint
 
 import (
 	"errors"
@@ -6,14 +6,9 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-)
 
-// ErrSlowDown is wrapped by a backend's error when the storage asked the
-// server to slow down or is briefly unavailable (S3 503 SlowDown or
-// ServiceUnavailable). The Handler answers it with 503 SlowDown and
-// Retry-After, so the sidecar waits and retries instead of reading an
-// internal error into it.
-var ErrSlowDown = errors.New("the storage asks to slow down")
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
+)
 
 // BackendRetryAfter is the Retry-After of a 503 the Handler sends when the
 // backend slows down or cannot be read: S3 sends no Retry-After of its own.
@@ -51,7 +46,7 @@ func setRetryAfter(h http.Header, e *apiError, d time.Duration) {
 // backendReadError answers a backend HEAD that failed: retry after
 // Retry-After, as SlowDown if the storage said so.
 func backendReadError(err error) *apiError {
-	if errors.Is(err, ErrSlowDown) {
+	if errors.Is(err, objects.ErrSlowDown) {
 		return &apiError{http.StatusServiceUnavailable, "SlowDown",
 			"the artifact storage asks to slow down (S3 SlowDown or ServiceUnavailable): retry after Retry-After"}
 	}

@@ -1,4 +1,4 @@
-package store
+package endpoint
 
 import (
 	"bytes"
@@ -6,15 +6,18 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 )
 
 // A manifest whose verdict could not be recorded (every PUT answered 503,
 // the sidecar gave up) is still stored; StoredManifest gives the verdict the
 // binding lacks, and notices an entry changed since.
 func TestStoredManifestVerdictNobodyRecorded(t *testing.T) {
-	fsb := FSBackend{Root: t.TempDir()}
+	fsb := fsstore.FSBackend{Root: t.TempDir()}
 	e := newEnv(t, fsb)
-	e.h.OnManifest = func(context.Context, Job, ManifestResult) error {
+	e.h.OnManifest = func(context.Context, Job, verify.ManifestResult) error {
 		return errors.New("the apiserver is away")
 	}
 	files := map[string][]byte{"model.bin": data(100, 1), "ckpt/a.pt": data(300, 2)}

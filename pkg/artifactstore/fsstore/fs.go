@@ -1,4 +1,4 @@
-package store
+package fsstore
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -44,7 +45,7 @@ import (
 // All access goes through an os.Root, so no key or symbolic link reaches
 // outside Root. Root, .tether/tmp and the objects must be on one file system.
 // A key cannot name both an object and a directory ("a/b" and "a/b/c"):
-// such a PUT fails with ErrKeyConflict.
+// such a PUT fails with objects.ErrKeyConflict.
 //
 // The zero value with Root set opens Root for every operation; NewFSBackend
 // opens it once, which a server storing many small objects wants.
@@ -90,7 +91,7 @@ func (b FSBackend) setXattr(f *os.File, m fsMeta) error {
 }
 
 var _ upload.Backend = FSBackend{}
-var _ Stater = FSBackend{}
+var _ objects.Stater = FSBackend{}
 
 const (
 	fsReserved = upload.ReservedDir
@@ -120,15 +121,15 @@ func fingerprint(fi os.FileInfo) fsFingerprint {
 
 // fsPath maps a key to its path relative to Root.
 func fsPath(key string) (string, error) {
-	if key == "" || strings.IndexByte(key, 0) >= 0 || checkSegments(key) != "" {
-		return "", fmt.Errorf("%w: %q is not a clean relative path", ErrInvalidKey, key)
+	if key == "" || strings.IndexByte(key, 0) >= 0 || objects.CheckSegments(key) != "" {
+		return "", fmt.Errorf("%w: %q is not a clean relative path", objects.ErrInvalidKey, key)
 	}
 	if first, _, _ := strings.Cut(key, "/"); first == fsReserved {
-		return "", fmt.Errorf("%w: keys starting with %q are the file system backend's own", ErrInvalidKey, fsReserved+"/")
+		return "", fmt.Errorf("%w: keys starting with %q are the file system backend's own", objects.ErrInvalidKey, fsReserved+"/")
 	}
 	for seg := range strings.SplitSeq(key, "/") {
 		if len(seg) > 255 {
-			return "", fmt.Errorf("%w: a path segment is %d bytes; file names are at most 255", ErrInvalidKey, len(seg))
+			return "", fmt.Errorf("%w: a path segment is %d bytes; file names are at most 255", objects.ErrInvalidKey, len(seg))
 		}
 	}
 	return filepath.FromSlash(key), nil
@@ -166,9 +167,9 @@ func fsError(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST):
-		return fmt.Errorf("%w: %v", ErrKeyConflict, err)
+		return fmt.Errorf("%w: %v", objects.ErrKeyConflict, err)
 	case errors.Is(err, syscall.ENAMETOOLONG):
-		return fmt.Errorf("%w: %v", ErrInvalidKey, err)
+		return fmt.Errorf("%w: %v", objects.ErrInvalidKey, err)
 	}
 	return err
 }
@@ -219,10 +220,10 @@ const copyBufferSize = 256 << 10
 
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
 
-var _ bodyHasher = FSBackend{}
+var _ objects.BodyHasher = FSBackend{}
 
-// hashesBody: Put's ETag is the MD5 of exactly the bytes it read and wrote.
-func (FSBackend) hashesBody() {}
+// HashesBody: Put's ETag is the MD5 of exactly the bytes it read and wrote.
+func (FSBackend) HashesBody() {}
 
 // Put stores exactly size bytes of body under key.
 func (b FSBackend) Put(ctx context.Context, key string, body io.Reader, size int64) (upload.ObjectInfo, error) {
@@ -572,13 +573,13 @@ func prune(root *os.Root, dir, stop string) {
 // List returns the keys starting with prefix, sorted.
 func (b FSBackend) List(_ context.Context, prefix string) ([]string, error) {
 	if strings.IndexByte(prefix, 0) >= 0 {
-		return nil, fmt.Errorf("%w: prefix contains NUL", ErrInvalidKey)
+		return nil, fmt.Errorf("%w: prefix contains NUL", objects.ErrInvalidKey)
 	}
 	dir := "."
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
 		dir = prefix[:i]
-		if checkSegments(dir) != "" {
-			return nil, fmt.Errorf("%w: prefix %q is not a clean relative path", ErrInvalidKey, prefix)
+		if objects.CheckSegments(dir) != "" {
+			return nil, fmt.Errorf("%w: prefix %q is not a clean relative path", objects.ErrInvalidKey, prefix)
 		}
 	}
 	if first, _, _ := strings.Cut(dir, "/"); first == fsReserved {

@@ -1,4 +1,4 @@
-package store
+package fsstore
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -88,8 +89,8 @@ func TestFSBackendRejectsEscapes(t *testing.T) {
 	}
 	b := FSBackend{Root: root}
 	for _, key := range []string{"../outside/x", "job/../../outside/x", "/abs", "job//x", "job/./x", ".tether/meta/job/x", "job/\x00"} {
-		if _, err := b.Put(ctx, key, bytes.NewReader([]byte("x")), 1); !errors.Is(err, ErrInvalidKey) {
-			t.Errorf("Put %q: %v, want ErrInvalidKey", key, err)
+		if _, err := b.Put(ctx, key, bytes.NewReader([]byte("x")), 1); !errors.Is(err, objects.ErrInvalidKey) {
+			t.Errorf("Put %q: %v, want objects.ErrInvalidKey", key, err)
 		}
 		if _, err := b.Head(ctx, key); err == nil {
 			t.Errorf("Head %q succeeded", key)
@@ -123,14 +124,14 @@ func TestFSBackendKeyConflict(t *testing.T) {
 	if _, err := b.Put(ctx, "job/a", bytes.NewReader([]byte("x")), 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Put(ctx, "job/a/b", bytes.NewReader([]byte("y")), 1); !errors.Is(err, ErrKeyConflict) {
-		t.Fatalf("Put under an object: %v, want ErrKeyConflict", err)
+	if _, err := b.Put(ctx, "job/a/b", bytes.NewReader([]byte("y")), 1); !errors.Is(err, objects.ErrKeyConflict) {
+		t.Fatalf("Put under an object: %v, want objects.ErrKeyConflict", err)
 	}
 	if _, err := b.Put(ctx, "job/d/e", bytes.NewReader([]byte("y")), 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Put(ctx, "job/d", bytes.NewReader([]byte("z")), 1); !errors.Is(err, ErrKeyConflict) {
-		t.Fatalf("Put over a directory: %v, want ErrKeyConflict", err)
+	if _, err := b.Put(ctx, "job/d", bytes.NewReader([]byte("z")), 1); !errors.Is(err, objects.ErrKeyConflict) {
+		t.Fatalf("Put over a directory: %v, want objects.ErrKeyConflict", err)
 	}
 	if _, err := b.Head(ctx, "job/a/b"); !errors.Is(err, upload.ErrNotFound) {
 		t.Fatalf("Head under an object: %v", err)

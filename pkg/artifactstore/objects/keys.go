@@ -1,4 +1,4 @@
-package store
+package objects
 
 import (
 	"fmt"
@@ -6,7 +6,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -20,45 +19,55 @@ func PendingKey(key string) string {
 	return job + "/" + pendingInfix + rest
 }
 
-// pendingPrefix is the prefix of every pending key of a job.
-func pendingPrefix(jobID string) string { return jobID + "/" + pendingInfix }
+// PendingPrefix is the prefix of every pending key of a job.
+func PendingPrefix(jobID string) string { return jobID + "/" + pendingInfix }
 
-// checkKey checks a client's object key against the contract: <job-id>/<path>
+// CheckKey checks a client's object key against the contract: <job-id>/<path>
 // with forward slashes, no empty, "." or ".." segment, valid UTF-8 without
 // NUL, at most upload.MaxKeyLength bytes, and not under <job-id>/.tether/. It returns
 // the job id (the first segment) and the path.
-func checkKey(key string) (jobID, path string, e *apiError) {
+func CheckKey(key string) (jobID, path string, e *KeyError) {
 	switch {
 	case key == "":
-		return "", "", &apiError{http.StatusBadRequest, "InvalidRequest",
+		return "", "", &KeyError{http.StatusBadRequest, "InvalidRequest",
 			"the request names no object key: use /" + upload.Bucket + "/<job-id>/<path>"}
 	case len(key) > upload.MaxKeyLength:
-		return "", "", &apiError{http.StatusBadRequest, "KeyTooLongError",
+		return "", "", &KeyError{http.StatusBadRequest, "KeyTooLongError",
 			fmt.Sprintf("the key is %d bytes long; keys are at most %d bytes (S3's 1024 minus room for %q): shorten the artifact's path", len(key), upload.MaxKeyLength, pendingInfix)}
 	case !utf8.ValidString(key):
-		return "", "", &apiError{http.StatusBadRequest, "InvalidArgument",
+		return "", "", &KeyError{http.StatusBadRequest, "InvalidArgument",
 			"the key is not valid UTF-8: artifact paths must be UTF-8 file names"}
 	case strings.IndexByte(key, 0) >= 0:
-		return "", "", &apiError{http.StatusBadRequest, "InvalidArgument",
+		return "", "", &KeyError{http.StatusBadRequest, "InvalidArgument",
 			"the key contains a NUL byte"}
 	}
-	if msg := checkSegments(key); msg != "" {
-		return "", "", &apiError{http.StatusBadRequest, "InvalidArgument", msg}
+	if msg := CheckSegments(key); msg != "" {
+		return "", "", &KeyError{http.StatusBadRequest, "InvalidArgument", msg}
 	}
 	jobID, path, ok := strings.Cut(key, "/")
 	if !ok {
-		return "", "", &apiError{http.StatusBadRequest, "InvalidArgument",
+		return "", "", &KeyError{http.StatusBadRequest, "InvalidArgument",
 			"the key has no path after the job id: use <job-id>/<path relative to the artifact directory>"}
 	}
 	if first, _, _ := strings.Cut(path, "/"); first == upload.ReservedDir {
-		return "", "", &apiError{http.StatusForbidden, "AccessDenied",
+		return "", "", &KeyError{http.StatusForbidden, "AccessDenied",
 			"keys under <job-id>/" + upload.ReservedDir + "/ are reserved for the server: rename the artifact directory's " + upload.ReservedDir + " entry"}
 	}
 	return jobID, path, nil
 }
 
-// checkSegments returns why key is not a clean relative path, or "".
-func checkSegments(key string) string {
+// KeyError is a key CheckKey refuses: the HTTP status and S3 error code an
+// endpoint answers it with, and the message that says what to fix.
+type KeyError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *KeyError) Error() string { return e.Code + ": " + e.Message }
+
+// CheckSegments returns why key is not a clean relative path, or "".
+func CheckSegments(key string) string {
 	for seg := range strings.SplitSeq(key, "/") {
 		switch seg {
 		case "":
@@ -70,23 +79,9 @@ func checkSegments(key string) string {
 	return ""
 }
 
-// tokenFromHeader returns the request's token: exactly one upload.TokenHeader
-// value of 64 lowercase hex characters.
-func tokenFromHeader(h http.Header) (binding.Token, *apiError) {
-	vs := h.Values(upload.TokenHeader)
-	if len(vs) == 0 {
-		return "", &apiError{http.StatusUnauthorized, "AccessDenied",
-			"the request has no " + upload.TokenHeader + " header: send the job's token (the token Secret's \"token\" key) in it"}
-	}
-	token, err := binding.ParseToken(vs[0])
-	if len(vs) > 1 || err != nil {
-		return "", &apiError{http.StatusUnauthorized, "AccessDenied",
-			"the " + upload.TokenHeader + " header must hold exactly one 64-character lowercase hex token"}
-	}
-	return token, nil
-}
-
-func isLowerHex(s string) bool {
+// IsLowerHex reports whether s is only lowercase hex digits (an MD5 as S3
+// writes it, an upload id).
+func IsLowerHex(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
@@ -94,4 +89,36 @@ func isLowerHex(s string) bool {
 		}
 	}
 	return true
+}
+
+// CheckReadKey checks a key a reader asks for with the rules of a PUT's
+// key (CheckKey): a clean <job-id>/<path>, not under <job-id>/.tether/ but
+// for the archived trainer logs (<job-id>/.tether/logs/, upload.LogsDir),
+// which only the controller writes.
+func CheckReadKey(key string) error {
+	if job, rest, ok := strings.Cut(key, "/"); ok {
+		if log, ok := strings.CutPrefix(rest, upload.LogsDir); ok && log != "" && !strings.Contains(log, "/") {
+			key = job + "/" + log // the rest of the rules, on the log's name
+		}
+	}
+	if _, _, e := CheckKey(key); e != nil {
+		return fmt.Errorf("%s", e.Message)
+	}
+	return nil
+}
+
+// JobUploadsPrefix holds job jobID's direct uploads until they are
+// committed: upload.UploadsPrefix/<job-id>/.
+func JobUploadsPrefix(jobID string) string { return upload.UploadsPrefix + jobID + "/" }
+
+// UploadKey is the object direct upload id of job jobID is written to.
+func UploadKey(jobID, id string) string { return JobUploadsPrefix(jobID) + id }
+
+// CheckJobID refuses a job id that cannot prefix keys (empty, "." or "..",
+// or holding a slash or NUL) with ErrInvalidKey.
+func CheckJobID(jobID string) error {
+	if jobID == "" || jobID == "." || jobID == ".." || strings.ContainsAny(jobID, "/\x00") {
+		return fmt.Errorf("%w: job id %q", ErrInvalidKey, jobID)
+	}
+	return nil
 }

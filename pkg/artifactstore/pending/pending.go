@@ -1,20 +1,32 @@
-package store
+package pending
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 
+	"github.com/go-logr/logr"
+
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
+	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
-func checkJobID(jobID string) error {
-	if jobID == "" || jobID == "." || jobID == ".." || strings.ContainsAny(jobID, "/\x00") {
-		return fmt.Errorf("%w: job id %q", ErrInvalidKey, jobID)
-	}
-	return nil
+// Store does what a binding's end decides about its job's objects: Promote
+// what its verified manifests list over the final keys, or DropPending,
+// and sweep direct uploads never committed (sweep.go). Its Locks are the
+// endpoint's (endpoint.Handler builds it so): a PUT that chose its target
+// under a key's lock finishes before a promotion of that key begins.
+type Store struct {
+	Backend upload.Backend
+	// Locks is required: the per-key locks the endpoint's PUTs and commits
+	// hold.
+	Locks *objects.KeyLocks
+	Log   logr.Logger
 }
 
 // VerifiedManifest is a node's verified manifest as its binding records it:
@@ -50,44 +62,44 @@ func (e *NotAsListedError) Error() string {
 // Each object is copied, checked and only then its pending key deleted, so
 // Promote can be called again after a failure or a crash. It stops at the
 // first failure.
-func (h *Handler) Promote(ctx context.Context, jobID string, manifests []VerifiedManifest) (int, error) {
-	if err := checkJobID(jobID); err != nil {
+func (s *Store) Promote(ctx context.Context, jobID string, manifests []VerifiedManifest) (int, error) {
+	if err := objects.CheckJobID(jobID); err != nil {
 		return 0, err
 	}
 	n := 0
 	for _, vm := range manifests {
-		k, err := h.promoteManifest(ctx, jobID, vm)
+		k, err := s.promoteManifest(ctx, jobID, vm)
 		n += k
 		if err != nil {
 			return n, err
 		}
 	}
 	// What no verified manifest lists is not promoted.
-	if _, err := h.DropPending(ctx, jobID); err != nil {
+	if _, err := s.DropPending(ctx, jobID); err != nil {
 		return n, err
 	}
 	if n > 0 {
-		h.Log.Info("promoted pending artifacts", "jobID", jobID, "count", n)
+		s.Log.Info("promoted pending artifacts", "jobID", jobID, "count", n)
 	}
 	return n, nil
 }
 
 // promoteManifest promotes what node vm.Rank's verified manifest lists,
 // the manifest itself last (a crash before leaves it to be found again).
-func (h *Handler) promoteManifest(ctx context.Context, jobID string, vm VerifiedManifest) (int, error) {
+func (s *Store) promoteManifest(ctx context.Context, jobID string, vm VerifiedManifest) (int, error) {
 	key := upload.ManifestKey(jobID, vm.Rank)
-	buf, at, err := h.readVerifiedManifest(ctx, key, vm)
+	buf, at, err := s.readVerifiedManifest(ctx, key, vm)
 	if err != nil {
 		return 0, err
 	}
-	m, perr := parseManifest(buf, jobID)
+	m, perr := verify.Parse(buf, jobID)
 	if perr != nil {
 		return 0, &NotAsListedError{Rank: vm.Rank, Path: upload.ManifestName, Why: "the stored manifest is malformed: " + perr.Error()}
 	}
 	base := jobID + "/" + upload.NodePrefix(vm.Rank)
 	n := 0
 	for _, f := range m.Files {
-		moved, err := h.promoteEntry(ctx, base+f.Path, f)
+		moved, err := s.promoteEntry(ctx, base+f.Path, f)
 		if err != nil {
 			var nl *NotAsListedError
 			if errors.As(err, &nl) {
@@ -100,9 +112,10 @@ func (h *Handler) promoteManifest(ctx context.Context, jobID string, vm Verified
 			n++
 		}
 	}
-	if at == PendingKey(key) {
-		info := upload.ObjectInfo{Size: int64(len(buf)), ETag: md5Hex(buf)}
-		if err := h.promoteLocked(ctx, at, key, info); err != nil {
+	if at == objects.PendingKey(key) {
+		sum := md5.Sum(buf)
+		info := upload.ObjectInfo{Size: int64(len(buf)), ETag: hex.EncodeToString(sum[:])}
+		if err := s.promoteLocked(ctx, at, key, info); err != nil {
 			return n, fmt.Errorf("promoting %s: %w", key, err)
 		}
 		n++
@@ -114,12 +127,12 @@ func (h *Handler) promoteManifest(ctx context.Context, jobID string, vm Verified
 // first (the latest upload), and returns the one whose SHA-256 is the
 // recorded one, and the key it was read from. A binding recorded before
 // digests were (vm.SHA256 empty) takes the latest.
-func (h *Handler) readVerifiedManifest(ctx context.Context, key string, vm VerifiedManifest) ([]byte, string, error) {
-	o, ok := h.Backend.(Opener)
+func (s *Store) readVerifiedManifest(ctx context.Context, key string, vm VerifiedManifest) ([]byte, string, error) {
+	o, ok := s.Backend.(objects.Opener)
 	if !ok {
 		return nil, "", errors.New("the artifact backend cannot read objects back: promotion needs the manifest")
 	}
-	for _, k := range []string{PendingKey(key), key} {
+	for _, k := range []string{objects.PendingKey(key), key} {
 		rc, info, err := o.Open(ctx, k)
 		if errors.Is(err, upload.ErrNotFound) {
 			continue
@@ -136,7 +149,7 @@ func (h *Handler) readVerifiedManifest(ctx context.Context, key string, vm Verif
 		if err != nil {
 			return nil, "", fmt.Errorf("reading %s: %w", k, err)
 		}
-		if vm.SHA256 == "" || sha256Hex(buf) == vm.SHA256 {
+		if vm.SHA256 == "" || verify.ManifestDigest(buf) == vm.SHA256 {
 			return buf, k, nil
 		}
 	}
@@ -146,26 +159,26 @@ func (h *Handler) readVerifiedManifest(ctx context.Context, key string, vm Verif
 
 // promoteEntry puts entry f's listed version under key: it reports whether
 // it moved the pending object.
-func (h *Handler) promoteEntry(ctx context.Context, key string, f upload.ManifestFile) (bool, error) {
-	pk := PendingKey(key)
+func (s *Store) promoteEntry(ctx context.Context, key string, f upload.ManifestFile) (bool, error) {
+	pk := objects.PendingKey(key)
 	// Most entries have nothing to move: checked without the key's lock,
 	// which a PUT still streaming holds (it is refused at its end, the
 	// artifacts being final by then).
-	if p, err := headOpt(ctx, h.Backend, pk); err == nil && p == nil {
-		if final, err := headOpt(ctx, h.Backend, key); err == nil && final != nil && listed(*final, f) {
+	if p, err := objects.HeadOpt(ctx, s.Backend, pk); err == nil && p == nil {
+		if final, err := objects.HeadOpt(ctx, s.Backend, key); err == nil && final != nil && listed(*final, f) {
 			return false, nil
 		}
 	}
-	unlock := h.locks.lock(key)
+	unlock := s.Locks.Lock(key)
 	defer unlock()
-	p, err := headOpt(ctx, h.Backend, pk)
+	p, err := objects.HeadOpt(ctx, s.Backend, pk)
 	if err != nil {
 		return false, err
 	}
 	if p != nil && listed(*p, f) {
-		return true, h.copyOver(ctx, pk, key, *p)
+		return true, s.copyOver(ctx, pk, key, *p)
 	}
-	final, err := headOpt(ctx, h.Backend, key)
+	final, err := objects.HeadOpt(ctx, s.Backend, key)
 	switch {
 	case err != nil:
 		return false, err
@@ -187,10 +200,10 @@ func listed(info upload.ObjectInfo, f upload.ManifestFile) bool {
 	return info.Size == f.Size && info.ETag == f.MD5
 }
 
-func (h *Handler) promoteLocked(ctx context.Context, pending, key string, want upload.ObjectInfo) error {
-	unlock := h.locks.lock(key)
+func (s *Store) promoteLocked(ctx context.Context, pending, key string, want upload.ObjectInfo) error {
+	unlock := s.Locks.Lock(key)
 	defer unlock()
-	src, err := h.Backend.Head(ctx, pending)
+	src, err := s.Backend.Head(ctx, pending)
 	if errors.Is(err, upload.ErrNotFound) {
 		return nil // promoted meanwhile
 	}
@@ -200,42 +213,42 @@ func (h *Handler) promoteLocked(ctx context.Context, pending, key string, want u
 	if src != want {
 		return fmt.Errorf("the pending object changed while it was promoted (size %d, ETag %s)", src.Size, src.ETag)
 	}
-	return h.copyOver(ctx, pending, key, src)
+	return s.copyOver(ctx, pending, key, src)
 }
 
 // copyOver copies pending (holding src) over key, checks the copy, and
 // deletes pending. The caller holds key's lock.
-func (h *Handler) copyOver(ctx context.Context, pending, key string, src upload.ObjectInfo) error {
-	if err := h.Backend.Copy(ctx, pending, key); err != nil {
+func (s *Store) copyOver(ctx context.Context, pending, key string, src upload.ObjectInfo) error {
+	if err := s.Backend.Copy(ctx, pending, key); err != nil {
 		return err
 	}
-	dst, err := h.Backend.Head(ctx, key)
+	dst, err := s.Backend.Head(ctx, key)
 	if err != nil {
 		return fmt.Errorf("checking the copy: %w", err)
 	}
 	if dst != src {
 		return fmt.Errorf("the copy has size %d and ETag %s, the pending object size %d and ETag %s", dst.Size, dst.ETag, src.Size, src.ETag)
 	}
-	return h.Backend.Delete(ctx, pending)
+	return s.Backend.Delete(ctx, pending)
 }
 
 // DropPending deletes every pending object of job jobID (call it when the
 // binding fails: the final objects, from an earlier attempt, stay) and
 // returns how many it deleted.
-func (h *Handler) DropPending(ctx context.Context, jobID string) (int, error) {
-	keys, err := h.pendingKeys(ctx, jobID)
+func (s *Store) DropPending(ctx context.Context, jobID string) (int, error) {
+	keys, err := s.pendingKeys(ctx, jobID)
 	if err != nil {
 		return 0, err
 	}
-	if err := h.dropUploads(ctx, jobID); err != nil {
+	if err := s.dropUploads(ctx, jobID); err != nil {
 		return 0, err
 	}
-	prefix := pendingPrefix(jobID)
+	prefix := objects.PendingPrefix(jobID)
 	n := 0
 	for _, pk := range keys {
 		key := jobID + "/" + strings.TrimPrefix(pk, prefix)
-		unlock := h.locks.lock(key)
-		err := h.Backend.Delete(ctx, pk)
+		unlock := s.Locks.Lock(key)
+		err := s.Backend.Delete(ctx, pk)
 		unlock()
 		if err != nil {
 			return n, fmt.Errorf("dropping the pending object of %s: %w", key, err)
@@ -243,16 +256,16 @@ func (h *Handler) DropPending(ctx context.Context, jobID string) (int, error) {
 		n++
 	}
 	if n > 0 {
-		h.Log.Info("dropped pending artifacts", "jobID", jobID, "count", n)
+		s.Log.Info("dropped pending artifacts", "jobID", jobID, "count", n)
 	}
 	return n, nil
 }
 
-func (h *Handler) pendingKeys(ctx context.Context, jobID string) ([]string, error) {
-	if err := checkJobID(jobID); err != nil {
+func (s *Store) pendingKeys(ctx context.Context, jobID string) ([]string, error) {
+	if err := objects.CheckJobID(jobID); err != nil {
 		return nil, err
 	}
-	keys, err := h.Backend.List(ctx, pendingPrefix(jobID))
+	keys, err := s.Backend.List(ctx, objects.PendingPrefix(jobID))
 	if err != nil {
 		return nil, fmt.Errorf("listing pending objects of job %s: %w", jobID, err)
 	}

@@ -1,4 +1,4 @@
-package store
+package pending
 
 import (
 	"context"
@@ -6,8 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -15,22 +16,25 @@ import (
 // more remain, and never touches another job's; the job ids with uploads
 // are listed one level deep, on the S3 backend (delimiter listing, pages of
 // the asked size) and on the generic fallback alike.
+// The S3 servers are shared by this binary's tests and stopped at its end.
+func TestMain(m *testing.M) { storetest.Main(m) }
+
 func TestSweepUploads(t *testing.T) {
-	eachS3(t, testSweepUploads)
+	storetest.EachS3(t, testSweepUploads)
 }
 
-func testSweepUploads(t *testing.T, v *s3Store) {
+func testSweepUploads(t *testing.T, v *storetest.S3) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name    string
 		backend func(*testing.T) upload.Backend
 	}{
-		{"S3", func(t *testing.T) upload.Backend { return v.newBackend(t, "pre/") }},
-		{"ListFallback", func(t *testing.T) upload.Backend { return listOnly{v.newBackend(t, "")} }},
+		{"S3", func(t *testing.T) upload.Backend { return v.NewBackend(t, "pre/") }},
+		{"ListFallback", func(t *testing.T) upload.Backend { return listOnly{v.NewBackend(t, "")} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := tc.backend(t)
-			h := &Handler{Backend: b}
+			h := &Store{Backend: b, Locks: &objects.KeyLocks{}}
 			for i := range 5 {
 				mustPutKey(t, b, fmt.Sprintf("%sjob-a/u%d", upload.UploadsPrefix, i))
 			}
@@ -66,12 +70,6 @@ func testSweepUploads(t *testing.T, v *s3Store) {
 				t.Fatal("a job id with a slash was swept")
 			}
 		})
-	}
-	if ttl := (&Handler{Backend: FSBackend{Root: t.TempDir()}}).DirectTTL(); ttl != 0 {
-		t.Fatalf("fs backend: DirectTTL %s, want 0 (it presigns nothing)", ttl)
-	}
-	if ttl := (&Handler{Backend: v.newBackend(t, ""), Direct: DirectOptions{TTL: 3 * time.Second, Disabled: true}}).DirectTTL(); ttl != 3*time.Second {
-		t.Fatalf("s3 backend, direct uploads off: DirectTTL %s, want 3s (URLs from before still live)", ttl)
 	}
 }
 

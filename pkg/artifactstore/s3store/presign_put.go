@@ -1,4 +1,4 @@
-package store
+package s3store
 
 import (
 	"context"
@@ -9,16 +9,11 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 )
 
-// PutPresigner is a backend that can sign a single PUT of exactly size bytes
-// to key (direct uploads, direct.go). The URL and headers are the request
-// to send; the URL carries a signature, so it is never logged.
-type PutPresigner interface {
-	PresignPut(ctx context.Context, key string, size int64, ttl time.Duration) (*url.URL, http.Header, error)
-}
-
-var _ PutPresigner = (*S3Backend)(nil)
+var _ objects.PutPresigner = (*S3Backend)(nil)
 
 // PresignPut signs a PUT of key whose Content-Length must be size: the
 // store refuses a body of any other declared length (SignatureDoesNotMatch),

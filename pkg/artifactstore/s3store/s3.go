@@ -1,4 +1,4 @@
-package store
+package s3store
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -37,7 +38,7 @@ type S3Backend struct {
 }
 
 var _ upload.Backend = (*S3Backend)(nil)
-var _ Stater = (*S3Backend)(nil)
+var _ objects.Stater = (*S3Backend)(nil)
 
 // S3Options configure NewS3Backend.
 type S3Options struct {
@@ -239,7 +240,7 @@ func (b *S3Backend) Stat(ctx context.Context, key string) (upload.ObjectInfo, ti
 }
 
 // Copy replaces dst with src by a server-side copy (at most 5 GiB, which is
-// also the largest object the Handler accepts).
+// also the largest object the endpoint accepts).
 func (b *S3Backend) Copy(ctx context.Context, src, dst string) error {
 	_, err := b.Client.CopyObject(ctx,
 		minio.CopyDestOptions{Bucket: b.Bucket, Object: b.name(dst)},
@@ -277,12 +278,12 @@ func (b *S3Backend) List(ctx context.Context, prefix string) ([]string, error) {
 }
 
 // markSlowDown marks S3's "slow down" answers (503 SlowDown, ServiceUnavailable)
-// with ErrSlowDown, so they reach the sidecar as a 503 with Retry-After and
+// with objects.ErrSlowDown, so they reach the sidecar as a 503 with Retry-After and
 // not as an internal error.
 func markSlowDown(err error) error {
 	r := minio.ToErrorResponse(err)
 	if r.Code == "SlowDown" || r.Code == "ServiceUnavailable" || r.StatusCode == http.StatusServiceUnavailable {
-		return fmt.Errorf("%w: %w", ErrSlowDown, err)
+		return fmt.Errorf("%w: %w", objects.ErrSlowDown, err)
 	}
 	return err
 }

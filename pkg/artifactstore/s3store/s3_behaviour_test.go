@@ -1,4 +1,4 @@
-package store
+package s3store_test
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 	"github.com/minio/minio-go/v7/pkg/signer"
 
 	"github.com/tether-dev/tether/internal/s3server"
+	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
+	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 )
 
 // s3Answer is what a store answered: status, S3 error code, headers.
@@ -28,9 +30,9 @@ type s3Answer struct {
 
 // signedRequest sends a SigV4-signed request (unsigned payload) to key in
 // b's bucket, with hdr, straight to the store.
-func (v *s3Store) signedRequest(t *testing.T, b *S3Backend, method, key string, body []byte, hdr map[string]string) s3Answer {
+func signedRequest(t *testing.T, v *storetest.S3, b *s3store.S3Backend, method, key string, body []byte, hdr map[string]string) s3Answer {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+v.endpoint+"/"+b.Bucket+"/"+key, bytes.NewReader(body))
+	req, err := http.NewRequest(method, "http://"+v.Endpoint+"/"+b.Bucket+"/"+key, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func (v *s3Store) signedRequest(t *testing.T, b *S3Backend, method, key string, 
 	for k, val := range hdr {
 		req.Header.Set(k, val)
 	}
-	return doS3(t, signer.SignV4(*req, v.access, v.secret, "", "us-east-1"))
+	return doS3(t, signer.SignV4(*req, v.Access, v.Secret, "", "us-east-1"))
 }
 
 func doS3(t *testing.T, req *http.Request) s3Answer {
@@ -70,8 +72,8 @@ func crc64nvme(b []byte) string {
 // from AWS (each difference is written in docs/artifacts.md, "S3 servers
 // and AWS"). A new version of a server that changes any of it fails here.
 func TestS3ServerBehaviour(t *testing.T) {
-	eachS3(t, func(t *testing.T, v *s3Store) {
-		b := v.newBackend(t, "")
+	storetest.EachS3(t, func(t *testing.T, v *storetest.S3) {
+		b := v.NewBackend(t, "")
 		body := []byte("the bytes of one artifact")
 		sum := md5.Sum(body)
 		etag := hex.EncodeToString(sum[:])
@@ -90,10 +92,10 @@ func TestS3ServerBehaviour(t *testing.T) {
 			}
 		}
 		put := func(key string, data []byte, hdr map[string]string) s3Answer {
-			return v.signedRequest(t, b, http.MethodPut, key, data, hdr)
+			return signedRequest(t, v, b, http.MethodPut, key, data, hdr)
 		}
 		head := func(key string, hdr map[string]string) s3Answer {
-			return v.signedRequest(t, b, http.MethodHead, key, nil, hdr)
+			return signedRequest(t, v, b, http.MethodHead, key, nil, hdr)
 		}
 		copyTo := func(dst, src string, hdr map[string]string) s3Answer {
 			h := map[string]string{"X-Amz-Copy-Source": "/" + b.Bucket + "/" + src}
@@ -129,7 +131,7 @@ func TestS3ServerBehaviour(t *testing.T) {
 		// AWS adds a CRC64NVME to an object PUT without a checksum; so
 		// does versitygw; SeaweedFS stores none.
 		defaultSum := head("a", map[string]string{"X-Amz-Checksum-Mode": "ENABLED"}).header.Get("X-Amz-Checksum-Crc64nvme")
-		if wantSum := map[s3server.Impl]string{s3server.VersityGW: crc64nvme(body), s3server.SeaweedFS: ""}[v.impl]; defaultSum != wantSum {
+		if wantSum := map[s3server.Impl]string{s3server.VersityGW: crc64nvme(body), s3server.SeaweedFS: ""}[v.Impl]; defaultSum != wantSum {
 			t.Errorf("default CRC64NVME of an object PUT without a checksum: %q, want %q (AWS: %q)", defaultSum, wantSum, crc64nvme(body))
 		}
 
@@ -148,13 +150,13 @@ func TestS3ServerBehaviour(t *testing.T) {
 		want("copy, x-amz-copy-source-if-match another ETag", copyTo("c1", "a", map[string]string{"X-Amz-Copy-Source-If-Match": `"` + hex.EncodeToString(other[:]) + `"`}), 412, "PreconditionFailed")
 		put("dst", []byte("x"), nil)
 		copyWant, copyCode := 412, "PreconditionFailed"
-		if v.impl == s3server.VersityGW {
+		if v.Impl == s3server.VersityGW {
 			copyWant, copyCode = 200, ""
 		}
 		want("copy If-None-Match: * over an object", copyTo("dst", "a", map[string]string{"If-None-Match": "*"}), copyWant, copyCode)
 		want("copy If-Match another ETag", copyTo("dst", "big", map[string]string{"If-Match": `"` + hex.EncodeToString(other[:]) + `"`}), copyWant, copyCode)
 		dstWant := md5hex([]byte("x"))
-		if v.impl == s3server.VersityGW {
+		if v.Impl == s3server.VersityGW {
 			dstWant = md5hex(big)
 		}
 		wantETag("HEAD of the conditional copies' destination", head("dst", nil), dstWant)
@@ -181,6 +183,6 @@ func TestS3ServerBehaviour(t *testing.T) {
 		req, _ = http.NewRequest(http.MethodPut, u.String(), bytes.NewReader(body))
 		wantETag("presigned PUT", doS3(t, req), etag)
 
-		want("GET of a free key", v.signedRequest(t, b, http.MethodGet, "free", nil, nil), 404, "NoSuchKey")
+		want("GET of a free key", signedRequest(t, v, b, http.MethodGet, "free", nil, nil), 404, "NoSuchKey")
 	})
 }

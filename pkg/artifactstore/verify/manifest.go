@@ -1,8 +1,10 @@
-package store
+package verify
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -45,20 +48,27 @@ type ManifestResult struct {
 // maxMissing bounds ManifestResult.Missing.
 const maxMissing = 10
 
-// parseManifest decodes and checks a stored manifest for job jobID
-// (decodeManifest on its bytes).
-func parseManifest(b []byte, jobID string) (*upload.Manifest, error) {
-	return decodeManifest(bytes.NewReader(b), jobID)
+// Parse decodes and checks a stored manifest for job jobID (Decode on its
+// bytes).
+func Parse(b []byte, jobID string) (*upload.Manifest, error) {
+	return Decode(bytes.NewReader(b), jobID)
 }
 
-// decodeManifest decodes and checks a manifest for job jobID as it streams
+// ManifestDigest is the lowercase hex SHA-256 of a manifest's bytes
+// (ManifestResult.SHA256).
+func ManifestDigest(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// Decode decodes and checks a manifest for job jobID as it streams
 // from r: token by token, one entry at a time, so what it holds is the
 // entries it kept, never a second copy of the document, and a manifest
 // over upload.MaxManifestEntries is refused at the first entry too many.
 // Object keys match their fields as encoding/json matches them (case
 // folded, the last of a repeated key wins); unknown fields are skipped (a
 // newer sidecar may add some); everything the server relies on is checked.
-func decodeManifest(r io.Reader, jobID string) (*upload.Manifest, error) {
+func Decode(r io.Reader, jobID string) (*upload.Manifest, error) {
 	dec := json.NewDecoder(r)
 	if err := wantDelim(dec, '{'); err != nil {
 		return nil, fmt.Errorf("not a JSON manifest: %v", err)
@@ -136,8 +146,8 @@ func decodeFiles(dec *json.Decoder, jobID string) ([]upload.ManifestFile, error)
 		if f.Path == upload.ManifestName {
 			return nil, fmt.Errorf("files[%d]: the manifest cannot list itself", i)
 		}
-		if _, _, e := checkKey(jobID + "/" + f.Path); e != nil {
-			return nil, fmt.Errorf("files[%d]: path %q: %s", i, f.Path, e.message)
+		if _, _, e := objects.CheckKey(jobID + "/" + f.Path); e != nil {
+			return nil, fmt.Errorf("files[%d]: path %q: %s", i, f.Path, e.Message)
 		}
 		if _, dup := seen[f.Path]; dup {
 			return nil, fmt.Errorf("files[%d]: path %q is listed twice", i, f.Path)
@@ -146,7 +156,7 @@ func decodeFiles(dec *json.Decoder, jobID string) ([]upload.ManifestFile, error)
 		if f.Size < 0 || f.Size > upload.MaxObjectSize {
 			return nil, fmt.Errorf("files[%d] (%s): size %d is outside [0, %d]", i, f.Path, f.Size, upload.MaxObjectSize)
 		}
-		if len(f.MD5) != 32 || !isLowerHex(f.MD5) {
+		if len(f.MD5) != 32 || !objects.IsLowerHex(f.MD5) {
 			return nil, fmt.Errorf("files[%d] (%s): md5 %q is not 32 lowercase hex characters", i, f.Path, f.MD5)
 		}
 		files = append(files, f)
@@ -188,54 +198,21 @@ func skipValue(dec *json.Decoder) error {
 	}
 }
 
-// manifestSlots counts each job's manifest PUTs in flight: one job's token
-// may have MaxManifestPutsPerJob read and checked at once (each holds up to
-// upload.MaxManifestSize and its entries); more are answered 503 SlowDown
-// before their body is read.
-type manifestSlots struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-// MaxManifestPutsPerJob is how many manifest PUTs of one job (one token)
-// the handler reads at once: two, so two nodes of a multi-node job that
-// finish together both go on; the others retry after Retry-After.
-const MaxManifestPutsPerJob = 2
-
-// take reserves a slot for job, or returns nil when its slots are taken.
-func (s *manifestSlots) take(job string) (release func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n[job] >= MaxManifestPutsPerJob {
-		return nil
-	}
-	if s.n == nil {
-		s.n = map[string]int{}
-	}
-	s.n[job]++
-	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.n[job]--; s.n[job] == 0 {
-			delete(s.n, job)
-		}
-	}
-}
-
 // entryState is the outcome of checking one manifest entry.
 type entryState struct {
 	missing string // why the entry is missing or different; "" if present
 	err     error  // the backend failed
 }
 
-// verifyManifest checks every entry of m in b, with at most workers HEADs in
+// Manifest checks every entry of m (node rank's manifest, stored under
+// key) in b, with at most workers HEADs in
 // flight. An entry counts when its pending object matches, or, if it has no
 // pending object, its final object matches: the pending object, if any, is
 // what the key will hold once the binding succeeds.
 //
 // The error is the first backend failure: the result is then not verified,
 // and nothing can be said about the entries that could not be checked.
-func verifyManifest(ctx context.Context, b upload.Backend, key string, rank int, m *upload.Manifest, workers int) (ManifestResult, error) {
+func Manifest(ctx context.Context, b upload.Backend, key string, rank int, m *upload.Manifest, workers int) (ManifestResult, error) {
 	res := ManifestResult{Key: key, Rank: rank, PodUID: m.PodUID, Files: int64(len(m.Files))}
 	base := m.JobID + "/" + upload.NodePrefix(rank)
 	for _, f := range m.Files {
@@ -297,7 +274,7 @@ func verifyManifest(ctx context.Context, b upload.Backend, key string, rank int,
 // <job-id>/nodes/<rank>/.
 func checkEntry(ctx context.Context, b upload.Backend, base string, f upload.ManifestFile) entryState {
 	key := base + f.Path
-	info, err := b.Head(ctx, PendingKey(key))
+	info, err := b.Head(ctx, objects.PendingKey(key))
 	if errors.Is(err, upload.ErrNotFound) {
 		info, err = b.Head(ctx, key)
 	}

@@ -1,4 +1,4 @@
-package store
+package verify
 
 import (
 	"context"
@@ -7,23 +7,25 @@ import (
 	"io"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
-// StoredManifest checks node rank's manifest as the store holds it, without
+// Stored checks node rank's manifest as b holds it, without
 // a client's PUT: for a verdict that was never recorded (the manifest was
 // stored, but the binding could not be written, say while the apiserver was
 // away, and the sidecar's retries ran out). found is false when no manifest
 // is stored for the node, or the backend cannot read objects back.
-func (h *Handler) StoredManifest(ctx context.Context, jobID string, rank int) (res ManifestResult, found bool, err error) {
-	o, ok := h.Backend.(Opener)
+// workers bounds the HEADs in flight (Manifest).
+func Stored(ctx context.Context, b upload.Backend, jobID string, rank, workers int) (res ManifestResult, found bool, err error) {
+	o, ok := b.(objects.Opener)
 	if !ok {
 		return ManifestResult{}, false, nil
 	}
 	key := upload.ManifestKey(jobID, rank)
 	// The latest manifest is the pending one if a manifest was stored
 	// before it (a second flush of the same job, say).
-	rc, info, err := o.Open(ctx, PendingKey(key))
+	rc, info, err := o.Open(ctx, objects.PendingKey(key))
 	if errors.Is(err, upload.ErrNotFound) {
 		rc, info, err = o.Open(ctx, key)
 	}
@@ -41,12 +43,12 @@ func (h *Handler) StoredManifest(ctx context.Context, jobID string, rank int) (r
 	if err != nil {
 		return ManifestResult{}, false, fmt.Errorf("reading %s: %w", key, err)
 	}
-	sum := sha256Hex(buf)
-	m, perr := parseManifest(buf, jobID)
+	sum := ManifestDigest(buf)
+	m, perr := Parse(buf, jobID)
 	if perr != nil {
 		return ManifestResult{Key: key, Rank: rank, SHA256: sum, Err: "malformed manifest: " + perr.Error()}, true, nil
 	}
-	res, err = verifyManifest(ctx, h.Backend, key, rank, m, h.manifestWorkers())
+	res, err = Manifest(ctx, b, key, rank, m, workers)
 	if err != nil {
 		return ManifestResult{}, false, err
 	}

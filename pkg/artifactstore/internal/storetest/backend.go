@@ -1,18 +1,21 @@
-package store
+package storetest
 
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
-// runBackendSuite checks the upload.Backend contract on fresh backends from
+// BackendSuite checks the upload.Backend contract on fresh backends from
 // newBackend.
-func runBackendSuite(t *testing.T, newBackend func(t *testing.T) upload.Backend) {
+func BackendSuite(t *testing.T, newBackend func(t *testing.T) upload.Backend) {
 	ctx := context.Background()
 	put := func(t *testing.T, b upload.Backend, key string, body []byte) {
 		t.Helper()
@@ -20,7 +23,7 @@ func runBackendSuite(t *testing.T, newBackend func(t *testing.T) upload.Backend)
 		if err != nil {
 			t.Fatalf("Put %s: %v", key, err)
 		}
-		if want := (upload.ObjectInfo{Size: int64(len(body)), ETag: md5hex(body)}); info != want {
+		if want := (upload.ObjectInfo{Size: int64(len(body)), ETag: MD5Hex(body)}); info != want {
 			t.Fatalf("Put %s: %+v, want %+v", key, info, want)
 		}
 	}
@@ -30,7 +33,7 @@ func runBackendSuite(t *testing.T, newBackend func(t *testing.T) upload.Backend)
 		if err != nil {
 			t.Fatalf("Head %s: %v", key, err)
 		}
-		if w := (upload.ObjectInfo{Size: int64(len(body)), ETag: md5hex(body)}); info != w {
+		if w := (upload.ObjectInfo{Size: int64(len(body)), ETag: MD5Hex(body)}); info != w {
 			t.Fatalf("Head %s: %+v, want %+v", key, info, w)
 		}
 	}
@@ -45,26 +48,26 @@ func runBackendSuite(t *testing.T, newBackend func(t *testing.T) upload.Backend)
 		b := newBackend(t)
 		for _, n := range []int{0, 1, 100000} {
 			key := "job/sub dir/obj-" + string(rune('a'+n%26))
-			put(t, b, key, data(n, 1))
-			want(t, b, key, data(n, 1))
+			put(t, b, key, Data(n, 1))
+			want(t, b, key, Data(n, 1))
 		}
-		put(t, b, "job/sub dir/obj-a", data(7, 2)) // overwrite
-		want(t, b, "job/sub dir/obj-a", data(7, 2))
+		put(t, b, "job/sub dir/obj-a", Data(7, 2)) // overwrite
+		want(t, b, "job/sub dir/obj-a", Data(7, 2))
 		absent(t, b, "job/missing")
 		absent(t, b, "job/sub dir") // a "directory" is not an object
 	})
 
 	t.Run("FailedPutLeavesNothing", func(t *testing.T) {
 		b := newBackend(t)
-		old := data(10, 1)
+		old := Data(10, 1)
 		put(t, b, "job/existing", old)
 		for _, key := range []string{"job/new", "job/existing"} {
 			// The body fails mid-stream.
-			if _, err := b.Put(ctx, key, &failingReader{n: 1 << 20, err: errors.New("boom")}, 2<<20); err == nil {
+			if _, err := b.Put(ctx, key, &FailingReader{N: 1 << 20, Err: errors.New("boom")}, 2<<20); err == nil {
 				t.Fatalf("Put %s with a failing body succeeded", key)
 			}
 			// The body is shorter than announced.
-			if _, err := b.Put(ctx, key, bytes.NewReader(data(50, 3)), 100); err == nil {
+			if _, err := b.Put(ctx, key, bytes.NewReader(Data(50, 3)), 100); err == nil {
 				t.Fatalf("Put %s with a short body succeeded", key)
 			}
 		}
@@ -77,7 +80,7 @@ func runBackendSuite(t *testing.T, newBackend func(t *testing.T) upload.Backend)
 
 	t.Run("CopyDelete", func(t *testing.T) {
 		b := newBackend(t)
-		v1, v2 := data(1000, 1), data(2000, 2)
+		v1, v2 := Data(1000, 1), Data(2000, 2)
 		put(t, b, "job/.tether/pending/a/b.bin", v2)
 		put(t, b, "job/a/b.bin", v1)
 		if err := b.Copy(ctx, "job/.tether/pending/a/b.bin", "job/a/b.bin"); err != nil {
@@ -126,4 +129,50 @@ func runBackendSuite(t *testing.T, newBackend func(t *testing.T) upload.Backend)
 			}
 		}
 	})
+}
+
+// MD5Hex is the lowercase hex MD5 of b, the ETag of an object holding it.
+func MD5Hex(b []byte) string {
+	s := md5.Sum(b)
+	return hex.EncodeToString(s[:])
+}
+
+// Data returns n deterministic bytes that differ by seed.
+func Data(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) + seed
+	}
+	return b
+}
+
+// FailingReader returns N zero bytes, then Err.
+type FailingReader struct {
+	N   int
+	Err error
+}
+
+func (f *FailingReader) Read(p []byte) (int, error) {
+	if f.N == 0 {
+		return 0, f.Err
+	}
+	k := min(len(p), f.N)
+	clear(p[:k])
+	f.N -= k
+	return k, nil
+}
+
+// ManifestOf is job's manifest, written by pod podUID, listing n files of
+// one byte each (f0, f1, ...: none of them stored).
+func ManifestOf(job, podUID string, n int) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `{"version":%q,"jobID":%q,"podUID":%q,"files":[`, upload.ManifestVersion, job, podUID)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"path":"f%d","size":1,"md5":"%032x"}`, i, i)
+	}
+	b.WriteString("]}")
+	return b.Bytes()
 }

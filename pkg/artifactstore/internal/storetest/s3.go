@@ -1,13 +1,10 @@
-package store
+package storetest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,15 +13,15 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/tether-dev/tether/internal/s3server"
-	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 )
 
-// s3Store is a real S3 server (internal/s3server: versitygw or SeaweedFS)
-// on loopback.
-type s3Store struct {
-	impl           s3server.Impl
-	endpoint       string
-	access, secret string
+// S3 is a real S3 server (internal/s3server: versitygw or SeaweedFS) on
+// loopback, shared by a test binary's tests.
+type S3 struct {
+	Impl           s3server.Impl
+	Endpoint       string
+	Access, Secret string
 	buckets        atomic.Int64
 }
 
@@ -40,7 +37,7 @@ const (
 type shared struct {
 	once  sync.Once
 	srv   *s3server.Server
-	store *s3Store
+	store *S3
 	dir   string
 	err   error
 }
@@ -53,7 +50,9 @@ func init() {
 	}
 }
 
-func TestMain(m *testing.M) {
+// Main runs a test binary that starts S3 servers (call it from TestMain)
+// and stops them after its tests.
+func Main(m *testing.M) {
 	code := m.Run()
 	for _, s := range servers {
 		if s.srv != nil {
@@ -66,9 +65,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// startS3 returns impl's shared server, starting it on first use. Without
+// StartS3 returns impl's shared server, starting it on first use. Without
 // the binary the test fails on CI (CI=true) and is skipped elsewhere.
-func startS3(t *testing.T, impl s3server.Impl) *s3Store {
+func StartS3(t *testing.T, impl s3server.Impl) *S3 {
 	t.Helper()
 	s := servers[impl]
 	s.once.Do(func() {
@@ -78,7 +77,7 @@ func startS3(t *testing.T, impl s3server.Impl) *s3Store {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
 		if s.srv, s.err = s3server.Start(ctx, s3server.Options{Impl: impl, Dir: s.dir, AccessKey: s3Access, SecretKey: s3Secret}); s.err == nil {
-			s.store = &s3Store{impl: impl, endpoint: s.srv.Endpoint, access: s3Access, secret: s3Secret}
+			s.store = &S3{Impl: impl, Endpoint: s.srv.Endpoint, Access: s3Access, Secret: s3Secret}
 		}
 	})
 	if errors.Is(s.err, s3server.ErrNoBinary) && os.Getenv("CI") != "true" {
@@ -99,20 +98,20 @@ func startS3(t *testing.T, impl s3server.Impl) *s3Store {
 	return s.store
 }
 
-// eachS3 runs f in a subtest per S3 implementation.
-func eachS3(t *testing.T, f func(t *testing.T, v *s3Store)) {
+// EachS3 runs f in a subtest per S3 implementation.
+func EachS3(t *testing.T, f func(t *testing.T, v *S3)) {
 	for _, impl := range s3server.Impls {
-		t.Run(impl.String(), func(t *testing.T) { f(t, startS3(t, impl)) })
+		t.Run(impl.String(), func(t *testing.T) { f(t, StartS3(t, impl)) })
 	}
 }
 
-// newBackend returns an S3Backend on a new, empty bucket.
-func (v *s3Store) newBackend(t *testing.T, prefix string) *S3Backend {
+// NewBackend returns an S3Backend on a new, empty bucket.
+func (v *S3) NewBackend(t *testing.T, prefix string) *s3store.S3Backend {
 	t.Helper()
-	b, err := NewS3Backend(S3Options{
-		Endpoint:  v.endpoint,
-		AccessKey: v.access,
-		SecretKey: v.secret,
+	b, err := s3store.NewS3Backend(s3store.S3Options{
+		Endpoint:  v.Endpoint,
+		AccessKey: v.Access,
+		SecretKey: v.Secret,
 		Region:    "us-east-1",
 		Bucket:    fmt.Sprintf("tether-test-%d", v.buckets.Add(1)),
 		Prefix:    prefix,
@@ -124,71 +123,4 @@ func (v *s3Store) newBackend(t *testing.T, prefix string) *S3Backend {
 		t.Fatalf("creating bucket %s: %v", b.Bucket, err)
 	}
 	return b
-}
-
-// TestHandlerS3 runs the handler suite with the S3Backend on each S3 server.
-func TestHandlerS3(t *testing.T) {
-	eachS3(t, func(t *testing.T, v *s3Store) {
-		runHandlerSuite(t, func(t *testing.T) upload.Backend { return v.newBackend(t, "") })
-	})
-}
-
-func TestS3BackendContract(t *testing.T) {
-	eachS3(t, func(t *testing.T, v *s3Store) {
-		t.Run("NoPrefix", func(t *testing.T) {
-			runBackendSuite(t, func(t *testing.T) upload.Backend { return v.newBackend(t, "") })
-		})
-		t.Run("Prefix", func(t *testing.T) {
-			runBackendSuite(t, func(t *testing.T) upload.Backend { return v.newBackend(t, "tether/artifacts/") })
-		})
-	})
-}
-
-func TestS3BackendPrefixIsolation(t *testing.T) {
-	eachS3(t, testS3BackendPrefixIsolation)
-}
-
-func testS3BackendPrefixIsolation(t *testing.T, v *s3Store) {
-	ctx := context.Background()
-	b := v.newBackend(t, "pre/")
-	body := []byte("hello")
-	if _, err := b.Put(ctx, "job/x", bytes.NewReader(body), int64(len(body))); err != nil {
-		t.Fatal(err)
-	}
-	st, err := b.Client.StatObject(ctx, b.Bucket, "pre/job/x", minio.StatObjectOptions{})
-	if err != nil || st.ETag != md5hex(body) {
-		t.Fatalf("object under the prefix: %+v %v", st, err)
-	}
-	if _, err := b.Client.PutObject(ctx, b.Bucket, "elsewhere/job/y", bytes.NewReader(body), 5, minio.PutObjectOptions{DisableMultipart: true}); err != nil {
-		t.Fatal(err)
-	}
-	keys, err := b.List(ctx, "")
-	if err != nil || len(keys) != 1 || keys[0] != "job/x" {
-		t.Fatalf("List: %q %v", keys, err)
-	}
-	if info, mod, err := b.Stat(ctx, "job/x"); err != nil || info.Size != 5 || time.Since(mod) > time.Hour {
-		t.Fatalf("Stat: %+v %v %v", info, mod, err)
-	}
-}
-
-func TestS3BackendUnreachable(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	b, err := NewS3Backend(S3Options{Endpoint: addr, AccessKey: "a", SecretKey: "b", Region: "us-east-1", Bucket: "x"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Client.SetAppInfo("tether-test", "0")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := b.Head(ctx, "job/x"); err == nil || strings.Contains(err.Error(), upload.ErrNotFound.Error()) {
-		t.Fatalf("Head on a dead endpoint: %v, want a connection error", err)
-	}
-	if _, err := NewS3Backend(S3Options{Bucket: "x"}); err == nil {
-		t.Fatal("NewS3Backend without an endpoint succeeded")
-	}
 }
