@@ -91,9 +91,9 @@ func TestSidecarHasNoKubernetesOrControlPlaneCode(t *testing.T) {
 }
 
 // controlPlaneOnly are the packages only the control plane links: its
-// halves, its wiring, the API types, the store and the replica Lease.
+// halves, its wiring, the API types, the artifact store and the replica Lease.
 func controlPlaneOnly(r string) bool {
-	return half(r) != "" || r == "pkg/controlplane" || r == "api/v1alpha1" || within(r, "pkg/upload/store") || r == "pkg/replicalease"
+	return half(r) != "" || r == "pkg/controlplane" || r == "api/v1alpha1" || within(r, "pkg/artifactstore") || r == "pkg/replicalease"
 }
 
 // The protocol packages are the contracts both halves import: they import

@@ -8,10 +8,11 @@ import (
 
 // The control plane's halves: each runs on its own on the manager, and only
 // the wiring (pkg/controlplane) and the binaries put them together. They
-// share what sits below them (api/v1alpha1, pkg/binding, pkg/upload and its
-// store, pkg/lifecycle, pkg/trainjob, pkg/jobconfig, pkg/replicalease) and
-// nothing else. pkg/upload/store is below, not a half: the binding server
-// serves its S3 front and the controller promotes and re-verifies through
+// share what sits below them (api/v1alpha1, pkg/binding, pkg/upload, the
+// artifact store's packages under pkg/artifactstore, pkg/lifecycle,
+// pkg/trainjob, pkg/jobconfig, pkg/replicalease) and nothing else.
+// pkg/artifactstore is below, not a half: the binding server serves its
+// S3-compatible endpoint and the controller promotes and re-verifies through
 // it. A half may be several packages (the binding server and its worker
 // gate); they import each other freely.
 var halves = map[string][]string{
@@ -80,19 +81,12 @@ func TestNoImportsBetweenHalves(t *testing.T) {
 	}
 }
 
-// folderAllowlist holds today's imports of a folder above the importer's
-// own, both kinds (see TestNoImportOfAFolderAbove). Each entry is debt, to
-// be removed by moving the store out from under its contract's folder
-// (pkg/upload/store; issue 26, item 4; the binding server left pkg/binding
-// for pkg/bindingserver): the test fails when an entry is no longer
-// needed, so the list only shrinks.
-var folderAllowlist = map[string]string{
-	// A server under its own contract's folder.
-	"pkg/upload/store -> pkg/upload": "parent",
-	// An import of the protocol, whose folder held the binding server, which
-	// imports the store.
-	"pkg/upload/store -> pkg/binding": "up",
-}
+// folderAllowlist holds imports of a folder above the importer's own that
+// are accepted as debt, by kind (see TestNoImportOfAFolderAbove). It is
+// empty: the servers left their contracts' folders (pkg/bindingserver,
+// pkg/artifactstore; issue 26, item 4). The test fails when an entry is no
+// longer needed, so the list only shrinks.
+var folderAllowlist = map[string]string{}
 
 // folders are the folders that hold p, innermost last, from the second
 // level down ("pkg/a/b/c": pkg/a, pkg/a/b, pkg/a/b/c).

@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // Headers of the read endpoint's answers.
@@ -98,7 +98,7 @@ func (k KubeReviewer) CanGetBinding(ctx context.Context, u authnv1.UserInfo, nam
 // Options are the read endpoint's dependencies.
 type Options struct {
 	// Backend holds the objects: a read is redirected to a presigned URL
-	// when it is a store.Presigner, else streamed when it is a store.Opener.
+	// when it is a objects.Presigner, else streamed when it is a objects.Opener.
 	Backend upload.Backend
 	// Reviewer authenticates and authorizes the callers.
 	Reviewer Reviewer
@@ -234,12 +234,12 @@ func (r *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	key := wb.Spec.JobID + "/" + rel
-	if err := store.CheckReadKey(key); err != nil {
+	if err := objects.CheckReadKey(key); err != nil {
 		r.fail(w, http.StatusBadRequest, "bad_key", "object %q: %v", truncate(rel, 200), err)
 		return
 	}
 	r.opts.Log.V(1).Info("artifact read", "user", user.Username, "binding", ns+"/"+name, "key", key)
-	if p, ok := r.opts.Backend.(store.Presigner); ok && req.Header.Get(HeaderStream) != "true" {
+	if p, ok := r.opts.Backend.(objects.Presigner); ok && req.Header.Get(HeaderStream) != "true" {
 		// The object must exist: a presigned URL of a missing key would
 		// only fail later, at the store, with less to say.
 		if _, err := r.opts.Backend.Head(ctx, key); err != nil {
@@ -256,7 +256,7 @@ func (r *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusTemporaryRedirect)
 		return
 	}
-	o, ok := r.opts.Backend.(store.Opener)
+	o, ok := r.opts.Backend.(objects.Opener)
 	if !ok {
 		r.fail(w, http.StatusNotImplemented, "no_reader", "the artifact backend can neither presign nor stream objects")
 		return

@@ -6,9 +6,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 	"github.com/tether-dev/tether/pkg/workerauth"
 )
 
@@ -18,11 +19,11 @@ import (
 // ends. With a backend that can presign, sidecars upload bodies straight to
 // it (direct uploads, upload.PathAuthorize and upload.PathCommit on the same
 // listener) unless direct disables them.
-func (s *Server) EnableArtifacts(backend upload.Backend, direct store.DirectOptions) *store.Handler {
-	h := &store.Handler{
+func (s *Server) EnableArtifacts(backend upload.Backend, direct endpoint.DirectOptions) *endpoint.Handler {
+	h := &endpoint.Handler{
 		Backend:   backend,
 		Authorize: s.gate.AuthorizeArtifacts,
-		OnVerified: func(_ context.Context, job store.Job, _ string, info upload.ObjectInfo) {
+		OnVerified: func(_ context.Context, job endpoint.Job, _ string, info upload.ObjectInfo) {
 			s.metrics.artifactBytes.Add(float64(info.Size))
 			s.metrics.artifactFiles.Inc()
 		},
@@ -33,14 +34,14 @@ func (s *Server) EnableArtifacts(backend upload.Backend, direct store.DirectOpti
 		Log:       s.log.WithName("artifacts"),
 		Direct:    direct,
 	}
-	s.handler = store.Route(workerauth.WithPodClaim(h), s.handler)
+	s.handler = endpoint.Route(workerauth.WithPodClaim(h), s.handler)
 	return h
 }
 
 // manifestVerified records the store's verdict on a node's manifest; once
 // the TrainJob is complete, the last node's verified manifest completes the
 // binding.
-func (s *Server) manifestVerified(ctx context.Context, job store.Job, res store.ManifestResult) error {
+func (s *Server) manifestVerified(ctx context.Context, job endpoint.Job, res verify.ManifestResult) error {
 	a := res.Artifacts()
 	key := types.NamespacedName{Namespace: job.Namespace, Name: job.Name}
 	if _, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {

@@ -3,7 +3,7 @@
 // control plane (cmd/tether-control-plane) on its own HTTPS port, registers
 // sidecars, holds one WebSocket session per worker, pushes commands, and
 // keeps each WorkerBinding's status current. Every request passes the
-// worker gate of pkg/workerauth first; the artifact store (pkg/upload/store)
+// worker gate of pkg/workerauth first; the artifact store (pkg/artifactstore)
 // and the orchestrator read endpoint (pkg/artifactreads) are served on the
 // same listener.
 //

@@ -9,10 +9,11 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactreads"
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/replicalease"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 	"github.com/tether-dev/tether/pkg/workerauth"
 )
 
@@ -62,10 +63,10 @@ func (a *assembly) artifacts() error {
 		return err
 	}
 	a.backend = backend
-	a.artifactStore = a.binding.EnableArtifacts(backend, store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL})
+	a.artifactStore = a.binding.EnableArtifacts(backend, endpoint.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL})
 	reads := backend
 	if !a.opts.ArtifactReadRedirect {
-		if o, ok := backend.(store.Opener); ok {
+		if o, ok := backend.(objects.Opener); ok {
 			reads = streamed{Backend: backend, Opener: o}
 		}
 	}
@@ -83,5 +84,5 @@ func (a *assembly) artifacts() error {
 // every object itself.
 type streamed struct {
 	upload.Backend
-	store.Opener
+	objects.Opener
 }

@@ -14,9 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // NewScheme returns the scheme the control plane speaks.
@@ -103,7 +103,7 @@ type assembly struct {
 	replica       string
 	binding       *bindingserver.Server
 	backend       upload.Backend
-	artifactStore *store.Handler
+	artifactStore *endpoint.Handler
 	clientset     *kubernetes.Clientset
 }
 

@@ -5,10 +5,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // podClaimKey carries an artifact request's pod claim (its pod token and
@@ -26,31 +26,31 @@ func WithPodClaim(next http.Handler) http.Handler {
 	})
 }
 
-// AuthorizeArtifacts is the store's Authorizer (store.Handler.Authorize): it
+// AuthorizeArtifacts is the store's Authorizer (endpoint.Handler.Authorize): it
 // finds the binding holding token; the store then checks that the key lies
 // under the binding's job id. A real token over its artifact request rate
 // is asked to slow down (503 SlowDown with Retry-After); an unknown one is
 // refused by a cache lookup alone and gets no bucket, so made-up tokens
 // cannot fill the table real tokens need.
-func (g *Gate) AuthorizeArtifacts(ctx context.Context, token binding.Token) (store.Job, error) {
+func (g *Gate) AuthorizeArtifacts(ctx context.Context, token binding.Token) (endpoint.Job, error) {
 	hash := token.Hash()
 	wb, err := g.cached(ctx, hash, g.now())
 	if err != nil {
-		return store.Job{}, err
+		return endpoint.Job{}, err
 	}
 	if wb == nil || wb.DeletionTimestamp != nil {
-		return store.Job{}, &store.AuthError{Status: http.StatusUnauthorized, Reason: "unknown_token",
+		return endpoint.Job{}, &endpoint.AuthError{Status: http.StatusUnauthorized, Reason: "unknown_token",
 			Message: "no binding holds this token (the TrainJob was deleted or its token reissued)"}
 	}
 	if ok, after := g.limits.allow(classArtifacts, hash, g.now()); !ok {
-		return store.Job{}, store.SlowDown(after, "more than %d artifact requests per second with this token (burst %d): retry after Retry-After",
+		return endpoint.Job{}, endpoint.SlowDown(after, "more than %d artifact requests per second with this token (burst %d): retry after Retry-After",
 			ArtifactRate, ArtifactBurst)
 	}
 	if ref := g.trainJobRefusal(ctx, wb); ref != nil {
 		if ref.Status == http.StatusUnauthorized {
-			return store.Job{}, &store.AuthError{Status: http.StatusUnauthorized, Reason: ref.Reason, Message: ref.Message}
+			return endpoint.Job{}, &endpoint.AuthError{Status: http.StatusUnauthorized, Reason: ref.Reason, Message: ref.Message}
 		}
-		return store.Job{}, ref
+		return endpoint.Job{}, ref
 	}
 	// The pod the request names (upload.PodHeader, which the store checks
 	// against the node's current pod) must be the pod its token proves.
@@ -58,11 +58,11 @@ func (g *Gate) AuthorizeArtifacts(ctx context.Context, token binding.Token) (sto
 	claim.namespace = wb.Namespace
 	if _, ref := g.proveClaim(ctx, claim, func() (bool, time.Duration) { return g.limits.allow(classPodReviews, hash, g.now()) }); ref != nil {
 		if ref.Status == http.StatusServiceUnavailable {
-			return store.Job{}, store.SlowDown(max(ref.RetryAfter, time.Second), "%s", ref.Message)
+			return endpoint.Job{}, endpoint.SlowDown(max(ref.RetryAfter, time.Second), "%s", ref.Message)
 		}
-		return store.Job{}, &store.AuthError{Status: ref.Status, Reason: ref.Reason, Message: ref.Message}
+		return endpoint.Job{}, &endpoint.AuthError{Status: ref.Status, Reason: ref.Reason, Message: ref.Message}
 	}
-	return store.Job{Namespace: wb.Namespace, Name: wb.Name, JobID: wb.Spec.JobID,
+	return endpoint.Job{Namespace: wb.Namespace, Name: wb.Name, JobID: wb.Spec.JobID,
 		Writable: lifecycle.ArtifactsWritable(&wb.Status), State: lifecycle.ArtifactsState(&wb.Status),
 		Nodes: int(wb.Status.NodeCount), Pods: lifecycle.NodePods(&wb.Status)}, nil
 }
