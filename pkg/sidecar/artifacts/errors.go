@@ -65,7 +65,7 @@ func classify(err error, stall time.Duration) (transient bool, hint string) {
 	case errors.As(err, &ue), errors.As(err, &he), errors.As(err, &ce):
 		return false, "the server's certificate is not trusted by the CA file (TETHER_CA_FILE) or does not name the server; the CA file is re-read for every new connection"
 	case errors.Is(err, errETagMismatch):
-		return true, "the server stored other bytes than were sent (corrupted in transit)"
+		return true, "the store's ETag or checksum is not that of the bytes sent: corrupted in transit, or a store whose ETags are not MD5s (SSE-KMS, SSE-C) that the control plane's start-up probe did not see (see its log)"
 	case errors.Is(err, errChanged):
 		return true, "the trainer is still writing it"
 	case errors.Is(err, errStalled):

@@ -117,6 +117,8 @@ type Uploader struct {
 	ca      *credentials.CA
 	backoff *retry.Backoff
 	direct  direct
+	// noTrailer: the server refused an aws-chunked trailer (put).
+	noTrailer atomic.Bool
 }
 
 // verifiedFile is what the Uploader knows of a file it verified: while its
@@ -125,6 +127,7 @@ type verifiedFile struct {
 	size  int64
 	mtime time.Time
 	md5   string
+	crc   string
 }
 
 // How says how a file came to be verified.
@@ -145,9 +148,13 @@ const (
 type Result struct {
 	Path string
 	Size int64
-	// MD5 is the lowercase hex MD5 of the content, equal to the stored ETag.
-	MD5      string
-	How      How
+	// MD5 is the lowercase hex MD5 of the content, equal to the stored ETag
+	// where the store's ETags are MD5s.
+	MD5 string
+	// CRC64NVME is the content's CRC-64/NVME (S3's base64 form), which the
+	// server and the store checked where they report one.
+	CRC64NVME string
+	How       How
 	Attempts int
 }
 
@@ -284,10 +291,21 @@ func (u *Uploader) Verified(rel string, size int64, mtime time.Time) (md5hex str
 	return v.md5, true
 }
 
-func (u *Uploader) remember(rel string, size int64, mtime time.Time, sum string) {
+// VerifiedFile is Verified as a manifest entry (both digests).
+func (u *Uploader) VerifiedFile(rel string, size int64, mtime time.Time) (upload.ManifestFile, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.verified[rel] = verifiedFile{size: size, mtime: mtime, md5: sum}
+	v, ok := u.verified[rel]
+	if !ok || v.size != size || !v.mtime.Equal(mtime) {
+		return upload.ManifestFile{}, false
+	}
+	return upload.ManifestFile{Path: rel, Size: size, MD5: v.md5, CRC64NVME: v.crc}, true
+}
+
+func (u *Uploader) remember(rel string, size int64, mtime time.Time, sum, crc string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.verified[rel] = verifiedFile{size: size, mtime: mtime, md5: sum, crc: crc}
 }
 
 func (u *Uploader) forget(rel string) {
