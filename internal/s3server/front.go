@@ -1,0 +1,213 @@
+package s3server
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Fault is how a Front misbehaves: the ways real stores differ from "the
+// ETag of a single PUT is its MD5", and a store that lies.
+type Fault int32
+
+const (
+	// FaultNone passes everything through.
+	FaultNone Fault = iota
+	// FaultRandomETag rewrites every ETag (headers and XML answers) to a
+	// hex string that is not the MD5, stable per object version, as AWS
+	// answers for objects under SSE-KMS or SSE-C.
+	FaultRandomETag
+	// FaultWrongETag answers another MD5-shaped ETag than the object's
+	// (one hex digit changed): a store that lies about the body it holds.
+	FaultWrongETag
+	// FaultWrongChecksum changes every x-amz-checksum-crc64nvme in answers
+	// (one bit): a store that lies about its checksum.
+	FaultWrongChecksum
+	// FaultNoChecksums drops x-amz-checksum-* headers from requests and
+	// answers: a store without flexible checksums.
+	FaultNoChecksums
+)
+
+// String names the fault as the tests' subtests do.
+func (f Fault) String() string {
+	switch f {
+	case FaultNone:
+		return "none"
+	case FaultRandomETag:
+		return "random-etag"
+	case FaultWrongETag:
+		return "wrong-etag"
+	case FaultWrongChecksum:
+		return "wrong-checksum"
+	case FaultNoChecksums:
+		return "no-checksums"
+	}
+	return "Fault(" + strconv.Itoa(int(f)) + ")"
+}
+
+// Front is an S3 front end for tests: a reverse proxy on a loopback port in
+// front of a Server that passes every request on (the Host header kept, so
+// SigV4 signatures and presigned URLs made for the Front's endpoint stay
+// valid) and rewrites the answers as its Fault says. The fault can change
+// while the Front runs (SetFault): a store may start lying after Tether's
+// start-up probe trusted it.
+type Front struct {
+	// Endpoint is host:port of the Front on 127.0.0.1 (plain HTTP).
+	Endpoint string
+
+	fault atomic.Int32
+	// only, if set, limits the fault to object keys containing it.
+	only atomic.Pointer[string]
+	srv  *http.Server
+	ln   net.Listener
+}
+
+// NewFront starts a Front for the S3 server at target (host:port, plain
+// HTTP) with fault.
+func NewFront(target string, fault Fault) (*Front, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	f := &Front{Endpoint: ln.Addr().String(), ln: ln}
+	f.fault.Store(int32(fault))
+	u := &url.URL{Scheme: "http", Host: target}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.Out.Host = pr.In.Host // what the signature covers
+			if f.applies(pr.In) && f.Fault() == FaultNoChecksums {
+				for k := range pr.Out.Header {
+					if strings.HasPrefix(k, "X-Amz-Checksum-") && k != "X-Amz-Checksum-Mode" {
+						pr.Out.Header.Del(k)
+					}
+				}
+			}
+		},
+		ModifyResponse: func(resp *http.Response) error { return f.rewrite(resp) },
+		// A lost store is a 502, as from a real gateway.
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+		},
+		FlushInterval: -1,
+	}
+	f.srv = &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = f.srv.Serve(ln) }()
+	return f, nil
+}
+
+// SetFault changes the fault from the next answer on.
+func (f *Front) SetFault(fault Fault) { f.fault.Store(int32(fault)) }
+
+// Fault is the current fault.
+func (f *Front) Fault() Fault { return Fault(f.fault.Load()) }
+
+// Only limits the fault to requests whose object key contains s ("" for
+// every request).
+func (f *Front) Only(s string) {
+	if s == "" {
+		f.only.Store(nil)
+		return
+	}
+	f.only.Store(&s)
+}
+
+// Close stops the Front.
+func (f *Front) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := f.srv.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return f.srv.Close()
+	}
+	return err
+}
+
+func (f *Front) applies(r *http.Request) bool {
+	only := f.only.Load()
+	return only == nil || strings.Contains(r.URL.Path, *only) || strings.Contains(r.Header.Get("X-Amz-Copy-Source"), *only)
+}
+
+var xmlETag = regexp.MustCompile(`<ETag>(&#34;|&quot;|")?([0-9a-fA-F]{32})(-[0-9]+)?(&#34;|&quot;|")?</ETag>`)
+
+func (f *Front) rewrite(resp *http.Response) error {
+	fault := f.Fault()
+	if fault == FaultNone || !f.applies(resp.Request) {
+		return nil
+	}
+	h := resp.Header
+	switch fault {
+	case FaultRandomETag, FaultWrongETag:
+		if e := h.Get("ETag"); e != "" {
+			h.Set("ETag", `"`+badETag(fault, strings.Trim(e, `"`))+`"`)
+		}
+		if !strings.Contains(h.Get("Content-Type"), "xml") || resp.ContentLength > 1<<20 {
+			return nil
+		}
+		raw, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		raw = xmlETag.ReplaceAllFunc(raw, func(m []byte) []byte {
+			sub := xmlETag.FindSubmatch(m)
+			return []byte("<ETag>" + string(sub[1]) + badETag(fault, string(sub[2])) + string(sub[4]) + "</ETag>")
+		})
+		resp.Body = io.NopCloser(bytes.NewReader(raw))
+		resp.ContentLength = int64(len(raw))
+		h.Set("Content-Length", strconv.Itoa(len(raw)))
+	case FaultWrongChecksum:
+		for k, vs := range h {
+			if strings.HasPrefix(k, "X-Amz-Checksum-") && k != "X-Amz-Checksum-Type" && len(vs) > 0 {
+				h.Set(k, flipChecksum(vs[0]))
+			}
+		}
+	case FaultNoChecksums:
+		for k := range h {
+			if strings.HasPrefix(k, "X-Amz-Checksum-") {
+				h.Del(k)
+			}
+		}
+	}
+	return nil
+}
+
+// badETag is the ETag a faulty store answers for one whose real ETag is e.
+func badETag(fault Fault, e string) string {
+	if fault == FaultRandomETag {
+		// Stable per object version, looks like an MD5, is not one.
+		s := sha256.Sum256([]byte("sse-kms\x00" + strings.ToLower(e)))
+		return hex.EncodeToString(s[:16])
+	}
+	b := []byte(strings.ToLower(e))
+	if len(b) > 0 {
+		if b[0] == '0' {
+			b[0] = '1'
+		} else {
+			b[0] = '0'
+		}
+	}
+	return string(b)
+}
+
+func flipChecksum(v string) string {
+	b, err := base64.StdEncoding.DecodeString(v)
+	if err != nil || len(b) == 0 {
+		return "AAAAAAAAAAA="
+	}
+	b[len(b)-1] ^= 1
+	return base64.StdEncoding.EncodeToString(b)
+}
