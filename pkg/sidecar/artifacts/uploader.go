@@ -82,6 +82,10 @@ type UploaderConfig struct {
 	// one; 0 means DefaultWorkers.
 	MaxConns int
 
+	// NoTrailer sends streamed bodies without their CRC-64/NVME trailer
+	// (the server still checks the store's checksum against its own): what
+	// the benchmarks compare the trailer's cost with.
+	NoTrailer bool
 	// DirectMinSize: files of at least this many bytes go straight to the
 	// artifact store when the binding server offers it (direct mode); 0
 	// means DefaultDirectMinSize, negative always sends through the server.
@@ -246,6 +250,7 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 		rt = cfg.WrapTransport(rt)
 	}
 	up.podUID.Store(&cfg.PodUID)
+	up.noTrailer.Store(cfg.NoTrailer)
 	rt = &tokenTransport{file: cfg.TokenFile, podTokenFile: cfg.PodTokenFile, pod: &up.podUID, next: rt}
 	up.initDirect(u.Host, rt)
 
