@@ -52,7 +52,7 @@ const (
 func TestMain(m *testing.M) {
 	switch mode := os.Getenv(childEnv); mode {
 	case "":
-	case "baseline", "upload", "floor", "md5-floor":
+	case "baseline", "upload", "upload-no-crc", "floor", "md5-floor":
 		os.Exit(runChild(mode))
 	case "server":
 		os.Exit(runServerChild())
@@ -701,6 +701,10 @@ type childReport struct {
 	CPU     time.Duration `json:"cpu"`
 }
 
+func serverCPUPerGiB(c childRun, fx *fixture) float64 {
+	return c.serverCPU.Seconds() / (float64(fx.size) / gib)
+}
+
 // childRun is a child's report and what the parent saw of it.
 type childRun struct {
 	rep childReport
@@ -732,7 +736,7 @@ func BenchmarkUploaderRSS(b *testing.B) {
 		key := ""
 		if fx != nil {
 			key = s.key(fx.rel)
-			if mode != "upload" {
+			if mode != "upload" && mode != "upload-no-crc" {
 				key = s.key(mode + "/" + fx.rel)
 			}
 			if err := s.checkAbsent(ctx, key); err != nil {
@@ -765,7 +769,7 @@ func BenchmarkUploaderRSS(b *testing.B) {
 		if cr.rep.Err != "" {
 			b.Fatalf("child %s: %s", mode, cr.rep.Err)
 		}
-		if mode == "upload" {
+		if mode == "upload" || mode == "upload-no-crc" {
 			if err := checkResult(cr.rep.Result, fx); err != nil {
 				b.Fatalf("child: %v", err)
 			}
@@ -778,11 +782,12 @@ func BenchmarkUploaderRSS(b *testing.B) {
 		return cr
 	}
 
-	var base, r64, rBig, fBig, mBig childRun
+	var base, r64, rBig, fBig, mBig, nBig childRun
 	for b.Loop() {
 		base = run("baseline", nil)
 		r64 = run("upload", small)
 		rBig = run("upload", bigFx)
+		nBig = run("upload-no-crc", bigFx)
 		fBig = run("floor", bigFx)
 		mBig = run("md5-floor", bigFx)
 	}
@@ -798,7 +803,7 @@ func BenchmarkUploaderRSS(b *testing.B) {
 		name string
 		r    childRun
 		fx   *fixture
-	}{{"uploader", r64, small}, {"uploader", rBig, bigFx}, {"floor", fBig, bigFx}, {"md5-floor", mBig, bigFx}} {
+	}{{"uploader", r64, small}, {"uploader", rBig, bigFx}, {"no-crc", nBig, bigFx}, {"floor", fBig, bigFx}, {"md5-floor", mBig, bigFx}} {
 		b.Logf("%-9s %s: peak RSS %.1f MiB (%.1f MiB before the upload, %.1f MiB at the end); %.2fs, %.1f MiB/s, child CPU %.2fs (%.2fs per GiB); child read %d B, server wrote %d B to it -> file %d B = %.6f x size (storage reads %d B)",
 			c.name, sizeLabel(c.fx.size), kib(c.r.rep.HWM), kib(c.r.rep.HWMStart), kib(c.r.rep.RSS),
 			c.r.rep.Elapsed.Seconds(), mibPerSec(c.fx.size, c.r.rep.Elapsed), c.r.rep.CPU.Seconds(), perGiB(c.r, c.fx),
@@ -813,6 +818,10 @@ func BenchmarkUploaderRSS(b *testing.B) {
 	b.ReportMetric(readRatio(rBig, bigFx), "read-ratio-child")
 	// The client's CPU alone (the server is in the parent).
 	b.ReportMetric(perGiB(rBig, bigFx), "child-cpu-s-per-gib")
+	// The sidecar's CPU with the CRC-64/NVME trailer against without it.
+	b.ReportMetric(perGiB(nBig, bigFx), "no-crc-child-cpu-s-per-gib")
+	b.ReportMetric(perGiB(rBig, bigFx)/perGiB(nBig, bigFx), "x-crc-child-cpu")
+	b.ReportMetric(serverCPUPerGiB(rBig, bigFx)/serverCPUPerGiB(nBig, bigFx), "x-crc-server-cpu")
 	b.ReportMetric(perGiB(fBig, bigFx), "floor-child-cpu-s-per-gib")
 	b.ReportMetric(perGiB(mBig, bigFx), "md5-floor-child-cpu-s-per-gib")
 	// The server's CPU alone (the client is in the child).
@@ -885,8 +894,9 @@ func childUpload(mode string, rep *childReport) error {
 
 	var put func() error
 	switch mode {
-	case "upload":
-		up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: env("URL"), JobID: env("JOB"), TokenFile: env("TOKEN_FILE"), CAFile: env("CA_FILE")})
+	case "upload", "upload-no-crc":
+		up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: env("URL"), JobID: env("JOB"), TokenFile: env("TOKEN_FILE"), CAFile: env("CA_FILE"),
+			NoTrailer: mode == "upload-no-crc"})
 		if err != nil {
 			return err
 		}
