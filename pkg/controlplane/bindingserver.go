@@ -58,6 +58,13 @@ func (a *assembly) artifacts() error {
 	if err != nil {
 		return err
 	}
+	if s3, ok := backend.(*store.S3Backend); ok {
+		caps, err := probeStore(s3, a.mgr.GetLogger().WithName("artifacts"))
+		if err != nil {
+			return err
+		}
+		a.storeCaps = &caps
+	}
 	a.backend = backend
 	a.artifactStore = a.binding.EnableArtifacts(backend, store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL})
 	reads := backend

@@ -104,6 +104,8 @@ type assembly struct {
 	binding       *bindingserver.Server
 	backend       upload.Backend
 	artifactStore *store.Handler
+	// storeCaps is what the S3 store showed the start-up probe (nil: fs).
+	storeCaps *store.Capabilities
 	clientset     *kubernetes.Clientset
 }
 

@@ -34,6 +34,11 @@ type S3Backend struct {
 	// Public, if set, signs the presigned PUT URLs of direct uploads for
 	// the endpoint sidecars reach (S3Options.PublicEndpoint).
 	Public *minio.Client
+
+	// transport is the client's (S3Options.Transport), for the probe's
+	// presigned PUT; choice is what the probe allowed (Use).
+	transport http.RoundTripper
+	choice    Choice
 }
 
 var _ upload.Backend = (*S3Backend)(nil)
@@ -86,7 +91,7 @@ func NewS3Backend(o S3Options) (*S3Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("S3 backend: %w", err)
 	}
-	b := &S3Backend{Client: c, Bucket: o.Bucket, Prefix: o.Prefix}
+	b := &S3Backend{Client: c, Bucket: o.Bucket, Prefix: o.Prefix, transport: o.Transport}
 	if o.PublicEndpoint != "" {
 		if b.Public, err = publicClient(o, lookup); err != nil {
 			return nil, err

@@ -93,3 +93,19 @@ func markPrecondition(err error) error {
 	}
 	return err
 }
+
+// Use makes the backend verify, write and promote as the start-up probe's
+// choice allows (Capabilities.Choose). Without it the backend trusts the
+// ETag as the MD5 (the design's contract) and writes unconditionally.
+func (b *S3Backend) Use(c Choice) { b.choice = c }
+
+// Verification is what proves an object here (Verifier).
+func (b *S3Backend) Verification() Verification { return b.choice.Verification }
+
+// Transport is the HTTP transport the backend's client uses.
+func (b *S3Backend) Transport() http.RoundTripper {
+	if b.transport != nil {
+		return b.transport
+	}
+	return http.DefaultTransport
+}
