@@ -55,7 +55,7 @@ test: testbin
 # by plain `go test`.
 FUZZTIME ?= 100000x
 FUZZ_TARGETS ?= ./pkg/binding:FuzzDecodeFrame ./pkg/binding:FuzzTokenFromHeader \
-	./pkg/upload/store:FuzzCheckKey ./pkg/upload/store:FuzzParseManifest \
+	./pkg/artifactstore/objects:FuzzCheckKey ./pkg/artifactstore/verify:FuzzParseManifest \
 	./pkg/sidecar/progress:FuzzLastProgressLine ./pkg/jobconfig:FuzzParse \
 	./pkg/mutate:FuzzPodHandler ./pkg/mutate:FuzzTrainJobHandler
 fuzz:

@@ -4,7 +4,7 @@
 //	go test -run '^$' -bench . -benchtime 1x -timeout 30m ./bench/sync/
 //
 // The server is bench/upload's: the binding server's artifact endpoint
-// (store.Handler, fs backend, store.Route) on its own TLS listener on
+// (endpoint.Handler, fs backend, endpoint.Route) on its own TLS listener on
 // 127.0.0.1 with the binding server's http.Server timeouts, its Authorizer
 // a stand-in accepting one token for one writable job. It records when it
 // answered each PUT 200: the object stored, fsynced and its ETag checked,

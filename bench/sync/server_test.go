@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/internal/benchutil"
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // server is the artifact endpoint as the binding server serves it
@@ -20,7 +20,7 @@ import (
 type server struct {
 	url, token, jobID string
 	tokenFile, caFile string
-	backend           store.FSBackend
+	backend           fsstore.FSBackend
 	mu                sync.Mutex
 	verifiedAt        map[string]time.Time // key → when its PUT was answered 200 (the first time)
 	puts              atomic.Int64         // PUTs answered 200

@@ -1,7 +1,7 @@
 // Package upload benchmarks the sidecar's artifact upload path end to end:
 // artifacts.Uploader (minio-go, TLS, token header, MD5 streamed, ETag verified)
-// against the binding server's S3-compatible endpoint (store.Handler with
-// store.FSBackend), over HTTPS on 127.0.0.1.
+// against the binding server's S3-compatible endpoint (endpoint.Handler with
+// fsstore.FSBackend), over HTTPS on 127.0.0.1.
 //
 //	go test -run '^$' -bench . -benchtime 1x -timeout 30m ./bench/upload/
 //
@@ -9,7 +9,7 @@
 // serves it (pkg/binding/server): its own TCP listener on 127.0.0.1, wrapped
 // by tls.NewListener (a fresh self-signed ECDSA P-256 certificate, TLS 1.2+,
 // HTTP/1.1), an http.Server with the binding server's timeouts, and
-// store.Route in front. The Authorizer accepts exactly one token for one job
+// endpoint.Route in front. The Authorizer accepts exactly one token for one job
 // id (writable binding): a stand-in for the binding server's
 // token -> WorkerBinding cache lookup, which is not what is measured here.
 //

@@ -21,9 +21,10 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/tether-dev/tether/internal/benchutil"
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 const (
@@ -38,7 +39,7 @@ const (
 
 // BenchmarkManifestPutRSS sends ten manifest PUTs of 16 MiB at once, all
 // with one token, to the artifact endpoint served by a child process (this
-// test binary with TETHER_BENCH_UPLOAD_CHILD=manifest-server: store.Handler
+// test binary with TETHER_BENCH_UPLOAD_CHILD=manifest-server: endpoint.Handler
 // with the fs backend and its production settings, TLS, the binding server's
 // http.Server timeouts), and reports that process's peak RSS (VmHWM of
 // /proc/<pid>/status) against the chart's 512Mi limit. The manifest lists
@@ -227,18 +228,18 @@ func runManifestServerChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	backend, err := store.NewFSBackend(env("STORE"))
+	backend, err := fsstore.NewFSBackend(env("STORE"))
 	if err != nil {
 		return fail(err)
 	}
 	defer backend.Close()
-	h := &store.Handler{
+	h := &endpoint.Handler{
 		Backend: backend,
-		Authorize: func(_ context.Context, token binding.Token) (store.Job, error) {
+		Authorize: func(_ context.Context, token binding.Token) (endpoint.Job, error) {
 			if string(token) != manifestToken {
-				return store.Job{}, store.Unauthorized("no binding holds this token")
+				return endpoint.Job{}, endpoint.Unauthorized("no binding holds this token")
 			}
-			return store.Job{Namespace: "tether-bench", Name: manifestJobID, JobID: manifestJobID, Writable: true,
+			return endpoint.Job{Namespace: "tether-bench", Name: manifestJobID, JobID: manifestJobID, Writable: true,
 				Pods: map[int]string{0: manifestPod}}, nil
 		},
 		Log: logr.Discard(),

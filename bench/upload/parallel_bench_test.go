@@ -27,9 +27,10 @@ import (
 
 	"github.com/tether-dev/tether/internal/benchutil"
 	"github.com/tether-dev/tether/internal/s3server"
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 const (
@@ -41,7 +42,7 @@ const (
 
 // configureDirect sets a server child's direct-upload options (the direct
 // phase's file sets it); nil: the handler has none (proxy only).
-var configureDirect func(h *store.Handler, enabled bool)
+var configureDirect func(h *endpoint.Handler, enabled bool)
 
 // parallelEnv is versitygw (TLS, its own process) and what every phase shares.
 type parallelEnv struct {
@@ -371,22 +372,22 @@ func runServerChild() int {
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(certPEM)
-	backend, err := store.NewS3Backend(store.S3Options{Endpoint: env("S3"), Secure: true, AccessKey: s3Access, SecretKey: s3Secret,
+	backend, err := s3store.NewS3Backend(s3store.S3Options{Endpoint: env("S3"), Secure: true, AccessKey: s3Access, SecretKey: s3Secret,
 		Region: "us-east-1", Bucket: s3Bucket, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, DisableCompression: true}})
 	if err != nil {
 		return fail(err)
 	}
-	jobs := map[string]store.Job{}
+	jobs := map[string]endpoint.Job{}
 	for i := range n {
-		jobs[tokenOf(i)] = store.Job{Namespace: "tether-bench", Name: jobOf(phase, i), JobID: jobOf(phase, i), Writable: true}
+		jobs[tokenOf(i)] = endpoint.Job{Namespace: "tether-bench", Name: jobOf(phase, i), JobID: jobOf(phase, i), Writable: true}
 	}
-	h := &store.Handler{
+	h := &endpoint.Handler{
 		Backend: backend,
-		Authorize: func(_ context.Context, token binding.Token) (store.Job, error) {
+		Authorize: func(_ context.Context, token binding.Token) (endpoint.Job, error) {
 			if j, ok := jobs[string(token)]; ok {
 				return j, nil
 			}
-			return store.Job{}, store.Unauthorized("no binding holds this token")
+			return endpoint.Job{}, endpoint.Unauthorized("no binding holds this token")
 		},
 		Log: logr.Discard(),
 	}
@@ -401,13 +402,13 @@ func runServerChild() int {
 
 // serveChild serves h over TLS on a loopback port a child announces on
 // stdout ("listening <addr>"), until its parent closes its stdin.
-func serveChild(h *store.Handler, cert tls.Certificate) error {
+func serveChild(h *endpoint.Handler, cert tls.Certificate) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           store.Route(h, http.NotFoundHandler()),
+		Handler:           endpoint.Route(h, http.NotFoundHandler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,

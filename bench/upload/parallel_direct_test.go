@@ -1,9 +1,9 @@
 package upload_test
 
-import "github.com/tether-dev/tether/pkg/upload/store"
+import "github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 
 // The direct phase of BenchmarkParallel8x1GiB: the server child offers
 // direct uploads (its S3 backend presigns), or forces proxy mode.
 func init() {
-	configureDirect = func(h *store.Handler, enabled bool) { h.Direct.Disabled = !enabled }
+	configureDirect = func(h *endpoint.Handler, enabled bool) { h.Direct.Disabled = !enabled }
 }

@@ -30,9 +30,9 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/internal/benchutil"
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 const (
@@ -241,7 +241,7 @@ type server struct {
 	tokenFile string
 	caFile    string
 	roots     *x509.CertPool
-	backend   store.FSBackend
+	backend   fsstore.FSBackend
 
 	connRead, connWritten atomic.Int64
 }

@@ -30,7 +30,7 @@ import (
 
 // stub is a minimal binding server that exists only to drive the sidecar
 // binary's main loop in these tests; it is not the real server
-// (pkg/binding/server, pkg/upload/store), whose integration tests come
+// (pkg/binding/server, pkg/artifactstore), whose integration tests come
 // separately. Its artifact endpoint keeps objects in memory; pkg/sidecar/artifacts'
 // tests run the uploader against a real S3 server.
 type stub struct {

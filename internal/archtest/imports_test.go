@@ -84,7 +84,7 @@ func TestSidecarHasNoKubernetesOrControlPlaneCode(t *testing.T) {
 		switch {
 		case strings.HasPrefix(p.ImportPath, "k8s.io/"), strings.HasPrefix(p.ImportPath, "sigs.k8s.io/"):
 			t.Errorf("cmd/sidecar depends on %s", p.ImportPath)
-		case internal(p.ImportPath) && (strings.HasPrefix(r, "pkg/binding/server") || strings.HasPrefix(r, "pkg/upload/store") ||
+		case internal(p.ImportPath) && (strings.HasPrefix(r, "pkg/binding/server") || strings.HasPrefix(r, "pkg/artifactstore/") ||
 			r == "pkg/controller" || r == "pkg/controlplane" || r == "pkg/mutate" || r == "api/v1alpha1"):
 			t.Errorf("cmd/sidecar depends on control-plane package %s", r)
 		}

@@ -16,13 +16,14 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // ArtifactServer is the binding server's artifact endpoint as it serves it
-// (pkg/binding/server): store.Handler on the fs backend opened as the
-// control plane opens it (--artifact-backend fs), store.Route in front, its
+// (pkg/binding/server): endpoint.Handler on the fs backend opened as the
+// control plane opens it (--artifact-backend fs), endpoint.Route in front, its
 // own TCP listener on 127.0.0.1 wrapped by tls.NewListener (a fresh
 // self-signed certificate, TLS 1.2+, HTTP/1.1) and an http.Server with the
 // binding server's timeouts. Its Authorizer accepts exactly one token for
@@ -35,7 +36,7 @@ type ArtifactServer struct {
 	// newline); CAFile the certificate, which CertPEM is too.
 	TokenFile, CAFile string
 	CertPEM           []byte
-	Backend           store.FSBackend
+	Backend           fsstore.FSBackend
 }
 
 // ArtifactServerOptions shape an ArtifactServer; the zero value is the plain
@@ -46,7 +47,7 @@ type ArtifactServerOptions struct {
 	StoreParent string
 	// JobIDBytes is the random part of the job id, in bytes (default 8).
 	JobIDBytes int
-	// Others serves what is not an artifact request (store.Route's next);
+	// Others serves what is not an artifact request (endpoint.Route's next);
 	// nil answers 404.
 	Others http.Handler
 	// WrapHandler wraps the routed handler; WrapListener the TCP listener,
@@ -77,7 +78,7 @@ func StartArtifactServer(b testing.TB, o ArtifactServerOptions) *ArtifactServer 
 		b.Cleanup(func() { _ = os.RemoveAll(d) })
 		storeRoot = d
 	}
-	backend, err := store.NewFSBackend(storeRoot)
+	backend, err := fsstore.NewFSBackend(storeRoot)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,13 +100,13 @@ func StartArtifactServer(b testing.TB, o ArtifactServerOptions) *ArtifactServer 
 	if err := os.WriteFile(s.CAFile, certPEM, 0o600); err != nil {
 		b.Fatal(err)
 	}
-	h := &store.Handler{
+	h := &endpoint.Handler{
 		Backend: backend,
-		Authorize: func(_ context.Context, token binding.Token) (store.Job, error) {
+		Authorize: func(_ context.Context, token binding.Token) (endpoint.Job, error) {
 			if string(token) != s.Token {
-				return store.Job{}, store.Unauthorized("no binding holds this token")
+				return endpoint.Job{}, endpoint.Unauthorized("no binding holds this token")
 			}
-			return store.Job{Namespace: "tether-bench", Name: "bench-worker-0", JobID: s.JobID, Writable: true}, nil
+			return endpoint.Job{Namespace: "tether-bench", Name: "bench-worker-0", JobID: s.JobID, Writable: true}, nil
 		},
 		Log: logr.Discard(),
 	}
@@ -113,7 +114,7 @@ func StartArtifactServer(b testing.TB, o ArtifactServerOptions) *ArtifactServer 
 	if others == nil {
 		others = http.NotFoundHandler()
 	}
-	handler := store.Route(h, others)
+	handler := endpoint.Route(h, others)
 	if o.WrapHandler != nil {
 		handler = o.WrapHandler(handler)
 	}

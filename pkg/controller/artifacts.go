@@ -9,8 +9,9 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/pending"
+	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/lifecycle"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // The artifact store's work the binding reconciler delegates: it decides
@@ -18,13 +19,13 @@ import (
 
 // PendingArtifacts is the artifact store's handling of deferred overwrites.
 type PendingArtifacts interface {
-	Promote(ctx context.Context, jobID string, manifests []store.VerifiedManifest) (int, error)
+	Promote(ctx context.Context, jobID string, manifests []pending.VerifiedManifest) (int, error)
 	DropPending(ctx context.Context, jobID string) (int, error)
 }
 
 // StoredManifests checks a node's manifest as the artifact store holds it.
 type StoredManifests interface {
-	StoredManifest(ctx context.Context, jobID string, rank int) (store.ManifestResult, bool, error)
+	StoredManifest(ctx context.Context, jobID string, rank int) (verify.ManifestResult, bool, error)
 }
 
 // recheckStoredManifests records the store's verdict on the stored manifest
@@ -63,13 +64,13 @@ func (r *BindingReconciler) promote(ctx context.Context, wb *tetherv1.WorkerBind
 	if r.Pending == nil {
 		return nil
 	}
-	var manifests []store.VerifiedManifest
+	var manifests []pending.VerifiedManifest
 	for rank, sum := range lifecycle.VerifiedManifests(&wb.Status) {
-		manifests = append(manifests, store.VerifiedManifest{Rank: int(rank), SHA256: sum})
+		manifests = append(manifests, pending.VerifiedManifest{Rank: int(rank), SHA256: sum})
 	}
-	slices.SortFunc(manifests, func(a, b store.VerifiedManifest) int { return a.Rank - b.Rank })
+	slices.SortFunc(manifests, func(a, b pending.VerifiedManifest) int { return a.Rank - b.Rank })
 	n, err := r.Pending.Promote(ctx, wb.Spec.JobID, manifests)
-	var nl *store.NotAsListedError
+	var nl *pending.NotAsListedError
 	if errors.As(err, &nl) {
 		logf.FromContext(ctx).Info("a verified artifact changed before promotion: the node's verdict is taken back", "node", nl.Rank, "path", nl.Path, "why", nl.Why)
 		lifecycle.ArtifactsNotAsListed(&wb.Status, int32(nl.Rank), nl.Path, nl.Error())

@@ -11,19 +11,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/pending"
+	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // fakePending records promotions; fail makes the next ones fail.
 type fakePending struct {
 	promoted  []string
-	manifests [][]store.VerifiedManifest
+	manifests [][]pending.VerifiedManifest
 	fail      error
 }
 
-func (f *fakePending) Promote(_ context.Context, jobID string, manifests []store.VerifiedManifest) (int, error) {
+func (f *fakePending) Promote(_ context.Context, jobID string, manifests []pending.VerifiedManifest) (int, error) {
 	f.manifests = append(f.manifests, manifests)
 	if f.fail != nil {
 		return 0, f.fail
@@ -78,16 +79,16 @@ func TestPromotionOfAChangedArtifactTakesTheVerdictBack(t *testing.T) {
 	wb.Spec.JobID = "job-1"
 	wb.Spec.Settings = lifecycle.RecordSettings(jobconfig.Settings{HeartbeatInterval: 10 * time.Second, TrainerContainer: "node", Nodes: jobconfig.NodesAll})
 	lifecycle.Initial(&wb.Status)
-	pending := &fakePending{fail: &store.NotAsListedError{Rank: 0, Path: "model.bin", Why: "the key holds 3 bytes with MD5 x"}}
+	fake := &fakePending{fail: &pending.NotAsListedError{Rank: 0, Path: "model.bin", Why: "the key holds 3 bytes with MD5 x"}}
 	r := &BindingReconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
-		Live: jobSetReader{nodes: 1}, Pending: pending}
+		Live: jobSetReader{nodes: 1}, Pending: fake}
 	register(0, "a")(&wb.Status, at(1))
 	manifest(0, true)(&wb.Status, at(20))
 	wb.Status.Nodes[0].Artifacts.ManifestSHA256 = strings.Repeat("ab", 32)
 	pods := []corev1.Pod{*pod(0, "a", 1).Exited(0, at(19)).Obj()}
 
 	r.observe(context.Background(), trainJob(complete(21)), wb, pods, at(22))
-	if got := pending.manifests; len(got) != 1 || len(got[0]) != 1 || got[0][0] != (store.VerifiedManifest{Rank: 0, SHA256: strings.Repeat("ab", 32)}) {
+	if got := fake.manifests; len(got) != 1 || len(got[0]) != 1 || got[0][0] != (pending.VerifiedManifest{Rank: 0, SHA256: strings.Repeat("ab", 32)}) {
 		t.Fatalf("Promote was given %+v, want node 0's recorded digest", got)
 	}
 	if wb.Status.Phase != tetherv1.PhaseFinishing || wb.Status.Reason != tetherv1.ReasonAwaitingArtifacts {
@@ -103,9 +104,9 @@ func TestPromotionOfAChangedArtifactTakesTheVerdictBack(t *testing.T) {
 }
 
 // fakeManifests answers StoredManifest from a map of rank to result.
-type fakeManifests map[int]store.ManifestResult
+type fakeManifests map[int]verify.ManifestResult
 
-func (f fakeManifests) StoredManifest(_ context.Context, _ string, rank int) (store.ManifestResult, bool, error) {
+func (f fakeManifests) StoredManifest(_ context.Context, _ string, rank int) (verify.ManifestResult, bool, error) {
 	res, ok := f[rank]
 	return res, ok, nil
 }

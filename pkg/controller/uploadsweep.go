@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/pending"
 	"github.com/tether-dev/tether/pkg/lifecycle"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // DefaultUploadSweepMargin is how long after its URLs expire a job's
@@ -37,7 +37,7 @@ const DefaultUploadSweepMargin = time.Minute + 640*time.Second
 // the next one.
 const sweepPageRetry = time.Second
 
-// DirectUploads is the artifact store's part of the sweep (store.Handler).
+// DirectUploads is the artifact store's part of the sweep (endpoint.Handler).
 type DirectUploads interface {
 	// DirectTTL is the presigned URLs' lifetime, 0 if the store presigns none.
 	DirectTTL() time.Duration
@@ -206,7 +206,7 @@ func (s *UploadSweeper) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 			return ctrl.Result{}, err
 		}
 	}
-	n, more, err := s.Uploads.SweepUploads(ctx, jobID, store.UploadSweepPage)
+	n, more, err := s.Uploads.SweepUploads(ctx, jobID, pending.UploadSweepPage)
 	if n > 0 {
 		log.Info("removed direct uploads of a job whose binding ended", "objects", n, "until", plan.deadline.UTC().Format(time.RFC3339))
 	}

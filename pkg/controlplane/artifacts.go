@@ -9,8 +9,9 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // staleTempAge is how old a temporary file of the fs backend must be to count
@@ -24,7 +25,7 @@ func artifactBackend(opts Options, log logr.Logger) (upload.Backend, error) {
 		if err := os.MkdirAll(opts.ArtifactDir, 0o750); err != nil {
 			return nil, fmt.Errorf("--artifact-dir: %w", err)
 		}
-		b, err := store.NewFSBackend(opts.ArtifactDir)
+		b, err := fsstore.NewFSBackend(opts.ArtifactDir)
 		if err != nil {
 			return nil, fmt.Errorf("--artifact-dir: %w", err)
 		}
@@ -46,7 +47,7 @@ func artifactBackend(opts Options, log logr.Logger) (upload.Backend, error) {
 		}
 		access, secret = strings.TrimSpace(string(a)), strings.TrimSpace(string(s))
 	}
-	return store.NewS3Backend(store.S3Options{Endpoint: opts.S3.Endpoint, Secure: !opts.S3.Insecure, AccessKey: access, SecretKey: secret,
+	return s3store.NewS3Backend(s3store.S3Options{Endpoint: opts.S3.Endpoint, Secure: !opts.S3.Insecure, AccessKey: access, SecretKey: secret,
 		Region: opts.S3.Region, Bucket: opts.S3.Bucket, Prefix: opts.S3.Prefix,
 		PublicEndpoint: opts.S3.PublicEndpoint, PublicInsecure: opts.S3.Insecure})
 }

@@ -8,9 +8,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
+	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // bindingServer builds the binding server (sessions, registration, the
@@ -58,7 +60,7 @@ func (a *assembly) artifacts() error {
 	if err != nil {
 		return err
 	}
-	if s3, ok := backend.(*store.S3Backend); ok {
+	if s3, ok := backend.(*s3store.S3Backend); ok {
 		caps, err := probeStore(s3, a.mgr.GetLogger().WithName("artifacts"))
 		if err != nil {
 			return err
@@ -66,10 +68,10 @@ func (a *assembly) artifacts() error {
 		a.storeCaps = &caps
 	}
 	a.backend = backend
-	a.artifactStore = a.binding.EnableArtifacts(backend, store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL})
+	a.artifactStore = a.binding.EnableArtifacts(backend, endpoint.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL})
 	reads := backend
 	if !a.opts.ArtifactReadRedirect {
-		if o, ok := backend.(store.Opener); ok {
+		if o, ok := backend.(objects.Opener); ok {
 			reads = streamed{Backend: backend, Opener: o}
 		}
 	}
@@ -82,5 +84,5 @@ func (a *assembly) artifacts() error {
 // every object itself.
 type streamed struct {
 	upload.Backend
-	store.Opener
+	objects.Opener
 }

@@ -14,9 +14,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	bindingserver "github.com/tether-dev/tether/pkg/binding/server"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // NewScheme returns the scheme the control plane speaks.
@@ -103,10 +104,10 @@ type assembly struct {
 	replica       string
 	binding       *bindingserver.Server
 	backend       upload.Backend
-	artifactStore *store.Handler
+	artifactStore *endpoint.Handler
 	// storeCaps is what the S3 store showed the start-up probe (nil: fs).
-	storeCaps *store.Capabilities
-	clientset     *kubernetes.Clientset
+	storeCaps *s3store.Capabilities
+	clientset *kubernetes.Clientset
 }
 
 // probes adds the health and readiness checks.

@@ -9,7 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tether-dev/tether/pkg/upload/store"
+	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 )
 
 // probeTimeout bounds the start-up probe of the artifact store (a dozen
@@ -20,7 +20,7 @@ const probeTimeout = time.Minute
 // "What the store can do"): it logs what the store showed, makes the
 // backend verify as the store allows, and refuses to start, naming the
 // cause and the fix, only when no trustworthy verification is left.
-func probeStore(b *store.S3Backend, log logr.Logger) (store.Capabilities, error) {
+func probeStore(b *s3store.S3Backend, log logr.Logger) (s3store.Capabilities, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
 	caps, err := b.Probe(ctx, &http.Client{Transport: b.Transport(), Timeout: 30 * time.Second})
@@ -49,11 +49,11 @@ func probeStore(b *store.S3Backend, log logr.Logger) (store.Capabilities, error)
 // capabilityCollector exports the probe's findings:
 // tether_artifact_store_capability{capability} 1 or 0.
 type capabilityCollector struct {
-	caps store.Capabilities
+	caps s3store.Capabilities
 	desc *prometheus.Desc
 }
 
-func newCapabilityCollector(caps store.Capabilities) *capabilityCollector {
+func newCapabilityCollector(caps s3store.Capabilities) *capabilityCollector {
 	return &capabilityCollector{caps: caps, desc: prometheus.NewDesc("tether_artifact_store_capability",
 		"What the artifact store showed the control plane's start-up probe (1: it does it): etag_md5, checksum_crc64nvme, presigned_put, copy, put_if_none_match, ...",
 		[]string{"capability"}, nil)}

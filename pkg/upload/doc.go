@@ -4,5 +4,5 @@
 //
 // The sidecar's scanner, uploader and syncer are in pkg/sidecar/artifacts;
 // the binding server's S3-compatible endpoint and its backends are in
-// pkg/upload/store. This package must stay free of either side's code.
+// pkg/artifactstore. This package must stay free of either side's code.
 package upload

@@ -9,10 +9,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // EnableArtifacts serves the job-scoped artifact endpoint (docs/artifacts.md)
@@ -21,11 +22,11 @@ import (
 // ends. With a backend that can presign, sidecars upload bodies straight to
 // it (direct uploads, upload.PathAuthorize and upload.PathCommit on the same
 // listener) unless direct disables them.
-func (s *Server) EnableArtifacts(backend upload.Backend, direct store.DirectOptions) *store.Handler {
-	h := &store.Handler{
+func (s *Server) EnableArtifacts(backend upload.Backend, direct endpoint.DirectOptions) *endpoint.Handler {
+	h := &endpoint.Handler{
 		Backend:   backend,
 		Authorize: s.authorizeArtifacts,
-		OnVerified: func(_ context.Context, job store.Job, _ string, info upload.ObjectInfo) {
+		OnVerified: func(_ context.Context, job endpoint.Job, _ string, info upload.ObjectInfo) {
 			s.metrics.artifactBytes.Add(float64(info.Size))
 			s.metrics.artifactFiles.Inc()
 		},
@@ -36,7 +37,7 @@ func (s *Server) EnableArtifacts(backend upload.Backend, direct store.DirectOpti
 		Log:       s.log.WithName("artifacts"),
 		Direct:    direct,
 	}
-	s.handler = store.Route(withPodClaim(h), s.handler)
+	s.handler = endpoint.Route(withPodClaim(h), s.handler)
 	return h
 }
 
@@ -58,26 +59,26 @@ func withPodClaim(next http.Handler) http.Handler {
 // artifact request rate is asked to slow down (503 SlowDown with
 // Retry-After); an unknown one is refused by a cache lookup alone and gets
 // no bucket, so made-up tokens cannot fill the table real tokens need.
-func (s *Server) authorizeArtifacts(ctx context.Context, token binding.Token) (store.Job, error) {
+func (s *Server) authorizeArtifacts(ctx context.Context, token binding.Token) (endpoint.Job, error) {
 	hash := token.Hash()
 	var list tetherv1.WorkerBindingList
 	if err := s.cache.List(ctx, &list, client.MatchingFields{TokenHashIndex: hash}); err != nil {
-		return store.Job{}, err
+		return endpoint.Job{}, err
 	}
 	wb := findByHash(list.Items, hash, s.opts.Now())
 	if wb == nil || wb.DeletionTimestamp != nil {
-		return store.Job{}, &store.AuthError{Status: http.StatusUnauthorized, Reason: "unknown_token",
+		return endpoint.Job{}, &endpoint.AuthError{Status: http.StatusUnauthorized, Reason: "unknown_token",
 			Message: "no binding holds this token (the TrainJob was deleted or its token reissued)"}
 	}
 	if ok, after := s.limits.allow(classArtifacts, hash, s.opts.Now()); !ok {
-		return store.Job{}, store.SlowDown(after, "more than %d artifact requests per second with this token (burst %d): retry after Retry-After",
+		return endpoint.Job{}, endpoint.SlowDown(after, "more than %d artifact requests per second with this token (burst %d): retry after Retry-After",
 			ArtifactRate, ArtifactBurst)
 	}
 	if ref := s.trainJobRefusal(ctx, wb); ref != nil {
 		if ref.status == http.StatusUnauthorized {
-			return store.Job{}, &store.AuthError{Status: http.StatusUnauthorized, Reason: ref.reason, Message: ref.message}
+			return endpoint.Job{}, &endpoint.AuthError{Status: http.StatusUnauthorized, Reason: ref.reason, Message: ref.message}
 		}
-		return store.Job{}, ref
+		return endpoint.Job{}, ref
 	}
 	// The pod the request names (upload.PodHeader, which the store checks
 	// against the node's current pod) must be the pod its token proves.
@@ -85,11 +86,11 @@ func (s *Server) authorizeArtifacts(ctx context.Context, token binding.Token) (s
 	claim.namespace = wb.Namespace
 	if _, ref := s.proveClaim(ctx, claim, func() (bool, time.Duration) { return s.limits.allow(classPodReviews, hash, s.opts.Now()) }); ref != nil {
 		if ref.status == http.StatusServiceUnavailable {
-			return store.Job{}, store.SlowDown(max(ref.retryAfter, time.Second), "%s", ref.message)
+			return endpoint.Job{}, endpoint.SlowDown(max(ref.retryAfter, time.Second), "%s", ref.message)
 		}
-		return store.Job{}, &store.AuthError{Status: ref.status, Reason: ref.reason, Message: ref.message}
+		return endpoint.Job{}, &endpoint.AuthError{Status: ref.status, Reason: ref.reason, Message: ref.message}
 	}
-	return store.Job{Namespace: wb.Namespace, Name: wb.Name, JobID: wb.Spec.JobID,
+	return endpoint.Job{Namespace: wb.Namespace, Name: wb.Name, JobID: wb.Spec.JobID,
 		Writable: lifecycle.ArtifactsWritable(&wb.Status), State: lifecycle.ArtifactsState(&wb.Status),
 		Nodes: int(wb.Status.NodeCount), Pods: lifecycle.NodePods(&wb.Status)}, nil
 }
@@ -97,7 +98,7 @@ func (s *Server) authorizeArtifacts(ctx context.Context, token binding.Token) (s
 // manifestVerified records the store's verdict on a node's manifest; once
 // the TrainJob is complete, the last node's verified manifest completes the
 // binding.
-func (s *Server) manifestVerified(ctx context.Context, job store.Job, res store.ManifestResult) error {
+func (s *Server) manifestVerified(ctx context.Context, job endpoint.Job, res verify.ManifestResult) error {
 	a := res.Artifacts()
 	key := types.NamespacedName{Namespace: job.Namespace, Name: job.Name}
 	if _, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {

@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // Headers of the read endpoint's answers.
@@ -218,12 +218,12 @@ func (r *reads) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	key := wb.Spec.JobID + "/" + rel
-	if err := store.CheckReadKey(key); err != nil {
+	if err := objects.CheckReadKey(key); err != nil {
 		r.fail(w, http.StatusBadRequest, "bad_key", "object %q: %v", truncate(rel, 200), err)
 		return
 	}
 	r.s.log.V(1).Info("artifact read", "user", user.Username, "binding", ns+"/"+name, "key", key)
-	if p, ok := r.backend.(store.Presigner); ok && req.Header.Get(HeaderStream) != "true" {
+	if p, ok := r.backend.(objects.Presigner); ok && req.Header.Get(HeaderStream) != "true" {
 		// The object must exist: a presigned URL of a missing key would
 		// only fail later, at the store, with less to say.
 		if _, err := r.backend.Head(ctx, key); err != nil {
@@ -240,7 +240,7 @@ func (r *reads) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusTemporaryRedirect)
 		return
 	}
-	o, ok := r.backend.(store.Opener)
+	o, ok := r.backend.(objects.Opener)
 	if !ok {
 		r.fail(w, http.StatusNotImplemented, "no_reader", "the artifact backend can neither presign nor stream objects")
 		return

@@ -15,18 +15,19 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
-// directServer is the binding server's artifact endpoint (store.Handler, S3
+// directServer is the binding server's artifact endpoint (endpoint.Handler, S3
 // backend on a shared S3 server) over HTTPS on loopback.
 type directServer struct {
-	h     *store.Handler
+	h     *endpoint.Handler
 	url   string
 	caPEM []byte // trusts the endpoint and the S3 server
-	s3    *store.S3Backend
+	s3    *s3store.S3Backend
 
 	mu    sync.Mutex
 	paths []string // requests the endpoint saw: "METHOD path"
@@ -36,23 +37,23 @@ func newDirectServer(t *testing.T, env *s3env, jobID string) *directServer {
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(env.caPEM)
-	b, err := store.NewS3Backend(store.S3Options{Endpoint: env.addr, Secure: true, AccessKey: adminKey, SecretKey: adminSecre,
+	b, err := s3store.NewS3Backend(s3store.S3Options{Endpoint: env.addr, Secure: true, AccessKey: adminKey, SecretKey: adminSecre,
 		Region: "us-east-1", Bucket: upload.Bucket, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := &directServer{s3: b}
-	d.h = &store.Handler{
+	d.h = &endpoint.Handler{
 		Backend: b,
-		Authorize: func(_ context.Context, token binding.Token) (store.Job, error) {
+		Authorize: func(_ context.Context, token binding.Token) (endpoint.Job, error) {
 			if string(token) != testToken {
-				return store.Job{}, store.Unauthorized("no binding holds this token")
+				return endpoint.Job{}, endpoint.Unauthorized("no binding holds this token")
 			}
-			return store.Job{Namespace: "ml", Name: "wb", JobID: jobID, Writable: true}, nil
+			return endpoint.Job{Namespace: "ml", Name: "wb", JobID: jobID, Writable: true}, nil
 		},
 		Log: logr.Discard(),
 	}
-	srv := httptest.NewTLSServer(store.Route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewTLSServer(endpoint.Route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen := r.Method + " " + r.URL.Path
 		if r.Header.Get(binding.HeaderPodToken) != testPodToken {
 			seen += " (without the pod token)"

@@ -18,12 +18,13 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
-// slowStore is the binding server's artifact endpoint (store.Handler) on an
+// slowStore is the binding server's artifact endpoint (endpoint.Handler) on an
 // S3 backend: versitygw behind a proxy that answers PUTs with S3's
 // "503 SlowDown" while slow is set, as a bucket over its request rate does.
 type slowStore struct {
@@ -55,14 +56,14 @@ func newSlowStore(t *testing.T, env *s3env, job string) *slowStore {
 		rp.ServeHTTP(w, r) // Host is kept: the SigV4 signature names the proxy
 	}))
 	t.Cleanup(proxy.Close)
-	backend, err := store.NewS3Backend(store.S3Options{Endpoint: strings.TrimPrefix(proxy.URL, "http://"), AccessKey: adminKey, SecretKey: adminSecre,
+	backend, err := s3store.NewS3Backend(s3store.S3Options{Endpoint: strings.TrimPrefix(proxy.URL, "http://"), AccessKey: adminKey, SecretKey: adminSecre,
 		Region: "us-east-1", Bucket: upload.Bucket, Prefix: "backend/"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &store.Handler{Backend: backend, Log: logr.Discard(),
-		Authorize: func(context.Context, binding.Token) (store.Job, error) {
-			return store.Job{Namespace: "ns", Name: "wb", JobID: job, Writable: true}, nil
+	h := &endpoint.Handler{Backend: backend, Log: logr.Discard(),
+		Authorize: func(context.Context, binding.Token) (endpoint.Job, error) {
+			return endpoint.Job{Namespace: "ns", Name: "wb", JobID: job, Writable: true}, nil
 		},
 		OnRefused: func(reason string) {
 			s.mu.Lock()
@@ -136,8 +137,8 @@ func TestSlowDownIsRetriedAfterRetryAfter(t *testing.T) {
 	if puts[0].status != http.StatusServiceUnavailable || puts[0].retryAfter != "2" {
 		t.Errorf("first PUT answered %d Retry-After %q, want 503 with Retry-After 2", puts[0].status, puts[0].retryAfter)
 	}
-	if gap := puts[1].at.Sub(puts[0].at); gap < store.BackendRetryAfter-100*time.Millisecond {
-		t.Errorf("retried %s after the SlowDown, before its Retry-After of %s", gap, store.BackendRetryAfter)
+	if gap := puts[1].at.Sub(puts[0].at); gap < endpoint.BackendRetryAfter-100*time.Millisecond {
+		t.Errorf("retried %s after the SlowDown, before its Retry-After of %s", gap, endpoint.BackendRetryAfter)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

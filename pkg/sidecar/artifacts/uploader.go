@@ -159,7 +159,7 @@ type Result struct {
 	// server and the store checked where they report one.
 	CRC64NVME string
 	How       How
-	Attempts int
+	Attempts  int
 }
 
 // FileError says why a file is not verified and what to do about it.

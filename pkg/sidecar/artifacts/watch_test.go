@@ -22,9 +22,10 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // eventSyncer runs a Syncer with file events whose rounds never take a file
@@ -154,20 +155,20 @@ func TestFileEventsUploadOnCloseAndRename(t *testing.T) {
 	waitStored(t, env, job+"/open.bin", content)
 }
 
-// fsStore is the binding server's artifact endpoint (store.Handler) on the
+// fsStore is the binding server's artifact endpoint (endpoint.Handler) on the
 // fs backend, for one writable job.
 type fsStore struct {
 	url     string
 	caPEM   []byte
-	backend store.FSBackend
+	backend fsstore.FSBackend
 }
 
 func newFSStore(t *testing.T, job string) *fsStore {
 	t.Helper()
-	s := &fsStore{backend: store.FSBackend{Root: t.TempDir()}}
-	h := &store.Handler{Backend: s.backend, Log: logr.Discard(),
-		Authorize: func(context.Context, binding.Token) (store.Job, error) {
-			return store.Job{Namespace: "ns", Name: "wb", JobID: job, Writable: true, Pods: map[int]string{0: "pod-0"}}, nil
+	s := &fsStore{backend: fsstore.FSBackend{Root: t.TempDir()}}
+	h := &endpoint.Handler{Backend: s.backend, Log: logr.Discard(),
+		Authorize: func(context.Context, binding.Token) (endpoint.Job, error) {
+			return endpoint.Job{Namespace: "ns", Name: "wb", JobID: job, Writable: true, Pods: map[int]string{0: "pod-0"}}, nil
 		}}
 	srv := httptest.NewTLSServer(h)
 	t.Cleanup(srv.Close)

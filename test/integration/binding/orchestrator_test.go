@@ -27,13 +27,13 @@ import (
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/client"
 	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 // readerConfig creates ServiceAccount name in ns, allowed to get, list and
@@ -108,7 +108,7 @@ func TestOrchestratorReadsVerifiedArtifactsWithItsOwnToken(t *testing.T) {
 	// controller archives logs only from a kubelet (none here), so the log
 	// is stored as the archiver stores it and listed on this copy of the status.
 	logKey := upload.LogKey(wb.Spec.JobID, j.pod.Name)
-	if _, err := (store.FSBackend{Root: env.ArtifactDir}).Put(ctx, logKey, strings.NewReader("step 1 loss 2.0\n"), 16); err != nil {
+	if _, err := (fsstore.FSBackend{Root: env.ArtifactDir}).Put(ctx, logKey, strings.NewReader("step 1 loss 2.0\n"), 16); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Log(ctx, wb, j.pod.Name); err == nil {

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
-	"github.com/tether-dev/tether/pkg/upload/store"
 )
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -69,7 +69,7 @@ func TestChangedFileNeverBecomesTheObject(t *testing.T) {
 	if got := string(stored(t, key)); got != want {
 		t.Errorf("stored %q, want %q", got, want)
 	}
-	if _, err := os.Stat(filepath.Join(env.ArtifactDir, filepath.FromSlash(store.PendingKey(key)))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(env.ArtifactDir, filepath.FromSlash(objects.PendingKey(key)))); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a pending object exists (%v): the rejected first body was kept as the final object", err)
 	}
 	if d := counter(t, "tether_artifacts_verified_files_total") - filesBefore; d != 1 {

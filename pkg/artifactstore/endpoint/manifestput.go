@@ -1,0 +1,131 @@
+package endpoint
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tether-dev/tether/pkg/artifactstore/verify"
+)
+
+// A manifest PUT is read whole before anything is stored: decoded as it
+// streams in (verify.Decode), its pod checked, then stored like any other
+// object, and its entries checked in the backend (verify.Manifest) before
+// the PUT is answered with the verdict.
+
+// manifestSlots counts each job's manifest PUTs in flight: one job's token
+// may have MaxManifestPutsPerJob read and checked at once (each holds up to
+// upload.MaxManifestSize and its entries); more are answered 503 SlowDown
+// before their body is read.
+type manifestSlots struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// MaxManifestPutsPerJob is how many manifest PUTs of one job (one token)
+// the handler reads at once: two, so two nodes of a multi-node job that
+// finish together both go on; the others retry after Retry-After.
+const MaxManifestPutsPerJob = 2
+
+// take reserves a slot for job, or returns nil when its slots are taken.
+func (s *manifestSlots) take(job string) (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[job] >= MaxManifestPutsPerJob {
+		return nil
+	}
+	if s.n == nil {
+		s.n = map[string]int{}
+	}
+	s.n[job]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.n[job]--; s.n[job] == 0 {
+			delete(s.n, job)
+		}
+	}
+}
+
+// manifestSlot takes one of job's manifest slots, or refuses the PUT with
+// 503 SlowDown when they are taken.
+func (h *Handler) manifestSlot(rq *request, job Job) (release func(), e *apiError) {
+	release = h.manifests.take(job.Namespace + "/" + job.Name)
+	if release == nil {
+		rq.reason, rq.retryAfter = "manifest_rate_limited", time.Second
+		return nil, &apiError{http.StatusServiceUnavailable, "SlowDown", fmt.Sprintf(
+			"%d manifest uploads of this job are being read already (at most %d at once): retry after Retry-After",
+			MaxManifestPutsPerJob, MaxManifestPutsPerJob)}
+	}
+	return release, nil
+}
+
+// readManifest reads the manifest's whole body, parsing it as it streams
+// in and keeping the bytes to be stored, and checks its digests, its
+// format and its pod. A malformed manifest's verdict is recorded.
+func (p *putOp) readManifest() *apiError {
+	h, rq, body := p.h, p.rq, p.body
+	raw := bytes.NewBuffer(make([]byte, 0, p.size))
+	m, perr := verify.Decode(io.TeeReader(body, raw), p.job.JobID)
+	// The rest (after the JSON, or after what made it malformed): the
+	// digests cover the whole body.
+	if _, err := io.Copy(raw, body); err != nil || body.err != nil {
+		return bodyError(body, p.size)
+	}
+	p.buf = raw.Bytes()
+	rq.bodyRead = true
+	if e := p.dig.verify(); e != nil {
+		return e
+	}
+	p.known = p.dig.sum()
+	if perr != nil {
+		_ = h.manifestResult(p.after, p.job, verify.ManifestResult{Key: rq.key, Rank: p.rank, Err: "malformed manifest: " + perr.Error()})
+		return &apiError{http.StatusBadRequest, "MalformedManifest",
+			"the manifest was not stored: " + perr.Error() + " (docs/artifacts.md describes the format)"}
+	}
+	if e := checkManifestPod(rq, p.job, p.rank, m); e != nil {
+		return e
+	}
+	p.manifest = m
+	return nil
+}
+
+// checkManifest checks the stored manifest's entries, records the verdict
+// and puts it on the response.
+func (p *putOp) checkManifest() *apiError {
+	h, rq := p.h, p.rq
+	res, verr := verify.Manifest(p.after, h.Backend, rq.key, p.rank, p.manifest, h.manifestWorkers())
+	res.SHA256 = verify.ManifestDigest(p.buf)
+	rerr := h.manifestResult(p.after, p.job, res)
+	rq.log = rq.log.WithValues("manifestVerified", res.Verified, "files", res.Files, "bytes", res.Bytes)
+	if rerr != nil && verr == nil {
+		rq.log.Error(rerr, "recording the manifest's verdict")
+		return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+			"the manifest is stored and checked but its verdict could not be recorded on the binding: upload the manifest again"}
+	}
+	if verr != nil {
+		rq.log.Error(verr, "checking the manifest's entries")
+		return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+			"the manifest is stored but its entries could not be checked: " + res.Err}
+	}
+	hd := rq.w.Header()
+	hd.Set(HeaderManifestVerified, strconv.FormatBool(res.Verified))
+	if len(res.Missing) > 0 {
+		hd.Set(HeaderManifestMissing, url.PathEscape(res.Missing[0]))
+		rq.log = rq.log.WithValues("firstMissing", res.Missing[0])
+	}
+	return nil
+}
+
+func (h *Handler) manifestResult(ctx context.Context, job Job, res verify.ManifestResult) error {
+	if h.OnManifest != nil {
+		return h.OnManifest(ctx, job, res)
+	}
+	return nil
+}

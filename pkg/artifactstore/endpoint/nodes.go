@@ -1,0 +1,86 @@
+package endpoint
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// Every rank of a job holds the same token, so the token alone cannot tell
+// one node from another: a write names its pod (upload.PodHeader), and in a
+// multi-node job it may touch only the keys of the rank whose current,
+// registered pod that is (rank 0: the job's prefix outside nodes/; rank r:
+// nodes/<r>/). A manifest must name its pod, that pod must be its node's
+// current one, so no node can vouch for another's files.
+
+// keyRank is the rank whose keys path (relative to the job's prefix) is in a
+// job of nodes nodes.
+func keyRank(path string, nodes int) int {
+	if nodes <= 1 {
+		return 0
+	}
+	rest, ok := strings.CutPrefix(path, upload.NodesDir+"/")
+	if !ok {
+		return 0
+	}
+	r, _, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0
+	}
+	rank, err := strconv.Atoi(r)
+	if err != nil || rank <= 0 || rank >= nodes || strconv.Itoa(rank) != r {
+		return 0
+	}
+	return rank
+}
+
+// checkNode checks, in a multi-node job, that the request's pod is the
+// current pod of the rank whose key path is.
+func checkNode(rq *request, job Job, path string) *apiError {
+	if job.Nodes <= 1 {
+		return nil
+	}
+	rank := keyRank(path, job.Nodes)
+	uid := rq.r.Header.Get(upload.PodHeader)
+	want := job.Pods[rank]
+	switch {
+	case uid == "":
+		return &apiError{http.StatusForbidden, "AccessDenied",
+			"in a multi-node job every write names its pod: send " + upload.PodHeader + " with the pod's UID (the sidecar does; upgrade an older one)"}
+	case want == "":
+		rq.retryAfter = time.Second
+		return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+			fmt.Sprintf("node %d has no registered pod on the binding yet (its sidecar registers first); retry", rank)}
+	case uid != want:
+		return &apiError{http.StatusForbidden, "AccessDenied",
+			fmt.Sprintf("pod %s is not node %d's current pod: a node writes only its own rank's keys (rank 0: <job-id>/<path> outside %s/, rank r: <job-id>/%s/<r>/<path>)",
+				uid, rank, upload.NodesDir, upload.NodesDir)}
+	}
+	return nil
+}
+
+// checkManifestPod checks that node rank's manifest names its pod, the
+// node's current pod, and (when the request names one) the request's.
+func checkManifestPod(rq *request, job Job, rank int, m *upload.Manifest) *apiError {
+	want := job.Pods[rank]
+	switch {
+	case m.PodUID == "":
+		return &apiError{http.StatusBadRequest, "MalformedManifest",
+			"the manifest names no podUID: every manifest carries the UID of the pod whose sidecar wrote it (upgrade the sidecar)"}
+	case rq.r.Header.Get(upload.PodHeader) != "" && rq.r.Header.Get(upload.PodHeader) != m.PodUID:
+		return &apiError{http.StatusForbidden, "AccessDenied",
+			"the manifest's podUID is not the pod the request names (" + upload.PodHeader + "): a pod uploads only its own manifest"}
+	case want == "":
+		rq.retryAfter = time.Second
+		return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+			fmt.Sprintf("node %d has no registered pod on the binding yet (its sidecar registers first); retry", rank)}
+	case m.PodUID != want:
+		return &apiError{http.StatusForbidden, "AccessDenied",
+			fmt.Sprintf("the manifest's pod %s is not node %d's current pod: a node's manifest is its current pod's, no other node's or attempt's", m.PodUID, rank)}
+	}
+	return nil
+}

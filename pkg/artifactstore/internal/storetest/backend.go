@@ -1,0 +1,178 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// BackendSuite checks the upload.Backend contract on fresh backends from
+// newBackend.
+func BackendSuite(t *testing.T, newBackend func(t *testing.T) upload.Backend) {
+	ctx := context.Background()
+	put := func(t *testing.T, b upload.Backend, key string, body []byte) {
+		t.Helper()
+		info, err := b.Put(ctx, key, bytes.NewReader(body), int64(len(body)))
+		if err != nil {
+			t.Fatalf("Put %s: %v", key, err)
+		}
+		if want := (upload.ObjectInfo{Size: int64(len(body)), ETag: MD5Hex(body)}); info != want {
+			t.Fatalf("Put %s: %+v, want %+v", key, info, want)
+		}
+	}
+	want := func(t *testing.T, b upload.Backend, key string, body []byte) {
+		t.Helper()
+		info, err := b.Head(ctx, key)
+		if err != nil {
+			t.Fatalf("Head %s: %v", key, err)
+		}
+		if w := (upload.ObjectInfo{Size: int64(len(body)), ETag: MD5Hex(body)}); info != w {
+			t.Fatalf("Head %s: %+v, want %+v", key, info, w)
+		}
+	}
+	absent := func(t *testing.T, b upload.Backend, key string) {
+		t.Helper()
+		if info, err := b.Head(ctx, key); !errors.Is(err, upload.ErrNotFound) {
+			t.Fatalf("Head %s: %+v %v, want ErrNotFound", key, info, err)
+		}
+	}
+
+	t.Run("PutHead", func(t *testing.T) {
+		b := newBackend(t)
+		for _, n := range []int{0, 1, 100000} {
+			key := "job/sub dir/obj-" + string(rune('a'+n%26))
+			put(t, b, key, Data(n, 1))
+			want(t, b, key, Data(n, 1))
+		}
+		put(t, b, "job/sub dir/obj-a", Data(7, 2)) // overwrite
+		want(t, b, "job/sub dir/obj-a", Data(7, 2))
+		absent(t, b, "job/missing")
+		absent(t, b, "job/sub dir") // a "directory" is not an object
+	})
+
+	t.Run("FailedPutLeavesNothing", func(t *testing.T) {
+		b := newBackend(t)
+		old := Data(10, 1)
+		put(t, b, "job/existing", old)
+		for _, key := range []string{"job/new", "job/existing"} {
+			// The body fails mid-stream.
+			if _, err := b.Put(ctx, key, &FailingReader{N: 1 << 20, Err: errors.New("boom")}, 2<<20); err == nil {
+				t.Fatalf("Put %s with a failing body succeeded", key)
+			}
+			// The body is shorter than announced.
+			if _, err := b.Put(ctx, key, bytes.NewReader(Data(50, 3)), 100); err == nil {
+				t.Fatalf("Put %s with a short body succeeded", key)
+			}
+		}
+		absent(t, b, "job/new")
+		want(t, b, "job/existing", old)
+		if keys, err := b.List(ctx, ""); err != nil || !slices.Equal(keys, []string{"job/existing"}) {
+			t.Fatalf("List: %q %v", keys, err)
+		}
+	})
+
+	t.Run("CopyDelete", func(t *testing.T) {
+		b := newBackend(t)
+		v1, v2 := Data(1000, 1), Data(2000, 2)
+		put(t, b, "job/.tether/pending/a/b.bin", v2)
+		put(t, b, "job/a/b.bin", v1)
+		if err := b.Copy(ctx, "job/.tether/pending/a/b.bin", "job/a/b.bin"); err != nil {
+			t.Fatal(err)
+		}
+		want(t, b, "job/a/b.bin", v2)
+		want(t, b, "job/.tether/pending/a/b.bin", v2)
+		if err := b.Copy(ctx, "job/.tether/pending/a/b.bin", "job/new/c"); err != nil {
+			t.Fatal(err)
+		}
+		want(t, b, "job/new/c", v2)
+		if err := b.Copy(ctx, "job/missing", "job/x"); !errors.Is(err, upload.ErrNotFound) {
+			t.Fatalf("Copy of a missing object: %v", err)
+		}
+		for _, k := range []string{"job/.tether/pending/a/b.bin", "job/.tether/pending/a/b.bin", "job/never"} {
+			if err := b.Delete(ctx, k); err != nil {
+				t.Fatalf("Delete %s: %v", k, err)
+			}
+		}
+		absent(t, b, "job/.tether/pending/a/b.bin")
+		want(t, b, "job/a/b.bin", v2)
+	})
+
+	t.Run("List", func(t *testing.T) {
+		b := newBackend(t)
+		keys := []string{"j/a", "j/ab/x", "j/abc", "j/b/c/d", "j/.tether/pending/ab", "k/ab"}
+		for _, k := range keys {
+			put(t, b, k, []byte(k))
+		}
+		for prefix, wantKeys := range map[string][]string{
+			"":                   {"j/.tether/pending/ab", "j/a", "j/ab/x", "j/abc", "j/b/c/d", "k/ab"},
+			"j/":                 {"j/.tether/pending/ab", "j/a", "j/ab/x", "j/abc", "j/b/c/d"},
+			"j/ab":               {"j/ab/x", "j/abc"},
+			"j/ab/":              {"j/ab/x"},
+			"j/.tether/pending/": {"j/.tether/pending/ab"},
+			"j/b/c/d":            {"j/b/c/d"},
+			"j/zz/":              nil,
+			"nothing":            nil,
+		} {
+			got, err := b.List(ctx, prefix)
+			if err != nil {
+				t.Fatalf("List %q: %v", prefix, err)
+			}
+			if !slices.Equal(got, wantKeys) {
+				t.Fatalf("List %q: %q, want %q", prefix, got, wantKeys)
+			}
+		}
+	})
+}
+
+// MD5Hex is the lowercase hex MD5 of b, the ETag of an object holding it.
+func MD5Hex(b []byte) string {
+	s := md5.Sum(b)
+	return hex.EncodeToString(s[:])
+}
+
+// Data returns n deterministic bytes that differ by seed.
+func Data(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) + seed
+	}
+	return b
+}
+
+// FailingReader returns N zero bytes, then Err.
+type FailingReader struct {
+	N   int
+	Err error
+}
+
+func (f *FailingReader) Read(p []byte) (int, error) {
+	if f.N == 0 {
+		return 0, f.Err
+	}
+	k := min(len(p), f.N)
+	clear(p[:k])
+	f.N -= k
+	return k, nil
+}
+
+// ManifestOf is job's manifest, written by pod podUID, listing n files of
+// one byte each (f0, f1, ...: none of them stored).
+func ManifestOf(job, podUID string, n int) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `{"version":%q,"jobID":%q,"podUID":%q,"files":[`, upload.ManifestVersion, job, podUID)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"path":"f%d","size":1,"md5":"%032x"}`, i, i)
+	}
+	b.WriteString("]}")
+	return b.Bytes()
+}
