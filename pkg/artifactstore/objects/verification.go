@@ -28,6 +28,14 @@ func VerificationOf(b upload.Backend) Verification {
 	return Verification{}
 }
 
+// What names what is compared, for messages.
+func (v Verification) What() string {
+	if v.ByChecksum {
+		return "CRC-64/NVME (x-amz-checksum-crc64nvme; its ETags are not MD5s)"
+	}
+	return "ETag (or its CRC-64/NVME)"
+}
+
 // Holds says whether info is the content of size bytes with MD5 md5 (hex)
 // and CRC-64/NVME crc (S3's form); either digest may be unknown (""). A
 // checksum both sides know must match; then the ETag must be the MD5, or

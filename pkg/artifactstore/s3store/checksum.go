@@ -98,10 +98,14 @@ func markPrecondition(err error) error {
 // Use makes the backend verify, write and promote as the start-up probe's
 // choice allows (Capabilities.Choose). Without it the backend trusts the
 // ETag as the MD5 (the design's contract) and writes unconditionally.
-func (b *S3Backend) Use(c Choice) { b.choice = c }
+func (b *S3Backend) Use(c Choice) { b.choice, b.probed = c, true }
 
 // Verification is what proves an object here (Verifier).
 func (b *S3Backend) Verification() objects.Verification { return b.choice.Verification }
+
+// DirectUploads says whether presigned PUTs can be verified here (true
+// until a probe said otherwise).
+func (b *S3Backend) DirectUploads() bool { return !b.probed || b.choice.Direct }
 
 // Transport is the HTTP transport the backend's client uses.
 func (b *S3Backend) Transport() http.RoundTripper {

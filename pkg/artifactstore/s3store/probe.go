@@ -33,9 +33,10 @@ type Capabilities struct {
 	// Checksums: the CRC-64/NVME sent with a PUT is checked (a wrong one
 	// is refused) and returned by HEAD with x-amz-checksum-mode: ENABLED.
 	Checksums bool
-	// TrailingChecksum: the checksum may come in an aws-chunked trailer
-	// (how the backend sends it: a streamed body's is known at its end).
-	TrailingChecksum bool
+	// TrailerAccepted: a PUT with its checksum in an aws-chunked trailer
+	// (how the backend sends it: a streamed body's is known at its end)
+	// succeeds; TrailingChecksum: and that checksum is checked and kept.
+	TrailerAccepted, TrailingChecksum bool
 	// DefaultChecksum: a PUT without a checksum gets a CRC-64/NVME the
 	// store computed (AWS since 2025): what verifies a direct upload where
 	// the ETag is not the MD5.
@@ -60,7 +61,7 @@ func (c Capabilities) Each() []struct {
 		Name string
 		On   bool
 	}{
-		{"etag_md5", c.ETagMD5}, {"checksum_crc64nvme", c.Checksums}, {"trailing_checksum", c.TrailingChecksum},
+		{"etag_md5", c.ETagMD5}, {"checksum_crc64nvme", c.Checksums}, {"trailer_accepted", c.TrailerAccepted}, {"trailing_checksum", c.TrailingChecksum},
 		{"default_checksum", c.DefaultChecksum}, {"presigned_put", c.PresignedPut}, {"copy", c.Copy},
 		{"copy_keeps_checksum", c.CopyKeepsChecksum}, {"put_if_none_match", c.IfNoneMatch}, {"put_if_match", c.IfMatch},
 		{"copy_if_none_match", c.CopyIfNoneMatch}, {"copy_if_match", c.CopyIfMatch},
@@ -85,6 +86,9 @@ type Choice struct {
 	// Conditional: final keys are written (If-None-Match: *) and promoted
 	// (copy If-Match) conditionally.
 	ConditionalPut, ConditionalCopy bool
+	// NoTrailer: the store refuses a checksum in an aws-chunked trailer;
+	// PUTs go without one (verified by the ETag alone).
+	NoTrailer bool
 	// Why says, for the log, what the choice rests on.
 	Why string
 }
@@ -113,6 +117,7 @@ func (c Capabilities) Choose() (Choice, error) {
 		return ch, fmt.Errorf("%w: the store's ETag of a single PUT is not the body's MD5 (a bucket with SSE-KMS or SSE-C does that) and it does not check and return the CRC-64/NVME sent with a PUT (x-amz-checksum-crc64nvme in an aws-chunked trailer, read back with x-amz-checksum-mode: ENABLED)%s: "+
 			"use a bucket without SSE-KMS/SSE-C (SSE-S3 keeps ETag = MD5), or a store with flexible checksums (AWS S3 has them)", ErrNoVerification, c.missingChecksum())
 	}
+	ch.NoTrailer = !c.TrailerAccepted
 	ch.ConditionalPut = c.IfNoneMatch
 	ch.ConditionalCopy = c.CopyIfMatch && c.CopyIfNoneMatch
 	return ch, nil
@@ -166,7 +171,7 @@ func (b *S3Backend) Probe(ctx context.Context, client *http.Client) (Capabilitie
 			return c, fmt.Errorf("probing the store: a PUT of %s failed: %w", b.name(obj), perr)
 		}
 	} else {
-		c.TrailingChecksum = true
+		c.TrailerAccepted = true
 	}
 	head, err := b.Head(ctx, obj)
 	if err != nil {
@@ -185,7 +190,7 @@ func (b *S3Backend) Probe(ctx context.Context, client *http.Client) (Capabilitie
 			c.Checksums = werr != nil && errors.Is(herr, upload.ErrNotFound)
 		}
 	}
-	c.TrailingChecksum = c.TrailingChecksum && trailerKept && c.Checksums
+	c.TrailingChecksum = c.TrailerAccepted && trailerKept && c.Checksums
 
 	// 3. A PUT without a checksum: does the store add its own?
 	plain := key("no-checksum")
