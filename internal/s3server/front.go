@@ -36,8 +36,9 @@ const (
 	// FaultWrongChecksum changes every x-amz-checksum-crc64nvme in answers
 	// (one bit): a store that lies about its checksum.
 	FaultWrongChecksum
-	// FaultNoChecksums drops x-amz-checksum-* headers from requests and
-	// answers: a store without flexible checksums.
+	// FaultNoChecksums drops x-amz-checksum-* headers from answers: a
+	// store that keeps no flexible checksum (the requests' headers are
+	// signed, so they go through: such a store ignores them).
 	FaultNoChecksums
 )
 
@@ -89,13 +90,6 @@ func NewFront(target string, fault Fault) (*Front, error) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
 			pr.Out.Host = pr.In.Host // what the signature covers
-			if f.applies(pr.In) && f.Fault() == FaultNoChecksums {
-				for k := range pr.Out.Header {
-					if strings.HasPrefix(k, "X-Amz-Checksum-") && k != "X-Amz-Checksum-Mode" {
-						pr.Out.Header.Del(k)
-					}
-				}
-			}
 		},
 		ModifyResponse: func(resp *http.Response) error { return f.rewrite(resp) },
 		// A lost store is a 502, as from a real gateway.

@@ -83,7 +83,10 @@ func classify(err error, stall time.Duration) (transient bool, hint string) {
 		case "EntityTooLarge":
 			return false, fmt.Sprintf("a single PUT is at most %s: exclude the file with the %s annotation", humanBytes(upload.MaxObjectSize), ExcludeAnnotation)
 		case "BadDigest":
-			return false, "the server received other bytes than were sent"
+			// The body's Content-MD5 or checksum (sent with every PUT) did
+			// not match what arrived: corrupted in transit, or changed
+			// while it was read. The next attempt reads the file again.
+			return true, "the server received other bytes than were sent (corrupted in transit)"
 		}
 		switch {
 		case er.StatusCode >= 500, er.StatusCode == http.StatusRequestTimeout, er.StatusCode == http.StatusTooManyRequests:
