@@ -20,16 +20,19 @@ import (
 )
 
 // Fault is how a Front misbehaves: the ways real stores differ from "the
-// ETag of a single PUT is its MD5", and a store that lies.
+// ETag of a single PUT is its MD5", and a store that lies. Faults combine
+// (FaultRandomETag|FaultNoChecksums: SSE-KMS on a store without flexible
+// checksums).
 type Fault int32
 
+// FaultNone passes everything through.
+const FaultNone Fault = 0
+
 const (
-	// FaultNone passes everything through.
-	FaultNone Fault = iota
 	// FaultRandomETag rewrites every ETag (headers and XML answers) to a
 	// hex string that is not the MD5, stable per object version, as AWS
 	// answers for objects under SSE-KMS or SSE-C.
-	FaultRandomETag
+	FaultRandomETag Fault = 1 << iota
 	// FaultWrongETag answers another MD5-shaped ETag than the object's
 	// (one hex digit changed): a store that lies about the body it holds.
 	FaultWrongETag
@@ -42,21 +45,24 @@ const (
 	FaultNoChecksums
 )
 
-// String names the fault as the tests' subtests do.
+// String names the fault as the tests' subtests do ("random-etag+no-checksums").
 func (f Fault) String() string {
-	switch f {
-	case FaultNone:
+	if f == FaultNone {
 		return "none"
-	case FaultRandomETag:
-		return "random-etag"
-	case FaultWrongETag:
-		return "wrong-etag"
-	case FaultWrongChecksum:
-		return "wrong-checksum"
-	case FaultNoChecksums:
-		return "no-checksums"
 	}
-	return "Fault(" + strconv.Itoa(int(f)) + ")"
+	var names []string
+	for _, x := range []struct {
+		f    Fault
+		name string
+	}{{FaultRandomETag, "random-etag"}, {FaultWrongETag, "wrong-etag"}, {FaultWrongChecksum, "wrong-checksum"}, {FaultNoChecksums, "no-checksums"}} {
+		if f&x.f != 0 {
+			names, f = append(names, x.name), f&^x.f
+		}
+	}
+	if f != 0 {
+		names = append(names, "Fault("+strconv.Itoa(int(f))+")")
+	}
+	return strings.Join(names, "+")
 }
 
 // Front is an S3 front end for tests: a reverse proxy on a loopback port in
@@ -79,14 +85,20 @@ type Front struct {
 // NewFront starts a Front for the S3 server at target (host:port, plain
 // HTTP) with fault.
 func NewFront(target string, fault Fault) (*Front, error) {
+	return NewFrontTo(&url.URL{Scheme: "http", Host: target}, nil, fault)
+}
+
+// NewFrontTo starts a plain-HTTP Front for the S3 server at u (http or
+// https), reached through transport (nil: http.DefaultTransport).
+func NewFrontTo(u *url.URL, transport http.RoundTripper, fault Fault) (*Front, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	f := &Front{Endpoint: ln.Addr().String(), ln: ln}
 	f.fault.Store(int32(fault))
-	u := &url.URL{Scheme: "http", Host: target}
 	rp := &httputil.ReverseProxy{
+		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
 			pr.Out.Host = pr.In.Host // what the signature covers
@@ -143,45 +155,48 @@ func (f *Front) rewrite(resp *http.Response) error {
 		return nil
 	}
 	h := resp.Header
-	switch fault {
-	case FaultRandomETag, FaultWrongETag:
-		if e := h.Get("ETag"); e != "" {
-			h.Set("ETag", `"`+badETag(fault, strings.Trim(e, `"`))+`"`)
-		}
-		if !strings.Contains(h.Get("Content-Type"), "xml") || resp.ContentLength > 1<<20 {
-			return nil
-		}
-		raw, err := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		raw = xmlETag.ReplaceAllFunc(raw, func(m []byte) []byte {
-			sub := xmlETag.FindSubmatch(m)
-			return []byte("<ETag>" + string(sub[1]) + badETag(fault, string(sub[2])) + string(sub[4]) + "</ETag>")
-		})
-		resp.Body = io.NopCloser(bytes.NewReader(raw))
-		resp.ContentLength = int64(len(raw))
-		h.Set("Content-Length", strconv.Itoa(len(raw)))
-	case FaultWrongChecksum:
+	if fault&FaultWrongChecksum != 0 {
 		for k, vs := range h {
 			if strings.HasPrefix(k, "X-Amz-Checksum-") && k != "X-Amz-Checksum-Type" && len(vs) > 0 {
 				h.Set(k, flipChecksum(vs[0]))
 			}
 		}
-	case FaultNoChecksums:
+	}
+	if fault&FaultNoChecksums != 0 {
 		for k := range h {
 			if strings.HasPrefix(k, "X-Amz-Checksum-") {
 				h.Del(k)
 			}
 		}
 	}
+	etagFault := fault & (FaultRandomETag | FaultWrongETag)
+	if etagFault == 0 {
+		return nil
+	}
+	if e := h.Get("ETag"); e != "" {
+		h.Set("ETag", `"`+badETag(etagFault, strings.Trim(e, `"`))+`"`)
+	}
+	if !strings.Contains(h.Get("Content-Type"), "xml") || resp.ContentLength > 1<<20 {
+		return nil
+	}
+	raw, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	raw = xmlETag.ReplaceAllFunc(raw, func(m []byte) []byte {
+		sub := xmlETag.FindSubmatch(m)
+		return []byte("<ETag>" + string(sub[1]) + badETag(etagFault, string(sub[2])) + string(sub[4]) + "</ETag>")
+	})
+	resp.Body = io.NopCloser(bytes.NewReader(raw))
+	resp.ContentLength = int64(len(raw))
+	h.Set("Content-Length", strconv.Itoa(len(raw)))
 	return nil
 }
 
 // badETag is the ETag a faulty store answers for one whose real ETag is e.
 func badETag(fault Fault, e string) string {
-	if fault == FaultRandomETag {
+	if fault&FaultRandomETag != 0 {
 		// Stable per object version, looks like an MD5, is not one.
 		s := sha256.Sum256([]byte("sse-kms\x00" + strings.ToLower(e)))
 		return hex.EncodeToString(s[:16])
