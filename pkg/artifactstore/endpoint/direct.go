@@ -340,7 +340,11 @@ func (h *Handler) placeCommitted(rq *request, after context.Context, job Job, uk
 		}
 	}
 	if target != "" {
-		if e := h.copyVerified(after, rq, ukey, target, got); e != nil {
+		c := objects.CopyCond{SrcETag: got.ETag, DstAbsent: target == key || prior == nil}
+		if target == pkey && prior != nil {
+			c.DstETag = prior.ETag
+		}
+		if e := h.copyVerified(after, rq, ukey, target, got, c); e != nil {
 			return "", e
 		}
 		// The copy may end after the job's artifacts became final.
@@ -363,8 +367,21 @@ func (h *Handler) placeCommitted(rq *request, after context.Context, job Job, uk
 
 // copyVerified copies src over dst by a server-side copy and checks the
 // copy; a copy that is not src is removed.
-func (h *Handler) copyVerified(ctx context.Context, rq *request, src, dst string, want upload.ObjectInfo) *apiError {
-	if err := h.Backend.Copy(ctx, src, dst); err != nil {
+func (h *Handler) copyVerified(ctx context.Context, rq *request, src, dst string, want upload.ObjectInfo, c objects.CopyCond) *apiError {
+	var err error
+	if cw, ok := h.Backend.(objects.ConditionalWriter); ok {
+		// Where the store checks it: dst is still what was read (another
+		// replica's commit or PUT is never overwritten).
+		err = cw.CopyIf(ctx, src, dst, c)
+	} else {
+		err = h.Backend.Copy(ctx, src, dst)
+	}
+	if errors.Is(err, objects.ErrPrecondition) {
+		rq.reason, rq.retryAfter = "key_changed", time.Second
+		return &apiError{http.StatusServiceUnavailable, "SlowDown",
+			"the key was stored by another upload during this commit (another control-plane replica); nothing was kept: upload the file again"}
+	}
+	if err != nil {
 		rq.log.Error(err, "promoting a direct upload", "object", dst)
 		return backendError(err)
 	}

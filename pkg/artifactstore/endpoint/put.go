@@ -277,10 +277,24 @@ func (p *putOp) storeBody() *apiError {
 	if p.isManifest {
 		src = bytes.NewReader(p.buf)
 	}
-	if p.target == "" {
+	cw, conditional := h.Backend.(objects.ConditionalWriter)
+	switch {
+	case p.target == "":
 		_, err = io.Copy(io.Discard, src)
-	} else {
+	case conditional && p.target == rq.key:
+		// The key was free when looked at: stored only if it still is, so
+		// a PUT through another replica is never overwritten.
+		stored, err = cw.PutIfAbsent(rq.r.Context(), p.target, src, p.size)
+	default:
 		stored, err = h.Backend.Put(rq.r.Context(), p.target, src, p.size)
+	}
+	if errors.Is(err, objects.ErrPrecondition) {
+		// Nothing of this body was stored; what is there is the other
+		// writer's and stays.
+		rq.reason, rq.retryAfter = "key_changed", time.Second
+		rq.log.Info("the key was stored through another replica during this PUT; the client retries", "error", err.Error())
+		return &apiError{http.StatusServiceUnavailable, "SlowDown",
+			"the key was stored by another upload while this one streamed (another control-plane replica); nothing of this body was kept: retry after Retry-After"}
 	}
 	if !p.isManifest && body.err != nil {
 		h.cleanup(p.after, rq, p.target, p.prior)

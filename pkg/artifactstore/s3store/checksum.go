@@ -71,10 +71,14 @@ func (b *S3Backend) presignWith(ctx context.Context, c *minio.Client, key string
 }
 
 // copyIf is a server-side copy of src over dst with conditions on dst
-// (If-Match, If-None-Match), which stores that support them check.
-func (b *S3Backend) copyIf(ctx context.Context, src, dst string, cond map[string]string) error {
-	_, err := minio.Core{Client: b.Client}.CopyObject(ctx, b.Bucket, b.name(src), b.Bucket, b.name(dst), cond,
-		minio.CopySrcOptions{Bucket: b.Bucket, Object: b.name(src)}, minio.PutObjectOptions{})
+// (If-Match, If-None-Match), which stores that support them check, and on
+// src (its ETag, srcETag[0]).
+func (b *S3Backend) copyIf(ctx context.Context, src, dst string, cond map[string]string, srcETag ...string) error {
+	so := minio.CopySrcOptions{Bucket: b.Bucket, Object: b.name(src)}
+	if len(srcETag) > 0 {
+		so.MatchETag = srcETag[0]
+	}
+	_, err := minio.Core{Client: b.Client}.CopyObject(ctx, b.Bucket, b.name(src), b.Bucket, b.name(dst), cond, so, minio.PutObjectOptions{})
 	if err != nil {
 		if notFound(err) {
 			return fmt.Errorf("S3 copy %s: %w", b.name(src), upload.ErrNotFound)
@@ -84,9 +88,8 @@ func (b *S3Backend) copyIf(ctx context.Context, src, dst string, cond map[string
 	return nil
 }
 
-// ErrPrecondition is a conditional write the store refused (412): another
-// writer changed the key since it was looked at.
-var ErrPrecondition = fmt.Errorf("the key changed since it was read (412 PreconditionFailed)")
+// ErrPrecondition is objects.ErrPrecondition.
+var ErrPrecondition = objects.ErrPrecondition
 
 func markPrecondition(err error) error {
 	if minio.ToErrorResponse(err).StatusCode == http.StatusPreconditionFailed {
@@ -113,4 +116,34 @@ func (b *S3Backend) Transport() http.RoundTripper {
 		return b.transport
 	}
 	return http.DefaultTransport
+}
+
+var _ objects.ConditionalWriter = (*S3Backend)(nil)
+
+// PutIfAbsent is Put with If-None-Match: * where the probe found the store
+// honours it (everywhere else a plain Put).
+func (b *S3Backend) PutIfAbsent(ctx context.Context, key string, body io.Reader, size int64) (upload.ObjectInfo, error) {
+	if !b.choice.ConditionalPut {
+		return b.Put(ctx, key, body, size)
+	}
+	return b.put(ctx, key, body, size, !b.choice.NoTrailer, map[string]string{"If-None-Match": "*"})
+}
+
+// CopyIf is Copy under c: the source condition always (every S3 checks
+// x-amz-copy-source-if-match), the destination's where the probe found
+// the store honours it (versitygw v1.8.0 does not: its copies overwrite).
+func (b *S3Backend) CopyIf(ctx context.Context, src, dst string, c objects.CopyCond) error {
+	cond := map[string]string{}
+	if b.choice.ConditionalCopy {
+		switch {
+		case c.DstAbsent:
+			cond["If-None-Match"] = "*"
+		case c.DstETag != "":
+			cond["If-Match"] = `"` + c.DstETag + `"`
+		}
+	}
+	if c.SrcETag == "" {
+		return b.copyIf(ctx, src, dst, cond)
+	}
+	return b.copyIf(ctx, src, dst, cond, c.SrcETag)
 }
