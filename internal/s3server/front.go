@@ -15,8 +15,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/minio/minio-go/v7/pkg/signer"
 )
 
 // Fault is how a Front misbehaves: the ways real stores differ from "the
@@ -78,6 +81,12 @@ type Front struct {
 	fault atomic.Int32
 	// only, if set, limits the fault to object keys containing it.
 	only atomic.Pointer[string]
+	// real maps each ETag the Front made up to the store's, so a condition
+	// naming it (If-Match, x-amz-copy-source-if-match) means what it
+	// means on a store that answers such ETags itself; creds re-sign a
+	// request whose conditions were translated.
+	real  sync.Map
+	creds atomic.Pointer[[2]string]
 	srv  *http.Server
 	ln   net.Listener
 }
@@ -102,6 +111,7 @@ func NewFrontTo(u *url.URL, transport http.RoundTripper, fault Fault) (*Front, e
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
 			pr.Out.Host = pr.In.Host // what the signature covers
+			f.translate(pr.Out)
 		},
 		ModifyResponse: func(resp *http.Response) error { return f.rewrite(resp) },
 		// A lost store is a 502, as from a real gateway.
@@ -113,6 +123,31 @@ func NewFrontTo(u *url.URL, transport http.RoundTripper, fault Fault) (*Front, e
 	f.srv = &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = f.srv.Serve(ln) }()
 	return f, nil
+}
+
+// Resign gives the Front the credentials to sign again a request whose
+// ETag conditions it translated back to the store's ETags (a signature
+// covers those headers). Without them conditions pass unchanged.
+func (f *Front) Resign(access, secret string) { f.creds.Store(&[2]string{access, secret}) }
+
+// translate rewrites ETag conditions naming made-up ETags to the store's.
+func (f *Front) translate(r *http.Request) {
+	c := f.creds.Load()
+	if c == nil || r.Header.Get("Authorization") == "" {
+		return
+	}
+	changed := false
+	for _, h := range []string{"If-Match", "If-None-Match", "X-Amz-Copy-Source-If-Match", "X-Amz-Copy-Source-If-None-Match"} {
+		v := r.Header.Get(h)
+		if real, ok := f.real.Load(strings.ToLower(strings.Trim(v, `"`))); ok && v != "" {
+			r.Header.Set(h, `"`+real.(string)+`"`)
+			changed = true
+		}
+	}
+	if changed {
+		r.Header.Del("Authorization")
+		*r = *signer.SignV4(*r, c[0], c[1], "", "us-east-1")
+	}
 }
 
 // SetFault changes the fault from the next answer on.
@@ -174,7 +209,7 @@ func (f *Front) rewrite(resp *http.Response) error {
 		return nil
 	}
 	if e := h.Get("ETag"); e != "" {
-		h.Set("ETag", `"`+badETag(etagFault, strings.Trim(e, `"`))+`"`)
+		h.Set("ETag", `"`+f.badETag(etagFault, strings.Trim(e, `"`))+`"`)
 	}
 	if !strings.Contains(h.Get("Content-Type"), "xml") || resp.ContentLength > 1<<20 {
 		return nil
@@ -186,7 +221,7 @@ func (f *Front) rewrite(resp *http.Response) error {
 	}
 	raw = xmlETag.ReplaceAllFunc(raw, func(m []byte) []byte {
 		sub := xmlETag.FindSubmatch(m)
-		return []byte("<ETag>" + string(sub[1]) + badETag(etagFault, string(sub[2])) + string(sub[4]) + "</ETag>")
+		return []byte("<ETag>" + string(sub[1]) + f.badETag(etagFault, string(sub[2])) + string(sub[4]) + "</ETag>")
 	})
 	resp.Body = io.NopCloser(bytes.NewReader(raw))
 	resp.ContentLength = int64(len(raw))
@@ -195,6 +230,12 @@ func (f *Front) rewrite(resp *http.Response) error {
 }
 
 // badETag is the ETag a faulty store answers for one whose real ETag is e.
+func (f *Front) badETag(fault Fault, e string) string {
+	b := badETag(fault, e)
+	f.real.Store(b, strings.ToLower(e))
+	return b
+}
+
 func badETag(fault Fault, e string) string {
 	if fault&FaultRandomETag != 0 {
 		// Stable per object version, looks like an MD5, is not one.

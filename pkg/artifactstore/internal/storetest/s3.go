@@ -135,6 +135,7 @@ func (v *S3) NewFrontedBackend(t *testing.T, fault s3server.Fault) (*s3store.S3B
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.Close() })
+	f.Resign(v.Access, v.Secret)
 	b, err := s3store.NewS3Backend(s3store.S3Options{Endpoint: f.Endpoint, AccessKey: v.Access, SecretKey: v.Secret, Region: "us-east-1", Bucket: direct.Bucket})
 	if err != nil {
 		t.Fatal(err)
