@@ -337,8 +337,6 @@ func (c *countingConn) Write(p []byte) (int, error) {
 
 // ---- the two paths ----
 
-func (s *server) newUploader() (*artifacts.Uploader, error) { return s.newUploaderWith(false) }
-
 // newUploaderWith: noTrailer sends the body without its CRC-64/NVME
 // trailer (the Uploader before the checksum was added, to the same server).
 func (s *server) newUploaderWith(noTrailer bool) (*artifacts.Uploader, error) {
@@ -348,7 +346,9 @@ func (s *server) newUploaderWith(noTrailer bool) (*artifacts.Uploader, error) {
 
 // uploaderPut uploads fx with a new Uploader (a new connection, nothing
 // verified yet) and checks that it sent the file and verified it.
-func (s *server) uploaderPut(ctx context.Context, fx *fixture) error { return s.uploaderPutWith(ctx, fx, false) }
+func (s *server) uploaderPut(ctx context.Context, fx *fixture) error {
+	return s.uploaderPutWith(ctx, fx, false)
+}
 
 func (s *server) uploaderPutWith(ctx context.Context, fx *fixture, noTrailer bool) error {
 	up, err := s.newUploaderWith(noTrailer)

@@ -87,8 +87,8 @@ type Front struct {
 	// request whose conditions were translated.
 	real  sync.Map
 	creds atomic.Pointer[[2]string]
-	srv  *http.Server
-	ln   net.Listener
+	srv   *http.Server
+	ln    net.Listener
 }
 
 // NewFront starts a Front for the S3 server at target (host:port, plain
@@ -139,8 +139,8 @@ func (f *Front) translate(r *http.Request) {
 	changed := false
 	for _, h := range []string{"If-Match", "If-None-Match", "X-Amz-Copy-Source-If-Match", "X-Amz-Copy-Source-If-None-Match"} {
 		v := r.Header.Get(h)
-		if real, ok := f.real.Load(strings.ToLower(strings.Trim(v, `"`))); ok && v != "" {
-			r.Header.Set(h, `"`+real.(string)+`"`)
+		if store, ok := f.real.Load(strings.ToLower(strings.Trim(v, `"`))); ok && v != "" {
+			r.Header.Set(h, `"`+store.(string)+`"`)
 			changed = true
 		}
 	}

@@ -131,13 +131,13 @@ func BackendSuite(t *testing.T, newBackend func(t *testing.T) upload.Backend) {
 	})
 }
 
-// MD5Hex is the lowercase hex MD5 of b, the ETag of an object holding it.
-// SameObject: info has want's size and ETag, and no checksum or body's
-// CRC-64/NVME (a store reports one or none).
+// SameObject says whether info has want's size and ETag, and no checksum
+// or body's CRC-64/NVME (a store reports one or none).
 func SameObject(info, want upload.ObjectInfo, body []byte) bool {
 	return info.Size == want.Size && info.ETag == want.ETag && (info.CRC64NVME == "" || info.CRC64NVME == upload.CRC64NVMEOf(body))
 }
 
+// MD5Hex is the lowercase hex MD5 of b, the ETag of an object holding it.
 func MD5Hex(b []byte) string {
 	s := md5.Sum(b)
 	return hex.EncodeToString(s[:])
