@@ -23,9 +23,21 @@ const probeTimeout = time.Minute
 func probeStore(b *s3store.S3Backend, log logr.Logger) (s3store.Capabilities, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	caps, err := b.Probe(ctx, &http.Client{Transport: b.Transport(), Timeout: 30 * time.Second})
-	if err != nil {
-		return caps, fmt.Errorf("the artifact store's start-up probe: %w (check --s3-endpoint, --s3-bucket and the credentials)", err)
+	client := &http.Client{Transport: b.Transport(), Timeout: 30 * time.Second}
+	// A store that cannot be reached or answers errors is asked again for
+	// a while: a replica starting during a short store outage waits it out.
+	var caps s3store.Capabilities
+	var err error
+	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
+		if caps, err = b.Probe(ctx, client); err == nil {
+			break
+		}
+		log.Info("the artifact store's start-up probe failed; trying again", "error", err.Error(), "in", wait.String())
+		select {
+		case <-ctx.Done():
+			return caps, fmt.Errorf("the artifact store's start-up probe: %w (check --s3-endpoint, --s3-bucket and the credentials)", err)
+		case <-time.After(wait):
+		}
 	}
 	log.Info("artifact store probed", caps.KeyValues()...)
 	choice, err := caps.Choose()
