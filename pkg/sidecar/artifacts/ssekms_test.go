@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tether-dev/tether/internal/s3server"
@@ -104,4 +107,49 @@ func contains(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// A binding server from before trailing checksums refuses aws-chunked
+// bodies (501 NotImplemented): the Uploader sends the plain body from then
+// on, and the file is still verified.
+func TestUploaderServerWithoutTrailers(t *testing.T) {
+	env := needS3(t)
+	jobID := newJobID(t)
+	d := newDirectServer(t, env, jobID)
+	d.h.Direct.Disabled = true
+	var refused, trailers atomic.Int64
+	u, _ := newTestUploader(t, env, jobID, uploaderOpts{url: d.url, caPEM: d.caPEM, wrap: func(rt http.RoundTripper) http.RoundTripper {
+		return rtFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method != http.MethodPut || r.Header.Get("X-Amz-Trailer") == "" {
+				return rt.RoundTrip(r)
+			}
+			trailers.Add(1)
+			if r.Body != nil {
+				_ = r.Body.Close()
+			}
+			refused.Add(1)
+			body := `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NotImplemented</Code><Message>aws-chunked bodies and trailers are not supported</Message></Error>`
+			return &http.Response{StatusCode: http.StatusNotImplemented, Status: "501 Not Implemented", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+				Header: http.Header{"Content-Type": {"application/xml"}}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: r}, nil
+		})
+	}})
+	dir := t.TempDir()
+	files := map[string][]byte{"a.bin": randBytes(t, 300<<10), "b.bin": randBytes(t, 200<<10)}
+	for p, b := range files {
+		writeFile(t, dir, p, b)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	for _, p := range []string{"a.bin", "b.bin"} {
+		res, err := u.UploadFile(t.Context(), root, p)
+		if err != nil || res.MD5 != md5hex(files[p]) || res.CRC64NVME != upload.CRC64NVMEOf(files[p]) {
+			t.Fatalf("%s: %+v %v", p, res, err)
+		}
+	}
+	if trailers.Load() != 1 || refused.Load() != 1 {
+		t.Fatalf("%d PUTs with a trailer, want 1 (the first, refused; the rest plain)", trailers.Load())
+	}
 }
