@@ -150,6 +150,26 @@ func (f *Front) translate(r *http.Request) {
 	}
 }
 
+// ParseFault reads a Fault as String writes it ("" is FaultNone).
+func ParseFault(s string) (Fault, error) {
+	if s == "" || s == "none" {
+		return FaultNone, nil
+	}
+	var f Fault
+	for name := range strings.SplitSeq(s, "+") {
+		found := false
+		for x := FaultRandomETag; x <= FaultNoChecksums; x <<= 1 {
+			if x.String() == name {
+				f, found = f|x, true
+			}
+		}
+		if !found {
+			return 0, errors.New("unknown S3 front fault " + strconv.Quote(name) + " (known: random-etag, wrong-etag, wrong-checksum, no-checksums, joined by +)")
+		}
+	}
+	return f, nil
+}
+
 // SetFault changes the fault from the next answer on.
 func (f *Front) SetFault(fault Fault) { f.fault.Store(int32(fault)) }
 

@@ -88,3 +88,14 @@ func TestFront(t *testing.T) {
 		})
 	}
 }
+
+func TestParseFault(t *testing.T) {
+	for _, f := range []s3server.Fault{s3server.FaultNone, s3server.FaultRandomETag, s3server.FaultRandomETag | s3server.FaultNoChecksums, s3server.FaultWrongETag | s3server.FaultWrongChecksum} {
+		if got, err := s3server.ParseFault(f.String()); err != nil || got != f {
+			t.Errorf("ParseFault(%q) = %v, %v; want %v", f.String(), got, err, f)
+		}
+	}
+	if _, err := s3server.ParseFault("sse-kms"); err == nil {
+		t.Error("an unknown fault parsed")
+	}
+}
