@@ -200,7 +200,7 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	after, cancel := context.WithTimeout(context.WithoutCancel(rq.r.Context()), upload.CommitTimeout(h.callbackTimeout(), max(req.Size, 0)))
 	defer cancel()
 	_ = rq.rc.SetWriteDeadline(time.Now().Add(upload.CommitTimeout(h.callbackTimeout(), max(req.Size, 0)) + h.idleTimeout()))
-	job, e := h.admitCommit(rq, after, req)
+	job, e := h.admitCommit(after, rq, req)
 	if e != nil {
 		rq.fail(e)
 		return
@@ -209,7 +209,7 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	rq.log = rq.log.WithValues("upload", req.Upload)
 	unlockUpload := h.locks.Lock(ukey)
 	defer unlockUpload()
-	if e := h.checkNotCommitted(rq, after, ukey, req.Upload); e != nil {
+	if e := h.checkNotCommitted(after, rq, ukey, req.Upload); e != nil {
 		rq.fail(e)
 		return
 	}
@@ -221,7 +221,7 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	}
 	unlock := h.locks.Lock(req.Key)
 	defer unlock()
-	target, e := h.placeCommitted(rq, after, job, ukey, req.Key, got)
+	target, e := h.placeCommitted(after, rq, job, ukey, req.Key, got)
 	if e != nil {
 		rq.fail(e)
 		return
@@ -245,7 +245,7 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 // admitCommit checks a commit request before the store is asked anything:
 // the key, the token, the upload id, that the key is no manifest, and the
 // claimed MD5's form. A refused commit of a good upload id drops the upload.
-func (h *Handler) admitCommit(rq *request, after context.Context, req upload.CommitRequest) (Job, *apiError) {
+func (h *Handler) admitCommit(after context.Context, rq *request, req upload.CommitRequest) (Job, *apiError) {
 	job, path, e := h.directJob(rq, req.Key, req.Size)
 	if e == nil {
 		e = checkUploadID(req.Upload, req.Key, req.Size)
@@ -273,7 +273,7 @@ func (h *Handler) admitCommit(rq *request, after context.Context, req upload.Com
 
 // checkNotCommitted refuses a second commit of upload id (stored under
 // ukey), dropping what its URL wrote since. The caller holds ukey's lock.
-func (h *Handler) checkNotCommitted(rq *request, after context.Context, ukey, id string) *apiError {
+func (h *Handler) checkNotCommitted(after context.Context, rq *request, ukey, id string) *apiError {
 	switch m, err := objects.HeadOpt(rq.r.Context(), h.Backend, committedMarker(ukey)); {
 	case err != nil:
 		rq.log.Error(err, "backend HEAD", "object", committedMarker(ukey))
@@ -316,7 +316,7 @@ func (h *Handler) checkUpload(rq *request, ukey string, req upload.CommitRequest
 // placeCommitted copies the verified upload ukey (holding got) to where a
 // proxied PUT of key would have stored it and returns that target ("" when
 // key already holds it). The caller holds key's lock.
-func (h *Handler) placeCommitted(rq *request, after context.Context, job Job, ukey, key string, got upload.ObjectInfo) (string, *apiError) {
+func (h *Handler) placeCommitted(after context.Context, rq *request, job Job, ukey, key string, got upload.ObjectInfo) (string, *apiError) {
 	ctx := rq.r.Context()
 	existing, err := objects.HeadOpt(ctx, h.Backend, key)
 	if err != nil {

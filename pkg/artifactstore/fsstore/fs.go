@@ -222,7 +222,8 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, copyBufferSize);
 
 var _ objects.BodyHasher = FSBackend{}
 
-// HashesBody: Put's ETag is the MD5 of exactly the bytes it read and wrote.
+// HashesBody marks FSBackend as an objects.BodyHasher: Put's ETag is the
+// MD5 of exactly the bytes it read and wrote.
 func (FSBackend) HashesBody() {}
 
 // Put stores exactly size bytes of body under key.

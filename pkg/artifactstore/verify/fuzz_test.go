@@ -10,7 +10,7 @@ import (
 )
 
 // FuzzParseManifest: a manifest is refused with an error, or every entry
-// is a key checkKey accepts, unique, with a size in range and an MD5; and it
+// is a key objects.CheckKey accepts, unique, with a size in range and an MD5; and it
 // survives a re-encode unchanged.
 func FuzzParseManifest(f *testing.F) {
 	for _, seed := range []string{
