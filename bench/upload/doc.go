@@ -38,7 +38,13 @@
 // (uploader / md5-floor), and the process CPU per GiB of each path (client
 // and server, same process: cpu-s-per-gib, floor-cpu-s-per-gib,
 // md5-floor-cpu-s-per-gib, x-cpu), which holds still when neighbours steal
-// cores. Every round is also printed to stderr as it ends ("upload-bench:"
+// cores. A fifth path, uploader-no-crc, is the Uploader without the
+// CRC-64/NVME trailer every PUT now carries (UploaderConfig.NoTrailer: the
+// Uploader before the checksum, against the same server): x-crc (uploader /
+// uploader-no-crc throughput, target >= 0.95), x-crc-best, x-crc-cpu and
+// x-raw-no-crc say what the checksum costs; BenchmarkUploaderRSS's
+// x-crc-child-cpu and x-crc-server-cpu split it between the sidecar and the
+// server. Every round is also printed to stderr as it ends ("upload-bench:"
 // lines; go test keeps only 10 lines of a benchmark's log, used for the
 // summary).
 //

@@ -52,7 +52,7 @@ const (
 func TestMain(m *testing.M) {
 	switch mode := os.Getenv(childEnv); mode {
 	case "":
-	case "baseline", "upload", "floor", "md5-floor":
+	case "baseline", "upload", "upload-no-crc", "floor", "md5-floor":
 		os.Exit(runChild(mode))
 	case "server":
 		os.Exit(runServerChild())
@@ -337,15 +337,21 @@ func (c *countingConn) Write(p []byte) (int, error) {
 
 // ---- the two paths ----
 
-func (s *server) newUploader() (*artifacts.Uploader, error) {
+// newUploaderWith: noTrailer sends the body without its CRC-64/NVME
+// trailer (the Uploader before the checksum was added, to the same server).
+func (s *server) newUploaderWith(noTrailer bool) (*artifacts.Uploader, error) {
 	// The sidecar's configuration (cmd/sidecar), defaults otherwise.
-	return artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: s.url, JobID: s.jobID, TokenFile: s.tokenFile, CAFile: s.caFile})
+	return artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: s.url, JobID: s.jobID, TokenFile: s.tokenFile, CAFile: s.caFile, NoTrailer: noTrailer})
 }
 
 // uploaderPut uploads fx with a new Uploader (a new connection, nothing
 // verified yet) and checks that it sent the file and verified it.
 func (s *server) uploaderPut(ctx context.Context, fx *fixture) error {
-	up, err := s.newUploader()
+	return s.uploaderPutWith(ctx, fx, false)
+}
+
+func (s *server) uploaderPutWith(ctx context.Context, fx *fixture, noTrailer bool) error {
+	up, err := s.newUploaderWith(noTrailer)
 	if err != nil {
 		return err
 	}
@@ -552,7 +558,7 @@ func BenchmarkSinglePut1GiB(b *testing.B) {
 			return floorPut(ctx, tr, s.url, s.token, key, fx.path, fx.size, want, hashBody)
 		}
 	}
-	const floor, md5Floor, uploader, transport = 0, 1, 2, 3
+	const floor, md5Floor, uploader, transport, noCRC = 0, 1, 2, 3, 4
 	paths := []*uploadPath{
 		floor: {name: "floor", put: floorVariant(false, false),
 			key: func(i int, fx *fixture) string { return s.key(fmt.Sprintf("floor/%d-%s", i, fx.rel)) }},
@@ -566,6 +572,10 @@ func BenchmarkSinglePut1GiB(b *testing.B) {
 		// that discards them: what TLS and HTTP alone cost.
 		transport: {name: "transport", put: floorVariant(false, true), discard: true,
 			key: func(i int, fx *fixture) string { return s.key(fmt.Sprintf("transport/%d-%s", i, fx.rel)) }},
+		// The Uploader without the CRC-64/NVME trailer: what the checksum
+		// (aws-chunked framing, its hashing on both sides) costs.
+		noCRC: {name: "uploader-no-crc", put: func(ctx context.Context, _ string, fx *fixture) error { return s.uploaderPutWith(ctx, fx, true) },
+			key: func(_ int, fx *fixture) string { return s.key(fx.rel) }},
 	}
 	round := func(p *uploadPath, i int, fx *fixture) (sample, error) {
 		key := p.key(i, fx)
@@ -630,11 +640,11 @@ func BenchmarkSinglePut1GiB(b *testing.B) {
 		sm.cpuPerGiB = median(cpus).Seconds() / (float64(fx.size) / gib)
 		return sm
 	}
-	fl, mf, up, tp := sum(paths[floor]), sum(paths[md5Floor]), sum(paths[uploader]), sum(paths[transport])
+	fl, mf, up, tp, nc := sum(paths[floor]), sum(paths[md5Floor]), sum(paths[uploader]), sum(paths[transport]), sum(paths[noCRC])
 	for _, x := range []struct {
 		name string
 		sm   summary
-	}{{"floor", fl}, {"md5-floor", mf}, {"uploader", up}, {"transport", tp}} {
+	}{{"floor", fl}, {"md5-floor", mf}, {"uploader", up}, {"transport", tp}, {"uploader-no-crc", nc}} {
 		w := x.sm.worst
 		b.Logf("%-9s median %6.1f MiB/s (rounds: %s), process CPU %.2fs/GiB; read ratio %.6f (worst round: process read %d B - server socket reads %d B - server's answers %d B = %d B; storage reads %d B)",
 			x.name, x.sm.rate, strings.Join(x.sm.rates, " "), x.sm.cpuPerGiB, x.sm.worstReadRatio,
@@ -658,6 +668,14 @@ func BenchmarkSinglePut1GiB(b *testing.B) {
 	b.ReportMetric(tp.rate, "transport-mib-per-s")
 	b.ReportMetric(up.rate/tp.rate, "x-transport")
 	b.ReportMetric(tp.cpuPerGiB, "transport-cpu-s-per-gib")
+	// The checksum's cost: the Uploader with it against the Uploader
+	// without it, and each against the same floor (target: x-crc >= 0.95).
+	b.ReportMetric(nc.rate, "no-crc-mib-per-s")
+	b.ReportMetric(nc.rate/fl.rate, "x-raw-no-crc")
+	b.ReportMetric(up.rate/nc.rate, "x-crc")
+	b.ReportMetric(up.best/nc.best, "x-crc-best")
+	b.ReportMetric(nc.cpuPerGiB, "no-crc-cpu-s-per-gib")
+	b.ReportMetric(up.cpuPerGiB/nc.cpuPerGiB, "x-crc-cpu")
 }
 
 func logSample(path string, round int, size int64, x sample) {
@@ -681,6 +699,10 @@ type childReport struct {
 	ReadB   int64         `json:"readBytes"`
 	Elapsed time.Duration `json:"elapsed"`
 	CPU     time.Duration `json:"cpu"`
+}
+
+func serverCPUPerGiB(c childRun, fx *fixture) float64 {
+	return c.serverCPU.Seconds() / (float64(fx.size) / gib)
 }
 
 // childRun is a child's report and what the parent saw of it.
@@ -714,7 +736,7 @@ func BenchmarkUploaderRSS(b *testing.B) {
 		key := ""
 		if fx != nil {
 			key = s.key(fx.rel)
-			if mode != "upload" {
+			if mode != "upload" && mode != "upload-no-crc" {
 				key = s.key(mode + "/" + fx.rel)
 			}
 			if err := s.checkAbsent(ctx, key); err != nil {
@@ -747,7 +769,7 @@ func BenchmarkUploaderRSS(b *testing.B) {
 		if cr.rep.Err != "" {
 			b.Fatalf("child %s: %s", mode, cr.rep.Err)
 		}
-		if mode == "upload" {
+		if mode == "upload" || mode == "upload-no-crc" {
 			if err := checkResult(cr.rep.Result, fx); err != nil {
 				b.Fatalf("child: %v", err)
 			}
@@ -760,11 +782,12 @@ func BenchmarkUploaderRSS(b *testing.B) {
 		return cr
 	}
 
-	var base, r64, rBig, fBig, mBig childRun
+	var base, r64, rBig, fBig, mBig, nBig childRun
 	for b.Loop() {
 		base = run("baseline", nil)
 		r64 = run("upload", small)
 		rBig = run("upload", bigFx)
+		nBig = run("upload-no-crc", bigFx)
 		fBig = run("floor", bigFx)
 		mBig = run("md5-floor", bigFx)
 	}
@@ -780,7 +803,7 @@ func BenchmarkUploaderRSS(b *testing.B) {
 		name string
 		r    childRun
 		fx   *fixture
-	}{{"uploader", r64, small}, {"uploader", rBig, bigFx}, {"floor", fBig, bigFx}, {"md5-floor", mBig, bigFx}} {
+	}{{"uploader", r64, small}, {"uploader", rBig, bigFx}, {"no-crc", nBig, bigFx}, {"floor", fBig, bigFx}, {"md5-floor", mBig, bigFx}} {
 		b.Logf("%-9s %s: peak RSS %.1f MiB (%.1f MiB before the upload, %.1f MiB at the end); %.2fs, %.1f MiB/s, child CPU %.2fs (%.2fs per GiB); child read %d B, server wrote %d B to it -> file %d B = %.6f x size (storage reads %d B)",
 			c.name, sizeLabel(c.fx.size), kib(c.r.rep.HWM), kib(c.r.rep.HWMStart), kib(c.r.rep.RSS),
 			c.r.rep.Elapsed.Seconds(), mibPerSec(c.fx.size, c.r.rep.Elapsed), c.r.rep.CPU.Seconds(), perGiB(c.r, c.fx),
@@ -795,6 +818,10 @@ func BenchmarkUploaderRSS(b *testing.B) {
 	b.ReportMetric(readRatio(rBig, bigFx), "read-ratio-child")
 	// The client's CPU alone (the server is in the parent).
 	b.ReportMetric(perGiB(rBig, bigFx), "child-cpu-s-per-gib")
+	// The sidecar's CPU with the CRC-64/NVME trailer against without it.
+	b.ReportMetric(perGiB(nBig, bigFx), "no-crc-child-cpu-s-per-gib")
+	b.ReportMetric(perGiB(rBig, bigFx)/perGiB(nBig, bigFx), "x-crc-child-cpu")
+	b.ReportMetric(serverCPUPerGiB(rBig, bigFx)/serverCPUPerGiB(nBig, bigFx), "x-crc-server-cpu")
 	b.ReportMetric(perGiB(fBig, bigFx), "floor-child-cpu-s-per-gib")
 	b.ReportMetric(perGiB(mBig, bigFx), "md5-floor-child-cpu-s-per-gib")
 	// The server's CPU alone (the client is in the child).
@@ -867,8 +894,9 @@ func childUpload(mode string, rep *childReport) error {
 
 	var put func() error
 	switch mode {
-	case "upload":
-		up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: env("URL"), JobID: env("JOB"), TokenFile: env("TOKEN_FILE"), CAFile: env("CA_FILE")})
+	case "upload", "upload-no-crc":
+		up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: env("URL"), JobID: env("JOB"), TokenFile: env("TOKEN_FILE"), CAFile: env("CA_FILE"),
+			NoTrailer: mode == "upload-no-crc"})
 		if err != nil {
 			return err
 		}

@@ -40,6 +40,11 @@ type TetherOptions struct {
 	S3 bool
 	// S3Impl is the S3 server with S3 (default: versitygw).
 	S3Impl s3server.Impl
+	// S3Fault puts the tests' S3 front (s3server.Front) with this fault
+	// between the control plane (and the sidecars' presigned PUTs) and the
+	// store: FaultRandomETag is an SSE-KMS-like store. The harness's own
+	// reads (S3.Get) go to the store itself.
+	S3Fault s3server.Fault
 	// Args are extra control-plane flags (e.g. --status-interval=2s).
 	Args []string
 }
@@ -252,7 +257,17 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 		if t.S3, err = c.StartS3(ctx, s3cfg); err != nil {
 			return nil, err
 		}
-		if t.s3Front, err = newS3Front(t.S3.Endpoint); err != nil {
+		store := t.S3.Endpoint
+		if opts.S3Fault != s3server.FaultNone {
+			f, err := s3server.NewFront(store, opts.S3Fault)
+			if err != nil {
+				return nil, err
+			}
+			f.Resign(s3cfg.AccessKey, s3cfg.SecretKey)
+			c.onStop(f.Close)
+			store = f.Endpoint
+		}
+		if t.s3Front, err = newS3Front(store); err != nil {
 			return nil, err
 		}
 		c.onStop(func() error { t.s3Front.close(); return nil })

@@ -11,6 +11,7 @@ import (
 	"github.com/tether-dev/tether/pkg/artifactreads"
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
+	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/replicalease"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -61,6 +62,13 @@ func (a *assembly) artifacts() error {
 	backend, err := artifactBackend(a.opts, a.mgr.GetLogger().WithName("artifacts"))
 	if err != nil {
 		return err
+	}
+	if s3, ok := backend.(*s3store.S3Backend); ok {
+		caps, err := probeStore(s3, a.mgr.GetLogger().WithName("artifacts"))
+		if err != nil {
+			return err
+		}
+		a.storeCaps = &caps
 	}
 	a.backend = backend
 	a.artifactStore = a.binding.EnableArtifacts(backend, endpoint.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL})

@@ -15,6 +15,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -104,7 +105,9 @@ type assembly struct {
 	binding       *bindingserver.Server
 	backend       upload.Backend
 	artifactStore *endpoint.Handler
-	clientset     *kubernetes.Clientset
+	// storeCaps is what the S3 store showed the start-up probe (nil: fs).
+	storeCaps *s3store.Capabilities
+	clientset *kubernetes.Clientset
 }
 
 // probes adds the health and readiness checks.

@@ -17,6 +17,9 @@ import (
 func (a *assembly) metrics() error {
 	collectors := append(append(mutate.Collectors(), a.binding.Metrics().Collectors()...), &controller.PhaseCollector{Cache: a.mgr.GetCache(), Elected: a.mgr.Elected()},
 		&CertExpiryCollector{CertDir: a.opts.CertDir})
+	if a.storeCaps != nil {
+		collectors = append(collectors, newCapabilityCollector(*a.storeCaps))
+	}
 	return a.mgr.Add(everyReplica(func(ctx context.Context) error {
 		var registered []prometheus.Collector
 		for _, c := range collectors {

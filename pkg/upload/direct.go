@@ -51,23 +51,46 @@ type AuthorizeResponse struct {
 	Headers map[string]string `json:"headers,omitempty"`
 	Upload  string            `json:"upload,omitempty"`
 	Expires time.Time         `json:"expires,omitzero"`
+	// Verify is how the commit verifies the upload: VerifyMD5 ("", what
+	// servers before it said) means the store's ETag is the body's MD5 and
+	// the sidecar checks it too; VerifyCRC64NVME means the store's ETags
+	// are not MD5s (SSE-KMS, SSE-C): the sidecar ignores the ETag and the
+	// commit checks the store's CRC-64/NVME against the claimed one.
+	Verify Verify `json:"verify,omitempty"`
 }
 
+// Verify names what proves that a stored object holds the bytes sent.
+type Verify string
+
+const (
+	// VerifyMD5: the store's ETag equals the MD5 (and its CRC-64/NVME, if
+	// it reports one, the claimed one).
+	VerifyMD5 Verify = ""
+	// VerifyCRC64NVME: the store's CRC-64/NVME equals the claimed one; its
+	// ETag says nothing.
+	VerifyCRC64NVME Verify = "crc64nvme"
+)
+
 // CommitRequest claims that the upload Upload of Key holds Size bytes with
-// MD5 (lowercase hex), the MD5 the sidecar computed over the bytes it sent.
+// MD5 (lowercase hex) and CRC64NVME (S3's base64 form), the digests the
+// sidecar computed over the bytes it sent.
 type CommitRequest struct {
-	Key    string `json:"key"`
-	Size   int64  `json:"size"`
-	MD5    string `json:"md5"`
-	Upload string `json:"upload"`
+	Key       string `json:"key"`
+	Size      int64  `json:"size"`
+	MD5       string `json:"md5"`
+	CRC64NVME string `json:"crc64nvme,omitempty"`
+	Upload    string `json:"upload"`
 }
 
 // CommitResponse is a committed object: verified in the store and stored
 // under its key (or its pending key, Pending true, until the binding ends).
+// ETag is the verified MD5 (lowercase hex), CRC64NVME the store's checksum
+// of the object, if it has one.
 type CommitResponse struct {
-	ETag    string `json:"etag"`
-	Size    int64  `json:"size"`
-	Pending bool   `json:"pending,omitempty"`
+	ETag      string `json:"etag"`
+	Size      int64  `json:"size"`
+	CRC64NVME string `json:"crc64nvme,omitempty"`
+	Pending   bool   `json:"pending,omitempty"`
 }
 
 // MinCopyRate is the slowest server-side copy a commit waits for: its

@@ -48,13 +48,23 @@ type ManifestFile struct {
 	Size int64  `json:"size"`
 	// MD5 is the lowercase hex MD5 of the content (its single-PUT ETag).
 	MD5 string `json:"md5"`
+	// CRC64NVME is the content's CRC-64/NVME in S3's form (base64 of the
+	// 8 big-endian bytes, as in x-amz-checksum-crc64nvme): the verification
+	// on a store whose ETags are not MD5s (SSE-KMS, SSE-C). Empty in
+	// manifests of sidecars before it was recorded; such an entry can only
+	// be verified by its MD5.
+	CRC64NVME string `json:"crc64nvme,omitempty"`
 }
 
 // ObjectInfo describes a stored object.
 type ObjectInfo struct {
 	Size int64
-	// ETag is the lowercase hex MD5, without quotes.
+	// ETag is the stored object's ETag, lowercase, without quotes: its hex
+	// MD5 on a store whose ETags are MD5s (checksum.go).
 	ETag string
+	// CRC64NVME is the store's own checksum of the object (S3's base64
+	// form), "" if the store reported none.
+	CRC64NVME string
 }
 
 // ErrNotFound is returned by Backend.Head for a missing object.

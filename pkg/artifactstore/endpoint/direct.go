@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -34,6 +35,11 @@ type DirectOptions struct {
 func (h *Handler) presigner() objects.PutPresigner {
 	p, ok := h.Backend.(objects.PutPresigner)
 	if !ok || h.Direct.Disabled {
+		return nil
+	}
+	// A store whose presigned PUTs cannot be verified (its start-up probe
+	// said so) takes every body through the server.
+	if d, ok := h.Backend.(interface{ DirectUploads() bool }); ok && !d.DirectUploads() {
 		return nil
 	}
 	return p
@@ -168,6 +174,9 @@ func (h *Handler) authorizeDirect(rq *request, req upload.AuthorizeRequest) {
 		return
 	}
 	res := upload.AuthorizeResponse{Mode: upload.ModeDirect, URL: u.String(), Upload: id, Expires: time.Now().Add(ttl).UTC()}
+	if objects.VerificationOf(h.Backend).ByChecksum {
+		res.Verify = upload.VerifyCRC64NVME
+	}
 	if len(hd) > 0 {
 		res.Headers = map[string]string{}
 		for k := range hd {
@@ -226,7 +235,9 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	if h.OnDirect != nil {
 		h.OnDirect(got)
 	}
-	writeJSON(rq, upload.CommitResponse{ETag: got.ETag, Size: got.Size, Pending: target == objects.PendingKey(req.Key)})
+	// The ETag answered is the verified MD5 (the store's own, where its
+	// ETags are MD5s; the claim the store's checksum bound, where not).
+	writeJSON(rq, upload.CommitResponse{ETag: req.MD5, Size: got.Size, CRC64NVME: got.CRC64NVME, Pending: target == objects.PendingKey(req.Key)})
 	rq.log.V(1).Info("direct upload committed", "status", http.StatusOK, "etag", got.ETag, "target", target,
 		"duration", time.Since(rq.start).String())
 }
@@ -246,6 +257,9 @@ func (h *Handler) admitCommit(after context.Context, rq *request, req upload.Com
 	}
 	if e == nil && (len(req.MD5) != 32 || !objects.IsLowerHex(req.MD5)) {
 		e = &apiError{http.StatusBadRequest, "InvalidDigest", "md5 must be the body's MD5 as 32 lowercase hex digits"}
+	}
+	if e == nil && req.CRC64NVME != "" && !validCRC(req.CRC64NVME) {
+		e = &apiError{http.StatusBadRequest, "InvalidDigest", "crc64nvme must be the body's CRC-64/NVME as S3 writes it (base64 of 8 bytes)"}
 	}
 	if e != nil {
 		// The binding finished meanwhile: what was uploaded is dropped.
@@ -287,9 +301,14 @@ func (h *Handler) checkUpload(rq *request, ukey string, req upload.CommitRequest
 	case got.Size != req.Size:
 		return got, &apiError{http.StatusBadRequest, "IncompleteBody",
 			fmt.Sprintf("the store holds %d bytes for this upload, not the %d authorized; nothing was kept: upload the file again", got.Size, req.Size)}
-	case got.ETag != req.MD5:
+	case !objects.VerificationOf(h.Backend).Holds(got, req.Size, req.MD5, req.CRC64NVME):
+		v := objects.VerificationOf(h.Backend)
+		if v.ByChecksum && (got.CRC64NVME == "" || req.CRC64NVME == "") {
+			return got, &apiError{http.StatusBadRequest, "BadDigest",
+				"the store's ETags are not MD5s and the upload cannot be verified by its CRC-64/NVME (the store has none for it, or the commit claims none): nothing was kept: upload the file through the server"}
+		}
 		return got, &apiError{http.StatusBadRequest, "BadDigest",
-			"the stored upload's ETag " + got.ETag + " is not the MD5 of the bytes sent (" + req.MD5 + "); nothing was kept: upload the file again"}
+			"the stored upload's " + v.What() + " (ETag " + got.ETag + ", CRC-64/NVME " + got.CRC64NVME + ") is not that of the bytes sent (MD5 " + req.MD5 + ", CRC-64/NVME " + req.CRC64NVME + "); nothing was kept: upload the file again"}
 	}
 	return got, nil
 }
@@ -308,7 +327,7 @@ func (h *Handler) placeCommitted(after context.Context, rq *request, job Job, uk
 	target := key
 	switch {
 	case existing == nil:
-	case *existing == got:
+	case objects.VerificationOf(h.Backend).Same(*existing, got):
 		target = ""
 	default:
 		target = pkey
@@ -321,7 +340,11 @@ func (h *Handler) placeCommitted(after context.Context, rq *request, job Job, uk
 		}
 	}
 	if target != "" {
-		if e := h.copyVerified(after, rq, ukey, target, got); e != nil {
+		c := objects.CopyCond{SrcETag: got.ETag, DstAbsent: target == key || prior == nil}
+		if target == pkey && prior != nil {
+			c.DstETag = prior.ETag
+		}
+		if e := h.copyVerified(after, rq, ukey, target, got, c); e != nil {
 			return "", e
 		}
 		// The copy may end after the job's artifacts became final.
@@ -344,13 +367,26 @@ func (h *Handler) placeCommitted(after context.Context, rq *request, job Job, uk
 
 // copyVerified copies src over dst by a server-side copy and checks the
 // copy; a copy that is not src is removed.
-func (h *Handler) copyVerified(ctx context.Context, rq *request, src, dst string, want upload.ObjectInfo) *apiError {
-	if err := h.Backend.Copy(ctx, src, dst); err != nil {
+func (h *Handler) copyVerified(ctx context.Context, rq *request, src, dst string, want upload.ObjectInfo, c objects.CopyCond) *apiError {
+	var err error
+	if cw, ok := h.Backend.(objects.ConditionalWriter); ok {
+		// Where the store checks it: dst is still what was read (another
+		// replica's commit or PUT is never overwritten).
+		err = cw.CopyIf(ctx, src, dst, c)
+	} else {
+		err = h.Backend.Copy(ctx, src, dst)
+	}
+	if errors.Is(err, objects.ErrPrecondition) {
+		rq.reason, rq.retryAfter = "key_changed", time.Second
+		return &apiError{http.StatusServiceUnavailable, "SlowDown",
+			"the key was stored by another upload during this commit (another control-plane replica); nothing was kept: upload the file again"}
+	}
+	if err != nil {
 		rq.log.Error(err, "promoting a direct upload", "object", dst)
 		return backendError(err)
 	}
 	cur, err := h.Backend.Head(ctx, dst)
-	if err == nil && cur == want {
+	if err == nil && objects.VerificationOf(h.Backend).Same(cur, want) {
 		return nil
 	}
 	rq.log.Error(err, "the promoted copy differs from the upload", "object", dst, "size", cur.Size, "etag", cur.ETag)
@@ -380,4 +416,10 @@ func writeJSON(rq *request, v any) {
 	hd.Set("Content-Length", fmt.Sprint(len(b)))
 	rq.w.WriteHeader(http.StatusOK)
 	_, _ = rq.w.Write(b)
+}
+
+// validCRC: s is a CRC-64/NVME in S3's form.
+func validCRC(s string) bool {
+	b, err := base64.StdEncoding.DecodeString(s)
+	return err == nil && len(b) == 8
 }

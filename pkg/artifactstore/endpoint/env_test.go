@@ -249,7 +249,7 @@ func (e *env) wantObject(key string, data []byte) {
 	if info == nil {
 		e.t.Fatalf("%s: not stored, want %d bytes", key, len(data))
 	}
-	if want := (upload.ObjectInfo{Size: int64(len(data)), ETag: md5hex(data)}); *info != want {
+	if want := (upload.ObjectInfo{Size: int64(len(data)), ETag: md5hex(data)}); !storetest.SameObject(*info, want, data) {
 		e.t.Fatalf("%s: stored %+v, want %+v", key, *info, want)
 	}
 }
@@ -371,6 +371,14 @@ func (f *faultyBackend) Put(ctx context.Context, key string, body io.Reader, siz
 		info.ETag = strings.Repeat("0", 32)
 	}
 	return info, err
+}
+
+// Verification and DirectUploads are the wrapped backend's.
+func (f *faultyBackend) Verification() objects.Verification { return objects.VerificationOf(f.Backend) }
+
+func (f *faultyBackend) DirectUploads() bool {
+	d, ok := f.Backend.(interface{ DirectUploads() bool })
+	return !ok || d.DirectUploads()
 }
 
 func (f *faultyBackend) Stat(ctx context.Context, key string) (upload.ObjectInfo, time.Time, error) {

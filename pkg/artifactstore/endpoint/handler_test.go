@@ -98,7 +98,7 @@ func testRoundTrip(t *testing.T, e *env) {
 		t.Fatalf("stored keys %q, want 5", got)
 	}
 	if len(e.verified) != 5 || e.verified[3].key != "job-a/ckpt/size-5242880.bin" ||
-		e.verified[3].info != (upload.ObjectInfo{Size: 5 << 20, ETag: md5hex(data(5<<20, 0))}) || e.verified[3].job.JobID != "job-a" {
+		e.verified[3].info != (upload.ObjectInfo{Size: 5 << 20, ETag: md5hex(data(5<<20, 0)), CRC64NVME: upload.CRC64NVMEOf(data(5<<20, 0))}) || e.verified[3].job.JobID != "job-a" {
 		t.Fatalf("OnVerified calls %+v", e.verified)
 	}
 }
@@ -627,7 +627,7 @@ func testETagMismatch(t *testing.T, e *env) {
 	e.wantAbsent("job-a/lied.bin")
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !strings.Contains(e.logs.String(), "ETag check failed") {
+	if !strings.Contains(e.logs.String(), "the store's digests do not match the body") {
 		t.Fatal("the ETag mismatch was not logged")
 	}
 }
@@ -684,8 +684,11 @@ func testRequestShape(t *testing.T, e *env) {
 	wantError(t, resp, 501, "NotImplemented")
 	resp = e.raw("PUT", "/tether-artifacts/job-a/x", tokenA, strings.NewReader("x"), 1, http.Header{"X-Amz-Content-Sha256": {"STREAMING-UNSIGNED-PAYLOAD-TRAILER"}})
 	wantError(t, resp, 501, "NotImplemented")
-	resp = e.raw("PUT", "/tether-artifacts/job-a/x", tokenA, strings.NewReader("x"), 1, http.Header{"X-Amz-Checksum-Crc64nvme": {"AAAAAAAAAAA="}})
+	// A checksum this endpoint does not compute; a wrong CRC-64/NVME.
+	resp = e.raw("PUT", "/tether-artifacts/job-a/x", tokenA, strings.NewReader("x"), 1, http.Header{"X-Amz-Checksum-Sha512": {"AAAAAAAAAAA="}})
 	wantError(t, resp, 400, "InvalidRequest")
+	resp = e.raw("PUT", "/tether-artifacts/job-a/x", tokenA, strings.NewReader("x"), 1, http.Header{"X-Amz-Checksum-Crc64nvme": {"AAAAAAAAAAA="}})
+	wantError(t, resp, 400, "BadDigest")
 	resp = e.raw("PUT", "/tether-artifacts/job-a/x", tokenA, strings.NewReader("x"), 1, http.Header{"X-Amz-Content-Sha256": {strings.Repeat("0", 64)}})
 	wantError(t, resp, 400, "XAmzContentSHA256Mismatch")
 	e.wantAbsent("job-a/x")

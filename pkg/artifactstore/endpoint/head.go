@@ -49,6 +49,9 @@ func (h *Handler) head(rq *request, jobID string) {
 	}
 	hd := rq.w.Header()
 	hd.Set("ETag", `"`+info.ETag+`"`)
+	if info.CRC64NVME != "" {
+		hd.Set(upload.ChecksumHeader, info.CRC64NVME)
+	}
 	hd.Set("Content-Length", strconv.FormatInt(info.Size, 10))
 	hd.Set("Content-Type", "application/octet-stream")
 	hd.Set("Last-Modified", mod.UTC().Format(http.TimeFormat))

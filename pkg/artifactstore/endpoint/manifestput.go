@@ -79,11 +79,14 @@ func (p *putOp) readManifest() *apiError {
 		return bodyError(body, p.size)
 	}
 	p.buf = raw.Bytes()
+	if e := p.readTrailer(); e != nil {
+		return e
+	}
 	rq.bodyRead = true
 	if e := p.dig.verify(); e != nil {
 		return e
 	}
-	p.known = p.dig.sum()
+	p.known, p.knownCRC = p.dig.sum(), p.dig.crcSum()
 	if perr != nil {
 		_ = h.manifestResult(p.after, p.job, verify.ManifestResult{Key: rq.key, Rank: p.rank, Err: "malformed manifest: " + perr.Error()})
 		return &apiError{http.StatusBadRequest, "MalformedManifest",

@@ -67,8 +67,15 @@ type putOp struct {
 	manifest *upload.Manifest
 	buf      []byte
 	// known is the body's MD5 if it is known before storing: computed (the
-	// manifest, read whole first) or claimed (Content-MD5).
-	known []byte
+	// manifest, read whole first) or claimed (Content-MD5); knownCRC its
+	// CRC-64/NVME likewise (x-amz-checksum-crc64nvme).
+	known    []byte
+	knownCRC string
+	// chunked decodes an aws-chunked body (nil: a plain one); its trailer
+	// carries the body's checksum.
+	chunked *chunkedReader
+	// verif is what proves a stored object (objects.Verification).
+	verif objects.Verification
 
 	// existing is what the key holds; target is where the body goes: the
 	// key if it is free, else its pending key pkey; "" if the key, or its
@@ -78,9 +85,10 @@ type putOp struct {
 	pkey, target string
 	prior        *upload.ObjectInfo
 	pendingHolds bool
-	// etag is the body's MD5 once stored and checked; dropPending says an
-	// older pending object was dropped because the body equals the key's.
-	etag        string
+	// etag is the body's MD5 once stored and checked, crc its CRC-64/NVME;
+	// dropPending says an older pending object was dropped because the
+	// body equals the key's.
+	etag, crc   string
 	dropPending bool
 }
 
@@ -109,7 +117,11 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	defer cancel()
 	p.after = after
 	// A non-manifest body's digests are chosen once its target is known.
-	p.body = &bodyReader{r: rq.r.Body, remaining: p.size, rc: rq.rc, idle: h.idleTimeout(), last: func() *apiError { return h.recheck(rq, p.job) }}
+	var src io.Reader = rq.r.Body
+	if p.chunked != nil {
+		src = p.chunked
+	}
+	p.body = &bodyReader{r: src, remaining: p.size, rc: rq.rc, idle: h.idleTimeout(), last: func() *apiError { return h.recheck(rq, p.job) }}
 	if p.isManifest {
 		p.body.w = p.dig.writer(true)
 	}
@@ -131,7 +143,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		}
 	}
 	if h.OnVerified != nil {
-		h.OnVerified(after, p.job, rq.key, upload.ObjectInfo{Size: p.size, ETag: p.etag})
+		h.OnVerified(after, p.job, rq.key, upload.ObjectInfo{Size: p.size, ETag: p.etag, CRC64NVME: p.crc})
 	}
 	if p.manifest != nil {
 		if e := p.checkManifest(); e != nil {
@@ -146,8 +158,16 @@ func (h *Handler) put(rq *request, jobID, path string) {
 // read.
 func (h *Handler) admitPut(rq *request, jobID, path string) (*putOp, *apiError) {
 	r := rq.r
-	if e := checkPutShape(r.Header); e != nil {
+	chunked, decoded, trailers, e := chunkedShape(r.Header)
+	if e != nil {
 		return nil, e
+	}
+	if !chunked {
+		if e := checkPutShape(r.Header); e != nil {
+			return nil, e
+		}
+	} else if r.Header.Get("X-Amz-Copy-Source") != "" {
+		return nil, checkPutShape(r.Header)
 	}
 	job, e := h.authorize(rq, jobID)
 	if e != nil {
@@ -163,6 +183,14 @@ func (h *Handler) admitPut(rq *request, jobID, path string) (*putOp, *apiError) 
 	if e != nil {
 		return nil, e
 	}
+	if chunked {
+		// What the object holds: the body's data without its framing.
+		if decoded > size {
+			return nil, &apiError{http.StatusBadRequest, "InvalidArgument",
+				fmt.Sprintf("x-amz-decoded-content-length %d is more than the body's Content-Length %d", decoded, size)}
+		}
+		size = decoded
+	}
 	rank, isManifest := upload.ManifestRank(path, job.Nodes)
 	switch {
 	case isManifest && size > upload.MaxManifestSize:
@@ -172,12 +200,31 @@ func (h *Handler) admitPut(rq *request, jobID, path string) (*putOp, *apiError) 
 		return nil, &apiError{http.StatusBadRequest, "EntityTooLarge",
 			fmt.Sprintf("the object is %d bytes; a single PUT is at most %d bytes (5 GiB): split the artifact into smaller files", size, upload.MaxObjectSize)}
 	}
-	dig, e := parseDigests(r.Header)
+	dig, e := parseDigests(r.Header, trailers)
 	if e != nil {
 		return nil, e
 	}
 	rq.log = rq.log.WithValues("size", size)
-	return &putOp{h: h, rq: rq, job: job, path: path, size: size, dig: dig, isManifest: isManifest, rank: rank, known: dig.contentMD5}, nil
+	p := &putOp{h: h, rq: rq, job: job, path: path, size: size, dig: dig, isManifest: isManifest, rank: rank,
+		known: dig.contentMD5, knownCRC: dig.claimedCRC(), verif: objects.VerificationOf(h.Backend)}
+	if chunked {
+		p.chunked = newChunkedReader(r.Body)
+	}
+	return p, nil
+}
+
+// readTrailer reads an aws-chunked body's trailer once its data was read,
+// and takes the checksums it carries (checked with the others, verify).
+func (p *putOp) readTrailer() *apiError {
+	if p.chunked == nil {
+		return nil
+	}
+	t, err := p.chunked.Trailer()
+	if err != nil {
+		return &apiError{http.StatusBadRequest, "IncompleteBody",
+			"the aws-chunked body's end (its zero chunk and trailer) is malformed or missing: " + err.Error() + "; nothing was kept: upload the file again"}
+	}
+	return p.dig.fromTrailer(t)
 }
 
 // chooseTarget picks where the body goes (see putOp.target). The caller
@@ -191,7 +238,7 @@ func (p *putOp) chooseTarget() *apiError {
 	}
 	p.existing, p.pkey, p.target = existing, objects.PendingKey(rq.key), rq.key
 	holds := func(o *upload.ObjectInfo) bool {
-		return p.known != nil && o != nil && o.Size == p.size && o.ETag == hex.EncodeToString(p.known)
+		return (p.known != nil || p.knownCRC != "") && o != nil && p.verif.Holds(*o, p.size, hexOrEmpty(p.known), p.knownCRC)
 	}
 	switch {
 	case existing == nil:
@@ -230,10 +277,24 @@ func (p *putOp) storeBody() *apiError {
 	if p.isManifest {
 		src = bytes.NewReader(p.buf)
 	}
-	if p.target == "" {
+	cw, conditional := h.Backend.(objects.ConditionalWriter)
+	switch {
+	case p.target == "":
 		_, err = io.Copy(io.Discard, src)
-	} else {
+	case conditional && p.target == rq.key:
+		// The key was free when looked at: stored only if it still is, so
+		// a PUT through another replica is never overwritten.
+		stored, err = cw.PutIfAbsent(rq.r.Context(), p.target, src, p.size)
+	default:
 		stored, err = h.Backend.Put(rq.r.Context(), p.target, src, p.size)
+	}
+	if errors.Is(err, objects.ErrPrecondition) {
+		// Nothing of this body was stored; what is there is the other
+		// writer's and stays.
+		rq.reason, rq.retryAfter = "key_changed", time.Second
+		rq.log.Info("the key was stored through another replica during this PUT; the client retries", "error", err.Error())
+		return &apiError{http.StatusServiceUnavailable, "SlowDown",
+			"the key was stored by another upload while this one streamed (another control-plane replica); nothing of this body was kept: retry after Retry-After"}
 	}
 	if !p.isManifest && body.err != nil {
 		h.cleanup(p.after, rq, p.target, p.prior)
@@ -245,21 +306,44 @@ func (p *putOp) storeBody() *apiError {
 		return backendError(err)
 	}
 	if !p.isManifest {
+		if e := p.readTrailer(); e != nil {
+			h.cleanup(p.after, rq, p.target, p.prior)
+			return e
+		}
 		rq.bodyRead = body.remaining == 0
 		if e := p.checkStreamed(backendMD5, stored); e != nil {
 			h.cleanup(p.after, rq, p.target, p.prior)
 			return e
 		}
 	}
-	p.etag = hex.EncodeToString(dig.sum())
-	if p.target != "" && (stored.ETag != p.etag || stored.Size != p.size) {
-		rq.log.Error(errors.New("stored object differs from the streamed body"), "ETag check failed",
-			"streamedMD5", p.etag, "storedETag", stored.ETag, "storedSize", stored.Size)
+	p.etag, p.crc = hex.EncodeToString(dig.sum()), dig.crcSum()
+	if p.target == "" {
+		return nil
+	}
+	if p.verif.ByChecksum && stored.CRC64NVME == "" {
+		// The PUT's answer did not carry the store's checksum: ask for it.
+		if stored, err = h.Backend.Head(p.after, p.target); err != nil {
+			h.cleanup(p.after, rq, p.target, p.prior)
+			rq.log.Error(err, "backend HEAD", "object", p.target)
+			return backendReadError(err)
+		}
+	}
+	if !p.verif.Holds(stored, p.size, p.etag, p.crc) {
+		rq.log.Error(errors.New("stored object differs from the streamed body"), "the store's digests do not match the body",
+			"streamedMD5", p.etag, "streamedCRC64NVME", p.crc, "storedETag", stored.ETag, "storedCRC64NVME", stored.CRC64NVME,
+			"storedSize", stored.Size, "byChecksum", p.verif.ByChecksum)
 		h.cleanup(p.after, rq, p.target, p.prior)
 		return &apiError{http.StatusInternalServerError, "InternalError",
-			"the stored object's ETag does not match the MD5 of the body received; nothing was kept: retry"}
+			"the stored object's " + p.verif.What() + " does not match the body received; nothing was kept: retry"}
 	}
 	return nil
+}
+
+func hexOrEmpty(b []byte) string {
+	if b == nil {
+		return ""
+	}
+	return hex.EncodeToString(b)
 }
 
 // checkStreamed checks a streamed body: all of it was read, and it has the
@@ -295,7 +379,7 @@ func (p *putOp) keep() *apiError {
 	// The latest verified upload of a key wins: if it equals the final
 	// object, a pending object from an earlier upload must not be promoted
 	// over it.
-	p.dropPending = p.target == "" && !p.pendingHolds || p.target == p.pkey && p.existing.ETag == p.etag && p.existing.Size == p.size
+	p.dropPending = p.target == "" && !p.pendingHolds || p.target == p.pkey && p.verif.Holds(*p.existing, p.size, p.etag, p.crc)
 	if p.dropPending {
 		if err := h.Backend.Delete(p.after, p.pkey); err != nil {
 			rq.log.Error(err, "dropping the pending object", "object", p.pkey)
@@ -312,6 +396,7 @@ func (p *putOp) answer() {
 	hd := rq.w.Header()
 	_ = rq.rc.SetWriteDeadline(time.Now().Add(h.idleTimeout()))
 	hd.Set("ETag", `"`+p.etag+`"`)
+	hd.Set(upload.ChecksumHeader, p.crc)
 	hd.Set("Content-Length", "0")
 	rq.w.WriteHeader(http.StatusOK)
 	rq.log.V(1).Info("artifact stored", "status", http.StatusOK, "etag", p.etag,

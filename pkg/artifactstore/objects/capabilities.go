@@ -73,3 +73,25 @@ func HeadOpt(ctx context.Context, b upload.Backend, key string) (*upload.ObjectI
 	}
 	return &info, nil
 }
+
+// CopyCond are the conditions of a compare-and-set copy: the source must
+// still be the version SrcETag names (x-amz-copy-source-if-match), and the
+// destination the version DstETag names (If-Match) or, DstAbsent, hold
+// nothing (If-None-Match: *).
+type CopyCond struct {
+	SrcETag, DstETag string
+	DstAbsent        bool
+}
+
+// ConditionalWriter is a backend whose store checks write conditions, so
+// two control-plane replicas never overwrite each other's decision: a
+// write whose condition no longer holds fails with ErrPrecondition. Each
+// condition the store does not honour (its start-up probe said so) is not
+// sent, and the per-key lock of one replica is then all that orders writes
+// of one key (docs/artifacts.md, "Two replicas, one key").
+type ConditionalWriter interface {
+	// PutIfAbsent is Put that stores nothing if key holds an object.
+	PutIfAbsent(ctx context.Context, key string, body io.Reader, size int64) (upload.ObjectInfo, error)
+	// CopyIf is Copy under c.
+	CopyIf(ctx context.Context, src, dst string, c CopyCond) error
+}

@@ -17,3 +17,8 @@ var ErrInvalidKey = errors.New("invalid key")
 // Retry-After, so the sidecar waits and retries instead of reading an
 // internal error into it.
 var ErrSlowDown = errors.New("the storage asks to slow down")
+
+// ErrPrecondition is wrapped by a backend's error when the store refused a
+// conditional write (S3 412 PreconditionFailed): another writer (another
+// control-plane replica) changed the key since it was looked at.
+var ErrPrecondition = errors.New("the key changed since it was read (412 PreconditionFailed)")

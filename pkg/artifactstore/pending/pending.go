@@ -114,7 +114,7 @@ func (s *Store) promoteManifest(ctx context.Context, jobID string, vm VerifiedMa
 	}
 	if at == objects.PendingKey(key) {
 		sum := md5.Sum(buf)
-		info := upload.ObjectInfo{Size: int64(len(buf)), ETag: hex.EncodeToString(sum[:])}
+		info := upload.ObjectInfo{Size: int64(len(buf)), ETag: hex.EncodeToString(sum[:]), CRC64NVME: upload.CRC64NVMEOf(buf)}
 		if err := s.promoteLocked(ctx, at, key, info); err != nil {
 			return n, fmt.Errorf("promoting %s: %w", key, err)
 		}
@@ -165,7 +165,7 @@ func (s *Store) promoteEntry(ctx context.Context, key string, f upload.ManifestF
 	// which a PUT still streaming holds (it is refused at its end, the
 	// artifacts being final by then).
 	if p, err := objects.HeadOpt(ctx, s.Backend, pk); err == nil && p == nil {
-		if final, err := objects.HeadOpt(ctx, s.Backend, key); err == nil && final != nil && listed(*final, f) {
+		if final, err := objects.HeadOpt(ctx, s.Backend, key); err == nil && final != nil && s.listed(*final, f) {
 			return false, nil
 		}
 	}
@@ -175,14 +175,14 @@ func (s *Store) promoteEntry(ctx context.Context, key string, f upload.ManifestF
 	if err != nil {
 		return false, err
 	}
-	if p != nil && listed(*p, f) {
-		return true, s.copyOver(ctx, pk, key, *p)
+	if p != nil && s.listed(*p, f) {
+		return true, s.copyOver(ctx, pk, key, *p, func(dst upload.ObjectInfo) bool { return s.listed(dst, f) })
 	}
 	final, err := objects.HeadOpt(ctx, s.Backend, key)
 	switch {
 	case err != nil:
 		return false, err
-	case final != nil && listed(*final, f):
+	case final != nil && s.listed(*final, f):
 		return false, nil // a later upload, if pending, is dropped
 	case final == nil && p == nil:
 		return false, &NotAsListedError{Why: "no object is stored under its key"}
@@ -196,8 +196,8 @@ func (s *Store) promoteEntry(ctx context.Context, key string, f upload.ManifestF
 }
 
 // listed says whether info is the version entry f lists.
-func listed(info upload.ObjectInfo, f upload.ManifestFile) bool {
-	return info.Size == f.Size && info.ETag == f.MD5
+func (s *Store) listed(info upload.ObjectInfo, f upload.ManifestFile) bool {
+	return objects.VerificationOf(s.Backend).Listed(info, f)
 }
 
 func (s *Store) promoteLocked(ctx context.Context, pending, key string, want upload.ObjectInfo) error {
@@ -210,24 +210,56 @@ func (s *Store) promoteLocked(ctx context.Context, pending, key string, want upl
 	if err != nil {
 		return err
 	}
-	if src != want {
-		return fmt.Errorf("the pending object changed while it was promoted (size %d, ETag %s)", src.Size, src.ETag)
+	if !objects.VerificationOf(s.Backend).Holds(src, want.Size, want.ETag, want.CRC64NVME) {
+		return fmt.Errorf("the pending object changed while it was promoted (size %d, ETag %s, CRC-64/NVME %q)", src.Size, src.ETag, src.CRC64NVME)
 	}
-	return s.copyOver(ctx, pending, key, src)
+	v := objects.VerificationOf(s.Backend)
+	return s.copyOver(ctx, pending, key, src, func(dst upload.ObjectInfo) bool { return v.Holds(dst, want.Size, want.ETag, want.CRC64NVME) })
 }
 
 // copyOver copies pending (holding src) over key, checks the copy, and
-// deletes pending. The caller holds key's lock.
-func (s *Store) copyOver(ctx context.Context, pending, key string, src upload.ObjectInfo) error {
-	if err := s.Backend.Copy(ctx, pending, key); err != nil {
+// deletes pending. The caller holds key's lock, which orders this
+// replica's writes of key; on a store that checks write conditions
+// (objects.ConditionalWriter) the copy is a compare-and-set besides: the
+// pending object must still be src and the key still what was read, so a
+// promotion never overwrites what another replica decided. When the
+// condition fails, the key is read again: holding what done accepts (the
+// other replica promoted the same listed version) is success.
+func (s *Store) copyOver(ctx context.Context, pending, key string, src upload.ObjectInfo, done func(upload.ObjectInfo) bool) error {
+	cw, conditional := s.Backend.(objects.ConditionalWriter)
+	var err error
+	if conditional {
+		var before *upload.ObjectInfo
+		if before, err = objects.HeadOpt(ctx, s.Backend, key); err != nil {
+			return err
+		}
+		c := objects.CopyCond{SrcETag: src.ETag, DstAbsent: before == nil}
+		if before != nil {
+			c.DstETag = before.ETag
+		}
+		err = cw.CopyIf(ctx, pending, key, c)
+	} else {
+		err = s.Backend.Copy(ctx, pending, key)
+	}
+	if errors.Is(err, objects.ErrPrecondition) || errors.Is(err, upload.ErrNotFound) {
+		// Another replica wrote the key or moved the pending object.
+		now, herr := objects.HeadOpt(ctx, s.Backend, key)
+		if herr == nil && now != nil && done(*now) {
+			s.Log.Info("another replica promoted the listed version first", "key", key)
+			return s.dropIfStill(ctx, pending, src)
+		}
+		return fmt.Errorf("promoting %s: %w", key, err)
+	}
+	if err != nil {
 		return err
 	}
 	dst, err := s.Backend.Head(ctx, key)
 	if err != nil {
 		return fmt.Errorf("checking the copy: %w", err)
 	}
-	if dst != src {
-		return fmt.Errorf("the copy has size %d and ETag %s, the pending object size %d and ETag %s", dst.Size, dst.ETag, src.Size, src.ETag)
+	if !objects.VerificationOf(s.Backend).Same(dst, src) {
+		return fmt.Errorf("the copy has size %d, ETag %s and CRC-64/NVME %q, the pending object size %d, ETag %s and CRC-64/NVME %q",
+			dst.Size, dst.ETag, dst.CRC64NVME, src.Size, src.ETag, src.CRC64NVME)
 	}
 	return s.Backend.Delete(ctx, pending)
 }
@@ -270,4 +302,16 @@ func (s *Store) pendingKeys(ctx context.Context, jobID string) ([]string, error)
 		return nil, fmt.Errorf("listing pending objects of job %s: %w", jobID, err)
 	}
 	return keys, nil
+}
+
+// dropIfStill deletes pending if it still holds src (a later upload stays).
+func (s *Store) dropIfStill(ctx context.Context, pending string, src upload.ObjectInfo) error {
+	cur, err := objects.HeadOpt(ctx, s.Backend, pending)
+	if err != nil || cur == nil {
+		return err
+	}
+	if !objects.VerificationOf(s.Backend).Same(*cur, src) {
+		return nil
+	}
+	return s.Backend.Delete(ctx, pending)
 }

@@ -35,6 +35,12 @@ type S3Backend struct {
 	// Public, if set, signs the presigned PUT URLs of direct uploads for
 	// the endpoint sidecars reach (S3Options.PublicEndpoint).
 	Public *minio.Client
+
+	// transport is the client's (S3Options.Transport), for the probe's
+	// presigned PUT; choice is what the probe allowed (Use).
+	transport http.RoundTripper
+	choice    Choice
+	probed    bool
 }
 
 var _ upload.Backend = (*S3Backend)(nil)
@@ -87,7 +93,7 @@ func NewS3Backend(o S3Options) (*S3Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("S3 backend: %w", err)
 	}
-	b := &S3Backend{Client: c, Bucket: o.Bucket, Prefix: o.Prefix}
+	b := &S3Backend{Client: c, Bucket: o.Bucket, Prefix: o.Prefix, transport: o.Transport}
 	if o.PublicEndpoint != "" {
 		if b.Public, err = publicClient(o, lookup); err != nil {
 			return nil, err
@@ -115,31 +121,9 @@ func notFound(err error) bool {
 // connection (SO_LINGER 0) instead of closing it: the server reads an error,
 // not an end of stream, and keeps nothing.
 func (b *S3Backend) Put(ctx context.Context, key string, body io.Reader, size int64) (upload.ObjectInfo, error) {
-	pb := &putBody{r: body, size: size}
-	// The request must not see ctx's cancellation: net/http would close the
-	// connection cleanly. pb.abort resets it first, then cancels.
-	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() {
-		pb.abort(context.Cause(ctx))
-		cancel()
-	})
-	defer stop()
-	pctx = httptrace.WithClientTrace(pctx, &httptrace.ClientTrace{GotConn: pb.gotConn})
-	info, err := b.Client.PutObject(pctx, b.Bucket, b.name(key), pb, size, minio.PutObjectOptions{
-		DisableMultipart: true,
-		// The body is verified by its MD5 against the ETag; a SHA-256 of
-		// the payload for the signature would cost a second pass.
-		DisableContentSha256: true,
-		ContentType:          "application/octet-stream",
-	})
-	if aerr := pb.abortErr(); aerr != nil {
-		return upload.ObjectInfo{}, fmt.Errorf("S3 PUT %s: %w", b.name(key), aerr)
-	}
-	if err != nil {
-		return upload.ObjectInfo{}, fmt.Errorf("S3 PUT %s: %w", b.name(key), markSlowDown(err))
-	}
-	return upload.ObjectInfo{Size: info.Size, ETag: strings.ToLower(info.ETag)}, nil
+	// The CRC-64/NVME goes in a trailer unless the probe found the store
+	// refuses trailers (checksum.go).
+	return b.put(ctx, key, body, size, !b.choice.NoTrailer)
 }
 
 // putBody is a PUT's body: it stops at size bytes, turns an early end into
@@ -229,14 +213,15 @@ func (b *S3Backend) Head(ctx context.Context, key string) (upload.ObjectInfo, er
 
 // Stat returns the object's size, ETag and modification time.
 func (b *S3Backend) Stat(ctx context.Context, key string) (upload.ObjectInfo, time.Time, error) {
-	oi, err := b.Client.StatObject(ctx, b.Bucket, b.name(key), minio.StatObjectOptions{})
+	// With the store's own checksum (x-amz-checksum-mode: ENABLED).
+	oi, err := b.Client.StatObject(ctx, b.Bucket, b.name(key), minio.StatObjectOptions{Checksum: true})
 	if err != nil {
 		if notFound(err) {
 			return upload.ObjectInfo{}, time.Time{}, upload.ErrNotFound
 		}
 		return upload.ObjectInfo{}, time.Time{}, fmt.Errorf("S3 HEAD %s: %w", b.name(key), markSlowDown(err))
 	}
-	return upload.ObjectInfo{Size: oi.Size, ETag: strings.ToLower(oi.ETag)}, oi.LastModified, nil
+	return upload.ObjectInfo{Size: oi.Size, ETag: strings.ToLower(oi.ETag), CRC64NVME: oi.ChecksumCRC64NVME}, oi.LastModified, nil
 }
 
 // Copy replaces dst with src by a server-side copy (at most 5 GiB, which is

@@ -285,8 +285,11 @@ func checkEntry(ctx context.Context, b upload.Backend, base string, f upload.Man
 		return entryState{err: err}
 	case info.Size != f.Size:
 		return entryState{missing: fmt.Sprintf("stored size %d, manifest says %d", info.Size, f.Size)}
-	case info.ETag != f.MD5:
-		return entryState{missing: fmt.Sprintf("stored MD5 %s, manifest says %s", info.ETag, f.MD5)}
+	case !objects.VerificationOf(b).Listed(info, f):
+		if objects.VerificationOf(b).ByChecksum {
+			return entryState{missing: fmt.Sprintf("stored CRC-64/NVME %q, manifest says %q (the store's ETags are not MD5s: an entry is verified by its checksum)", info.CRC64NVME, f.CRC64NVME)}
+		}
+		return entryState{missing: fmt.Sprintf("stored MD5 %s (CRC-64/NVME %q), manifest says %s (%q)", info.ETag, info.CRC64NVME, f.MD5, f.CRC64NVME)}
 	}
 	return entryState{}
 }

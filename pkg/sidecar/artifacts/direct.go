@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/md5"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -110,21 +111,21 @@ func (u *Uploader) dialStoreTLS(ctx context.Context, network, addr string) (net.
 }
 
 // send sends size bytes of body to key, in direct mode if the server offers
-// it, and returns their MD5 once the server verified them.
-func (u *Uploader) send(ctx context.Context, key string, body io.Reader, size int64) (string, error) {
+// it, and returns their MD5 and CRC-64/NVME once the server verified them.
+func (u *Uploader) send(ctx context.Context, key string, body io.Reader, size int64) (string, string, error) {
 	d := &u.direct
 	if !d.wants(size) {
 		return u.put(ctx, key, body, size)
 	}
 	a, err := u.authorize(ctx, key, size)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if a.Mode != upload.ModeDirect {
 		d.proxyFor(proxyRecheck)
 		return u.put(ctx, key, body, size)
 	}
-	sum, err := u.putDirect(ctx, key, a, body, size)
+	sum, crc, err := u.putDirect(ctx, key, a, body, size)
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" {
 		// The store cannot be reached from here: the next attempts go
@@ -133,7 +134,7 @@ func (u *Uploader) send(ctx context.Context, key string, body io.Reader, size in
 		u.log.Warn("the artifact store cannot be reached for direct uploads; uploading through the binding server",
 			"error", err, "for", proxyRecheck.String())
 	}
-	return sum, err
+	return sum, crc, err
 }
 
 // postJSON posts v to the binding server's path and decodes the answer into
@@ -195,17 +196,25 @@ func (u *Uploader) authorize(ctx context.Context, key string, size int64) (uploa
 	return a, nil
 }
 
-// putDirect PUTs the body to the presigned URL, computing its MD5 as it
-// streams; the store's ETag must equal it, and then the server must confirm
-// the stored upload (commit). Only then is the file verified.
-func (u *Uploader) putDirect(ctx context.Context, key string, a upload.AuthorizeResponse, body io.Reader, size int64) (string, error) {
-	h := md5.New()
-	pr, actx, stop := u.stallWatched(ctx, io.TeeReader(io.LimitReader(body, size), h))
+// putDirect PUTs the body to the presigned URL, computing its MD5 and
+// CRC-64/NVME as it streams; the store's ETag must equal the MD5 (unless the
+// server said its ETags are not MD5s) and a checksum it reports the CRC,
+// and then the server must confirm the stored upload (commit), which checks
+// the store's own checksum against the claimed one. Only then is the file
+// verified.
+//
+// The checksum is not sent with the PUT: it is known only once the file
+// was read (the file is read once), and a presigned URL carries no
+// aws-chunked trailer on every store. The store computes its own (AWS and
+// versitygw do for every PUT): the commit compares it with the claim.
+func (u *Uploader) putDirect(ctx context.Context, key string, a upload.AuthorizeResponse, body io.Reader, size int64) (string, string, error) {
+	h, c := md5.New(), upload.NewCRC64NVME()
+	pr, actx, stop := u.stallWatched(ctx, io.TeeReader(io.LimitReader(body, size), io.MultiWriter(h, c)))
 	defer stop()
 
 	req, err := http.NewRequestWithContext(actx, http.MethodPut, a.URL, io.NopCloser(pr))
 	if err != nil {
-		return "", fmt.Errorf("direct PUT %s: the server's URL: %w", key, redact(err))
+		return "", "", fmt.Errorf("direct PUT %s: the server's URL: %w", key, redact(err))
 	}
 	req.ContentLength = size
 	if size == 0 {
@@ -221,33 +230,38 @@ func (u *Uploader) putDirect(ctx context.Context, key string, a upload.Authorize
 	resp, err := u.direct.store.Do(req)
 	if err != nil {
 		if stalled(ctx, actx) {
-			return "", fmt.Errorf("direct PUT %s: %w for %s", key, errStalled, u.cfg.StallTimeout)
+			return "", "", fmt.Errorf("direct PUT %s: %w for %s", key, errStalled, u.cfg.StallTimeout)
 		}
-		return "", fmt.Errorf("direct PUT %s: %w", key, redact(err))
+		return "", "", fmt.Errorf("direct PUT %s: %w", key, redact(err))
 	}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("direct PUT %s: %w", key, &storeError{err: s3Error(resp, raw).(minio.ErrorResponse)})
+		return "", "", fmt.Errorf("direct PUT %s: %w", key, &storeError{err: s3Error(resp, raw).(minio.ErrorResponse)})
 	}
 	if n := pr.n.Load(); n != size {
-		return "", fmt.Errorf("direct PUT %s: %w (sent %d of %d bytes)", key, errChanged, n, size)
+		return "", "", fmt.Errorf("direct PUT %s: %w (sent %d of %d bytes)", key, errChanged, n, size)
 	}
-	sum, err := checkETag(key, h, resp.Header.Get("ETag"))
-	if err != nil {
-		return "", err
+	sum, crc := hex.EncodeToString(h.Sum(nil)), upload.EncodeChecksum(c.Sum(nil))
+	if a.Verify != upload.VerifyCRC64NVME {
+		if err := checkSum(key, sum, resp.Header.Get("ETag")); err != nil {
+			return "", "", err
+		}
 	}
-	var c upload.CommitResponse
+	if err := checkCRC(key, crc, resp.Header.Get(upload.ChecksumHeader)); err != nil {
+		return "", "", err
+	}
+	var cr upload.CommitResponse
 	cctx, ccancel := context.WithTimeout(ctx, upload.CommitTimeout(responseHeaderTimeout, size))
 	defer ccancel()
-	if _, err := u.postJSON(cctx, u.direct.commit, upload.PathCommit, upload.CommitRequest{Key: key, Size: size, MD5: sum, Upload: a.Upload}, &c); err != nil {
-		return "", fmt.Errorf("committing %s: %w", key, err)
+	if _, err := u.postJSON(cctx, u.direct.commit, upload.PathCommit, upload.CommitRequest{Key: key, Size: size, MD5: sum, CRC64NVME: crc, Upload: a.Upload}, &cr); err != nil {
+		return "", "", fmt.Errorf("committing %s: %w", key, err)
 	}
-	if !strings.EqualFold(c.ETag, sum) || c.Size != size {
-		return "", fmt.Errorf("committing %s: %w: the server verified ETag %q and %d bytes, the MD5 of the bytes sent is %s (%d bytes)",
-			key, errETagMismatch, c.ETag, c.Size, sum, size)
+	if !strings.EqualFold(cr.ETag, sum) || cr.Size != size || cr.CRC64NVME != "" && cr.CRC64NVME != crc {
+		return "", "", fmt.Errorf("committing %s: %w: the server verified ETag %q, CRC-64/NVME %q and %d bytes; the bytes sent have MD5 %s, CRC-64/NVME %s (%d bytes)",
+			key, errETagMismatch, cr.ETag, cr.CRC64NVME, cr.Size, sum, crc, size)
 	}
-	return sum, nil
+	return sum, crc, nil
 }
 
 // storeError is the artifact store's refusal of a presigned PUT (expired,

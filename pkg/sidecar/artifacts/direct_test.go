@@ -42,6 +42,12 @@ func newDirectServer(t *testing.T, env *s3env, jobID string) *directServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newDirectServerOn(t, env, jobID, b)
+}
+
+// newDirectServerOn is newDirectServer on backend b.
+func newDirectServerOn(t *testing.T, env *s3env, jobID string, b *s3store.S3Backend) *directServer {
+	t.Helper()
 	d := &directServer{s3: b}
 	d.h = &endpoint.Handler{
 		Backend: b,

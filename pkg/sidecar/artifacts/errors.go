@@ -65,7 +65,7 @@ func classify(err error, stall time.Duration) (transient bool, hint string) {
 	case errors.As(err, &ue), errors.As(err, &he), errors.As(err, &ce):
 		return false, "the server's certificate is not trusted by the CA file (TETHER_CA_FILE) or does not name the server; the CA file is re-read for every new connection"
 	case errors.Is(err, errETagMismatch):
-		return true, "the server stored other bytes than were sent (corrupted in transit)"
+		return true, "the store's ETag or checksum is not that of the bytes sent: corrupted in transit, or a store whose ETags are not MD5s (SSE-KMS, SSE-C) that the control plane's start-up probe did not see (see its log)"
 	case errors.Is(err, errChanged):
 		return true, "the trainer is still writing it"
 	case errors.Is(err, errStalled):
@@ -83,7 +83,10 @@ func classify(err error, stall time.Duration) (transient bool, hint string) {
 		case "EntityTooLarge":
 			return false, fmt.Sprintf("a single PUT is at most %s: exclude the file with the %s annotation", humanBytes(upload.MaxObjectSize), ExcludeAnnotation)
 		case "BadDigest":
-			return false, "the server received other bytes than were sent"
+			// The body's Content-MD5 or checksum (sent with every PUT) did
+			// not match what arrived: corrupted in transit, or changed
+			// while it was read. The next attempt reads the file again.
+			return true, "the server received other bytes than were sent (corrupted in transit)"
 		}
 		switch {
 		case er.StatusCode >= 500, er.StatusCode == http.StatusRequestTimeout, er.StatusCode == http.StatusTooManyRequests:

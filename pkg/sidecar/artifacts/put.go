@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"net/http"
@@ -113,8 +112,8 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 	if size > upload.MaxObjectSize {
 		return Result{}, &localError{TooLargeError{Path: rel, Size: size}}
 	}
-	if sum, ok := u.Verified(rel, size, mtime); ok {
-		return Result{Path: rel, Size: size, MD5: sum, How: Unchanged}, nil
+	if v, ok := u.VerifiedFile(rel, size, mtime); ok {
+		return Result{Path: rel, Size: size, MD5: v.MD5, CRC64NVME: v.CRC64NVME, How: Unchanged}, nil
 	}
 	if size < smallFileSize {
 		return u.uploadSmall(ctx, f, st, rel, key)
@@ -123,18 +122,21 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 	// HEAD: an object of the same size may already be the file (a restarted
 	// sidecar, or a PUT whose answer was lost). Then one read of the file,
 	// and no upload if the MD5 matches.
-	info, err := u.client.StatObject(ctx, upload.Bucket, key, minio.StatObjectOptions{})
+	info, err := u.client.StatObject(ctx, upload.Bucket, key, minio.StatObjectOptions{Checksum: true})
 	switch {
 	case err == nil && info.Size == size:
-		sum, err := md5Of(f, size)
+		sum, crc, err := digestsOf(f, size)
 		if err != nil {
 			return Result{}, err
 		}
 		if err := unchanged(f, st); err != nil {
 			return Result{}, err
 		}
-		if strings.EqualFold(trimETag(info.ETag), sum) {
-			return u.verifiedAs(rel, size, mtime, sum, AlreadyPresent), nil
+		// A checksum the server reports must match too: on a store whose
+		// ETags are not MD5s (SSE-KMS) the ETag never does, and the file
+		// is sent again (the server then keeps one copy).
+		if strings.EqualFold(trimETag(info.ETag), sum) && (info.ChecksumCRC64NVME == "" || info.ChecksumCRC64NVME == crc) {
+			return u.verifiedAs(rel, size, mtime, sum, crc, AlreadyPresent), nil
 		}
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return Result{}, &localError{err}
@@ -148,7 +150,7 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 	// request (lastBytesGuard): a file that changed while it was read is
 	// never sent whole, so the server refuses the short body and keeps
 	// nothing, instead of storing a mix as the final object.
-	sum, err := u.send(ctx, key, &lastBytesGuard{r: f, remaining: size, check: func() error { return unchanged(f, st) }}, size)
+	sum, crc, err := u.send(ctx, key, &lastBytesGuard{r: f, remaining: size, check: func() error { return unchanged(f, st) }}, size)
 	if err != nil {
 		if errors.Is(err, errChanged) {
 			return Result{}, fmt.Errorf("PUT %s: %w", key, errChanged)
@@ -159,15 +161,15 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 	if err := unchanged(f, st); err != nil {
 		return Result{}, err
 	}
-	return u.verifiedAs(rel, size, mtime, sum, Uploaded), nil
+	return u.verifiedAs(rel, size, mtime, sum, crc, Uploaded), nil
 }
 
-// verifiedAs records rel, of size and mtime, as verified with MD5 sum, and
-// returns its Result.
-func (u *Uploader) verifiedAs(rel string, size int64, mtime time.Time, sum string, how How) Result {
-	u.remember(rel, size, mtime, sum)
+// verifiedAs records rel, of size and mtime, as verified with MD5 sum and
+// CRC-64/NVME crc, and returns its Result.
+func (u *Uploader) verifiedAs(rel string, size int64, mtime time.Time, sum, crc string, how How) Result {
+	u.remember(rel, size, mtime, sum, crc)
 	u.verifiedBytes.Add(size)
-	return Result{Path: rel, Size: size, MD5: sum, How: how}
+	return Result{Path: rel, Size: size, MD5: sum, CRC64NVME: crc, How: how}
 }
 
 func unchanged(f *os.File, st fs.FileInfo) error {
@@ -181,21 +183,23 @@ func unchanged(f *os.File, st fs.FileInfo) error {
 	return nil
 }
 
-// md5Of reads exactly size bytes of r and returns their hex MD5.
-func md5Of(r io.Reader, size int64) (string, error) {
-	h := md5.New()
-	n, err := io.Copy(h, io.LimitReader(r, size))
+// digestsOf reads exactly size bytes of r and returns their hex MD5 and
+// their CRC-64/NVME (S3's form).
+func digestsOf(r io.Reader, size int64) (string, string, error) {
+	h, c := md5.New(), upload.NewCRC64NVME()
+	n, err := io.Copy(io.MultiWriter(h, c), io.LimitReader(r, size))
 	if err != nil {
-		return "", &localError{err}
+		return "", "", &localError{err}
 	}
 	if n != size {
-		return "", fmt.Errorf("%w (read %d of %d bytes)", errChanged, n, size)
+		return "", "", fmt.Errorf("%w (read %d of %d bytes)", errChanged, n, size)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return hex.EncodeToString(h.Sum(nil)), upload.EncodeChecksum(c.Sum(nil)), nil
 }
 
-// put sends size bytes of body as one PUT to key and returns their MD5, if
-// and only if the server's ETag equals it.
+// put sends size bytes of body as one PUT to key and returns their MD5 and
+// CRC-64/NVME, if and only if the server's ETag equals the MD5 (and the
+// checksum it reports, if any, the CRC).
 //
 // No Content-MD5 is sent: it must precede the body, so it would need a
 // second read of the file (or the whole file in memory), and the contract
@@ -205,57 +209,84 @@ func md5Of(r io.Reader, size int64) (string, error) {
 // compares that ETag with the MD5 of the bytes it actually sent, so any
 // difference between what was read and what was stored fails verification.
 // (Content-MD5 would only let the server refuse a corrupted body itself.)
-func (u *Uploader) put(ctx context.Context, key string, body io.Reader, size int64) (string, error) {
-	return u.putSum(ctx, key, body, size, nil)
+//
+// The body's CRC-64/NVME goes in an aws-chunked trailer (it is known only
+// once the body was read): the server verifies it and the store keeps it,
+// the verification on a store whose ETags are not MD5s. A server that
+// refuses trailers (before they were taken, 501 NotImplemented) gets the
+// plain body from then on.
+func (u *Uploader) put(ctx context.Context, key string, body io.Reader, size int64) (string, string, error) {
+	return u.putSum(ctx, key, body, size, nil, "")
 }
 
-// putSum is put; with contentMD5 (the body's, computed before) it is sent as
-// Content-MD5 instead of hashing the body on the way (uploadSmall).
-func (u *Uploader) putSum(ctx context.Context, key string, body io.Reader, size int64, contentMD5 []byte) (string, error) {
-	h := md5.New()
+// putSum is put; with contentMD5 and crc (the body's, computed before) they
+// are sent as Content-MD5 and x-amz-checksum-crc64nvme instead of hashing
+// the body on the way (uploadSmall, the manifest).
+func (u *Uploader) putSum(ctx context.Context, key string, body io.Reader, size int64, contentMD5 []byte, crc string) (string, string, error) {
+	h, c := md5.New(), upload.NewCRC64NVME()
 	src := io.LimitReader(body, size)
 	if contentMD5 == nil {
-		src = io.TeeReader(src, h)
+		src = io.TeeReader(src, io.MultiWriter(h, c))
 	}
 	pr, actx, stop := u.stallWatched(ctx, src)
 	defer stop()
 
 	opts := minio.PutObjectOptions{DisableMultipart: true, ContentType: "application/octet-stream"}
-	var (
-		info minio.UploadInfo
-		err  error
-	)
-	if contentMD5 != nil {
-		info, err = minio.Core{Client: u.client}.PutObject(actx, upload.Bucket, key, pr, size,
-			base64.StdEncoding.EncodeToString(contentMD5), "", opts)
-	} else {
-		info, err = u.client.PutObject(actx, upload.Bucket, key, pr, size, opts)
+	md5b64 := ""
+	trailer := false
+	switch {
+	case contentMD5 != nil:
+		md5b64 = base64.StdEncoding.EncodeToString(contentMD5)
+		opts.UserMetadata = map[string]string{upload.ChecksumHeader: crc}
+	case size > 0 && !u.noTrailer.Load():
+		// minio-go computes it again as it sends: the trailer is what it
+		// sent; c is checked against the server's answer below.
+		opts.Checksum = minio.ChecksumCRC64NVME
+		trailer = true
 	}
+	info, err := minio.Core{Client: u.client}.PutObject(actx, upload.Bucket, key, pr, size, md5b64, "", opts)
 	if err != nil {
 		if stalled(ctx, actx) {
-			return "", fmt.Errorf("PUT %s: %w for %s", key, errStalled, u.cfg.StallTimeout)
+			return "", "", fmt.Errorf("PUT %s: %w for %s", key, errStalled, u.cfg.StallTimeout)
 		}
-		return "", fmt.Errorf("PUT %s: %w", key, err)
+		if trailer && minio.ToErrorResponse(err).StatusCode == http.StatusNotImplemented {
+			u.noTrailer.Store(true)
+			u.log.Warn("the binding server refuses aws-chunked trailers (an older server): PUTs go without their checksum", "error", err)
+		}
+		return "", "", fmt.Errorf("PUT %s: %w", key, err)
 	}
 	if n := pr.n.Load(); n != size {
-		return "", fmt.Errorf("PUT %s: %w (sent %d of %d bytes)", key, errChanged, n, size)
+		return "", "", fmt.Errorf("PUT %s: %w (sent %d of %d bytes)", key, errChanged, n, size)
 	}
-	if contentMD5 != nil {
-		return checkSum(key, hex.EncodeToString(contentMD5), info.ETag)
+	sum := hex.EncodeToString(contentMD5)
+	if contentMD5 == nil {
+		sum, crc = hex.EncodeToString(h.Sum(nil)), upload.EncodeChecksum(c.Sum(nil))
 	}
-	return checkETag(key, h, info.ETag)
-}
-
-func checkETag(key string, h hash.Hash, etag string) (string, error) {
-	return checkSum(key, hex.EncodeToString(h.Sum(nil)), etag)
+	if err := checkSum(key, sum, info.ETag); err != nil {
+		return "", "", err
+	}
+	if err := checkCRC(key, crc, info.ChecksumCRC64NVME); err != nil {
+		return "", "", err
+	}
+	return sum, crc, nil
 }
 
 // checkSum: the server's ETag must be sum, the MD5 of the bytes sent.
-func checkSum(key, sum, etag string) (string, error) {
+func checkSum(key, sum, etag string) error {
 	if got := trimETag(etag); !strings.EqualFold(got, sum) {
-		return "", fmt.Errorf("PUT %s: %w: the server answered ETag %q, the MD5 of the bytes sent is %s", key, errETagMismatch, got, sum)
+		return fmt.Errorf("PUT %s: %w: the server answered ETag %q, the MD5 of the bytes sent is %s", key, errETagMismatch, got, sum)
 	}
-	return sum, nil
+	return nil
+}
+
+// checkCRC: a CRC-64/NVME the server or store reports must be crc, the
+// checksum of the bytes sent (a server that reports none is checked by its
+// ETag alone).
+func checkCRC(key, crc, got string) error {
+	if got != "" && got != crc {
+		return fmt.Errorf("PUT %s: %w: the answer's CRC-64/NVME is %q, that of the bytes sent %s", key, errETagMismatch, got, crc)
+	}
+	return nil
 }
 
 // stallWatched wraps one PUT's body: its reads are counted, and a body that

@@ -3,6 +3,8 @@ package artifacts
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -15,14 +17,15 @@ func (u *Uploader) PutManifest(ctx context.Context, m upload.Manifest) (Result, 
 		return Result{}, &FileError{Path: upload.ManifestName, Permanent: true, Err: err}
 	}
 	key := u.Key(upload.ManifestName)
-	var sum string
+	// Read whole already: its digests go before the body.
+	md5sum := md5.Sum(data)
+	crc := upload.CRC64NVMEOf(data)
 	attempts, err := u.retry(ctx, upload.ManifestName, func(ctx context.Context, _ int) error {
-		s, err := u.put(ctx, key, bytes.NewReader(data), int64(len(data)))
-		sum = s
+		_, _, err := u.putSum(ctx, key, bytes.NewReader(data), int64(len(data)), md5sum[:], crc)
 		return err
 	})
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Path: upload.ManifestName, Size: int64(len(data)), MD5: sum, How: Uploaded, Attempts: attempts}, nil
+	return Result{Path: upload.ManifestName, Size: int64(len(data)), MD5: hex.EncodeToString(md5sum[:]), CRC64NVME: crc, How: Uploaded, Attempts: attempts}, nil
 }

@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // smallFileSize: a file smaller than this is read whole into memory and
@@ -44,7 +46,7 @@ func (u *Uploader) uploadSmall(ctx context.Context, f *os.File, st fs.FileInfo, 
 	// close or settle), and once more after the answer.
 	sum := md5.Sum(buf)
 	check := func() error { return unchanged(f, st) }
-	got, err := u.putSum(ctx, key, &lastBytesGuard{r: bytes.NewReader(buf), remaining: size, check: check}, size, sum[:])
+	got, crc, err := u.putSum(ctx, key, &lastBytesGuard{r: bytes.NewReader(buf), remaining: size, check: check}, size, sum[:], upload.CRC64NVMEOf(buf))
 	if err != nil {
 		if errors.Is(err, errChanged) {
 			return Result{}, fmt.Errorf("PUT %s: %w", key, errChanged)
@@ -54,5 +56,5 @@ func (u *Uploader) uploadSmall(ctx context.Context, f *os.File, st fs.FileInfo, 
 	if err := check(); err != nil {
 		return Result{}, err
 	}
-	return u.verifiedAs(rel, size, st.ModTime(), got, Uploaded), nil
+	return u.verifiedAs(rel, size, st.ModTime(), got, crc, Uploaded), nil
 }

@@ -404,7 +404,7 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 			rep.Failed = append(rep.Failed, fe)
 			rep.Missing = append(rep.Missing, o.file.Path)
 		default:
-			rep.Verified = append(rep.Verified, upload.ManifestFile{Path: o.res.Path, Size: o.res.Size, MD5: o.res.MD5})
+			rep.Verified = append(rep.Verified, upload.ManifestFile{Path: o.res.Path, Size: o.res.Size, MD5: o.res.MD5, CRC64NVME: o.res.CRC64NVME})
 			switch o.res.How {
 			case Uploaded:
 				rep.Uploaded++
@@ -419,8 +419,8 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 	if !final {
 		for _, f := range scan.Files {
 			if !f.Finished {
-				if sum, ok := s.cfg.Uploader.Verified(f.Path, f.Size, f.ModTime); ok {
-					rep.Verified = append(rep.Verified, upload.ManifestFile{Path: f.Path, Size: f.Size, MD5: sum})
+				if v, ok := s.cfg.Uploader.VerifiedFile(f.Path, f.Size, f.ModTime); ok {
+					rep.Verified = append(rep.Verified, v)
 					rep.Pending = slices.DeleteFunc(rep.Pending, func(p string) bool { return p == f.Path })
 				}
 			}

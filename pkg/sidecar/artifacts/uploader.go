@@ -82,6 +82,10 @@ type UploaderConfig struct {
 	// one; 0 means DefaultWorkers.
 	MaxConns int
 
+	// NoTrailer sends streamed bodies without their CRC-64/NVME trailer
+	// (the server still checks the store's checksum against its own): what
+	// the benchmarks compare the trailer's cost with.
+	NoTrailer bool
 	// DirectMinSize: files of at least this many bytes go straight to the
 	// artifact store when the binding server offers it (direct mode); 0
 	// means DefaultDirectMinSize, negative always sends through the server.
@@ -117,6 +121,8 @@ type Uploader struct {
 	ca      *credentials.CA
 	backoff *retry.Backoff
 	direct  direct
+	// noTrailer: the server refused an aws-chunked trailer (put).
+	noTrailer atomic.Bool
 }
 
 // verifiedFile is what the Uploader knows of a file it verified: while its
@@ -125,6 +131,7 @@ type verifiedFile struct {
 	size  int64
 	mtime time.Time
 	md5   string
+	crc   string
 }
 
 // How says how a file came to be verified.
@@ -145,10 +152,14 @@ const (
 type Result struct {
 	Path string
 	Size int64
-	// MD5 is the lowercase hex MD5 of the content, equal to the stored ETag.
-	MD5      string
-	How      How
-	Attempts int
+	// MD5 is the lowercase hex MD5 of the content, equal to the stored ETag
+	// where the store's ETags are MD5s.
+	MD5 string
+	// CRC64NVME is the content's CRC-64/NVME (S3's base64 form), which the
+	// server and the store checked where they report one.
+	CRC64NVME string
+	How       How
+	Attempts  int
 }
 
 // FileError says why a file is not verified and what to do about it.
@@ -239,6 +250,7 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 		rt = cfg.WrapTransport(rt)
 	}
 	up.podUID.Store(&cfg.PodUID)
+	up.noTrailer.Store(cfg.NoTrailer)
 	rt = &tokenTransport{file: cfg.TokenFile, podTokenFile: cfg.PodTokenFile, pod: &up.podUID, next: rt}
 	up.initDirect(u.Host, rt)
 
@@ -284,10 +296,21 @@ func (u *Uploader) Verified(rel string, size int64, mtime time.Time) (md5hex str
 	return v.md5, true
 }
 
-func (u *Uploader) remember(rel string, size int64, mtime time.Time, sum string) {
+// VerifiedFile is Verified as a manifest entry (both digests).
+func (u *Uploader) VerifiedFile(rel string, size int64, mtime time.Time) (upload.ManifestFile, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.verified[rel] = verifiedFile{size: size, mtime: mtime, md5: sum}
+	v, ok := u.verified[rel]
+	if !ok || v.size != size || !v.mtime.Equal(mtime) {
+		return upload.ManifestFile{}, false
+	}
+	return upload.ManifestFile{Path: rel, Size: size, MD5: v.md5, CRC64NVME: v.crc}, true
+}
+
+func (u *Uploader) remember(rel string, size int64, mtime time.Time, sum, crc string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.verified[rel] = verifiedFile{size: size, mtime: mtime, md5: sum, crc: crc}
 }
 
 func (u *Uploader) forget(rel string) {

@@ -124,3 +124,21 @@ func (v *S3) NewBackend(t *testing.T, prefix string) *s3store.S3Backend {
 	}
 	return b
 }
+
+// NewFrontedBackend returns an S3Backend on a new, empty bucket reached
+// through a Front (internal/s3server) with fault, which the test may change.
+func (v *S3) NewFrontedBackend(t *testing.T, fault s3server.Fault) (*s3store.S3Backend, *s3server.Front) {
+	t.Helper()
+	direct := v.NewBackend(t, "")
+	f, err := s3server.NewFront(v.Endpoint, fault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	f.Resign(v.Access, v.Secret)
+	b, err := s3store.NewS3Backend(s3store.S3Options{Endpoint: f.Endpoint, AccessKey: v.Access, SecretKey: v.Secret, Region: "us-east-1", Bucket: direct.Bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, f
+}

@@ -1,0 +1,93 @@
+package s3store_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tether-dev/tether/internal/s3server"
+	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
+	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// TestProbe runs the start-up probe against each S3 server, as it is and
+// behind the tests' front in each fault mode, and checks what it finds,
+// what it chooses, and that it leaves nothing behind. What each server
+// shows is pinned where TestS3ServerBehaviour pins it (docs/artifacts.md).
+func TestProbe(t *testing.T) {
+	storetest.EachS3(t, func(t *testing.T, v *storetest.S3) {
+		t.Run("plain", func(t *testing.T) {
+			b := v.NewBackend(t, "tether/")
+			caps, err := b.Probe(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%v: %+v", v.Impl, caps)
+			if !caps.ETagMD5 || !caps.Checksums || !caps.Copy || !caps.PresignedPut || !caps.IfNoneMatch || !caps.IfMatch {
+				t.Errorf("%+v: want ETag = MD5, checksums, copy, presigned PUT, PUT If-None-Match and If-Match", caps)
+			}
+			// docs/artifacts.md: versitygw adds a CRC-64/NVME to a PUT
+			// without one and ignores a copy's destination conditions;
+			// SeaweedFS does neither.
+			if want := v.Impl == s3server.VersityGW; caps.DefaultChecksum != want || caps.CopyIfMatch == want || caps.CopyIfNoneMatch == want {
+				t.Errorf("%+v: default checksum %v, copy conditions %v", caps, want, !want)
+			}
+			ch, err := caps.Choose()
+			if err != nil || ch.Verification.ByChecksum || !ch.Direct || !ch.ConditionalPut {
+				t.Errorf("choice %+v, %v: want the MD5, direct uploads, conditional PUTs", ch, err)
+			}
+			if keys, err := b.List(t.Context(), s3store.ProbePrefix); err != nil || len(keys) != 0 {
+				t.Errorf("the probe left %q (%v)", keys, err)
+			}
+		})
+		for _, tc := range []struct {
+			fault s3server.Fault
+			// byChecksum is the verification chosen; refused: none is left.
+			byChecksum, refused, etagMD5, checksums bool
+		}{
+			{fault: s3server.FaultRandomETag, byChecksum: true, checksums: true},
+			{fault: s3server.FaultRandomETag | s3server.FaultNoChecksums, refused: true},
+			{fault: s3server.FaultNoChecksums, etagMD5: true},
+			{fault: s3server.FaultWrongChecksum, etagMD5: true},
+			{fault: s3server.FaultWrongETag | s3server.FaultWrongChecksum, refused: true},
+		} {
+			t.Run(tc.fault.String(), func(t *testing.T) {
+				b, _ := v.NewFrontedBackend(t, tc.fault)
+				caps, err := b.Probe(t.Context(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if caps.ETagMD5 != tc.etagMD5 || caps.Checksums != tc.checksums {
+					t.Errorf("%+v: want ETag = MD5 %v, checksums %v", caps, tc.etagMD5, tc.checksums)
+				}
+				ch, err := caps.Choose()
+				switch {
+				case tc.refused:
+					if !errors.Is(err, s3store.ErrNoVerification) {
+						t.Fatalf("choice %+v, %v: want ErrNoVerification", ch, err)
+					}
+					// The message names the cause and the fix.
+					for _, s := range []string{"not the body's MD5", "SSE-KMS", "CRC-64/NVME", "use a bucket without SSE-KMS/SSE-C"} {
+						if !strings.Contains(err.Error(), s) {
+							t.Errorf("%q does not say %q", err, s)
+						}
+					}
+				case err != nil:
+					t.Fatal(err)
+				case ch.Verification.ByChecksum != tc.byChecksum:
+					t.Errorf("choice %+v, want by checksum %v", ch, tc.byChecksum)
+				case tc.byChecksum && ch.Direct != caps.DefaultChecksum:
+					t.Errorf("choice %+v: direct uploads only where the store checksums a PUT made without one (%v)", ch, caps.DefaultChecksum)
+				}
+			})
+		}
+	})
+}
+
+// The probe's objects are under a prefix no job can have.
+func TestProbePrefixIsReserved(t *testing.T) {
+	if !strings.HasPrefix(s3store.ProbePrefix, upload.ReservedDir) || strings.HasPrefix(s3store.ProbePrefix, upload.UploadsPrefix) {
+		t.Fatalf("ProbePrefix %q", s3store.ProbePrefix)
+	}
+}
