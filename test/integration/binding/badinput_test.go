@@ -89,6 +89,26 @@ func (p *rawPeer) dial() *websocket.Conn {
 	return conn
 }
 
+// redial opens the worker's session again right after the test closed its
+// previous one: until the server has read that close, the old session still
+// holds the worker and a new open is refused as session_active (409), so
+// such a refusal is retried for up to 10 s; anything else fails at once.
+func (p *rawPeer) redial() *websocket.Conn {
+	p.t.Helper()
+	d := websocket.Dialer{TLSClientConfig: p.tls, HandshakeTimeout: 10 * time.Second}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		conn, resp, err := d.Dial(strings.Replace(p.cfg.ServerURL, "https://", "wss://", 1)+binding.PathSession, p.headers())
+		if err == nil {
+			return conn
+		}
+		if resp == nil || resp.StatusCode != http.StatusConflict || time.Now().After(deadline) {
+			p.t.Fatalf("dial: %v (%v)", err, resp)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // closeCode sends raw and returns the close code the server answers with.
 func closeCode(t *testing.T, conn *websocket.Conn, kind int, raw []byte) int {
 	t.Helper()
@@ -150,14 +170,14 @@ func TestBadInputIsRefusedWithoutPhaseChange(t *testing.T) {
 		"oversized":      {websocket.TextMessage, bytes.Repeat([]byte("x"), binding.MaxFrameSize+1), websocket.CloseMessageTooBig},
 		"binary garbage": {websocket.BinaryMessage, []byte{0xff, 0x00, 0x13}, binding.CloseProtocolError},
 	} {
-		conn := p.dial()
+		conn := p.redial()
 		if got := closeCode(t, conn, tc.kind, tc.raw); got != tc.want {
 			t.Errorf("%s: close %d, want %d", name, got, tc.want)
 		}
 		conn.Close()
 	}
 	// Out of order within a session.
-	conn := p.dial()
+	conn := p.redial()
 	for _, seq := range []string{"5", "6"} {
 		if err := conn.WriteMessage(websocket.TextMessage, []byte(`{"type":"heartbeat","heartbeat":{"seq":`+seq+`}}`)); err != nil {
 			t.Fatal(err)

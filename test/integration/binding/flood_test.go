@@ -268,7 +268,7 @@ func TestFloodIsClosedAndBystanderServed(t *testing.T) {
 	ackDropsBefore := counter(t, `tether_binding_refusals_total{reason="unsolicited_ack"}`)
 	apiBefore = apiRequests(t)
 	for s := range sessions {
-		conn := pc.dial()
+		conn := pc.redial()
 		for i := range perSession {
 			raw, _ := json.Marshal(binding.Frame{Type: binding.FrameCommandAck, CommandAck: &binding.CommandAck{ID: fmt.Sprintf("forged-%d-%d", s, i), OK: true}})
 			if err := conn.WriteMessage(websocket.TextMessage, raw); err != nil {
