@@ -74,22 +74,32 @@ integration: testbin
 ## v2.0.0, Kueue, versitygw and SeaweedFS; all built from the Go module proxy and cached)
 ## plus a real node (kubelet, containerd, Debian's runc) running the images
 ## of `make images`; first the real node alone and the cluster network alone
-## (two real nodes with pod networking, kube-proxy, CoreDNS), then the scenarios,
-## then scenario 1 against SeaweedFS, then Tether installed from its
-## chart on a cluster of its own (test/install)
+## (two real nodes with pod networking, kube-proxy, CoreDNS), then the scenarios
+## (the serial ones one at a time, then the shared ones together: e2e/phases_test.go),
+## then Tether installed from its chart on a cluster of its own (test/install)
+## and, beside it, scenario 1 against SeaweedFS on a kwok-only cluster
 E2E_TIMEOUT ?= 30m
+E2E_SEAWEEDFS_LOG ?= bin/e2e-seaweedfs.log
 e2e: images
 	bash hack/testbin.sh e2e network helm
 	TETHER_E2E=1 $(GO) test -count=1 -v -timeout 10m -run '^(TestRealNodeAlone|TestClusterNetworkPlumbing|TestClusterNetwork)$$' ./internal/localcluster/
 	TETHER_E2E=1 $(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
 	@# Direct and proxied uploads once more against SeaweedFS, the second S3
 	@# server: scenario 1 (checkpoints direct, small files proxied), kwok nodes
-	@# only, about 50 s. Scenario 18 (both modes with a replica killed
-	@# mid-upload) passes there too (TETHER_E2E_S3=seaweedfs) but adds about
-	@# 2 min, which CI's 30-minute warm budget does not hold.
+	@# only (no network, so it can run beside test/install, which mostly
+	@# waits on its pods); its log is printed when both have ended. Scenario
+	@# 18 (both modes with a replica killed mid-upload) passes there too
+	@# (TETHER_E2E_S3=seaweedfs) but adds about 2 min of 256 MiB uploads.
+	@mkdir -p $(dir $(E2E_SEAWEEDFS_LOG)); \
+	echo "TETHER_E2E=1 TETHER_E2E_S3=seaweedfs TETHER_E2E_REAL_NODE=0 $(GO) test -count=1 -v -timeout 15m -run '^TestScenario1HappyPathWithKueue$$' ./e2e/ >$(E2E_SEAWEEDFS_LOG) 2>&1 &"; \
 	TETHER_E2E=1 TETHER_E2E_S3=seaweedfs TETHER_E2E_REAL_NODE=0 $(GO) test -count=1 -v -timeout 15m \
-	  -run '^TestScenario1HappyPathWithKueue$$' ./e2e/
-	TETHER_E2E=1 $(GO) test -count=1 -v -timeout 15m ./test/install/
+	  -run '^TestScenario1HappyPathWithKueue$$' ./e2e/ >$(E2E_SEAWEEDFS_LOG) 2>&1 & seaweedfs=$$!; \
+	echo "TETHER_E2E=1 $(GO) test -count=1 -v -timeout 15m ./test/install/"; \
+	install=0; TETHER_E2E=1 $(GO) test -count=1 -v -timeout 15m ./test/install/ || install=$$?; \
+	sw=0; wait $$seaweedfs || sw=$$?; \
+	echo "--- scenario 1 against SeaweedFS (ran beside test/install; exit $$sw), $(E2E_SEAWEEDFS_LOG):"; \
+	cat $(E2E_SEAWEEDFS_LOG); \
+	if [ $$install -ne 0 ] || [ $$sw -ne 0 ]; then echo "make e2e: test/install exit $$install, SeaweedFS scenario 1 exit $$sw"; exit 1; fi
 
 ## bench: Go benchmarks (figures via b.ReportMetric; nothing is asserted on time)
 bench: testbin

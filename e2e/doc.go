@@ -8,5 +8,9 @@
 // stand-in for each injected pod and writes their exits into the Pod status
 // as the kubelet would.
 //
+// Scenarios that break something every job feels, or need a queue or a
+// server-wide counter to themselves, run one at a time first; the others
+// (shared) then run together (phases_test.go).
+//
 // Run it with `make e2e` (TETHER_E2E=1); plain `go test ./...` skips it.
 package e2e

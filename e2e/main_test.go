@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -42,10 +43,25 @@ var controlPlaneArgs = []string{"--status-interval=2s", "--artifact-grace=20s", 
 // webhook injects) so checkpoints upload within a second or two.
 var sidecarEnv = []string{"TETHER_SYNC_INTERVAL=1s", "TETHER_SETTLE_TIME=1s"}
 
+// sharedParallel is how many shared scenarios run at once unless -parallel
+// says otherwise (Go's default, GOMAXPROCS, would be 2 here): all of them.
+// They mostly wait (trainer steps, the kubelets' sync, the sidecars' rounds),
+// so together they take about as long as the longest one.
+const sharedParallel = 16
+
 func TestMain(m *testing.M) {
 	if os.Getenv("TETHER_E2E") != "1" {
 		fmt.Println("e2e: skipped (set TETHER_E2E=1 or run `make e2e`; it starts a full local cluster)")
 		os.Exit(0)
+	}
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		if err := flag.Set("test.parallel", fmt.Sprint(sharedParallel)); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: setting -test.parallel:", err)
+			os.Exit(1)
+		}
 	}
 	os.Exit(run(m))
 }
@@ -99,7 +115,9 @@ func run(m *testing.M) int {
 	suite = &env{c: c, tether: tether, runner: runner}
 	recordTiming("setup: cluster + Tether", time.Since(start))
 
+	scenarios := time.Now()
 	code := m.Run()
+	phases.record(scenarios, time.Now())
 
 	timings.Lock()
 	sort.Strings(timings.lines)

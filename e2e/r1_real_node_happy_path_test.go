@@ -28,6 +28,7 @@ import (
 // succeeds, the TrainJob completes, and the trainer's log is archived
 // through the real pods/log API.
 func TestRealNode1HappyPath(t *testing.T) {
+	shared(t)
 	node := needRealNode(t)
 	timed(t)
 	ns := suite.realNodeNamespace(t, "real-happy")

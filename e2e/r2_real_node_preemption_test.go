@@ -28,10 +28,11 @@ func TestRealNode2Preemption(t *testing.T) {
 	ctx := context.Background()
 	ns := suite.realNodeNamespace(t, "real-preempt")
 	const name, rival = "real-low-prio", "real-high-prio"
-	oneCPU := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("512Mi")}
+	// Two of these do not fit the real nodes' queue (2 CPUs); one does.
+	trainerSize := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1100m"), corev1.ResourceMemory: resource.MustParse("512Mi")}
 	patch, dir := suite.persistentArtifacts(t, ns, name)
 	plan := localcluster.TrainerPlan{Steps: 60, CheckpointEvery: 3, StepInterval: time.Second, Resume: true}
-	low := bound(realTrainJob(name, ns, plan)).PriorityClass("low").ResourcesPerNode(oneCPU).NodePatch(patch).Obj()
+	low := bound(realTrainJob(name, ns, plan)).PriorityClass("low").ResourcesPerNode(trainerSize).NodePatch(patch).Obj()
 	suite.create(t, low)
 	jobID := low.Annotations[jobconfig.JobIDAnnotation]
 	first := suite.waitRunningOnRealNode(t, suite.injectedPod(t, ns, name, ""))
@@ -51,10 +52,10 @@ func TestRealNode2Preemption(t *testing.T) {
 		return nil
 	})
 
-	// A higher-priority job needs the real node's quota (1.5 CPU): Kueue
-	// preempts the bound one; the kubelet stops its pod.
+	// A higher-priority job needs the real nodes' quota: Kueue preempts the
+	// bound one; the kubelet stops its pod.
 	suite.create(t, realTrainJob(rival, ns, localcluster.TrainerPlan{Steps: 2, StepInterval: 100 * time.Millisecond}).
-		PriorityClass("high").ResourcesPerNode(oneCPU).Obj())
+		PriorityClass("high").ResourcesPerNode(trainerSize).Obj())
 	suite.waitBinding(t, ns, name, 90*time.Second, "Preempted", phaseIs(tetherv1.PhasePending, tetherv1.ReasonPreempted))
 	var exit *corev1.ContainerStateTerminated
 	eventually(t, 90*time.Second, "the preempted pod gone (sidecar flushed and exited)", func() error {
@@ -78,6 +79,7 @@ func TestRealNode2Preemption(t *testing.T) {
 	if p := suite.getTrainJob(t, ns, name); !ptr.Deref(p.Spec.Suspend, false) {
 		t.Error("the preempted TrainJob is not suspended")
 	}
+	eventually(t, 20*time.Second, "Preempted Event", func() error { return hasAll(suite.eventReasons(t, ns, name), "Preempted") })
 	storedBefore := suite.lastModified(t, jobID)
 	putsBefore, _ := suite.metricValue(t, "tether_artifacts_verified_files_total")
 	logf("real node 2: attempt 1 preempted with %d files, all stored", len(afterFirst))

@@ -40,6 +40,7 @@ import (
 // a seccomp filter, a read-only root, user 65532 (read from the running
 // process in /proc), and the job succeeds.
 func TestRealNode3Restricted(t *testing.T) {
+	shared(t)
 	node := needRealNode(t)
 	timed(t)
 	ctx := context.Background()

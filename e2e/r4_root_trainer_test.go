@@ -23,6 +23,7 @@ import (
 // the binding, with the reason and the fix, and the job does not succeed
 // (its artifacts are incomplete), although the trainer exited 0.
 func TestRealNode4RootTrainerFileModes(t *testing.T) {
+	shared(t)
 	needRealNode(t)
 	timed(t)
 	ns := suite.realNodeNamespace(t, "real-root")

@@ -22,6 +22,7 @@ import (
 // again, resumes without sending the verified files again, and the job
 // succeeds with every file stored.
 func TestRealNode5SidecarKilled(t *testing.T) {
+	shared(t)
 	needRealNode(t)
 	timed(t)
 	ns := suite.realNodeNamespace(t, "real-sidecar-kill")

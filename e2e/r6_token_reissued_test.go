@@ -32,6 +32,7 @@ import (
 // opened with it is closed, and the sidecar goes on with the new one. The
 // job succeeds with every file verified.
 func TestRealNode6TokenReissued(t *testing.T) {
+	shared(t)
 	needRealNode(t)
 	timed(t)
 	ctx := context.Background()

@@ -25,6 +25,7 @@ import (
 // (TrainerRestarted), the second run succeeds, and the binding succeeds with
 // what the second run left, stored.
 func TestRealNode7TrainerRestartedInPlace(t *testing.T) {
+	shared(t)
 	needRealNode(t)
 	timed(t)
 	ns := suite.realNodeNamespace(t, "real-restart")

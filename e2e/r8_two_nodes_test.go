@@ -25,6 +25,7 @@ import (
 // MD5s its stand-in reports, each node's manifest is verified, and the
 // binding succeeds.
 func TestRealNode8TwoNodes(t *testing.T) {
+	shared(t)
 	needRealNode(t)
 	if len(suite.c.RealNodes()) < 2 {
 		t.Skip("needs two real nodes")

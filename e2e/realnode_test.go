@@ -29,8 +29,9 @@ import (
 // The real-node scenarios (r*_test.go) run Tether's images under real
 // kubelets, containerd and runc on the cluster network's two nodes, in pods
 // with addresses of their own (pod networking, no hostNetwork), on
-// Trainer's torch-distributed runtime as shipped. They run one at a time
-// (no t.Parallel): the real nodes' queue holds little quota.
+// Trainer's torch-distributed runtime as shipped. All but r2 are shared
+// (phases_test.go): they run together, the real nodes' queue holding every
+// one of their jobs at once; r2 needs that queue to itself (preemption).
 
 // realNodeQueue is the LocalQueue, in every real-node scenario's namespace,
 // whose TrainJobs Kueue places on the real nodes.

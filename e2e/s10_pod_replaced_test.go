@@ -22,6 +22,7 @@ import (
 // Stand-in: kwok runs no containers; PodRunner runs the real sidecar binary
 // and the trainer stand-in as local processes for each pod.
 func TestScenario10PodReplaced(t *testing.T) {
+	shared(t)
 	timed(t)
 	ns := suite.newNamespace(t, "replaced")
 	const name = "replaced"

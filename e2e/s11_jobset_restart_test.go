@@ -18,6 +18,7 @@ import (
 // pod's sidecar starts attempt 2 (JobSetRestart) and the job succeeds.
 // Stand-in: PodRunner runs the processes of each pod (kwok).
 func TestScenario11JobSetRestart(t *testing.T) {
+	shared(t)
 	timed(t)
 	ns := suite.newNamespace(t, "jsrestart")
 	const name = "restarts"

@@ -59,6 +59,7 @@ func (e *env) nodePods(t *testing.T, ns, name string, n int) []corev1.Pod {
 // job costs the control plane (sessions, status writes per minute).
 // Stand-in: PodRunner runs each pod's sidecar and trainer stand-in (kwok).
 func TestScenario12FourNodesShardedCheckpoint(t *testing.T) {
+	shared(t)
 	timed(t)
 	ns := suite.newNamespace(t, "four")
 	const name = "sharded"
@@ -133,6 +134,7 @@ func TestScenario12FourNodesShardedCheckpoint(t *testing.T) {
 // binding reports HeartbeatLost naming node 2 only; resumed, it recovers and
 // the job succeeds. Stand-in: PodRunner (kwok).
 func TestScenario13FourNodesOneSilent(t *testing.T) {
+	shared(t)
 	timed(t)
 	ns := suite.newNamespace(t, "four-lost")
 	const name = "one-silent"

@@ -45,6 +45,7 @@ import (
 // refused), logs, wait, and a command to a finished job; and a
 // ServiceAccount without RBAC on WorkerBindings is refused by the read endpoint.
 func TestScenario14ExampleServiceAndPlugin(t *testing.T) {
+	shared(t)
 	timed(t)
 	ctx := context.Background()
 	ns := suite.newNamespace(t, "orchestrator")

@@ -18,6 +18,7 @@ import (
 // uploads checkpoints while training; the trainer exits 0, the manifest is
 // verified and the binding succeeds.
 func TestScenario1HappyPathWithKueue(t *testing.T) {
+	shared(t)
 	timed(t)
 	ns := suite.newNamespace(t, "happy")
 	const name = "llm-finetune"

@@ -18,6 +18,7 @@ import (
 // checkpoint left it half-written. The binding fails as TrainerFailed with the exit
 // code; the checkpoint verified earlier is still the stored one.
 func TestScenario2TrainerFails(t *testing.T) {
+	shared(t)
 	timed(t)
 	ns := suite.newNamespace(t, "fails")
 	const name = "diverges"

@@ -17,8 +17,8 @@ import (
 	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
-// perNode asks for cpu per node, so two such jobs do not fit the queue's
-// 4-CPU quota together.
+// perNode asks for cpu per node; two of scenario 3's jobs (7 CPUs each) do
+// not fit cluster-queue's 12 CPUs together.
 func perNode(w *testobj.TrainJobWrapper, cpu string) *testobj.TrainJobWrapper {
 	w.Spec.Trainer = &trainer.Trainer{ResourcesPerNode: &corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)},
@@ -38,7 +38,7 @@ func TestScenario3Preemption(t *testing.T) {
 	setPlans(ns, name,
 		localcluster.TrainerPlan{Steps: 200, CheckpointEvery: 3, StepInterval: 400 * time.Millisecond},
 		localcluster.TrainerPlan{Steps: 6, CheckpointEvery: 2, StepInterval: 400 * time.Millisecond, StartStep: 1000})
-	low := perNode(bound(trainJob(name, ns)).Queue("user-queue").Label("kueue.x-k8s.io/priority-class", "low"), "3").Obj()
+	low := perNode(bound(trainJob(name, ns)).Queue("user-queue").Label("kueue.x-k8s.io/priority-class", "low"), "7").Obj()
 	suite.create(t, low)
 	jobID := low.Annotations[jobconfig.JobIDAnnotation]
 	first := suite.injectedPod(t, ns, name, "")
@@ -60,7 +60,7 @@ func TestScenario3Preemption(t *testing.T) {
 	})
 
 	// The rival needs the quota: Kueue preempts the bound job.
-	suite.create(t, perNode(trainJob(rival, ns).Queue("user-queue").Label("kueue.x-k8s.io/priority-class", "high"), "3").Obj())
+	suite.create(t, perNode(trainJob(rival, ns).Queue("user-queue").Label("kueue.x-k8s.io/priority-class", "high"), "7").Obj())
 	suite.waitBinding(t, ns, name, 60*time.Second, "Preempted", phaseIs(tetherv1.PhasePending, tetherv1.ReasonPreempted))
 	if !ptr.Deref(suite.getTrainJob(t, ns, name).Spec.Suspend, false) {
 		t.Error("the preempted TrainJob is not suspended")

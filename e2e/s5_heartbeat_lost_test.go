@@ -14,6 +14,7 @@ import (
 // Scenario 5: the sidecar is paused (SIGSTOP): the binding reports
 // HeartbeatLost; resumed (SIGCONT), heartbeats clear it and the job succeeds.
 func TestScenario5HeartbeatLost(t *testing.T) {
+	shared(t)
 	timed(t)
 	ns := suite.newNamespace(t, "hblost")
 	const name = "stalls"

@@ -32,6 +32,7 @@ var v20TrainJobGVK = schema.GroupVersionKind{Group: "trainer.kubeflow.org", Vers
 // training; the trainer exits 0, the manifest is verified and the binding
 // succeeds; the TrainJob completes.
 func TestScenario8TrainerV20(t *testing.T) {
+	shared(t)
 	timed(t)
 	if os.Geteuid() != 0 {
 		t.Skip("Trainer v2.0.0 runs in its own network and mount namespaces, which needs root")

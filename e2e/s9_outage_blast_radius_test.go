@@ -50,7 +50,7 @@ func TestScenario9OutageBlastRadius(t *testing.T) {
 	ns := suite.newNamespace(t, "outage")
 	nsUnbound := suite.newNamespace(t, "outage-unbound")
 	// The unbound jobs on a queue of their own, so all five are admitted at
-	// once (cluster-queue's 4 CPUs serve the bound ones).
+	// once (cluster-queue serves the bound ones).
 	if err := suite.c.BulkQueue(ctx, nsUnbound, "bulk"); err != nil {
 		t.Fatal(err)
 	}
