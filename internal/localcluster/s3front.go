@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -140,33 +142,95 @@ func (f *s3Front) handler(next http.Handler) http.Handler {
 			pt := f.traffic.ByPath[r.URL.Path]
 			pt.Puts++
 			pt.Size = r.ContentLength
+			// An aws-chunked body (a streamed PUT with a trailing
+			// checksum) is longer than the object by its framing: the
+			// object's size is the decoded length, and only chunk data
+			// counts as the object's bytes.
+			chunked := r.Header.Get("X-Amz-Decoded-Content-Length") != ""
+			if chunked {
+				pt.Size, _ = strconv.ParseInt(r.Header.Get("X-Amz-Decoded-Content-Length"), 10, 64)
+			}
 			f.traffic.ByPath[r.URL.Path] = pt
 			f.mu.Unlock()
-			r.Body = &countingBody{ReadCloser: r.Body, f: f, path: r.URL.Path}
+			cb := &countingBody{ReadCloser: r.Body, f: f, path: r.URL.Path}
+			if chunked {
+				cb.chunks = &chunkCounter{}
+			}
+			r.Body = cb
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
 // countingBody counts the bytes read from a PUT's body as they pass, so a
-// test sees an upload's progress.
+// test sees an upload's progress; of an aws-chunked body (chunks set), the
+// chunk data only.
 type countingBody struct {
 	io.ReadCloser
-	f    *s3Front
-	path string
+	f      *s3Front
+	path   string
+	chunks *chunkCounter
 }
 
 func (c *countingBody) Read(p []byte) (int, error) {
 	k, err := c.ReadCloser.Read(p)
-	if k > 0 {
+	n := int64(k)
+	if c.chunks != nil {
+		n = c.chunks.data(p[:k])
+	}
+	if n > 0 {
 		c.f.mu.Lock()
-		c.f.traffic.PutBytes += int64(k)
+		c.f.traffic.PutBytes += n
 		pt := c.f.traffic.ByPath[c.path]
-		pt.Bytes += int64(k)
+		pt.Bytes += n
 		c.f.traffic.ByPath[c.path] = pt
 		c.f.mu.Unlock()
 	}
 	return k, err
+}
+
+// chunkCounter follows an aws-chunked body ("<hex size>[;ext]\r\n<data>\r\n"
+// ..., a zero-size chunk, then trailers) and counts its chunk data.
+type chunkCounter struct {
+	header []byte // the chunk header read so far
+	left   int64  // data bytes left in the current chunk
+	crlf   int    // bytes of the CRLF after a chunk's data still to skip
+	done   bool   // the zero-size chunk was read: the rest is trailers
+}
+
+func (c *chunkCounter) data(p []byte) int64 {
+	var n int64
+	for len(p) > 0 && !c.done {
+		switch {
+		case c.left > 0:
+			k := min(int64(len(p)), c.left)
+			n += k
+			c.left -= k
+			p = p[k:]
+			if c.left == 0 {
+				c.crlf = 2
+			}
+		case c.crlf > 0:
+			c.crlf--
+			p = p[1:]
+		default:
+			c.header = append(c.header, p[0])
+			p = p[1:]
+			if !bytes.HasSuffix(c.header, []byte("\r\n")) {
+				continue
+			}
+			line := strings.TrimSuffix(string(c.header), "\r\n")
+			c.header = c.header[:0]
+			size, _, _ := strings.Cut(line, ";")
+			v, err := strconv.ParseInt(strings.TrimSpace(size), 16, 64)
+			if err != nil || v == 0 {
+				c.done = true
+				break
+			}
+			c.left = v
+		}
+	}
+	return n
 }
 
 // errNoS3 says the control plane runs with the fs backend.
