@@ -110,8 +110,9 @@ func TestRealNode7TrainerRestartedInPlace(t *testing.T) {
 		t.Error("the excluded run counter was stored")
 	}
 	// Each run's log is archived: the first (read through pods/log with
-	// previous=true after the restart, or at its exit) and the second. The
-	// kubelet has garbage-collected the first run's container by now.
+	// previous=true once the restart shows; never at its exit, when the
+	// kubelet may already run the second) and the second. The kubelet has
+	// garbage-collected the first run's container by now.
 	for key, want := range map[string]string{
 		upload.LogKey(jobID, pod.Name):           "failing with exit code 3",
 		upload.RestartLogKey(jobID, pod.Name, 1): "final model written",

@@ -216,6 +216,22 @@ func (w *PodWrapper) RestartPolicy(p corev1.RestartPolicy) *PodWrapper {
 	return w
 }
 
+// TrainerRestartPolicy sets the trainer container's own restartPolicy (over the pod's).
+func (w *PodWrapper) TrainerRestartPolicy(p corev1.ContainerRestartPolicy) *PodWrapper {
+	for i := range w.Spec.Containers {
+		if w.Spec.Containers[i].Name == "node" {
+			w.Spec.Containers[i].RestartPolicy = &p
+		}
+	}
+	return w
+}
+
+// Phase sets the pod's phase.
+func (w *PodWrapper) Phase(p corev1.PodPhase) *PodWrapper {
+	w.Status.Phase = p
+	return w
+}
+
 // Deleting marks the pod as being deleted (preemption, eviction).
 func (w *PodWrapper) Deleting(at time.Time) *PodWrapper {
 	t := metav1.NewTime(at)

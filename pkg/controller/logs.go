@@ -116,10 +116,18 @@ func (a *LogArchiver) archive(ctx context.Context, st *tetherv1.WorkerBindingSta
 			previous bool
 		}
 		var todo []instance
-		if cs.LastTerminationState.Terminated != nil && cs.RestartCount > 0 {
+		// The instance before the current one: only while the current one
+		// is running or has ended, when the kubelet's "previous" is exactly
+		// instance RestartCount-1 (not while it waits in back-off, when
+		// "previous" may already be the instance just ended).
+		if cs.LastTerminationState.Terminated != nil && cs.RestartCount > 0 && cs.State.Waiting == nil {
 			todo = append(todo, instance{upload.RestartLogKey(jobID, p.Name, cs.RestartCount-1), true})
 		}
-		if cs.State.Terminated != nil {
+		// The current instance, once ended, but only when no other can
+		// follow it: pods/log names no instance, so a read racing the
+		// kubelet's restart would store the next instance's log under this
+		// one's key. One the kubelet restarts is read as "previous" instead.
+		if cs.State.Terminated != nil && !restartMayFollow(p, container, cs.State.Terminated.ExitCode) {
 			todo = append(todo, instance{upload.RestartLogKey(jobID, p.Name, cs.RestartCount), false})
 		}
 		for _, in := range todo {
@@ -166,6 +174,37 @@ func (a *LogArchiver) archive(ctx context.Context, st *tetherv1.WorkerBindingSta
 		}
 	}
 	return changed, retry, errors.Join(errs...)
+}
+
+// restartMayFollow reports whether the kubelet may still start another
+// instance of the pod's container after one that exited with exitCode: never
+// in a pod that is terminal or being deleted; otherwise as the container's
+// restart policy (or the pod's) says. Restart rules are not evaluated: a
+// container that has them may restart.
+func restartMayFollow(p *corev1.Pod, container string, exitCode int32) bool {
+	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	policy := p.Spec.RestartPolicy
+	for i := range p.Spec.Containers {
+		c := &p.Spec.Containers[i]
+		if c.Name != container {
+			continue
+		}
+		if len(c.RestartPolicyRules) > 0 {
+			return true
+		}
+		if c.RestartPolicy != nil {
+			policy = corev1.RestartPolicy(*c.RestartPolicy)
+		}
+	}
+	switch policy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return exitCode != 0
+	}
+	return true // Always, and the API's default
 }
 
 // due reports whether key may be tried now, or how long until it may (0

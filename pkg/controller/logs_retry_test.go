@@ -35,7 +35,7 @@ func TestLogArchiverRetriesWithBackoffThenGivesUp(t *testing.T) {
 			calls++
 			return nil, errors.New("node gone")
 		}}
-	pods := []corev1.Pod{*pod(0, "a", 0).Exited(1, at(1)).Obj()}
+	pods := []corev1.Pod{*pod(0, "a", 0).RestartPolicy(corev1.RestartPolicyNever).Exited(1, at(1)).Obj()}
 	st := &tetherv1.WorkerBindingStatus{}
 	var waits []time.Duration
 	for range 20 {
@@ -93,5 +93,72 @@ func TestLogArchiverKeepsEachRestartsLog(t *testing.T) {
 	}
 	if len(store.objects) != 2 || len(st.Artifacts.Logs) != 2 {
 		t.Errorf("stored %v, status logs %v; want the two runs of pod a only", store.objects, st.Artifacts.Logs)
+	}
+}
+
+// TestLogArchiverWaitsOutAnInPlaceRestart is the race of scenario r7 on a
+// loaded node: the pod's status says the first run exited 3 while the
+// kubelet has already started the second, so pods/log without previous
+// streams the second run's. That read must not happen (it would store the
+// second run's log under the first's key, for good); the first run's log is
+// read as "previous" once the status shows the restart.
+func TestLogArchiverWaitsOutAnInPlaceRestart(t *testing.T) {
+	store := &memStore{objects: map[string]string{}}
+	var reads []bool
+	a := &LogArchiver{Store: store, Source: func(_ context.Context, _, _, _ string, previous bool) (io.ReadCloser, error) {
+		reads = append(reads, previous)
+		if previous {
+			return io.NopCloser(strings.NewReader("run 1: failing with exit code 3\n")), nil
+		}
+		return io.NopCloser(strings.NewReader("run 2: resuming after step 12\n")), nil // the kubelet is ahead
+	}}
+	st := &tetherv1.WorkerBindingStatus{}
+	exited := []corev1.Pod{*pod(0, "a", 0).Exited(3, at(5)).Obj()}
+	if changed, retry, err := a.archive(context.Background(), st, "job", "node", exited); err != nil || changed || retry != 0 || len(reads) != 0 {
+		t.Fatalf("run 1 exited, restart due: changed %v, retry %s, err %v, reads %v; want no read yet", changed, retry, err, reads)
+	}
+	// The same exit in a pod that can no longer restart it: read at once.
+	for name, p := range map[string]*testobj.PodWrapper{
+		"deleted":  pod(0, "b", 0).Exited(3, at(5)).Deleting(at(6)),
+		"Never":    pod(0, "c", 0).RestartPolicy(corev1.RestartPolicyNever).Exited(3, at(5)),
+		"exited 0": pod(0, "d", 0).Exited(0, at(5)),
+	} {
+		reads = nil
+		if _, _, err := a.archive(context.Background(), &tetherv1.WorkerBindingStatus{}, "job", "node", []corev1.Pod{*p.Obj()}); err != nil || len(reads) != 1 || reads[0] {
+			t.Errorf("%s: err %v, reads %v; want one read of the current instance", name, err, reads)
+		}
+	}
+	reads = nil
+	restarted := []corev1.Pod{*pod(0, "a", 0).Running(1).LastExit(3, at(5)).Obj()}
+	if changed, _, err := a.archive(context.Background(), st, "job", "node", restarted); err != nil || !changed {
+		t.Fatalf("after the restart: changed %v, err %v", changed, err)
+	}
+	if got := store.objects[upload.LogKey("job", "a")]; !strings.Contains(got, "run 1") {
+		t.Errorf("%s = %q, want the first run's log", upload.LogKey("job", "a"), got)
+	}
+	if len(reads) != 1 || !reads[0] {
+		t.Errorf("reads %v, want one, of the previous instance", reads)
+	}
+}
+
+func TestRestartMayFollow(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	for _, tc := range []struct {
+		name string
+		pod  *testobj.PodWrapper
+		exit int32
+		want bool
+	}{
+		{"OnFailure, failed", pod(0, "a", 0).Running(0), 3, true},
+		{"OnFailure, succeeded", pod(0, "a", 0).Running(0), 0, false},
+		{"Never", pod(0, "a", 0).RestartPolicy(corev1.RestartPolicyNever).Running(0), 3, false},
+		{"Always", pod(0, "a", 0).RestartPolicy(corev1.RestartPolicyAlways).Running(0), 0, true},
+		{"pod Failed", pod(0, "a", 0).Phase(corev1.PodFailed), 3, false},
+		{"pod deleted", pod(0, "a", 0).Running(0).Deleting(at(1)), 3, false},
+		{"container policy over the pod's", pod(0, "a", 0).RestartPolicy(corev1.RestartPolicyNever).Running(0).TrainerRestartPolicy(always), 0, true},
+	} {
+		if got := restartMayFollow(tc.pod.Obj(), "node", tc.exit); got != tc.want {
+			t.Errorf("%s: restartMayFollow = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
