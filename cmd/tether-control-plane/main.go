@@ -28,12 +28,16 @@ func main() {
 	// structured log, not as text lines between its JSON ones.
 	klog.SetLogger(logger)
 
+	ctx := ctrl.SetupSignalHandler()
+	// The container's memory limit, known to the Go runtime (and followed).
+	controlplane.GoMemoryLimit(ctx, logger)
+
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tether: no Kubernetes config:", err)
 		os.Exit(1)
 	}
-	if err := controlplane.Run(ctrl.SetupSignalHandler(), controlplane.ClientSettings(cfg), opts); err != nil {
+	if err := controlplane.Run(ctx, controlplane.ClientSettings(cfg), opts); err != nil {
 		fmt.Fprintln(os.Stderr, "tether:", err)
 		os.Exit(1)
 	}
