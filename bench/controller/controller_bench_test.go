@@ -98,17 +98,24 @@ func BenchmarkBindAtScale(b *testing.B) {
 
 	var floor, bind time.Duration
 	var floorCPU, bindCPU cpuUse
+	var bindTotal float64
 	var ns string
 	iteration := 0
 	for b.Loop() {
 		iteration++
 		ns = fmt.Sprintf("bench-%d", iteration)
 		createNamespace(b, ctx, cl, ns)
-		cpu0 := readCPU(b)
+		req0, cpu0 := readAPIRequests(b, ctx, env.Config), readCPU(b)
 		floor = floorPhase(b, ctx, cl, ns, 2*cfg.jobs, cfg.clients)
-		cpu1 := readCPU(b)
+		cpu1, req1 := readCPU(b), readAPIRequests(b, ctx, env.Config)
 		bind = bindPhase(b, ctx, cl, ns, 0, cfg.jobs, cfg.clients)
 		floorCPU, bindCPU = cpu1.sub(cpu0), readCPU(b).sub(cpu1)
+		req2 := readAPIRequests(b, ctx, env.Config)
+		floorReqs, floorTotal := req1.per(req0, 2*cfg.jobs)
+		var bindReqs []string
+		bindReqs, bindTotal = req2.per(req1, cfg.jobs)
+		b.Logf("kube-apiserver requests per plain object in the floor: %.2f (%s)", floorTotal, strings.Join(floorReqs, ", "))
+		b.Logf("kube-apiserver requests per TrainJob bound: %.2f (%s)", bindTotal, strings.Join(bindReqs, ", "))
 	}
 	b.StopTimer()
 	b.Logf("floor: %d plain objects in %s (CPU: %s); bind: %d TrainJobs bound (WorkerBinding and token Secret each) in %s (CPU: %s); CPU pressure %s",
@@ -122,6 +129,9 @@ func BenchmarkBindAtScale(b *testing.B) {
 	// time, steadier than wall time on a shared machine.
 	b.ReportMetric(bindCPU.children.Seconds()/floorCPU.children.Seconds(), "bind-2000-x-floor-apiserver-cpu")
 	b.ReportMetric(float64(bindCPU.self.Milliseconds())/float64(cfg.jobs), "cp-cpu-ms-per-bind")
+	// Every kube-apiserver request of the bind phase (the TrainJob's create
+	// included: the floor's object counts one), per TrainJob.
+	b.ReportMetric(bindTotal, "bind-apiserver-requests-per-job")
 
 	if cfg.bindings > cfg.jobs {
 		cpu0 := readCPU(b)

@@ -17,7 +17,11 @@
 //     bind-2000-x-floor-apiserver-cpu the ratio of the CPU kube-apiserver
 //     and etcd spent on each (steadier than wall time on a shared machine),
 //     cp-cpu-ms-per-bind this process's CPU per TrainJob bound (the control
-//     plane with the benchmark's client);
+//     plane with the benchmark's client); bind-apiserver-requests-per-job
+//     every kube-apiserver request of the phase per TrainJob (its
+//     apiserver_request_total, the TrainJob's own create included), logged
+//     by verb and resource beside the floor's per plain object: where the
+//     API work of a binding goes;
 //
 //   - TrainJobs created until 10,000 are bound, through the same path (the
 //     webhook, the real informers and controllers: the cache holds what

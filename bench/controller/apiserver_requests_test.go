@@ -1,0 +1,85 @@
+package controller_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// apiRequests counts kube-apiserver's requests by "VERB resource[/subresource]"
+// (apiserver_request_total, all codes and clients), read from its /metrics
+// as the benchmark's admin: where a phase's API work goes.
+type apiRequests map[string]float64
+
+func readAPIRequests(b *testing.B, ctx context.Context, cfg *rest.Config) apiRequests {
+	b.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		b.Log("reading kube-apiserver's /metrics:", err)
+		return nil
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		b.Log("parsing kube-apiserver's /metrics:", err)
+		return nil
+	}
+	out := apiRequests{}
+	f := families["apiserver_request_total"]
+	if f == nil {
+		return out
+	}
+	for _, m := range f.GetMetric() {
+		l := map[string]string{}
+		for _, p := range m.GetLabel() {
+			l[p.GetName()] = p.GetValue()
+		}
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		out[key] += m.GetCounter().GetValue()
+	}
+	return out
+}
+
+// per returns what changed since before, per unit (a TrainJob, an object),
+// the largest first, as "VERB resource: n.nn" entries; total is their sum.
+func (a apiRequests) per(before apiRequests, units int) (entries []string, total float64) {
+	type kv struct {
+		k string
+		v float64
+	}
+	var d []kv
+	for k, v := range a {
+		if n := v - before[k]; n >= float64(units)/20 { // at least one per 20 units
+			d = append(d, kv{k, n / float64(units)})
+			total += n / float64(units)
+		}
+	}
+	slices.SortFunc(d, func(x, y kv) int {
+		if x.v != y.v {
+			if x.v > y.v {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(x.k, y.k)
+	})
+	for _, e := range d {
+		entries = append(entries, fmt.Sprintf("%s: %.2f", e.k, e.v))
+	}
+	return entries, total
+}
