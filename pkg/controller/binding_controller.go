@@ -210,10 +210,17 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	// The binding is written before its Secret: once a sidecar can mount
 	// the token, the binding server can already find the binding by it.
-	secret, token, err := r.loadToken(ctx, tj)
-	if err != nil {
-		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
-		return ctrl.Result{}, err
+	// A TrainJob not bound yet has no Secret in all likelihood: it is not
+	// read (an uncached read per new job, in a burst of them), and the
+	// Secret is created; one that exists after all is read then (secretExists).
+	fresh := wb == nil
+	var secret *corev1.Secret
+	var token binding.Token
+	if !fresh {
+		if secret, token, err = r.loadToken(ctx, tj); err != nil {
+			r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
+			return ctrl.Result{}, err
+		}
 	}
 	issue := token == ""
 	if issue {
@@ -226,7 +233,11 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		// writes its Secret.
 		return ctrl.Result{}, err
 	}
-	if err := r.writeSecret(ctx, tj, secret, token, ca); err != nil {
+	err = r.writeSecret(ctx, tj, secret, token, ca)
+	if fresh && apierrors.IsAlreadyExists(err) {
+		wb, err = r.secretExists(ctx, tj, wb, token, ca)
+	}
+	if err != nil {
 		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
 		return ctrl.Result{}, err
 	}

@@ -54,7 +54,7 @@ func (r *BindingReconciler) checkIdentity(ctx context.Context, tj *unstructured.
 	if r.Claims == nil {
 		return ctrl.Result{}, false, nil
 	}
-	err = r.Claims.Claim(ctx, jobID, claimHolder{Namespace: tj.GetNamespace(), Name: tj.GetName(), UID: tj.GetUID()})
+	err = r.Claims.Claim(ctx, jobID, claimHolder{Namespace: tj.GetNamespace(), Name: tj.GetName(), UID: tj.GetUID()}, wb == nil)
 	var conflict *ClaimConflict
 	switch {
 	case errors.As(err, &conflict):

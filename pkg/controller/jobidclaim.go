@@ -114,22 +114,29 @@ func (c *ClaimConflict) Error() string {
 // both gone (a resubmission by the id's owner), by an Update carrying the
 // claim's resourceVersion, so two TrainJobs taking it over at once cannot
 // both succeed.
-func (c *JobIDClaims) Claim(ctx context.Context, jobID string, tj claimHolder) error {
+//
+// fresh says the claim is most likely free (a TrainJob not bound yet): it
+// is created at once, and read only when that fails; otherwise (a binding
+// that exists, after a restart) it is read first.
+func (c *JobIDClaims) Claim(ctx context.Context, jobID string, tj claimHolder, fresh bool) error {
 	key := types.NamespacedName{Namespace: tj.Namespace, Name: tj.Name}
 	if h, ok := c.held.Load(key); ok && h.(heldClaim) == (heldClaim{tj.UID, jobID}) {
 		return nil
 	}
-	if err := c.claim(ctx, jobID, tj); err != nil {
+	if err := c.claim(ctx, jobID, tj, fresh); err != nil {
 		return err
 	}
 	c.held.Store(key, heldClaim{tj.UID, jobID})
 	return nil
 }
 
-func (c *JobIDClaims) claim(ctx context.Context, jobID string, tj claimHolder) error {
+func (c *JobIDClaims) claim(ctx context.Context, jobID string, tj claimHolder, fresh bool) error {
 	name := ClaimName(jobID)
 	lease := &coordinationv1.Lease{}
-	err := c.Reader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, lease)
+	var err error = apierrors.NewNotFound(coordinationv1.Resource("leases"), name)
+	if !fresh {
+		err = c.Reader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, lease)
+	}
 	if apierrors.IsNotFound(err) {
 		lease = newClaim(c.Namespace, name, jobID, tj)
 		if err = c.Writer.Create(ctx, lease); err == nil {

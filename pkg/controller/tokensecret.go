@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 )
@@ -60,4 +61,27 @@ func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Un
 	}
 	secret.Data[binding.TokenKey], secret.Data[binding.CABundleKey] = []byte(token), ca
 	return r.Client.Update(ctx, secret)
+}
+
+// secretExists handles a new binding whose token Secret was there already
+// (its binding was deleted while the TrainJob lived, or a reconcile raced
+// this one): as if it had been read first. Its token, when valid, stays the
+// job's (running sidecars hold it): the binding takes its hash back. A
+// malformed one is replaced by token, which the binding already holds.
+func (r *BindingReconciler) secretExists(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, token binding.Token, ca []byte) (*tetherv1.WorkerBinding, error) {
+	secret, existing, err := r.loadToken(ctx, tj)
+	switch {
+	case err != nil:
+		return wb, err
+	case secret == nil:
+		return wb, fmt.Errorf("was there a moment ago and is gone; retrying")
+	case existing != "":
+		// The token just made was never written anywhere: no overlap for it.
+		wb.Spec.TokenSHA256, wb.Spec.PreviousToken = existing.Hash(), nil
+		if err := r.Client.Update(ctx, wb); err != nil {
+			return wb, err
+		}
+		token = existing
+	}
+	return wb, r.writeSecret(ctx, tj, secret, token, ca)
 }

@@ -114,3 +114,48 @@ func TestReissuedTokenOverlap(t *testing.T) {
 	default:
 	}
 }
+
+// TestDeletedBindingKeepsTheRunningToken deletes a running job's
+// WorkerBinding: the controller binds the TrainJob again, and the new
+// binding takes the token its Secret already holds (the one the running
+// sidecar has mounted) instead of issuing one; the Secret is not rewritten
+// and the worker goes on with its token. (A new binding's Secret is created
+// without being read first; this is the case where it was there.)
+func TestDeletedBindingKeepsTheRunningToken(t *testing.T) {
+	ctx := context.Background()
+	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j.waitPhase(t, tetherv1.PhasePending, "")
+	key := types.NamespacedName{Namespace: j.ns, Name: binding.TokenSecretName(j.name)}
+	before := &corev1.Secret{}
+	if err := env.Client.Get(ctx, key, before); err != nil {
+		t.Fatal(err)
+	}
+	token := binding.Token(before.Data[binding.TokenKey])
+	old := j.binding(t)
+	if old.Spec.TokenSHA256 != token.Hash() {
+		t.Fatalf("binding hash %s, the Secret's token's %s", old.Spec.TokenSHA256, token.Hash())
+	}
+	if err := env.Client.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, func() error {
+		wb := &tetherv1.WorkerBinding{}
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: j.ns, Name: j.name}, wb); err != nil {
+			return err
+		}
+		switch {
+		case wb.UID == old.UID:
+			return fmt.Errorf("the deleted binding is still there")
+		case wb.Spec.TokenSHA256 != token.Hash() || wb.Spec.PreviousToken != nil:
+			return fmt.Errorf("the new binding holds token hash %s (previous %+v), want the Secret's %s and no previous", wb.Spec.TokenSHA256, wb.Spec.PreviousToken, token.Hash())
+		}
+		return nil
+	})
+	after := &corev1.Secret{}
+	if err := env.Client.Get(ctx, key, after); err != nil {
+		t.Fatal(err)
+	}
+	if after.ResourceVersion != before.ResourceVersion || string(after.Data[binding.TokenKey]) != string(token) {
+		t.Errorf("the token Secret was rewritten (resourceVersion %s, was %s): the running sidecar's token must stay", after.ResourceVersion, before.ResourceVersion)
+	}
+}
