@@ -36,19 +36,21 @@ func TestManifestsNameTheBuiltImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	var image, sidecar string
-	for _, line := range strings.Split(string(dep), "\n") {
+	lines := strings.Split(string(dep), "\n")
+	for i, line := range lines {
 		line = strings.TrimSpace(line)
 		if v, ok := strings.CutPrefix(line, "image: "); ok {
 			image = v
 		}
-		if v, ok := strings.CutPrefix(line, "- --sidecar-image="); ok {
-			sidecar = v
+		// - name: TETHER_SIDECAR_IMAGE, then value: <image>
+		if line == "- name: TETHER_SIDECAR_IMAGE" && i+1 < len(lines) {
+			sidecar, _ = strings.CutPrefix(strings.TrimSpace(lines[i+1]), "value: ")
 		}
 	}
 	if image != refs["tether-control-plane"] {
 		t.Errorf("manifests/base/deployment.yaml: image %q, make images builds %s", image, refs["tether-control-plane"])
 	}
 	if sidecar != refs["tether-sidecar"] {
-		t.Errorf("manifests/base/deployment.yaml: --sidecar-image=%q, make images builds %s", sidecar, refs["tether-sidecar"])
+		t.Errorf("manifests/base/deployment.yaml: TETHER_SIDECAR_IMAGE=%q, make images builds %s", sidecar, refs["tether-sidecar"])
 	}
 }

@@ -28,6 +28,25 @@ var equivalent = []struct {
 		set:           []string{"createNamespace=true"},
 	},
 	{
+		// A team's mirror: every image through kustomize's images: (the
+		// sidecar's too: an env value the base's kustomizeconfig.yaml
+		// makes the images transformer rewrite) against Helm's values.
+		name: "quick-start from a team's registry",
+		kustomization: `resources: [overlays/quick-start]
+images:
+  - name: ghcr.io/tether-dev/tether-control-plane
+    newName: registry.platform.example/mirror/tether-control-plane
+    newTag: v9
+  - name: ghcr.io/tether-dev/tether-sidecar
+    newName: registry.platform.example/mirror/tether-sidecar
+    newTag: v9
+  - name: ghcr.io/versity/versitygw
+    newName: registry.platform.example/mirror/versitygw
+`,
+		set: []string{"createNamespace=true", "image.repository=registry.platform.example/mirror/tether-control-plane", "image.tag=v9",
+			"sidecar.image=registry.platform.example/mirror/tether-sidecar:v9", "artifacts.inCluster.image=registry.platform.example/mirror/versitygw:v1.8.0"},
+	},
+	{
 		name:          "production",
 		kustomization: "resources: [overlays/production]\n",
 		set:           []string{"createNamespace=true", "artifacts.mode=s3"},
@@ -61,16 +80,16 @@ patches:
   - target: {kind: Deployment, name: tether-control-plane}
     patch: |
       - op: replace
-        path: /spec/template/spec/containers/0/args/13
+        path: /spec/template/spec/containers/0/args/12
         value: --s3-endpoint=minio.storage.svc:9000
       - op: replace
-        path: /spec/template/spec/containers/0/args/14
+        path: /spec/template/spec/containers/0/args/13
         value: --s3-bucket=ml-artifacts
       - op: replace
-        path: /spec/template/spec/containers/0/args/15
+        path: /spec/template/spec/containers/0/args/14
         value: --s3-region=eu-west-1
       - op: remove
-        path: /spec/template/spec/containers/0/args/16
+        path: /spec/template/spec/containers/0/args/15
       - op: replace
         path: /spec/template/spec/volumes/2/secret/secretName
         value: ml-s3

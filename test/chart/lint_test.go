@@ -50,7 +50,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 }
 
 // TestChartOnlyValues covers what kustomize has no overlay for: the sidecar's
-// default resources and the log level become control-plane flags.
+// default resources and the log level become control-plane flags; and
+// sidecar.image the env kustomize's images: rewrites (TETHER_SIDECAR_IMAGE).
 func TestChartOnlyValues(t *testing.T) {
 	objs := parse(t, "helm", helmTemplate(t, "sidecar.requests.cpu=100m", "sidecar.requests.memory=96Mi",
 		"sidecar.limits.memory=256Mi", "logLevel=debug", "sidecar.image=registry.example/tether-sidecar:v9"))
@@ -60,14 +61,31 @@ func TestChartOnlyValues(t *testing.T) {
 	}
 	args := strings.Join(containerArgs(t, d.Object), " ")
 	for _, want := range []string{"--sidecar-requests=cpu=100m,memory=96Mi", "--sidecar-limits=memory=256Mi",
-		"--zap-log-level=debug", "--sidecar-image=registry.example/tether-sidecar:v9"} {
+		"--zap-log-level=debug"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args lack %s: %s", want, args)
 		}
 	}
+	if got := containerEnv(t, d.Object)["TETHER_SIDECAR_IMAGE"]; got != "registry.example/tether-sidecar:v9" {
+		t.Errorf("env TETHER_SIDECAR_IMAGE = %q, want sidecar.image's registry.example/tether-sidecar:v9", got)
+	}
 	if _, ok := objs["v1/Namespace /tether-system"]; ok {
 		t.Error("createNamespace defaults to false, but the Namespace is rendered")
 	}
+}
+
+func containerEnv(t *testing.T, d map[string]any) map[string]string {
+	t.Helper()
+	spec := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	c := spec["containers"].([]any)[0].(map[string]any)
+	out := map[string]string{}
+	for _, e := range c["env"].([]any) {
+		m := e.(map[string]any)
+		if v, ok := m["value"].(string); ok {
+			out[m["name"].(string)] = v
+		}
+	}
+	return out
 }
 
 func containerArgs(t *testing.T, d map[string]any) []string {
