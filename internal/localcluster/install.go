@@ -37,6 +37,10 @@ type InstallMode string
 // store as its in-cluster versitygw.
 const InstallHelm InstallMode = "helm"
 
+// InstallKustomize is `kubectl apply -k` of the quick start
+// (Installed.InstallQuickStart, after a helm release was uninstalled).
+const InstallKustomize InstallMode = "kustomize"
+
 // TeamRegistry is where the installed mode says Tether's images are: a
 // platform team's mirror. The nodes' containerd has them under these names
 // too (tagged at import, as a pull from the mirror would leave them; no
@@ -49,6 +53,8 @@ const TeamRegistry = "registry.platform.test/mirror"
 const (
 	StoreService = "tether-artifacts"
 	storeClaim   = "tether-artifacts"
+	// storeVolume is the PersistentVolume the harness provides for it.
+	storeVolume = "tether-artifacts-store"
 	// StoreBucket is the chart's --s3-bucket in in-cluster mode.
 	StoreBucket = "tether-artifacts"
 	// storeClaimSize is artifacts.inCluster.storage's default.
@@ -62,6 +68,8 @@ const (
 // PersistentVolume of the harness's making.
 type Installed struct {
 	c *Cluster
+	// Method is how Tether was installed.
+	Method InstallMode
 	// Release is the Helm release, in ControlPlaneNamespace.
 	Release string
 	// ControlPlaneImage, SidecarImage and StoreImage are what the install
@@ -71,8 +79,9 @@ type Installed struct {
 	// PersistentVolume: versitygw's posix root, the bucket is
 	// StoreDir/StoreBucket, each object a file.
 	StoreDir string
-	// HelmInstall is how long `helm install` took; Ready how long from its
-	// start until every replica was Ready and the webhooks answered.
+	// HelmInstall is how long `helm install` (or `kubectl apply -k`) took;
+	// Ready how long from its start until every replica was Ready and the
+	// webhooks answered.
 	HelmInstall, Ready time.Duration
 }
 
@@ -119,7 +128,7 @@ func (c *Cluster) startInstall(ctx context.Context) error {
 		return fmt.Errorf("Options.Install %q: the local cluster knows %q", c.Opts.Install, InstallHelm)
 	}
 	nodes := c.RealNodes()
-	in := &Installed{c: c, Release: "tether", StoreDir: filepath.Join(c.Dir, "pv", storeClaim)}
+	in := &Installed{c: c, Method: InstallHelm, Release: "tether", StoreDir: filepath.Join(c.Dir, "pv", storeClaim)}
 	for _, t := range nodes[0].Tags {
 		switch path.Base(strings.SplitN(t[0], ":", 2)[0]) {
 		case images.ControlPlane(version.Registry).Title():
@@ -172,7 +181,7 @@ func (c *Cluster) preinstall(ctx context.Context, in *Installed) error {
 		return err
 	}
 	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "tether-artifacts-store"},
+		ObjectMeta: metav1.ObjectMeta{Name: storeVolume},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(storeClaimSize)},
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
@@ -216,22 +225,31 @@ func (in *Installed) helm(ctx context.Context) error {
 		return err
 	}
 	repo, tag, _ := strings.Cut(in.ControlPlaneImage, ":")
-	args := []string{"install", in.Release, filepath.Join(testenv.RepoRoot(), "charts", "tether"),
-		"--namespace", ControlPlaneNamespace, "--kubeconfig", c.Kubeconfig,
-		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag,
-		"--set", "sidecar.image=" + in.SidecarImage,
-		"--set", "artifacts.inCluster.image=" + in.StoreImage,
-		"-f", valuesFile}
-	cmd := exec.CommandContext(ctx, bin, args...)
+	out, err := in.helmRun(ctx, "install", in.Release, filepath.Join(testenv.RepoRoot(), "charts", "tether"),
+		"--namespace", ControlPlaneNamespace,
+		"--set", "image.repository="+repo, "--set", "image.tag="+tag,
+		"--set", "sidecar.image="+in.SidecarImage,
+		"--set", "artifacts.inCluster.image="+in.StoreImage,
+		"-f", valuesFile)
+	if err != nil {
+		return fmt.Errorf("helm install: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// helmRun runs helm with args against the cluster, with its own home.
+func (in *Installed) helmRun(ctx context.Context, args ...string) (string, error) {
+	c := in.c
+	home := filepath.Join(c.Dir, "helm")
+	args = append(args, "--kubeconfig", c.Kubeconfig)
+	cmd := exec.CommandContext(ctx, c.bin("helm"), args...)
 	cmd.Env = append(os.Environ(), "HOME="+home, "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	c.logf("$ helm %s", strings.Join(args, " "))
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("helm install: %w\n%s", err, out.String())
-	}
-	return nil
+	err := cmd.Run()
+	return out.String(), err
 }
 
 // wait waits for what a platform team checks after the install: the
@@ -414,4 +432,112 @@ func (in *Installed) webhookDryRun(ctx context.Context) error {
 		return errors.New("a labeled TrainJob was admitted without a job ID: the webhook did not mutate it")
 	}
 	return nil
+}
+
+// quickStartOverlay is the kustomization a platform team applies for the
+// quick start (kubectl apply -k manifests/overlays/quick-start).
+const quickStartOverlay = "manifests/overlays/quick-start"
+
+// quickStartPatch places Tether's Deployments (control plane and store) on
+// the cluster network's nodes, as installValues does for the chart.
+const quickStartPatch = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: any}
+spec:
+  template:
+    spec:
+      nodeSelector:
+        ` + RealNodeLabel + `: ` + NetworkNodeLabelValue + `
+      tolerations:
+        - key: ` + RealNodeLabel + `
+          operator: Equal
+          value: ` + NetworkNodeLabelValue + `
+          effect: NoSchedule
+`
+
+// Uninstall removes the Helm release (`helm uninstall --wait`), as a team
+// leaving Tether (or switching to kustomize) does; the store's volume is
+// retained (reclaim policy Retain) and stays in StoreDir.
+func (in *Installed) Uninstall(ctx context.Context) error {
+	if in.Method != InstallHelm {
+		return fmt.Errorf("Uninstall: Tether was installed by %q, not helm", in.Method)
+	}
+	out, err := in.helmRun(ctx, "uninstall", in.Release, "--namespace", ControlPlaneNamespace, "--wait", "--timeout", "2m")
+	if err != nil {
+		return fmt.Errorf("helm uninstall: %w\n%s", err, out)
+	}
+	in.c.logf("helm uninstall %s (%s)", in.Release, strings.TrimSpace(out))
+	return nil
+}
+
+// InstallQuickStart installs the quick start as its README says, `kubectl
+// apply -k` of a team's kustomization over manifests/overlays/quick-start
+// that sets every image (the control plane's, the sidecar's, the store's)
+// through kustomize's images: under TeamRegistry, after a helm release of
+// the same cluster was uninstalled: the retained store volume is released
+// for the new claim (its claimRef's uid cleared, as an administrator does).
+// It waits as the helm install does and returns the new Installed.
+func (in *Installed) InstallQuickStart(ctx context.Context) (*Installed, error) {
+	c := in.c
+	q := &Installed{c: c, Method: InstallKustomize, ControlPlaneImage: in.ControlPlaneImage, SidecarImage: in.SidecarImage,
+		StoreImage: in.StoreImage, StoreDir: in.StoreDir}
+	pv := &corev1.PersistentVolume{}
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: storeVolume}, pv); err != nil {
+		return nil, err
+	}
+	if pv.Status.Phase == corev1.VolumeReleased {
+		pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: ControlPlaneNamespace, Name: storeClaim}
+		if err := c.Client.Update(ctx, pv); err != nil {
+			return nil, fmt.Errorf("releasing the retained store volume for the new claim: %w", err)
+		}
+	}
+	dir := filepath.Join(c.Dir, "kustomize")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	rel, err := filepath.Rel(dir, filepath.Join(testenv.RepoRoot(), quickStartOverlay))
+	if err != nil {
+		return nil, err
+	}
+	var imageList strings.Builder
+	for _, ref := range []string{q.ControlPlaneImage, q.SidecarImage, q.StoreImage} {
+		repo, tag, _ := strings.Cut(ref, ":")
+		fmt.Fprintf(&imageList, "  - name: %s\n    newName: %s\n    newTag: %q\n", upstreamImage(path.Base(repo)), repo, tag)
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + filepath.ToSlash(rel) +
+		"\nimages:\n" + imageList.String() + "patches:\n  - target: {kind: Deployment}\n    patch: |\n" + indent(quickStartPatch, "      ")
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, c.bin("kubectl"), "--kubeconfig", c.Kubeconfig, "apply", "-k", dir)
+	out, err := cmd.CombinedOutput()
+	c.logf("$ kubectl apply -k %s (%.1fs)", dir, time.Since(start).Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("kubectl apply -k: %w\n%s\n%s", err, out, k)
+	}
+	q.HelmInstall = time.Since(start)
+	if err := q.wait(ctx); err != nil {
+		return nil, fmt.Errorf("%w\n%s", err, q.Diagnose(ctx))
+	}
+	q.Ready = time.Since(start)
+	c.Installed = q
+	return q, nil
+}
+
+// upstreamImage is the repository the shipped manifests name for an image
+// of that base name.
+func upstreamImage(name string) string {
+	if name == images.StoreSpec(TeamRegistry).Title() {
+		return "ghcr.io/versity/versitygw"
+	}
+	return version.Registry + "/" + name
+}
+
+func indent(s, prefix string) string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString(prefix + line + "\n")
+	}
+	return b.String()
 }

@@ -49,9 +49,16 @@ import (
 func TestInstallHelm(t *testing.T) {
 	start := time.Now()
 	defer func() { logf("TestInstallHelm: %.1fs", time.Since(start).Seconds()) }()
+	runInstalledJob(t, cluster.Installed, "install-helm", "sidecar.image")
+}
+
+// runInstalledJob runs TestInstallHelm's job on Tether as in installed it,
+// in a new namespace ns; imageSetBy names how the install set the sidecar
+// image (for the message when the injected one differs).
+func runInstalledJob(t *testing.T, in *localcluster.Installed, ns, imageSetBy string) {
+	t.Helper()
 	ctx := context.Background()
-	c, in := cluster, cluster.Installed
-	ns := "install-helm"
+	c := cluster
 	if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +98,7 @@ func TestInstallHelm(t *testing.T) {
 		t.Errorf("sidecar's %s = %q, want the chart's %s", binding.EnvServerURL, got, localcluster.ControlPlaneBindingURL)
 	}
 	if got := pod.Spec.InitContainers[len(pod.Spec.InitContainers)-1].Image; got != in.SidecarImage {
-		t.Errorf("injected sidecar image %q, want the one the install set (sidecar.image=%s)", got, in.SidecarImage)
+		t.Errorf("injected sidecar image %q, want the one the install set (%s: %s)", got, imageSetBy, in.SidecarImage)
 	}
 
 	wb := waitBinding(t, ns, name, 180*time.Second, "Succeeded with a verified manifest", func(wb *tetherv1.WorkerBinding) error {
@@ -173,7 +180,7 @@ func TestInstallHelm(t *testing.T) {
 			t.Errorf("%s: downloaded MD5 %x (verified %v), the trainer wrote %s", a.Path, sum, a.Verified, wrote[a.Path])
 		}
 	}
-	logf("TestInstallHelm: %d files verified in the store's volume and downloaded through %s", len(arts), readURL)
+	logf("%s: %d files verified in the store's volume and downloaded through %s", ns, len(arts), readURL)
 }
 
 // readEndpoint is a ready replica's binding port by pod IP (the host
@@ -347,3 +354,5 @@ func eventually(t *testing.T, timeout time.Duration, what string, check func() e
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+func errPhase(p *corev1.Pod) error { return fmt.Errorf("phase %s", p.Status.Phase) }
