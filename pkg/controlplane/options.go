@@ -159,7 +159,7 @@ func DefaultOptions() Options {
 		// The tag is the control plane's own version; the shipped manifests
 		// set the env (EnvSidecarImage), which kustomize's images: rewrites.
 		SidecarImage: envOr(EnvSidecarImage, version.Image("tether-sidecar")),
-		ServerURL:             "https://tether-control-plane.tether-system.svc:8443",
+		ServerURL:    "https://tether-control-plane.tether-system.svc:8443",
 	}
 }
 
