@@ -333,6 +333,10 @@ func BenchmarkBindingSessions(b *testing.B) {
 	b.ReportMetric(cores, "server-cpu-cores")
 	b.ReportMetric(perSession, "rss-kib-per-session")
 	b.ReportMetric(perSessionKiB(end.rssScavengedKiB-base.rssScavengedKiB, sessions), "rss-scavenged-kib-per-session")
+	// The replica as a whole: N bindings and N trainer pods cached, N
+	// sessions held (what the chart's limits.memory must hold, with room).
+	b.ReportMetric(float64(end.rssKiB)/1024, "rss-mib")
+	b.ReportMetric(float64(end.heapInuse)/(1<<20), "heap-inuse-mib")
 	b.ReportMetric(float64(res.Unanswered+res.Late), "acks-over-interval")
 	b.ReportMetric(res.Latency.P50, "ack-p50-ms")
 	b.ReportMetric(res.Latency.P99, "ack-p99-ms")
