@@ -19,11 +19,12 @@ import (
 // TestUninstallThenQuickStart: the helm release is uninstalled, and nothing
 // of Tether's is left to stand in a workload's way: no webhook
 // configuration, no control-plane Deployment or cluster RBAC, and a pod in
-// a namespace of its own is admitted and runs. Then the quick start is
+// a namespace of its own is admitted and runs; the store's claim, holding
+// every job's artifacts, is kept. Then the quick start is
 // installed as its README says, `kubectl apply -k` over
 // manifests/overlays/quick-start, with every image (the sidecar's too) set
 // through kustomize's images: under a team's registry, its store on the
-// volume the helm release left (Retain); the same job as TestInstallHelm
+// claim the helm release kept; the same job as TestInstallHelm
 // goes to Succeeded through it.
 func TestUninstallThenQuickStart(t *testing.T) {
 	start := time.Now()
@@ -42,6 +43,14 @@ func TestUninstallThenQuickStart(t *testing.T) {
 		if err := cluster.Client.Get(ctx, crclient.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
 			t.Errorf("after helm uninstall, %T %s: %v (want NotFound)", o, o.GetName(), err)
 		}
+	}
+	// The store's claim is kept (helm.sh/resource-policy: keep), and with it
+	// every job's artifacts.
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := cluster.Client.Get(ctx, crclient.ObjectKey{Namespace: localcluster.ControlPlaneNamespace, Name: localcluster.StoreService}, pvc); err != nil {
+		t.Errorf("after helm uninstall, the store's claim: %v (want it kept)", err)
+	} else if pvc.Status.Phase != corev1.ClaimBound {
+		t.Errorf("after helm uninstall, the store's claim is %s, want Bound", pvc.Status.Phase)
 	}
 	// A workload that never opted in runs as before.
 	ns := "after-uninstall"
