@@ -50,7 +50,7 @@
 //   - rss-mib and heap-inuse-mib: the process's VmRSS and Go heap in use
 //     (after a GC) at the end of the measured phase: one replica with N
 //     bindings and N trainer pods cached and N sessions held, against the
-//     chart's limits.memory (512Mi);
+//     chart's limits.memory (1Gi);
 //   - ack-p50-ms, ack-p99-ms: heartbeat -> ack latency of the heartbeats sent
 //     in the measured phase, as the generator sees it; a heartbeat never
 //     answered counts with its age at the end (p99 <= 20 ms);

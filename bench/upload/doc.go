@@ -113,7 +113,7 @@
 // BenchmarkManifestPutRSS (manifest_rss_bench_test.go) sends ten 16 MiB
 // manifest PUTs of one token at once to the artifact endpoint served by a
 // child process (TETHER_BENCH_UPLOAD_CHILD=manifest-server) and reports that
-// process's peak RSS (VmHWM) against the chart's 512Mi memory limit
+// process's peak RSS (VmHWM) against 512 MiB, half the chart's 1Gi limit
 // (peak-rss-mib, peak-of-limit; target < 0.6) and how the PUTs were
 // answered (ok, refused-retry-after). TETHER_BENCH_MANIFEST_ENTRIES sets the
 // entries per manifest (default the cap, 100,000).

@@ -33,7 +33,9 @@ const (
 	// manifestPod is node 0's registered pod: every manifest names its pod.
 	manifestPod   = "bench-manifest-pod-0"
 	manifestToken = "00000000000000000000000000000000000000000000000000000000000000aa"
-	// memoryLimitMiB is the chart's limits.memory for the control plane.
+	// memoryLimitMiB is what a burst of manifests may take of the control
+	// plane's memory: half the chart's limits.memory (1Gi), the other half
+	// being the bindings' and sessions' at the documented scale.
 	memoryLimitMiB = 512
 )
 
@@ -42,7 +44,7 @@ const (
 // test binary with TETHER_BENCH_UPLOAD_CHILD=manifest-server: endpoint.Handler
 // with the fs backend and its production settings, TLS, the binding server's
 // http.Server timeouts), and reports that process's peak RSS (VmHWM of
-// /proc/<pid>/status) against the chart's 512Mi limit. The manifest lists
+// /proc/<pid>/status) against 512 MiB, half the chart's 1Gi limit. The manifest lists
 // TETHER_BENCH_MANIFEST_ENTRIES entries (default upload.MaxManifestEntries,
 // the most the endpoint accepts), with paths as long as it takes to reach
 // 16 MiB; none of them is stored, so each costs the endpoint its two HEADs.

@@ -32,7 +32,7 @@ const controlPlaneContainer = "control-plane"
 // controlplane.MemoryLimitRatio of limits.memory, as /metrics says:
 // go_gc_gomemlimit_bytes), and follows it when limits.memory changes: one
 // replica is resized in place (pods/resize, no restart) from the chart's
-// 512Mi to 640Mi, and its runtime's limit follows within the control
+// 1Gi to 1280Mi, and its runtime's limit follows within the control
 // plane's refresh. /metrics is scraped as Prometheus would, by a
 // ServiceAccount bound to the chart's tether-metrics-reader.
 func TestInstalledGoMemoryLimitFollowsLimitsMemory(t *testing.T) {
@@ -60,7 +60,7 @@ func TestInstalledGoMemoryLimitFollowsLimitsMemory(t *testing.T) {
 	}
 
 	p := pods[0]
-	resized := resource.MustParse("640Mi")
+	resized := resource.MustParse("1280Mi")
 	patch := fmt.Sprintf(`{"spec":{"containers":[{"name":%q,"resources":{"limits":{"memory":%q}}}]}}`, controlPlaneContainer, resized.String())
 	if _, err := cluster.Clientset.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
 		t.Fatalf("resizing %s's limits.memory in place to %s: %v", p.Name, resized.String(), err)
