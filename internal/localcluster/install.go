@@ -439,25 +439,14 @@ func (in *Installed) webhookDryRun(ctx context.Context) error {
 const quickStartOverlay = "manifests/overlays/quick-start"
 
 // quickStartPatch places Tether's Deployments (control plane and store) on
-// the cluster network's nodes, as installValues does for the chart.
-const quickStartPatch = `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: any}
-spec:
-  template:
-    spec:
-      nodeSelector:
-        ` + RealNodeLabel + `: ` + NetworkNodeLabelValue + `
-      tolerations:
-        - key: ` + RealNodeLabel + `
-          operator: Equal
-          value: ` + NetworkNodeLabelValue + `
-          effect: NoSchedule
-`
+// the cluster network's nodes: installValues, as a kustomize patch.
+func quickStartPatch() string {
+	return "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: any}\nspec:\n  template:\n    spec:\n" + indent(installValues, "      ")
+}
 
 // Uninstall removes the Helm release (`helm uninstall --wait`), as a team
-// leaving Tether (or switching to kustomize) does; the store's volume is
-// retained (reclaim policy Retain) and stays in StoreDir.
+// leaving Tether (or switching to kustomize) does; the store's claim is
+// kept (helm.sh/resource-policy: keep), its volume and StoreDir with it.
 func (in *Installed) Uninstall(ctx context.Context) error {
 	if in.Method != InstallHelm {
 		return fmt.Errorf("Uninstall: Tether was installed by %q, not helm", in.Method)
@@ -474,8 +463,9 @@ func (in *Installed) Uninstall(ctx context.Context) error {
 // apply -k` of a team's kustomization over manifests/overlays/quick-start
 // that sets every image (the control plane's, the sidecar's, the store's)
 // through kustomize's images: under TeamRegistry, after a helm release of
-// the same cluster was uninstalled: the retained store volume is released
-// for the new claim (its claimRef's uid cleared, as an administrator does).
+// the same cluster was uninstalled: its kept claim is used again (a volume
+// left Released is bound anew, its claimRef's uid cleared, as an
+// administrator does).
 // It waits as the helm install does and returns the new Installed.
 func (in *Installed) InstallQuickStart(ctx context.Context) (*Installed, error) {
 	c := in.c
@@ -505,7 +495,7 @@ func (in *Installed) InstallQuickStart(ctx context.Context) (*Installed, error) 
 		fmt.Fprintf(&imageList, "  - name: %s\n    newName: %s\n    newTag: %q\n", upstreamImage(path.Base(repo)), repo, tag)
 	}
 	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + filepath.ToSlash(rel) +
-		"\nimages:\n" + imageList.String() + "patches:\n  - target: {kind: Deployment}\n    patch: |\n" + indent(quickStartPatch, "      ")
+		"\nimages:\n" + imageList.String() + "patches:\n  - target: {kind: Deployment}\n    patch: |\n" + indent(quickStartPatch(), "      ")
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 		return nil, err
 	}

@@ -217,7 +217,6 @@ func keysOf(m map[string][]byte) []string {
 // certificate.
 func orchestratorConfig(t *testing.T, ns, name string) *rest.Config {
 	t.Helper()
-	ctx := context.Background()
 	objs := []crclient.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}},
 		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Rules: []rbacv1.PolicyRule{
@@ -226,6 +225,14 @@ func orchestratorConfig(t *testing.T, ns, name string) *rest.Config {
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}},
 	}
+	return &rest.Config{Host: cluster.Config.Host, BearerToken: createAndToken(t, ns, name, objs...), TLSClientConfig: rest.TLSClientConfig{CAData: cluster.Config.CAData}}
+}
+
+// createAndToken creates objs (ServiceAccount ns/name among them, and what
+// it is granted) and returns a token of that ServiceAccount for an hour.
+func createAndToken(t *testing.T, ns, name string, objs ...crclient.Object) string {
+	t.Helper()
+	ctx := context.Background()
 	for _, o := range objs {
 		if err := cluster.Client.Create(ctx, o); err != nil {
 			t.Fatal(err)
@@ -236,7 +243,7 @@ func orchestratorConfig(t *testing.T, ns, name string) *rest.Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rest.Config{Host: cluster.Config.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: cluster.Config.CAData}}
+	return tr.Status.Token
 }
 
 // storeFiles are the MD5s of the job's objects as files in the store's

@@ -12,13 +12,11 @@ import (
 	"testing"
 	"time"
 
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tether-dev/tether/pkg/controlplane"
@@ -114,24 +112,12 @@ func restartCount(p *corev1.Pod) int32 {
 // platform team binds Prometheus's.
 func metricsReaderToken(t *testing.T, ns, name string) string {
 	t.Helper()
-	ctx := context.Background()
-	for _, o := range []crclient.Object{
+	return createAndToken(t, ns, name,
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name},
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "tether-metrics-reader"},
-			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}},
-	} {
-		if err := cluster.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tr, err := cluster.Clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name,
-		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr.Status.Token
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}})
 }
 
 // scrapeGauge reads one unlabeled gauge from a replica's /metrics (HTTPS
