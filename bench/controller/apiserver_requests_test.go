@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -69,15 +70,7 @@ func (a apiRequests) per(before apiRequests, units int) (entries []string, total
 			total += n / float64(units)
 		}
 	}
-	slices.SortFunc(d, func(x, y kv) int {
-		if x.v != y.v {
-			if x.v > y.v {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(x.k, y.k)
-	})
+	slices.SortFunc(d, func(x, y kv) int { return cmp.Or(cmp.Compare(y.v, x.v), strings.Compare(x.k, y.k)) })
 	for _, e := range d {
 		entries = append(entries, fmt.Sprintf("%s: %.2f", e.k, e.v))
 	}

@@ -133,11 +133,11 @@ func (c *JobIDClaims) Claim(ctx context.Context, jobID string, tj claimHolder, f
 func (c *JobIDClaims) claim(ctx context.Context, jobID string, tj claimHolder, fresh bool) error {
 	name := ClaimName(jobID)
 	lease := &coordinationv1.Lease{}
-	var err error = apierrors.NewNotFound(coordinationv1.Resource("leases"), name)
+	var err error
 	if !fresh {
 		err = c.Reader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, lease)
 	}
-	if apierrors.IsNotFound(err) {
+	if fresh || apierrors.IsNotFound(err) {
 		lease = newClaim(c.Namespace, name, jobID, tj)
 		if err = c.Writer.Create(ctx, lease); err == nil {
 			return nil

@@ -76,10 +76,8 @@ func TestChartOnlyValues(t *testing.T) {
 
 func containerEnv(t *testing.T, d map[string]any) map[string]string {
 	t.Helper()
-	spec := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-	c := spec["containers"].([]any)[0].(map[string]any)
 	out := map[string]string{}
-	for _, e := range c["env"].([]any) {
+	for _, e := range firstContainer(d)["env"].([]any) {
 		m := e.(map[string]any)
 		if v, ok := m["value"].(string); ok {
 			out[m["name"].(string)] = v
@@ -90,11 +88,15 @@ func containerEnv(t *testing.T, d map[string]any) map[string]string {
 
 func containerArgs(t *testing.T, d map[string]any) []string {
 	t.Helper()
-	spec := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-	c := spec["containers"].([]any)[0].(map[string]any)
 	var out []string
-	for _, a := range c["args"].([]any) {
+	for _, a := range firstContainer(d)["args"].([]any) {
 		out = append(out, a.(string))
 	}
 	return out
+}
+
+// firstContainer is a rendered Deployment's first container.
+func firstContainer(d map[string]any) map[string]any {
+	spec := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	return spec["containers"].([]any)[0].(map[string]any)
 }

@@ -59,26 +59,8 @@ func runInstalledJob(t *testing.T, in *localcluster.Installed, ns, imageSetBy st
 	t.Helper()
 	ctx := context.Background()
 	c := cluster
-	if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.RealNodeQueue(ctx, ns, "real-node-queue"); err != nil {
-		t.Fatal(err)
-	}
-
 	const name = "installed-finetune"
-	plan := localcluster.TrainerPlan{Steps: 20, CheckpointEvery: 5, StepInterval: time.Second}
-	tj := testobj.MakeTrainJob(name, ns).Runtime(localcluster.TorchRuntime).Bound().
-		ResourcesPerNode(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")}).
-		Image(c.RealNodes()[0].Image("tether-trainer-standin")).Command("/trainer-standin").
-		Args(plan.Args(jobconfig.DefaultArtifactPath)...).Queue("real-node-queue").Obj()
-	if err := c.Client.Create(ctx, tj); err != nil {
-		t.Fatalf("creating the labeled TrainJob: %v", err)
-	}
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
-	if jobID == "" {
-		t.Fatalf("the installed webhook admitted the labeled TrainJob without %s: %v", jobconfig.JobIDAnnotation, tj.Annotations)
-	}
+	jobID := createBoundJob(t, ns, name, localcluster.TrainerPlan{Steps: 20, CheckpointEvery: 5, StepInterval: time.Second})
 
 	pod := waitPod(t, ns, name, 120*time.Second, "the injected trainer pod running on a real node", func(p *corev1.Pod) error {
 		if !trainjob.IsInjected(p) {
@@ -181,6 +163,34 @@ func runInstalledJob(t *testing.T, in *localcluster.Installed, ns, imageSetBy st
 		}
 	}
 	logf("%s: %d files verified in the store's volume and downloaded through %s", ns, len(arts), readURL)
+}
+
+// createBoundJob creates namespace ns with the real-node queue and, in it, a
+// labeled TrainJob name on Trainer's torch-distributed runtime as shipped
+// (one node, the trainer stand-in running plan), and returns the job id the
+// installed webhook stamped on it.
+func createBoundJob(t *testing.T, ns, name string, plan localcluster.TrainerPlan) string {
+	t.Helper()
+	ctx := context.Background()
+	c := cluster
+	if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RealNodeQueue(ctx, ns, "real-node-queue"); err != nil {
+		t.Fatal(err)
+	}
+	tj := testobj.MakeTrainJob(name, ns).Runtime(localcluster.TorchRuntime).Bound().
+		ResourcesPerNode(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")}).
+		Image(c.RealNodes()[0].Image("tether-trainer-standin")).Command("/trainer-standin").
+		Args(plan.Args(jobconfig.DefaultArtifactPath)...).Queue("real-node-queue").Obj()
+	if err := c.Client.Create(ctx, tj); err != nil {
+		t.Fatalf("creating the labeled TrainJob: %v", err)
+	}
+	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	if jobID == "" {
+		t.Fatalf("the installed webhook admitted the labeled TrainJob without %s: %v", jobconfig.JobIDAnnotation, tj.Annotations)
+	}
+	return jobID
 }
 
 // readEndpoint is a ready replica's binding port by pod IP (the host
@@ -361,5 +371,3 @@ func eventually(t *testing.T, timeout time.Duration, what string, check func() e
 		time.Sleep(200 * time.Millisecond)
 	}
 }
-
-func errPhase(p *corev1.Pod) error { return fmt.Errorf("phase %s", p.Status.Phase) }

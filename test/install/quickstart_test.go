@@ -14,15 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
-	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 )
 
@@ -86,7 +83,7 @@ func TestUninstallThenQuickStart(t *testing.T) {
 	}
 	waitPod(t, ns, "plain", 90*time.Second, "a plain pod ran to completion with Tether uninstalled", func(p *corev1.Pod) error {
 		if p.Status.Phase != corev1.PodSucceeded {
-			return errPhase(p)
+			return fmt.Errorf("phase %s", p.Status.Phase)
 		}
 		return nil
 	})
@@ -112,23 +109,8 @@ const runningJobName = "long-finetune"
 // new namespace ns and waits for its binding Running.
 func startRunningJob(t *testing.T, ns string) *runningJob {
 	t.Helper()
-	ctx := context.Background()
-	c := cluster
-	if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.RealNodeQueue(ctx, ns, "real-node-queue"); err != nil {
-		t.Fatal(err)
-	}
-	plan := localcluster.TrainerPlan{Steps: 45, CheckpointEvery: 5, StepInterval: time.Second}
-	tj := testobj.MakeTrainJob(runningJobName, ns).Runtime(localcluster.TorchRuntime).Bound().
-		ResourcesPerNode(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")}).
-		Image(c.RealNodes()[0].Image("tether-trainer-standin")).Command("/trainer-standin").
-		Args(plan.Args(jobconfig.DefaultArtifactPath)...).Queue("real-node-queue").Obj()
-	if err := c.Client.Create(ctx, tj); err != nil {
-		t.Fatal(err)
-	}
-	j := &runningJob{ns: ns, name: runningJobName, jobID: tj.Annotations[jobconfig.JobIDAnnotation]}
+	jobID := createBoundJob(t, ns, runningJobName, localcluster.TrainerPlan{Steps: 45, CheckpointEvery: 5, StepInterval: time.Second})
+	j := &runningJob{ns: ns, name: runningJobName, jobID: jobID}
 	j.pod = waitPod(t, ns, runningJobName, 120*time.Second, "the long job's trainer running", func(p *corev1.Pod) error {
 		return running(p, mutate.SidecarName, "node")
 	})
