@@ -25,3 +25,26 @@ const (
 // path is relative to the job's prefix (manifest.json, nodes/1/manifest.json,
 // ckpt/step-100.pt, .tether/logs/<pod>.log).
 const ReadPathPrefix = "/orchestrator/v1/namespaces/"
+
+// The read endpoint served through the kube-apiserver as an aggregated API
+// (docs/orchestrator.md, "Reads through the API server"): GET
+// ReadAPIPathPrefix<namespace>/workerbindings/<name>/objects/<path> on the
+// API server, with the caller's own kubeconfig. The API server authorizes
+// the caller for get on the subresource workerbindings/objects in
+// ReadAPIGroup (RBAC decides who reads what), then proxies the request to
+// the control plane, which trusts only the API server's front-proxy
+// identity and asks again (SubjectAccessReview) before it reads.
+const (
+	// ReadAPIGroup is the aggregated API's group.
+	ReadAPIGroup = "artifacts.tether.dev"
+	// ReadAPIVersion is its only version.
+	ReadAPIVersion = "v1alpha1"
+	// ReadAPIService is the APIService that registers it.
+	ReadAPIService = ReadAPIVersion + "." + ReadAPIGroup
+	// ReadAPIResource and ReadAPISubresource are what the caller is
+	// authorized for: get workerbindings/objects.
+	ReadAPIResource    = "workerbindings"
+	ReadAPISubresource = "objects"
+	// ReadAPIPathPrefix is where the reads are, on the API server.
+	ReadAPIPathPrefix = "/apis/" + ReadAPIGroup + "/" + ReadAPIVersion + "/namespaces/"
+)

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 // caNames are the CA names the other controllers' rotators check.
@@ -125,5 +127,35 @@ func (ca *CA) writeCert(dir, prefix string, req certRequest) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// FrontProxyClientName is the name the apiserver's front-proxy client
+// certificate carries (--requestheader-allowed-names).
+const FrontProxyClientName = "front-proxy-client"
+
+// configureFrontProxy gives the apiserver what it needs to proxy aggregated
+// APIs as a real cluster's does: a client certificate of its own, from a CA
+// of its own (not the client CA: the front proxy's certificate must not
+// authenticate to the apiserver as a user), and the --requestheader-* flags
+// it publishes in kube-system/extension-apiserver-authentication for
+// aggregated API servers (Tether's read API) to trust.
+func (c *Cluster) configureFrontProxy(apiserver *envtest.APIServer) error {
+	ca, err := newCA()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(c.Dir, "front-proxy")
+	if err := ca.writeCert(dir, "client", certRequest{commonName: FrontProxyClientName, usage: x509.ExtKeyUsageClientAuth}); err != nil {
+		return err
+	}
+	apiserver.Configure().
+		Set("requestheader-client-ca-file", filepath.Join(dir, "ca.crt")).
+		Set("requestheader-allowed-names", FrontProxyClientName).
+		Set("requestheader-username-headers", "X-Remote-User").
+		Set("requestheader-group-headers", "X-Remote-Group").
+		Set("requestheader-extra-headers-prefix", "X-Remote-Extra-").
+		Set("proxy-client-cert-file", filepath.Join(dir, "client.crt")).
+		Set("proxy-client-key-file", filepath.Join(dir, "client.key"))
 	return nil
 }

@@ -304,6 +304,9 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		organization: []string{"system:masters"}, usage: x509.ExtKeyUsageClientAuth}); err != nil {
 		return err
 	}
+	if err := c.configureFrontProxy(apiserver); err != nil {
+		return err
+	}
 	apiserver.Configure().
 		Set("kubelet-certificate-authority", filepath.Join(kubeletClient, "ca.crt")).
 		Set("kubelet-client-certificate", filepath.Join(kubeletClient, "client.crt")).

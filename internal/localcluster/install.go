@@ -19,8 +19,11 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/images"
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/version"
@@ -79,6 +82,9 @@ type Installed struct {
 	// PersistentVolume: versitygw's posix root, the bucket is
 	// StoreDir/StoreBucket, each object a file.
 	StoreDir string
+	// ReadAPI says the read API is installed (the chart's readAPI.enabled,
+	// the read-api component): every install of the harness has it.
+	ReadAPI bool
 	// HelmInstall is how long `helm install` (or `kubectl apply -k`) took;
 	// Ready how long from its start until every replica was Ready and the
 	// webhooks answered.
@@ -128,7 +134,7 @@ func (c *Cluster) startInstall(ctx context.Context) error {
 		return fmt.Errorf("Options.Install %q: the local cluster knows %q", c.Opts.Install, InstallHelm)
 	}
 	nodes := c.RealNodes()
-	in := &Installed{c: c, Method: InstallHelm, Release: "tether", StoreDir: filepath.Join(c.Dir, "pv", storeClaim)}
+	in := &Installed{c: c, Method: InstallHelm, Release: "tether", StoreDir: filepath.Join(c.Dir, "pv", storeClaim), ReadAPI: true}
 	for _, t := range nodes[0].Tags {
 		switch path.Base(strings.SplitN(t[0], ":", 2)[0]) {
 		case images.ControlPlane(version.Registry).Title():
@@ -230,6 +236,7 @@ func (in *Installed) helm(ctx context.Context) error {
 		"--set", "image.repository="+repo, "--set", "image.tag="+tag,
 		"--set", "sidecar.image="+in.SidecarImage,
 		"--set", "artifacts.inCluster.image="+in.StoreImage,
+		"--set", fmt.Sprintf("readAPI.enabled=%t", in.ReadAPI),
 		"-f", valuesFile)
 	if err != nil {
 		return fmt.Errorf("helm install: %w\n%s", err, out)
@@ -296,7 +303,35 @@ func (in *Installed) wait(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	return c.retry(ctx, 60*time.Second, func() error { return in.webhookDryRun(ctx) })
+	if err := c.retry(ctx, 60*time.Second, func() error { return in.webhookDryRun(ctx) }); err != nil {
+		return err
+	}
+	if !in.ReadAPI {
+		return nil
+	}
+	// What `kubectl get apiservice` shows a team: the API server reaches
+	// the read API through the Service and trusts its certificate.
+	return c.waitFor(ctx, 60*time.Second, "APIService "+tetherv1.ReadAPIService+" Available", func() (bool, error) {
+		return in.ReadAPIAvailable(ctx)
+	})
+}
+
+// ReadAPIAvailable reports the read API's APIService's Available
+// condition, as `kubectl get apiservice` shows it.
+func (in *Installed) ReadAPIAvailable(ctx context.Context) (bool, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiregistration.k8s.io", Version: "v1", Kind: "APIService"})
+	if err := in.c.Client.Get(ctx, client.ObjectKey{Name: tetherv1.ReadAPIService}, u); err != nil {
+		return false, err
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Available" {
+			return m["status"] == "True", nil
+		}
+	}
+	return false, nil
 }
 
 // stuckReasons are the container states a pod of Tether's does not leave
@@ -470,7 +505,7 @@ func (in *Installed) Uninstall(ctx context.Context) error {
 func (in *Installed) InstallQuickStart(ctx context.Context) (*Installed, error) {
 	c := in.c
 	q := &Installed{c: c, Method: InstallKustomize, ControlPlaneImage: in.ControlPlaneImage, SidecarImage: in.SidecarImage,
-		StoreImage: in.StoreImage, StoreDir: in.StoreDir}
+		StoreImage: in.StoreImage, StoreDir: in.StoreDir, ReadAPI: in.ReadAPI}
 	pv := &corev1.PersistentVolume{}
 	if err := c.Client.Get(ctx, client.ObjectKey{Name: storeVolume}, pv); err != nil {
 		return nil, err
@@ -494,8 +529,11 @@ func (in *Installed) InstallQuickStart(ctx context.Context) (*Installed, error) 
 		repo, tag, _ := strings.Cut(ref, ":")
 		fmt.Fprintf(&imageList, "  - name: %s\n    newName: %s\n    newTag: %q\n", upstreamImage(path.Base(repo)), repo, tag)
 	}
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + filepath.ToSlash(rel) +
-		"\nimages:\n" + imageList.String() + "patches:\n  - target: {kind: Deployment}\n    patch: |\n" + indent(quickStartPatch(), "      ")
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + filepath.ToSlash(rel) + "\n"
+	if q.ReadAPI {
+		k += "components:\n  - " + filepath.ToSlash(filepath.Join(filepath.Dir(rel), "read-api")) + "\n"
+	}
+	k += "images:\n" + imageList.String() + "patches:\n  - target: {kind: Deployment}\n    patch: |\n" + indent(quickStartPatch(), "      ")
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 		return nil, err
 	}

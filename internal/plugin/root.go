@@ -41,8 +41,10 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Short: "Follow and command Tether-bound TrainJobs",
 		Long: "kubectl tether shows the WorkerBindings of Tether-bound TrainJobs (a binding has its TrainJob's name),\n" +
 			"their artifacts and archived logs, and sends them flush, drain and cancel commands.\n" +
-			"Artifact and log reads go to the control plane's read endpoint (--tether-url, or " + EnvURL + ")\n" +
-			"with your kubeconfig's bearer token; it checks that you may get the WorkerBinding.",
+			"Artifact and log reads go through your kubeconfig's API server to Tether's read API\n" +
+			"(artifacts.tether.dev, installed with the chart's readAPI.enabled), which RBAC lets you use\n" +
+			"where you hold get on workerbindings/objects (ClusterRole tether-artifact-reader). Inside the\n" +
+			"cluster, --tether-url (or " + EnvURL + ") reads from the binding Service instead, with your bearer token.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -50,7 +52,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	o.config.AddFlags(root.PersistentFlags())
-	root.PersistentFlags().StringVar(&o.tetherURL, "tether-url", os.Getenv(EnvURL), "base URL of the control plane's binding Service, for artifact and log reads (env "+EnvURL+")")
+	root.PersistentFlags().StringVar(&o.tetherURL, "tether-url", os.Getenv(EnvURL), "base URL of the control plane's binding Service, for artifact and log reads from inside the cluster (env "+EnvURL+"; default: through the API server's read API)")
 	root.PersistentFlags().StringVar(&o.tetherCA, "tether-ca", os.Getenv(EnvCA), "PEM file of the CA that signs the binding Service's certificate (env "+EnvCA+"; default: system roots)")
 	root.PersistentFlags().StringVar(&o.tetherName, "tether-server-name", "", "name the read endpoint's certificate must carry when --tether-url reaches it by another (a port-forward's localhost, a pod IP), e.g. tether-control-plane.tether-system.svc")
 	root.AddCommand(o.getCmd(), o.describeCmd(), o.logsCmd(), o.artifactsCmd(), o.waitCmd(),

@@ -50,13 +50,13 @@ const (
 // DefaultPresignTTL is how long a presigned read URL lives.
 const DefaultPresignTTL = 5 * time.Minute
 
-// Reviewer authenticates a Kubernetes bearer token and authorizes its user.
+// Reviewer authenticates a Kubernetes bearer token and authorizes a user.
 type Reviewer interface {
 	// Authenticate returns the token's user (TokenReview).
 	Authenticate(ctx context.Context, token string) (authnv1.UserInfo, error)
-	// CanGetBinding reports whether user may get the WorkerBinding
+	// Authorize reports whether user may do what attrs name
 	// (SubjectAccessReview), and the authorizer's reason when not.
-	CanGetBinding(ctx context.Context, user authnv1.UserInfo, namespace, name string) (bool, string, error)
+	Authorize(ctx context.Context, user authnv1.UserInfo, attrs authzv1.ResourceAttributes) (bool, string, error)
 }
 
 // KubeReviewer asks the API server.
@@ -78,16 +78,14 @@ func (k KubeReviewer) Authenticate(ctx context.Context, token string) (authnv1.U
 	return tr.Status.User, nil
 }
 
-// CanGetBinding creates a SubjectAccessReview for get on the WorkerBinding.
-func (k KubeReviewer) CanGetBinding(ctx context.Context, u authnv1.UserInfo, namespace, name string) (bool, string, error) {
+// Authorize creates a SubjectAccessReview.
+func (k KubeReviewer) Authorize(ctx context.Context, u authnv1.UserInfo, attrs authzv1.ResourceAttributes) (bool, string, error) {
 	extra := map[string]authzv1.ExtraValue{}
 	for key, v := range u.Extra {
 		extra[key] = authzv1.ExtraValue(v)
 	}
 	sar, err := k.Clientset.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
-		User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
-		ResourceAttributes: &authzv1.ResourceAttributes{Namespace: namespace, Verb: "get", Group: tetherv1.GroupVersion.Group,
-			Resource: "workerbindings", Name: name},
+		User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra, ResourceAttributes: &attrs,
 	}}, metav1.CreateOptions{})
 	if err != nil {
 		return false, "", fmt.Errorf("SubjectAccessReview: %w", err)
@@ -114,17 +112,46 @@ type Options struct {
 	OnRefused func(reason string)
 }
 
-// Handler serves the orchestrator read endpoint: a caller with a Kubernetes
-// bearer token allowed to get a WorkerBinding reads that job's stored
-// objects, through a presigned URL (a redirect) when the backend can sign
-// one, else streamed. It answers paths under tetherv1.ReadPathPrefix.
+// Handler serves the orchestrator read endpoint: a caller allowed to read a
+// WorkerBinding's objects reads that job's stored objects, through a
+// presigned URL (a redirect) when the backend can sign one, else streamed.
+// New answers paths under tetherv1.ReadPathPrefix for callers with a
+// Kubernetes bearer token; NewAggregated those under
+// tetherv1.ReadAPIPathPrefix that the kube-apiserver proxies.
 type Handler struct {
 	opts  Options
 	limit *rate.Limiter
+	route route
 }
 
-// New returns the read endpoint's handler.
+// route is what differs between the two ways in: where the paths start,
+// who the caller is, and what the caller must be allowed.
+type route struct {
+	prefix string
+	// identify returns the caller, or a refusal already written.
+	identify func(w http.ResponseWriter, req *http.Request) (authnv1.UserInfo, bool)
+	// attributes is the permission a read of binding ns/name needs.
+	attributes func(ns, name string) authzv1.ResourceAttributes
+	// forbidden explains a refusal to the caller: what to grant.
+	forbidden string
+}
+
+// New returns the read endpoint's handler for callers with a Kubernetes
+// bearer token (TokenReview), allowed to get the WorkerBinding.
 func New(opts Options) *Handler {
+	h := newHandler(opts)
+	h.route = route{
+		prefix:   tetherv1.ReadPathPrefix,
+		identify: h.bearer,
+		attributes: func(ns, name string) authzv1.ResourceAttributes {
+			return authzv1.ResourceAttributes{Namespace: ns, Verb: "get", Group: tetherv1.GroupVersion.Group, Resource: "workerbindings", Name: name}
+		},
+		forbidden: "grant get on workerbindings.tether.dev (RBAC) to read its artifacts",
+	}
+	return h
+}
+
+func newHandler(opts Options) *Handler {
 	if opts.TTL <= 0 {
 		opts.TTL = DefaultPresignTTL
 	}
@@ -150,12 +177,12 @@ func (r *Handler) fail(w http.ResponseWriter, status int, reason, format string,
 	_ = json.NewEncoder(w).Encode(ReadError{Reason: reason, Message: fmt.Sprintf(format, args...)})
 }
 
-// parseReadPath splits <ns>/workerbindings/<name>/objects/<path>.
-func parseReadPath(p string) (ns, name, rel string, err error) {
-	rest := strings.TrimPrefix(p, tetherv1.ReadPathPrefix)
+// parseReadPath splits <prefix><ns>/workerbindings/<name>/objects/<path>.
+func parseReadPath(prefix, p string) (ns, name, rel string, err error) {
+	rest := strings.TrimPrefix(p, prefix)
 	parts := strings.SplitN(rest, "/", 5)
 	if len(parts) != 5 || parts[1] != "workerbindings" || parts[3] != "objects" || parts[4] == "" {
-		return "", "", "", fmt.Errorf("path %q: use %s<namespace>/workerbindings/<name>/objects/<path>", truncate(p, 200), tetherv1.ReadPathPrefix)
+		return "", "", "", fmt.Errorf("path %q: use %s<namespace>/workerbindings/<name>/objects/<path>", truncate(p, 200), prefix)
 	}
 	ns, name, rel = parts[0], parts[2], parts[4]
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
@@ -174,6 +201,44 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
+// bearer authenticates the caller's Kubernetes bearer token.
+func (r *Handler) bearer(w http.ResponseWriter, req *http.Request) (authnv1.UserInfo, bool) {
+	auth := req.Header.Get("Authorization")
+	token, ok := strings.CutPrefix(auth, "Bearer ")
+	switch {
+	case !ok || token == "":
+		r.fail(w, http.StatusUnauthorized, "no_token", "no bearer token: send Authorization: Bearer <Kubernetes token> (kubectl create token, or your kubeconfig's)")
+		return authnv1.UserInfo{}, false
+	case len(auth) > maxBearerBytes:
+		r.fail(w, http.StatusUnauthorized, "token_too_long", "the Authorization header is %d bytes; at most %d are read", len(auth), maxBearerBytes)
+		return authnv1.UserInfo{}, false
+	}
+	if !r.allow(w) {
+		return authnv1.UserInfo{}, false
+	}
+	user, err := r.opts.Reviewer.Authenticate(req.Context(), token)
+	if errors.Is(err, errUnauthenticated) {
+		r.fail(w, http.StatusUnauthorized, "unauthenticated", "the API server did not accept the bearer token (expired, or not a token of this cluster)")
+		return authnv1.UserInfo{}, false
+	}
+	if err != nil {
+		r.opts.Log.Error(err, "authenticating a read")
+		r.fail(w, http.StatusServiceUnavailable, "review_failed", "could not authenticate the token with the API server: retry")
+		return authnv1.UserInfo{}, false
+	}
+	return user, true
+}
+
+// allow spends one of the replica's reviews per second, or refuses.
+func (r *Handler) allow(w http.ResponseWriter) bool {
+	if r.limit.Allow() {
+		return true
+	}
+	w.Header().Set("Retry-After", "1")
+	r.fail(w, http.StatusTooManyRequests, "slow_down", "more than %d reads per second on this control plane replica: retry after Retry-After", reviewRate)
+	return false
+}
+
 // ServeHTTP answers GET <prefix><namespace>/workerbindings/<name>/objects/<path>.
 func (r *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodGet {
@@ -181,38 +246,17 @@ func (r *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.fail(w, http.StatusMethodNotAllowed, "method", "%s is not served: the read endpoint answers GET only", req.Method)
 		return
 	}
-	ns, name, rel, err := parseReadPath(req.URL.Path)
+	ns, name, rel, err := parseReadPath(r.route.prefix, req.URL.Path)
 	if err != nil {
 		r.fail(w, http.StatusBadRequest, "bad_path", "%v", err)
 		return
 	}
-	auth := req.Header.Get("Authorization")
-	token, ok := strings.CutPrefix(auth, "Bearer ")
-	switch {
-	case !ok || token == "":
-		r.fail(w, http.StatusUnauthorized, "no_token", "no bearer token: send Authorization: Bearer <Kubernetes token> (kubectl create token, or your kubeconfig's)")
-		return
-	case len(auth) > maxBearerBytes:
-		r.fail(w, http.StatusUnauthorized, "token_too_long", "the Authorization header is %d bytes; at most %d are read", len(auth), maxBearerBytes)
-		return
-	}
-	if !r.limit.Allow() {
-		w.Header().Set("Retry-After", "1")
-		r.fail(w, http.StatusTooManyRequests, "slow_down", "more than %d reads per second on this control plane replica: retry after Retry-After", reviewRate)
+	user, ok := r.route.identify(w, req)
+	if !ok {
 		return
 	}
 	ctx := req.Context()
-	user, err := r.opts.Reviewer.Authenticate(ctx, token)
-	if errors.Is(err, errUnauthenticated) {
-		r.fail(w, http.StatusUnauthorized, "unauthenticated", "the API server did not accept the bearer token (expired, or not a token of this cluster)")
-		return
-	}
-	if err != nil {
-		r.opts.Log.Error(err, "authenticating a read", "binding", ns+"/"+name)
-		r.fail(w, http.StatusServiceUnavailable, "review_failed", "could not authenticate the token with the API server: retry")
-		return
-	}
-	allowed, why, err := r.opts.Reviewer.CanGetBinding(ctx, user, ns, name)
+	allowed, why, err := r.opts.Reviewer.Authorize(ctx, user, r.route.attributes(ns, name))
 	if err != nil {
 		r.opts.Log.Error(err, "authorizing a read", "user", user.Username, "binding", ns+"/"+name)
 		r.fail(w, http.StatusServiceUnavailable, "review_failed", "could not authorize the request with the API server: retry")
@@ -220,8 +264,8 @@ func (r *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	if !allowed {
 		r.opts.Log.Info("read refused", "user", user.Username, "binding", ns+"/"+name, "reason", why)
-		r.fail(w, http.StatusForbidden, "forbidden", "user %q may not get workerbindings.tether.dev %q in namespace %q: grant get on workerbindings (RBAC) to read its artifacts",
-			user.Username, name, ns)
+		r.fail(w, http.StatusForbidden, "forbidden", "user %q may not read the objects of WorkerBinding %q in namespace %q: %s",
+			user.Username, name, ns, r.route.forbidden)
 		return
 	}
 	wb := &tetherv1.WorkerBinding{}
@@ -239,6 +283,12 @@ func (r *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.opts.Log.V(1).Info("artifact read", "user", user.Username, "binding", ns+"/"+name, "key", key)
+	r.serveObject(w, req, key, rel)
+}
+
+// serveObject redirects to a presigned URL of key, or streams it.
+func (r *Handler) serveObject(w http.ResponseWriter, req *http.Request, key, rel string) {
+	ctx := req.Context()
 	if p, ok := r.opts.Backend.(objects.Presigner); ok && req.Header.Get(HeaderStream) != "true" {
 		// The object must exist: a presigned URL of a missing key would
 		// only fail later, at the store, with less to say.
@@ -272,7 +322,7 @@ func (r *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.Header().Set("ETag", `"`+info.ETag+`"`)
 	w.WriteHeader(http.StatusOK)
 	if _, err := io.Copy(w, body); err != nil {
-		r.opts.Log.Info("artifact read ended early", "binding", ns+"/"+name, "key", key, "error", err.Error())
+		r.opts.Log.Info("artifact read ended early", "key", key, "error", err.Error())
 	}
 }
 

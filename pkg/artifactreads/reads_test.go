@@ -8,7 +8,7 @@ import (
 )
 
 func TestParseReadPath(t *testing.T) {
-	ns, name, rel, err := parseReadPath(tetherv1.ReadPathPrefix + "team-a/workerbindings/llm.v2/objects/nodes/1/ckpt/step 100.pt")
+	ns, name, rel, err := parseReadPath(tetherv1.ReadPathPrefix, tetherv1.ReadPathPrefix+"team-a/workerbindings/llm.v2/objects/nodes/1/ckpt/step 100.pt")
 	if err != nil || ns != "team-a" || name != "llm.v2" || rel != "nodes/1/ckpt/step 100.pt" {
 		t.Fatalf("parseReadPath = %q %q %q %v", ns, name, rel, err)
 	}
@@ -20,7 +20,7 @@ func TestParseReadPath(t *testing.T) {
 		tetherv1.ReadPathPrefix + "team-a/workerbindings/LLM/objects/a":                    `WorkerBinding name "LLM"`,
 		tetherv1.ReadPathPrefix + strings.Repeat("a", 300) + "/workerbindings/x/objects/a": "namespace",
 	} {
-		_, _, _, err := parseReadPath(path)
+		_, _, _, err := parseReadPath(tetherv1.ReadPathPrefix, path)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("parseReadPath(%.60q) = %v, want an error containing %q", path, err, want)
 		}

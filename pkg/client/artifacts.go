@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -36,8 +37,10 @@ type Artifact struct {
 	Verified bool `json:"verified"`
 }
 
-// ErrNoReads is returned by reads on a Client without Options.ReadURL.
-var ErrNoReads = errors.New("no read endpoint configured: set the control plane's binding URL (Options.ReadURL, --tether-url or TETHER_URL)")
+// ErrNoReadAPI is returned by reads through the API server when it serves
+// no read API.
+var ErrNoReadAPI = errors.New("the API server serves no " + tetherv1.ReadAPIService +
+	": install Tether with the read API (chart value readAPI.enabled=true, or the read-api kustomize component), or read from inside the cluster through the binding Service (Options.ReadURL, --tether-url or TETHER_URL)")
 
 // ManifestDigestError is a stored manifest that is not the one the binding
 // server verified: its SHA-256 is not the one the binding recorded, or the
@@ -223,33 +226,73 @@ func (e *ReadError) Error() string {
 // open reads the stored object at rel (relative to the job's prefix)
 // through the read endpoint, following a presigned redirect to the store.
 func (c *Client) open(ctx context.Context, wb *tetherv1.WorkerBinding, rel string) (io.ReadCloser, error) {
-	if c.http == nil {
-		return nil, ErrNoReads
+	body, loc, err := c.get(ctx, wb, rel, false)
+	if err != nil || loc == "" {
+		return body, err
 	}
+	presigned, err := c.openPresigned(ctx, loc)
+	var netErr net.Error
+	if err != nil && c.viaAPIServer && errors.As(err, &netErr) {
+		// A caller outside the cluster may not reach a store only the
+		// cluster reaches (the quick start's, by its Service name): ask
+		// the control plane to stream the object instead.
+		body, _, err = c.get(ctx, wb, rel, true)
+		return body, err
+	}
+	return presigned, err
+}
+
+// get asks the read endpoint for rel: the body, or a presigned URL to
+// fetch (loc). stream asks for the body even where the store could presign.
+func (c *Client) get(ctx context.Context, wb *tetherv1.WorkerBinding, rel string, stream bool) (body io.ReadCloser, loc string, err error) {
 	u := *c.read
-	u.Path = tetherv1.ReadPathPrefix + wb.Namespace + "/workerbindings/" + wb.Name + "/objects/" + rel
+	u.Path = c.readPrefix + wb.Namespace + "/workerbindings/" + wb.Name + "/objects/" + rel
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	if stream {
+		req.Header.Set(artifactreadsHeaderStream, "true")
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	switch resp.StatusCode {
 	case http.StatusOK:
-		return resp.Body, nil
+		return resp.Body, "", nil
 	case http.StatusTemporaryRedirect:
 		_ = resp.Body.Close()
-		return c.openPresigned(ctx, resp.Header.Get("Location"))
+		return nil, resp.Header.Get("Location"), nil
 	}
 	defer resp.Body.Close()
-	re := &ReadError{Status: resp.StatusCode}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(re); err != nil || re.Reason == "" {
-		re.Reason, re.Message = http.StatusText(resp.StatusCode), "no error body (is --tether-url the binding Service?)"
+	var answer struct {
+		Kind    string `json:"kind"` // "Status": the API server's own answer
+		Reason  string `json:"reason"`
+		Message string `json:"message"`
 	}
-	return nil, re
+	re := &ReadError{Status: resp.StatusCode}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&answer); err != nil || answer.Reason == "" {
+		re.Reason, re.Message = http.StatusText(resp.StatusCode), "no error body (is --tether-url the binding Service?)"
+		return nil, "", re
+	}
+	re.Reason, re.Message = answer.Reason, answer.Message
+	if answer.Kind == "Status" {
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			return nil, "", fmt.Errorf("%w (the API server answered: %s)", ErrNoReadAPI, answer.Message)
+		case http.StatusServiceUnavailable:
+			re.Message = "the API server cannot reach the read API (no control-plane replica ready?): " + answer.Message
+		case http.StatusForbidden:
+			re.Message += " (grant ClusterRole tether-artifact-reader in the namespace)"
+		}
+	}
+	return nil, "", re
 }
+
+// artifactreadsHeaderStream is artifactreads.HeaderStream (the client does
+// not import the control plane).
+const artifactreadsHeaderStream = "X-Tether-Stream"
 
 func (c *Client) openPresigned(ctx context.Context, loc string) (io.ReadCloser, error) {
 	u, err := url.Parse(loc)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -138,5 +139,58 @@ func TestLogReadsOnlyTheArchivedLogKey(t *testing.T) {
 	}
 	if got := client.LogPods(wb); len(got) != 2 || got[0] != "pod-a" || got[1] == "pod-b" {
 		t.Errorf("LogPods = %q, want pod-a first and the key outside %s not named pod-b", got, upload.LogsDir)
+	}
+}
+
+// Without ReadURL, reads go to the API server of the kubeconfig, under the
+// aggregated read API, with the kubeconfig's credentials; a presigned URL
+// the caller cannot reach (a store only the cluster reaches) is asked for
+// again as a stream; an API server without the read API says how to get one.
+func TestReadsThroughTheAPIServer(t *testing.T) {
+	wb := binding()
+	wb.Status.Artifacts = &tetherv1.ArtifactsStatus{Logs: []string{upload.LogKey("job-1", "trainer-0"), upload.LogKey("job-1", "gone")}}
+	log := strings.TrimPrefix(upload.LogKey("job-1", "trainer-0"), "job-1/")
+	prefix := tetherv1.ReadAPIPathPrefix + wb.Namespace + "/workerbindings/" + wb.Name + "/objects/"
+	var mu sync.Mutex
+	var asked []string
+	apiserver := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked = append(asked, r.URL.Path+" stream="+r.Header.Get("X-Tether-Stream")+" auth="+r.Header.Get("Authorization"))
+		mu.Unlock()
+		switch {
+		case r.URL.Path == prefix+log && r.Header.Get("X-Tether-Stream") != "true":
+			w.Header().Set("Location", "http://store.tether-system.svc.invalid:7070/bucket/job-1/x?X-Amz-Signature=x")
+			w.WriteHeader(http.StatusTemporaryRedirect)
+		case r.URL.Path == prefix+log:
+			_, _ = w.Write([]byte("checkpoint"))
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}`))
+		}
+	}))
+	defer apiserver.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: apiserver.Certificate().Raw})
+	c, err := client.New(&rest.Config{Host: apiserver.URL, BearerToken: "tenant-token", TLSClientConfig: rest.TLSClientConfig{CAData: ca}}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := c.Log(t.Context(), wb, "trainer-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(rc)
+	_ = rc.Close()
+	if string(body) != "checkpoint" {
+		t.Fatalf("Log = %q; want the streamed log", body)
+	}
+	mu.Lock()
+	want := []string{prefix + log + " stream= auth=Bearer tenant-token", prefix + log + " stream=true auth=Bearer tenant-token"}
+	if strings.Join(asked, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the API server was asked\n%s\nwant\n%s", strings.Join(asked, "\n"), strings.Join(want, "\n"))
+	}
+	mu.Unlock()
+	if _, err := c.Log(t.Context(), wb, "gone"); !errors.Is(err, client.ErrNoReadAPI) || !strings.Contains(err.Error(), "readAPI.enabled=true") {
+		t.Errorf("an API server answering 404 itself: %v, want ErrNoReadAPI naming readAPI.enabled=true", err)
 	}
 }

@@ -23,8 +23,10 @@ import (
 // Options configure New.
 type Options struct {
 	// ReadURL is the base URL of the control plane's read endpoint (the
-	// binding Service, e.g. https://tether-control-plane.tether-system.svc:9443).
-	// Empty disables artifact and log reads.
+	// binding Service, e.g. https://tether-control-plane.tether-system.svc:8443),
+	// for callers inside the cluster. Empty: reads go through the
+	// kube-apiserver of cfg, with cfg's credentials, to the aggregated read
+	// API (tetherv1.ReadAPIService; the chart's readAPI.enabled).
 	ReadURL string
 	// ReadCA is the PEM bundle that signs the read endpoint's certificate
 	// (the control plane's CA); empty uses the system roots.
@@ -43,10 +45,15 @@ type Options struct {
 
 // Client reads and commands bound jobs.
 type Client struct {
-	kube  crclient.WithWatch
-	read  *url.URL
-	http  *http.Client
-	store *http.Client
+	kube crclient.WithWatch
+	// read is the read endpoint's base URL and readPrefix the path reads
+	// start with: the binding Service's tetherv1.ReadPathPrefix, or the
+	// API server's tetherv1.ReadAPIPathPrefix (viaAPIServer).
+	read         *url.URL
+	readPrefix   string
+	viaAPIServer bool
+	http         *http.Client
+	store        *http.Client
 }
 
 // Scheme is what the client speaks: Kubernetes' built-in types and Tether's.
@@ -57,17 +64,24 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
-// New returns a Client for cfg. The read endpoint authenticates cfg's
-// bearer token (token, token file or exec plugin): a kubeconfig that
-// authenticates with a client certificate only cannot read artifacts.
+// New returns a Client for cfg. Reads go through cfg's API server (the
+// aggregated read API) unless opts.ReadURL names the binding Service; that
+// endpoint authenticates cfg's bearer token only (token, token file or exec
+// plugin), so a kubeconfig with a client certificate only reads through
+// the API server.
 func New(cfg *rest.Config, opts Options) (*Client, error) {
 	kube, err := crclient.NewWithWatch(cfg, crclient.Options{Scheme: Scheme()})
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	c := &Client{kube: kube}
+	st := opts.StoreTransport
+	if st == nil {
+		st = &http.Transport{Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 30 * time.Second}
+	}
+	c.store = &http.Client{Transport: st, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	if opts.ReadURL == "" {
-		return c, nil
+		return c, c.throughAPIServer(cfg)
 	}
 	if c.read, err = url.Parse(strings.TrimSuffix(opts.ReadURL, "/")); err != nil || c.read.Scheme != "https" || c.read.Host == "" {
 		return nil, fmt.Errorf("read URL %q: want https://host[:port] of the control plane's binding Service", opts.ReadURL)
@@ -95,12 +109,29 @@ func New(cfg *rest.Config, opts Options) (*Client, error) {
 	// Redirects are followed by hand: the presigned URL must be fetched
 	// without the caller's Kubernetes token.
 	c.http = &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	st := opts.StoreTransport
-	if st == nil {
-		st = &http.Transport{Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: 30 * time.Second}
-	}
-	c.store = &http.Client{Transport: st, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	c.readPrefix = tetherv1.ReadPathPrefix
 	return c, nil
+}
+
+// throughAPIServer sends reads to the aggregated read API on cfg's API
+// server, with every credential cfg has (token, client certificate, exec
+// plugin): the API server authenticates and authorizes the caller.
+func (c *Client) throughAPIServer(cfg *rest.Config) error {
+	base, _, err := rest.DefaultServerUrlFor(cfg)
+	if err != nil {
+		return fmt.Errorf("the kubeconfig's server: %w", err)
+	}
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		return err
+	}
+	c.read = base
+	c.readPrefix = strings.TrimSuffix(base.Path, "/") + tetherv1.ReadAPIPathPrefix
+	c.viaAPIServer = true
+	// Redirects are followed by hand here too: the presigned URL must be
+	// fetched without the caller's credentials.
+	c.http = &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return nil
 }
 
 // noToken refuses reads when the kubeconfig carries no bearer token.

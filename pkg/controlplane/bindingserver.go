@@ -78,12 +78,13 @@ func (a *assembly) artifacts() error {
 			reads = streamed{Backend: backend, Opener: o}
 		}
 	}
-	a.binding.Mount(tetherv1.ReadPathPrefix, artifactreads.New(artifactreads.Options{
+	a.reads = artifactreads.Options{
 		Backend: reads, Reviewer: artifactreads.KubeReviewer{Clientset: a.clientset}, Bindings: a.mgr.GetCache(), TTL: a.opts.PresignTTL,
 		Log: a.mgr.GetLogger().WithName("binding"),
 		// Counted with the binding server's refusals, as "read_<reason>".
 		OnRefused: func(reason string) { a.binding.Refused("read_" + reason) },
-	}))
+	}
+	a.binding.Mount(tetherv1.ReadPathPrefix, artifactreads.New(a.reads))
 	return nil
 }
 

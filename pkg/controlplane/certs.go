@@ -3,6 +3,8 @@ package controlplane
 import (
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"k8s.io/apimachinery/pkg/types"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 )
 
 // certs arranges the serving certificate and closes the control plane's
@@ -15,6 +17,12 @@ func (a *assembly) certs() error {
 		return nil
 	}
 	svc := opts.ServiceName + "." + opts.Namespace + ".svc"
+	webhooks := []rotator.WebhookInfo{{Name: opts.WebhookConfig, Type: rotator.Mutating}}
+	if opts.ReadAPI {
+		// The API server verifies the read API's certificate with the
+		// APIService's caBundle.
+		webhooks = append(webhooks, rotator.WebhookInfo{Name: tetherv1.ReadAPIService, Type: rotator.APIService})
+	}
 	return rotator.AddRotator(a.mgr, &rotator.CertRotator{
 		SecretKey:      types.NamespacedName{Namespace: opts.Namespace, Name: opts.CertSecret},
 		CertDir:        opts.CertDir,
@@ -23,7 +31,7 @@ func (a *assembly) certs() error {
 		DNSName:        svc,
 		ExtraDNSNames:  append([]string{svc + ".cluster.local", opts.ServiceName + "." + opts.Namespace, opts.ServiceName}, opts.ExtraDNSNames...),
 		IsReady:        ready,
-		Webhooks:       []rotator.WebhookInfo{{Name: opts.WebhookConfig, Type: rotator.Mutating}},
+		Webhooks:       webhooks,
 		// Every replica serves webhooks, so every replica keeps the
 		// certificate fresh; writes to the Secret are conflict-checked.
 		RequireLeaderElection: false,

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactreads"
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	"github.com/tether-dev/tether/pkg/bindingserver"
@@ -74,6 +75,7 @@ func New(cfg *rest.Config, opts Options) (_ *ControlPlane, err error) {
 		(*assembly).certs,             // certs.go
 		(*assembly).bindingServer,     // bindingserver.go
 		(*assembly).artifacts,         // bindingserver.go
+		(*assembly).readAPI,           // readapi.go
 		(*assembly).metrics,           // metrics.go
 		(*assembly).servers,           // servers.go
 		(*assembly).injectionReporter, // controllers.go
@@ -108,6 +110,10 @@ type assembly struct {
 	// storeCaps is what the S3 store showed the start-up probe (nil: fs).
 	storeCaps *s3store.Capabilities
 	clientset *kubernetes.Clientset
+	// reads are the read endpoint's dependencies; aggregatedReads its aggregated
+	// API's handler (nil without --read-api).
+	reads           artifactreads.Options
+	aggregatedReads http.Handler
 }
 
 // probes adds the health and readiness checks.

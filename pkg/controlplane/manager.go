@@ -38,7 +38,7 @@ func (a *assembly) manager() error {
 		LeaderElectionReleaseOnCancel: true,
 		// The webhook server is added to the manager on first use
 		// (GetWebhookServer), which waits for the certificate.
-		WebhookServer: webhook.NewServer(webhook.Options{Host: opts.WebhookHost, Port: opts.WebhookPort, CertDir: opts.CertDir}),
+		WebhookServer: webhook.NewServer(webhookOptions(opts)),
 		Cache: cache.Options{
 			ByObject: map[client.Object]cache.ByObject{
 				// Only trainer pods are cached: the controller needs nothing of any other pod.
@@ -82,6 +82,16 @@ func metricsOptions(opts Options) metricsserver.Options {
 	if opts.MetricsSecure {
 		o.SecureServing = true
 		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
+}
+
+// webhookOptions are the webhook listener's; with the read API it also
+// requests (not requires) client certificates (readapi.go).
+func webhookOptions(opts Options) webhook.Options {
+	o := webhook.Options{Host: opts.WebhookHost, Port: opts.WebhookPort, CertDir: opts.CertDir}
+	if opts.ReadAPI {
+		o.TLSOpts = append(o.TLSOpts, requestClientCerts)
 	}
 	return o
 }

@@ -58,6 +58,11 @@ func (a *assembly) registerWebhooks() {
 		Mutator: mutate.TrainJobMutator{Key: lastGoodFile(filepath.Join(a.opts.CertDir, "tls.key"))},
 	}})
 	hookServer.Register(JobSetWebhookPath, &webhook.Admission{Handler: &mutate.JobSetHandler{}})
+	if a.aggregatedReads != nil {
+		for _, p := range readAPIPaths {
+			hookServer.Register(p, a.aggregatedReads)
+		}
+	}
 	// The pod webhook, called for every pod of every bound job, serves
 	// its reviews itself (mutate.PodHandler.ServeHTTP: cheaper decoding).
 	hookServer.Register(PodWebhookPath, &mutate.PodHandler{

@@ -47,18 +47,23 @@ images:
 			"sidecar.image=registry.platform.example/mirror/tether-sidecar:v9", "artifacts.inCluster.image=registry.platform.example/mirror/versitygw:v1.8.0"},
 	},
 	{
+		name:          "quick-start with the read API",
+		kustomization: "resources: [overlays/quick-start]\ncomponents: [overlays/read-api]\n",
+		set:           []string{"createNamespace=true", "readAPI.enabled=true"},
+	},
+	{
 		name:          "production",
 		kustomization: "resources: [overlays/production]\n",
 		set:           []string{"createNamespace=true", "artifacts.mode=s3"},
 	},
 	{
-		name:          "cert-manager, own bucket, replicas, no PDB, Prometheus",
+		name:          "cert-manager, own bucket, replicas, no PDB, Prometheus, the read API",
 		kustomization: certManagerKustomization,
 		set: []string{"createNamespace=true", "certMode=cert-manager", "artifacts.mode=s3",
 			"artifacts.s3.endpoint=minio.storage.svc:9000", "artifacts.s3.bucket=ml-artifacts", "artifacts.s3.region=eu-west-1",
 			"artifacts.s3.prefix=", "artifacts.s3.credentialsSecret=ml-s3",
 			"replicas=3", "podDisruptionBudget.enabled=false",
-			"metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true", "metrics.dashboard.enabled=true"},
+			"metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true", "metrics.dashboard.enabled=true", "readAPI.enabled=true"},
 	},
 }
 
@@ -66,7 +71,7 @@ images:
 // write for cert-manager, a bucket of its own and Prometheus, with the
 // patches a real install sets.
 const certManagerKustomization = `resources: [overlays/cert-manager]
-components: [overlays/artifacts-s3, overlays/prometheus]
+components: [overlays/artifacts-s3, overlays/prometheus, overlays/read-api, overlays/read-api-cert-manager]
 replicas:
   - name: tether-control-plane
     count: 3

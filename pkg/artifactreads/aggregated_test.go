@@ -1,0 +1,258 @@
+package artifactreads
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+)
+
+// testCA issues the certificates of one test.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// client issues a client certificate for commonName.
+func (ca *testCA) client(t *testing.T, commonName string) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: commonName},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// recordingReviewer allows what allowed says and records every question.
+type recordingReviewer struct {
+	mu      sync.Mutex
+	asked   []authzv1.ResourceAttributes
+	users   []authnv1.UserInfo
+	allowed func(authnv1.UserInfo, authzv1.ResourceAttributes) bool
+}
+
+func (r *recordingReviewer) Authenticate(context.Context, string) (authnv1.UserInfo, error) {
+	panic("the aggregated API never reviews a token")
+}
+
+func (r *recordingReviewer) Authorize(_ context.Context, u authnv1.UserInfo, a authzv1.ResourceAttributes) (bool, string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked, r.users = append(r.asked, a), append(r.users, u)
+	return r.allowed(u, a), "no RBAC rule", nil
+}
+
+func (r *recordingReviewer) questions() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.asked)
+}
+
+func authenticationConfigMap(caPEM []byte) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: AuthenticationConfigMapNamespace, Name: AuthenticationConfigMap},
+		Data: map[string]string{
+			"requestheader-client-ca-file":       string(caPEM),
+			"requestheader-allowed-names":        `["front-proxy-client"]`,
+			"requestheader-username-headers":     `["X-Remote-User"]`,
+			"requestheader-group-headers":        `["X-Remote-Group"]`,
+			"requestheader-extra-headers-prefix": `["X-Remote-Extra-"]`,
+		},
+	}
+}
+
+// TestAggregatedReads: the read API answers only what the API server's
+// front proxy sends, as the user the proxy names, after asking for get on
+// workerbindings/objects; everything else is refused before any review.
+func TestAggregatedReads(t *testing.T) {
+	proxyCA, rogueCA := newTestCA(t, "front-proxy-ca"), newTestCA(t, "rogue-ca")
+	kube := kubefake.NewClientset()
+	fp, err := NewFrontProxy(kube)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = fp.Start(ctx) }()
+
+	backend, err := fsstore.NewFSBackend(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkpoint := bytes.Repeat([]byte("step-100 "), 1000)
+	if _, err := backend.Put(ctx, "job-a/ckpt/step-100.pt", bytes.NewReader(checkpoint), int64(len(checkpoint))); err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	_ = tetherv1.AddToScheme(scheme)
+	bindings := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		&tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "llm"}, Spec: tetherv1.WorkerBindingSpec{JobID: "job-a"}},
+	).Build()
+	reviewer := &recordingReviewer{allowed: func(u authnv1.UserInfo, a authzv1.ResourceAttributes) bool {
+		return u.Username == "alice" && a.Namespace == "team-a"
+	}}
+	var refused []string
+	var mu sync.Mutex
+	h := NewAggregated(Options{Backend: backend, Reviewer: reviewer, Bindings: bindings, Log: logr.Discard(),
+		OnRefused: func(r string) { mu.Lock(); refused = append(refused, r); mu.Unlock() }}, fp)
+	srv := httptest.NewUnstartedServer(h)
+	srv.TLS = &tls.Config{ClientAuth: tls.RequestClientCert}
+	srv.StartTLS()
+	defer srv.Close()
+
+	clientWith := func(certs ...tls.Certificate) *http.Client {
+		tr := srv.Client().Transport.(*http.Transport).Clone()
+		tr.TLSClientConfig.Certificates = certs
+		return &http.Client{Transport: tr}
+	}
+	proxy := clientWith(proxyCA.client(t, "front-proxy-client"))
+	get := func(c *http.Client, path string, headers map[string]string) (int, string, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		var re ReadError
+		_ = json.Unmarshal(body, &re)
+		return resp.StatusCode, re.Reason, body
+	}
+	read := tetherv1.ReadAPIPathPrefix + "team-a/workerbindings/llm/objects/ckpt/step-100.pt"
+	alice := map[string]string{"X-Remote-User": "alice", "X-Remote-Group": "team-a-readers", "X-Remote-Extra-Scopes": "x"}
+
+	// Before the ConfigMap is there, nothing is trusted, and the refusal
+	// says what is missing.
+	if code, reason, _ := get(proxy, read, alice); code != http.StatusServiceUnavailable || reason != "no_front_proxy_ca" {
+		t.Fatalf("before the ConfigMap: %d %s, want 503 no_front_proxy_ca", code, reason)
+	}
+	if _, err := kube.CoreV1().ConfigMaps(AuthenticationConfigMapNamespace).Create(ctx, authenticationConfigMap(proxyCA.pem), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !fp.Loaded() || len(fpNames(fp)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the front proxy's CA and names were not loaded from the ConfigMap")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	code, _, body := get(proxy, read, alice)
+	if code != http.StatusOK || !bytes.Equal(body, checkpoint) {
+		t.Fatalf("proxied read as alice: %d, %d bytes, want 200 and the stored %d bytes", code, len(body), len(checkpoint))
+	}
+	want := authzv1.ResourceAttributes{Namespace: "team-a", Verb: "get", Group: tetherv1.ReadAPIGroup,
+		Resource: "workerbindings", Subresource: "objects", Name: "llm"}
+	if reviewer.asked[0] != want {
+		t.Errorf("asked %+v, want %+v", reviewer.asked[0], want)
+	}
+	if u := reviewer.users[0]; u.Username != "alice" || !slices.Equal(u.Groups, []string{"team-a-readers"}) || len(u.Extra["scopes"]) != 1 {
+		t.Errorf("reviewed user %+v, want alice in team-a-readers with extra scopes", u)
+	}
+
+	// Attacks: each refused before any review.
+	before := reviewer.questions()
+	for _, a := range []struct {
+		name   string
+		client *http.Client
+		path   string
+		want   string
+	}{
+		{"forged headers, no certificate", clientWith(), read, "not_proxied"},
+		{"forged headers, a certificate of another CA", clientWith(rogueCA.client(t, "front-proxy-client")), read, "not_proxied"},
+		{"the proxy's CA, a name it does not allow", clientWith(proxyCA.client(t, "alice")), read, "not_proxied"},
+		{"discovery without the certificate", clientWith(), "/apis/" + tetherv1.ReadAPIGroup + "/" + tetherv1.ReadAPIVersion, "not_proxied"},
+	} {
+		if code, reason, _ := get(a.client, a.path, alice); code != http.StatusUnauthorized || reason != a.want {
+			t.Errorf("%s: %d %s, want 401 %s", a.name, code, reason, a.want)
+		}
+	}
+	// The front proxy without a user is nobody.
+	if code, reason, _ := get(proxy, read, nil); code != http.StatusUnauthorized || reason != "not_proxied" {
+		t.Errorf("proxied without X-Remote-User: %d %s, want 401", code, reason)
+	}
+	if n := reviewer.questions(); n != before {
+		t.Errorf("%d reviews for refused requests, want none", n-before)
+	}
+
+	// Another namespace's job: the API server would have refused it
+	// already; the control plane refuses it too.
+	code, reason, body := get(proxy, tetherv1.ReadAPIPathPrefix+"team-b/workerbindings/llm/objects/ckpt/step-100.pt", alice)
+	if code != http.StatusForbidden || reason != "forbidden" || !strings.Contains(string(body), "workerbindings/objects in API group "+tetherv1.ReadAPIGroup) {
+		t.Errorf("alice reading team-b: %d %s %s, want 403 naming the permission to grant", code, reason, body)
+	}
+
+	// Discovery, asked as the aggregator asks it (no user).
+	code, _, body = get(proxy, "/apis/"+tetherv1.ReadAPIGroup+"/"+tetherv1.ReadAPIVersion, nil)
+	var list metav1.APIResourceList
+	if err := json.Unmarshal(body, &list); code != http.StatusOK || err != nil || len(list.APIResources) != 1 ||
+		list.APIResources[0].Name != "workerbindings/objects" || !slices.Equal(list.APIResources[0].Verbs, metav1.Verbs{"get"}) {
+		t.Errorf("discovery: %d %s", code, body)
+	}
+	if code, _, _ := get(proxy, "/openapi/v2", nil); code != http.StatusNotFound {
+		t.Errorf("/openapi/v2: %d, want 404 (no spec)", code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(refused, "not_proxied") || !slices.Contains(refused, "forbidden") {
+		t.Errorf("refusals counted %v, want not_proxied and forbidden among them", refused)
+	}
+}
+
+// fpNames reads the allowed names the front proxy has loaded.
+func fpNames(fp *FrontProxy) []string { return fp.headers.AllowedClientNames() }
