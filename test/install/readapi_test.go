@@ -148,7 +148,7 @@ func TestReadAPIAsTenant(t *testing.T) {
 		}
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), `"workerbindings/objects"`) {
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), `cannot get resource \"workerbindings/objects\" in API group \"artifacts.tether.dev\"`) {
 			t.Errorf("GET %s as team A's reader: %s %s, want 403 from the API server for workerbindings/objects", target, resp.Status, body)
 		}
 	}
