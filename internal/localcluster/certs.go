@@ -26,6 +26,7 @@ var caNames = []string{"kueue-ca", "kubeflow-trainer-ca"}
 var servingNames = []string{"localhost",
 	"kueue-webhook-service.kueue-system.svc",
 	"kubeflow-trainer-controller-manager.kubeflow-system.svc",
+	"jobset-webhook-service.jobset-system.svc",
 	ControlPlaneService + "." + ControlPlaneNamespace + ".svc",
 	ControlPlaneService + "." + ControlPlaneNamespace + ".svc." + ClusterDomain,
 }

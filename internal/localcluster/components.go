@@ -14,8 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // startControllerManager runs the controllers a TrainJob needs: Jobs,
@@ -116,15 +114,16 @@ func nodeResources() corev1.ResourceList {
 	}
 }
 
-// startJobSet installs JobSet's CRDs and webhooks (by loopback URL) and runs
-// its manager with certificates from the cluster CA.
+// startJobSet installs JobSet's CRDs and webhooks (behind its Service on the
+// cluster network, by loopback URL without it) and runs its manager with
+// certificates from the cluster CA.
 func (c *Cluster) startJobSet(ctx context.Context) error {
 	mod, err := moduleDir("sigs.k8s.io/jobset", JobSetVersion)
 	if err != nil {
 		return err
 	}
 	addr, err := c.installAPI(ctx, filepath.Join(mod, "config", "components", "crd", "bases"),
-		filepath.Join(mod, "config", "components", "webhook", "manifests.yaml"), "jobset-")
+		filepath.Join(mod, "config", "components", "webhook", "manifests.yaml"), "jobset-", jobSetWebhookService)
 	if err != nil {
 		return err
 	}
@@ -135,14 +134,14 @@ leaderElection:
 internalCertManagement:
   enable: false
 webhook:
-  host: 127.0.0.1
+  host: %s
   port: %s
   certDir: %s
 metrics:
   bindAddress: "0"
 health:
   healthProbeBindAddress: "0"
-`, portOf(addr), c.CertDir)
+`, hostOf(addr), portOf(addr), c.CertDir)
 	path := filepath.Join(c.Dir, "jobset-config.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return err
@@ -164,7 +163,7 @@ func (c *Cluster) startTrainer(ctx context.Context) error {
 		return err
 	}
 	addr, err := c.installAPI(ctx, filepath.Join(mod, "manifests", "base", "crds"),
-		filepath.Join(mod, "manifests", "base", "webhook", "manifests.yaml"), "trainer-")
+		filepath.Join(mod, "manifests", "base", "webhook", "manifests.yaml"), "trainer-", trainerWebhookService)
 	if err != nil {
 		return err
 	}
@@ -210,12 +209,12 @@ metrics:
   bindAddress: "0"
 webhook:
   port: %s
-  host: 127.0.0.1
+  host: %s
 leaderElection:
   leaderElect: false
 certManagement:
   enable: false
-`, portOf(addr))
+`, portOf(addr), hostOf(addr))
 	path := filepath.Join(c.Dir, "trainer-config.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return err
@@ -254,7 +253,7 @@ func (c *Cluster) startKueue(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	addr, err := testenv.FreeAddr()
+	addr, err := c.componentWebhookAddr()
 	if err != nil {
 		return err
 	}
@@ -265,7 +264,12 @@ func (c *Cluster) startKueue(ctx context.Context) error {
 	for _, crd := range crds {
 		versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
 		if len(versions) > 1 {
-			if err := conversionURL(crd, addr, c.CA.CertPEM); err != nil {
+			if c.Network != nil {
+				err = conversionService(crd, kueueWebhookService, c.CA.CertPEM)
+			} else {
+				err = conversionURL(crd, addr, c.CA.CertPEM)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -273,7 +277,7 @@ func (c *Cluster) startKueue(ctx context.Context) error {
 	if err := c.installCRDs(ctx, crds); err != nil {
 		return err
 	}
-	if err := c.installWebhooks(ctx, filepath.Join(mod, "config", "components", "webhook", "manifests.yaml"), "kueue-", addr,
+	if err := c.installWebhooks(ctx, filepath.Join(mod, "config", "components", "webhook", "manifests.yaml"), "kueue-", addr, kueueWebhookService,
 		"kueue-x-k8s-io", "batch-v1-job", "trainer-kubeflow-org"); err != nil {
 		return err
 	}
@@ -307,7 +311,7 @@ health:
 metrics:
   bindAddress: "0"
 webhook:
-  host: 127.0.0.1
+  host: %s
   port: %s
   certDir: %s
 leaderElection:
@@ -318,7 +322,7 @@ integrations:
   frameworks:
   - batch/job
   - trainer.kubeflow.org/trainjob
-`, portOf(addr), certDir)
+`, hostOf(addr), portOf(addr), certDir)
 	path := filepath.Join(c.Dir, "kueue-config.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return err
@@ -369,7 +373,7 @@ func (c *Cluster) localQueue(ctx context.Context, ns, name, clusterQueue string)
 // installAPI installs a component's CRDs (crdDir) and its webhook
 // configurations (webhookFile, renamed with prefix), pointed at a free
 // loopback address it returns for the component to serve on.
-func (c *Cluster) installAPI(ctx context.Context, crdDir, webhookFile, prefix string) (string, error) {
+func (c *Cluster) installAPI(ctx context.Context, crdDir, webhookFile, prefix string, svc componentService) (string, error) {
 	crds, err := readObjects(crdDir)
 	if err != nil {
 		return "", err
@@ -377,22 +381,33 @@ func (c *Cluster) installAPI(ctx context.Context, crdDir, webhookFile, prefix st
 	if err := c.installCRDs(ctx, crds); err != nil {
 		return "", err
 	}
-	addr, err := testenv.FreeAddr()
+	addr, err := c.componentWebhookAddr()
 	if err != nil {
 		return "", err
 	}
-	return addr, c.installWebhooks(ctx, webhookFile, prefix, addr)
+	return addr, c.installWebhooks(ctx, webhookFile, prefix, addr, svc)
 }
 
-// installWebhooks applies the webhook configurations in file, rewritten to
-// https://addr<path> and renamed with prefix.
-func (c *Cluster) installWebhooks(ctx context.Context, file, prefix, addr string, keep ...string) error {
+// installWebhooks applies the webhook configurations in file, renamed with
+// prefix: on the cluster network by Service reference (svc, which it
+// creates in front of addr: exposeComponent), else by URL, https://addr<path>.
+func (c *Cluster) installWebhooks(ctx context.Context, file, prefix, addr string, svc componentService, keep ...string) error {
 	objs, err := readObjects(file)
 	if err != nil {
 		return err
 	}
 	for _, o := range objs {
-		if err := webhookURLs(o, prefix+o.GetName(), addr, c.CA.CertPEM, keep...); err != nil {
+		if c.Network != nil {
+			err = webhookService(o, prefix+o.GetName(), svc, c.CA.CertPEM, keep...)
+		} else {
+			err = webhookURLs(o, prefix+o.GetName(), addr, c.CA.CertPEM, keep...)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if c.Network != nil {
+		if err := c.exposeComponent(ctx, svc, addr); err != nil {
 			return err
 		}
 	}

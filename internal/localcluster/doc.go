@@ -56,8 +56,13 @@
 // kube-proxy or cluster DNS: the kwok pods' sidecars (PodRunner) and the
 // tests reach the binding server through a loopback forwarder that follows
 // the same readiness (balancer.go). Without the network, the webhook is
-// registered by the loopback URL of such a forwarder too. The other
-// components' webhooks are registered by loopback URL, their listeners bind
-// 127.0.0.1, and every process is stopped by PID on Stop (and killed by the
-// kernel if the harness itself dies: Pdeathsig).
+// registered by the loopback URL of such a forwarder too. Kueue's,
+// Trainer's and JobSet's webhooks (and Kueue's CRD conversion) are reached
+// the same way on the network: their host processes listen on the veth
+// address behind selector-less Services named as their own installs name
+// them (kueue-webhook-service, kubeflow-trainer-controller-manager,
+// jobset-webhook-service) with an EndpointSlice there
+// (componentservices.go); without the network they are registered by
+// loopback URL and listen on 127.0.0.1. Every process is stopped by PID on
+// Stop (and killed by the kernel if the harness itself dies: Pdeathsig).
 package localcluster

@@ -110,6 +110,15 @@ func webhookCABundle(o *unstructured.Unstructured, caBundle []byte) error {
 // empty), and renames the configuration (upstream names collide without
 // kustomize's namePrefix).
 func webhookURLs(o *unstructured.Unstructured, name, addr string, caBundle []byte, keep ...string) error {
+	return rewriteWebhooks(o, name, keep, func(path string) map[string]any {
+		return map[string]any{"url": "https://" + addr + path, "caBundle": base64.StdEncoding.EncodeToString(caBundle)}
+	})
+}
+
+// rewriteWebhooks renames configuration o and gives each of its webhooks
+// (those whose path contains one of keep, if given) the client config
+// clientConfig returns for its manifest's path.
+func rewriteWebhooks(o *unstructured.Unstructured, name string, keep []string, clientConfig func(path string) map[string]any) error {
 	hooks, _, err := unstructured.NestedSlice(o.Object, "webhooks")
 	if err != nil {
 		return err
@@ -121,7 +130,7 @@ func webhookURLs(o *unstructured.Unstructured, name, addr string, caBundle []byt
 		if len(keep) > 0 && !containsAny(path, keep) {
 			continue
 		}
-		hook["clientConfig"] = map[string]any{"url": "https://" + addr + path, "caBundle": base64.StdEncoding.EncodeToString(caBundle)}
+		hook["clientConfig"] = clientConfig(path)
 		kept = append(kept, hook)
 	}
 	o.SetName(name)

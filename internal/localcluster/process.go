@@ -158,6 +158,11 @@ func waitTCP(ctx context.Context, p *Process, addr string, timeout time.Duration
 	}
 }
 
+func hostOf(addr string) string {
+	h, _, _ := net.SplitHostPort(addr)
+	return h
+}
+
 func portOf(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
 	return p
