@@ -467,6 +467,121 @@ func (n *RealNode) ContainerPIDs(containerID string) ([]int, error) {
 	return nil, fmt.Errorf("no cgroup for container %s under %s", id, n.CgroupRoot)
 }
 
+// ContainerMemoryUsage is a container's memory cgroup as the kernel keeps it.
+type ContainerMemoryUsage struct {
+	// Peak is the cgroup's peak usage since it was made or last reset
+	// (ResetContainerPeak), page cache included: a container reading a
+	// large file fills its limit with cache the kernel reclaims.
+	Peak int64
+	// Anon is the processes' own (anonymous) memory now: what the limit
+	// must hold, and what an OOM kill is about.
+	Anon int64
+	// Limit is the cgroup's limit (the kubelet's, from limits.memory; -1: none).
+	Limit int64
+	// OOMKills counts the processes the kernel's OOM killer killed in it.
+	OOMKills int64
+}
+
+// ContainerMemory reads the container's memory cgroup (cgroup v1 or v2).
+func (n *RealNode) ContainerMemory(containerID string) (ContainerMemoryUsage, error) {
+	var u ContainerMemoryUsage
+	dir, err := n.memoryCgroup(containerID)
+	if err != nil {
+		return u, err
+	}
+	read := func(names ...string) (int64, error) {
+		for _, name := range names {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				continue
+			}
+			s := strings.TrimSpace(string(b))
+			if s == "max" {
+				return -1, nil
+			}
+			return strconv.ParseInt(s, 10, 64)
+		}
+		return 0, fmt.Errorf("none of %v in %s", names, dir)
+	}
+	// A "key value" line of a flat keyed file.
+	field := func(file, key string) (int64, error) {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, " "); ok && k == key {
+				return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			}
+		}
+		return 0, fmt.Errorf("no %s in %s/%s", key, dir, file)
+	}
+	v1 := fileExists(filepath.Join(dir, "memory.max_usage_in_bytes"))
+	if v1 {
+		if u.Peak, err = read("memory.max_usage_in_bytes"); err == nil {
+			if u.Limit, err = read("memory.limit_in_bytes"); err == nil {
+				if u.Anon, err = field("memory.stat", "rss"); err == nil {
+					u.OOMKills, err = field("memory.oom_control", "oom_kill")
+				}
+			}
+		}
+		return u, err
+	}
+	if u.Peak, err = read("memory.peak"); err == nil {
+		if u.Limit, err = read("memory.max"); err == nil {
+			if u.Anon, err = field("memory.stat", "anon"); err == nil {
+				u.OOMKills, err = field("memory.events", "oom_kill")
+			}
+		}
+	}
+	return u, err
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// ResetContainerPeak starts the container's peak memory over from its
+// current usage (cgroup v1's memory.max_usage_in_bytes; on v2 a write to
+// memory.peak, kernel 6.12+).
+func (n *RealNode) ResetContainerPeak(containerID string) error {
+	dir, err := n.memoryCgroup(containerID)
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{"memory.max_usage_in_bytes", "memory.peak"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("0\n"), 0o600); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("cannot reset the peak memory of %s", dir)
+}
+
+// memoryCgroup is the container's directory in the memory hierarchy (v1)
+// or the unified one (v2).
+func (n *RealNode) memoryCgroup(containerID string) (string, error) {
+	id := containerID[strings.LastIndex(containerID, "/")+1:]
+	hierarchies := cgroupHierarchies()
+	for _, h := range hierarchies {
+		if len(hierarchies) > 1 && filepath.Base(h) != "memory" {
+			continue // v1: only the memory controller's hierarchy
+		}
+		var found string
+		_ = filepath.WalkDir(filepath.Join(h, n.CgroupRoot), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() && d.Name() == id {
+				found = p
+				return filepath.SkipAll
+			}
+			return nil
+		})
+		if found != "" {
+			return found, nil
+		}
+	}
+	return "", fmt.Errorf("no memory cgroup for container %s under %s", id, n.CgroupRoot)
+}
+
 // KillContainer sends sig to every process of the container, as the kernel's
 // OOM killer or a crash would end it; the kubelet sees the exit and restarts
 // it by the pod's restart policy.

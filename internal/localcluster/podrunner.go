@@ -47,6 +47,9 @@ type TrainerPlan struct {
 	// CheckpointBytes and ModelBytes are the sizes of each checkpoint
 	// (default 256 KiB) and of the final model (default three checkpoints).
 	CheckpointBytes, ModelBytes int
+	// SmallFiles is how many small files (4 KiB) the run writes under
+	// small/ after its first step.
+	SmallFiles int
 	// SidecarEnv, in PodRunner, is added to the environment of the pod's
 	// sidecar (optional settings, e.g. TETHER_DIRECT_UPLOAD=off).
 	SidecarEnv []string
@@ -91,6 +94,9 @@ func (p TrainerPlan) Args(dir string) []string {
 	}
 	if p.ModelBytes > 0 {
 		args = append(args, fmt.Sprintf("--model-bytes=%d", p.ModelBytes))
+	}
+	if p.SmallFiles > 0 {
+		args = append(args, fmt.Sprintf("--small-files=%d", p.SmallFiles))
 	}
 	if p.CheckpointMode != "" {
 		args = append(args, "--checkpoint-mode="+p.CheckpointMode)

@@ -14,14 +14,17 @@ import (
 )
 
 // An orchestrator follows a job to Succeeded, downloads its verified
-// artifacts and cancels another job after a flush.
+// artifacts and cancels another job after a flush. Reads go through the
+// kubeconfig's API server (the read API); an orchestrator inside the
+// cluster may read from the binding Service instead, with
+// Options{ReadURL: "https://tether-control-plane.tether-system.svc:8443"}.
 func Example() {
 	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	c, err := client.New(cfg, client.Options{ReadURL: "https://tether-control-plane.tether-system.svc:9443"})
+	c, err := client.New(cfg, client.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -25,6 +25,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/signal"
@@ -52,6 +53,7 @@ func main() {
 	shards := flag.Bool("shards", false, "write sharded checkpoints (a shard per rank; rank 0 also .metadata and the final model)")
 	failRuns := flag.Int("fail-runs", 0, "with --exit-code: fail only the first N runs in this artifact directory, then succeed")
 	failAfter := flag.Int("fail-after-steps", 0, "with --exit-code: a failing run stops after this many steps (0: all of them)")
+	smallFiles := flag.Int("small-files", 0, "after the first step, write this many small files (4 KiB each) under small/, as logs and metrics files accumulate")
 	flag.Parse()
 	if *dir == "" {
 		fmt.Fprintln(os.Stderr, "trainer-standin: --artifacts is required")
@@ -106,6 +108,12 @@ func main() {
 			must(writeFile(filepath.Join(*dir, "checkpoints", fmt.Sprintf("step-%04d.pt", step)), *size, os.FileMode(ckptPerm)))
 			fmt.Println("trainer-standin: checkpoint", step)
 		}
+		if step == *startStep+1 && *smallFiles > 0 {
+			for i := range *smallFiles {
+				must(writeFile(filepath.Join(*dir, "small", fmt.Sprintf("file-%04d.txt", i)), 4<<10, os.FileMode(ckptPerm)))
+			}
+			fmt.Println("trainer-standin: small files", *smallFiles)
+		}
 		done := float64(step-*startStep) / float64(*steps)
 		must(appendLine(filepath.Join(*dir, "tether-progress.jsonl"),
 			fmt.Sprintf(`{"step": %d, "epoch": %.2f, "loss": %.4f, "fraction": %.3f}`, step, float64(step)/10, 2.0/float64(step+1), done)))
@@ -154,14 +162,20 @@ func listFiles(dir string) {
 		if err != nil || d.IsDir() || strings.HasSuffix(p, ".tmp") || d.Name() == runsFile {
 			return nil
 		}
-		b, err := os.ReadFile(p)
+		f, err := os.Open(p)
+		if err != nil {
+			fmt.Printf("trainer-standin: file %s unreadable: %v\n", p, err)
+			return nil
+		}
+		defer f.Close()
+		h := md5.New()
+		n, err := io.Copy(h, f)
 		if err != nil {
 			fmt.Printf("trainer-standin: file %s unreadable: %v\n", p, err)
 			return nil
 		}
 		rel, _ := filepath.Rel(dir, p)
-		sum := md5.Sum(b)
-		fmt.Printf("trainer-standin: file %s %s %d\n", filepath.ToSlash(rel), hex.EncodeToString(sum[:]), len(b))
+		fmt.Printf("trainer-standin: file %s %s %d\n", filepath.ToSlash(rel), hex.EncodeToString(h.Sum(nil)), n)
 		return nil
 	})
 }
@@ -186,14 +200,22 @@ func groups() []int {
 
 // writeFile writes n random bytes to a temporary name and renames it, as
 // careful trainers do, so the sidecar never sees a half-written checkpoint.
+// The bytes are streamed: a checkpoint may be larger than the container's
+// memory limit.
 func writeFile(path string, n int, perm os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, perm); err != nil {
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyN(f, rand.Reader, int64(n)); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
 		return err
 	}
 	// WriteFile's mode is filtered by the umask; the flag's mode is exact.
