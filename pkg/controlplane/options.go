@@ -102,6 +102,8 @@ type Options struct {
 	// only the control plane reaches (the in-cluster quick start's, behind
 	// its NetworkPolicy, by a name only cluster DNS answers).
 	ArtifactReadRedirect bool
+	// ArtifactAccessLog logs one line per artifact request (artifact-access).
+	ArtifactAccessLog bool
 	// ReadAPI serves the read endpoint through the kube-apiserver too, as
 	// the aggregated API tetherv1.ReadAPIService (readapi.go), for which
 	// the install registers the APIService and the RoleBinding to
@@ -159,6 +161,7 @@ func DefaultOptions() Options {
 		UploadSweepMargin:     controller.DefaultUploadSweepMargin,
 		ArtifactDirectUpload:  true,
 		ArtifactReadRedirect:  true,
+		ArtifactAccessLog:     true,
 		MetricsAddr:           ":8080",
 		MetricsSecure:         true,
 		HealthAddr:            ":8081",
@@ -207,6 +210,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.S3.PublicEndpoint, "s3-public-endpoint", o.S3.PublicEndpoint, "S3 endpoint host[:port] as sidecars reach it, if not --s3-endpoint: the presigned URLs of direct uploads name it (needs --s3-region)")
 	fs.BoolVar(&o.ArtifactDirectUpload, "artifact-direct-upload", o.ArtifactDirectUpload, "let sidecars PUT artifacts straight to the s3 store through presigned URLs (the control plane authorizes and verifies each one); false: every body goes through the control plane. Sidecars must reach the store's endpoint (--s3-public-endpoint)")
 	fs.BoolVar(&o.ArtifactReadRedirect, "artifact-read-redirect", o.ArtifactReadRedirect, "answer artifact reads with a redirect to a presigned URL of the s3 store (readers must reach its endpoint); false: stream every object through the control plane, for a store only the control plane reaches")
+	fs.BoolVar(&o.ArtifactAccessLog, "artifact-access-log", o.ArtifactAccessLog, "log one line per artifact request (logger artifact-access: binding, job id, rank, pod, key, operation, status and outcome, body bytes, duration; never the token)")
 	fs.BoolVar(&o.ReadAPI, "read-api", o.ReadAPI, "serve artifact and log reads through the kube-apiserver too, as the aggregated API "+tetherv1.ReadAPIService+" (needs its APIService and a RoleBinding to extension-apiserver-authentication-reader in kube-system: the chart's readAPI.enabled)")
 	fs.StringVar(&o.S3.CredentialsDir, "s3-credentials-dir", o.S3.CredentialsDir, "directory holding access-key and secret-key files (a mounted Secret)")
 	fs.Int64Var(&o.LogCapBytes, "log-cap-bytes", o.LogCapBytes, "largest trainer log archived per pod; a longer one keeps its end, with a marker")

@@ -93,6 +93,9 @@ type Handler struct {
 	// of a missing key is an answer, not a refusal) with a metric reason:
 	// the AuthError's Reason, or the S3 error code in snake case.
 	OnRefused func(reason string)
+	// OnAccess, if set, is called once for every request, after its
+	// answer: the access log (AccessRecord).
+	OnAccess func(AccessRecord)
 	// OnDirect, if set, is called for every committed direct upload (after
 	// OnVerified, which is called for it as for a PUT).
 	OnDirect func(info upload.ObjectInfo)
@@ -142,47 +145,69 @@ func (h *Handler) manifestWorkers() int {
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.OnAccess != nil {
+		aw := &accessWriter{ResponseWriter: w}
+		var body *countingBody
+		if r.Body != nil && r.Body != http.NoBody {
+			body = &countingBody{ReadCloser: r.Body}
+			r.Body = body
+		}
+		var rq *request
+		defer func() {
+			if rq != nil {
+				h.OnAccess(rq.record(aw.status, body))
+			}
+		}()
+		rq = h.serve(aw, r)
+		return
+	}
+	h.serve(w, r)
+}
+
+// serve answers one request and returns it, for its access record.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request) *request {
 	rq := &request{w: w, r: r, id: newRequestID(), start: time.Now(), rc: http.NewResponseController(w), onRefused: h.OnRefused}
 	w.Header().Set("X-Amz-Request-Id", rq.id)
 	rq.log = h.Log.WithValues("requestID", rq.id, "method", r.Method, "remote", r.RemoteAddr)
 
 	if h.Backend == nil || h.Authorize == nil {
 		rq.fail(&apiError{http.StatusInternalServerError, "InternalError", "the artifact endpoint is not configured (no backend or authorizer)"})
-		return
+		return rq
 	}
 	if isDirectPath(r.URL.Path) {
 		h.serveDirect(rq)
-		return
+		return rq
 	}
 	if r.Method != http.MethodPut && r.Method != http.MethodHead {
 		rq.fail(&apiError{http.StatusMethodNotAllowed, "MethodNotAllowed",
 			r.Method + " is not supported: this endpoint takes single-request PUTs and HEADs of objects"})
-		return
+		return rq
 	}
 	prefix := "/" + upload.Bucket
 	p := r.URL.Path
 	if p != prefix && !strings.HasPrefix(p, prefix+"/") {
 		rq.fail(&apiError{http.StatusNotFound, "NoSuchBucket",
 			"the only bucket is " + upload.Bucket + ": use path-style requests to /" + upload.Bucket + "/<job-id>/<path>"})
-		return
+		return rq
 	}
 	rq.key = strings.TrimPrefix(strings.TrimPrefix(p, prefix), "/")
 	rq.log = rq.log.WithValues("key", rq.key)
 	if r.URL.RawQuery != "" {
 		rq.fail(&apiError{http.StatusNotImplemented, "NotImplemented",
 			"query parameters are not supported: this endpoint takes plain single-request PUTs and HEADs (no multipart, versions, ACLs or tagging)"})
-		return
+		return rq
 	}
 	jobID, path, e := checkKey(rq.key)
 	if e != nil {
 		rq.fail(e)
-		return
+		return rq
 	}
 	if r.Method == http.MethodHead {
 		h.head(rq, jobID)
-		return
+		return rq
 	}
 	h.put(rq, jobID, path)
+	return rq
 }
 
 func isDirectPath(p string) bool { return p == upload.PathAuthorize || p == upload.PathCommit }
@@ -198,6 +223,7 @@ func (h *Handler) authorize(rq *request, jobID string) (Job, *apiError) {
 		return Job{}, authError(rq, err)
 	}
 	rq.token = token
+	rq.job = &job
 	rq.log = rq.log.WithValues("binding", job.Namespace+"/"+job.Name)
 	if jobID != job.JobID {
 		return Job{}, &apiError{http.StatusForbidden, "AccessDenied",

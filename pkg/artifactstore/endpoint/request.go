@@ -29,6 +29,10 @@ type request struct {
 	retryAfter time.Duration
 	// token is the request's token once authorized (recheck).
 	token binding.Token
+	// job is the token's binding once recognized, code the refusal's S3
+	// error code: for the access record.
+	job  *Job
+	code string
 }
 
 func (rq *request) fail(e *apiError) {
@@ -38,6 +42,7 @@ func (rq *request) fail(e *apiError) {
 		// sent "Expect: 100-continue" then never sends it.
 		rq.w.Header().Set("Connection", "close")
 	}
+	rq.code = e.code
 	setRetryAfter(rq.w.Header(), e, rq.retryAfter)
 	writeError(rq.w, rq.r, rq.id, rq.key, e)
 	if rq.onRefused != nil && (rq.r.Method != http.MethodHead || e.status != http.StatusNotFound) {

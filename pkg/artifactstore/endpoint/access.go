@@ -1,0 +1,112 @@
+package endpoint
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// AccessRecord is one request to the artifact endpoint as its access log
+// keeps it (Handler.OnAccess): who asked (the binding its token belongs to,
+// the pod it claims), for what (the key, the rank whose keys it is), and
+// what came of it. It never holds the token.
+type AccessRecord struct {
+	RequestID string
+	// Method is the HTTP method; Op says what it was: "put", "head",
+	// "authorize" or "commit" (a direct upload's two steps).
+	Method, Op string
+	// Key is the object's key (<job-id>/<path>), as the request named it.
+	Key string
+	// Binding (namespace/name) and JobID are the token's binding, once the
+	// token was recognized ("" when it was not).
+	Binding, JobID string
+	// Rank is the node whose keys Key is (-1: not known, e.g. a bad key).
+	Rank int
+	// Pod is the pod UID the request claims (upload.PodHeader).
+	Pod string
+	// Status is the answer's status; Code the S3 error code of a refusal
+	// ("" on success).
+	Status int
+	Code   string
+	// BodyBytes is how much of the request body was read.
+	BodyBytes int64
+	Duration  time.Duration
+}
+
+// Outcome is "ok" or the refusal's code, for a log line.
+func (a AccessRecord) Outcome() string {
+	if a.Code == "" {
+		return "ok"
+	}
+	return a.Code
+}
+
+// accessOp names what a request to path with method is.
+func accessOp(method, path string) string {
+	switch {
+	case path == upload.PathAuthorize:
+		return "authorize"
+	case path == upload.PathCommit:
+		return "commit"
+	case method == http.MethodHead:
+		return "head"
+	case method == http.MethodPut:
+		return "put"
+	}
+	return strings.ToLower(method)
+}
+
+// accessWriter records the status an answer was written with.
+type accessWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *accessWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *accessWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (deadlines).
+func (w *accessWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// countingBody counts the bytes read from a request body.
+type countingBody struct {
+	io.ReadCloser
+	n atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// record is the access record of rq, answered with status.
+func (rq *request) record(status int, body *countingBody) AccessRecord {
+	a := AccessRecord{RequestID: rq.id, Method: rq.r.Method, Op: accessOp(rq.r.Method, rq.r.URL.Path), Key: rq.key,
+		Rank: -1, Pod: rq.r.Header.Get(upload.PodHeader), Status: status, Code: rq.code, Duration: time.Since(rq.start)}
+	if body != nil {
+		a.BodyBytes = body.n.Load()
+	}
+	if j := rq.job; j != nil {
+		a.Binding, a.JobID = j.Namespace+"/"+j.Name, j.JobID
+		if path, ok := strings.CutPrefix(rq.key, j.JobID+"/"); ok {
+			a.Rank = max(keyRank(path, j.Nodes), -1)
+		}
+	}
+	return a
+}
