@@ -50,6 +50,9 @@ type TrainerPlan struct {
 	// SmallFiles is how many small files (4 KiB) the run writes under
 	// small/ after its first step.
 	SmallFiles int
+	// Record is a file (outside the pod) where the run appends every file
+	// version it closes, synced (soakcheck.ReadRecord reads it).
+	Record string
 	// SidecarEnv, in PodRunner, is added to the environment of the pod's
 	// sidecar (optional settings, e.g. TETHER_DIRECT_UPLOAD=off).
 	SidecarEnv []string
@@ -94,6 +97,9 @@ func (p TrainerPlan) Args(dir string) []string {
 	}
 	if p.ModelBytes > 0 {
 		args = append(args, fmt.Sprintf("--model-bytes=%d", p.ModelBytes))
+	}
+	if p.Record != "" {
+		args = append(args, "--record="+p.Record)
 	}
 	if p.SmallFiles > 0 {
 		args = append(args, fmt.Sprintf("--small-files=%d", p.SmallFiles))

@@ -53,12 +53,14 @@ func main() {
 	shards := flag.Bool("shards", false, "write sharded checkpoints (a shard per rank; rank 0 also .metadata and the final model)")
 	failRuns := flag.Int("fail-runs", 0, "with --exit-code: fail only the first N runs in this artifact directory, then succeed")
 	failAfter := flag.Int("fail-after-steps", 0, "with --exit-code: a failing run stops after this many steps (0: all of them)")
+	flag.StringVar(&recordPath, "record", "", "append \"<path> <md5> <size>\" of every file version closed, synced, to this file (outside the pod: the soak's checker reads it after a kill)")
 	smallFiles := flag.Int("small-files", 0, "after the first step, write this many small files (4 KiB each) under small/, as logs and metrics files accumulate")
 	flag.Parse()
 	if *dir == "" {
 		fmt.Fprintln(os.Stderr, "trainer-standin: --artifacts is required")
 		os.Exit(2)
 	}
+	artifactDir = *dir
 	ckptPerm, err1 := strconv.ParseUint(*checkpointMode, 8, 32)
 	modelPerm, err2 := strconv.ParseUint(*modelMode, 8, 32)
 	if err1 != nil || err2 != nil {
@@ -121,7 +123,11 @@ func main() {
 	if *exitCode != 0 {
 		if *corrupt {
 			first := (*startStep / *every + 1) * *every
-			must(os.WriteFile(filepath.Join(*dir, "checkpoints", fmt.Sprintf("step-%04d.pt", first)), []byte("partial write"), 0o644))
+			partial := []byte("partial write")
+			ckpt := filepath.Join(*dir, "checkpoints", fmt.Sprintf("step-%04d.pt", first))
+			must(os.WriteFile(ckpt, partial, 0o644))
+			sum := md5.Sum(partial)
+			must(record(ckpt, hex.EncodeToString(sum[:]), int64(len(partial))))
 			fmt.Println("trainer-standin: corrupted checkpoint", first)
 		}
 		fmt.Println("trainer-standin: failing with exit code", *exitCode)
@@ -198,6 +204,37 @@ func groups() []int {
 	return g
 }
 
+// recordPath, if set, is where every closed version is recorded (record).
+var recordPath string
+
+// artifactDir is --artifacts, for record's relative paths.
+var artifactDir string
+
+// record appends path's version to the record and syncs it, so it survives
+// a kill of the process or its pod.
+func record(path, md5hex string, size int64) error {
+	if recordPath == "" {
+		return nil
+	}
+	rel, err := filepath.Rel(artifactDir, path)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(recordPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(f, "%s %s %d\n", filepath.ToSlash(rel), md5hex, size); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // writeFile writes n random bytes to a temporary name and renames it, as
 // careful trainers do, so the sidecar never sees a half-written checkpoint.
 // The bytes are streamed: a checkpoint may be larger than the container's
@@ -211,7 +248,8 @@ func writeFile(path string, n int, perm os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.CopyN(f, rand.Reader, int64(n)); err != nil {
+	h := md5.New()
+	if _, err := io.CopyN(io.MultiWriter(f, h), rand.Reader, int64(n)); err != nil {
 		_ = f.Close()
 		return err
 	}
@@ -222,7 +260,10 @@ func writeFile(path string, n int, perm os.FileMode) error {
 	if err := os.Chmod(tmp, perm); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return record(path, hex.EncodeToString(h.Sum(nil)), int64(n))
 }
 
 func appendLine(path, line string) error {
@@ -234,7 +275,19 @@ func appendLine(path, line string) error {
 		_ = f.Close()
 		return err
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if recordPath == "" {
+		return nil
+	}
+	// Every version of an appended file is one the sidecar may upload.
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	sum := md5.Sum(b)
+	return record(path, hex.EncodeToString(sum[:]), int64(len(b)))
 }
 
 func must(err error) {

@@ -1,0 +1,168 @@
+package soakcheck
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// fsStore reads a real fs backend, as the soak reads its S3 store.
+type fsStore struct{ fsstore.FSBackend }
+
+func (s fsStore) Open(ctx context.Context, key string) (io.ReadCloser, error) {
+	rc, _, err := s.FSBackend.Open(ctx, key)
+	return rc, err
+}
+
+func sum(b []byte) string { s := md5.Sum(b); return hex.EncodeToString(s[:]) }
+
+// world builds a store and jobs for the checker.
+type world struct {
+	t     *testing.T
+	store fsStore
+}
+
+func (w *world) put(key string, b []byte) {
+	w.t.Helper()
+	if _, err := w.store.Put(context.Background(), key, bytes.NewReader(b), int64(len(b))); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// manifest stores node rank's manifest of job listing files and returns
+// its SHA-256.
+func (w *world) manifest(jobID string, rank int, files map[string][]byte) string {
+	m := upload.Manifest{Version: "v1", JobID: jobID, PodUID: "pod"}
+	for p, b := range files {
+		m.Files = append(m.Files, upload.ManifestFile{Path: p, Size: int64(len(b)), MD5: sum(b)})
+	}
+	raw, _ := json.Marshal(m)
+	w.put(upload.ManifestKey(jobID, rank), raw)
+	s := sha256.Sum256(raw)
+	return hex.EncodeToString(s[:])
+}
+
+func binding(ns, name, jobID string, phase tetherv1.WorkerBindingPhase, nodes ...tetherv1.NodeStatus) *tetherv1.WorkerBinding {
+	wb := &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: tetherv1.WorkerBindingSpec{JobID: jobID}}
+	wb.Status.Phase, wb.Status.Nodes = phase, nodes
+	return wb
+}
+
+func node(rank int32, sha string) tetherv1.NodeStatus {
+	return tetherv1.NodeStatus{Rank: rank, Artifacts: &tetherv1.NodeArtifacts{Verified: true, ManifestSHA256: sha}}
+}
+
+func ok(jobID, key string, rank int) endpoint.AccessRecord {
+	return endpoint.AccessRecord{RequestID: "r-" + key, Op: "put", Method: "PUT", Key: key, JobID: jobID, Binding: "ns/" + jobID, Rank: rank, Status: 200}
+}
+
+// TestCheckAHealthyRun: a job whose checkpoint was rewritten, whose store
+// holds the last version its manifest lists, passes every invariant.
+func TestCheckAHealthyRun(t *testing.T) {
+	w := &world{t: t, store: fsStore{fsstore.FSBackend{Root: t.TempDir()}}}
+	v1, v2, model := []byte("step 1, first"), []byte("step 1, rewritten"), []byte("model")
+	w.put("job-a/ckpt/1.pt", v2)
+	w.put("job-a/model.bin", model)
+	sha := w.manifest("job-a", 0, map[string][]byte{"ckpt/1.pt": v2, "model.bin": model})
+	jobs := []Job{
+		{Namespace: "ns", Name: "a", Labeled: true, JobID: "job-a", Nodes: 1, Ended: true,
+			Wrote:   map[int][]Version{0: {{"ckpt/1.pt", sum(v1), 13}, {"ckpt/1.pt", sum(v2), 17}, {"model.bin", sum(model), 5}}},
+			Binding: binding("ns", "a", "job-a", tetherv1.PhaseSucceeded, node(0, sha))},
+		{Namespace: "ns", Name: "plain", Ended: true},
+	}
+	access := []endpoint.AccessRecord{ok("job-a", "job-a/ckpt/1.pt", 0), ok("job-a", "job-a/ckpt/1.pt", 0), ok("job-a", "job-a/model.bin", 0),
+		{RequestID: "x", Op: "put", Key: "job-b/evil", JobID: "job-a", Rank: -1, Status: 403, Code: "AccessDenied"}}
+	r := Check(context.Background(), Input{Jobs: jobs, Store: w.store, Access: access})
+	if !r.OK() {
+		t.Fatalf("a healthy run violates:\n%s", r)
+	}
+	want := map[string]int{NothingFalselyVerified: 3, NothingLost: 3, TruthfulEnd: 2, Isolation: 4, NothingLeftBehind: 1}
+	for _, inv := range r.Invariants {
+		if inv.Checked != want[inv.Name] {
+			t.Errorf("%s checked %d, want %d\n%s", inv.Name, inv.Checked, want[inv.Name], r)
+		}
+	}
+}
+
+// TestCheckFindsEveryBreach: each invariant's breach is found, named with
+// its job, file and the faults around it.
+func TestCheckFindsEveryBreach(t *testing.T) {
+	w := &world{t: t, store: fsStore{fsstore.FSBackend{Root: t.TempDir()}}}
+	good, forged := []byte("what the trainer wrote"), []byte("what it never wrote")
+	w.put("job-b/ckpt.pt", forged)
+	sha := w.manifest("job-b", 0, map[string][]byte{"ckpt.pt": forged})
+	w.put("job-c/model.bin", good)
+	shaC := w.manifest("job-c", 0, map[string][]byte{"model.bin": good})
+	w.put("job-c/.tether/pending/model.bin", good)
+	faults := []string{"t=12s SIGKILL replica 0"}
+	jobs := []Job{
+		{Namespace: "ns", Name: "b", Labeled: true, JobID: "job-b", Nodes: 1, Ended: true, Faults: faults,
+			Wrote:   map[int][]Version{0: {{"ckpt.pt", sum(good), int64(len(good))}, {"lost.bin", sum(good), int64(len(good))}}},
+			Binding: binding("ns", "b", "job-b", tetherv1.PhaseFailed, node(0, sha))},
+		{Namespace: "ns", Name: "c", Labeled: true, JobID: "job-c", Nodes: 2, Ended: true,
+			Wrote:   map[int][]Version{0: {{"model.bin", sum(good), int64(len(good))}}},
+			Binding: binding("ns", "c", "job-c", tetherv1.PhaseSucceeded, node(0, shaC))},
+		{Namespace: "ns", Name: "plain", Binding: binding("ns", "plain", "x", "")},
+	}
+	access := []endpoint.AccessRecord{ok("job-b", "job-b/lost.bin", 0), ok("job-c", "job-b/ckpt.pt", 0)}
+	r := Check(context.Background(), Input{Jobs: jobs, Store: w.store, Access: access, Leftovers: []string{"Lease tether-system/session-job-b"}})
+	got := map[string][]string{}
+	for _, inv := range r.Invariants {
+		for _, v := range inv.Violations {
+			got[inv.Name] = append(got[inv.Name], v.Job+" "+v.File+": "+v.Detail)
+		}
+	}
+	for name, want := range map[string][]string{
+		NothingFalselyVerified: {"ns/b job-b/ckpt.pt: verified as MD5"},
+		// job-c's write to job-b's key is isolation's: nothing of job-c's was lost.
+		NothingLost:       {"ns/b job-b/lost.bin: stored by request"},
+		TruthfulEnd:       {"ns/c : Succeeded with 1 of 2", "ns/plain : the TrainJob never ended"},
+		Isolation:         {"ns/c job-b/ckpt.pt: request", "ns/plain : an unlabeled TrainJob has WorkerBinding"},
+		NothingLeftBehind: {"ns/c job-c/.tether/pending/model.bin", " Lease tether-system/session-job-b"},
+	} {
+		if len(got[name]) != len(want) {
+			t.Errorf("%s: %d violations %q, want %d", name, len(got[name]), got[name], len(want))
+			continue
+		}
+		for i, w := range want {
+			if !strings.HasPrefix(got[name][i], w) {
+				t.Errorf("%s violation %d = %q, want it to start %q", name, i, got[name][i], w)
+			}
+		}
+	}
+	if s := r.String(); !strings.Contains(s, "faults: t=12s SIGKILL replica 0") || !strings.Contains(s, "nothing falsely verified") {
+		t.Errorf("the report does not name the faults around a violation:\n%s", s)
+	}
+}
+
+func TestReadRecordAndAccessLog(t *testing.T) {
+	vs, err := ReadRecord(strings.NewReader("ckpt/1.pt 0123456789abcdef0123456789abcdef 10\nmodel.bin 0123456789abcdef0123456789abcdef 5\nmodel.b"))
+	if err != nil || len(vs) != 2 || vs[1] != (Version{"model.bin", "0123456789abcdef0123456789abcdef", 5}) {
+		t.Fatalf("ReadRecord with a torn last line = %+v, %v", vs, err)
+	}
+	if _, err := ReadRecord(strings.NewReader("garbage\nmodel.bin 0123456789abcdef0123456789abcdef 5\n")); err == nil {
+		t.Error("ReadRecord took a bad line that is not the last")
+	}
+	log := `{"level":"info","ts":1,"logger":"artifact-access","msg":"artifact access","requestID":"r1","op":"put","method":"PUT","key":"job-a/x","binding":"ns/a","jobID":"job-a","rank":0,"pod":"p","status":200,"outcome":"ok","bodyBytes":3,"duration":"1.5ms"}
+not json
+{"level":"info","logger":"binding","msg":"registered"}
+{"level":"info","ts":2,"logger":"artifact-access","msg":"artifact access","requestID":"r2","op":"head","method":"HEAD","key":"job-a/y","binding":"ns/a","jobID":"job-a","rank":0,"status":404,"outcome":"NoSuchKey","duration":"1ms"}
+`
+	recs, err := ParseAccessLog(strings.NewReader(log))
+	if err != nil || len(recs) != 2 || recs[0].Code != "" || recs[0].BodyBytes != 3 || recs[1].Code != "NoSuchKey" || recs[1].Status != 404 {
+		t.Fatalf("ParseAccessLog = %+v, %v", recs, err)
+	}
+}
