@@ -23,6 +23,7 @@ import (
 	"crypto/md5"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -125,9 +126,9 @@ func main() {
 			first := (*startStep / *every + 1) * *every
 			partial := []byte("partial write")
 			ckpt := filepath.Join(*dir, "checkpoints", fmt.Sprintf("step-%04d.pt", first))
-			must(os.WriteFile(ckpt, partial, 0o644))
 			sum := md5.Sum(partial)
 			must(record(ckpt, hex.EncodeToString(sum[:]), int64(len(partial))))
+			must(os.WriteFile(ckpt, partial, 0o644))
 			fmt.Println("trainer-standin: corrupted checkpoint", first)
 		}
 		fmt.Println("trainer-standin: failing with exit code", *exitCode)
@@ -260,13 +261,28 @@ func writeFile(path string, n int, perm os.FileMode) error {
 	if err := os.Chmod(tmp, perm); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	// Recorded before it can be seen: a kill between the two leaves a
+	// recorded version never stored, never a stored one unrecorded.
+	if err := record(path, hex.EncodeToString(h.Sum(nil)), int64(n)); err != nil {
 		return err
 	}
-	return record(path, hex.EncodeToString(h.Sum(nil)), int64(n))
+	return os.Rename(tmp, path)
 }
 
 func appendLine(path, line string) error {
+	if recordPath != "" {
+		// Every version of an appended file is one the sidecar may
+		// upload: recorded before it is written.
+		b, err := os.ReadFile(path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		b = append(b, line+"\n"...)
+		sum := md5.Sum(b)
+		if err := record(path, hex.EncodeToString(sum[:]), int64(len(b))); err != nil {
+			return err
+		}
+	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
@@ -275,19 +291,7 @@ func appendLine(path, line string) error {
 		_ = f.Close()
 		return err
 	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if recordPath == "" {
-		return nil
-	}
-	// Every version of an appended file is one the sidecar may upload.
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	sum := md5.Sum(b)
-	return record(path, hex.EncodeToString(sum[:]), int64(len(b)))
+	return f.Close()
 }
 
 func must(err error) {
