@@ -18,7 +18,7 @@ IMAGE_PLATFORMS ?= linux/$(shell $(GO) env GOARCH)
 TETHER_BENCH_DURATION ?= 20s
 export TETHER_BENCH_DURATION
 
-.PHONY: all build images test unit integration fuzz bench demo e2e lint generate verify-generate testbin clean
+.PHONY: all build images test unit integration fuzz bench soak demo e2e lint generate verify-generate testbin clean
 
 all: build
 
@@ -100,6 +100,12 @@ e2e: images
 	echo "--- scenario 1 against SeaweedFS (ran beside test/install; exit $$sw), $(E2E_SEAWEEDFS_LOG):"; \
 	cat $(E2E_SEAWEEDFS_LOG); \
 	if [ $$install -ne 0 ] || [ $$sw -ne 0 ]; then echo "make e2e: test/install exit $$install, SeaweedFS scenario 1 exit $$sw"; exit 1; fi
+
+## soak: a seeded fault soak checked offline (test/soak): SEED=<n> replays a
+## run, DURATION (default 4m) and JOBS (default 12) size it
+soak: images
+	bash hack/testbin.sh e2e
+	TETHER_SOAK=1 SEED=$(SEED) DURATION=$(DURATION) JOBS=$(JOBS) $(GO) test -count=1 -v -timeout 90m -run '^TestSoak$$' ./test/soak/
 
 ## bench: Go benchmarks (figures via b.ReportMetric; nothing is asserted on time)
 bench: testbin

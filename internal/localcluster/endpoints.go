@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // The control plane's Service as manifests/ and charts/tether ship it.
@@ -166,12 +168,6 @@ func (e *serviceEndpoints) write(ctx context.Context, name string, ready, termin
 	return e.c.Client.Update(ctx, &cur)
 }
 
-// freeAddrOn is a TCP address on ip with a port the kernel just had free.
-func freeAddrOn(ip net.IP) (string, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+// freeAddrOn is a TCP address on ip with a port that was free, below the
+// ephemeral range (testenv.FreeAddrOn).
+func freeAddrOn(ip net.IP) (string, error) { return testenv.FreeAddrOn(ip) }

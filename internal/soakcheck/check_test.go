@@ -129,7 +129,7 @@ func TestCheckFindsEveryBreach(t *testing.T) {
 		NothingFalselyVerified: {"ns/b job-b/ckpt.pt: verified as MD5"},
 		// job-c's write to job-b's key is isolation's: nothing of job-c's was lost.
 		NothingLost:       {"ns/b job-b/lost.bin: stored by request"},
-		TruthfulEnd:       {"ns/c : Succeeded with 1 of 2", "ns/plain : the TrainJob never ended"},
+		TruthfulEnd:       {"ns/c : Succeeded with 1 of 2", "ns/plain : an unlabeled TrainJob neither ended nor ran"},
 		Isolation:         {"ns/c job-b/ckpt.pt: request", "ns/plain : an unlabeled TrainJob has WorkerBinding"},
 		NothingLeftBehind: {"ns/c job-c/.tether/pending/model.bin", " Lease tether-system/session-job-b"},
 	} {

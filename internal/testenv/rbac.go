@@ -7,9 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -100,11 +104,43 @@ func (e *Env) Kubeconfig(dir string) (string, error) {
 }
 
 // FreeAddr is a 127.0.0.1 address whose port was free when asked.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+func FreeAddr() (string, error) { return FreeAddrOn(net.IPv4(127, 0, 0, 1)) }
+
+// FreeAddrOn is an address on ip whose port was free when asked, from below
+// the kernel's ephemeral range (net.ipv4.ip_local_port_range): a listener
+// the harness stops and starts again on the same port (a replica's
+// restart) would otherwise find it taken by some connection's source port
+// in between (seen in the soak: "bind: address already in use").
+func FreeAddrOn(ip net.IP) (string, error) {
+	low := ephemeralLow()
+	const first = 10000
+	for range 200 {
+		port := first + rand.IntN(low-first)
+		l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		return addr, nil
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "", fmt.Errorf("no free port on %s in %d-%d", ip, first, low-1)
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// when it cannot be read, Linux's default).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil || n <= 11000 {
+		return 32768
+	}
+	return n
 }

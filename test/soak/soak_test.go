@@ -1,0 +1,476 @@
+package soak
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	"github.com/minio/minio-go/v7"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/internal/soakcheck"
+	"github.com/tether-dev/tether/internal/testobj"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/trainjob"
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// controlPlaneArgs are the e2e suite's: fast status writes and grace, so
+// faults resolve within a soak's minutes.
+var controlPlaneArgs = []string{"--status-interval=2s", "--artifact-grace=20s", "--missed-heartbeats=3", "--token-overlap=30s"}
+
+var sidecarEnv = []string{"TETHER_SYNC_INTERVAL=1s", "TETHER_SETTLE_TIME=1s"}
+
+// settings are the soak's knobs (make soak SEED= DURATION= JOBS=).
+type settings struct {
+	seed     uint64
+	duration time.Duration
+	jobs     int
+}
+
+func settingsFromEnv(t *testing.T) settings {
+	s := settings{seed: uint64(time.Now().UnixNano()), duration: 4 * time.Minute, jobs: 12}
+	if v := os.Getenv("SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("SEED=%q: want an unsigned integer", v)
+		}
+		s.seed = n
+	}
+	if v := os.Getenv("DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Minute {
+			t.Fatalf("DURATION=%q: want a duration of at least 1m, e.g. 10m", v)
+		}
+		s.duration = d
+	}
+	if v := os.Getenv("JOBS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 200 {
+			t.Fatalf("JOBS=%q: want 1 to 200", v)
+		}
+		s.jobs = n
+	}
+	return s
+}
+
+// TestSoak: a seeded run of many jobs of mixed shapes under faults singly
+// and overlapping, healed at the end, then checked offline (soakcheck)
+// against what the store holds and the trainers recorded. The seed and
+// every fault are printed: SEED=<n> replays the same plan.
+func TestSoak(t *testing.T) {
+	if os.Getenv("TETHER_SOAK") != "1" {
+		t.Skip("set TETHER_SOAK=1 (make soak): it starts a full local cluster and runs for DURATION")
+	}
+	s := settingsFromEnv(t)
+	rng := rand.New(rand.NewPCG(s.seed, 0x7e7e))
+	logf("soak: SEED=%d DURATION=%s JOBS=%d", s.seed, s.duration, s.jobs)
+	ctx := context.Background()
+	start := time.Now()
+	c, err := localcluster.Start(ctx, localcluster.Options{Kueue: true, KeepDir: os.Getenv("TETHER_E2E_KEEP") == "1", Log: logf})
+	if err != nil {
+		t.Fatalf("starting the local cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("stopping the local cluster: %v", err)
+		}
+	})
+	tether, err := c.StartTether(ctx, localcluster.TetherOptions{Replicas: 2, S3: true, Args: controlPlaneArgs})
+	if err != nil {
+		t.Fatalf("starting Tether: %v", err)
+	}
+	records := filepath.Join(c.Dir, "records")
+	if err := os.MkdirAll(records, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	w := &workload{c: c, records: records, plans: map[string]localcluster.TrainerPlan{}}
+	runner := c.NewPodRunner()
+	runner.SidecarEnv = sidecarEnv
+	runner.Plan = w.planFor
+	runner.Start(ctx)
+	t.Cleanup(func() { _ = runner.Stop() })
+	logf("soak: cluster and Tether up in %.1fs", time.Since(start).Seconds())
+
+	jobs := w.plan(rng, s)
+	n := &nemesis{t: t, tether: tether, c: c, rng: rand.New(rand.NewPCG(s.seed, 0xfa17)), start: time.Now()}
+	runCtx, stopFaults := context.WithTimeout(ctx, s.duration)
+	var wg sync.WaitGroup
+	wg.Go(func() { n.run(runCtx, w) })
+	w.create(runCtx, t, jobs)
+	<-runCtx.Done()
+	stopFaults()
+	wg.Wait()
+	n.heal(ctx)
+	logf("soak: faults ended and healed at %s (%d faults: %s)", n.since(), len(n.log), n.counts())
+
+	limit := healLimit(jobs)
+	logf("soak: waiting up to %s for every job's final phase (the longest job's run, the control plane's artifact grace and missed heartbeats, Kueue's queue)", limit)
+	ended := w.waitEnded(ctx, t, jobs, limit)
+
+	in := w.collect(ctx, t, jobs, ended, tether, n)
+	report := soakcheck.Check(ctx, in)
+	fmt.Printf("soak SEED=%d: %d jobs, %d faults (%s), %d access records\n%s", s.seed, len(jobs), len(n.log), n.counts(), len(in.Access), report)
+	if !report.OK() {
+		t.Errorf("violations (replay with SEED=%d DURATION=%s JOBS=%d):\n%s", s.seed, s.duration, s.jobs, report)
+	}
+	plantViolations(ctx, t, in, tether.S3)
+}
+
+// plantViolations proves the checker on this run's own store: one verified
+// file altered behind Tether's back and another deleted must each be named.
+func plantViolations(ctx context.Context, t *testing.T, in soakcheck.Input, store *localcluster.S3) {
+	var keys []string
+	for _, j := range in.Jobs {
+		if j.Binding == nil || j.Binding.Status.Phase != tetherv1.PhaseSucceeded {
+			continue
+		}
+		for _, v := range j.Wrote[0] {
+			k := j.JobID + "/" + v.Path
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) >= 2 {
+			keys = keys[:2]
+			break
+		}
+	}
+	if len(keys) < 2 {
+		t.Errorf("no Succeeded job with two files to plant violations in")
+		return
+	}
+	garbage := []byte("altered behind Tether's back")
+	if _, err := store.Admin.PutObject(ctx, store.Bucket, keys[0], bytes.NewReader(garbage), int64(len(garbage)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Admin.RemoveObject(ctx, store.Bucket, keys[1], minio.RemoveObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := soakcheck.Check(ctx, in).String()
+	for _, k := range keys {
+		if !strings.Contains(r, k) {
+			t.Errorf("a planted violation on %s is not named by the checker:\n%s", k, r)
+		}
+	}
+	logf("soak: the checker names both planted violations (%s altered, %s deleted)", keys[0], keys[1])
+}
+
+// job is one TrainJob the soak creates.
+type job struct {
+	ns, name string
+	labeled  bool
+	nodes    int
+	plan     localcluster.TrainerPlan
+	at       time.Duration
+	// cancel sends the cancel command once it runs.
+	cancel bool
+}
+
+// workload creates the jobs and gives the pod runner their plans.
+type workload struct {
+	c       *localcluster.Cluster
+	records string
+	mu      sync.Mutex
+	plans   map[string]localcluster.TrainerPlan
+	created []job
+}
+
+// plan draws the jobs: single- and 4-node, checkpoints of 256 KiB to 8 MiB,
+// many small files, cancelled ones, and unlabeled ones alongside.
+func (w *workload) plan(rng *rand.Rand, s settings) []job {
+	var jobs []job
+	for i := range s.jobs {
+		j := job{ns: fmt.Sprintf("soak-%d", i), name: fmt.Sprintf("job-%d", i), labeled: true, nodes: 1}
+		switch k := rng.IntN(10); {
+		case k < 2:
+			j.labeled = false
+		case k < 4:
+			j.nodes = 4
+		case k < 5:
+			j.cancel = true
+		}
+		j.plan = localcluster.TrainerPlan{Steps: 6 + rng.IntN(10), CheckpointEvery: 2 + rng.IntN(3), StepInterval: time.Second,
+			CheckpointBytes: (256 << 10) << rng.IntN(6), SmallFiles: []int{0, 0, 20, 60}[rng.IntN(4)]}
+		j.at = time.Duration(rng.Int64N(int64(s.duration * 6 / 10)))
+		jobs = append(jobs, j)
+	}
+	return jobs
+}
+
+func (w *workload) planFor(pod *corev1.Pod) localcluster.TrainerPlan {
+	w.mu.Lock()
+	p, ok := w.plans[pod.Namespace+"/"+pod.Labels[trainjob.JobSetNameLabel]]
+	w.mu.Unlock()
+	if !ok {
+		return localcluster.TrainerPlan{}
+	}
+	rank, _ := trainjob.Rank(pod)
+	p.Record = filepath.Join(w.records, fmt.Sprintf("%s.%s.%d.rec", pod.Namespace, pod.Labels[trainjob.JobSetNameLabel], rank))
+	return p
+}
+
+// create creates each job at its time (relative to now), and cancels those
+// that ask for it once their binding runs.
+func (w *workload) create(ctx context.Context, t *testing.T, jobs []job) {
+	start := time.Now()
+	order := append([]job(nil), jobs...)
+	slicesSortByAt(order)
+	for _, j := range order {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(start.Add(j.at))):
+		}
+		if err := w.createOne(context.Background(), j); err != nil {
+			t.Errorf("creating %s/%s: %v", j.ns, j.name, err)
+			continue
+		}
+		logf("soak: created %s/%s (labeled %v, %d nodes, %d steps, checkpoints of %d KiB, %d small files, cancel %v)",
+			j.ns, j.name, j.labeled, j.nodes, j.plan.Steps, j.plan.CheckpointBytes>>10, j.plan.SmallFiles, j.cancel)
+		if j.cancel {
+			go w.cancelWhenRunning(j)
+		}
+	}
+}
+
+func slicesSortByAt(js []job) {
+	for i := 1; i < len(js); i++ {
+		for k := i; k > 0 && js[k].at < js[k-1].at; k-- {
+			js[k], js[k-1] = js[k-1], js[k]
+		}
+	}
+}
+
+// createOne creates the job's namespace, queue and TrainJob, retrying
+// through the nemesis's API server and etcd restarts.
+func (w *workload) createOne(ctx context.Context, j job) error {
+	if err := retry(ctx, 90*time.Second, func() error {
+		return client.IgnoreAlreadyExists(w.c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: j.ns}}))
+	}); err != nil {
+		return err
+	}
+	if err := retry(ctx, 90*time.Second, func() error { return w.c.LocalQueue(ctx, j.ns, "user-queue") }); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.plans[j.ns+"/"+j.name] = j.plan
+	w.created = append(w.created, j)
+	w.mu.Unlock()
+	tw := testobj.MakeTrainJob(j.name, j.ns).Runtime(localcluster.RuntimeName).Queue("user-queue").NumNodes(int32(j.nodes))
+	if j.labeled {
+		tw = tw.Bound().Annotation(jobconfig.HeartbeatIntervalAnnotation, "1s")
+	}
+	return retry(ctx, 90*time.Second, func() error { return client.IgnoreAlreadyExists(w.c.Client.Create(ctx, tw.Obj())) })
+}
+
+// cancelWhenRunning annotates the binding with the cancel command once it
+// is Running (a command sent before is for nobody).
+func (w *workload) cancelWhenRunning(j job) {
+	ctx := context.Background()
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		wb := &tetherv1.WorkerBinding{}
+		if err := w.c.Client.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: j.name}, wb); err == nil && wb.Status.Phase == tetherv1.PhaseRunning {
+			patch := client.MergeFrom(wb.DeepCopy())
+			if wb.Annotations == nil {
+				wb.Annotations = map[string]string{}
+			}
+			wb.Annotations[tetherv1.CommandAnnotation] = "cancel:soak"
+			if err := w.c.Client.Patch(ctx, wb, patch); err == nil {
+				logf("soak: sent cancel to %s/%s", j.ns, j.name)
+				return
+			}
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// healLimit is how long the soak waits after the heal: the longest job's
+// run, twice, plus the artifact grace and a minute for queueing behind
+// the cluster queue's quota.
+func healLimit(jobs []job) time.Duration {
+	longest := time.Duration(0)
+	for _, j := range jobs {
+		longest = max(longest, time.Duration(j.plan.Steps)*j.plan.StepInterval)
+	}
+	return 2*longest + 20*time.Second + time.Duration(len(jobs))*10*time.Second + time.Minute
+}
+
+// waitEnded waits until every job's TrainJob ended and every labeled one's
+// binding has a final phase, and returns which did.
+func (w *workload) waitEnded(ctx context.Context, t *testing.T, jobs []job, limit time.Duration) map[string]bool {
+	ended := map[string]bool{}
+	start := time.Now()
+	for {
+		left := 0
+		for _, j := range jobs {
+			key := j.ns + "/" + j.name
+			if ended[key] {
+				continue
+			}
+			if w.final(ctx, j) {
+				ended[key] = true
+				logf("soak: %s final %s after the heal", key, time.Since(start).Round(time.Second))
+				continue
+			}
+			left++
+		}
+		if left == 0 || time.Since(start) > limit {
+			if left > 0 {
+				t.Errorf("%d jobs without a final phase %s after the heal", left, limit)
+			}
+			return ended
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+func (w *workload) final(ctx context.Context, j job) bool {
+	tj := &trainer.TrainJob{}
+	if err := w.c.Client.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: j.name}, tj); err != nil {
+		return false
+	}
+	done := meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) || meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobFailed)
+	if !j.labeled {
+		return done || w.running(ctx, j)
+	}
+	wb := &tetherv1.WorkerBinding{}
+	if err := w.c.Client.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: j.name}, wb); err != nil {
+		return false
+	}
+	return done && (wb.Status.Phase == tetherv1.PhaseSucceeded || wb.Status.Phase == tetherv1.PhaseFailed)
+}
+
+// running says every one of an unlabeled job's nodes has a Running pod
+// (kwok runs them and nothing ends them).
+func (w *workload) running(ctx context.Context, j job) bool {
+	var pods corev1.PodList
+	if err := w.c.Client.List(ctx, &pods, client.InNamespace(j.ns), client.MatchingLabels{trainjob.JobSetNameLabel: j.name}); err != nil {
+		return false
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n >= j.nodes
+}
+
+// collect gathers what the checker reads: the records, the bindings, the
+// access logs of every replica, the store itself.
+func (w *workload) collect(ctx context.Context, t *testing.T, jobs []job, ended map[string]bool, tether *localcluster.Tether, n *nemesis) soakcheck.Input {
+	in := soakcheck.Input{Store: s3Store{tether.S3}}
+	for _, j := range jobs {
+		sj := soakcheck.Job{Namespace: j.ns, Name: j.name, Labeled: j.labeled, Nodes: j.nodes, Ended: ended[j.ns+"/"+j.name] && j.labeled,
+			Wrote: map[int][]soakcheck.Version{}, Faults: n.faultsDuring(j)}
+		if !j.labeled {
+			tj := &trainer.TrainJob{}
+			if err := w.c.Client.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: j.name}, tj); err == nil {
+				sj.Ended = meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) ||
+					meta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobFailed)
+			}
+			sj.Running = w.running(ctx, j)
+		}
+		for r := range j.nodes {
+			f, err := os.Open(filepath.Join(w.records, fmt.Sprintf("%s.%s.%d.rec", j.ns, j.name, r)))
+			if err != nil {
+				continue // never ran (or unlabeled with nothing to say)
+			}
+			vs, err := soakcheck.ReadRecord(f)
+			_ = f.Close()
+			if err != nil {
+				t.Errorf("%s/%s rank %d's record: %v", j.ns, j.name, r, err)
+			}
+			sj.Wrote[r] = vs
+		}
+		wb := &tetherv1.WorkerBinding{}
+		if err := w.c.Client.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: j.name}, wb); err == nil {
+			sj.Binding, sj.JobID = wb, wb.Spec.JobID
+		}
+		in.Jobs = append(in.Jobs, sj)
+	}
+	logs, _ := filepath.Glob(filepath.Join(w.c.Dir, "logs", "tether-*.log"))
+	for _, l := range logs {
+		f, err := os.Open(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := soakcheck.ParseAccessLog(f)
+		_ = f.Close()
+		if err != nil {
+			t.Errorf("%s: %v", l, err)
+		}
+		in.Access = append(in.Access, recs...)
+	}
+	if len(logs) == 0 {
+		t.Errorf("no replica logs under %s", filepath.Join(w.c.Dir, "logs"))
+	}
+	return in
+}
+
+// s3Store reads the store itself (its admin client), not through Tether.
+type s3Store struct{ s *localcluster.S3 }
+
+func (s s3Store) List(ctx context.Context, prefix string) ([]string, error) {
+	m, err := s.s.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+func (s s3Store) Open(ctx context.Context, key string) (io.ReadCloser, error) {
+	o, err := s.s.Admin.GetObject(ctx, s.s.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := o.Stat(); err != nil {
+		_ = o.Close()
+		if minio.ToErrorResponse(err).Code == "NoSuchKey" {
+			return nil, upload.ErrNotFound
+		}
+		return nil, err
+	}
+	return o, nil
+}
+
+func retry(ctx context.Context, timeout time.Duration, fn func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Printf("[soak %s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
