@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -116,6 +117,9 @@ func FreeAddrOn(ip net.IP) (string, error) {
 	const first = 10000
 	for range 200 {
 		port := first + rand.IntN(low-first)
+		if !handOut(port) {
+			continue
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), strconv.Itoa(port)))
 		if err != nil {
 			continue
@@ -125,6 +129,26 @@ func FreeAddrOn(ip net.IP) (string, error) {
 		return addr, nil
 	}
 	return "", fmt.Errorf("no free port on %s in %d-%d", ip, first, low-1)
+}
+
+// handedOut are the ports FreeAddrOn returned: none twice per process,
+// since a port is free only until its caller listens on it.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+func handOut(port int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
+	if handedOut.ports[port] {
+		return false
+	}
+	handedOut.ports[port] = true
+	return true
 }
 
 // ephemeralLow is the first port of the kernel's ephemeral range (32768
