@@ -160,7 +160,13 @@ func (n *nemesis) inject(kind string, hold time.Duration, replica int, pick uint
 		}
 	case faultDeleteTrainer:
 		var pods corev1.PodList
-		if err = n.c.Client.List(ctx, &pods, client.HasLabels{trainjob.JobSetNameLabel}); err == nil {
+		// Through another fault's API server or etcd restart.
+		listErr := retry(ctx, 45*time.Second, func() error { return n.c.Client.List(ctx, &pods, client.HasLabels{trainjob.JobSetNameLabel}) })
+		if listErr != nil {
+			logf("soak: fault %s skipped: the API server did not answer (%v)", kind, listErr)
+			return
+		}
+		if err == nil {
 			var running []corev1.Pod
 			for _, p := range pods.Items {
 				if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
@@ -172,7 +178,7 @@ func (n *nemesis) inject(kind string, hold time.Duration, replica int, pick uint
 			}
 			p := running[pick%uint64(len(running))]
 			f.detail = p.Namespace + "/" + p.Name
-			err = n.c.Client.Delete(ctx, &p)
+			err = retry(ctx, 45*time.Second, func() error { return client.IgnoreNotFound(n.c.Client.Delete(ctx, &p)) })
 		}
 	}
 	f.end = n.since()

@@ -126,7 +126,14 @@ func TestSoak(t *testing.T) {
 
 	in := w.collect(ctx, t, jobs, ended, tether, n)
 	report := soakcheck.Check(ctx, in)
-	fmt.Printf("soak SEED=%d: %d jobs, %d faults (%s), %d access records\n%s", s.seed, len(jobs), len(n.log), n.counts(), len(in.Access), report)
+	phases := map[tetherv1.WorkerBindingPhase]int{}
+	for _, j := range in.Jobs {
+		if j.Binding != nil {
+			phases[j.Binding.Status.Phase]++
+		}
+	}
+	fmt.Printf("soak SEED=%d: %d jobs (bindings by phase %v), %d faults (%s), %d access records\n%s",
+		s.seed, len(jobs), phases, len(n.log), n.counts(), len(in.Access), report)
 	if !report.OK() {
 		t.Errorf("violations (replay with SEED=%d DURATION=%s JOBS=%d):\n%s", s.seed, s.duration, s.jobs, report)
 	}
