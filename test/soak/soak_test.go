@@ -480,4 +480,3 @@ func retry(ctx context.Context, timeout time.Duration, fn func() error) error {
 func logf(format string, args ...any) {
 	fmt.Printf("[soak %s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 }
-
