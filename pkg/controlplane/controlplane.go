@@ -40,12 +40,18 @@ type ControlPlane struct {
 	certsReady chan struct{}
 	// serving is closed once the webhooks are registered on the server.
 	serving chan struct{}
+	// drain keeps the replica serving, unready, for --shutdown-delay once
+	// told to stop.
+	drain *drain
 }
 
 // Ready reports whether the serving certificate is in place and the webhook
 // server is listening: the Service then routes admissions only to replicas
 // that can answer them.
 func (cp *ControlPlane) Ready() error {
+	if err := cp.drain.ready(); err != nil {
+		return err
+	}
 	select {
 	case <-cp.serving:
 	default:
@@ -130,10 +136,12 @@ type everyReplica func(ctx context.Context) error
 func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
 func (everyReplica) NeedLeaderElection() bool          { return false }
 
-// Start runs the control plane until ctx ends, then stops its Event
-// broadcaster.
+// Start runs the control plane until ctx ends and the shutdown delay has
+// passed (readiness failing meanwhile), then stops its Event broadcaster.
 func (cp *ControlPlane) Start(ctx context.Context) error {
 	defer shutdownEvents(cp.events)
+	ctx, cancel := cp.drain.run(ctx)
+	defer cancel()
 	return cp.Manager.Start(ctx)
 }
 

@@ -67,7 +67,8 @@ func (a *assembly) manager() error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	a.mgr = mgr
-	a.cp = &ControlPlane{Manager: mgr, events: a.events, certsReady: make(chan struct{}), serving: make(chan struct{})}
+	a.cp = &ControlPlane{Manager: mgr, events: a.events, certsReady: make(chan struct{}), serving: make(chan struct{}),
+		drain: &drain{delay: a.opts.ShutdownDelay}}
 	//nolint:staticcheck // the core/v1 recorder on purpose: see eventRecorder
 	a.recorder = eventRecorder{mgr.GetEventRecorderFor("tether")}
 	return nil

@@ -62,6 +62,9 @@ type Options struct {
 	StatusWriteRate float64
 	// ReplicaLeaseDuration is the replica Lease's duration (renewed every third).
 	ReplicaLeaseDuration time.Duration
+	// ShutdownDelay is how long a replica told to stop keeps serving while
+	// failing its readiness (drain.go).
+	ShutdownDelay time.Duration
 	// ReplicaName names this replica's Lease (default: from the host name,
 	// with a random suffix per process).
 	ReplicaName string
@@ -151,6 +154,7 @@ func DefaultOptions() Options {
 		LivenessWriteInterval: bindingserver.DefaultLivenessWriteInterval,
 		StatusWriteRate:       bindingserver.DefaultStatusWriteRate,
 		ReplicaLeaseDuration:  replicalease.DefaultDuration,
+		ShutdownDelay:         DefaultShutdownDelay,
 		ArtifactGrace:         10 * time.Second,
 		TokenOverlap:          2 * time.Minute,
 		ArtifactBackend:       "fs",
@@ -196,6 +200,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LivenessWriteInterval, "liveness-write-interval", o.LivenessWriteInterval, "at most one liveness-only WorkerBinding status write per binding per interval while the replica's Lease vouches for its sessions (heartbeats stay in the replica's memory meanwhile)")
 	fs.Float64Var(&o.StatusWriteRate, "status-write-rate", o.StatusWriteRate, "at most this many paced WorkerBinding status writes (progress, uploaded bytes, liveness; not transitions) per second from each replica while its Lease vouches")
 	fs.DurationVar(&o.ReplicaLeaseDuration, "replica-lease-duration", o.ReplicaLeaseDuration, "duration of each replica's Lease (coordination.k8s.io, in --namespace), renewed every third of it; when it expires, the sessions the replica held are HeartbeatLost --missed-heartbeats intervals plus one renewal period after its last renewal (or at expiry if later) unless another replica takes them")
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "on SIGTERM, how long the replica keeps serving webhooks, sessions and uploads while its /readyz fails, before it stops: the endpoints that route to it (the API server's view of the Service included) drop it first, so no admission or session is sent to a closed port; keep it under the pod's terminationGracePeriodSeconds with room for the shutdown itself")
 	fs.DurationVar(&o.TokenOverlap, "token-overlap", o.TokenOverlap, "after a token Secret is reissued, how long the previous token stays valid: the kubelet updates a running pod's token volume on its next pod sync (its syncFrequency, 1m by default); 0 ends it at once")
 	fs.DurationVar(&o.ArtifactGrace, "artifact-grace", o.ArtifactGrace, "after a trainer pod ends, how long to wait for its artifact manifest before the binding fails as ArtifactsIncomplete")
 	fs.StringVar(&o.ArtifactBackend, "artifact-backend", o.ArtifactBackend, "where artifacts are stored: fs (a directory; one replica or a shared volume) or s3 (a bucket)")
@@ -274,6 +279,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--presign-ttl=%s: must be between 1s and 1h (a read URL should die soon)", o.PresignTTL)
 	case o.UploadSweepMargin < 0 || o.UploadSweepMargin > time.Hour:
 		return fmt.Errorf("--upload-sweep-margin=%s: must be between 0 and 1h", o.UploadSweepMargin)
+	case o.ShutdownDelay < 0 || o.ShutdownDelay > time.Minute:
+		return fmt.Errorf("--shutdown-delay=%s: must be between 0 and 1m (within the pod's terminationGracePeriodSeconds)", o.ShutdownDelay)
 	case o.TokenOverlap < 0 || o.TokenOverlap > time.Hour:
 		return fmt.Errorf("--token-overlap=%s: must be between 0 and 1h (a replaced token must die soon)", o.TokenOverlap)
 	}
