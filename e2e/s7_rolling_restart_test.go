@@ -27,10 +27,28 @@ func TestScenario7RollingRestartUnderBurst(t *testing.T) {
 	ctx := context.Background()
 	// Free the nodes for whatever runs next, pass or fail: a burst left
 	// holding the kwok nodes' CPU would fail the scenarios after it.
+	// Wait until they are gone too: a burst cut short (a failure) still has
+	// the Job controller creating, and Tether injecting, its pods, which the
+	// serial scenario after it would count as its own.
 	t.Cleanup(func() {
 		if err := suite.c.Client.DeleteAllOf(context.Background(), &trainer.TrainJob{}, client.InNamespace(ns)); err != nil {
 			t.Error(err)
+			return
 		}
+		eventually(t, 2*time.Minute, "the burst's TrainJobs and pods gone", func() error {
+			var tjs trainer.TrainJobList
+			var pods corev1.PodList
+			if err := suite.c.Client.List(context.Background(), &tjs, client.InNamespace(ns)); err != nil {
+				return err
+			}
+			if err := suite.c.Client.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+				return err
+			}
+			if len(tjs.Items)+len(pods.Items) > 0 {
+				return fmt.Errorf("%d TrainJobs and %d pods left", len(tjs.Items), len(pods.Items))
+			}
+			return nil
+		})
 	})
 	deniedBefore, _ := suite.metricValue(t, "tether_pod_admissions_total", `outcome="denied"`)
 
