@@ -18,7 +18,7 @@ IMAGE_PLATFORMS ?= linux/$(shell $(GO) env GOARCH)
 TETHER_BENCH_DURATION ?= 20s
 export TETHER_BENCH_DURATION
 
-.PHONY: all build images test unit integration fuzz bench soak demo e2e lint generate verify-generate testbin clean
+.PHONY: all build images test unit integration fuzz bench soak soak-ci demo e2e lint generate verify-generate testbin clean
 
 all: build
 
@@ -106,6 +106,11 @@ e2e: images
 soak: images
 	bash hack/testbin.sh e2e
 	TETHER_SOAK=1 SEED=$(SEED) DURATION=$(DURATION) JOBS=$(JOBS) $(GO) test -count=1 -v -timeout 90m -run '^TestSoak$$' ./test/soak/
+
+## soak-ci: the short soak CI runs: a fixed seed, 8 jobs, every fault kind
+## at least once and two overlapping (it fails otherwise)
+soak-ci:
+	$(MAKE) soak SEED=20261205 DURATION=150s JOBS=8
 
 ## bench: Go benchmarks (figures via b.ReportMetric; nothing is asserted on time)
 bench: testbin

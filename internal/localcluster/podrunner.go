@@ -50,6 +50,9 @@ type TrainerPlan struct {
 	// SmallFiles is how many small files (4 KiB) the run writes under
 	// small/ after its first step.
 	SmallFiles int
+	// RewriteLatest replaces checkpoints/latest.pt at every checkpoint: a
+	// file rewritten, often while its previous version uploads.
+	RewriteLatest bool
 	// Record is a file (outside the pod) where the run appends every file
 	// version it closes, synced (soakcheck.ReadRecord reads it).
 	Record string
@@ -104,6 +107,9 @@ func (p TrainerPlan) Args(dir string) []string {
 	if p.SmallFiles > 0 {
 		args = append(args, fmt.Sprintf("--small-files=%d", p.SmallFiles))
 	}
+	if p.RewriteLatest {
+		args = append(args, "--rewrite-latest")
+	}
 	if p.CheckpointMode != "" {
 		args = append(args, "--checkpoint-mode="+p.CheckpointMode)
 	}
@@ -123,7 +129,10 @@ func (p TrainerPlan) Args(dir string) []string {
 // exit code in the Pod's status, SIGTERMs the sidecar (as the kubelet does
 // with native sidecars once the main containers end), and finishes the pod.
 // When the pod is deleted (eviction, preemption) it SIGTERMs the trainer,
-// then the sidecar, waits up to the grace period, and removes the pod.
+// then the sidecar, waits up to the grace period, and removes the pod. A
+// sidecar that exits while the trainer runs is started again, as the kubelet
+// restarts a native sidecar (restartPolicy Always), and its restart counted
+// in the pod's status.
 type PodRunner struct {
 	c          *Cluster
 	sidecarBin string
@@ -157,6 +166,10 @@ type runningPod struct {
 	key       types.NamespacedName
 	sidecar   *Process
 	trainer   *Process
+	// sidecarStart starts the sidecar again (its name, binary, env).
+	sidecarStart func() (*Process, error)
+	// sidecarRestarts counts the sidecar's restarts.
+	sidecarRestarts int
 	finishing bool
 	finished  bool
 	lastErr   string
@@ -229,6 +242,20 @@ func (r *PodRunner) Stop() error {
 				_ = p.Signal(syscall.SIGCONT)
 				_ = p.Stop(2 * time.Second)
 			}
+		}
+	}
+	return nil
+}
+
+// RunningSidecar is the sidecar process of a pod whose trainer still runs
+// (nil if none: not started, or the pod is finishing, when the kubelet no
+// longer restarts it).
+func (r *PodRunner) RunningSidecar(pod types.UID) *Process {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rp := r.pods[pod]; rp != nil && !rp.finishing && !rp.finished && rp.sidecar != nil {
+		if exited, _ := rp.sidecar.Exited(); !exited {
+			return rp.sidecar
 		}
 	}
 	return nil
@@ -347,7 +374,16 @@ func (r *PodRunner) startPod(ctx context.Context, rp *runningPod, pod *corev1.Po
 	plan := r.Plan(pod)
 	env = append(env, plan.SidecarEnv...)
 	logDir := filepath.Dir(dir)
-	sidecar, err := startProcess(logDir, filepath.Base(dir)+"-sidecar", r.sidecarBin, nil, env)
+	runs := 0
+	startSidecar := func() (*Process, error) {
+		runs++
+		name := filepath.Base(dir) + "-sidecar"
+		if runs > 1 {
+			name += fmt.Sprintf("-restart-%d", runs-1)
+		}
+		return startProcess(logDir, name, r.sidecarBin, nil, env)
+	}
+	sidecar, err := startSidecar()
 	if err != nil {
 		return err
 	}
@@ -357,9 +393,82 @@ func (r *PodRunner) startPod(ctx context.Context, rp *runningPod, pod *corev1.Po
 		return err
 	}
 	r.mu.Lock()
-	rp.sidecar, rp.trainer = sidecar, trainer
+	rp.sidecar, rp.trainer, rp.sidecarStart = sidecar, trainer, startSidecar
 	r.mu.Unlock()
+	go r.keepSidecar(ctx, rp)
 	return nil
+}
+
+// sidecarRestartDelay is how long an exited sidecar stays down before its
+// restart-th restart (1-based), as the kubelet backs off a container's
+// restarts: the first within its sync, then 10 s doubling up to 5 minutes.
+func sidecarRestartDelay(restart int) time.Duration {
+	if restart <= 1 {
+		return time.Second
+	}
+	return min(10*time.Second<<min(restart-2, 5), 5*time.Minute)
+}
+
+// keepSidecar starts the pod's sidecar again each time it exits while the
+// pod is not finishing, as the kubelet does with a native sidecar, and
+// counts the restart in the pod's status.
+func (r *PodRunner) keepSidecar(ctx context.Context, rp *runningPod) {
+	for {
+		r.mu.Lock()
+		s := rp.sidecar
+		r.mu.Unlock()
+		select {
+		case <-s.Done():
+		case <-r.stop:
+			return
+		}
+		r.mu.Lock()
+		delay := sidecarRestartDelay(rp.sidecarRestarts + 1)
+		r.mu.Unlock()
+		select {
+		case <-time.After(delay):
+		case <-r.stop:
+			return
+		}
+		r.mu.Lock()
+		stopped := false
+		select {
+		case <-r.stop:
+			stopped = true
+		default:
+		}
+		if stopped || rp.finishing || rp.finished {
+			r.mu.Unlock()
+			return
+		}
+		next, err := rp.sidecarStart()
+		if err != nil {
+			r.mu.Unlock()
+			r.c.Opts.Log("pod %s: starting its sidecar again: %v", rp.key, err)
+			return
+		}
+		rp.sidecar = next
+		rp.sidecarRestarts++
+		restarts, code := rp.sidecarRestarts, exitCode(s)
+		r.mu.Unlock()
+		r.c.Opts.Log("pod %s: sidecar exited (%d) and started again (restart %d)", rp.key, code, restarts)
+		_ = r.updateStatus(ctx, rp.key, func(pod *corev1.Pod) { setSidecarRestarted(pod, int32(restarts), code) })
+	}
+}
+
+// setSidecarRestarted records a restart of the injected sidecar: its count,
+// and the instance that ended as its last state.
+func setSidecarRestarted(pod *corev1.Pod, restarts, code int32) {
+	now := metav1.Now()
+	for i := range pod.Status.InitContainerStatuses {
+		s := &pod.Status.InitContainerStatuses[i]
+		if s.Name != trainjob.SidecarContainer {
+			continue
+		}
+		s.RestartCount = restarts
+		s.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason(code), FinishedAt: now}}
+		s.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
+	}
 }
 
 // trainerArgs are the stand-in's flags for pod: its plan, its rank, and

@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -21,11 +22,16 @@ import (
 // URLs): a loopback HTTP reverse proxy that counts what reaches the store
 // and, while failing, answers every request 503 SlowDown, as S3 does when it
 // sheds load. The request's Host is kept, so SigV4 signatures made for the
-// front's address still verify at the store.
+// front's address still verify at the store. While stalling, every PUT
+// body stops flowing once its first bytes have passed, until the stall ends
+// (a store that hangs mid-body: the client sees a connection that neither
+// reads nor answers).
 type s3Front struct {
 	ln      net.Listener
 	srv     *http.Server
 	failing atomic.Bool
+	// stalled is closed when the current stall ends (nil: not stalling).
+	stalled atomic.Pointer[chan struct{}]
 
 	mu      sync.Mutex
 	traffic S3Traffic
@@ -42,6 +48,8 @@ type S3Traffic struct {
 	Copies int
 	// Refused is how many requests the front answered 503 while failing.
 	Refused int
+	// Stalled is how many times a PUT body was held mid-body by a stall.
+	Stalled int
 	// ByPath is per request path (/<bucket>/<key>, of PUTs with a body).
 	ByPath map[string]PathTraffic
 }
@@ -60,7 +68,7 @@ type PathTraffic struct {
 // Since is what t added to before.
 func (t S3Traffic) Since(before S3Traffic) S3Traffic {
 	d := S3Traffic{Puts: t.Puts - before.Puts, PutBytes: t.PutBytes - before.PutBytes, Copies: t.Copies - before.Copies,
-		Refused: t.Refused - before.Refused, ByPath: map[string]PathTraffic{}}
+		Refused: t.Refused - before.Refused, Stalled: t.Stalled - before.Stalled, ByPath: map[string]PathTraffic{}}
 	for p, pt := range t.ByPath {
 		b := before.ByPath[p]
 		if pt.Puts != b.Puts || pt.Bytes != b.Bytes || pt.CopiedTo != b.CopiedTo {
@@ -71,7 +79,7 @@ func (t S3Traffic) Since(before S3Traffic) S3Traffic {
 }
 
 func (t S3Traffic) String() string {
-	return fmt.Sprintf("%d PUTs (%d bytes), %d copies, %d refused", t.Puts, t.PutBytes, t.Copies, t.Refused)
+	return fmt.Sprintf("%d PUTs (%d bytes), %d copies, %d refused, %d stalled", t.Puts, t.PutBytes, t.Copies, t.Refused, t.Stalled)
 }
 
 func newS3Front(store string) (*s3Front, error) {
@@ -95,6 +103,32 @@ func newS3Front(store string) (*s3Front, error) {
 func (f *s3Front) Addr() string { return f.ln.Addr().String() }
 
 func (f *s3Front) setFailing(on bool) { f.failing.Store(on) }
+
+// setStalling starts or ends a stall: bodies in flight and new ones stop
+// after their first bytes until it ends.
+func (f *s3Front) setStalling(on bool) {
+	if on {
+		ch := make(chan struct{})
+		f.stalled.CompareAndSwap(nil, &ch)
+		return
+	}
+	if ch := f.stalled.Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
+
+// stall blocks while the front stalls, or until ctx ends.
+func (f *s3Front) stall(ctx context.Context) {
+	if ch := f.stalled.Load(); ch != nil {
+		f.mu.Lock()
+		f.traffic.Stalled++
+		f.mu.Unlock()
+		select {
+		case <-*ch:
+		case <-ctx.Done():
+		}
+	}
+}
 
 func (f *s3Front) snapshot() S3Traffic {
 	f.mu.Lock()
@@ -152,7 +186,7 @@ func (f *s3Front) handler(next http.Handler) http.Handler {
 			}
 			f.traffic.ByPath[r.URL.Path] = pt
 			f.mu.Unlock()
-			cb := &countingBody{ReadCloser: r.Body, f: f, path: r.URL.Path}
+			cb := &countingBody{ReadCloser: r.Body, f: f, path: r.URL.Path, ctx: r.Context()}
 			if chunked {
 				cb.chunks = &chunkCounter{}
 			}
@@ -169,11 +203,17 @@ type countingBody struct {
 	io.ReadCloser
 	f      *s3Front
 	path   string
+	ctx    context.Context
 	chunks *chunkCounter
+	read   bool // some of the body has passed (a stall holds it mid-body)
 }
 
 func (c *countingBody) Read(p []byte) (int, error) {
+	if c.read {
+		c.f.stall(c.ctx)
+	}
 	k, err := c.ReadCloser.Read(p)
+	c.read = c.read || k > 0
 	n := int64(k)
 	if c.chunks != nil {
 		n = c.chunks.data(p[:k])

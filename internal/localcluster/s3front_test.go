@@ -1,6 +1,15 @@
 package localcluster
 
-import "testing"
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
 
 // The store traffic of a streamed PUT with a trailing checksum counts the
 // object's bytes, not its aws-chunked framing, however the reads split it.
@@ -15,5 +24,57 @@ func TestChunkCounterCountsChunkDataOnly(t *testing.T) {
 		if n != 8 || !c.done {
 			t.Errorf("reads of %d bytes: counted %d data bytes (done %v), want 8", step, n, c.done)
 		}
+	}
+}
+
+// A stall holds a PUT mid-body (some bytes passed, no answer) until it
+// ends; then the body flows on and the store gets all of it.
+func TestS3FrontStallHoldsBodiesMidway(t *testing.T) {
+	got := make(chan int64, 1)
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		got <- n
+	}))
+	defer store.Close()
+	f, err := newS3Front(strings.TrimPrefix(store.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	f.setStalling(true)
+	const size = 4 << 20
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPut, "http://"+f.Addr()+"/bucket/key", bytes.NewReader(make([]byte, size)))
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+		}
+		done <- err
+	}()
+	for f.snapshot().Stalled == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("the PUT ended while the store stalled: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if b := f.snapshot().PutBytes; b == 0 || b >= size {
+		t.Fatalf("held after %d of %d bytes, want mid-body", b, size)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the PUT ended while the store stalled: %v", err)
+	default:
+	}
+	f.setStalling(false)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := <-got; n != size {
+		t.Errorf("the store got %d bytes, want %d", n, size)
 	}
 }

@@ -151,6 +151,17 @@ func (t *Tether) FailS3(on bool) error {
 	return nil
 }
 
+// StallS3 makes the artifact store stop reading every PUT body of the
+// control plane and the sidecars mid-body (on), holding the connection open
+// without an answer, until the stall ends (off): a store that hangs.
+func (t *Tether) StallS3(on bool) error {
+	if t.s3Front == nil {
+		return errNoS3
+	}
+	t.s3Front.setStalling(on)
+	return nil
+}
+
 // S3Traffic is what the control plane and the sidecars sent the artifact
 // store so far.
 func (t *Tether) S3Traffic() (S3Traffic, error) {

@@ -33,6 +33,9 @@ type Job struct {
 	JobID string
 	// Nodes is how many nodes it ran on.
 	Nodes int
+	// MinAttempts is how many attempts its trainers' own plan makes (one
+	// that fails once and is replaced: 2); faults may add more, never fewer.
+	MinAttempts int
 	// Wrote is every version of every file each rank's trainer closed.
 	Wrote map[int][]Version
 	// Binding is its final WorkerBinding (nil: none, as for an unlabeled job).
@@ -337,6 +340,9 @@ func (c *checker) truthfulEnd(j Job) {
 		}
 		if verified != j.Nodes {
 			c.violate(TruthfulEnd, j, "", "Succeeded with %d of %d nodes' manifests verified", verified, j.Nodes)
+		}
+		if int(st.Attempt) < j.MinAttempts {
+			c.violate(TruthfulEnd, j, "", "Succeeded at attempt %d, but its trainer failed and was replaced: at least %d attempts happened", st.Attempt, j.MinAttempts)
 		}
 	case tetherv1.PhaseFailed:
 	default:

@@ -61,6 +61,11 @@ func binding(ns, name, jobID string, phase tetherv1.WorkerBindingPhase, nodes ..
 	return wb
 }
 
+func attempt(wb *tetherv1.WorkerBinding, n int32) *tetherv1.WorkerBinding {
+	wb.Status.Attempt = n
+	return wb
+}
+
 func node(rank int32, sha string) tetherv1.NodeStatus {
 	return tetherv1.NodeStatus{Rank: rank, Artifacts: &tetherv1.NodeArtifacts{Verified: true, ManifestSHA256: sha}}
 }
@@ -107,6 +112,8 @@ func TestCheckFindsEveryBreach(t *testing.T) {
 	w.put("job-c/model.bin", good)
 	shaC := w.manifest("job-c", 0, map[string][]byte{"model.bin": good})
 	w.put("job-c/.tether/pending/model.bin", good)
+	w.put("job-d/model.bin", good)
+	shaD := w.manifest("job-d", 0, map[string][]byte{"model.bin": good})
 	faults := []string{"t=12s SIGKILL replica 0"}
 	jobs := []Job{
 		{Namespace: "ns", Name: "b", Labeled: true, JobID: "job-b", Nodes: 1, Ended: true, Faults: faults,
@@ -116,6 +123,11 @@ func TestCheckFindsEveryBreach(t *testing.T) {
 			Wrote:   map[int][]Version{0: {{"model.bin", sum(good), int64(len(good))}}},
 			Binding: binding("ns", "c", "job-c", tetherv1.PhaseSucceeded, node(0, shaC))},
 		{Namespace: "ns", Name: "plain", Binding: binding("ns", "plain", "x", "")},
+		// Its trainer failed once and was replaced, yet the binding says
+		// it succeeded at its first attempt.
+		{Namespace: "ns", Name: "d", Labeled: true, JobID: "job-d", Nodes: 1, Ended: true, MinAttempts: 2,
+			Wrote:   map[int][]Version{0: {{"model.bin", sum(good), int64(len(good))}}},
+			Binding: attempt(binding("ns", "d", "job-d", tetherv1.PhaseSucceeded, node(0, shaD)), 1)},
 	}
 	access := []endpoint.AccessRecord{ok("job-b", "job-b/lost.bin", 0), ok("job-c", "job-b/ckpt.pt", 0)}
 	r := Check(context.Background(), Input{Jobs: jobs, Store: w.store, Access: access, Leftovers: []string{"Lease tether-system/session-job-b"}})
@@ -129,7 +141,7 @@ func TestCheckFindsEveryBreach(t *testing.T) {
 		NothingFalselyVerified: {"ns/b job-b/ckpt.pt: verified as MD5"},
 		// job-c's write to job-b's key is isolation's: nothing of job-c's was lost.
 		NothingLost:       {"ns/b job-b/lost.bin: stored by request"},
-		TruthfulEnd:       {"ns/c : Succeeded with 1 of 2", "ns/plain : an unlabeled TrainJob neither ended nor ran"},
+		TruthfulEnd:       {"ns/c : Succeeded with 1 of 2", "ns/plain : an unlabeled TrainJob neither ended nor ran", "ns/d : Succeeded at attempt 1"},
 		Isolation:         {"ns/c job-b/ckpt.pt: request", "ns/plain : an unlabeled TrainJob has WorkerBinding"},
 		NothingLeftBehind: {"ns/c job-c/.tether/pending/model.bin", " Lease tether-system/session-job-b"},
 	} {

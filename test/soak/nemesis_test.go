@@ -13,9 +13,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/internal/testobj"
+	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -28,9 +32,18 @@ const (
 	faultAPIServer     = "kube-apiserver restart"
 	faultEtcd          = "etcd restart"
 	faultDeleteTrainer = "a trainer pod deleted"
+	faultKillSidecar   = "a sidecar SIGKILLed"
+	faultStoreStall    = "the store stalling mid-body"
+	faultPreempt       = "Kueue preempting for a rival"
 )
 
-var faultKinds = []string{faultKillReplica, faultStopReplica, faultStoreDown, faultBlackhole, faultAPIServer, faultEtcd, faultDeleteTrainer}
+var faultKinds = []string{faultKillReplica, faultStopReplica, faultStoreDown, faultBlackhole, faultAPIServer, faultEtcd, faultDeleteTrainer,
+	faultKillSidecar, faultStoreStall, faultPreempt}
+
+// rivalCPU is what a preempting rival asks for: half of cluster-queue's
+// 12 CPUs, so Kueue evicts some of the soak's running jobs (priority 0)
+// for it, never all of them.
+const rivalCPU = "6"
 
 // fault is one fault as it happened.
 type fault struct {
@@ -44,13 +57,14 @@ func (f fault) String() string {
 }
 
 // nemesis injects faults, singly and overlapping, from its own seeded
-// source: a new one every 8 to 20 s, each lasting 5 to 30 s. At most one
+// source: a new one every 6 to 14 s, each lasting 5 to 30 s. At most one
 // replica is down or stopped at a time (the control plane runs two), and
 // the API server and etcd are not restarted at once.
 type nemesis struct {
 	t      *testing.T
 	c      *localcluster.Cluster
 	tether *localcluster.Tether
+	runner *localcluster.PodRunner
 	rng    *rand.Rand
 	start  time.Time
 
@@ -58,29 +72,59 @@ type nemesis struct {
 	log     []fault
 	replica bool // a replica is down or stopped
 	control bool // the API server or etcd is down
-	wg      sync.WaitGroup
+	rivals  int  // preempting rivals created
+	// done counts the faults of each kind that happened, inflight the
+	// kinds being injected now.
+	done     map[string]int
+	inflight map[string]bool
+	wg       sync.WaitGroup
 }
 
 func (n *nemesis) since() time.Duration { return time.Since(n.start) }
 
 func (n *nemesis) run(ctx context.Context, w *workload) {
-	// Every kind once first, in a seeded order, then any.
+	// Every kind first, in a seeded order (a kind skipped for want of a
+	// target, say no running pod yet, is owed and drawn again), then any.
 	order := n.rng.Perm(len(faultKinds))
-	for i := 0; ; i++ {
+	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Duration(8+n.rng.IntN(13)) * time.Second):
+		case <-time.After(time.Duration(6+n.rng.IntN(9)) * time.Second):
 		}
 		kind := faultKinds[n.rng.IntN(len(faultKinds))]
-		if i < len(order) {
-			kind = faultKinds[order[i]]
-		}
 		hold := time.Duration(5+n.rng.IntN(26)) * time.Second
 		replica := n.rng.IntN(2)
 		pick := n.rng.Uint64()
-		n.wg.Go(func() { n.inject(kind, hold, replica, pick, w) })
+		n.mu.Lock()
+		for _, i := range order {
+			if k := faultKinds[i]; n.done[k] == 0 && !n.inflight[k] {
+				kind = k
+				break
+			}
+		}
+		n.inflight[kind] = true
+		n.mu.Unlock()
+		n.wg.Go(func() {
+			n.inject(kind, hold, replica, pick, w)
+			n.mu.Lock()
+			n.inflight[kind] = false
+			n.mu.Unlock()
+		})
 	}
+}
+
+// missing are the fault kinds that never happened.
+func (n *nemesis) missing() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for _, k := range faultKinds {
+		if n.done[k] == 0 {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // claim takes the replica or control slot; false: it is taken, skip.
@@ -140,6 +184,39 @@ func (n *nemesis) inject(kind string, hold time.Duration, replica int, pick uint
 			time.Sleep(hold)
 			err = n.tether.FailS3(false)
 		}
+	case faultStoreStall:
+		f.detail = "for " + hold.String()
+		if err = n.tether.StallS3(true); err == nil {
+			time.Sleep(hold)
+			err = n.tether.StallS3(false)
+		}
+	case faultKillSidecar:
+		pods, listErr := n.runningBoundPods(ctx)
+		if listErr != nil {
+			logf("soak: fault %s skipped: the API server did not answer (%v)", kind, listErr)
+			return
+		}
+		var alive []corev1.Pod
+		for _, p := range pods {
+			if n.runner.RunningSidecar(p.UID) != nil {
+				alive = append(alive, p)
+			}
+		}
+		if len(alive) == 0 {
+			return
+		}
+		p := alive[pick%uint64(len(alive))]
+		f.detail = p.Namespace + "/" + p.Name + " (its trainer running; started again as the kubelet does)"
+		if s := n.runner.RunningSidecar(p.UID); s != nil {
+			err = s.Signal(syscall.SIGKILL)
+		}
+	case faultPreempt:
+		n.mu.Lock()
+		n.rivals++
+		ns := fmt.Sprintf("soak-rival-%d", n.rivals)
+		n.mu.Unlock()
+		f.detail = fmt.Sprintf("%s/rival (%s CPUs, priority high) held %s", ns, rivalCPU, hold)
+		err = n.preempt(ctx, ns, hold)
 	case faultBlackhole:
 		f.detail = "for " + hold.String()
 		if err = n.tether.BlackholeBinding(true); err == nil {
@@ -159,27 +236,17 @@ func (n *nemesis) inject(kind string, hold time.Duration, replica int, pick uint
 			_, err = n.c.RestartEtcd(ctx, down)
 		}
 	case faultDeleteTrainer:
-		var pods corev1.PodList
-		// Through another fault's API server or etcd restart.
-		listErr := retry(ctx, 45*time.Second, func() error { return n.c.Client.List(ctx, &pods, client.HasLabels{trainjob.JobSetNameLabel}) })
+		running, listErr := n.runningPods(ctx)
 		if listErr != nil {
 			logf("soak: fault %s skipped: the API server did not answer (%v)", kind, listErr)
 			return
 		}
-		if err == nil {
-			var running []corev1.Pod
-			for _, p := range pods.Items {
-				if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-					running = append(running, p)
-				}
-			}
-			if len(running) == 0 {
-				return
-			}
-			p := running[pick%uint64(len(running))]
-			f.detail = p.Namespace + "/" + p.Name
-			err = retry(ctx, 45*time.Second, func() error { return client.IgnoreNotFound(n.c.Client.Delete(ctx, &p)) })
+		if len(running) == 0 {
+			return
 		}
+		p := running[pick%uint64(len(running))]
+		f.detail = p.Namespace + "/" + p.Name
+		err = retry(ctx, 45*time.Second, func() error { return client.IgnoreNotFound(n.c.Client.Delete(ctx, &p)) })
 	}
 	f.end = n.since()
 	if err != nil {
@@ -189,13 +256,71 @@ func (n *nemesis) inject(kind string, hold time.Duration, replica int, pick uint
 	logf("soak: fault %s", f)
 	n.mu.Lock()
 	n.log = append(n.log, f)
+	n.done[kind]++
 	n.mu.Unlock()
+}
+
+// runningPods are the trainer pods running now (the soak's and rivals'),
+// listed through another fault's API server or etcd restart.
+func (n *nemesis) runningPods(ctx context.Context) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := retry(ctx, 45*time.Second, func() error { return n.c.Client.List(ctx, &pods, client.HasLabels{trainjob.JobSetNameLabel}) }); err != nil {
+		return nil, err
+	}
+	var running []corev1.Pod
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			running = append(running, p)
+		}
+	}
+	return running, nil
+}
+
+// runningBoundPods are the running pods Tether injected (a sidecar runs).
+func (n *nemesis) runningBoundPods(ctx context.Context) ([]corev1.Pod, error) {
+	pods, err := n.runningPods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var bound []corev1.Pod
+	for _, p := range pods {
+		if p.Annotations[jobconfig.PodStatusAnnotation] != "" {
+			bound = append(bound, p)
+		}
+	}
+	return bound, nil
+}
+
+// preempt creates an unlabeled TrainJob of priority class "high" asking for
+// rivalCPU in cluster-queue, so Kueue preempts lower-priority jobs for it,
+// holds it for hold once admitted (or until hold ends unadmitted), then
+// deletes it: the preempted jobs are admitted again.
+func (n *nemesis) preempt(ctx context.Context, ns string, hold time.Duration) error {
+	if err := retry(ctx, 45*time.Second, func() error {
+		return client.IgnoreAlreadyExists(n.c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	}); err != nil {
+		return err
+	}
+	if err := retry(ctx, 45*time.Second, func() error { return n.c.LocalQueue(ctx, ns, "user-queue") }); err != nil {
+		return err
+	}
+	rival := testobj.MakeTrainJob("rival", ns).Runtime(localcluster.RuntimeName).Queue("user-queue").
+		Label("kueue.x-k8s.io/priority-class", "high").
+		ResourcesPerNode(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(rivalCPU)}).Obj()
+	if err := retry(ctx, 45*time.Second, func() error { return client.IgnoreAlreadyExists(n.c.Client.Create(ctx, rival)) }); err != nil {
+		return err
+	}
+	time.Sleep(hold)
+	return retry(ctx, 45*time.Second, func() error {
+		return client.IgnoreNotFound(n.c.Client.Delete(ctx, rival, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+	})
 }
 
 // heal waits for every fault to end, then for both replicas to be ready.
 func (n *nemesis) heal(ctx context.Context) {
 	n.wg.Wait()
 	_ = n.tether.FailS3(false)
+	_ = n.tether.StallS3(false)
 	_ = n.tether.BlackholeBinding(false)
 	for i, r := range n.tether.Replicas() {
 		_ = r.Process().Signal(syscall.SIGCONT)
@@ -219,15 +344,27 @@ func (n *nemesis) counts() string {
 	for _, k := range faultKinds {
 		parts = append(parts, fmt.Sprintf("%s: %d", k, by[k]))
 	}
-	overlaps := 0
+	return strings.Join(parts, ", ") + fmt.Sprintf("; %d overlapping", n.overlapsLocked())
+}
+
+// overlaps is how many faults started while another was still on.
+func (n *nemesis) overlaps() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.overlapsLocked()
+}
+
+func (n *nemesis) overlapsLocked() int {
 	sorted := slices.Clone(n.log)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].start < sorted[j].start })
-	for i := 1; i < len(sorted); i++ {
-		if sorted[i].start < sorted[i-1].end {
+	overlaps, on := 0, time.Duration(-1)
+	for _, f := range sorted {
+		if f.start < on {
 			overlaps++
 		}
+		on = max(on, f.end)
 	}
-	return strings.Join(parts, ", ") + fmt.Sprintf("; %d overlapping", overlaps)
+	return overlaps
 }
 
 // faultsDuring are the faults from the job's creation to a minute after its

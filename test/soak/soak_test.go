@@ -109,7 +109,8 @@ func TestSoak(t *testing.T) {
 	logf("soak: cluster and Tether up in %.1fs", time.Since(start).Seconds())
 
 	jobs := w.plan(rng, s)
-	n := &nemesis{t: t, tether: tether, c: c, rng: rand.New(rand.NewPCG(s.seed, 0xfa17)), start: time.Now()}
+	n := &nemesis{t: t, tether: tether, c: c, runner: runner, rng: rand.New(rand.NewPCG(s.seed, 0xfa17)), start: time.Now(),
+		done: map[string]int{}, inflight: map[string]bool{}}
 	runCtx, stopFaults := context.WithTimeout(ctx, s.duration)
 	var wg sync.WaitGroup
 	wg.Go(func() { n.run(runCtx, w) })
@@ -119,19 +120,38 @@ func TestSoak(t *testing.T) {
 	wg.Wait()
 	n.heal(ctx)
 	logf("soak: faults ended and healed at %s (%d faults: %s)", n.since(), len(n.log), n.counts())
+	if m := n.missing(); len(m) > 0 {
+		t.Errorf("fault kinds that never happened in %s: %s (a longer DURATION gives each its turn)", s.duration, strings.Join(m, ", "))
+	}
+	if n.overlaps() == 0 {
+		t.Errorf("no two faults overlapped in %s", s.duration)
+	}
 
 	limit := healLimit(jobs)
 	logf("soak: waiting up to %s for every job's final phase (the longest job's run, the control plane's artifact grace and missed heartbeats, Kueue's queue)", limit)
 	ended := w.waitEnded(ctx, t, jobs, limit)
 
 	in := w.collect(ctx, t, jobs, ended, tether, n)
+	in.Leftovers = leftovers(ctx, c, tether, jobs, ended)
 	report := soakcheck.Check(ctx, in)
 	phases := map[tetherv1.WorkerBindingPhase]int{}
-	for _, j := range in.Jobs {
-		if j.Binding != nil {
-			phases[j.Binding.Status.Phase]++
+	files, bytes := 0, int64(0)
+	for i, j := range in.Jobs {
+		for _, vs := range j.Wrote {
+			for _, v := range vs {
+				files++
+				bytes += v.Size
+			}
 		}
+		if j.Binding == nil {
+			logf("soak: %s (%s): no binding, TrainJob ended %v, running %v", j, jobs[i].kind, j.Ended, j.Running)
+			continue
+		}
+		st := j.Binding.Status
+		phases[st.Phase]++
+		logf("soak: %s (%s): %s/%s at attempt %d: %s", j, jobs[i].kind, st.Phase, st.Reason, st.Attempt, st.Message)
 	}
+	logf("soak: the trainers recorded %d file versions, %.1f MiB", files, float64(bytes)/(1<<20))
 	fmt.Printf("soak SEED=%d: %d jobs (bindings by phase %v), %d faults (%s), %d access records\n%s",
 		s.seed, len(jobs), phases, len(n.log), n.counts(), len(in.Access), report)
 	if !report.OK() {
@@ -182,12 +202,17 @@ func plantViolations(ctx context.Context, t *testing.T, in soakcheck.Input, stor
 // job is one TrainJob the soak creates.
 type job struct {
 	ns, name string
+	kind     string
 	labeled  bool
 	nodes    int
+	runtime  string
 	plan     localcluster.TrainerPlan
 	at       time.Duration
 	// cancel sends the cancel command once it runs.
 	cancel bool
+	// minAttempts is how many attempts its plan alone makes (a trainer
+	// that fails once: 2); the nemesis may add more.
+	minAttempts int
 }
 
 // workload creates the jobs and gives the pod runner their plans.
@@ -199,22 +224,52 @@ type workload struct {
 	created []job
 }
 
-// plan draws the jobs: single- and 4-node, checkpoints of 256 KiB to 8 MiB,
-// many small files, cancelled ones, and unlabeled ones alongside.
+// The kinds of job the soak draws from; the first jobs take each once,
+// in a seeded order, so even a short run has every kind.
+const (
+	kindPlain     = "single-node"
+	kindUnlabeled = "unlabeled"
+	kindFourNode  = "4-node"
+	kindCancel    = "cancelled"
+	kindFailOnce  = "fails once, replaced"
+	kindLarge     = "large checkpoints"
+)
+
+var jobKinds = []string{kindUnlabeled, kindFourNode, kindCancel, kindFailOnce, kindLarge, kindPlain}
+
+// plan draws the jobs: single- and 4-node, checkpoints of 256 KiB to 8 MiB
+// and large ones of 64 to 256 MiB, many small files, a latest checkpoint
+// rewritten in place of the one before (often while it uploads), trainers
+// that fail once and are replaced, cancelled jobs, and unlabeled ones
+// alongside.
 func (w *workload) plan(rng *rand.Rand, s settings) []job {
 	var jobs []job
+	order := rng.Perm(len(jobKinds))
 	for i := range s.jobs {
-		j := job{ns: fmt.Sprintf("soak-%d", i), name: fmt.Sprintf("job-%d", i), labeled: true, nodes: 1}
-		switch k := rng.IntN(10); {
-		case k < 2:
-			j.labeled = false
-		case k < 4:
-			j.nodes = 4
-		case k < 5:
-			j.cancel = true
-		}
+		j := job{ns: fmt.Sprintf("soak-%d", i), name: fmt.Sprintf("job-%d", i), labeled: true, nodes: 1, runtime: localcluster.RuntimeName}
 		j.plan = localcluster.TrainerPlan{Steps: 6 + rng.IntN(10), CheckpointEvery: 2 + rng.IntN(3), StepInterval: time.Second,
-			CheckpointBytes: (256 << 10) << rng.IntN(6), SmallFiles: []int{0, 0, 20, 60}[rng.IntN(4)]}
+			CheckpointBytes: (256 << 10) << rng.IntN(6), SmallFiles: []int{0, 0, 20, 60}[rng.IntN(4)], RewriteLatest: rng.IntN(3) == 0}
+		j.kind = []string{kindUnlabeled, kindUnlabeled, kindFourNode, kindFourNode, kindCancel, kindFailOnce, kindLarge, kindPlain, kindPlain, kindPlain}[rng.IntN(10)]
+		if i < len(order) {
+			j.kind = jobKinds[order[i]]
+		}
+		switch j.kind {
+		case kindUnlabeled:
+			j.labeled = false
+		case kindFourNode:
+			j.nodes = 4
+		case kindCancel:
+			j.cancel = true
+		case kindFailOnce:
+			// Exits 3 halfway; restartPolicy Never: the Job replaces the
+			// pod, which resumes from the same volume and succeeds.
+			j.runtime = localcluster.RuntimeNever
+			j.plan.ExitCode, j.plan.FailPods, j.plan.FailAfterSteps, j.plan.Resume = 3, 1, j.plan.Steps/2, true
+			j.minAttempts = 2
+		case kindLarge:
+			j.plan.CheckpointBytes, j.plan.ModelBytes = (64<<20)<<rng.IntN(3), 1<<20
+			j.plan.CheckpointEvery = max(j.plan.Steps/2, 2)
+		}
 		j.at = time.Duration(rng.Int64N(int64(s.duration * 6 / 10)))
 		jobs = append(jobs, j)
 	}
@@ -248,8 +303,8 @@ func (w *workload) create(ctx context.Context, t *testing.T, jobs []job) {
 			t.Errorf("creating %s/%s: %v", j.ns, j.name, err)
 			continue
 		}
-		logf("soak: created %s/%s (labeled %v, %d nodes, %d steps, checkpoints of %d KiB, %d small files, cancel %v)",
-			j.ns, j.name, j.labeled, j.nodes, j.plan.Steps, j.plan.CheckpointBytes>>10, j.plan.SmallFiles, j.cancel)
+		logf("soak: created %s/%s (%s: labeled %v, %d nodes, %d steps, checkpoints of %d KiB, latest rewritten %v, %d small files)",
+			j.ns, j.name, j.kind, j.labeled, j.nodes, j.plan.Steps, j.plan.CheckpointBytes>>10, j.plan.RewriteLatest, j.plan.SmallFiles)
 		if j.cancel {
 			go w.cancelWhenRunning(j)
 		}
@@ -279,7 +334,7 @@ func (w *workload) createOne(ctx context.Context, j job) error {
 	w.plans[j.ns+"/"+j.name] = j.plan
 	w.created = append(w.created, j)
 	w.mu.Unlock()
-	tw := testobj.MakeTrainJob(j.name, j.ns).Runtime(localcluster.RuntimeName).Queue("user-queue").NumNodes(int32(j.nodes))
+	tw := testobj.MakeTrainJob(j.name, j.ns).Runtime(j.runtime).Queue("user-queue").NumNodes(int32(j.nodes))
 	if j.labeled {
 		tw = tw.Bound().Annotation(jobconfig.HeartbeatIntervalAnnotation, "1s")
 	}
@@ -386,7 +441,7 @@ func (w *workload) collect(ctx context.Context, t *testing.T, jobs []job, ended 
 	in := soakcheck.Input{Store: s3Store{tether.S3}}
 	for _, j := range jobs {
 		sj := soakcheck.Job{Namespace: j.ns, Name: j.name, Labeled: j.labeled, Nodes: j.nodes, Ended: ended[j.ns+"/"+j.name] && j.labeled,
-			Wrote: map[int][]soakcheck.Version{}, Faults: n.faultsDuring(j)}
+			MinAttempts: j.minAttempts, Wrote: map[int][]soakcheck.Version{}, Faults: n.faultsDuring(j)}
 		if !j.labeled {
 			tj := &trainer.TrainJob{}
 			if err := w.c.Client.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: j.name}, tj); err == nil {

@@ -55,6 +55,7 @@ func main() {
 	failRuns := flag.Int("fail-runs", 0, "with --exit-code: fail only the first N runs in this artifact directory, then succeed")
 	failAfter := flag.Int("fail-after-steps", 0, "with --exit-code: a failing run stops after this many steps (0: all of them)")
 	flag.StringVar(&recordPath, "record", "", "append \"<path> <md5> <size>\" of every file version closed, synced, to this file (outside the pod: the soak's checker reads it after a kill)")
+	latest := flag.Bool("rewrite-latest", false, "at every checkpoint also replace checkpoints/latest.pt (a new version of the same file, often while the sidecar still uploads the one before)")
 	smallFiles := flag.Int("small-files", 0, "after the first step, write this many small files (4 KiB each) under small/, as logs and metrics files accumulate")
 	flag.Parse()
 	if *dir == "" {
@@ -110,6 +111,9 @@ func main() {
 		} else if step%*every == 0 {
 			must(writeFile(filepath.Join(*dir, "checkpoints", fmt.Sprintf("step-%04d.pt", step)), *size, os.FileMode(ckptPerm)))
 			fmt.Println("trainer-standin: checkpoint", step)
+		}
+		if step%*every == 0 && *latest {
+			must(writeFile(filepath.Join(*dir, "checkpoints", "latest.pt"), *size, os.FileMode(ckptPerm)))
 		}
 		if step == *startStep+1 && *smallFiles > 0 {
 			for i := range *smallFiles {
