@@ -163,16 +163,16 @@ type PodRunner struct {
 // runningPod is PodRunner's state of one pod; its fields but key and
 // lastErr (sync's own) are guarded by PodRunner.mu.
 type runningPod struct {
-	key       types.NamespacedName
-	sidecar   *Process
-	trainer   *Process
+	key     types.NamespacedName
+	sidecar *Process
+	trainer *Process
 	// sidecarStart starts the sidecar again (its name, binary, env).
 	sidecarStart func() (*Process, error)
 	// sidecarRestarts counts the sidecar's restarts.
 	sidecarRestarts int
-	finishing bool
-	finished  bool
-	lastErr   string
+	finishing       bool
+	finished        bool
+	lastErr         string
 	// podTokenFile is the sidecar's projected pod token, minted at
 	// podTokenAt and renewed as the kubelet does (sync's own).
 	podTokenFile string
