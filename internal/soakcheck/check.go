@@ -207,6 +207,16 @@ func wrote(j Job, rank int, path, md5 string) bool {
 	return slices.ContainsFunc(j.Wrote[rank], func(v Version) bool { return v.Path == path && v.MD5 == md5 })
 }
 
+// closedUnder says whether rank's trainer ever closed a version of path.
+func closedUnder(j Job, rank int, path string) bool {
+	return slices.ContainsFunc(j.Wrote[rank], func(v Version) bool { return v.Path == path })
+}
+
+// wroteBytes says whether rank's trainer closed any file with md5.
+func wroteBytes(j Job, rank int, md5 string) bool {
+	return slices.ContainsFunc(j.Wrote[rank], func(v Version) bool { return v.MD5 == md5 })
+}
+
 // verified: every node manifest the binding calls verified is in the store
 // (its SHA-256 the one recorded), and every file it lists is in the store
 // byte for byte as listed, and is a version the trainer wrote.
@@ -283,6 +293,14 @@ func (c *checker) lost(byID map[string]Job) {
 		switch {
 		case s.err != nil:
 			c.violate(NothingLost, j, a.Key, "stored by request %s (%s), gone at the end: %v", a.RequestID, a.Op, s.err)
+		case !closedUnder(j, a.Rank, path):
+			// A name the trainer never closed a version under: a
+			// temporary one (written, closed, renamed), caught between
+			// its close and its rename. Its bytes must still be a whole
+			// version the trainer wrote, never a part of one.
+			if !wroteBytes(j, a.Rank, s.md5) {
+				c.violate(NothingLost, j, a.Key, "the store holds MD5 %s under a name rank %d's trainer never closed a file under, and no version it wrote has those bytes", s.md5, a.Rank)
+			}
 		case !wrote(j, a.Rank, path, s.md5):
 			c.violate(NothingLost, j, a.Key, "the store holds MD5 %s, no version rank %d's trainer wrote", s.md5, a.Rank)
 		}

@@ -129,7 +129,12 @@ func TestCheckFindsEveryBreach(t *testing.T) {
 			Wrote:   map[int][]Version{0: {{"model.bin", sum(good), int64(len(good))}}},
 			Binding: attempt(binding("ns", "d", "job-d", tetherv1.PhaseSucceeded, node(0, shaD)), 1)},
 	}
-	access := []endpoint.AccessRecord{ok("job-b", "job-b/lost.bin", 0), ok("job-c", "job-b/ckpt.pt", 0)}
+	// job-b's trainer wrote a.bin.tmp and renamed it: stored whole under
+	// the temporary name it is no loss; a part of it is.
+	w.put("job-b/a.bin.tmp", good)
+	w.put("job-b/b.bin.tmp", []byte("what the tr"))
+	access := []endpoint.AccessRecord{ok("job-b", "job-b/lost.bin", 0), ok("job-c", "job-b/ckpt.pt", 0),
+		ok("job-b", "job-b/a.bin.tmp", 0), ok("job-b", "job-b/b.bin.tmp", 0)}
 	r := Check(context.Background(), Input{Jobs: jobs, Store: w.store, Access: access, Leftovers: []string{"Lease tether-system/session-job-b"}})
 	got := map[string][]string{}
 	for _, inv := range r.Invariants {
@@ -140,7 +145,7 @@ func TestCheckFindsEveryBreach(t *testing.T) {
 	for name, want := range map[string][]string{
 		NothingFalselyVerified: {"ns/b job-b/ckpt.pt: verified as MD5"},
 		// job-c's write to job-b's key is isolation's: nothing of job-c's was lost.
-		NothingLost:       {"ns/b job-b/lost.bin: stored by request"},
+		NothingLost:       {"ns/b job-b/lost.bin: stored by request", "ns/b job-b/b.bin.tmp: the store holds MD5"},
 		TruthfulEnd:       {"ns/c : Succeeded with 1 of 2", "ns/plain : an unlabeled TrainJob neither ended nor ran", "ns/d : Succeeded at attempt 1"},
 		Isolation:         {"ns/c job-b/ckpt.pt: request", "ns/plain : an unlabeled TrainJob has WorkerBinding"},
 		NothingLeftBehind: {"ns/c job-c/.tether/pending/model.bin", " Lease tether-system/session-job-b"},

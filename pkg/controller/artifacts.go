@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -99,7 +101,50 @@ func (r *BindingReconciler) settlePending(ctx context.Context, wb *tetherv1.Work
 		log.Error(err, "settling pending artifacts", "phase", wb.Status.Phase)
 		return
 	}
-	if n > 0 {
-		log.Info("dropped pending artifacts no verified manifest lists", "phase", wb.Status.Phase, "objects", n)
+	if n == 0 {
+		return
 	}
+	log.Info("dropped pending artifacts no verified manifest lists", "phase", wb.Status.Phase, "objects", n)
+	if wb.Status.Phase == tetherv1.PhaseSucceeded || !r.retractDroppedVerdicts(ctx, wb) {
+		return
+	}
+	if err := r.Client.Status().Update(ctx, wb); err != nil {
+		log.Error(err, "recording the verdicts the dropped versions took back")
+	}
+}
+
+// retractDroppedVerdicts takes back the verdict of each node of a binding
+// that ended without succeeding whose verified manifest listed versions
+// just dropped (they waited to be promoted over an earlier version, which
+// only success does): its manifest no longer describes the store, which
+// keeps the earlier versions, and the binding must not call it verified.
+// The soak found it: a job cancelled after its sidecar flushed a rewritten
+// checkpoint kept "verified" on a manifest whose file held other bytes.
+func (r *BindingReconciler) retractDroppedVerdicts(ctx context.Context, wb *tetherv1.WorkerBinding) bool {
+	if r.Manifests == nil {
+		return false
+	}
+	log := logf.FromContext(ctx)
+	changed := false
+	for _, rank := range lifecycle.VerifiedRanks(&wb.Status) {
+		res, found, err := r.Manifests.StoredManifest(ctx, wb.Spec.JobID, int(rank))
+		if err != nil {
+			log.Info("cannot check the stored manifest after dropping pending versions", "node", rank, "error", err.Error())
+			continue
+		}
+		if found && res.Verified {
+			continue
+		}
+		var a tetherv1.NodeArtifacts
+		if found {
+			a = res.Artifacts()
+		}
+		a.LastError = fmt.Sprintf("the job ended %s/%s, so the versions this node's manifest lists that replaced earlier ones were dropped, not promoted: the store keeps the earlier versions (%s)",
+			wb.Status.Phase, wb.Status.Reason, cmp.Or(a.LastError, "the manifest is no longer stored"))
+		if lifecycle.VerdictRetracted(&wb.Status, rank, a) {
+			log.Info("took back a node's verdict: the versions its manifest lists were dropped", "node", rank, "missing", a.MissingCount)
+			changed = true
+		}
+	}
+	return changed
 }

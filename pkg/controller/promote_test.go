@@ -148,3 +148,47 @@ func TestStoredManifestVerdictBeforeArtifactsIncomplete(t *testing.T) {
 		})
 	}
 }
+
+// A job that ended without succeeding (here: cancelled after its sidecar
+// flushed a rewritten checkpoint) loses the versions that waited to be
+// promoted; the binding then takes back each verdict whose manifest the
+// store no longer matches, and keeps one it still matches.
+func TestDroppedVersionsTakeTheVerdictBack(t *testing.T) {
+	wb := &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Name: "tj", Namespace: "ns"}}
+	wb.Spec.JobID = "job-1"
+	wb.Spec.Settings = lifecycle.RecordSettings(jobconfig.Settings{HeartbeatInterval: 10 * time.Second, TrainerContainer: "node", Nodes: jobconfig.NodesAll})
+	lifecycle.Initial(&wb.Status)
+	register(0, "a")(&wb.Status, at(1))
+	register(1, "b")(&wb.Status, at(1))
+	manifest(0, true)(&wb.Status, at(20))
+	manifest(1, true)(&wb.Status, at(20))
+	r := &BindingReconciler{Manifests: fakeManifests{
+		0: {Key: "job-1/manifest.json", PodUID: "a", Files: 3, Missing: []string{"checkpoints/latest.pt"}, MissingCount: 1, Err: "checkpoints/latest.pt: MD5 differs"},
+		1: {Key: "job-1/nodes/1/manifest.json", PodUID: "b", Verified: true, Files: 2},
+	}}
+	if r.retractDroppedVerdicts(context.Background(), wb) {
+		t.Fatal("a running binding's verdicts were taken back")
+	}
+	lifecycle.Cancelled(&wb.Status, "cancelled by the orchestrator (command c1)")
+	if !r.retractDroppedVerdicts(context.Background(), wb) {
+		t.Fatal("the cancelled binding kept calling node 0's manifest verified")
+	}
+	a0, a1 := wb.Status.Nodes[0].Artifacts, wb.Status.Nodes[1].Artifacts
+	if a0.Verified || !strings.Contains(a0.LastError, "dropped, not promoted") || !strings.Contains(a0.LastError, "MD5 differs") || len(a0.Missing) != 1 {
+		t.Errorf("node 0: %+v, want unverified, naming the dropped versions and the file", a0)
+	}
+	if !a1.Verified {
+		t.Errorf("node 1, whose manifest the store still matches, lost its verdict: %+v", a1)
+	}
+	if r.retractDroppedVerdicts(context.Background(), wb) {
+		t.Error("taken back twice")
+	}
+
+	// A binding that succeeded had its versions promoted: nothing to take back.
+	ok := wb.DeepCopy()
+	ok.Status.Phase, ok.Status.Reason = tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded
+	r.Manifests = fakeManifests{1: {Key: "job-1/nodes/1/manifest.json", PodUID: "b", Files: 2, Missing: []string{"model.bin"}, MissingCount: 1}}
+	if r.retractDroppedVerdicts(context.Background(), ok) || !ok.Status.Nodes[1].Artifacts.Verified {
+		t.Error("a Succeeded binding's verdict was taken back")
+	}
+}

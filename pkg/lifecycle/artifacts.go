@@ -92,6 +92,36 @@ func ArtifactsRecorded(st *tetherv1.WorkerBindingStatus, rank int32, podUID stri
 	return changed
 }
 
+// VerdictRetracted takes back node rank's verdict on a binding that ended
+// without succeeding, once the versions its manifest listed are gone from
+// the store (dropped, never promoted): a says what the store holds instead.
+func VerdictRetracted(st *tetherv1.WorkerBindingStatus, rank int32, a tetherv1.NodeArtifacts) bool {
+	if !IsFinal(st.Phase) || st.Phase == tetherv1.PhaseSucceeded {
+		return false
+	}
+	n := node(st, rank)
+	if n == nil || n.Artifacts == nil || !n.Artifacts.Verified {
+		return false
+	}
+	a.Verified = false
+	a.Missing = prefixed(rank, a.Missing)
+	BoundNodeArtifacts(&a)
+	n.Artifacts = &a
+	aggregateArtifacts(st)
+	return true
+}
+
+// VerifiedRanks are the ranks whose manifest the binding calls verified.
+func VerifiedRanks(st *tetherv1.WorkerBindingStatus) []int32 {
+	var out []int32
+	for i := range st.Nodes {
+		if a := st.Nodes[i].Artifacts; a != nil && a.Verified {
+			out = append(out, st.Nodes[i].Rank)
+		}
+	}
+	return out
+}
+
 func equalNodeArtifacts(a, b *tetherv1.NodeArtifacts) bool {
 	return a.Manifest == b.Manifest && a.ManifestSHA256 == b.ManifestSHA256 && a.Verified == b.Verified && a.Files == b.Files && a.Bytes == b.Bytes &&
 		slices.Equal(a.Missing, b.Missing) && a.MissingCount == b.MissingCount && a.LastError == b.LastError

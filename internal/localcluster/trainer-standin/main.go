@@ -258,16 +258,21 @@ func writeFile(path string, n int, perm os.FileMode) error {
 		_ = f.Close()
 		return err
 	}
-	if err := f.Close(); err != nil {
+	// Recorded before it can be seen: a kill in between leaves a recorded
+	// version never stored, never a stored one unrecorded. Before the
+	// close, so that the close is followed by the rename at once, as a
+	// trainer's save does (the record's fsync in between held the file
+	// under its temporary name long enough for the sidecar to take it).
+	if err := record(path, hex.EncodeToString(h.Sum(nil)), int64(n)); err != nil {
+		_ = f.Close()
 		return err
 	}
 	// WriteFile's mode is filtered by the umask; the flag's mode is exact.
-	if err := os.Chmod(tmp, perm); err != nil {
+	if err := f.Chmod(perm); err != nil {
+		_ = f.Close()
 		return err
 	}
-	// Recorded before it can be seen: a kill between the two leaves a
-	// recorded version never stored, never a stored one unrecorded.
-	if err := record(path, hex.EncodeToString(h.Sum(nil)), int64(n)); err != nil {
+	if err := f.Close(); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
