@@ -86,6 +86,7 @@ func (n *nemesis) run(ctx context.Context, w *workload) {
 	// Every kind first, in a seeded order (a kind skipped for want of a
 	// target, say no running pod yet, is owed and drawn again), then any.
 	order := n.rng.Perm(len(faultKinds))
+	next := 0 // where in order the search for an owed kind starts
 	for {
 		select {
 		case <-ctx.Done():
@@ -97,9 +98,11 @@ func (n *nemesis) run(ctx context.Context, w *workload) {
 		replica := n.rng.IntN(2)
 		pick := n.rng.Uint64()
 		n.mu.Lock()
-		for _, i := range order {
-			if k := faultKinds[i]; n.done[k] == 0 && !n.inflight[k] {
-				kind = k
+		// Round-robin over the owed kinds: one with no target yet must
+		// not keep the others from their turn.
+		for step := range order {
+			if k := faultKinds[order[(next+step)%len(order)]]; n.done[k] == 0 && !n.inflight[k] {
+				kind, next = k, (next+step+1)%len(order)
 				break
 			}
 		}
