@@ -18,7 +18,7 @@ IMAGE_PLATFORMS ?= linux/$(shell $(GO) env GOARCH)
 TETHER_BENCH_DURATION ?= 20s
 export TETHER_BENCH_DURATION
 
-.PHONY: all build images test unit integration fuzz bench soak soak-ci demo e2e lint generate verify-generate testbin clean
+.PHONY: all build images test unit integration fuzz bench soak soak-ci demo e2e e2e-monitoring lint generate verify-generate testbin clean
 
 all: build
 
@@ -106,6 +106,14 @@ e2e: images
 soak: images
 	bash hack/testbin.sh e2e
 	TETHER_SOAK=1 SEED=$(SEED) DURATION=$(DURATION) JOBS=$(JOBS) $(GO) test -count=1 -v -timeout 90m -run '^TestSoak$$' ./test/soak/
+
+## e2e-monitoring: Tether installed from its chart, scraped by a real
+## Prometheus (Debian's) as the chart's ServiceMonitor describes, every
+## dashboard query answered and every shipped alert made to fire and resolve
+## (test/install TestPrometheusScrapesAndAlerts; about 15 minutes, not in CI)
+e2e-monitoring: images
+	bash hack/testbin.sh e2e network helm prometheus
+	TETHER_E2E=1 TETHER_E2E_MONITORING=1 $(GO) test -count=1 -v -timeout 30m -run '^TestPrometheusScrapesAndAlerts$$' ./test/install/
 
 ## soak-ci: the short soak CI runs: a fixed seed, 8 jobs, every fault kind
 ## at least once and two overlapping (it fails otherwise)

@@ -34,6 +34,7 @@ KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 # make lint: golangci-lint v2 and kube-api-linter's standalone binary (a
 # pseudo-version: the module has no tags); promtool and shellcheck from Debian.
+# Debian's prometheus package also gives test/install its Prometheus server.
 GOLANGCI_LINT_VERSION=${GOLANGCI_LINT_VERSION:-v2.15.0}
 KUBE_API_LINTER_VERSION=${KUBE_API_LINTER_VERSION:-v0.0.0-20260716143926-092fe0c72997}
 DEBIAN_PROMETHEUS=${DEBIAN_PROMETHEUS:-prometheus}
@@ -394,6 +395,10 @@ for c in "${components[@]}"; do
       tool golangci-lint-kube-api-linter "$KUBE_API_LINTER_VERSION" sigs.k8s.io/kube-api-linter/cmd/golangci-lint-kube-api-linter ;;
     promtool)
       d=$(debian_pkg "$DEBIAN_PROMETHEUS"); ln -sfn "$d/usr/bin/promtool" "$CURRENT/promtool" ;;
+    prometheus)
+      # The server of the same package: test/install scrapes the installed
+      # control plane with it as the chart's ServiceMonitor describes.
+      d=$(debian_pkg "$DEBIAN_PROMETHEUS"); ln -sfn "$d/usr/bin/prometheus" "$CURRENT/prometheus" ;;
     shellcheck)
       d=$(debian_pkg "$DEBIAN_SHELLCHECK"); ln -sfn "$d/usr/bin/shellcheck" "$CURRENT/shellcheck" ;;
     lint)
@@ -402,7 +407,7 @@ for c in "${components[@]}"; do
       "$0" "${DEMO_COMPONENTS[@]}" ;;
     e2e)
       "$0" kube-apiserver etcd kubectl kube-controller-manager kube-scheduler kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue versitygw seaweedfs node ;;
-    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd containerd runc cni-plugins node kube-proxy coredns nft network controller-gen versitygw seaweedfs kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue helm golangci-lint kube-api-linter promtool shellcheck lint demo e2e)"; exit 2 ;;
+    *) log "unknown component $c (known: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd containerd runc cni-plugins node kube-proxy coredns nft network controller-gen versitygw seaweedfs kwok jobset trainer-controller-manager trainer-controller-manager-v2.0.0 kueue helm golangci-lint kube-api-linter promtool prometheus shellcheck lint demo e2e)"; exit 2 ;;
   esac
 done
 log "ready: KUBEBUILDER_ASSETS=$CURRENT"

@@ -28,6 +28,23 @@ var (
 	}, []string{"outcome"})
 )
 
+// deniedReasons are the pod webhook's denial reasons (outcome.go).
+var deniedReasons = []Reason{DenyMissingIdentity, DenyInvalidSettings, DenyNoTrainerContainer, DenyArtifactMount,
+	DenyNameConflict, DenyStaleInjection, DenyTrainJobLookup, DenyUndecodable, DenyNodeRank, DenyNoServiceAccount,
+	DenySidecarDeclaration, DenySidecarResources}
+
+// The denied series exist at 0 from the start: Prometheus's increase() of a
+// series that first appears at 1 is 0, so without them a replica's first
+// denial (a TrainJob refused once) would never raise TetherAdmissionDenied
+// (test/install's TestPrometheusScrapesAndAlerts).
+func init() {
+	trainJobAdmissions.WithLabelValues("denied")
+	jobSetAdmissions.WithLabelValues("denied")
+	for _, r := range deniedReasons {
+		podAdmissions.WithLabelValues(string(OutcomeDenied), string(r))
+	}
+}
+
 // Collectors returns the webhooks' collectors, for the control plane to
 // register (as it registers the binding server's and the controller's).
 func Collectors() []prometheus.Collector {

@@ -5,10 +5,13 @@
 // on a PersistentVolume the harness provides; then a labeled TrainJob to
 // Succeeded on the real nodes, its artifacts checked byte by byte in the
 // installed store, and read back with the Go client through the installed
-// control plane.
+// control plane. Debian's Prometheus scrapes it as the chart's
+// ServiceMonitor describes, answers every panel query of the chart's
+// dashboard, and fires and resolves each of the chart's alerts for a real
+// cause (prometheus_test.go).
 //
 // It has a cluster of its own (TestMain): the e2e suite's runs the control
 // plane as host processes under the same webhook names. Like e2e it runs
 // only with TETHER_E2E=1, as root, after `make images` and `hack/testbin.sh
-// e2e network helm` (`make e2e` does all three).
+// e2e network helm prometheus` (`make e2e` does all three).
 package install
