@@ -101,10 +101,12 @@ func (r *BindingReconciler) settlePending(ctx context.Context, wb *tetherv1.Work
 		log.Error(err, "settling pending artifacts", "phase", wb.Status.Phase)
 		return
 	}
-	if n == 0 {
-		return
+	if n > 0 {
+		log.Info("dropped pending artifacts no verified manifest lists", "phase", wb.Status.Phase, "objects", n)
 	}
-	log.Info("dropped pending artifacts no verified manifest lists", "phase", wb.Status.Phase, "objects", n)
+	// Checked on every reconcile of such a binding, not only the one that
+	// dropped: that one's status write may lose a race with the binding
+	// server's, and the next reconcile drops nothing.
 	if wb.Status.Phase == tetherv1.PhaseSucceeded || !r.retractDroppedVerdicts(ctx, wb) {
 		return
 	}
