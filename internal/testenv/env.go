@@ -258,6 +258,10 @@ func (e *Env) controlPlaneOptions(opts Options) controlplane.Options {
 	cp.WebhookPort = e.Webhook.LocalServingPort
 	cp.MetricsAddr = e.MetricsAddr
 	cp.HealthAddr = "0"
+	// No Service routes here (the tests dial the replica itself), so there
+	// is nothing to drain: a restart stops serving at once, as the suites'
+	// reconnect tests expect. The drain is the e2e's and drain_test.go's.
+	cp.ShutdownDelay = 0
 	cp.LeaderElect = true
 	cp.BindingAddr = e.BindingAddr
 	cp.ServerURL = e.BindingURL
