@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -59,9 +60,22 @@ type Options struct {
 	// (InstallHelm, install.go; needs RealNode): Cluster.Installed, and no
 	// StartTether (whose webhook names would clash).
 	Install InstallMode
+	// FastNodeLoss shortens what follows a node that stops answering (a
+	// node-loss scenario would otherwise wait five minutes): the node
+	// lifecycle controller marks it after NodeMonitorGrace instead of 50 s,
+	// the taint eviction controller runs, and pods tolerate the
+	// not-ready and unreachable taints for NodeLossToleration instead of
+	// 300 s (the apiserver's DefaultTolerationSeconds).
+	FastNodeLoss bool
 	// Log receives one line per step (nil: silent).
 	Log func(format string, args ...any)
 }
+
+// What Options.FastNodeLoss sets.
+const (
+	NodeMonitorGrace   = 20 * time.Second
+	NodeLossToleration = 10 * time.Second
+)
 
 // Cluster is a running local cluster.
 type Cluster struct {
@@ -296,6 +310,10 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	// refuses a pod without one: the sidecar's pod token needs it). Its
 	// default ServiceAccounts come from kube-controller-manager.
 	apiserver.Configure().Disable("disable-admission-plugins")
+	if c.Opts.FastNodeLoss {
+		secs := strconv.Itoa(int(NodeLossToleration.Seconds()))
+		apiserver.Configure().Set("default-not-ready-toleration-seconds", secs).Set("default-unreachable-toleration-seconds", secs)
+	}
 	// The real nodes' kubelets serve on their node addresses with a
 	// certificate from the cluster CA and accepts this client certificate:
 	// `kubectl logs` and the pods/log API go through it.

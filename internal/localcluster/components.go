@@ -30,6 +30,10 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 	if c.Network != nil {
 		controllers, args = c.Network.controllerManager(controllers, args)
 	}
+	if c.Opts.FastNodeLoss {
+		controllers += ",taint-eviction-controller"
+		args = append(args, "--node-monitor-grace-period="+NodeMonitorGrace.String())
+	}
 	_, err := c.start("kube-controller-manager", c.bin("kube-controller-manager"), c.kubeComponentArgs(append([]string{"--controllers=" + controllers}, args...)...))
 	return err
 }

@@ -294,8 +294,20 @@ func (in *Installed) wait(ctx context.Context) error {
 		}
 		nodes[p.Spec.NodeName] = true
 	}
-	if len(pods) != 2 || len(nodes) != 2 {
-		return fmt.Errorf("want 2 control-plane replicas on the 2 real nodes, have %d pods on %v", len(pods), nodes)
+	switch {
+	case len(pods) != 2:
+		return fmt.Errorf("want 2 control-plane replicas, have %d pods on %v", len(pods), nodes)
+	case len(nodes) != 2 && in.Method == InstallHelm:
+		// The first install, on nodes with nothing of Tether's yet: the
+		// chart's spread (soft: anti-affinity and a hostname spread
+		// constraint, both preferred) puts one replica on each.
+		return fmt.Errorf("want the 2 control-plane replicas on the 2 real nodes, have them on %v", nodes)
+	case len(nodes) != 2:
+		// A later install (the quick start, after other scenarios moved
+		// pods around) may find one node much emptier: the spread is
+		// preferred, not required, so that a rollout's surge replica and a
+		// single-node cluster still schedule.
+		c.logf("the %s install's 2 replicas are both on %v (the chart's spread is preferred, not required)", in.Method, nodes)
 	}
 	if err := c.waitFor(ctx, 60*time.Second, "the Service's EndpointSlices with both replicas ready", func() (bool, error) {
 		ips, err := in.ReadyEndpoints(ctx)

@@ -64,8 +64,11 @@ func (nw *ClusterNetwork) configureAPIServer(apiserver *envtest.APIServer) error
 // controllerManager adds the controllers the network needs: EndpointSlices
 // for kube-proxy and CoreDNS, the kube-root-ca.crt ConfigMap every
 // ServiceAccount token volume mounts (the cluster CA, which signed the
-// apiserver's certificate), and Deployments for CoreDNS.
+// apiserver's certificate), Deployments for CoreDNS and the installed
+// control plane, and the status of PodDisruptionBudgets (without it the
+// eviction API refuses every pod a budget covers, and `kubectl drain`
+// waits forever).
 func (nw *ClusterNetwork) controllerManager(controllers string, args []string) (string, []string) {
-	controllers += ",endpointslice-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller"
+	controllers += ",endpointslice-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller,disruption-controller"
 	return controllers, append(args, "--root-ca-file="+filepath.Join(nw.c.CertDir, "ca.crt"))
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net"
@@ -83,55 +84,7 @@ func runInstalledJob(t *testing.T, in *localcluster.Installed, ns, imageSetBy st
 		t.Errorf("injected sidecar image %q, want the one the install set (%s: %s)", got, imageSetBy, in.SidecarImage)
 	}
 
-	wb := waitBinding(t, ns, name, 180*time.Second, "Succeeded with a verified manifest", func(wb *tetherv1.WorkerBinding) error {
-		if wb.Status.Phase != tetherv1.PhaseSucceeded {
-			return fmt.Errorf("phase %s/%s: %s", wb.Status.Phase, wb.Status.Reason, wb.Status.Message)
-		}
-		if a := wb.Status.Artifacts; a == nil || !a.ManifestVerified {
-			return fmt.Errorf("succeeded, manifest not verified: %+v", wb.Status.Artifacts)
-		}
-		return nil
-	})
-	if wb.Status.Worker == nil || wb.Status.Worker.PodUID != string(pod.UID) {
-		t.Errorf("registered worker %+v, want pod %s (registered through %s)", wb.Status.Worker, pod.UID, localcluster.ControlPlaneBindingURL)
-	}
-	if code := ptr.Deref(wb.Status.TrainerExitCode, -1); code != 0 {
-		t.Errorf("trainer exit code %d, want 0", code)
-	}
-
-	// What the trainer wrote (its closing list: path, MD5, size), from its
-	// log through the kubelet.
-	pod = waitPod(t, ns, pod.Name, 60*time.Second, "the trainer pod Succeeded", func(p *corev1.Pod) error {
-		if p.Status.Phase != corev1.PodSucceeded {
-			return fmt.Errorf("phase %s", p.Status.Phase)
-		}
-		return nil
-	})
-	raw, err := c.Clientset.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "node"}).Do(ctx).Raw()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wrote := standinFiles(string(raw))
-	if _, ok := wrote["model/final.safetensors"]; !ok || len(wrote) < 5 {
-		t.Fatalf("the trainer's file list %v: want the final model and at least 4 more\n%s", wrote, raw)
-	}
-
-	// The store's own bytes: versitygw's posix backend keeps each object
-	// as a file under the bucket's directory on the PersistentVolume.
-	onDisk := storeFiles(t, filepath.Join(in.StoreDir, localcluster.StoreBucket, jobID))
-	for rel, sum := range wrote {
-		if onDisk[rel] != sum {
-			t.Errorf("%s: the trainer wrote MD5 %s, the installed store holds %q", rel, sum, onDisk[rel])
-		}
-	}
-	for rel := range onDisk {
-		if _, ok := wrote[rel]; !ok {
-			t.Errorf("the store holds %s, which the trainer did not write", rel)
-		}
-	}
-	if int(wb.Status.Artifacts.Files) != len(wrote) {
-		t.Errorf("the manifest lists %d files, the trainer wrote %d", wb.Status.Artifacts.Files, len(wrote))
-	}
+	_, wrote := checkSucceededAndStored(t, in, ns, name, jobID, pod, 180*time.Second)
 
 	// The Go client through the installed control plane.
 	readURL, ca := readEndpoint(t)
@@ -163,6 +116,70 @@ func runInstalledJob(t *testing.T, in *localcluster.Installed, ns, imageSetBy st
 		}
 	}
 	logf("%s: %d files verified in the store's volume and downloaded through %s", ns, len(arts), readURL)
+}
+
+// checkSucceededAndStored waits (up to timeout) for binding ns/name
+// Succeeded with a verified manifest, then checks it against what the
+// trainer of pod (its first) wrote, from the trainer's own closing list
+// read through the kubelet: the worker registered is pod, the trainer
+// exited 0, and every file is in the installed store's volume with the
+// trainer's MD5 (read from the volume, not through Tether), nothing else
+// is, and the manifest counts them. It returns the binding and the
+// trainer's files (path → MD5).
+func checkSucceededAndStored(t *testing.T, in *localcluster.Installed, ns, name, jobID string, pod *corev1.Pod, timeout time.Duration) (*tetherv1.WorkerBinding, map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	wb := waitBinding(t, ns, name, timeout, "Succeeded with a verified manifest", func(wb *tetherv1.WorkerBinding) error {
+		if wb.Status.Phase != tetherv1.PhaseSucceeded {
+			return fmt.Errorf("phase %s/%s: %s", wb.Status.Phase, wb.Status.Reason, wb.Status.Message)
+		}
+		if a := wb.Status.Artifacts; a == nil || !a.ManifestVerified {
+			return fmt.Errorf("succeeded, manifest not verified: %+v", wb.Status.Artifacts)
+		}
+		return nil
+	})
+	if wb.Status.Worker == nil || wb.Status.Worker.PodUID != string(pod.UID) {
+		t.Errorf("registered worker %+v, want pod %s (registered through %s)", wb.Status.Worker, pod.UID, localcluster.ControlPlaneBindingURL)
+	}
+	if code := ptr.Deref(wb.Status.TrainerExitCode, -1); code != 0 {
+		t.Errorf("trainer exit code %d, want 0", code)
+	}
+
+	// What the trainer wrote (its closing list: path, MD5, size), from its
+	// log through the kubelet.
+	pod = waitPod(t, ns, pod.Name, 60*time.Second, "the trainer pod Succeeded", func(p *corev1.Pod) error {
+		if p.Status.Phase != corev1.PodSucceeded {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return nil
+	})
+	raw, err := cluster.Clientset.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "node"}).Do(ctx).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrote := standinFiles(string(raw))
+	if _, ok := wrote["model/final.safetensors"]; !ok || len(wrote) < 5 {
+		t.Fatalf("the trainer's file list %v: want the final model and at least 4 more\n%s", wrote, raw)
+	}
+
+	// The store's own bytes: versitygw's posix backend keeps each object
+	// as a file under the bucket's directory on the PersistentVolume.
+	onDisk := storeFiles(t, filepath.Join(in.StoreDir, localcluster.StoreBucket, jobID))
+	for rel, sum := range wrote {
+		if onDisk[rel] != sum {
+			t.Errorf("%s: the trainer wrote MD5 %s, the installed store holds %q", rel, sum, onDisk[rel])
+		}
+	}
+	for rel := range onDisk {
+		if _, ok := wrote[rel]; !ok {
+			t.Errorf("the store holds %s, which the trainer did not write", rel)
+		}
+	}
+	if int(wb.Status.Artifacts.Files) != len(wrote) {
+		t.Errorf("the manifest lists %d files, the trainer wrote %d", wb.Status.Artifacts.Files, len(wrote))
+	}
+
+	return wb, wrote
 }
 
 // createBoundJob creates namespace ns with the real-node queue and, in it, a
@@ -262,6 +279,9 @@ func createAndToken(t *testing.T, ns, name string, objs ...crclient.Object) stri
 func storeFiles(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return out // nothing stored for the job yet
+	}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err

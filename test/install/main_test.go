@@ -28,7 +28,9 @@ func run(m *testing.M) int {
 	}
 	ctx := context.Background()
 	start := time.Now()
-	c, err := localcluster.Start(ctx, localcluster.Options{Kueue: true, RealNode: true, Install: localcluster.InstallHelm,
+	// FastNodeLoss: TestNodeLossDuringTwoNodeJob (the package's last test,
+	// by file name) loses a node and waits for what the cluster does next.
+	c, err := localcluster.Start(ctx, localcluster.Options{Kueue: true, RealNode: true, Install: localcluster.InstallHelm, FastNodeLoss: true,
 		KeepDir: os.Getenv("TETHER_E2E_KEEP") == "1", Log: logf})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "install: starting the local cluster:", err)

@@ -109,7 +109,13 @@ const runningJobName = "long-finetune"
 // new namespace ns and waits for its binding Running.
 func startRunningJob(t *testing.T, ns string) *runningJob {
 	t.Helper()
-	jobID := createBoundJob(t, ns, runningJobName, localcluster.TrainerPlan{Steps: 45, CheckpointEvery: 5, StepInterval: time.Second})
+	return startRunningJobWith(t, ns, localcluster.TrainerPlan{Steps: 45, CheckpointEvery: 5, StepInterval: time.Second})
+}
+
+// startRunningJobWith is startRunningJob with the trainer running plan.
+func startRunningJobWith(t *testing.T, ns string, plan localcluster.TrainerPlan) *runningJob {
+	t.Helper()
+	jobID := createBoundJob(t, ns, runningJobName, plan)
 	j := &runningJob{ns: ns, name: runningJobName, jobID: jobID}
 	j.pod = waitPod(t, ns, runningJobName, 120*time.Second, "the long job's trainer running", func(p *corev1.Pod) error {
 		return running(p, mutate.SidecarName, "node")
