@@ -51,12 +51,12 @@ const (
 	// maxFor is the longest `for` of the test's copy of the rules: the
 	// shipped ones (2m to 15m) would make the test wait 25 minutes more;
 	// a pending alert still has to hold that long to fire. Expressions are
-	// the shipped ones, unchanged. (For TetherHeartbeatLost this hides that
-	// the shipped `for: 5m` is never met at the default 10s heartbeat
-	// interval: a replica stops exporting a lost worker's
+	// the shipped ones, unchanged. (TetherHeartbeatLost's shipped `for` is
+	// 1m: a replica stops exporting a lost worker's
 	// tether_job_heartbeat_age_seconds 10 x --missed-heartbeats intervals
-	// after its last heartbeat, 300s, before 120s + 5m;
-	// pkg/bindingserver/liveness.go.)
+	// after its last heartbeat, 300s at the default 10s interval, so the
+	// age must pass 120s and hold 1m before that; the earlier 5m never
+	// could. pkg/bindingserver/liveness.go.)
 	maxFor = 30 * time.Second
 )
 
