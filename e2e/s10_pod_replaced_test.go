@@ -75,5 +75,15 @@ func TestScenario10PodReplaced(t *testing.T) {
 	eventually(t, 20*time.Second, "Events", func() error {
 		return hasAll(suite.eventReasons(t, ns, name), tetherv1.ReasonTrainerExited, tetherv1.ReasonAttemptStarted, tetherv1.ReasonTrainerSucceeded)
 	})
+	// The attempt's Event names the pod the replacement took the node from.
+	replacedNamed := false
+	for _, e := range suite.events(t, ns, name) {
+		if e.Reason == tetherv1.ReasonAttemptStarted && strings.Contains(e.Note, "in place of pod "+first.Name) {
+			replacedNamed = true
+		}
+	}
+	if !replacedNamed {
+		t.Errorf("no AttemptStarted Event names the replaced pod %s", first.Name)
+	}
 	logf("scenario 10: pod %s failed, %s succeeded in attempt %d; %d files, %d re-sent", first.Name, second.Name, wb.Status.Attempt, len(final), resent)
 }

@@ -47,10 +47,15 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	}
 	key := types.NamespacedName{Namespace: wb.Namespace, Name: wb.Name}
 	seen := lifecycle.Pod{Rank: rank, Name: pod.Name, UID: string(pod.UID), NodeName: pod.Spec.NodeName, RestartAttempt: trainjob.RestartAttempt(pod)}
-	var started string
+	var started, previous string
 	updated, err := s.updateStatus(ctx, key, func(st *tetherv1.WorkerBindingStatus) bool {
+		// The pod this one takes the node from, named in the Event.
+		previous = lifecycle.InPlaceOf(lifecycle.Node(st, rank), seen.UID)
 		var changed bool
 		changed, started = lifecycle.PodSeen(st, seen, true, s.opts.Now())
+		if started != tetherv1.AttemptPodReplaced {
+			previous = ""
+		}
 		return changed
 	})
 	if err != nil {
@@ -61,7 +66,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	if started != "" {
 		s.metrics.attempts.WithLabelValues(started).Inc()
 		if s.events != nil {
-			note := fmt.Sprintf("attempt %d started: %s (node %d, pod %s registered)", updated.Status.Attempt, started, rank, pod.Name)
+			note := fmt.Sprintf("attempt %d started: %s (node %d, pod %s registered%s)", updated.Status.Attempt, started, rank, pod.Name, previous)
 			s.events.Eventf(trainjob.Ref(wb.Namespace, wb.Spec.TrainJobName, ""), nil, corev1.EventTypeNormal, tetherv1.ReasonAttemptStarted,
 				lifecycle.EventAction, "%s", note)
 		}

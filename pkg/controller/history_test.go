@@ -128,6 +128,7 @@ type want struct {
 	heartbeatLostHas string
 	nodeCount        int32
 	events           []string // reasons of the Events the controller recorded, in order (checked when set)
+	eventNoteHas     string   // a text some Event's note has (checked when set)
 }
 
 func code(c int32) *int32 { return &c }
@@ -198,6 +199,20 @@ func TestPhaseMachineHistories(t *testing.T) {
 			{t: 32, pods: ps(pod(0, "b", 11).RestartPolicy(corev1.RestartPolicyNever).Exited(0, at(29))), conds: complete(31)},
 		},
 		want: want{phase: tetherv1.PhaseSucceeded, attempt: 2, startedBy: tetherv1.AttemptPodReplaced, trainerExits: 2, lastExitCode: code(0)},
+	}, {
+		name:  "node lost: rank 1's pod never exits, its replacement is seen before it registers; the attempt's Event names the lost pod",
+		nodes: 2,
+		steps: []step{
+			{t: 1, pods: ps(pod(0, "a", 1).NodeName("n0").Running(0), pod(1, "b", 1).NodeName("n1").Running(0)), conds: admitted,
+				server: func(st *tetherv1.WorkerBindingStatus, now time.Time) {
+					register(0, "a")(st, now)
+					register(1, "b")(st, now)
+				}},
+			{t: 40, pods: ps(pod(0, "a", 1).NodeName("n0").Running(0), pod(1, "b", 1).NodeName("n1").Running(0).Deleting(at(35)),
+				pod(1, "c", 39).NodeName("n0").Running(0)), conds: admitted},
+		},
+		want: want{phase: tetherv1.PhaseRunning, attempt: 2, startedBy: tetherv1.AttemptPodReplaced,
+			eventNoteHas: "attempt 2 started: PodReplaced (node 1), in place of pod b on node n1"},
 	}, {
 		name:  "JobSet restart (failurePolicy RestartJobSet): every pod recreated, attempt 2 for the whole job",
 		nodes: 2,
@@ -345,6 +360,7 @@ func TestPhaseMachineHistories(t *testing.T) {
 					_, obs := r.observe(context.Background(), tj, wb, pods, now)
 					for _, o := range obs {
 						events.add(o.reason)
+						events.notes = append(events.notes, o.note)
 					}
 				}
 				if lifecycle.Transitioned(before.Phase, before.Reason, &wb.Status) {
@@ -352,6 +368,9 @@ func TestPhaseMachineHistories(t *testing.T) {
 				}
 			}
 			checkStatus(t, &wb.Status, tc.want, events.reasons)
+			if has := tc.want.eventNoteHas; has != "" && !strings.Contains(strings.Join(events.notes, "\n"), has) {
+				t.Errorf("no Event note has %q: %q", has, events.notes)
+			}
 		})
 	}
 }
@@ -409,7 +428,7 @@ func ps(ws ...*testobj.PodWrapper) []*testobj.PodWrapper {
 	return ws
 }
 
-type eventLog struct{ reasons []string }
+type eventLog struct{ reasons, notes []string }
 
 func (e *eventLog) add(r string) { e.reasons = append(e.reasons, r) }
 

@@ -51,9 +51,14 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 			// An attempt that moved the phase to Pending/AttemptStarted is
 			// announced by that transition's Event; one that did not (a
 			// replaced pod beside running nodes) needs its own.
+			previous := lifecycle.InPlaceOf(lifecycle.Node(st, p.seen.Rank), p.seen.UID)
 			_, started := lifecycle.PodSeen(st, p.seen, false, now)
 			if started != "" && !(st.Phase == tetherv1.PhasePending && st.Reason == tetherv1.ReasonAttemptStarted) {
-				obs = append(obs, attemptObservation(st, started))
+				o := attemptObservation(st, started)
+				if started == tetherv1.AttemptPodReplaced {
+					o.note += previous
+				}
+				obs = append(obs, o)
 			}
 		}
 		if disrupted(p.pod) {

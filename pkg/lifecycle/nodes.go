@@ -78,6 +78,22 @@ func startAttempt(st *tetherv1.WorkerBindingStatus, by string, rank *int32, coun
 	st.AttemptStartedBy, st.AttemptStartTime, st.AttemptNode = by, &t, rank
 }
 
+// InPlaceOf names, for the Event of an attempt a replacement pod (uid)
+// starts, the pod it takes node n from: ", in place of pod <name> on node
+// <node>", or "" when n has no other pod. A pod lost with its node never
+// exits, and its silence may not be HeartbeatLost yet when the replacement
+// comes: this is where the loss shows.
+func InPlaceOf(n *tetherv1.NodeStatus, uid string) string {
+	if n == nil || n.PodName == "" || n.PodUID == uid {
+		return ""
+	}
+	s := ", in place of pod " + n.PodName
+	if n.NodeName != "" {
+		s += " on node " + n.NodeName
+	}
+	return s
+}
+
 // PodSeen records a trainer pod of the job: registered is true when its
 // sidecar registered (the binding server), false when the controller saw it
 // in the pod list. The pod of an attempt's first sight starts the attempt;

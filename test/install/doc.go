@@ -10,6 +10,15 @@
 // dashboard, and fires and resolves each of the chart's alerts for a real
 // cause (prometheus_test.go).
 //
+// Then an operator's first months (issue 27 §2), each with a bound job
+// running through it: `helm upgrade` to another build (operate_test.go),
+// `kubectl drain` of the node holding the job's session, `helm uninstall`
+// and the quick start over the kept store (quickstart_test.go), and, last
+// in the package because the node stays lost, a whole node killed under a
+// 2-node job (unplanned_test.go). The tests run in file-name order and
+// share the cluster: each leaves it as the next expects (both real nodes
+// schedulable, one control-plane install Ready).
+//
 // It has a cluster of its own (TestMain): the e2e suite's runs the control
 // plane as host processes under the same webhook names. Like e2e it runs
 // only with TETHER_E2E=1, as root, after `make images` and `hack/testbin.sh
