@@ -147,13 +147,13 @@ func (w *PodWrapper) UID(uid string) *PodWrapper {
 	return w
 }
 
-// Created sets the pod's creation time.
 // NodeName places the pod on node (spec.nodeName, as the scheduler does).
 func (w *PodWrapper) NodeName(node string) *PodWrapper {
 	w.Spec.NodeName = node
 	return w
 }
 
+// Created sets the pod's creation time.
 func (w *PodWrapper) Created(t time.Time) *PodWrapper {
 	w.CreationTimestamp = metav1.NewTime(t)
 	return w
