@@ -83,7 +83,7 @@ integration: testbin
 E2E_TIMEOUT ?= 30m
 E2E_SEAWEEDFS_LOG ?= bin/e2e-seaweedfs.log
 E2E_SOAK_LOG ?= bin/e2e-soak-ci.log
-SOAK_CI = SEED=20261205 DURATION=150s JOBS=8
+SOAK_CI = SEED=20261205 DURATION=240s JOBS=10
 e2e: images
 	bash hack/testbin.sh e2e network helm
 	TETHER_E2E=1 $(GO) test -count=1 -v -timeout 10m -run '^(TestRealNodeAlone|TestClusterNetworkPlumbing|TestClusterNetwork)$$' ./internal/localcluster/
@@ -124,7 +124,7 @@ e2e-monitoring: images
 	bash hack/testbin.sh e2e network helm prometheus
 	TETHER_E2E=1 TETHER_E2E_MONITORING=1 $(GO) test -count=1 -v -timeout 30m -run '^TestPrometheusScrapesAndAlerts$$' ./test/install/
 
-## soak-ci: the short soak CI runs: a fixed seed, 8 jobs, every fault kind
+## soak-ci: the short soak CI runs: a fixed seed, 10 jobs over 4 minutes, every fault kind
 ## at least once and two overlapping (it fails otherwise)
 soak-ci:
 	$(MAKE) soak $(SOAK_CI)
