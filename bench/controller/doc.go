@@ -49,7 +49,9 @@
 // TETHER_BENCH_BINDINGS (default 10000) scale the two phases;
 // TETHER_BENCH_CLIENTS (default 32) is the number of client goroutines
 // creating objects; TETHER_BENCH_HEAPPROFILE=path writes a heap profile with
-// every binding cached. On 2 cores saturated by other work (CPU pressure
+// every binding cached. TETHER_BENCH_APISERVER_CPUPROFILE=path writes
+// a 12-second CPU profile of kube-apiserver taken from the start of the
+// bind (read it with the kube-apiserver binary hack/testbin.sh built). On 2 cores saturated by other work (CPU pressure
 // some avg10 90-98) the whole run took 6 to 6.5 minutes (2,000 bound in 44
 // to 53 s, the growth to 10,000 in 4.5 to 4.8 minutes). A
 // phase fails after 2 minutes without progress (stallTimeout) or past 6

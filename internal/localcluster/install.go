@@ -382,21 +382,56 @@ func deploymentReady(ctx context.Context, c *Cluster, name string, want int32) (
 	return d.Status.ReadyReplicas == want && d.Status.UpdatedReplicas == want, nil
 }
 
+// ControlPlanePodLabels select the control plane's pods (the chart's and
+// the manifests' Deployment labels them so).
+var ControlPlanePodLabels = client.MatchingLabels{"app.kubernetes.io/name": "tether", "app.kubernetes.io/component": "control-plane"}
+
+// AllControlPlanePods are every pod of the control plane's, terminating and
+// ended ones included: what a watcher of a roll or a drain counts.
+func (in *Installed) AllControlPlanePods(ctx context.Context) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := in.c.Client.List(ctx, &pods, client.InNamespace(ControlPlaneNamespace), ControlPlanePodLabels); err != nil {
+		return nil, err
+	}
+	return pods.Items, nil
+}
+
 // ControlPlanePods are the control plane's running pods, by name.
 func (in *Installed) ControlPlanePods(ctx context.Context) ([]corev1.Pod, error) {
-	var pods corev1.PodList
-	if err := in.c.Client.List(ctx, &pods, client.InNamespace(ControlPlaneNamespace), client.MatchingLabels{
-		"app.kubernetes.io/name": "tether", "app.kubernetes.io/component": "control-plane"}); err != nil {
+	pods, err := in.AllControlPlanePods(ctx)
+	if err != nil {
 		return nil, err
 	}
 	var out []corev1.Pod
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
 			out = append(out, p)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// PodReady says whether p's Ready condition is True.
+func PodReady(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// ServingReplicas counts the pods that are Ready and not being deleted: the
+// replicas a roll or a drain must never take below the budget.
+func ServingReplicas(pods []corev1.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil && PodReady(p) {
+			n++
+		}
+	}
+	return n
 }
 
 // ReadyEndpoints are the ready addresses of the control plane's Service,

@@ -82,13 +82,12 @@ func TestHelmUpgradeWhileTraining(t *testing.T) {
 	minReady, maxLive := 1<<30, 0
 	sessions := []string{before}
 	eventually(t, 4*time.Minute, "every replica on the new build, Ready, the old ones gone", func() error {
-		var pods corev1.PodList
-		if err := cluster.Client.List(ctx, &pods, crclient.InNamespace(localcluster.ControlPlaneNamespace), crclient.MatchingLabels{
-			"app.kubernetes.io/name": "tether", "app.kubernetes.io/component": "control-plane"}); err != nil {
+		pods, err := in.AllControlPlanePods(ctx)
+		if err != nil {
 			return err
 		}
-		ready, live, old, newReady := 0, 0, 0, 0
-		for _, p := range pods.Items {
+		ready, live, old, newReady := localcluster.ServingReplicas(pods), 0, 0, 0
+		for _, p := range pods {
 			isNew := containerImage(p) == newRef
 			if !isNew {
 				old++
@@ -97,11 +96,8 @@ func TestHelmUpgradeWhileTraining(t *testing.T) {
 				continue
 			}
 			live++
-			if podReady(p) {
-				ready++
-				if isNew {
-					newReady++
-				}
+			if isNew && localcluster.PodReady(p) {
+				newReady++
 			}
 		}
 		minReady, maxLive = min(minReady, ready), max(maxLive, live)
@@ -249,16 +245,8 @@ func TestDrainNodeOfSessionReplica(t *testing.T) {
 	go func() {
 		low := 1 << 30
 		for {
-			var pods corev1.PodList
-			if err := cluster.Client.List(ctx, &pods, crclient.InNamespace(localcluster.ControlPlaneNamespace), crclient.MatchingLabels{
-				"app.kubernetes.io/name": "tether", "app.kubernetes.io/component": "control-plane"}); err == nil {
-				ready := 0
-				for _, p := range pods.Items {
-					if p.DeletionTimestamp == nil && podReady(p) {
-						ready++
-					}
-				}
-				low = min(low, ready)
+			if pods, err := in.AllControlPlanePods(ctx); err == nil {
+				low = min(low, localcluster.ServingReplicas(pods))
 			}
 			select {
 			case <-stop:
@@ -296,7 +284,7 @@ func TestDrainNodeOfSessionReplica(t *testing.T) {
 			if p.Spec.NodeName == drained {
 				return fmt.Errorf("replica %s still on the drained node", p.Name)
 			}
-			if podReady(p) {
+			if localcluster.PodReady(p) {
 				ready++
 			}
 		}
@@ -343,15 +331,6 @@ func replicaRunning(ctx context.Context, name string) bool {
 		return false
 	}
 	return p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning
-}
-
-func podReady(p corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func controlPlane(p corev1.Pod) *corev1.Container {

@@ -118,8 +118,7 @@ func followReplicaLogs(t *testing.T) *replicaLogs {
 		defer r.wg.Done()
 		for ctx.Err() == nil {
 			var pods corev1.PodList
-			if err := cluster.Client.List(ctx, &pods, crclient.InNamespace(localcluster.ControlPlaneNamespace), crclient.MatchingLabels{
-				"app.kubernetes.io/name": "tether", "app.kubernetes.io/component": "control-plane"}); err == nil {
+			if err := cluster.Client.List(ctx, &pods, crclient.InNamespace(localcluster.ControlPlaneNamespace), localcluster.ControlPlanePodLabels); err == nil {
 				for _, p := range pods.Items {
 					r.follow(p)
 				}
