@@ -35,18 +35,43 @@ func (nw *ClusterNetwork) blackhole(ports []int32, on bool) error {
 	if err := os.WriteFile(file, []byte(rules), 0o600); err != nil {
 		return err
 	}
-	nft := nw.c.bin("nft")
+	nw.faultsMu.Lock()
+	defer nw.faultsMu.Unlock()
+	nw.blackholed = on
 	for _, n := range nw.Nodes {
-		in := []string{"nsenter", "-t", strconv.Itoa(n.init.PID()), "-n", nft}
-		var err error
-		if on {
-			err = run(append(in, "-f", file))
-		} else {
-			err = run(append(in, "delete", "table", "inet", blackholeTable))
+		if !n.Running() {
+			continue // killed: its namespace is gone; Restart applies what holds then
 		}
-		if err != nil {
-			return fmt.Errorf("node %s: %w", n.Name, err)
+		if err := n.applyBlackhole(on); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// applyBlackhole loads (on) or deletes the black hole's table in the node's
+// network namespace.
+func (n *RealNode) applyBlackhole(on bool) error {
+	in := []string{"nsenter", "-t", strconv.Itoa(n.init.PID()), "-n", n.c.bin("nft")}
+	var err error
+	if on {
+		err = run(append(in, "-f", filepath.Join(n.c.Dir, "blackhole.nft")))
+	} else {
+		err = run(append(in, "delete", "table", "inet", blackholeTable))
+	}
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// reapplyFaults gives a node started again (Restart) the network faults on
+// now: its new namespace has none of the tables of the old.
+func (nw *ClusterNetwork) reapplyFaults(n *RealNode) error {
+	nw.faultsMu.Lock()
+	defer nw.faultsMu.Unlock()
+	if !nw.blackholed {
+		return nil
+	}
+	return n.applyBlackhole(true)
 }

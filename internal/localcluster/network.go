@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -71,6 +72,10 @@ type ClusterNetwork struct {
 	hostRoutes []string
 	// attached are the nodes wired so far.
 	attached []*netNode
+	// faultsMu guards blackholed, which says the binding's black hole is
+	// on (a node started again while it is gets it too).
+	faultsMu   sync.Mutex
+	blackholed bool
 }
 
 // netNode is one real node's place on the network.
@@ -141,7 +146,15 @@ func (nw *ClusterNetwork) nodeNet(i int) *netNode {
 // routes to the other nodes' pod CIDRs (each node routes its own through
 // the CNI bridge), forwarding on inside the node, and a host route to its
 // pod CIDR so the apiserver's replies reach pods.
-func (nw *ClusterNetwork) attach(n *RealNode) error {
+func (nw *ClusterNetwork) attach(n *RealNode) error { return nw.wire(n, true) }
+
+// reattach wires a node started again after Kill (RealNode.Restart) into
+// a new network namespace: its veth, address and routes out. What lives
+// outside the node's namespace stays from attach: the other nodes' routes
+// to its pod CIDR and the host's, through its unchanged address.
+func (nw *ClusterNetwork) reattach(n *RealNode) error { return nw.wire(n, false) }
+
+func (nw *ClusterNetwork) wire(n *RealNode, first bool) error {
 	nn := n.net
 	br, node := strconv.Itoa(nw.bridge.PID()), strconv.Itoa(n.init.PID())
 	port := "n-" + n.Name[len(n.Name)-1:]
@@ -162,9 +175,16 @@ func (nw *ClusterNetwork) attach(n *RealNode) error {
 		steps = append(steps, in("sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"))
 	}
 	for _, other := range nw.attached {
-		steps = append(steps,
-			in("ip", "route", "add", other.podCIDR.String(), "via", other.ip.String(), "dev", "eth0"),
-			[]string{"nsenter", "-t", strconv.Itoa(nw.nodeInitPID(other)), "-n", "ip", "route", "add", nn.podCIDR.String(), "via", nn.ip.String(), "dev", "eth0"})
+		if other == nn {
+			continue
+		}
+		steps = append(steps, in("ip", "route", "add", other.podCIDR.String(), "via", other.ip.String(), "dev", "eth0"))
+		if first {
+			steps = append(steps, []string{"nsenter", "-t", strconv.Itoa(nw.nodeInitPID(other)), "-n", "ip", "route", "add", nn.podCIDR.String(), "via", nn.ip.String(), "dev", "eth0"})
+		}
+	}
+	if !first {
+		return run(steps...)
 	}
 	route := nn.podCIDR.String() + " via " + nn.ip.String()
 	steps = append(steps, []string{"ip", "route", "add", nn.podCIDR.String(), "via", nn.ip.String(), "dev", nw.HostLink})

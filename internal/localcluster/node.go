@@ -80,6 +80,11 @@ type RealNode struct {
 	// net is the node's place on the cluster network (ClusterNetwork): its
 	// own network namespace, address and pod CIDR.
 	net *netNode
+	// stopRegistered: Cluster.Stop stops the node once, however often it
+	// was started (Restart).
+	stopRegistered bool
+	// restarts counts Restart's power-ons after a Kill.
+	restarts int
 }
 
 // Image returns the reference of the image titled title (the last element
@@ -106,7 +111,10 @@ func (n *RealNode) start() error {
 	if err := n.makeCgroupRoot(); err != nil {
 		return err
 	}
-	c.onStop(n.stop)
+	if !n.stopRegistered {
+		c.onStop(n.stop)
+		n.stopRegistered = true
+	}
 	specPath := filepath.Join(n.Dir, "node-init.json")
 	raw, _ := json.MarshalIndent(spec, "", "  ")
 	if err := os.WriteFile(specPath, raw, 0o600); err != nil {
@@ -117,7 +125,11 @@ func (n *RealNode) start() error {
 		nil, flags); err != nil {
 		return err
 	}
-	if err := n.net.network.attach(n); err != nil {
+	attach := n.net.network.attach
+	if n.restarts > 0 {
+		attach = n.net.network.reattach
+	}
+	if err := attach(n); err != nil {
 		return fmt.Errorf("node %s's network: %w", n.Name, err)
 	}
 	return os.WriteFile(spec.WaitFile, nil, 0o600)

@@ -35,6 +35,8 @@ const (
 	faultKillSidecar   = "a sidecar SIGKILLed"
 	faultStoreStall    = "the store stalling mid-body"
 	faultPreempt       = "Kueue preempting for a rival"
+	// faultKillNode is drawn only with the real nodes (REAL_NODES=1).
+	faultKillNode = "a real node killed"
 )
 
 var faultKinds = []string{faultKillReplica, faultStopReplica, faultStoreDown, faultBlackhole, faultAPIServer, faultEtcd, faultDeleteTrainer,
@@ -68,10 +70,15 @@ type nemesis struct {
 	rng    *rand.Rand
 	start  time.Time
 
+	// kinds are the fault kinds drawn: faultKinds, and faultKillNode with
+	// the real nodes.
+	kinds []string
+
 	mu      sync.Mutex
 	log     []fault
 	replica bool // a replica is down or stopped
 	control bool // the API server or etcd is down
+	node    bool // a real node is down
 	rivals  int  // preempting rivals created
 	// done counts the faults of each kind that happened, inflight the
 	// kinds being injected now.
@@ -85,7 +92,7 @@ func (n *nemesis) since() time.Duration { return time.Since(n.start) }
 func (n *nemesis) run(ctx context.Context, w *workload) {
 	// Every kind first, in a seeded order (a kind skipped for want of a
 	// target, say no running pod yet, is owed and drawn again), then any.
-	order := n.rng.Perm(len(faultKinds))
+	order := n.rng.Perm(len(n.kinds))
 	next := 0 // where in order the search for an owed kind starts
 	for {
 		select {
@@ -93,7 +100,7 @@ func (n *nemesis) run(ctx context.Context, w *workload) {
 			return
 		case <-time.After(time.Duration(6+n.rng.IntN(9)) * time.Second):
 		}
-		kind := faultKinds[n.rng.IntN(len(faultKinds))]
+		kind := n.kinds[n.rng.IntN(len(n.kinds))]
 		hold := time.Duration(5+n.rng.IntN(26)) * time.Second
 		replica := n.rng.IntN(2)
 		pick := n.rng.Uint64()
@@ -101,7 +108,7 @@ func (n *nemesis) run(ctx context.Context, w *workload) {
 		// Round-robin over the owed kinds: one with no target yet must
 		// not keep the others from their turn.
 		for step := range order {
-			if k := faultKinds[order[(next+step)%len(order)]]; n.done[k] == 0 && !n.inflight[k] {
+			if k := n.kinds[order[(next+step)%len(order)]]; n.done[k] == 0 && !n.inflight[k] {
 				kind, next = k, (next+step+1)%len(order)
 				break
 			}
@@ -122,7 +129,7 @@ func (n *nemesis) missing() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var out []string
-	for _, k := range faultKinds {
+	for _, k := range n.kinds {
 		if n.done[k] == 0 {
 			out = append(out, k)
 		}
@@ -238,6 +245,24 @@ func (n *nemesis) inject(kind string, hold time.Duration, replica int, pick uint
 		} else {
 			_, err = n.c.RestartEtcd(ctx, down)
 		}
+	case faultKillNode:
+		if !n.claim(&n.node) {
+			return
+		}
+		defer n.release(&n.node)
+		node, onIt, pickErr := n.nodeToKill(ctx, pick)
+		if pickErr != nil {
+			logf("soak: fault %s skipped: %v", kind, pickErr)
+			return
+		}
+		if node == nil {
+			return // no bound pod on a real node yet: owed, drawn again
+		}
+		f.detail = fmt.Sprintf("%s (running %s), down %s, then powered on", node.Name, onIt, hold)
+		if err = node.Kill(ctx); err == nil {
+			time.Sleep(hold)
+			err = node.Restart(ctx)
+		}
 	case faultDeleteTrainer:
 		running, listErr := n.runningPods(ctx)
 		if listErr != nil {
@@ -261,6 +286,30 @@ func (n *nemesis) inject(kind string, hold time.Duration, replica int, pick uint
 	n.log = append(n.log, f)
 	n.done[kind]++
 	n.mu.Unlock()
+}
+
+// nodeToKill picks a real node running a labeled job's trainer pod, and
+// names the pods it runs; nil when no real node runs one.
+func (n *nemesis) nodeToKill(ctx context.Context, pick uint64) (*localcluster.RealNode, string, error) {
+	pods, err := n.runningBoundPods(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("the API server did not answer (%v)", err)
+	}
+	on := map[string][]string{}
+	var busy []*localcluster.RealNode
+	for _, p := range pods {
+		if rn := n.c.RealNodeNamed(p.Spec.NodeName); rn != nil {
+			if len(on[rn.Name]) == 0 {
+				busy = append(busy, rn)
+			}
+			on[rn.Name] = append(on[rn.Name], p.Namespace+"/"+p.Name)
+		}
+	}
+	if len(busy) == 0 {
+		return nil, "", nil
+	}
+	node := busy[pick%uint64(len(busy))]
+	return node, strings.Join(on[node.Name], ", "), nil
 }
 
 // runningPods are the trainer pods running now (the soak's and rivals'),
@@ -319,12 +368,20 @@ func (n *nemesis) preempt(ctx context.Context, ns string, hold time.Duration) er
 	})
 }
 
-// heal waits for every fault to end, then for both replicas to be ready.
+// heal waits for every fault to end, powers on a real node left down,
+// and starts a replica left down again.
 func (n *nemesis) heal(ctx context.Context) {
 	n.wg.Wait()
 	_ = n.tether.FailS3(false)
 	_ = n.tether.StallS3(false)
 	_ = n.tether.BlackholeBinding(false)
+	for _, node := range n.c.RealNodes() {
+		if !node.Running() {
+			if err := node.Restart(ctx); err != nil {
+				n.t.Errorf("healing node %s: %v", node.Name, err)
+			}
+		}
+	}
 	for i, r := range n.tether.Replicas() {
 		_ = r.Process().Signal(syscall.SIGCONT)
 		if ok, _ := r.Process().Exited(); ok {
@@ -344,7 +401,7 @@ func (n *nemesis) counts() string {
 		by[f.kind]++
 	}
 	var parts []string
-	for _, k := range faultKinds {
+	for _, k := range n.kinds {
 		parts = append(parts, fmt.Sprintf("%s: %d", k, by[k]))
 	}
 	return strings.Join(parts, ", ") + fmt.Sprintf("; %d overlapping", n.overlapsLocked())

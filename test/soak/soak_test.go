@@ -19,7 +19,9 @@ import (
 	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
@@ -42,6 +44,10 @@ type settings struct {
 	seed     uint64
 	duration time.Duration
 	jobs     int
+	// realNodes adds the cluster network's two real nodes (root): jobs
+	// on them and the nemesis's node kill (REAL_NODES=1; make soak's
+	// default). soak-ci runs without: test/install holds the network then.
+	realNodes bool
 }
 
 func settingsFromEnv(t *testing.T) settings {
@@ -59,6 +65,13 @@ func settingsFromEnv(t *testing.T) settings {
 			t.Fatalf("DURATION=%q: want a duration of at least 1m, e.g. 10m", v)
 		}
 		s.duration = d
+	}
+	switch v := os.Getenv("REAL_NODES"); v {
+	case "", "0":
+	case "1":
+		s.realNodes = true
+	default:
+		t.Fatalf("REAL_NODES=%q: want 1 (jobs on the real nodes, and nodes killed) or 0", v)
 	}
 	if v := os.Getenv("JOBS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -80,10 +93,11 @@ func TestSoak(t *testing.T) {
 	}
 	s := settingsFromEnv(t)
 	rng := rand.New(rand.NewPCG(s.seed, 0x7e7e))
-	logf("soak: SEED=%d DURATION=%s JOBS=%d", s.seed, s.duration, s.jobs)
+	logf("soak: SEED=%d DURATION=%s JOBS=%d REAL_NODES=%v", s.seed, s.duration, s.jobs, s.realNodes)
 	ctx := context.Background()
 	start := time.Now()
-	c, err := localcluster.Start(ctx, localcluster.Options{Kueue: true, KeepDir: os.Getenv("TETHER_E2E_KEEP") == "1", Log: logf})
+	c, err := localcluster.Start(ctx, localcluster.Options{Kueue: true, KeepDir: os.Getenv("TETHER_E2E_KEEP") == "1", Log: logf,
+		RealNode: s.realNodes, FastNodeLoss: s.realNodes})
 	if err != nil {
 		t.Fatalf("starting the local cluster: %v", err)
 	}
@@ -97,10 +111,15 @@ func TestSoak(t *testing.T) {
 		t.Fatalf("starting Tether: %v", err)
 	}
 	records := filepath.Join(c.Dir, "records")
+	// Writable by the stand-in's uid in a real node's container, which
+	// mounts it (hostPath) to record there.
 	if err := os.MkdirAll(records, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	w := &workload{c: c, records: records, plans: map[string]localcluster.TrainerPlan{}}
+	if err := os.Chmod(records, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	w := &workload{c: c, records: records, plans: map[string]localcluster.TrainerPlan{}, real: s.realNodes}
 	runner := c.NewPodRunner()
 	runner.SidecarEnv = sidecarEnv
 	runner.Plan = w.planFor
@@ -110,7 +129,10 @@ func TestSoak(t *testing.T) {
 
 	jobs := w.plan(rng, s)
 	n := &nemesis{t: t, tether: tether, c: c, runner: runner, rng: rand.New(rand.NewPCG(s.seed, 0xfa17)), start: time.Now(),
-		done: map[string]int{}, inflight: map[string]bool{}}
+		done: map[string]int{}, inflight: map[string]bool{}, kinds: faultKinds}
+	if s.realNodes {
+		n.kinds = append(slices.Clone(faultKinds), faultKillNode)
+	}
 	runCtx, stopFaults := context.WithTimeout(ctx, s.duration)
 	var wg sync.WaitGroup
 	wg.Go(func() { n.run(runCtx, w) })
@@ -219,6 +241,7 @@ type job struct {
 type workload struct {
 	c       *localcluster.Cluster
 	records string
+	real    bool // jobs on the real nodes too
 	mu      sync.Mutex
 	plans   map[string]localcluster.TrainerPlan
 	created []job
@@ -233,9 +256,18 @@ const (
 	kindCancel    = "cancelled"
 	kindFailOnce  = "fails once, replaced"
 	kindLarge     = "large checkpoints"
+	kindRealNode  = "on a real node"
 )
 
 var jobKinds = []string{kindUnlabeled, kindFourNode, kindCancel, kindFailOnce, kindLarge, kindPlain}
+
+// realNodeQueue is the soak namespaces' LocalQueue on the real nodes'
+// ClusterQueue.
+const realNodeQueue = "real-node-queue"
+
+// realRecords is where a real node's trainer container mounts the
+// records directory.
+const realRecords = "/soak-records"
 
 // plan draws the jobs: single- and 4-node, checkpoints of 256 KiB to 8 MiB
 // and large ones of 64 to 256 MiB, many small files, a latest checkpoint
@@ -244,14 +276,21 @@ var jobKinds = []string{kindUnlabeled, kindFourNode, kindCancel, kindFailOnce, k
 // alongside.
 func (w *workload) plan(rng *rand.Rand, s settings) []job {
 	var jobs []job
-	order := rng.Perm(len(jobKinds))
+	kinds := jobKinds
+	if w.real {
+		kinds = append(slices.Clone(jobKinds), kindRealNode)
+	}
+	order := rng.Perm(len(kinds))
 	for i := range s.jobs {
 		j := job{ns: fmt.Sprintf("soak-%d", i), name: fmt.Sprintf("job-%d", i), labeled: true, nodes: 1, runtime: localcluster.RuntimeName}
 		j.plan = localcluster.TrainerPlan{Steps: 6 + rng.IntN(10), CheckpointEvery: 2 + rng.IntN(3), StepInterval: time.Second,
 			CheckpointBytes: (256 << 10) << rng.IntN(6), SmallFiles: []int{0, 0, 20, 60}[rng.IntN(4)], RewriteLatest: rng.IntN(3) == 0}
 		j.kind = []string{kindUnlabeled, kindUnlabeled, kindFourNode, kindFourNode, kindCancel, kindFailOnce, kindLarge, kindPlain, kindPlain, kindPlain}[rng.IntN(10)]
+		if w.real && rng.IntN(4) == 0 {
+			j.kind = kindRealNode
+		}
 		if i < len(order) {
-			j.kind = jobKinds[order[i]]
+			j.kind = kinds[order[i]]
 		}
 		switch j.kind {
 		case kindUnlabeled:
@@ -269,6 +308,12 @@ func (w *workload) plan(rng *rand.Rand, s settings) []job {
 		case kindLarge:
 			j.plan.CheckpointBytes, j.plan.ModelBytes = (64<<20)<<rng.IntN(3), 1<<20
 			j.plan.CheckpointEvery = max(j.plan.Steps/2, 2)
+		case kindRealNode:
+			// Trainer's torch-distributed runtime as shipped, under a real
+			// kubelet; long enough for a node kill to find it running.
+			j.runtime = localcluster.TorchRuntime
+			j.plan.Steps = 30 + rng.IntN(31)
+			j.plan.Record = fmt.Sprintf("%s/%s.%s.0.rec", realRecords, j.ns, j.name)
 		}
 		j.at = time.Duration(rng.Int64N(int64(s.duration * 6 / 10)))
 		jobs = append(jobs, j)
@@ -327,14 +372,22 @@ func (w *workload) createOne(ctx context.Context, j job) error {
 	}); err != nil {
 		return err
 	}
-	if err := retry(ctx, 90*time.Second, func() error { return w.c.LocalQueue(ctx, j.ns, "user-queue") }); err != nil {
+	queue := "user-queue"
+	makeQueue := w.c.LocalQueue
+	if j.kind == kindRealNode {
+		queue, makeQueue = realNodeQueue, w.c.RealNodeQueue
+	}
+	if err := retry(ctx, 90*time.Second, func() error { return makeQueue(ctx, j.ns, queue) }); err != nil {
 		return err
 	}
 	w.mu.Lock()
 	w.plans[j.ns+"/"+j.name] = j.plan
 	w.created = append(w.created, j)
 	w.mu.Unlock()
-	tw := testobj.MakeTrainJob(j.name, j.ns).Runtime(j.runtime).Queue("user-queue").NumNodes(int32(j.nodes))
+	tw := testobj.MakeTrainJob(j.name, j.ns).Runtime(j.runtime).Queue(queue).NumNodes(int32(j.nodes))
+	if j.kind == kindRealNode {
+		tw = w.onRealNode(tw, j)
+	}
 	if j.labeled {
 		tw = tw.Bound().Annotation(jobconfig.HeartbeatIntervalAnnotation, "1s")
 	}
@@ -534,4 +587,20 @@ func retry(ctx context.Context, timeout time.Duration, fn func() error) error {
 
 func logf(format string, args ...any) {
 	fmt.Printf("[soak %s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// onRealNode makes tw's trainer the stand-in image on the real nodes, as
+// e2e's real-node scenarios run it (a quarter CPU: Kueue assigns the real
+// nodes' flavor only to a workload that requests a covered resource),
+// recording into the records directory it mounts from the host.
+func (w *workload) onRealNode(tw *testobj.TrainJobWrapper, j job) *testobj.TrainJobWrapper {
+	return tw.ResourcesPerNode(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")}).
+		Image(w.c.RealNodes()[0].Image("tether-trainer-standin")).
+		Command("/trainer-standin").
+		Args(j.plan.Args(jobconfig.DefaultArtifactPath)...).
+		NodePatch(trainer.PodSpecPatch{
+			Volumes: []corev1.Volume{{Name: "soak-records", VolumeSource: corev1.VolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: w.records, Type: ptr.To(corev1.HostPathDirectory)}}}},
+			Containers: []trainer.ContainerPatch{{Name: "node", VolumeMounts: []corev1.VolumeMount{{Name: "soak-records", MountPath: realRecords}}}},
+		})
 }
