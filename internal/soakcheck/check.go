@@ -284,10 +284,11 @@ func (c *checker) lost(byID map[string]Job) {
 		if !ok {
 			continue
 		}
-		path, ok := strings.CutPrefix(a.Key, a.JobID+"/"+upload.NodePrefix(a.Rank))
+		rank, path, ok := keyOf(a, j)
 		if !ok || path == upload.ManifestName {
 			continue
 		}
+		a.Rank = rank
 		c.check(NothingLost)
 		s := c.read(a.Key)
 		switch {
@@ -307,6 +308,26 @@ func (c *checker) lost(byID map[string]Job) {
 	}
 }
 
+// keyOf is the rank and the path (relative to that rank's prefix) of an
+// access record's key. A record that does not know its rank (-1: the job's
+// node count was not recorded yet, and the key lies under nodes/<r>/) is
+// node r's when rank r's trainer closed a file under that path, else rank
+// 0's.
+func keyOf(a endpoint.AccessRecord, j Job) (int, string, bool) {
+	rank := a.Rank
+	if rank == -1 {
+		rank = 0
+		whole, _ := strings.CutPrefix(a.Key, a.JobID+"/")
+		for r := range j.Wrote {
+			if p, ok := strings.CutPrefix(whole, upload.NodePrefix(r)); ok && r > 0 && closedUnder(j, r, p) {
+				rank = r
+			}
+		}
+	}
+	path, ok := strings.CutPrefix(a.Key, a.JobID+"/"+upload.NodePrefix(rank))
+	return rank, path, ok
+}
+
 // isolation: a request that succeeded touched only its own token's job's
 // keys; an unlabeled job never got a binding.
 func (c *checker) isolation(byID map[string]Job) {
@@ -315,7 +336,9 @@ func (c *checker) isolation(byID map[string]Job) {
 			continue
 		}
 		c.check(Isolation)
-		if a.JobID == "" || (a.Key != "" && !strings.HasPrefix(a.Key, a.JobID+"/")) || (a.Key != "" && a.Rank < 0) {
+		// (Rank -1 alone is no breach: inside the job's prefix it says the
+		// node count was not recorded yet.)
+		if a.JobID == "" || (a.Key != "" && !strings.HasPrefix(a.Key, a.JobID+"/")) {
 			c.violate(Isolation, byID[a.JobID], a.Key, "request %s (%s) of binding %q (job %q, rank %d) succeeded on a key outside its job's", a.RequestID, a.Op, a.Binding, a.JobID, a.Rank)
 		}
 	}
@@ -363,6 +386,16 @@ func (c *checker) truthfulEnd(j Job) {
 			c.violate(TruthfulEnd, j, "", "Succeeded at attempt %d, but its trainer failed and was replaced: at least %d attempts happened", st.Attempt, j.MinAttempts)
 		}
 	case tetherv1.PhaseFailed:
+		if st.Reason == tetherv1.ReasonNeverBound {
+			// NeverBound says no trainer pod ran with the sidecar; a store
+			// write with the job's token says one did.
+			for _, a := range c.in.Access {
+				if a.JobID == j.JobID && a.Code == "" && (a.Op == "put" || a.Op == "commit") {
+					c.violate(TruthfulEnd, j, a.Key, "Failed/NeverBound (%q), but request %s stored this key with the job's token from pod %s: a sidecar ran", st.Message, a.RequestID, a.Pod)
+					break
+				}
+			}
+		}
 	default:
 		c.violate(TruthfulEnd, j, "", "binding phase %q after the heal, want Succeeded or Failed (%s: %s)", st.Phase, st.Reason, st.Message)
 	}

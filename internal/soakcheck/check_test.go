@@ -165,6 +165,39 @@ func TestCheckFindsEveryBreach(t *testing.T) {
 	}
 }
 
+// TestCheckUnknownRankAndFalseNeverBound: an upload recorded before the
+// binding knew its node count (rank -1) is judged against the rank its key
+// names, so node 3's file is no loss; and a binding that failed as
+// NeverBound ("no pod ran with the sidecar") while the job's token stored
+// files is named: the soak's seed 7 once ended a 4-node job so.
+func TestCheckUnknownRankAndFalseNeverBound(t *testing.T) {
+	w := &world{t: t, store: fsStore{fsstore.FSBackend{Root: t.TempDir()}}}
+	small := []byte("node 3's small file")
+	w.put("job-e/nodes/3/small/file-1.txt", small)
+	never := binding("ns", "e", "job-e", tetherv1.PhaseFailed)
+	never.Status.Reason, never.Status.Message = tetherv1.ReasonNeverBound, "none of its trainer pods ever ran with the Tether sidecar"
+	jobs := []Job{{Namespace: "ns", Name: "e", Labeled: true, JobID: "job-e", Nodes: 4, Ended: true,
+		Wrote: map[int][]Version{3: {{"small/file-1.txt", sum(small), int64(len(small))}}}, Binding: never}}
+	access := []endpoint.AccessRecord{ok("job-e", "job-e/nodes/3/small/file-1.txt", -1)}
+	r := Check(context.Background(), Input{Jobs: jobs, Store: w.store, Access: access})
+	for _, inv := range r.Invariants {
+		switch inv.Name {
+		case NothingLost:
+			if inv.Checked != 1 || len(inv.Violations) != 0 {
+				t.Errorf("nothing lost: %d checked, violations %+v; want node 3's file checked and kept", inv.Checked, inv.Violations)
+			}
+		case TruthfulEnd:
+			if len(inv.Violations) != 1 || !strings.Contains(inv.Violations[0].Detail, "a sidecar ran") {
+				t.Errorf("truthful end: violations %+v; want the false NeverBound named", inv.Violations)
+			}
+		default:
+			if len(inv.Violations) != 0 {
+				t.Errorf("%s: violations %+v", inv.Name, inv.Violations)
+			}
+		}
+	}
+}
+
 func TestReadRecordAndAccessLog(t *testing.T) {
 	vs, err := ReadRecord(strings.NewReader("ckpt/1.pt 0123456789abcdef0123456789abcdef 10\nmodel.bin 0123456789abcdef0123456789abcdef 5\nmodel.b"))
 	if err != nil || len(vs) != 2 || vs[1] != (Version{"model.bin", "0123456789abcdef0123456789abcdef", 5}) {

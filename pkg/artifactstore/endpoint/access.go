@@ -105,7 +105,7 @@ func (rq *request) record(status int, body *countingBody) AccessRecord {
 	if j := rq.job; j != nil {
 		a.Binding, a.JobID = j.Namespace+"/"+j.Name, j.JobID
 		if path, ok := strings.CutPrefix(rq.key, j.JobID+"/"); ok {
-			a.Rank = max(keyRank(path, j.Nodes), -1)
+			a.Rank = accessRank(path, j.Nodes)
 		}
 	}
 	return a

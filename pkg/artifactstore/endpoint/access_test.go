@@ -72,3 +72,28 @@ func TestAccessRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestAccessRankWhileNodeCountUnknown: a record names the rank a key is
+// of, and says it does not know (-1) for a key under nodes/<r>/ before the
+// binding has recorded the job's node count: node r's in a multi-node job,
+// a plain path of rank 0's in a single-node one (the soak once saw node
+// 3's uploads logged as rank 0's).
+func TestAccessRankWhileNodeCountUnknown(t *testing.T) {
+	for _, c := range []struct {
+		path  string
+		nodes int
+		want  int
+	}{
+		{"nodes/3/small/file-0012.txt", 0, -1},
+		{"nodes/3/small/file-0012.txt", 4, 3},
+		{"nodes/3/small/file-0012.txt", 1, 0},
+		{"checkpoints/step-2.pt", 0, 0},
+		{"nodes/0/x", 0, 0},
+		{"nodes/x/y", 0, 0},
+		{"nodes/9/y", 4, 0},
+	} {
+		if got := accessRank(c.path, c.nodes); got != c.want {
+			t.Errorf("accessRank(%q, %d) = %d, want %d", c.path, c.nodes, got, c.want)
+		}
+	}
+}

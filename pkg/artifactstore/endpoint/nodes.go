@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -36,6 +37,18 @@ func keyRank(path string, nodes int) int {
 		return 0
 	}
 	return rank
+}
+
+// accessRank is the rank an access record names for path: keyRank's, but
+// -1 (not known) for a key under nodes/<r>/ while the binding has not
+// recorded the job's node count yet (0): until then such a key is node r's
+// in a multi-node job and a plain path of rank 0's in a single-node one,
+// and the record must not guess.
+func accessRank(path string, nodes int) int {
+	if nodes == 0 && keyRank(path, binding.MaxBoundNodes) > 0 {
+		return -1
+	}
+	return keyRank(path, nodes)
 }
 
 // checkNode checks, in a multi-node job, that the request's pod is the
