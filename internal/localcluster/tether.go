@@ -560,14 +560,22 @@ func (t *Tether) syncEndpoints() {
 	}
 }
 
-// StartReplicaAgain starts a replica stopped by KillReplica.
+// StartReplicaAgain starts a replica stopped by KillReplica and waits until
+// it is ready. A new process that exits on its own (started into an API
+// server restart, say) is started again after the kubelet's back-off
+// (restartOnExit), as its pod would be: waited for too.
 func (t *Tether) StartReplicaAgain(ctx context.Context, i int) error {
 	r := t.replicas[i]
 	t.c.untrack(r.proc)
 	if err := t.startReplica(r); err != nil {
 		return err
 	}
-	return t.waitReady(ctx, r, 60*time.Second)
+	return t.c.waitFor(ctx, 60*time.Second+2*crashRestartDelay, fmt.Sprintf("tether replica %d ready again (log %s)", r.Index, r.proc.LogFile), func() (bool, error) {
+		t.mu.Lock()
+		ready := r.ready && !r.terminating
+		t.mu.Unlock()
+		return ready && (t.endpoints == nil || t.endpoints.isWritten(r.Index)), nil
+	})
 }
 
 func (t *Tether) waitReady(ctx context.Context, r *Replica, timeout time.Duration) error {

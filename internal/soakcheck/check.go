@@ -311,15 +311,15 @@ func (c *checker) lost(byID map[string]Job) {
 // keyOf is the rank and the path (relative to that rank's prefix) of an
 // access record's key. A record that does not know its rank (-1: the job's
 // node count was not recorded yet, and the key lies under nodes/<r>/) is
-// node r's when rank r's trainer closed a file under that path, else rank
-// 0's.
+// node r's when it is node r's manifest or rank r's trainer closed a file
+// under that path, else rank 0's.
 func keyOf(a endpoint.AccessRecord, j Job) (int, string, bool) {
 	rank := a.Rank
 	if rank == -1 {
 		rank = 0
 		whole, _ := strings.CutPrefix(a.Key, a.JobID+"/")
-		for r := range j.Wrote {
-			if p, ok := strings.CutPrefix(whole, upload.NodePrefix(r)); ok && r > 0 && closedUnder(j, r, p) {
+		for r := range j.Nodes {
+			if p, ok := strings.CutPrefix(whole, upload.NodePrefix(r)); ok && r > 0 && (p == upload.ManifestName || closedUnder(j, r, p)) {
 				rank = r
 			}
 		}

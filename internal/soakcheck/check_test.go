@@ -178,7 +178,8 @@ func TestCheckUnknownRankAndFalseNeverBound(t *testing.T) {
 	never.Status.Reason, never.Status.Message = tetherv1.ReasonNeverBound, "none of its trainer pods ever ran with the Tether sidecar"
 	jobs := []Job{{Namespace: "ns", Name: "e", Labeled: true, JobID: "job-e", Nodes: 4, Ended: true,
 		Wrote: map[int][]Version{3: {{"small/file-1.txt", sum(small), int64(len(small))}}}, Binding: never}}
-	access := []endpoint.AccessRecord{ok("job-e", "job-e/nodes/3/small/file-1.txt", -1)}
+	w.put("job-e/nodes/3/manifest.json", []byte(`{"version":"v1"}`))
+	access := []endpoint.AccessRecord{ok("job-e", "job-e/nodes/3/small/file-1.txt", -1), ok("job-e", "job-e/nodes/3/manifest.json", -1)}
 	r := Check(context.Background(), Input{Jobs: jobs, Store: w.store, Access: access})
 	for _, inv := range r.Invariants {
 		switch inv.Name {
