@@ -51,9 +51,10 @@
 // creating objects; TETHER_BENCH_HEAPPROFILE=path writes a heap profile with
 // every binding cached. TETHER_BENCH_APISERVER_CPUPROFILE=path writes
 // a 12-second CPU profile of kube-apiserver taken from the start of the
-// bind (read it with the kube-apiserver binary hack/testbin.sh built). On 2 cores saturated by other work (CPU pressure
-// some avg10 90-98) the whole run took 6 to 6.5 minutes (2,000 bound in 44
-// to 53 s, the growth to 10,000 in 4.5 to 4.8 minutes). A
+// bind (read it with the kube-apiserver binary hack/testbin.sh built).
+// Alone on 2 cores (CPU pressure some avg10 7 at the start) the whole run
+// took 100 s (2,000 bound in 15.1 s, the growth to 10,000 in 67 s); on 2
+// cores saturated by other work (avg10 90-98), 6 to 6.5 minutes. A
 // phase fails after 2 minutes without progress (stallTimeout) or past 6
 // minutes per 4,000 objects awaited (phaseTimeout). Progress goes to stderr
 // every 15 s, with a goroutine dump after a minute without any. Nothing is
