@@ -399,19 +399,25 @@ func (n *RealNode) stop() error {
 	if n.init != nil {
 		errs = append(errs, n.init.Stop(40*time.Second))
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	errs = append(errs, n.clearCgroups(20*time.Second))
+	return errors.Join(errs...)
+}
+
+// clearCgroups removes the node's cgroups (removeCgroups), again every
+// 200ms until within has passed: a killed process leaves its cgroup only
+// once the kernel has reaped it.
+func (n *RealNode) clearCgroups(within time.Duration) error {
+	deadline := time.Now().Add(within)
 	for {
 		left, err := n.removeCgroups()
 		if err == nil {
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
-			errs = append(errs, fmt.Errorf("real node: cgroups not removed (%d processes left): %w", left, err))
-			break
+			return fmt.Errorf("real node %s: cgroups not removed (%d processes left): %w", n.Name, left, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return errors.Join(errs...)
 }
 
 // removeCgroups SIGKILLs every process in the node's cgroups and removes

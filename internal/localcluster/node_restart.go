@@ -25,16 +25,8 @@ func (n *RealNode) Restart(ctx context.Context) error {
 	if exited, _ := n.init.Exited(); !exited {
 		return fmt.Errorf("node %s is running: Kill it first", n.Name)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		left, err := n.removeCgroups()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("node %s: its cgroups not removed after the kill (%d processes left): %w", n.Name, left, err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if err := n.clearCgroups(20 * time.Second); err != nil {
+		return fmt.Errorf("after the kill: %w", err)
 	}
 	var errs []error
 	for _, d := range []string{"run", "containerd/state", "runc"} {
