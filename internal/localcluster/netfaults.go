@@ -31,8 +31,7 @@ func (nw *ClusterNetwork) blackhole(ports []int32, on bool) error {
   }
 }
 `, blackholeTable, NetworkHostIP, strings.Join(set, ", "))
-	file := filepath.Join(nw.c.Dir, "blackhole.nft")
-	if err := os.WriteFile(file, []byte(rules), 0o600); err != nil {
+	if err := os.WriteFile(nw.blackholeRules(), []byte(rules), 0o600); err != nil {
 		return err
 	}
 	nw.faultsMu.Lock()
@@ -49,13 +48,17 @@ func (nw *ClusterNetwork) blackhole(ports []int32, on bool) error {
 	return nil
 }
 
+// blackholeRules is the file of the black hole's nftables rules, written
+// by blackhole and loaded into each running node's namespace.
+func (nw *ClusterNetwork) blackholeRules() string { return filepath.Join(nw.c.Dir, "blackhole.nft") }
+
 // applyBlackhole loads (on) or deletes the black hole's table in the node's
 // network namespace.
 func (n *RealNode) applyBlackhole(on bool) error {
 	in := []string{"nsenter", "-t", strconv.Itoa(n.init.PID()), "-n", n.c.bin("nft")}
 	var err error
 	if on {
-		err = run(append(in, "-f", filepath.Join(n.c.Dir, "blackhole.nft")))
+		err = run(append(in, "-f", n.net.network.blackholeRules()))
 	} else {
 		err = run(append(in, "delete", "table", "inet", blackholeTable))
 	}

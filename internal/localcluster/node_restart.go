@@ -22,7 +22,7 @@ func (n *RealNode) Restart(ctx context.Context) error {
 	if n.init == nil {
 		return fmt.Errorf("node %s was never started", n.Name)
 	}
-	if exited, _ := n.init.Exited(); !exited {
+	if n.Running() {
 		return fmt.Errorf("node %s is running: Kill it first", n.Name)
 	}
 	if err := n.clearCgroups(20 * time.Second); err != nil {
