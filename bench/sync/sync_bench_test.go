@@ -69,7 +69,8 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 func (s *server) newUploader(b *testing.B, conns int) *artifacts.Uploader {
 	b.Helper()
-	u, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: s.url, JobID: s.jobID, TokenFile: s.tokenFile, CAFile: s.caFile, MaxConns: conns})
+	u, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: s.url, JobID: s.jobID, TokenFile: s.tokenFile, CAFile: s.caFile, MaxConns: conns,
+		PodUID: benchutil.BenchPodUID})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func runCheckpoints(b *testing.B, s *server, fileEvents bool, n int, size int64,
 	}
 	defer sc.Close()
 	up := s.newUploader(b, 0)
-	sy, err := artifacts.NewSyncer(artifacts.SyncerConfig{Scanner: sc, Uploader: up, JobID: s.jobID, FileEvents: fileEvents,
+	sy, err := artifacts.NewSyncer(artifacts.SyncerConfig{Scanner: sc, Uploader: up, JobID: s.jobID, PodUID: benchutil.BenchPodUID, FileEvents: fileEvents,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		b.Fatal(err)
@@ -332,7 +333,7 @@ func runSmall(b *testing.B, dir string, n, workers, conns int, storeParent strin
 	}
 	defer sc.Close()
 	up := s.newUploader(b, conns)
-	sy, err := artifacts.NewSyncer(artifacts.SyncerConfig{Scanner: sc, Uploader: up, JobID: s.jobID, Workers: workers})
+	sy, err := artifacts.NewSyncer(artifacts.SyncerConfig{Scanner: sc, Uploader: up, JobID: s.jobID, PodUID: benchutil.BenchPodUID, Workers: workers})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -348,6 +349,7 @@ func runSmall(b *testing.B, dir string, n, workers, conns int, storeParent strin
 	}
 	r := smallRun{perSecond: float64(n) / took.Seconds()}
 	m := artifacts.NewManifest(s.jobID, rep.Verified)
+	m.PodUID = benchutil.BenchPodUID
 	t0 = time.Now()
 	if _, err := up.PutManifest(ctx, m); err != nil {
 		b.Fatal(err)
@@ -425,7 +427,7 @@ func BenchmarkSidecarSmallFilesRSS(b *testing.B) {
 			binding.EnvJobID:        s.jobID, binding.EnvWorkerID: "worker-0", binding.EnvTrainJob: "bench",
 			binding.EnvServerURL: s.url, binding.EnvTokenFile: s.tokenFile, binding.EnvCAFile: s.caFile,
 			binding.EnvArtifactDir: dir, binding.EnvHeartbeatInterval: "10s",
-			binding.EnvPodName: "bench-node-0-0", binding.EnvPodNamespace: "tether-bench", binding.EnvPodUID: "uid-bench",
+			binding.EnvPodName: "bench-node-0-0", binding.EnvPodNamespace: "tether-bench", binding.EnvPodUID: benchutil.BenchPodUID,
 			binding.EnvFlushBudget: "60s",
 		}
 		cmd := exec.Command(bin)

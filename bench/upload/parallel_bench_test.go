@@ -293,7 +293,8 @@ func (e *parallelEnv) sidecarPut(ctx context.Context, b *testing.B, i int, direc
 		return "", err
 	}
 	url, _ := ctx.Value(serverURLKey{}).(string)
-	up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: url, JobID: jobOf(phase, i), TokenFile: tokenFile, CAFile: e.caFile, MaxAttempts: 1})
+	up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: url, JobID: jobOf(phase, i), TokenFile: tokenFile, CAFile: e.caFile, MaxAttempts: 1,
+		PodUID: benchutil.BenchPodUID})
 	if err != nil {
 		return "", err
 	}
@@ -391,7 +392,8 @@ func runServerChild() int {
 	}
 	jobs := map[string]endpoint.Job{}
 	for i := range n {
-		jobs[tokenOf(i)] = endpoint.Job{Namespace: "tether-bench", Name: jobOf(phase, i), JobID: jobOf(phase, i), Writable: true}
+		jobs[tokenOf(i)] = endpoint.Job{Namespace: "tether-bench", Name: jobOf(phase, i), JobID: jobOf(phase, i), Writable: true,
+			Nodes: 1, Pods: map[int]string{0: benchutil.BenchPodUID}}
 	}
 	h := &endpoint.Handler{
 		Backend: backend,

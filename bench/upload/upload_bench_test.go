@@ -341,7 +341,8 @@ func (c *countingConn) Write(p []byte) (int, error) {
 // trailer (the Uploader before the checksum was added, to the same server).
 func (s *server) newUploaderWith(noTrailer bool) (*artifacts.Uploader, error) {
 	// The sidecar's configuration (cmd/sidecar), defaults otherwise.
-	return artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: s.url, JobID: s.jobID, TokenFile: s.tokenFile, CAFile: s.caFile, NoTrailer: noTrailer})
+	return artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: s.url, JobID: s.jobID, TokenFile: s.tokenFile, CAFile: s.caFile, NoTrailer: noTrailer,
+		PodUID: benchutil.BenchPodUID})
 }
 
 // uploaderPut uploads fx with a new Uploader (a new connection, nothing
@@ -424,6 +425,7 @@ func floorPut(ctx context.Context, tr *http.Transport, serverURL, token, key, pa
 	}
 	req.ContentLength = size
 	req.Header.Set(upload.TokenHeader, token)
+	req.Header.Set(upload.PodHeader, benchutil.BenchPodUID)
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := tr.RoundTrip(req) // closes the body
 	if err != nil {
@@ -896,7 +898,7 @@ func childUpload(mode string, rep *childReport) error {
 	switch mode {
 	case "upload", "upload-no-crc":
 		up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: env("URL"), JobID: env("JOB"), TokenFile: env("TOKEN_FILE"), CAFile: env("CA_FILE"),
-			NoTrailer: mode == "upload-no-crc"})
+			NoTrailer: mode == "upload-no-crc", PodUID: benchutil.BenchPodUID})
 		if err != nil {
 			return err
 		}

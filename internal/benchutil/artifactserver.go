@@ -37,7 +37,15 @@ type ArtifactServer struct {
 	TokenFile, CAFile string
 	CertPEM           []byte
 	Backend           fsstore.FSBackend
+	// PodUID is node 0's recorded pod (BenchPodUID).
+	PodUID string
 }
+
+// BenchPodUID is the pod the benchmarks' bindings record as node 0's: the
+// endpoint takes a write only from its node's recorded pod, so every
+// uploader, sidecar and floor request of a benchmark names it
+// (upload.PodHeader), as an injected sidecar names its own.
+const BenchPodUID = "uid-bench"
 
 // ArtifactServerOptions shape an ArtifactServer; the zero value is the plain
 // endpoint.
@@ -86,7 +94,7 @@ func StartArtifactServer(b testing.TB, o ArtifactServerOptions) *ArtifactServer 
 	if o.JobIDBytes == 0 {
 		o.JobIDBytes = 8
 	}
-	s := &ArtifactServer{Token: RandHex(b, 32), JobID: "bench-" + RandHex(b, o.JobIDBytes), Backend: backend}
+	s := &ArtifactServer{Token: RandHex(b, 32), JobID: "bench-" + RandHex(b, o.JobIDBytes), Backend: backend, PodUID: BenchPodUID}
 	certPEM, keyPEM := SelfSignedCert(b)
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
@@ -106,7 +114,8 @@ func StartArtifactServer(b testing.TB, o ArtifactServerOptions) *ArtifactServer 
 			if string(token) != s.Token {
 				return endpoint.Job{}, endpoint.Unauthorized("no binding holds this token")
 			}
-			return endpoint.Job{Namespace: "tether-bench", Name: "bench-worker-0", JobID: s.JobID, Writable: true}, nil
+			return endpoint.Job{Namespace: "tether-bench", Name: "bench-worker-0", JobID: s.JobID, Writable: true,
+				Nodes: 1, Pods: map[int]string{0: s.PodUID}}, nil
 		},
 		Log: logr.Discard(),
 	}

@@ -387,13 +387,30 @@ func (c *checker) truthfulEnd(j Job) {
 		}
 	case tetherv1.PhaseFailed:
 		if st.Reason == tetherv1.ReasonNeverBound {
-			// NeverBound says no trainer pod ran with the sidecar; a store
-			// write with the job's token says one did.
-			for _, a := range c.in.Access {
-				if a.JobID == j.JobID && a.Code == "" && (a.Op == "put" || a.Op == "commit") {
-					c.violate(TruthfulEnd, j, a.Key, "Failed/NeverBound (%q), but request %s stored this key with the job's token from pod %s: a sidecar ran", st.Message, a.RequestID, a.Pod)
+			// NeverBound says no trainer pod ran with the sidecar; a request
+			// the endpoint authorized with the job's token and a pod's own
+			// pod token (the record names the job only then) says one did,
+			// whatever came of it. A stored write is the worse lie: name it.
+			var ran *endpoint.AccessRecord
+			for i := range c.in.Access {
+				a := &c.in.Access[i]
+				if a.JobID != j.JobID {
+					continue
+				}
+				if a.Code == "" && (a.Op == "put" || a.Op == "commit") {
+					ran = a
 					break
 				}
+				if ran == nil {
+					ran = a
+				}
+			}
+			if ran != nil {
+				what := "reached the artifact endpoint (" + ran.Op + " " + ran.Outcome() + ")"
+				if ran.Code == "" && (ran.Op == "put" || ran.Op == "commit") {
+					what = "stored this key"
+				}
+				c.violate(TruthfulEnd, j, ran.Key, "Failed/NeverBound (%q), but request %s %s with the job's token from pod %s: a sidecar ran", st.Message, ran.RequestID, what, ran.Pod)
 			}
 		}
 	default:

@@ -199,6 +199,34 @@ func TestCheckUnknownRankAndFalseNeverBound(t *testing.T) {
 	}
 }
 
+// TestCheckNeverBoundWithRefusedRequests: a NeverBound binding whose
+// job's pod reached the artifact endpoint, even only to be told to retry
+// (the endpoint stores nothing from a pod the binding never recorded), is
+// named: a sidecar ran. A NeverBound job with no such request passes.
+func TestCheckNeverBoundWithRefusedRequests(t *testing.T) {
+	w := &world{t: t, store: fsStore{fsstore.FSBackend{Root: t.TempDir()}}}
+	never := func(name string) *tetherv1.WorkerBinding {
+		b := binding("ns", name, "job-"+name, tetherv1.PhaseFailed)
+		b.Status.Reason, b.Status.Message = tetherv1.ReasonNeverBound, "none of its trainer pods ever ran with the Tether sidecar"
+		return b
+	}
+	jobs := []Job{
+		{Namespace: "ns", Name: "f", Labeled: true, JobID: "job-f", Nodes: 4, Ended: true, Binding: never("f")},
+		{Namespace: "ns", Name: "g", Labeled: true, JobID: "job-g", Nodes: 1, Ended: true, Binding: never("g")},
+	}
+	refused := ok("job-f", "job-f/nodes/2/a.bin", -1)
+	refused.Status, refused.Code, refused.Pod = 503, "ServiceUnavailable", "pod-2"
+	r := Check(context.Background(), Input{Jobs: jobs, Store: w.store, Access: []endpoint.AccessRecord{refused}})
+	for _, inv := range r.Invariants {
+		if inv.Name != TruthfulEnd {
+			continue
+		}
+		if len(inv.Violations) != 1 || inv.Violations[0].Job != "ns/f" || !strings.Contains(inv.Violations[0].Detail, "reached the artifact endpoint (put ServiceUnavailable)") {
+			t.Errorf("truthful end: violations %+v; want job f's false NeverBound named, and only it", inv.Violations)
+		}
+	}
+}
+
 func TestReadRecordAndAccessLog(t *testing.T) {
 	vs, err := ReadRecord(strings.NewReader("ckpt/1.pt 0123456789abcdef0123456789abcdef 10\nmodel.bin 0123456789abcdef0123456789abcdef 5\nmodel.b"))
 	if err != nil || len(vs) != 2 || vs[1] != (Version{"model.bin", "0123456789abcdef0123456789abcdef", 5}) {

@@ -38,7 +38,7 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 	st := &wb.Status
 	settings := lifecycle.Settings(&wb.Spec)
 	var obs []observation
-	r.recordNodeCount(ctx, tj, wb, settings, len(pods) > 0)
+	countRetry := r.recordNodeCount(ctx, tj, wb, settings, len(pods) > 0)
 	conds := trainjob.Conditions(tj)
 	suspended := meta.IsStatusConditionTrue(conds, trainjob.ConditionSuspended)
 
@@ -111,7 +111,7 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 		// of the last verdict.
 		if st.Phase == tetherv1.PhaseFinishing && st.Reason == tetherv1.ReasonAwaitingArtifacts {
 			if wait := c.LastTransitionTime.Add(r.ArtifactGrace).Sub(now); wait > 0 {
-				return wait, obs
+				return minWait(countRetry, wait), obs
 			}
 			// Before saying so, the store's own copy of each missing
 			// manifest: a verdict the binding server could not record.
@@ -129,6 +129,9 @@ func (r *BindingReconciler) observe(ctx context.Context, tj *unstructured.Unstru
 		}
 	}
 	requeue := r.checkHeartbeats(ctx, st, settings, now)
+	if countRetry > 0 {
+		requeue = minWait(requeue, countRetry)
+	}
 	// Whoever found every artifact verified (this controller, or the binding
 	// server on a verified manifest), the latest versions are put in place
 	// here, before the binding may say Succeeded.
@@ -247,33 +250,40 @@ func minWait(a, b time.Duration) time.Duration {
 // the binding), and a burst of new TrainJobs paid one such read per
 // reconcile (bench/controller). The first pod's reconcile records the
 // count, in practice before its sidecar registers (the count is
-// informational to it).
-func (r *BindingReconciler) recordNodeCount(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, settings tetherv1.WorkerBindingSettings, hasPods bool) {
+// informational to it). A read that failed is retried after the returned
+// duration (0: none needed): until the count is known the artifact
+// endpoint cannot tell whose a key under nodes/<r>/ is, and nothing else
+// may bring the binding back soon (a quiet job's pods change rarely).
+func (r *BindingReconciler) recordNodeCount(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, settings tetherv1.WorkerBindingSettings, hasPods bool) time.Duration {
 	if wb.Status.NodeCount > 0 {
-		return
+		return 0
 	}
 	if settings.Nodes == jobconfig.NodesPrimary {
 		lifecycle.SetNodeCount(&wb.Status, 1)
-		return
+		return 0
 	}
 	if r.Live == nil || !hasPods {
-		return
+		return 0
 	}
 	n, err := trainjob.NodeCount(ctx, r.Live, types.NamespacedName{Namespace: tj.GetNamespace(), Name: tj.GetName()})
 	switch {
 	case apierrors.IsNotFound(err):
-		return // Trainer has not created it yet (or the job is still queued)
+		return 0 // gone with the job (its pods are on their way out)
 	case meta.IsNoMatchError(err):
 		// No JobSet API (a test cluster without JobSet): the gate counts
 		// the nodes seen.
 		logf.FromContext(ctx).V(1).Info("no JobSet API: counting the nodes seen", "error", err.Error())
-		return
+		return 0
 	case err != nil:
-		logf.FromContext(ctx).Info("cannot read the TrainJob's JobSet to count its nodes; will retry", "error", err.Error())
-		return
+		logf.FromContext(ctx).Info("cannot read the TrainJob's JobSet to count its nodes; will retry", "retryAfter", nodeCountRetry.String(), "error", err.Error())
+		return nodeCountRetry
 	}
 	lifecycle.SetNodeCount(&wb.Status, n)
+	return 0
 }
+
+// nodeCountRetry is how soon a failed read of the JobSet is retried.
+const nodeCountRetry = 5 * time.Second
 
 // boundPod is an injected trainer pod of a bound node.
 type boundPod struct {

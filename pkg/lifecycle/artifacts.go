@@ -374,6 +374,12 @@ func reportedError(st *tetherv1.WorkerBindingStatus, rank int32) string {
 	return e
 }
 
+// noManifestUnexplained is a node's lack when no upload error of its
+// reached the binding. That is what the binding knows, not that the worker
+// had none: a final flush that met a failing store can go unreported when
+// the binding server is unreachable too.
+const noManifestUnexplained = "no manifest was uploaded, and no upload error of the node's sidecar reached the binding (did the sidecar run its final flush, and could it reach the binding server?)"
+
 // nodeMissing says what a node lacks; reported is its last upload error
 // from heartbeats, the cause when it sent no final report.
 func nodeMissing(n *tetherv1.NodeStatus, reported string) string {
@@ -386,7 +392,7 @@ func nodeMissing(n *tetherv1.NodeStatus, reported string) string {
 		// The worker named no file, but said why it uploaded no manifest.
 		return "no manifest was uploaded: " + reported
 	case a == nil:
-		return "no manifest was uploaded (the worker reported no upload error: did the sidecar run its final flush?)"
+		return noManifestUnexplained
 	case a.Manifest == "" && len(a.Missing) > 0:
 		shown := a.Missing[:min(len(a.Missing), 3)]
 		more := ""
@@ -399,7 +405,7 @@ func nodeMissing(n *tetherv1.NodeStatus, reported string) string {
 		// The worker named no file, but said why it uploaded no manifest.
 		return "no manifest was uploaded: " + a.LastError
 	case a.Manifest == "":
-		return "no manifest was uploaded (the worker reported no upload error: did the sidecar run its final flush?)"
+		return noManifestUnexplained
 	case len(a.Missing) > 0:
 		return fmt.Sprintf("%s is not stored as the manifest lists it", a.Missing[0])
 	case a.LastError != "":

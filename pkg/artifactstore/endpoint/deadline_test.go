@@ -56,6 +56,7 @@ func TestHandlerDeadlines(t *testing.T) {
 	req, _ := http.NewRequest("PUT", e.srv.URL+"/tether-artifacts/job-a/stalled.bin", pr)
 	req.ContentLength = 2000
 	req.Header.Set(upload.TokenHeader, tokenA)
+	req.Header.Set(upload.PodHeader, testPod)
 	start := time.Now()
 	n := e.started.Load()
 	done := make(chan struct{})

@@ -167,8 +167,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 func (c *countingReader) Close() error { return c.r.Close() }
 
-// tokenTransport adds the token (and any extra headers) to every request,
-// like the sidecar's uploader.
+// tokenTransport adds the token, the pod (testPod, unless extra names one)
+// and any extra headers to every request, like the sidecar's uploader.
 type tokenTransport struct {
 	token string
 	extra http.Header
@@ -179,6 +179,7 @@ func (tt tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	if tt.token != "" {
 		r.Header.Set(upload.TokenHeader, tt.token)
+		r.Header.Set(upload.PodHeader, testPod)
 	}
 	for k, vs := range tt.extra {
 		r.Header[k] = vs
@@ -270,7 +271,8 @@ func (e *env) list(prefix string) []string {
 	return keys
 }
 
-// raw sends a request with net/http, the token in the header if not empty.
+// raw sends a request with net/http, the token in the header if not empty
+// (and then the pod, testPod, unless hdr names one).
 func (e *env) raw(method, path, token string, body io.Reader, size int64, hdr http.Header) *http.Response {
 	e.t.Helper()
 	req, err := http.NewRequest(method, e.srv.URL+path, body)
@@ -280,6 +282,7 @@ func (e *env) raw(method, path, token string, body io.Reader, size int64, hdr ht
 	req.ContentLength = size
 	if token != "" {
 		req.Header.Set(upload.TokenHeader, token)
+		req.Header.Set(upload.PodHeader, testPod)
 	}
 	for k, vs := range hdr {
 		req.Header[k] = vs

@@ -188,6 +188,7 @@ func testRefusedBeforeBody(t *testing.T, e *env) {
 			req.Header.Set("Expect", "100-continue")
 			if tc.token != "" {
 				req.Header.Set(upload.TokenHeader, tc.token)
+				req.Header.Set(upload.PodHeader, testPod)
 			}
 			tr := e.transport()
 			tr.ExpectContinueTimeout = 10 * time.Second
@@ -578,6 +579,7 @@ func testBodyFailsMidStream(t *testing.T, e *env) {
 		req, _ := http.NewRequest("PUT", e.srv.URL+"/tether-artifacts/"+key, &storetest.FailingReader{N: size / 2, Err: errors.New("disk read error")})
 		req.ContentLength = size
 		req.Header.Set(upload.TokenHeader, tokenA)
+		req.Header.Set(upload.PodHeader, testPod)
 		n := e.started.Load()
 		_, err := (&http.Client{Transport: e.transport()}).Do(req)
 		if err == nil {
@@ -604,7 +606,7 @@ func testShortBody(t *testing.T, e *env) {
 	// the body end early and answers 400 IncompleteBody.
 	conn := e.rawTLS()
 	u, _ := url.Parse(e.srv.URL)
-	fmt.Fprintf(conn, "PUT /tether-artifacts/job-a/short.bin HTTP/1.1\r\nHost: %s\r\n%s: %s\r\nContent-Length: 1000\r\n\r\n", u.Host, upload.TokenHeader, tokenA)
+	fmt.Fprintf(conn, "PUT /tether-artifacts/job-a/short.bin HTTP/1.1\r\nHost: %s\r\n%s: %s\r\n%s: %s\r\nContent-Length: 1000\r\n\r\n", u.Host, upload.TokenHeader, tokenA, upload.PodHeader, testPod)
 	_, _ = conn.Write(make([]byte, 500))
 	if err := conn.CloseWrite(); err != nil {
 		t.Fatal(err)
@@ -696,7 +698,7 @@ func testRequestShape(t *testing.T, e *env) {
 	// No Content-Length and no chunking.
 	conn := e.rawTLS()
 	u, _ := url.Parse(e.srv.URL)
-	fmt.Fprintf(conn, "PUT /tether-artifacts/job-a/nolength HTTP/1.1\r\nHost: %s\r\n%s: %s\r\n\r\n", u.Host, upload.TokenHeader, tokenA)
+	fmt.Fprintf(conn, "PUT /tether-artifacts/job-a/nolength HTTP/1.1\r\nHost: %s\r\n%s: %s\r\n%s: %s\r\n\r\n", u.Host, upload.TokenHeader, tokenA, upload.PodHeader, testPod)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -705,7 +707,7 @@ func testRequestShape(t *testing.T, e *env) {
 
 	// Over 5 GiB: refused from the header alone.
 	conn = e.rawTLS()
-	fmt.Fprintf(conn, "PUT /tether-artifacts/job-a/huge HTTP/1.1\r\nHost: %s\r\n%s: %s\r\nContent-Length: %d\r\n\r\n", u.Host, upload.TokenHeader, tokenA, upload.MaxObjectSize+1)
+	fmt.Fprintf(conn, "PUT /tether-artifacts/job-a/huge HTTP/1.1\r\nHost: %s\r\n%s: %s\r\n%s: %s\r\nContent-Length: %d\r\n\r\n", u.Host, upload.TokenHeader, tokenA, upload.PodHeader, testPod, upload.MaxObjectSize+1)
 	resp, err = http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -48,6 +48,7 @@ func TestManifestPutsPerJobAreLimited(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPut, e.srv.URL+"/tether-artifacts/job-a/manifest.json", pr)
 		req.ContentLength = int64(len(body))
 		req.Header.Set(upload.TokenHeader, tokenA)
+		req.Header.Set(upload.PodHeader, testPod)
 		wg.Go(func() {
 			resp, err := (&http.Client{Transport: e.transport()}).Do(req)
 			if err != nil {

@@ -51,29 +51,56 @@ func accessRank(path string, nodes int) int {
 	return keyRank(path, nodes)
 }
 
-// checkNode checks, in a multi-node job, that the request's pod is the
-// current pod of the rank whose key path is.
+// checkNode checks that the request's pod is the current, registered pod
+// of the rank whose key path is, in every binding: a write from a pod the
+// binding has not recorded is a write nothing accounts for (the binding
+// would say the job never bound, or leave a replaced pod's flush beside its
+// successor's files). Until the binding records the job's node count (0), a
+// key under nodes/<r>/ is node r's if node r's pod sends it, and otherwise
+// waits for the count: it is rank 0's plain path in a single-node job and
+// node r's in a multi-node one.
 func checkNode(rq *request, job Job, path string) *apiError {
-	if job.Nodes <= 1 {
-		return nil
+	uid := rq.r.Header.Get(upload.PodHeader)
+	if uid == "" {
+		return &apiError{http.StatusForbidden, "AccessDenied",
+			"every write names its pod: send " + upload.PodHeader + " with the pod's UID (the sidecar does; upgrade an older one)"}
 	}
 	rank := keyRank(path, job.Nodes)
-	uid := rq.r.Header.Get(upload.PodHeader)
+	if r := keyRank(path, binding.MaxBoundNodes); job.Nodes == 0 && r > 0 {
+		switch registered, ok := rankOf(job.Pods, uid); {
+		case job.Pods[r] == uid:
+			return nil
+		case ok && registered > 0:
+			// A node r > 0 exists, so the job is multi-node: the key is node r's.
+			rank = r
+		default:
+			rq.retryAfter = time.Second
+			return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+				fmt.Sprintf("the binding has not recorded the job's node count yet, so whose key %s/%d/... is cannot be told; retry", upload.NodesDir, r)}
+		}
+	}
 	want := job.Pods[rank]
 	switch {
-	case uid == "":
-		return &apiError{http.StatusForbidden, "AccessDenied",
-			"in a multi-node job every write names its pod: send " + upload.PodHeader + " with the pod's UID (the sidecar does; upgrade an older one)"}
 	case want == "":
 		rq.retryAfter = time.Second
 		return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
 			fmt.Sprintf("node %d has no registered pod on the binding yet (its sidecar registers first); retry", rank)}
 	case uid != want:
 		return &apiError{http.StatusForbidden, "AccessDenied",
-			fmt.Sprintf("pod %s is not node %d's current pod: a node writes only its own rank's keys (rank 0: <job-id>/<path> outside %s/, rank r: <job-id>/%s/<r>/<path>)",
+			fmt.Sprintf("pod %s is not node %d's current pod: a node writes only its own rank's keys, from its current registered pod (rank 0: <job-id>/<path> outside %s/, rank r: <job-id>/%s/<r>/<path>)",
 				uid, rank, upload.NodesDir, upload.NodesDir)}
 	}
 	return nil
+}
+
+// rankOf is the rank whose registered pod uid is.
+func rankOf(pods map[int]string, uid string) (int, bool) {
+	for r, u := range pods {
+		if u == uid {
+			return r, true
+		}
+	}
+	return 0, false
 }
 
 // checkManifestPod checks that node rank's manifest names its pod, the

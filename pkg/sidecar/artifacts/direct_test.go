@@ -55,7 +55,7 @@ func newDirectServerOn(t *testing.T, env *s3env, jobID string, b *s3store.S3Back
 			if string(token) != testToken {
 				return endpoint.Job{}, endpoint.Unauthorized("no binding holds this token")
 			}
-			return endpoint.Job{Namespace: "ml", Name: "wb", JobID: jobID, Writable: true}, nil
+			return endpoint.Job{Namespace: "ml", Name: "wb", JobID: jobID, Writable: true, Pods: map[int]string{0: testPodUID}}, nil
 		},
 		Log: logr.Discard(),
 	}

@@ -48,6 +48,9 @@ const (
 	adminSecre = "tether-test-secret"
 	// testPodToken stands for the kubelet's projected pod token (a JWT).
 	testPodToken = "eyJhbGciOiJSUzI1NiJ9.eyJuIjoxfQ.c2ln"
+	// testPodUID is node 0's pod in the test servers' bindings, which the
+	// test uploaders name (the endpoint takes a write only from it).
+	testPodUID = "pod-0"
 )
 
 // s3env is a shared S3 server.
@@ -316,7 +319,7 @@ func newTestUploader(t *testing.T, env *s3env, jobID string, o uploaderOpts) (*U
 	}
 	c := &counter{}
 	cfg := UploaderConfig{
-		ServerURL: o.url, JobID: jobID, TokenFile: tokenFile, PodTokenFile: podTokenFile, CAFile: caFile,
+		ServerURL: o.url, JobID: jobID, TokenFile: tokenFile, PodTokenFile: podTokenFile, CAFile: caFile, PodUID: testPodUID,
 		BackoffInitial: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
 		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
 			if o.wrap != nil {

@@ -63,7 +63,7 @@ func newSlowStore(t *testing.T, env *s3env, job string) *slowStore {
 	}
 	h := &endpoint.Handler{Backend: backend, Log: logr.Discard(),
 		Authorize: func(context.Context, binding.Token) (endpoint.Job, error) {
-			return endpoint.Job{Namespace: "ns", Name: "wb", JobID: job, Writable: true}, nil
+			return endpoint.Job{Namespace: "ns", Name: "wb", JobID: job, Writable: true, Pods: map[int]string{0: testPodUID}}, nil
 		},
 		OnRefused: func(reason string) {
 			s.mu.Lock()

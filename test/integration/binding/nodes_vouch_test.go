@@ -30,6 +30,14 @@ import (
 // node rank.
 func newTwoNodeJob(t *testing.T) [2]*job {
 	t.Helper()
+	return newTwoNodeJobCounted(t, true)
+}
+
+// newTwoNodeJobCounted is newTwoNodeJob; count false leaves the binding's
+// node count unrecorded (0), as it is until the controller has read the
+// TrainJob's JobSet.
+func newTwoNodeJobCounted(t *testing.T, count bool) [2]*job {
+	t.Helper()
 	ctx := context.Background()
 	nsCounter++
 	ns, name := fmt.Sprintf("bind-%d", nsCounter), "train"
@@ -47,6 +55,9 @@ func newTwoNodeJob(t *testing.T) [2]*job {
 		mustCreate(t, j.pod)
 		j.writeFiles(t, secret)
 		out[rank] = j
+	}
+	if !count {
+		return out
 	}
 	// No JobSet API here: record the count the controller reads from the
 	// TrainJob's JobSet.
