@@ -34,6 +34,11 @@ func (s *Server) EnableArtifacts(backend upload.Backend, direct endpoint.DirectO
 		Log:       s.log.WithName("artifacts"),
 		Direct:    direct,
 	}
+	// Each of the endpoint's own refusals starts at zero: the alert on
+	// increase() (TetherUploadFailures) sees the first one of a kind too.
+	for _, reason := range endpoint.RefusalReasons() {
+		s.metrics.refusals.WithLabelValues("artifact_" + reason)
+	}
 	s.handler = endpoint.Route(workerauth.WithPodClaim(h), s.handler)
 	return h
 }

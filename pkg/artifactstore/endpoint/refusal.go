@@ -18,3 +18,29 @@ func refusalReason(code string) string {
 	}
 	return b.String()
 }
+
+// errorCodes are the S3 error codes the endpoint answers a refusal with,
+// its own and objects.CheckKey's (TestErrorCodesListed keeps the list whole).
+var errorCodes = []string{
+	"AccessDenied", "BadDigest", "EntityTooLarge", "IncompleteBody", "InternalError", "InvalidArgument",
+	"InvalidDigest", "InvalidRequest", "InvalidUpload", "KeyConflict", "KeyTooLongError", "MalformedJSON", "MalformedManifest",
+	"MethodNotAllowed", "MissingContentLength", "NoSuchBucket", "NoSuchKey", "NoSuchUpload", "NotImplemented",
+	"ServiceUnavailable", "SlowDown", "XAmzContentSHA256Mismatch",
+}
+
+// ownReasons are the reasons the endpoint gives a refusal instead of its
+// code's (request.reason).
+var ownReasons = []string{"key_changed", "rate_limited", "manifest_rate_limited"}
+
+// RefusalReasons are the reasons OnRefused can be given for the endpoint's
+// own refusals: its error codes' and its own reasons. A counter by reason starts each of them at zero: the
+// first refusal of a kind must be an increase, and Prometheus's increase()
+// sees none in a series that first appears at 1. An Authorizer's own
+// reasons (AuthError.Reason) are its to list.
+func RefusalReasons() []string {
+	out := make([]string, 0, len(errorCodes)+len(ownReasons))
+	for _, c := range errorCodes {
+		out = append(out, refusalReason(c))
+	}
+	return append(out, ownReasons...)
+}
