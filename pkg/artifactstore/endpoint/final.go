@@ -3,6 +3,7 @@ package endpoint
 import (
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // A PUT is authorized before its body arrives, and a body may take minutes:
@@ -18,9 +19,16 @@ func notWritable(job Job) *apiError {
 	if state == "" {
 		state = "finished"
 	}
+	// Only a job whose manifests were all verified (Succeeded, or being
+	// promoted) has verified artifacts; a failed one's are final too, but
+	// not verified.
+	what := "the job's artifacts are verified and final and can no longer change"
+	if strings.HasPrefix(state, "Failed") || state == "finished" {
+		what = "the binding has ended and the job's artifacts can no longer change"
+	}
 	return &apiError{http.StatusForbidden, "AccessDenied",
-		fmt.Sprintf("binding %s/%s is %s: the job's artifacts are verified and final and can no longer change; nothing was stored (write artifacts before the trainer exits)",
-			job.Namespace, job.Name, state)}
+		fmt.Sprintf("binding %s/%s is %s: %s; nothing was stored (write artifacts before the trainer exits)",
+			job.Namespace, job.Name, state, what)}
 }
 
 // recheck authorizes the request's token again for job: nil if the job may

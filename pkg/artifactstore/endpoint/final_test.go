@@ -51,3 +51,23 @@ func TestPutEndingAfterArtifactsFinalNotKept(t *testing.T) {
 	e.wantObject("job-a/model.bin", listed)
 	e.wantAbsent("job-a/unlisted.bin")
 }
+
+// TestNotWritableSaysWhatIsTrue: a refused write to a failed job's binding
+// does not call its artifacts verified (the soak's cancelled job was told
+// "verified and final"); a succeeded or promoting one's are.
+func TestNotWritableSaysWhatIsTrue(t *testing.T) {
+	for state, want := range map[string]string{
+		"Succeeded":                    "verified and final",
+		"Finishing/PromotingArtifacts": "verified and final",
+		"Failed":                       "the binding has ended",
+		"":                             "the binding has ended",
+	} {
+		e := notWritable(Job{Namespace: "ns", Name: "wb", State: state})
+		if e.status != http.StatusForbidden || !strings.Contains(e.message, want) {
+			t.Errorf("state %q: %d %q, want 403 saying %q", state, e.status, e.message, want)
+		}
+		if want != "verified and final" && strings.Contains(e.message, "verified") {
+			t.Errorf("state %q: %q calls the artifacts verified", state, e.message)
+		}
+	}
+}
