@@ -257,6 +257,7 @@ const (
 	kindFailOnce  = "fails once, replaced"
 	kindLarge     = "large checkpoints"
 	kindRealNode  = "on a real node"
+	kindInPlace   = "fails once, restarted in place"
 )
 
 var jobKinds = []string{kindUnlabeled, kindFourNode, kindCancel, kindFailOnce, kindLarge, kindPlain}
@@ -278,7 +279,7 @@ func (w *workload) plan(rng *rand.Rand, s settings) []job {
 	var jobs []job
 	kinds := jobKinds
 	if w.real {
-		kinds = append(slices.Clone(jobKinds), kindRealNode)
+		kinds = append(slices.Clone(jobKinds), kindRealNode, kindInPlace)
 	}
 	order := rng.Perm(len(kinds))
 	for i := range s.jobs {
@@ -287,7 +288,7 @@ func (w *workload) plan(rng *rand.Rand, s settings) []job {
 			CheckpointBytes: (256 << 10) << rng.IntN(6), SmallFiles: []int{0, 0, 20, 60}[rng.IntN(4)], RewriteLatest: rng.IntN(3) == 0}
 		j.kind = []string{kindUnlabeled, kindUnlabeled, kindFourNode, kindFourNode, kindCancel, kindFailOnce, kindLarge, kindPlain, kindPlain, kindPlain}[rng.IntN(10)]
 		if w.real && rng.IntN(4) == 0 {
-			j.kind = kindRealNode
+			j.kind = []string{kindRealNode, kindRealNode, kindInPlace}[rng.IntN(3)]
 		}
 		if i < len(order) {
 			j.kind = kinds[order[i]]
@@ -308,12 +309,21 @@ func (w *workload) plan(rng *rand.Rand, s settings) []job {
 		case kindLarge:
 			j.plan.CheckpointBytes, j.plan.ModelBytes = (64<<20)<<rng.IntN(3), 1<<20
 			j.plan.CheckpointEvery = max(j.plan.Steps/2, 2)
-		case kindRealNode:
+		case kindRealNode, kindInPlace:
 			// Trainer's torch-distributed runtime as shipped, under a real
 			// kubelet; long enough for a node kill to find it running.
 			j.runtime = localcluster.TorchRuntime
 			j.plan.Steps = 30 + rng.IntN(31)
 			j.plan.Record = fmt.Sprintf("%s/%s.%s.0.rec", realRecords, j.ns, j.name)
+			if j.kind == kindInPlace {
+				// Exits 3 halfway once (the run count lives in its artifact
+				// directory, which the container keeps): the shipped runtime's
+				// restartPolicy OnFailure (JobSet's default) and the Job's
+				// backoffLimit (6) have the kubelet restart it in the same
+				// pod, and it resumes from its last checkpoint.
+				j.plan.ExitCode, j.plan.FailRuns, j.plan.FailAfterSteps, j.plan.Resume = 3, 1, j.plan.Steps/2, true
+				j.minAttempts = 2
+			}
 		}
 		j.at = time.Duration(rng.Int64N(int64(s.duration * 6 / 10)))
 		jobs = append(jobs, j)
@@ -374,7 +384,7 @@ func (w *workload) createOne(ctx context.Context, j job) error {
 	}
 	queue := "user-queue"
 	makeQueue := w.c.LocalQueue
-	if j.kind == kindRealNode {
+	if j.kind == kindRealNode || j.kind == kindInPlace {
 		queue, makeQueue = realNodeQueue, w.c.RealNodeQueue
 	}
 	if err := retry(ctx, 90*time.Second, func() error { return makeQueue(ctx, j.ns, queue) }); err != nil {
@@ -385,7 +395,7 @@ func (w *workload) createOne(ctx context.Context, j job) error {
 	w.created = append(w.created, j)
 	w.mu.Unlock()
 	tw := testobj.MakeTrainJob(j.name, j.ns).Runtime(j.runtime).Queue(queue).NumNodes(int32(j.nodes))
-	if j.kind == kindRealNode {
+	if j.kind == kindRealNode || j.kind == kindInPlace {
 		tw = w.onRealNode(tw, j)
 	}
 	if j.labeled {
