@@ -384,6 +384,14 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 		switch {
 		case !o.done:
 			if final {
+				if v, ok := s.cfg.Uploader.VerifiedFile(todo[i].Path, todo[i].Size, todo[i].ModTime); ok {
+					// Verified earlier and unchanged since: verified, though
+					// this flush got no turn for it (its time ran out waiting
+					// for a round stuck on the network). Called not uploaded,
+					// it would be named missing while the store holds it.
+					rep.Verified = append(rep.Verified, v)
+					continue
+				}
 				cause := ctx.Err()
 				if cause == nil {
 					cause = errors.New("stopped")

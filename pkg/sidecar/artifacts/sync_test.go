@@ -302,3 +302,37 @@ func TestFlushWithNoTimeLeftReportsEveryFileMissing(t *testing.T) {
 		t.Fatalf("missing %q, want every file of %v", rep.Missing, sums)
 	}
 }
+
+// A final flush whose time runs out waiting for a stuck round (the soak:
+// the binding network black-holed for the whole flush budget) still counts
+// the files verified earlier and unchanged since as verified: only the file
+// never verified is missing. Before, every file was reported "not uploaded:
+// not attempted", though the store held all but one.
+func TestFlushWithNoTimeLeftKeepsEarlierVerifications(t *testing.T) {
+	env := needS3(t)
+	job := newJobID(t)
+	dir := t.TempDir()
+	sums := tree(t, dir, map[string]int{"model.safetensors": 1 << 10, "ckpt/step-1.pt": 10})
+	u, _ := newTestUploader(t, env, job, uploaderOpts{})
+	s := newTestSyncer(t, newTestScanner(t, dir, nil), u, job)
+	first, err := s.Flush(context.Background())
+	if err != nil || len(first.Verified) != 2 {
+		t.Fatalf("first round: %v, verified %v", err, verifiedPaths(first))
+	}
+	writeFile(t, dir, "ckpt/step-2.pt", randBytes(t, 10)) // never uploaded
+	s.sem <- struct{}{}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rep, err := s.Flush(ctx)
+	<-s.sem
+	if err == nil || rep.Manifest != "" {
+		t.Fatalf("flush with no time left: %v, manifest %q; want an error and no manifest", err, rep.Manifest)
+	}
+	if got := verifiedPaths(rep); !slices.Equal(got, []string{"ckpt/step-1.pt", "model.safetensors"}) {
+		t.Errorf("verified %q, want the two files verified before", got)
+	}
+	checkStored(t, env, job, rep, sums)
+	if !slices.Equal(rep.Missing, []string{"ckpt/step-2.pt"}) {
+		t.Errorf("missing %q, want only the file never uploaded", rep.Missing)
+	}
+}
