@@ -6,6 +6,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
@@ -48,8 +49,11 @@ func (s *Server) watchLiveness(ctx context.Context) {
 			// per second (10,000 sessions made that most of this loop's
 			// cost), read into the round's one binding: nothing below keeps it.
 			err := s.cache.Get(ctx, st.key.binding, wb, readOnly...)
-			switch {
 			// err != nil first: IsNotFound allocates even for a nil error.
+			if err != nil && apierrors.IsNotFound(err) && !s.goneLive(ctx, st.key.binding) {
+				continue // this replica's cache has not seen it (yet, or again)
+			}
+			switch {
 			case err != nil && apierrors.IsNotFound(err) || (err == nil && wb.DeletionTimestamp != nil):
 				if st.session != nil {
 					st.session.close(binding.CloseRevoked, "binding deleted")
@@ -110,6 +114,21 @@ func (s *Server) watchLiveness(ctx context.Context) {
 // readOnly reads the cache's own object, not a deep copy: for readers that
 // change nothing and keep nothing (one slice for all, not one per call).
 var readOnly = []client.GetOption{client.UnsafeDisableDeepCopy}
+
+// goneLive confirms with the API server that a binding this replica's cache
+// does not hold is gone. A cache lags: after an API server or etcd restart,
+// or a replica's own, its watch can miss a binding for seconds while a
+// session opened through the gate's live lookup is already here; a session
+// closed as revoked is never reopened (the sidecar idles until its pod
+// ends), so a miss alone is no proof. Only a live NotFound is; a read that
+// fails, or no live reader, proves nothing either way this round.
+func (s *Server) goneLive(ctx context.Context, key types.NamespacedName) bool {
+	if s.live == nil {
+		return true // tests without an API server: the cache is the truth
+	}
+	err := s.live.Get(ctx, key, &tetherv1.WorkerBinding{})
+	return err != nil && apierrors.IsNotFound(err)
+}
 
 // revokedWithTrainJob closes the worker's session with CloseRevoked and
 // forgets the worker when its binding's TrainJob is gone or terminating

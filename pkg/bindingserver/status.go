@@ -35,7 +35,13 @@ func (s *Server) updateStatus(ctx context.Context, key types.NamespacedName, cha
 // cache may not show yet.
 func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key types.NamespacedName, change func(*tetherv1.WorkerBindingStatus) bool) (*tetherv1.WorkerBinding, error) {
 	wb := &tetherv1.WorkerBinding{}
-	if err := r.Get(ctx, key, wb); err != nil {
+	err := r.Get(ctx, key, wb)
+	if err != nil && apierrors.IsNotFound(err) && s.live != nil && r != s.live {
+		// Not in this replica's cache is not gone (it lags); callers take
+		// NotFound for a deleted binding and revoke its sessions.
+		err = s.live.Get(ctx, key, wb)
+	}
+	if err != nil {
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {

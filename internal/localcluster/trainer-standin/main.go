@@ -154,11 +154,19 @@ func main() {
 const runsFile = ".standin-runs"
 
 // countRun records one more run in dir and returns how many there were.
+// The count is a file of the artifact directory like any other: the
+// sidecar uploads it, so its every version goes in the record too.
 func countRun(dir string) int {
-	b, _ := os.ReadFile(filepath.Join(dir, runsFile))
+	path := filepath.Join(dir, runsFile)
+	b, _ := os.ReadFile(path)
 	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	n++
-	must(os.WriteFile(filepath.Join(dir, runsFile), []byte(strconv.Itoa(n)+"\n"), 0o644))
+	content := []byte(strconv.Itoa(n) + "\n")
+	// Recorded before it is written (writeFile's rule): a kill in between
+	// leaves a recorded version never stored, never a stored one unrecorded.
+	sum := md5.Sum(content)
+	must(record(path, hex.EncodeToString(sum[:]), int64(len(content))))
+	must(os.WriteFile(path, content, 0o644))
 	return n
 }
 
