@@ -87,7 +87,37 @@ type nemesis struct {
 	done     map[string]int
 	inflight map[string]bool
 	skipped  string
-	wg       sync.WaitGroup
+	// on counts the overlapping faults of each switched kind (black hole,
+	// store down, store stalling) that are on now (hold).
+	on map[string]int
+	wg sync.WaitGroup
+}
+
+// hold turns a switched fault on for hold: on with the first of
+// overlapping faults of its kind, off after the last. One ending must not
+// heal another that is still on (two overlapping black holes: the first
+// one's end deleted the table the second then failed to delete, and the
+// second's last seconds were no black hole at all).
+func (n *nemesis) hold(kind string, set func(on bool) error, hold time.Duration) error {
+	n.mu.Lock()
+	n.on[kind]++
+	first := n.on[kind] == 1
+	n.mu.Unlock()
+	var err error
+	if first {
+		err = set(true)
+	}
+	time.Sleep(hold)
+	n.mu.Lock()
+	n.on[kind]--
+	last := n.on[kind] == 0
+	n.mu.Unlock()
+	if last {
+		if offErr := set(false); err == nil {
+			err = offErr
+		}
+	}
+	return err
 }
 
 func (n *nemesis) since() time.Duration { return time.Since(n.start) }
@@ -223,16 +253,10 @@ func (n *nemesis) inject(kind string, hold time.Duration, replica int, pick uint
 		}
 	case faultStoreDown:
 		f.detail = "for " + hold.String()
-		if err = n.tether.FailS3(true); err == nil {
-			time.Sleep(hold)
-			err = n.tether.FailS3(false)
-		}
+		err = n.hold(kind, n.tether.FailS3, hold)
 	case faultStoreStall:
 		f.detail = "for " + hold.String()
-		if err = n.tether.StallS3(true); err == nil {
-			time.Sleep(hold)
-			err = n.tether.StallS3(false)
-		}
+		err = n.hold(kind, n.tether.StallS3, hold)
 	case faultKillSidecar:
 		pods, listErr := n.runningBoundPods(ctx)
 		if listErr != nil {
@@ -262,10 +286,7 @@ func (n *nemesis) inject(kind string, hold time.Duration, replica int, pick uint
 		err = n.preempt(ctx, ns, hold)
 	case faultBlackhole:
 		f.detail = "for " + hold.String()
-		if err = n.tether.BlackholeBinding(true); err == nil {
-			time.Sleep(hold)
-			err = n.tether.BlackholeBinding(false)
-		}
+		err = n.hold(kind, n.tether.BlackholeBinding, hold)
 	case faultAPIServer, faultEtcd:
 		if !n.claim(&n.control) {
 			return

@@ -129,7 +129,7 @@ func TestSoak(t *testing.T) {
 
 	jobs := w.plan(rng, s)
 	n := &nemesis{t: t, tether: tether, c: c, runner: runner, rng: rand.New(rand.NewPCG(s.seed, 0xfa17)), start: time.Now(),
-		done: map[string]int{}, inflight: map[string]bool{}, kinds: faultKinds}
+		done: map[string]int{}, inflight: map[string]bool{}, on: map[string]int{}, kinds: faultKinds}
 	if s.realNodes {
 		n.kinds = append(slices.Clone(faultKinds), faultKillNode)
 	}
