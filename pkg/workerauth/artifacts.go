@@ -5,9 +5,11 @@ import (
 	"net/http"
 	"time"
 
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -56,13 +58,43 @@ func (g *Gate) AuthorizeArtifacts(ctx context.Context, token binding.Token) (end
 	// against the node's current pod) must be the pod its token proves.
 	claim, _ := ctx.Value(podClaimKey{}).(podClaim)
 	claim.namespace = wb.Namespace
-	if _, ref := g.proveClaim(ctx, claim, func() (bool, time.Duration) { return g.limits.allow(classPodReviews, hash, g.now()) }); ref != nil {
+	proven, ref := g.proveClaim(ctx, claim, func() (bool, time.Duration) { return g.limits.allow(classPodReviews, hash, g.now()) })
+	if ref != nil {
 		if ref.Status == http.StatusServiceUnavailable {
 			return endpoint.Job{}, endpoint.SlowDown(max(ref.RetryAfter, time.Second), "%s", ref.Message)
 		}
 		return endpoint.Job{}, &endpoint.AuthError{Status: ref.Status, Reason: ref.Reason, Message: ref.Message}
 	}
+	pods := lifecycle.NodePods(&wb.Status)
+	if r, ok := g.preemptedPod(ctx, wb, proven, pods); ok {
+		pods[r] = proven.uid
+	}
 	return endpoint.Job{Namespace: wb.Namespace, Name: wb.Name, JobID: wb.Spec.JobID,
 		Writable: lifecycle.ArtifactsWritable(&wb.Status), State: lifecycle.ArtifactsState(&wb.Status),
-		Nodes: int(wb.Status.NodeCount), Pods: lifecycle.NodePods(&wb.Status)}, nil
+		Nodes: int(wb.Status.NodeCount), Pods: pods}, nil
+}
+
+// preemptedPod says whether the proven pod is a preempted attempt's pod
+// flushing on its way out, and its rank. A preempted binding forgets its
+// nodes' pods (the next pod starts the next attempt), but the pods Kueue
+// evicted still run their final flush, and the endpoint takes a write only
+// from a node's recorded pod: such a pod counts as its node's while the
+// binding is Pending/Preempted, it is an injected trainer pod of the job
+// being deleted, and no newer pod holds its rank.
+func (g *Gate) preemptedPod(ctx context.Context, wb *tetherv1.WorkerBinding, proven provenPod, pods map[int]string) (int, bool) {
+	if wb.Status.Phase != tetherv1.PhasePending || wb.Status.Reason != tetherv1.ReasonPreempted {
+		return 0, false
+	}
+	pod, err := g.pod(ctx, wb.Namespace, proven.name)
+	if err != nil || string(pod.UID) != proven.uid || pod.DeletionTimestamp == nil || !trainjob.IsInjected(pod) {
+		return 0, false
+	}
+	if name, ok := trainjob.IsTrainerPod(pod); !ok || name != wb.Spec.TrainJobName {
+		return 0, false
+	}
+	r, err := trainjob.Rank(pod)
+	if err != nil || r < 0 || r >= binding.MaxBoundNodes || pods[r] != "" {
+		return 0, false
+	}
+	return r, true
 }
