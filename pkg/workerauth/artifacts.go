@@ -86,15 +86,12 @@ func (g *Gate) preemptedPod(ctx context.Context, wb *tetherv1.WorkerBinding, pro
 		return 0, false
 	}
 	pod, err := g.pod(ctx, wb.Namespace, proven.name)
-	if err != nil || string(pod.UID) != proven.uid || pod.DeletionTimestamp == nil || !trainjob.IsInjected(pod) {
+	if err != nil || pod.DeletionTimestamp == nil || !injectedPodOf(wb, pod, proven.uid) || !trainjob.IsInjected(pod) {
 		return 0, false
 	}
-	if name, ok := trainjob.IsTrainerPod(pod); !ok || name != wb.Spec.TrainJobName {
+	r, ref := boundRank(wb, pod)
+	if ref != nil || pods[int(r)] != "" {
 		return 0, false
 	}
-	r, err := trainjob.Rank(pod)
-	if err != nil || r < 0 || r >= binding.MaxBoundNodes || pods[r] != "" {
-		return 0, false
-	}
-	return r, true
+	return int(r), true
 }

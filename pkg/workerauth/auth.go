@@ -256,15 +256,21 @@ func (g *Gate) checkIdentity(ctx context.Context, r *http.Request, wb *tetherv1.
 		}
 		return nil, Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "reading pod %s: %v", pod.Name, err)
 	}
-	var status struct {
-		JobID string `json:"jobID"`
-	}
-	_ = json.Unmarshal([]byte(p.Annotations[jobconfig.PodStatusAnnotation]), &status)
-	if string(p.UID) != pod.UID || p.Labels[trainjob.JobSetNameLabel] != wb.Spec.TrainJobName || status.JobID != wb.Spec.JobID {
+	if !injectedPodOf(wb, p, pod.UID) {
 		return nil, Refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch",
 			"pod %s/%s is not an injected trainer pod of TrainJob %s", pod.Namespace, pod.Name, wb.Spec.TrainJobName)
 	}
 	return p, nil
+}
+
+// injectedPodOf says whether p is pod uid, a trainer pod of wb's TrainJob
+// injected for wb's job id.
+func injectedPodOf(wb *tetherv1.WorkerBinding, p *corev1.Pod, uid string) bool {
+	var status struct {
+		JobID string `json:"jobID"`
+	}
+	_ = json.Unmarshal([]byte(p.Annotations[jobconfig.PodStatusAnnotation]), &status)
+	return string(p.UID) == uid && p.Labels[trainjob.JobSetNameLabel] == wb.Spec.TrainJobName && status.JobID == wb.Spec.JobID
 }
 
 // pod reads a trainer pod from the cache, or from the API server when the
