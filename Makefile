@@ -74,41 +74,20 @@ integration: testbin
 ## v2.0.0, Kueue, versitygw and SeaweedFS; all built from the Go module proxy and cached)
 ## plus a real node (kubelet, containerd, Debian's runc) running the images
 ## of `make images`; first the real node alone and the cluster network alone
-## (two real nodes with pod networking, kube-proxy, CoreDNS), then the scenarios
-## (the serial ones one at a time, then the shared ones together: e2e/phases_test.go),
-## then Tether installed from its chart on a cluster of its own (test/install:
-## install, upgrade, drain, uninstall, quick start, node loss) and, beside it,
-## scenario 1 against SeaweedFS on a kwok-only cluster, then the short soak
-## (soak-ci)
+## (two real nodes with pod networking, kube-proxy, CoreDNS), then three
+## lanes at once, each cluster on a network block of its own (hack/e2e.sh):
+## the scenarios (the serial ones one at a time, then the shared ones
+## together: e2e/phases_test.go); Tether installed from its chart on a
+## cluster of its own (test/install: install, upgrade, drain, uninstall,
+## quick start, node loss), then scenario 1 against SeaweedFS on a kwok-only
+## cluster, then the short soak (soak-ci); and the monitoring scenario
+## (make e2e-monitoring) on an install of its own
 E2E_TIMEOUT ?= 30m
-E2E_SEAWEEDFS_LOG ?= bin/e2e-seaweedfs.log
-E2E_SOAK_LOG ?= bin/e2e-soak-ci.log
 SOAK_CI = SEED=20261205 DURATION=240s JOBS=10 REAL_NODES=0
 e2e: images
-	bash hack/testbin.sh e2e network helm
+	bash hack/testbin.sh e2e network helm prometheus
 	TETHER_E2E=1 $(GO) test -count=1 -v -timeout 10m -run '^(TestRealNodeAlone|TestClusterNetworkPlumbing|TestClusterNetwork)$$' ./internal/localcluster/
-	TETHER_E2E=1 $(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
-	@# Beside test/install, which mostly waits on its pods: direct and
-	@# proxied uploads once more against SeaweedFS, the second S3 server
-	@# (scenario 1: checkpoints direct, small files proxied; kwok nodes only,
-	@# no network), then the short soak (kwok nodes, loopback only). Their
-	@# logs are printed when all have ended. Scenario 18 (both modes with a
-	@# replica killed mid-upload) passes against SeaweedFS too
-	@# (TETHER_E2E_S3=seaweedfs) but adds about 2 min of 256 MiB uploads.
-	@mkdir -p $(dir $(E2E_SEAWEEDFS_LOG)) $(dir $(E2E_SOAK_LOG)); \
-	echo "TETHER_E2E=1 TETHER_E2E_S3=seaweedfs TETHER_E2E_REAL_NODE=0 $(GO) test -count=1 -v -timeout 15m -run '^TestScenario1HappyPathWithKueue$$' ./e2e/ >$(E2E_SEAWEEDFS_LOG) 2>&1, then $(SOAK_CI) TestSoak >$(E2E_SOAK_LOG) 2>&1 &"; \
-	rm -f $(E2E_SEAWEEDFS_LOG).exit $(E2E_SOAK_LOG).exit; \
-	( TETHER_E2E=1 TETHER_E2E_S3=seaweedfs TETHER_E2E_REAL_NODE=0 $(GO) test -count=1 -v -timeout 15m \
-	  -run '^TestScenario1HappyPathWithKueue$$' ./e2e/ >$(E2E_SEAWEEDFS_LOG) 2>&1; echo $$? >$(E2E_SEAWEEDFS_LOG).exit; \
-	  TETHER_SOAK=1 $(SOAK_CI) $(GO) test -count=1 -v -timeout 20m -run '^TestSoak$$' ./test/soak/ >$(E2E_SOAK_LOG) 2>&1; echo $$? >$(E2E_SOAK_LOG).exit ) & beside=$$!; \
-	echo "TETHER_E2E=1 $(GO) test -count=1 -v -timeout 25m ./test/install/"; \
-	install=0; TETHER_E2E=1 $(GO) test -count=1 -v -timeout 25m ./test/install/ || install=$$?; \
-	wait $$beside; sw=$$(cat $(E2E_SEAWEEDFS_LOG).exit 2>/dev/null || echo 1); sk=$$(cat $(E2E_SOAK_LOG).exit 2>/dev/null || echo 1); \
-	echo "--- scenario 1 against SeaweedFS (ran beside test/install; exit $$sw), $(E2E_SEAWEEDFS_LOG):"; \
-	cat $(E2E_SEAWEEDFS_LOG); \
-	echo "--- the short soak, $(SOAK_CI) (ran beside test/install, after scenario 1; exit $$sk), $(E2E_SOAK_LOG):"; \
-	cat $(E2E_SOAK_LOG); \
-	if [ $$install -ne 0 ] || [ $$sw -ne 0 ] || [ $$sk -ne 0 ]; then echo "make e2e: test/install exit $$install, SeaweedFS scenario 1 exit $$sw, soak-ci exit $$sk"; exit 1; fi
+	GO=$(GO) E2E_TIMEOUT=$(E2E_TIMEOUT) SOAK_CI='$(SOAK_CI)' bash hack/e2e.sh
 
 ## soak: a seeded fault soak checked offline (test/soak): SEED=<n> replays a
 ## run, DURATION (default 4m) and JOBS (default 12) size it; REAL_NODES=1
@@ -121,14 +100,15 @@ soak: images
 ## e2e-monitoring: Tether installed from its chart, scraped by a real
 ## Prometheus (Debian's) as the chart's ServiceMonitor describes, every
 ## dashboard query answered and every shipped alert made to fire and resolve
-## (test/install TestPrometheusScrapesAndAlerts; about 15 minutes, not in CI)
+## (test/install TestPrometheusScrapesAndAlerts; about 15 minutes; make e2e
+## runs it in a lane of its own)
 e2e-monitoring: images
 	bash hack/testbin.sh e2e network helm prometheus
 	TETHER_E2E=1 TETHER_E2E_MONITORING=1 $(GO) test -count=1 -v -timeout 30m -run '^TestPrometheusScrapesAndAlerts$$' ./test/install/
 
 ## soak-ci: the short soak CI runs: a fixed seed, 10 jobs over 4 minutes, every fault kind
-## at least once and two overlapping (it fails otherwise); kwok nodes only,
-## since it runs beside test/install, whose cluster holds the network
+## at least once and two overlapping (it fails otherwise); kwok nodes only
+## (make e2e runs it in the install lane, after test/install)
 soak-ci:
 	$(MAKE) soak $(SOAK_CI)
 

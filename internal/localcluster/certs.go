@@ -72,12 +72,16 @@ func newCA() (*CA, error) {
 		KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: keyDER}), cert: cert, key: key}, nil
 }
 
-// writeServingCert writes tls.crt, tls.key and ca.crt for 127.0.0.1,
-// NetworkHostIP and servingNames into dir (the layout controller-runtime
-// and Tether read).
-func (ca *CA) writeServingCert(dir string) error {
-	return ca.writeCert(dir, "tls", certRequest{commonName: "localhost", dnsNames: servingNames,
-		ips: []net.IP{net.ParseIP("127.0.0.1"), NetworkHostIP}, usage: x509.ExtKeyUsageServerAuth})
+// writeServingCert writes tls.crt, tls.key and ca.crt for 127.0.0.1, the
+// cluster network's HostIP if it has one, and servingNames into dir (the
+// layout controller-runtime and Tether read).
+func (c *Cluster) writeServingCert(dir string) error {
+	ips := []net.IP{net.ParseIP("127.0.0.1")}
+	if c.Network != nil {
+		ips = append(ips, c.Network.HostIP)
+	}
+	return c.CA.writeCert(dir, "tls", certRequest{commonName: "localhost", dnsNames: servingNames,
+		ips: ips, usage: x509.ExtKeyUsageServerAuth})
 }
 
 // certRequest is one certificate the CA issues.

@@ -145,8 +145,17 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if c.CA, err = newCA(); err != nil {
 		return c, err
 	}
+	if opts.RealNode {
+		// Before the serving certificate, which names the host's veth
+		// address, and kube-apiserver, which listens there.
+		start := time.Now()
+		if err = c.startNetwork(); err != nil {
+			return c, fmt.Errorf("starting the cluster network: %w", err)
+		}
+		opts.Log("started the cluster network's bridge and host veth on %s (%.1fs)", c.Network.Block(), time.Since(start).Seconds())
+	}
 	c.CertDir = filepath.Join(c.Dir, "certs")
-	if err = c.CA.writeServingCert(c.CertDir); err != nil {
+	if err = c.writeServingCert(c.CertDir); err != nil {
 		return c, err
 	}
 	steps := []struct {
@@ -167,12 +176,6 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}{"kueue " + KueueVersion, c.startKueue})
 	}
 	if opts.RealNode {
-		// Before kube-apiserver, which listens on the host's veth.
-		start := time.Now()
-		if err = c.startNetwork(); err != nil {
-			return c, fmt.Errorf("starting the cluster network: %w", err)
-		}
-		opts.Log("started the cluster network's bridge and host veth (%.1fs)", time.Since(start).Seconds())
 		steps = append(steps, struct {
 			name string
 			fn   func(context.Context) error

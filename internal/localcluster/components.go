@@ -226,7 +226,7 @@ certManagement:
 	// Trainer reads its serving certificate from
 	// $TMPDIR/k8s-webhook-server/serving-certs (controller-runtime's default).
 	tmp := filepath.Join(c.Dir, "trainer-tmp")
-	if err := c.CA.writeServingCert(filepath.Join(tmp, "k8s-webhook-server", "serving-certs")); err != nil {
+	if err := c.writeServingCert(filepath.Join(tmp, "k8s-webhook-server", "serving-certs")); err != nil {
 		return err
 	}
 	p, err := c.start("trainer", c.bin("trainer-controller-manager"), []string{"--config=" + path, "--kubeconfig=" + c.Kubeconfig,
@@ -292,7 +292,7 @@ func (c *Cluster) startKueue(ctx context.Context) error {
 	// certificate from a fixed /etc path; with it, its rotator keeps a
 	// pre-populated Secret and cert dir that verify (ours, from the cluster CA).
 	certDir := filepath.Join(c.Dir, "kueue-certs")
-	if err := c.CA.writeServingCert(certDir); err != nil {
+	if err := c.writeServingCert(certDir); err != nil {
 		return err
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kueue-system", Name: "kueue-webhook-server-cert"}, Data: map[string][]byte{}}

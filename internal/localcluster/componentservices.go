@@ -38,13 +38,13 @@ const webhookServicePort = 443
 // registered by URL.
 func (c *Cluster) componentWebhookAddr() (string, error) {
 	if c.Network != nil {
-		return freeAddrOn(NetworkHostIP)
+		return freeAddrOn(c.Network.HostIP)
 	}
 	return testenv.FreeAddr()
 }
 
 // exposeComponent creates svc without a selector, and the EndpointSlice
-// that puts addr (on NetworkHostIP) behind it: the Deployment and Service
+// that puts addr (on the network's HostIP) behind it: the Deployment and Service
 // the component's install would have. The API server resolves the Service
 // to that endpoint (--enable-aggregator-routing), as it does a pod's.
 func (c *Cluster) exposeComponent(ctx context.Context, svc componentService, addr string) error {

@@ -30,7 +30,7 @@ const corefile = `cluster.local:5353 {
 `
 
 // startCoreDNS runs CoreDNS as a Deployment in kube-system behind the
-// kube-dns Service (DNSServiceIP, the kubelets' clusterDNS), on the
+// kube-dns Service (the network's DNSServiceIP, the kubelets' clusterDNS), on the
 // network's nodes only, and waits until it is ready.
 func (c *Cluster) startCoreDNS(ctx context.Context) error {
 	ref := c.Network.Nodes[0].Image("tether-coredns")
@@ -46,7 +46,7 @@ func (c *Cluster) startCoreDNS(ctx context.Context) error {
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "kube-system", Name: "coredns"}}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "coredns"}, Data: map[string]string{"Corefile": corefile}},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-dns", Labels: labels},
-			Spec: corev1.ServiceSpec{ClusterIP: DNSServiceIP.String(), Selector: labels, Ports: []corev1.ServicePort{
+			Spec: corev1.ServiceSpec{ClusterIP: c.Network.DNSServiceIP.String(), Selector: labels, Ports: []corev1.ServicePort{
 				{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(5353)},
 				{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(5353)},
 			}}},

@@ -35,7 +35,7 @@ const (
 // serviceEndpoints are the EndpointSlices of the selector-less Service
 // tether-control-plane while the replicas run as host processes on the
 // cluster network (the install issue moves them into pods): the endpoints
-// controller's part. Each replica has two slices, both at NetworkHostIP
+// controller's part. Each replica has two slices, both at the network's HostIP
 // with the replica's ports, since replicas share the address: one with its
 // webhook and metrics ports, one with its binding port, so a preferred
 // replica (PreferBindingReplica) takes the binding traffic while every
@@ -59,13 +59,13 @@ func newServiceEndpoints(c *Cluster) *serviceEndpoints {
 		prefer: -1, written: map[string]bool{}}
 }
 
-// add records replica i's addresses (all on NetworkHostIP).
+// add records replica i's addresses (all on the network's HostIP).
 func (e *serviceEndpoints) add(i int, webhook, metrics, binding string) error {
 	var ports [3]int32
 	for k, addr := range []string{webhook, metrics, binding} {
 		host, port, err := net.SplitHostPort(addr)
-		if err != nil || host != NetworkHostIP.String() {
-			return fmt.Errorf("replica %d listens on %s, not on the host's veth address %s", i, addr, NetworkHostIP)
+		if err != nil || host != e.c.Network.HostIP.String() {
+			return fmt.Errorf("replica %d listens on %s, not on the host's veth address %s", i, addr, e.c.Network.HostIP)
 		}
 		p, _ := strconv.Atoi(port)
 		ports[k] = int32(p)
@@ -148,7 +148,7 @@ func (e *serviceEndpoints) write(ctx context.Context, name string, ready, termin
 		ObjectMeta: metav1.ObjectMeta{Namespace: ControlPlaneNamespace, Name: name, Labels: map[string]string{
 			discoveryv1.LabelServiceName: ControlPlaneService, discoveryv1.LabelManagedBy: endpointsManager}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{NetworkHostIP.String()},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{e.c.Network.HostIP.String()},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready), Serving: ptr.To(ready), Terminating: ptr.To(terminating)}}},
 	}
 	for _, n := range []string{"webhook", "metrics", "binding"} {

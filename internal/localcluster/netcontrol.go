@@ -13,10 +13,10 @@ import (
 )
 
 // configureAPIServer makes kube-apiserver a member of the cluster network:
-// it listens on NetworkHostIP only (the host's veth end; the harness reaches
+// it listens on the network's HostIP only (the host's veth end; the harness reaches
 // it there too), advertises that address, so the `kubernetes` Service's
 // endpoints (its own lease reconciler) point where the nodes reach it,
-// allocates Service IPs from ServiceCIDR, dials a webhook Service's
+// allocates Service IPs from its ServiceCIDR, dials a webhook Service's
 // endpoint rather than its ClusterIP (the host has routes to pods, not
 // kube-proxy), and admits pods with their ServiceAccount's token mounted.
 // Its serving certificate, from the cluster CA, names the ClusterIP and the
@@ -27,7 +27,7 @@ func (nw *ClusterNetwork) configureAPIServer(apiserver *envtest.APIServer) error
 	if err != nil {
 		return err
 	}
-	apiserver.SecureServing.Address = NetworkHostIP.String()
+	apiserver.SecureServing.Address = nw.HostIP.String()
 	apiserver.SecureServing.Port = portOf(addr)
 	// envtest makes a serving certificate only when the directory has none,
 	// and then trusts its own CA; this one is the cluster CA's.
@@ -35,7 +35,7 @@ func (nw *ClusterNetwork) configureAPIServer(apiserver *envtest.APIServer) error
 	apiserver.SecureServing.CA = c.CA.CertPEM
 	names := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc." + ClusterDomain}
 	if err := c.CA.writeCert(apiserver.CertDir, "apiserver", certRequest{commonName: "kube-apiserver", dnsNames: names,
-		ips: []net.IP{NetworkHostIP, KubernetesServiceIP, net.ParseIP("127.0.0.1")}, usage: x509.ExtKeyUsageServerAuth}); err != nil {
+		ips: []net.IP{nw.HostIP, nw.KubernetesServiceIP, net.ParseIP("127.0.0.1")}, usage: x509.ExtKeyUsageServerAuth}); err != nil {
 		return err
 	}
 	// The ServiceAccount token signer (envtest writes these with its own
@@ -53,9 +53,9 @@ func (nw *ClusterNetwork) configureAPIServer(apiserver *envtest.APIServer) error
 	// (60s) when it stops; envtest's default 20s would SIGKILL it.
 	c.env.ControlPlaneStopTimeout = 70 * time.Second
 	apiserver.Configure().
-		Set("advertise-address", NetworkHostIP.String()).
+		Set("advertise-address", nw.HostIP.String()).
 		Set("endpoint-reconciler-type", "lease").
-		Set("service-cluster-ip-range", ServiceCIDR.String()).
+		Set("service-cluster-ip-range", nw.ServiceCIDR.String()).
 		Set("enable-aggregator-routing", "true").
 		Disable("disable-admission-plugins")
 	return nil

@@ -13,7 +13,7 @@ import (
 const blackholeTable = "tether_blackhole"
 
 // blackhole drops, in every node's network namespace, the forwarded
-// packets to and from the given ports of NetworkHostIP (the replicas'
+// packets to and from the given ports of HostIP (the replicas'
 // binding servers after kube-proxy's DNAT), both directions, open
 // connections and new: the pods see a network that never delivers (a
 // partition, not a refusal). Off deletes the table. The host's rules are
@@ -30,7 +30,7 @@ func (nw *ClusterNetwork) blackhole(ports []int32, on bool) error {
     ip saddr %[2]s tcp sport { %[3]s } drop
   }
 }
-`, blackholeTable, NetworkHostIP, strings.Join(set, ", "))
+`, blackholeTable, nw.HostIP, strings.Join(set, ", "))
 	if err := os.WriteFile(nw.blackholeRules(), []byte(rules), 0o600); err != nil {
 		return err
 	}

@@ -139,7 +139,7 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, n.c.Kubeconfig, n.Name, nn.ip, nodeLink)
+`, n.c.Kubeconfig, n.Name, nn.ip, nn.network.link)
 	path := filepath.Join(n.Dir, "kube-proxy.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return nodespec.Step{}, err

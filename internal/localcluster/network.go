@@ -16,24 +16,11 @@ import (
 	"time"
 )
 
-// The cluster network's addresses (DESIGN.md §9, §15): every one is from
-// 198.18.0.0/15, the range reserved for network tests, and exists only on
-// interfaces the harness creates.
-var (
-	// NetworkRange is the only range pods and nodes route.
-	NetworkRange = mustCIDR("198.18.0.0/15")
-	// nodeLink is the subnet of the bridge joining the host and the nodes.
-	nodeLink = mustCIDR("198.18.0.0/24")
-	// NetworkHostIP is the host's end of its veth: the apiserver listens
-	// there (and on nothing else), the nodes reach it there.
-	NetworkHostIP = net.ParseIP("198.18.0.1")
-	// ServiceCIDR is the apiserver's --service-cluster-ip-range.
-	ServiceCIDR = mustCIDR("198.18.100.0/24")
-	// KubernetesServiceIP is the `kubernetes` Service's ClusterIP (the
-	// first of ServiceCIDR), DNSServiceIP kube-dns's.
-	KubernetesServiceIP = net.ParseIP("198.18.100.1")
-	DNSServiceIP        = net.ParseIP("198.18.100.10")
-)
+// NetworkRange is the range the cluster networks take their addresses from
+// (DESIGN.md §9, §15): 198.18.0.0/15, reserved for network tests. Every
+// address exists only on interfaces the harness creates, and it is the
+// only range pods and nodes route.
+var NetworkRange = mustCIDR("198.18.0.0/15")
 
 // NetworkNodeLabelValue is RealNodeLabel's value (and its NoSchedule
 // taint's) on the cluster network's nodes: only pods that tolerate it land
@@ -58,11 +45,13 @@ func mustCIDR(s string) *net.IPNet {
 // a Linux bridge inside a network namespace of its own (held by a process
 // of the harness, so the kernel frees it if the harness dies), one veth from
 // the host to it and one from each node's namespace to it. The host gets
-// one address (NetworkHostIP) and routes into the nodes' pod CIDRs only;
+// one address (HostIP) and routes into the nodes' pod CIDRs only;
 // no namespace has a default route, and the host's forwarding and sysctls
 // are untouched (forwarding happens inside the nodes' namespaces).
 type ClusterNetwork struct {
 	c *Cluster
+	// netBlock is the network's share of NetworkRange: its addresses.
+	netBlock
 	// HostLink is the host's end of its veth (tth-<6 hex>).
 	HostLink string
 	// Nodes are the network's real nodes, in address order.
@@ -86,7 +75,7 @@ type netNode struct {
 }
 
 // startNetwork creates the bridge's namespace, the bridge and the host's
-// veth with NetworkHostIP; it runs before kube-apiserver, which listens
+// veth with HostIP; it runs before kube-apiserver, which listens
 // there.
 func (c *Cluster) startNetwork() error {
 	if os.Geteuid() != 0 {
@@ -97,15 +86,11 @@ func (c *Cluster) startNetwork() error {
 			return fmt.Errorf("the cluster network needs %s (iproute2, util-linux, procps) on PATH: %w", tool, err)
 		}
 	}
-	// One network at a time: a second would take the same addresses.
-	addrs, err := net.InterfaceAddrs()
+	// Each network takes a block of its own, so several clusters run
+	// side by side (CI runs test/install beside the e2e suite).
+	block, err := claimNetBlock()
 	if err != nil {
 		return err
-	}
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && NetworkRange.Contains(ipn.IP) {
-			return fmt.Errorf("the host already has %s from %s: another local cluster network is running (or a test network left behind); stop it first", ipn, NetworkRange)
-		}
 	}
 	sleep, err := exec.LookPath("sleep")
 	if err != nil {
@@ -113,18 +98,19 @@ func (c *Cluster) startNetwork() error {
 	}
 	suffix := make([]byte, 3)
 	_, _ = rand.Read(suffix)
-	nw := &ClusterNetwork{c: c, HostLink: "tth-" + hex.EncodeToString(suffix)}
+	nw := &ClusterNetwork{c: c, HostLink: "tth-" + hex.EncodeToString(suffix), netBlock: block}
 	// The holder dies with the harness (Pdeathsig), and with it the bridge
 	// and every veth end in its namespace: the host's end goes too.
 	if nw.bridge, err = startProcessIn(c.logDir(), "netns-bridge", sleep, []string{"infinity"}, nil, syscall.CLONE_NEWNET); err != nil {
+		block.release()
 		return err
 	}
 	c.Network = nw // Stop removes it, last
 	br := strconv.Itoa(nw.bridge.PID())
-	ones, _ := nodeLink.Mask.Size()
+	ones, _ := nw.link.Mask.Size()
 	steps := [][]string{
 		{"ip", "link", "add", nw.HostLink, "type", "veth", "peer", "name", "host", "netns", br},
-		{"ip", "addr", "add", NetworkHostIP.String() + "/" + strconv.Itoa(ones), "dev", nw.HostLink},
+		{"ip", "addr", "add", nw.HostIP.String() + "/" + strconv.Itoa(ones), "dev", nw.HostLink},
 		{"ip", "link", "set", nw.HostLink, "up"},
 		{"nsenter", "-t", br, "-n", "ip", "link", "add", "br0", "type", "bridge"},
 		{"nsenter", "-t", br, "-n", "ip", "link", "set", "host", "master", "br0", "up"},
@@ -135,10 +121,7 @@ func (c *Cluster) startNetwork() error {
 
 // nodeNet reserves node i's address and pod CIDR.
 func (nw *ClusterNetwork) nodeNet(i int) *netNode {
-	ip := make(net.IP, 4)
-	copy(ip, nodeLink.IP.To4())
-	ip[3] = byte(11 + i)
-	return &netNode{network: nw, ip: ip, podCIDR: mustCIDR(fmt.Sprintf("198.18.%d.0/24", 1+i))}
+	return &netNode{network: nw, ip: nw.nodeIP(i), podCIDR: nw.podCIDR(i)}
 }
 
 // attach wires a node whose node-init has just started in a new network
@@ -158,7 +141,7 @@ func (nw *ClusterNetwork) wire(n *RealNode, first bool) error {
 	nn := n.net
 	br, node := strconv.Itoa(nw.bridge.PID()), strconv.Itoa(n.init.PID())
 	port := "n-" + n.Name[len(n.Name)-1:]
-	ones, _ := nodeLink.Mask.Size()
+	ones, _ := nw.link.Mask.Size()
 	in := func(args ...string) []string { return append([]string{"nsenter", "-t", node, "-n"}, args...) }
 	steps := [][]string{
 		{"nsenter", "-t", br, "-n", "ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", node},
@@ -226,6 +209,9 @@ func (nw *ClusterNetwork) stop() error {
 	if nw.bridge != nil {
 		errs = append(errs, nw.bridge.Stop(5*time.Second))
 	}
+	// Free the block last: a network claiming it next finds nothing of
+	// this one's on the host.
+	nw.release()
 	return errors.Join(errs...)
 }
 
@@ -279,10 +265,10 @@ func (nn *netNode) cniConfig() string {
 // cluster DNS only, so a pod with dnsPolicy Default asks CoreDNS too and
 // nothing ever reaches the host's resolvers.
 func (nn *netNode) resolvConf() string {
-	return "nameserver " + DNSServiceIP.String() + "\n"
+	return "nameserver " + nn.network.DNSServiceIP.String() + "\n"
 }
 
 // kubeletConfig is appended to the node's KubeletConfiguration.
 func (nn *netNode) kubeletConfig() string {
-	return fmt.Sprintf("clusterDNS:\n- %s\nclusterDomain: %s\n", DNSServiceIP, ClusterDomain)
+	return fmt.Sprintf("clusterDNS:\n- %s\nclusterDomain: %s\n", nn.network.DNSServiceIP, ClusterDomain)
 }

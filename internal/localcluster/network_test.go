@@ -54,10 +54,6 @@ func TestClusterNetwork(t *testing.T) {
 	if c.CA, err = newCA(); err != nil {
 		t.Fatal(err)
 	}
-	c.CertDir = filepath.Join(c.Dir, "certs")
-	if err := c.CA.writeServingCert(c.CertDir); err != nil {
-		t.Fatal(err)
-	}
 	before := hostNetworkState(t, c.bin("nft"))
 
 	start := time.Now()
@@ -70,14 +66,18 @@ func TestClusterNetwork(t *testing.T) {
 	if err := c.startNetwork(); err != nil {
 		t.Fatal(err)
 	}
+	c.CertDir = filepath.Join(c.Dir, "certs")
+	if err := c.writeServingCert(c.CertDir); err != nil {
+		t.Fatal(err)
+	}
 	for _, step := range []func(context.Context) error{c.startAPIServer, c.startControllerManager, c.startScheduler, c.startNetNodes} {
 		if err := step(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Logf("network up (2 nodes Ready, CoreDNS ready) %.1fs after start", time.Since(start).Seconds())
-	if host := c.Config.Host; !strings.Contains(host, NetworkHostIP.String()) {
-		t.Errorf("the harness reaches the apiserver at %s, want the host's veth address %s", host, NetworkHostIP)
+	if host := c.Config.Host; !strings.Contains(host, c.Network.HostIP.String()) {
+		t.Errorf("the harness reaches the apiserver at %s, want the host's veth address %s", host, c.Network.HostIP)
 	}
 
 	// Inside each node's namespace: no route out, no default route, and
@@ -183,10 +183,10 @@ func TestClusterNetwork(t *testing.T) {
 			"ok get http://" + other.Status.PodIP + ":8080/: netprobe " + other.Name,
 			"ok get http://web-0.default.svc/: netprobe web-0",
 			"ok get http://web-1.default.svc." + ClusterDomain + "/: netprobe web-1",
-			"ok lookup kube-dns.kube-system.svc: " + DNSServiceIP.String(),
-			"ok lookup kubernetes.default.svc: " + KubernetesServiceIP.String(),
+			"ok lookup kube-dns.kube-system.svc: " + c.Network.DNSServiceIP.String(),
+			"ok lookup kubernetes.default.svc: " + c.Network.KubernetesServiceIP.String(),
 			"ok no-lookup example.com",
-			"ok in-cluster: https://" + KubernetesServiceIP.String() + ":443",
+			"ok in-cluster: https://" + c.Network.KubernetesServiceIP.String() + ":443",
 			"ok no-route 192.0.2.1",
 		} {
 			if !strings.Contains(string(raw), want) {

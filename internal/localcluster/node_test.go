@@ -46,10 +46,6 @@ func TestRealNodeAlone(t *testing.T) {
 	if c.CA, err = newCA(); err != nil {
 		t.Fatal(err)
 	}
-	c.CertDir = filepath.Join(c.Dir, "certs")
-	if err := c.CA.writeServingCert(c.CertDir); err != nil {
-		t.Fatal(err)
-	}
 	hostSysctls := map[string]string{}
 	for _, k := range kubeletSysctls {
 		v, _ := os.ReadFile(filepath.Join("/proc/sys", k))
@@ -62,6 +58,10 @@ func TestRealNodeAlone(t *testing.T) {
 		}
 	})
 	if err := c.startNetwork(); err != nil {
+		t.Fatal(err)
+	}
+	c.CertDir = filepath.Join(c.Dir, "certs")
+	if err := c.writeServingCert(c.CertDir); err != nil {
 		t.Fatal(err)
 	}
 	for _, step := range []func(context.Context) error{c.startAPIServer, c.startControllerManager, c.startScheduler, c.startNetNodes} {

@@ -303,7 +303,7 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 		// listen: the host's veth address.
 		for _, a := range []*string{&r.WebhookAddr, &r.BindingAddr, &r.MetricsAddr} {
 			if t.endpoints != nil {
-				*a, err = freeAddrOn(NetworkHostIP)
+				*a, err = freeAddrOn(c.Network.HostIP)
 			} else {
 				*a, err = testenv.FreeAddr()
 			}
