@@ -45,7 +45,9 @@
 // nftables mode routes Services inside each node's namespace, and CoreDNS
 // (a Deployment behind kube-dns) answers the cluster zone and nothing else.
 // Every address is from 198.18.0.0/15, no namespace has a default route,
-// nothing is masqueraded or forwarded out, and Stop removes it all.
+// nothing is masqueraded or forwarded out, and Stop removes it all. Each
+// network takes a /20 block of its own (netblock.go), so up to 16 clusters
+// with real nodes run side by side on one host.
 //
 // Tether's control plane still runs as host processes: with the network,
 // they listen on the host's veth address, the shipped Service

@@ -89,9 +89,10 @@ const (
 func TestPrometheusScrapesAndAlerts(t *testing.T) {
 	// About 13 minutes (two alerts resolve only after their rules' 10-minute
 	// windows), and it scales the control plane to 0 and rotates its
-	// certificate under the other tests: run alone, by make e2e-monitoring.
+	// certificate under the other tests: run in a process (and so on a
+	// cluster) of its own, by make e2e-monitoring or make e2e's third lane.
 	if os.Getenv("TETHER_E2E_MONITORING") != "1" {
-		t.Skip("set TETHER_E2E_MONITORING=1 (make e2e-monitoring): about 13 minutes, and it disturbs the installed control plane the other tests share")
+		t.Skip("set TETHER_E2E_MONITORING=1 and run it alone (make e2e-monitoring; make e2e does): about 13 minutes, and it disturbs the installed control plane the other tests share")
 	}
 	start := time.Now()
 	defer func() { logf("TestPrometheusScrapesAndAlerts: %.1fs", time.Since(start).Seconds()) }()
