@@ -2,14 +2,19 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
@@ -67,6 +72,7 @@ func TestScenario1HappyPathWithKueue(t *testing.T) {
 		t.Fatalf("registered worker %+v, want pod %s", wb.Status.Worker, pod.UID)
 	}
 	first := wb.Status.LastHeartbeatTime.Time
+	checkSidecarDialsService(t, pod.UID)
 	// What a 1-node job costs the control plane, to compare with scenario 12's 4 nodes.
 	writes := suite.countWrites(t, ns, name)
 	suite.waitBinding(t, ns, name, 30*time.Second, "progress and newer heartbeats", func(wb *tetherv1.WorkerBinding) error {
@@ -128,4 +134,34 @@ func TestScenario1HappyPathWithKueue(t *testing.T) {
 	})
 	logf("scenario 1: %d files, %d bytes verified; manifest %s; %d status writes from Running to Succeeded (%.1f/min)",
 		a.Files, a.Bytes, a.Manifest, nWrites, perMinute)
+}
+
+// checkSidecarDialsService: on the cluster network, the kwok pod's sidecar
+// (a host process) runs in the kwok pods' network namespace with the URL
+// the webhook injected, the Service's DNS name: it registered by that name,
+// through kube-proxy and CoreDNS, not by an address the harness wrote.
+func checkSidecarDialsService(t *testing.T, pod types.UID) {
+	t.Helper()
+	holder, err := suite.c.HostPodsPID()
+	if err != nil {
+		t.Logf("sidecar's network not checked: %v", err)
+		return
+	}
+	p := suite.runner.RunningSidecar(pod)
+	if p == nil {
+		t.Fatalf("pod %s has no running sidecar", pod)
+	}
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.PID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := binding.EnvServerURL + "=" + localcluster.ControlPlaneBindingURL
+	if !slices.Contains(strings.Split(string(environ), "\x00"), want) {
+		t.Errorf("the sidecar (pid %d) runs without %s", p.PID(), want)
+	}
+	own, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", p.PID()))
+	kwok, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", holder))
+	if err1 != nil || err2 != nil || own != kwok {
+		t.Errorf("the sidecar's network namespace %s (%v), want the kwok pods' %s (%v)", own, err1, kwok, err2)
+	}
 }

@@ -100,7 +100,8 @@ type Cluster struct {
 	env *envtest.Environment
 	// hostBindingURL is the binding server's URL for host processes
 	// (Tether.BindingURL), once StartTether ran: PodRunner's sidecars use
-	// it, having no cluster DNS or kube-proxy on the host.
+	// it without the network (with it, they run in the kwok pods'
+	// namespace and dial the Service).
 	hostBindingURL string
 
 	mu        sync.Mutex
@@ -182,7 +183,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}{"cluster network nodes (kubelet " + KubernetesVersion + ", containerd, runc, kube-proxy) and CoreDNS", c.startNetNodes}, struct {
 			name string
 			fn   func(context.Context) error
-		}{"real node queue", c.installRealNodeQueues})
+		}{"real node queue", c.installRealNodeQueues}, struct {
+			name string
+			fn   func(context.Context) error
+		}{"the kwok pods' network namespace and its kube-proxy", c.startHostPodsNet})
 		if opts.Install != "" {
 			steps = append(steps, struct {
 				name string

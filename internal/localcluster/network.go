@@ -61,6 +61,8 @@ type ClusterNetwork struct {
 	hostRoutes []string
 	// attached are the nodes wired so far.
 	attached []*netNode
+	// hostPods is the kwok pods' namespace (nethostpods.go), once started.
+	hostPods *hostPodsNet
 	// faultsMu guards blackholed, which says the binding's black hole is
 	// on (a node started again while it is gets it too).
 	faultsMu   sync.Mutex

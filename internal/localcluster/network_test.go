@@ -194,6 +194,39 @@ func TestClusterNetwork(t *testing.T) {
 			}
 		}
 	}
+	// The kwok pods' namespace: a process there (as PodRunner starts a kwok
+	// pod's sidecar) reaches Services by name through its own kube-proxy
+	// and the cluster DNS, a pod on each node by address, and nothing out.
+	hpStart := time.Now()
+	if err := c.startHostPodsNet(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the kwok pods' namespace and its kube-proxy up in %.1fs", time.Since(hpStart).Seconds())
+	hp := c.Network.hostPods
+	assertNoRoute(t, "the kwok pods' namespace", hp.holder.PID())
+	bin, args := hp.command(filepath.Join(c.Dir, "bin", "netprobe"), "check",
+		"-get=http://"+servers[0].Status.PodIP+":8080/", "-get=http://"+servers[1].Status.PodIP+":8080/",
+		"-get=http://web-0.default.svc/", "-get=http://web-1.default.svc."+ClusterDomain+"/",
+		"-lookup=kubernetes.default.svc", "-no-lookup=example.com", "-no-route=192.0.2.1")
+	raw, err := exec.Command(bin, args...).CombinedOutput()
+	t.Logf("from the kwok pods' namespace:\n%s", raw)
+	if err != nil {
+		t.Errorf("a check from the kwok pods' namespace failed: %v", err)
+	}
+	for _, want := range []string{
+		"ok get http://web-0.default.svc/: netprobe web-0",
+		"ok get http://web-1.default.svc." + ClusterDomain + "/: netprobe web-1",
+		"ok lookup kubernetes.default.svc: " + c.Network.KubernetesServiceIP.String(),
+		"ok no-route 192.0.2.1",
+	} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("the kwok pods' namespace: no line %q", want)
+		}
+	}
+	if hosts, _ := os.ReadFile("/etc/resolv.conf"); strings.Contains(string(hosts), c.Network.DNSServiceIP.String()) {
+		t.Errorf("the host's /etc/resolv.conf names the cluster DNS: the kwok pods' mount leaked:\n%s", hosts)
+	}
+
 	// The host routes into the nodes' pod CIDRs and the node link only.
 	out, _ = exec.Command("ip", "route", "show", "dev", c.Network.HostLink).CombinedOutput()
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -202,7 +235,7 @@ func TestClusterNetwork(t *testing.T) {
 		}
 	}
 
-	pids := []int{c.Network.bridge.PID()}
+	pids := []int{c.Network.bridge.PID(), hp.holder.PID()}
 	for _, n := range c.Network.Nodes {
 		pids = append(pids, n.init.PID())
 	}

@@ -362,9 +362,10 @@ func (r *PodRunner) startPod(ctx context.Context, rp *runningPod, pod *corev1.Po
 		case binding.EnvArtifactDir:
 			v = artifacts
 		case binding.EnvServerURL:
-			// The injected URL is the Service's DNS name on the cluster
-			// network, which no host process resolves.
-			if r.c.Network != nil && r.c.hostBindingURL != "" {
+			// On the cluster network the injected URL (the Service's DNS
+			// name) is dialed as is, from the kwok pods' namespace; without
+			// it, the binding server's loopback forwarder is the Service.
+			if r.c.Network == nil && r.c.hostBindingURL != "" {
 				v = r.c.hostBindingURL
 			}
 		}
@@ -380,6 +381,10 @@ func (r *PodRunner) startPod(ctx context.Context, rp *runningPod, pod *corev1.Po
 		name := filepath.Base(dir) + "-sidecar"
 		if runs > 1 {
 			name += fmt.Sprintf("-restart-%d", runs-1)
+		}
+		if hp := r.c.hostPods(); hp != nil {
+			bin, args := hp.command(r.sidecarBin)
+			return startProcess(logDir, name, bin, args, env)
 		}
 		return startProcess(logDir, name, r.sidecarBin, nil, env)
 	}

@@ -82,8 +82,8 @@ func (t S3Traffic) String() string {
 	return fmt.Sprintf("%d PUTs (%d bytes), %d copies, %d refused, %d stalled", t.Puts, t.PutBytes, t.Copies, t.Refused, t.Stalled)
 }
 
-func newS3Front(store string) (*s3Front, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func newS3Front(host, store string) (*s3Front, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, err
 	}

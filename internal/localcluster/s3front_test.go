@@ -36,7 +36,7 @@ func TestS3FrontStallHoldsBodiesMidway(t *testing.T) {
 		got <- n
 	}))
 	defer store.Close()
-	f, err := newS3Front(strings.TrimPrefix(store.URL, "http://"))
+	f, err := newS3Front("127.0.0.1", strings.TrimPrefix(store.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}

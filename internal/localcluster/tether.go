@@ -278,7 +278,14 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 			c.onStop(f.Close)
 			store = f.Endpoint
 		}
-		if t.s3Front, err = newS3Front(store); err != nil {
+		// On the network the kwok pods' and the nodes' sidecars upload
+		// to the store directly too: the front listens on the host's
+		// veth address.
+		listen := "127.0.0.1"
+		if c.Network != nil {
+			listen = c.Network.HostIP.String()
+		}
+		if t.s3Front, err = newS3Front(listen, store); err != nil {
 			return nil, err
 		}
 		c.onStop(func() error { t.s3Front.close(); return nil })
