@@ -10,7 +10,9 @@ import (
 )
 
 // balancer stands in for a Service in front of the control plane's
-// replicas: a loopback TCP proxy that sends each new connection to a ready
+// replicas for what runs in the host's network namespace (the tests' own
+// clients; the kwok pods' sidecars when the cluster has no network): a
+// loopback TCP proxy that sends each new connection to a ready
 // backend, as kube-proxy does with a Service's ready endpoints. A backend
 // leaves the set when it stops being ready or starts terminating (the
 // endpoints controller's view); established connections stay with it.

@@ -54,11 +54,16 @@
 // tether-control-plane (its selector removed) has EndpointSlices of the
 // harness's making pointing there (endpoints.go), the webhooks are
 // registered by that Service (the apiserver dials an endpoint) and the
-// sidecars get the Service's DNS name, as installed. Host processes have no
-// kube-proxy or cluster DNS: the kwok pods' sidecars (PodRunner) and the
-// tests reach the binding server through a loopback forwarder that follows
-// the same readiness (balancer.go). Without the network, the webhook is
-// registered by the loopback URL of such a forwarder too. Kueue's,
+// sidecars get the Service's DNS name, as installed. The kwok pods'
+// sidecars (PodRunner runs them as host processes: a kwok node runs no
+// containers) live in a network namespace of the network's own, joined to
+// the bridge like a node, with a kube-proxy of its own and the cluster DNS
+// mounted over their /etc/resolv.conf (nethostpods.go): they dial the
+// injected URL as a pod's sidecar does. The tests' own clients on the host
+// have no kube-proxy or cluster DNS: they reach the binding server through
+// a loopback forwarder that follows the same readiness (balancer.go).
+// Without the network, the kwok pods' sidecars use that forwarder too, and
+// the webhook is registered by the loopback URL of another. Kueue's,
 // Trainer's and JobSet's webhooks (and Kueue's CRD conversion) are reached
 // the same way on the network: their host processes listen on the veth
 // address behind selector-less Services named as their own installs name

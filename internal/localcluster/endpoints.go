@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,8 +43,12 @@ const (
 // replica still serves the webhooks. kube-proxy routes the pods' traffic by
 // them, the apiserver (--enable-aggregator-routing) its webhook calls.
 type serviceEndpoints struct {
-	c  *Cluster
-	mu sync.Mutex
+	c *Cluster
+	// syncMu makes syncs one at a time: the readiness poll's and a test's
+	// (PreferBindingReplica) raced on the same slices and lost to each
+	// other's resourceVersion.
+	syncMu sync.Mutex
+	mu     sync.Mutex
 	// state is what each replica should be: ready, or terminating.
 	ready, terminating map[int]bool
 	// ports are each replica's webhook, metrics and binding ports.
@@ -89,6 +94,23 @@ func (e *serviceEndpoints) setPrefer(i int) {
 	e.mu.Unlock()
 }
 
+// bindingPorts are the binding ports of the replicas whose binding slice
+// should say ready (sorted): every ready replica's, or the preferred one's
+// alone while it is ready.
+func (e *serviceEndpoints) bindingPorts() []int32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	preferReady := e.prefer >= 0 && e.ready[e.prefer]
+	var ports []int32
+	for i, p := range e.ports {
+		if e.ready[i] && (!preferReady || e.prefer == i) {
+			ports = append(ports, p[2])
+		}
+	}
+	slices.Sort(ports)
+	return ports
+}
+
 // isWritten says whether replica i's slices say it is ready.
 func (e *serviceEndpoints) isWritten(i int) bool {
 	e.mu.Lock()
@@ -103,6 +125,8 @@ func sliceName(i int, suffix string) string {
 
 // sync writes every slice whose readiness changed.
 func (e *serviceEndpoints) sync(ctx context.Context) error {
+	e.syncMu.Lock()
+	defer e.syncMu.Unlock()
 	type want struct {
 		name               string
 		ready, terminating bool

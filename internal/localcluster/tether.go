@@ -107,10 +107,11 @@ func (r *Replica) Process() *Process { return r.proc }
 
 // BlackholeBinding starts (on) or ends a black hole between the sidecars
 // and the binding server, until it ends: every connection, open or new,
-// delivers nothing in either direction. For host processes the forwarder
-// accepts and holds every byte; on the cluster network an nftables table
-// in each node's namespace drops the pods' packets to and from the
-// replicas' binding ports.
+// delivers nothing in either direction. For the forwarder's clients (the
+// tests' own, and the kwok pods' sidecars without the network) it accepts
+// and holds every byte; on the cluster network an nftables table in each
+// node's namespace and the kwok pods' drops the pods' packets to and from
+// the replicas' binding ports.
 func (t *Tether) BlackholeBinding(on bool) error {
 	t.bindingLB.setBlackhole(on)
 	if t.endpoints == nil {
@@ -132,7 +133,10 @@ func (t *Tether) BlackholeBinding(on bool) error {
 func (t *Tether) PreferBindingReplica(i int) {
 	if t.endpoints != nil {
 		t.endpoints.setPrefer(i)
-		t.syncEndpoints()
+		// New connections follow once kube-proxy routes the change.
+		if err := t.waitBindingRoutes(context.Background(), 20*time.Second); err != nil {
+			t.c.logf("tether endpoints: PreferBindingReplica(%d): %v", i, err)
+		}
 	}
 	if i < 0 {
 		t.bindingLB.prefer("")
@@ -172,7 +176,8 @@ func (t *Tether) S3Traffic() (S3Traffic, error) {
 }
 
 // BindingURL is the binding server's URL for host processes (the
-// forwarder): the tests' own clients and the kwok pods' sidecars.
+// forwarder): the tests' own clients, and the kwok pods' sidecars without
+// the network.
 func (t *Tether) BindingURL() string { return "https://" + t.bindingLB.Addr() }
 
 // ServiceURL is the URL the webhook injects into sidecars: the Service's
