@@ -310,11 +310,22 @@ func boundPods(pods []corev1.Pod, settings tetherv1.WorkerBindingSettings) []bou
 			NodeName: p.Spec.NodeName, RestartAttempt: trainjob.RestartAttempt(p)}})
 	}
 	sort.SliceStable(out, func(a, b int) bool {
-		ta, tb := out[a].pod.CreationTimestamp, out[b].pod.CreationTimestamp
+		pa, pb := out[a].pod, out[b].pod
+		ta, tb := pa.CreationTimestamp, pb.CreationTimestamp
 		if !ta.Equal(&tb) {
 			return ta.Before(&tb)
 		}
-		return out[a].pod.Name < out[b].pod.Name
+		// Created within the same second (the timestamps' resolution): a
+		// later JobSet restart attempt is the newer, and a pod going away
+		// is older than one that is not (a replacement of a pod that failed
+		// or was deleted at once); the name decides only a tie left.
+		if ra, rb := out[a].seen.RestartAttempt, out[b].seen.RestartAttempt; ra != rb {
+			return ra < rb
+		}
+		if la, lb := leaving(pa), leaving(pb); la != lb {
+			return la
+		}
+		return pa.Name < pb.Name
 	})
 	seen := map[int32]bool{}
 	for i := len(out) - 1; i >= 0; i-- {
@@ -323,6 +334,11 @@ func boundPods(pods []corev1.Pod, settings tetherv1.WorkerBindingSettings) []bou
 		}
 	}
 	return out
+}
+
+// leaving says the pod is being deleted or has ended.
+func leaving(p *corev1.Pod) bool {
+	return p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
 }
 
 func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {

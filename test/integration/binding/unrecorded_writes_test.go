@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/testobj"
 )
@@ -31,16 +33,50 @@ func TestWritesOnlyFromTheRecordedPod(t *testing.T) {
 			return nil
 		})
 		c := old.tokenClient(t)
-		if code, msg := c.putAs(string(old.pod.UID), "model.bin", []byte("attempt 1")); code != http.StatusOK {
-			t.Fatalf("node 0's pod writing: %d %s, want 200", code, msg)
+		// The endpoint reads the binding from its replica's cache: until
+		// that has the recorded pod it answers 503, and a sidecar retries.
+		eventually(t, 20*time.Second, func() error {
+			if code, msg := c.putAs(string(old.pod.UID), "model.bin", []byte("attempt 1")); code != http.StatusOK {
+				return fmt.Errorf("node 0's pod writing: %d %s, want 200", code, msg)
+			}
+			return nil
+		})
+		// The pod is replaced while it is still terminating (a finalizer
+		// holds it, as a kubelet that has not confirmed its end would): its
+		// successor is node 0's pod from now on. Its name sorts before the
+		// replaced pod's, and both are created within a second or two: the
+		// newest is not decided by name.
+		ctx := context.Background()
+		held := old.pod.DeepCopy()
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(held), held); err != nil {
+			t.Fatal(err)
 		}
-		// The pod is replaced while it is still terminating: its successor
-		// is node 0's pod from now on.
-		succ := testobj.MakeTrainerPod(old.name, old.ns).Routed().Name(old.name + "-node-0-0-next").Obj()
+		held.Finalizers = append(held.Finalizers, "test.tether.dev/terminating")
+		if err := env.Client.Update(ctx, held); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(held), held); err == nil {
+				held.Finalizers = nil
+				_ = env.Client.Update(ctx, held)
+			}
+		})
+		if err := env.Client.Delete(ctx, held); err != nil {
+			t.Fatal(err)
+		}
+		succ := testobj.MakeTrainerPod(old.name, old.ns).Routed().Name(old.name + "-node-0-0-a").Obj()
 		mustCreate(t, succ)
 		eventually(t, 20*time.Second, func() error {
 			if n := nodeOf(old.binding(t), 0); n == nil || n.PodUID != string(succ.UID) {
 				return fmt.Errorf("node 0's pod is not the successor yet: %+v", n)
+			}
+			return nil
+		})
+		// Once the endpoint's cache has the successor too (a key of no
+		// consequence probes it), the replaced pod's write is refused.
+		eventually(t, 20*time.Second, func() error {
+			if code, msg := c.putAs(string(old.pod.UID), "probe.bin", []byte("probe")); code != http.StatusForbidden {
+				return fmt.Errorf("the replaced pod's probe: %d %s, want 403", code, msg)
 			}
 			return nil
 		})
