@@ -78,26 +78,8 @@ func (c *Cluster) startHostPodsNet(ctx context.Context) error {
 	// kube-proxy, in nftables mode as on the nodes, as node 0's (a name
 	// scopes node-local traffic policies only; one with no Node keeps
 	// kube-proxy waiting 30 s for its addresses).
-	config := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-clientConnection:
-  kubeconfig: %[1]q
-hostnameOverride: %[4]s
-bindAddress: %[2]s
-mode: nftables
-healthzBindAddress: 127.0.0.1:10256
-metricsBindAddress: 127.0.0.1:10249
-nodePortAddresses:
-- %[3]s
-oomScoreAdj: 0
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-`, c.Kubeconfig, hp.ip, nw.link, NetworkNodeName(0))
 	path := filepath.Join(c.Dir, "kube-proxy-kwok-pods.yaml")
-	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+	if err := nw.writeKubeProxyConfig(path, NetworkNodeName(0), hp.ip); err != nil {
 		return err
 	}
 	if _, err := c.start("kube-proxy-kwok-pods", "nsenter", []string{"-t", ns, "-n", c.bin("kube-proxy"), "--config=" + path, "--v=2"},

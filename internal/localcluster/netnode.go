@@ -122,6 +122,23 @@ func (c *Cluster) prebuiltImage(s images.Spec, meta images.Meta) (images.Written
 // a Service (no clusterCIDR: no off-cluster masquerade), opens no node
 // ports beyond the node link, and leaves the conntrack sysctls as they are.
 func (nn *netNode) kubeProxyStep(n *RealNode, env []string) (nodespec.Step, error) {
+	path := filepath.Join(n.Dir, "kube-proxy.yaml")
+	if err := nn.network.writeKubeProxyConfig(path, n.Name, nn.ip); err != nil {
+		return nodespec.Step{}, err
+	}
+	return nodespec.Step{Name: "kube-proxy", Path: n.c.bin("kube-proxy"), Env: env, Log: n.logFile("kube-proxy"),
+		Args: []string{"--config=" + path, "--v=2"}}, nil
+}
+
+// PodCIDR is the node's pod CIDR (its pods' addresses).
+func (n *RealNode) PodCIDR() *net.IPNet { return n.net.podCIDR }
+
+// IP is the node's address on the cluster network.
+func (n *RealNode) IP() net.IP { return n.net.ip }
+
+// writeKubeProxyConfig writes the KubeProxyConfiguration of a kube-proxy
+// bound to ip on the link, as node hostname (kubeProxyStep's terms).
+func (nw *ClusterNetwork) writeKubeProxyConfig(path, hostname string, ip net.IP) error {
 	config := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:
@@ -139,17 +156,6 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, n.c.Kubeconfig, n.Name, nn.ip, nn.network.link)
-	path := filepath.Join(n.Dir, "kube-proxy.yaml")
-	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
-		return nodespec.Step{}, err
-	}
-	return nodespec.Step{Name: "kube-proxy", Path: n.c.bin("kube-proxy"), Env: env, Log: n.logFile("kube-proxy"),
-		Args: []string{"--config=" + path, "--v=2"}}, nil
+`, nw.c.Kubeconfig, hostname, ip, nw.link)
+	return os.WriteFile(path, []byte(config), 0o600)
 }
-
-// PodCIDR is the node's pod CIDR (its pods' addresses).
-func (n *RealNode) PodCIDR() *net.IPNet { return n.net.podCIDR }
-
-// IP is the node's address on the cluster network.
-func (n *RealNode) IP() net.IP { return n.net.ip }
