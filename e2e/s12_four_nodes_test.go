@@ -138,7 +138,11 @@ func TestScenario13FourNodesOneSilent(t *testing.T) {
 	timed(t)
 	ns := suite.newNamespace(t, "four-lost")
 	const name = "one-silent"
-	fourNodeJob(t, ns, name, localcluster.TrainerPlan{Steps: 40, CheckpointEvery: 20, StepInterval: 500 * time.Millisecond})
+	// 50 s of training: the pause and its HeartbeatLost (about 3 s) must
+	// fall well inside it. With 20 s, a slow start under load left 5 s, the
+	// trainers ended first and the sidecars, stopped for the pod's end,
+	// resumed before the loss was seen (CI, beside the other lanes).
+	fourNodeJob(t, ns, name, localcluster.TrainerPlan{Steps: 100, CheckpointEvery: 50, StepInterval: 500 * time.Millisecond})
 	pods := suite.nodePods(t, ns, name, 4)
 	suite.waitBinding(t, ns, name, 60*time.Second, "every node heartbeating", func(wb *tetherv1.WorkerBinding) error {
 		if wb.Status.Phase != tetherv1.PhaseRunning || len(wb.Status.Nodes) != 4 {
