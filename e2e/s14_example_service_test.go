@@ -50,7 +50,9 @@ func TestScenario14ExampleServiceAndPlugin(t *testing.T) {
 	ctx := context.Background()
 	ns := suite.newNamespace(t, "orchestrator")
 	const job, cancelJob = "example-train", "example-cancel"
-	setPlans(ns, job, localcluster.TrainerPlan{Steps: 12, CheckpointEvery: 3, StepInterval: 700 * time.Millisecond})
+	// 21 s of training: trainerStatus needs two progress reads apart for a
+	// step rate; with 8 s, under CI's other lanes, the job ended first.
+	setPlans(ns, job, localcluster.TrainerPlan{Steps: 30, CheckpointEvery: 6, StepInterval: 700 * time.Millisecond})
 	setPlans(ns, cancelJob, localcluster.TrainerPlan{Steps: 400, CheckpointEvery: 2, StepInterval: 500 * time.Millisecond})
 
 	cfg := suite.orchestratorConfig(t, ns, "orchestrator", true)
