@@ -100,15 +100,21 @@ func (e *serviceEndpoints) setPrefer(i int) {
 func (e *serviceEndpoints) bindingPorts() []int32 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	preferReady := e.prefer >= 0 && e.ready[e.prefer]
 	var ports []int32
 	for i, p := range e.ports {
-		if e.ready[i] && (!preferReady || e.prefer == i) {
+		if e.bindingReadyLocked(i) {
 			ports = append(ports, p[2])
 		}
 	}
 	slices.Sort(ports)
 	return ports
+}
+
+// bindingReadyLocked says whether replica i's binding slice should say
+// ready: it is ready and no other ready replica is preferred. e.mu is held.
+func (e *serviceEndpoints) bindingReadyLocked(i int) bool {
+	preferReady := e.prefer >= 0 && e.ready[e.prefer]
+	return e.ready[i] && (!preferReady || e.prefer == i)
 }
 
 // isWritten says whether replica i's slices say it is ready.
@@ -134,9 +140,8 @@ func (e *serviceEndpoints) sync(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	var wants []want
-	preferReady := e.prefer >= 0 && e.ready[e.prefer]
 	for i, p := range e.ports {
-		binding := e.ready[i] && (!preferReady || e.prefer == i)
+		binding := e.bindingReadyLocked(i)
 		wants = append(wants,
 			want{sliceName(i, ""), e.ready[i], e.terminating[i], map[string]int32{"webhook": p[0], "metrics": p[1]}},
 			want{sliceName(i, "-binding"), binding, e.terminating[i], map[string]int32{"binding": p[2]}})

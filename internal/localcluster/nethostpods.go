@@ -50,16 +50,8 @@ func (c *Cluster) startHostPodsNet(ctx context.Context) error {
 	c.onStop(func() error { return hp.holder.Stop(5 * time.Second) })
 	nw.hostPods = hp
 	ns := strconv.Itoa(hp.holder.PID())
-	ones, _ := nw.link.Mask.Size()
 	in := func(args ...string) []string { return append([]string{"nsenter", "-t", ns, "-n"}, args...) }
-	br := strconv.Itoa(nw.bridge.PID())
-	steps := [][]string{
-		{"nsenter", "-t", br, "-n", "ip", "link", "add", "kwok-pods", "type", "veth", "peer", "name", "eth0", "netns", ns},
-		{"nsenter", "-t", br, "-n", "ip", "link", "set", "kwok-pods", "master", "br0", "up"},
-		in("ip", "link", "set", "lo", "up"),
-		in("ip", "addr", "add", hp.ip.String()+"/"+strconv.Itoa(ones), "dev", "eth0"),
-		in("ip", "link", "set", "eth0", "up"),
-	}
+	steps := nw.plugSteps("kwok-pods", ns, hp.ip)
 	for _, other := range nw.attached {
 		steps = append(steps, in("ip", "route", "add", other.podCIDR.String(), "via", other.ip.String(), "dev", "eth0"))
 	}

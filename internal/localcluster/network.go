@@ -141,19 +141,12 @@ func (nw *ClusterNetwork) reattach(n *RealNode) error { return nw.wire(n, false)
 
 func (nw *ClusterNetwork) wire(n *RealNode, first bool) error {
 	nn := n.net
-	br, node := strconv.Itoa(nw.bridge.PID()), strconv.Itoa(n.init.PID())
+	node := strconv.Itoa(n.init.PID())
 	port := "n-" + n.Name[len(n.Name)-1:]
-	ones, _ := nw.link.Mask.Size()
 	in := func(args ...string) []string { return append([]string{"nsenter", "-t", node, "-n"}, args...) }
-	steps := [][]string{
-		{"nsenter", "-t", br, "-n", "ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", node},
-		{"nsenter", "-t", br, "-n", "ip", "link", "set", port, "master", "br0", "up"},
-		in("ip", "link", "set", "lo", "up"),
-		in("ip", "addr", "add", nn.ip.String()+"/"+strconv.Itoa(ones), "dev", "eth0"),
-		in("ip", "link", "set", "eth0", "up"),
+	steps := append(nw.plugSteps(port, node, nn.ip),
 		// The node routes between its pods and eth0; the host does not.
-		in("sysctl", "-q", "-w", "net.ipv4.ip_forward=1"),
-	}
+		in("sysctl", "-q", "-w", "net.ipv4.ip_forward=1"))
 	// Bridged pod-to-pod replies after a Service's DNAT must pass the
 	// node's own netfilter (per-namespace since Linux 5.3).
 	if _, err := os.Stat("/proc/sys/net/bridge/bridge-nf-call-iptables"); err == nil {
@@ -179,6 +172,22 @@ func (nw *ClusterNetwork) wire(n *RealNode, first bool) error {
 	nw.hostRoutes = append(nw.hostRoutes, route)
 	nw.attached = append(nw.attached, nn)
 	return nil
+}
+
+// plugSteps wire the network namespace of pid (a node's, or the kwok
+// pods') to the bridge: a veth named port on the bridge's side, eth0 with
+// ip on the link inside, both up, and its loopback.
+func (nw *ClusterNetwork) plugSteps(port, pid string, ip net.IP) [][]string {
+	br := strconv.Itoa(nw.bridge.PID())
+	ones, _ := nw.link.Mask.Size()
+	in := func(args ...string) []string { return append([]string{"nsenter", "-t", pid, "-n"}, args...) }
+	return [][]string{
+		{"nsenter", "-t", br, "-n", "ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", pid},
+		{"nsenter", "-t", br, "-n", "ip", "link", "set", port, "master", "br0", "up"},
+		in("ip", "link", "set", "lo", "up"),
+		in("ip", "addr", "add", ip.String()+"/"+strconv.Itoa(ones), "dev", "eth0"),
+		in("ip", "link", "set", "eth0", "up"),
+	}
 }
 
 func (nw *ClusterNetwork) nodeInitPID(nn *netNode) int {
