@@ -516,7 +516,7 @@ func waitForLeader(b *testing.B, ctx context.Context, env *testenv.Env) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		lease := &coordinationv1.Lease{}
-		err := env.Client.Get(ctx, types.NamespacedName{Namespace: "tether-system", Name: "tether-control-plane.tether.dev"}, lease)
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: "tether-system", Name: controlplane.LeaderElectionID}, lease)
 		if err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "" {
 			progressf("control plane elected leader (%s)", *lease.Spec.HolderIdentity)
 			return

@@ -19,6 +19,11 @@ import (
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
+// LeaderElectionID names the Lease (in the control plane's namespace) whose
+// holder runs the controllers; every replica serves the webhooks and the
+// binding server.
+const LeaderElectionID = "tether-control-plane.tether.dev"
+
 // manager creates the controller-runtime manager every other part is added
 // to, and the ControlPlane around it.
 func (a *assembly) manager() error {
@@ -32,7 +37,7 @@ func (a *assembly) manager() error {
 		Metrics:                 metricsOptions(opts),
 		HealthProbeBindAddress:  opts.HealthAddr,
 		LeaderElection:          opts.LeaderElect,
-		LeaderElectionID:        "tether-control-plane.tether.dev",
+		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: opts.Namespace,
 		// A replica that stops hands the lease over at once.
 		LeaderElectionReleaseOnCancel: true,
