@@ -112,7 +112,9 @@ func (r *BindingReconciler) settlePending(ctx context.Context, wb *tetherv1.Work
 	}
 	if err := r.Client.Status().Update(ctx, wb); err != nil {
 		log.Error(err, "recording the verdicts the dropped versions took back")
+		return
 	}
+	r.written.wrote(wb, r.now())
 }
 
 // retractDroppedVerdicts takes back the verdict of each node of a binding

@@ -94,6 +94,8 @@ type BindingReconciler struct {
 	Claims *JobIDClaims
 
 	failedCreates failedCreateReads
+	scopedIDs     scopedIDHolders
+	written       ownWrites
 }
 
 func (r *BindingReconciler) now() time.Time {
@@ -170,8 +172,12 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	log := logf.FromContext(ctx)
 	tj, err := trainjob.Get(ctx, r.Client, req.NamespacedName)
 	if err != nil {
-		if apierrors.IsNotFound(err) && r.Claims != nil {
-			r.Claims.Forget(req.NamespacedName)
+		if apierrors.IsNotFound(err) {
+			if r.Claims != nil {
+				r.Claims.Forget(req.NamespacedName)
+			}
+			r.scopedIDs.forget(req.NamespacedName)
+			r.written.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -197,6 +203,8 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		// removes it, then we bind this one.
 		log.Info("waiting for a stale WorkerBinding to be garbage-collected", "uid", wb.GetUID())
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	default:
+		wb = r.written.latest(wb, r.now())
 	}
 
 	if res, refused, err := r.checkIdentity(ctx, tj, wb, jobID, workerID); refused || err != nil {
@@ -272,6 +280,7 @@ func (r *BindingReconciler) writeSpec(ctx context.Context, tj *unstructured.Unst
 		if err := r.Client.Create(ctx, wb); err != nil {
 			return nil, client.IgnoreAlreadyExists(err)
 		}
+		r.written.wrote(wb, r.now())
 		r.normal(tj, lifecycle.ReasonBound, "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
 	default:
 		rehashed := wb.Spec.TokenSHA256 != hash
@@ -297,6 +306,7 @@ func (r *BindingReconciler) writeSpec(ctx context.Context, tj *unstructured.Unst
 		if err := r.Client.Update(ctx, wb); err != nil {
 			return nil, err
 		}
+		r.written.wrote(wb, r.now())
 		if issued && rehashed {
 			overlap := "the previous token is refused from now on (--token-overlap=0)"
 			if wb.Spec.PreviousToken != nil {
@@ -396,6 +406,7 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 	if err := r.Client.Status().Update(ctx, wb); err != nil {
 		return 0, err
 	}
+	r.written.wrote(wb, now)
 	if r.Events != nil {
 		// Announced once written: a write that lost a race is re-observed,
 		// and announced, by the next reconcile.
@@ -403,7 +414,11 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 		for _, o := range observed {
 			r.Events.Eventf(ref, nil, o.eventType, o.reason, lifecycle.EventAction, "%s", o.note)
 		}
-		if lifecycle.Transitioned(before.Phase, before.Reason, &wb.Status) {
+		// A new binding's first status (Pending, TokenIssued) is what its
+		// Bound Event announced: one Event per fact (a burst of new bindings
+		// paid two creates each, bench/controller).
+		announced := before.Phase == "" && wb.Status.Reason == tetherv1.ReasonTokenIssued
+		if lifecycle.Transitioned(before.Phase, before.Reason, &wb.Status) && !announced {
 			eventType, reason, note := lifecycle.TransitionEvent(&wb.Status)
 			r.Events.Eventf(ref, nil, eventType, reason, lifecycle.EventAction, "%s", note)
 		}

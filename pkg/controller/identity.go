@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
@@ -35,12 +36,27 @@ func (r *BindingReconciler) checkIdentity(ctx context.Context, tj *unstructured.
 			wb.Name, wb.Spec.JobID, wb.Spec.WorkerID, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation, jobID, workerID)
 		return ctrl.Result{}, true, nil
 	}
+	scope := binding.JobIDScope(jobID)
 	if wb == nil {
+		if scope != "" && scope != tj.GetNamespace() {
+			// Only a bypassed webhook gets here: the id is another
+			// namespace's by its form, and it has no claim to refuse it.
+			r.warn(tj, tetherv1.ReasonJobIDConflict, "job id %q is scoped to namespace %q (an id of the form <namespace>_<16 hex digits> belongs to the namespace it names); Tether serves no token for it. "+
+				"Recreate this TrainJob without %s to get a generated id, or with an id of another form", jobID, scope, jobconfig.JobIDAnnotation)
+			return ctrl.Result{}, true, nil
+		}
 		// Bindings of a release before claims (or of a race it allowed)
 		// hold ids without a claim until their next reconcile: they win.
-		if other, err := r.jobIDOwner(ctx, jobID, tj); err != nil {
+		other, err := r.jobIDOwner(ctx, jobID, tj)
+		if err != nil {
 			return ctrl.Result{}, true, err
-		} else if other != "" {
+		}
+		if other == "" && scope != "" {
+			// A scoped id has no claim: a binding made a moment ago by
+			// this process may not be in the cache yet.
+			other = r.scopedIDs.reserve(ctx, r.Client, jobID, claimHolder{Namespace: tj.GetNamespace(), Name: tj.GetName(), UID: tj.GetUID()})
+		}
+		if other != "" {
 			// Another tenant's job names are not this tenant's to read.
 			holder := "a TrainJob in another namespace"
 			if ns, _, _ := strings.Cut(other, "/"); ns == tj.GetNamespace() {
@@ -51,7 +67,8 @@ func (r *BindingReconciler) checkIdentity(ctx context.Context, tj *unstructured.
 			return ctrl.Result{RequeueAfter: conflictRecheck}, true, nil
 		}
 	}
-	if r.Claims == nil {
+	if r.Claims == nil || (scope != "" && scope == tj.GetNamespace()) {
+		// A scoped id is its namespace's by its form: no claim to take.
 		return ctrl.Result{}, false, nil
 	}
 	err = r.Claims.Claim(ctx, jobID, claimHolder{Namespace: tj.GetNamespace(), Name: tj.GetName(), UID: tj.GetUID()}, wb == nil)

@@ -18,8 +18,10 @@ import (
 )
 
 // A job id is the prefix of a job's artifacts in the one bucket every tenant
-// shares, and the objects stay there after the job is gone. So an id is
-// claimed for good, cluster-wide, by the first TrainJob that binds it: one
+// shares, and the objects stay there after the job is gone. So an id that is
+// not scoped to a namespace by its form (binding.JobIDScope: the ids Tether
+// generates, which need no claim, scopedids.go) is claimed for good,
+// cluster-wide, by the first TrainJob that binds it: one
 // Lease per id in the control plane's namespace, which no tenant can write.
 // Create is the atomic step (AlreadyExists is the refusal, so two TrainJobs
 // racing for one id cannot both win), and the claim is never deleted by

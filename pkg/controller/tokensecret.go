@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
@@ -21,8 +22,16 @@ import (
 // when absent) and its token ("" when absent or malformed); a Secret of that
 // name that the TrainJob does not own is an error.
 func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unstructured) (*corev1.Secret, binding.Token, error) {
-	secret := &corev1.Secret{}
-	err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: tj.GetNamespace(), Name: binding.TokenSecretName(tj.GetName())}, secret)
+	key := types.NamespacedName{Namespace: tj.GetNamespace(), Name: tj.GetName()}
+	secret := r.written.freshSecret(key, r.now())
+	var err error
+	if secret == nil {
+		secret = &corev1.Secret{}
+		err = r.Secrets.Get(ctx, types.NamespacedName{Namespace: tj.GetNamespace(), Name: binding.TokenSecretName(tj.GetName())}, secret)
+		if err == nil {
+			r.written.sawSecret(key, secret, r.now())
+		}
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, "", nil
@@ -51,7 +60,11 @@ func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Un
 		if err := ctrl.SetControllerReference(tj, secret, r.Scheme); err != nil {
 			return err
 		}
-		return r.Client.Create(ctx, secret)
+		if err := r.Client.Create(ctx, secret); err != nil {
+			return err
+		}
+		r.written.sawSecret(client.ObjectKeyFromObject(tj), secret, r.now())
+		return nil
 	}
 	if string(secret.Data[binding.TokenKey]) == string(token) && bytes.Equal(secret.Data[binding.CABundleKey], ca) {
 		return nil
@@ -60,7 +73,11 @@ func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Un
 		secret.Data = map[string][]byte{}
 	}
 	secret.Data[binding.TokenKey], secret.Data[binding.CABundleKey] = []byte(token), ca
-	return r.Client.Update(ctx, secret)
+	if err := r.Client.Update(ctx, secret); err != nil {
+		return err
+	}
+	r.written.sawSecret(client.ObjectKeyFromObject(tj), secret, r.now())
+	return nil
 }
 
 // secretExists handles a new binding whose token Secret was there already
@@ -81,6 +98,7 @@ func (r *BindingReconciler) secretExists(ctx context.Context, tj *unstructured.U
 		if err := r.Client.Update(ctx, wb); err != nil {
 			return wb, err
 		}
+		r.written.wrote(wb, r.now())
 		token = existing
 	}
 	return wb, r.writeSecret(ctx, tj, secret, token, ca)

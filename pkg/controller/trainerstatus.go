@@ -104,6 +104,12 @@ func (r *TrainerStatusReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if wb.Status.Attempt == 0 && wb.Status.Progress == nil {
+		// No pod of the job was seen yet: no trainer ran to report, natively
+		// or through the sidecar. Not read: in a burst of new bindings this
+		// uncached read was one per binding (bench/controller).
+		return ctrl.Result{}, nil
+	}
 	tj := &unstructured.Unstructured{}
 	tj.SetGroupVersionKind(trainjob.GVK)
 	if err := r.Live.Get(ctx, types.NamespacedName{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}, tj); err != nil {

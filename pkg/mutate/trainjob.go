@@ -2,10 +2,12 @@ package mutate
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
@@ -63,7 +65,14 @@ func (m TrainJobMutator) Stamp(obj, old *metav1.ObjectMeta) (map[string]string, 
 			}
 			add[key] = id
 		case !has && bound:
-			add[key] = m.newID()
+			add[key] = m.newJobID(obj.Namespace)
+		case has && key == jobconfig.JobIDAnnotation && bound && (!had || binds):
+			// Set in this request, or bound now: an id scoped to another
+			// namespace is that namespace's alone.
+			if scope := binding.JobIDScope(cur); scope != "" && scope != obj.Namespace {
+				return nil, fmt.Errorf("annotation %s=%q is scoped to namespace %q: an id of the form <namespace>_<16 hex digits> belongs to the namespace it names, and Tether generates such ids. "+
+					"Remove the annotation (in this request) to get a generated id, or choose an id of another form", key, cur, scope)
+			}
 		case has && key == jobconfig.WorkerIDAnnotation && bound && (!had || binds):
 			// Set in this request, or on an unbound TrainJob this webhook
 			// never saw (its objectSelector): Tether's own stamp only.
@@ -104,6 +113,21 @@ func jobIDOf(obj *metav1.ObjectMeta, add map[string]string) string {
 		return id
 	}
 	return obj.Annotations[jobconfig.JobIDAnnotation]
+}
+
+// newJobID returns a fresh job id for a TrainJob of namespace ns: scoped to
+// it (binding.ScopedJobID), or a UUID, claimed cluster-wide like a chosen
+// id, when ns is too long for a scoped id.
+func (m TrainJobMutator) newJobID(ns string) string {
+	id := m.newID()
+	nonce := strings.ReplaceAll(id, "-", "")
+	if len(nonce) < binding.ScopedNonceLen {
+		return id
+	}
+	if scoped := binding.ScopedJobID(ns, nonce[len(nonce)-binding.ScopedNonceLen:]); scoped != "" {
+		return scoped
+	}
+	return id
 }
 
 func (m TrainJobMutator) newID() string {

@@ -194,6 +194,14 @@ func gone(t *testing.T, tn *testenv.Tenant, name string) {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
+		// A reconcile that still had the TrainJob in its cache may have bound
+		// it again; its objects are owned by the deleted TrainJob, and the
+		// garbage collector would delete them too.
+		for _, o := range []client.Object{wb, secret} {
+			if err := env.Client.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
 		return fmt.Errorf("binding %s/%s still there: %v", tn.Namespace, name, err)
 	})
 }

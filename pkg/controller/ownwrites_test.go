@@ -1,0 +1,82 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+)
+
+func wbAt(rv, uid string, phase tetherv1.WorkerBindingPhase) *tetherv1.WorkerBinding {
+	return &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "job", ResourceVersion: rv, UID: types.UID(uid)},
+		Status: tetherv1.WorkerBindingStatus{Phase: phase}}
+}
+
+// A reconcile on a cache older than this reconciler's own write sees the
+// write; once the cache has it, or a later write of someone else, or the
+// binding is another object of the same name, the cache is trusted again.
+func TestOwnWritesReadYourWrites(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var o ownWrites
+	o.wrote(wbAt("12", "u", tetherv1.PhasePending), t0)
+	if got := o.latest(wbAt("10", "u", ""), t0.Add(time.Second)); got.ResourceVersion != "12" || got.Status.Phase != tetherv1.PhasePending {
+		t.Fatalf("stale cache: got rv %s phase %q, want the own write (12, Pending)", got.ResourceVersion, got.Status.Phase)
+	}
+	if got := o.latest(wbAt("10", "other-uid", ""), t0.Add(time.Second)); got.UID != "other-uid" {
+		t.Fatal("another object of the same name took the write of the earlier one")
+	}
+	o.wrote(wbAt("12", "u", tetherv1.PhasePending), t0)
+	if got := o.latest(wbAt("12", "u", tetherv1.PhasePending), t0.Add(time.Second)); got.ResourceVersion != "12" {
+		t.Fatalf("caught-up cache: rv %s", got.ResourceVersion)
+	}
+	// Caught up: forgotten, so an older cache read later is the cache's.
+	if got := o.latest(wbAt("11", "u", ""), t0.Add(time.Second)); got.ResourceVersion != "11" {
+		t.Fatalf("after the cache caught up, an own write was still used (rv %s)", got.ResourceVersion)
+	}
+	o.wrote(wbAt("12", "u", tetherv1.PhasePending), t0)
+	if got := o.latest(wbAt("15", "u", tetherv1.PhaseRunning), t0.Add(time.Second)); got.ResourceVersion != "15" {
+		t.Fatalf("a later write of another writer lost to the own one (rv %s)", got.ResourceVersion)
+	}
+	o.wrote(wbAt("12", "u", tetherv1.PhasePending), t0)
+	if got := o.latest(wbAt("10", "u", ""), t0.Add(ownWritesKept+time.Second)); got.ResourceVersion != "10" {
+		t.Fatal("an own write older than ownWritesKept was used")
+	}
+	o.wrote(wbAt("not-a-number", "u", tetherv1.PhasePending), t0)
+	if got := o.latest(wbAt("10", "u", ""), t0.Add(time.Second)); got.ResourceVersion != "10" {
+		t.Fatal("a resource version that is not an integer was taken for newer")
+	}
+	// The copy handed out is the caller's to change.
+	o.wrote(wbAt("12", "u", tetherv1.PhasePending), t0)
+	o.latest(wbAt("10", "u", ""), t0).Status.Phase = tetherv1.PhaseFailed
+	if got := o.latest(wbAt("10", "u", ""), t0); got.Status.Phase != tetherv1.PhasePending {
+		t.Fatal("a caller's change reached the remembered write")
+	}
+}
+
+// A token Secret written or read stands for secretFreshFor, then is read again.
+func TestOwnWritesFreshSecret(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var o ownWrites
+	key := types.NamespacedName{Namespace: "team", Name: "job"}
+	o.sawSecret(key, &corev1.Secret{Data: map[string][]byte{"token": []byte("t")}}, t0)
+	s := o.freshSecret(key, t0.Add(secretFreshFor-time.Millisecond))
+	if s == nil || string(s.Data["token"]) != "t" {
+		t.Fatalf("fresh Secret: %v", s)
+	}
+	s.Data["token"] = []byte("changed by the caller")
+	if s := o.freshSecret(key, t0); string(s.Data["token"]) != "t" {
+		t.Fatal("a caller's change reached the remembered Secret")
+	}
+	if s := o.freshSecret(key, t0.Add(secretFreshFor)); s != nil {
+		t.Fatal("a Secret older than secretFreshFor stood for the API server's")
+	}
+	o.sawSecret(key, &corev1.Secret{}, t0)
+	o.forget(key)
+	if s := o.freshSecret(key, t0); s != nil {
+		t.Fatal("a forgotten TrainJob's Secret was remembered")
+	}
+}
