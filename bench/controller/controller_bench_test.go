@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -165,6 +166,7 @@ func BenchmarkBindAtScale(b *testing.B) {
 		growReqs, growTotal := readAPIRequests(b, ctx, env.Config).per(req0, cfg.bindings-cfg.jobs)
 		b.Logf("kube-apiserver requests per TrainJob created and bound in the growth: %.2f (%s)", growTotal, strings.Join(growReqs, ", "))
 		b.Logf("grown to %d bindings in %s more (CPU: %s); CPU pressure %s", cfg.bindings, grow.Round(time.Millisecond), growCPU, benchutil.CPUPressure())
+		logControllerStats(b)
 		b.ReportMetric(grow.Seconds(), "grow-10k-s")
 		b.ReportMetric(growCPU.children.Seconds()*1000/float64(cfg.bindings-cfg.jobs), "grow-apiserver-cpu-ms-per-bind")
 		// The growth creates each TrainJob and binds it at once, as a sweep
@@ -483,6 +485,7 @@ func watchAll(b *testing.B, ctx context.Context, cl client.WithWatch, want map[s
 	// still being created, so an event's time is when it arrived.
 	events := make(chan added, 2*len(want))
 	var watchers sync.WaitGroup
+	var reopened atomic.Int64
 	for _, list := range lists {
 		// The first watch is opened here, before anything is created; the API
 		// server may close a watch at any time (its timeout, a restart of its
@@ -495,6 +498,7 @@ func watchAll(b *testing.B, ctx context.Context, cl client.WithWatch, want map[s
 		}
 		kind := fmt.Sprintf("%T", list)
 		watchers.Go(func() {
+			var lastRV string
 			for {
 				for ev := range w.ResultChan() {
 					if ev.Type == watch.Error {
@@ -502,7 +506,13 @@ func watchAll(b *testing.B, ctx context.Context, cl client.WithWatch, want map[s
 							break // the phase is over
 						}
 						fmt.Fprintf(os.Stderr, "bench/controller: watch of %s: %v\n", kind, ev.Object)
+						if st, ok := ev.Object.(*metav1.Status); ok && st.Code == http.StatusGone {
+							lastRV = "" // too old to resume from: replay what exists
+						}
 						continue
+					}
+					if o, ok := ev.Object.(client.Object); ok {
+						lastRV = o.GetResourceVersion()
 					}
 					if ev.Type != watch.Added {
 						continue
@@ -518,7 +528,18 @@ func watchAll(b *testing.B, ctx context.Context, cl client.WithWatch, want map[s
 				}
 				w.Stop()
 				for ctx.Err() == nil {
-					if w, err = cl.Watch(ctx, list, client.InNamespace(ns), labels); err == nil {
+					// Resumed where it stopped: a watch opened from no
+					// resourceVersion replays every object that exists, and
+					// the API server closes a watch that falls behind (this
+					// process starved of CPU), so replays of 10,000 bindings
+					// fed on themselves (the growth's decoding took 5 times
+					// the CPU in one run of two).
+					opts := []client.ListOption{client.InNamespace(ns), labels}
+					if lastRV != "" {
+						opts = append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: lastRV}})
+					}
+					if w, err = cl.Watch(ctx, list, opts...); err == nil {
+						reopened.Add(1)
 						break
 					}
 					fmt.Fprintf(os.Stderr, "bench/controller: watching %s again: %v\n", kind, err)
@@ -531,6 +552,11 @@ func watchAll(b *testing.B, ctx context.Context, cl client.WithWatch, want map[s
 		})
 	}
 	return func(start time.Time) time.Duration {
+		defer func() {
+			if n := reopened.Load(); n > 0 {
+				fmt.Fprintf(os.Stderr, "bench/controller: the API server closed the phase's watches %d times; each was resumed from its last resourceVersion\n", n)
+			}
+		}()
 		defer watchers.Wait()
 		defer cancel()
 		total := len(want)

@@ -12,8 +12,10 @@ import (
 )
 
 // ownWritesKept bounds how long a write is remembered: the cache has it
-// long before (its watch event), unless the binding was deleted meanwhile.
-const ownWritesKept = 30 * time.Second
+// within moments (its watch event), even from a loaded API server. Each
+// remembered write holds a copy of the binding: the bound keeps them to the
+// last seconds' writes.
+const ownWritesKept = 5 * time.Second
 
 // ownWrites remembers the last WorkerBinding this reconciler wrote, per
 // binding, until the manager's cache has caught up with it: read-your-writes
@@ -30,18 +32,44 @@ const ownWritesKept = 30 * time.Second
 type ownWrites struct {
 	mu sync.Mutex
 	m  map[types.NamespacedName]ownWrite
-	// secrets are the token Secrets this reconciler wrote or read, by
-	// TrainJob: see secretFreshFor.
+	// secrets are the token Secrets this reconciler wrote, by TrainJob:
+	// see secretFreshFor.
 	secrets map[types.NamespacedName]ownWrite
+	// pruned is when expired entries were last dropped: a sweep of both
+	// maps at most once per second keeps them to the last moments' writes
+	// at a cost independent of how many bindings there are (a sweep on
+	// every write of a full map cost a growth to 10,000 bindings twice the
+	// control plane's CPU).
+	pruned time.Time
 }
 
-// secretFreshFor is how long a token Secret this reconciler created,
-// updated or read stands for the API server's: the reconciles its own
-// writes' watch events bring right after (the binding's create, its first
-// status) do not read it again, which a burst of new bindings paid 2.5 times
-// each (bench/controller). A Secret deleted meanwhile is noticed at the
-// first reconcile after it: for a binding that waits for its pods, at
-// createFailureFirstLook at the latest.
+// prune drops expired entries, at most once per second; o.mu is held.
+func (o *ownWrites) prune(now time.Time) {
+	if now.Sub(o.pruned) < time.Second {
+		return
+	}
+	o.pruned = now
+	for k, w := range o.m {
+		if now.Sub(w.at) > ownWritesKept {
+			delete(o.m, k)
+		}
+	}
+	for k, w := range o.secrets {
+		if now.Sub(w.at) >= secretFreshFor {
+			delete(o.secrets, k)
+		}
+	}
+}
+
+// secretFreshFor is how long a token Secret this reconciler created or
+// updated stands for the API server's: the reconciles its own writes' watch
+// events bring right after (the binding's create, its first status) do not
+// read it again, which a burst of new bindings paid 2.5 times each
+// (bench/controller). A Secret deleted meanwhile is noticed at the first
+// reconcile after it: for a binding that waits for its pods, at
+// createFailureFirstLook at the latest. Secrets only read are not
+// remembered: the periodic reconciles of every binding would keep a copy of
+// each read in the last seconds.
 const secretFreshFor = 3 * time.Second
 
 type ownWrite struct {
@@ -57,13 +85,7 @@ func (o *ownWrites) wrote(wb *tetherv1.WorkerBinding, now time.Time) {
 	if o.m == nil {
 		o.m = map[types.NamespacedName]ownWrite{}
 	}
-	if len(o.m) >= 1024 {
-		for k, w := range o.m {
-			if now.Sub(w.at) > ownWritesKept {
-				delete(o.m, k)
-			}
-		}
-	}
+	o.prune(now)
 	o.m[types.NamespacedName{Namespace: wb.Namespace, Name: wb.Name}] = ownWrite{wb: wb.DeepCopy(), at: now}
 }
 
@@ -72,6 +94,7 @@ func (o *ownWrites) wrote(wb *tetherv1.WorkerBinding, now time.Time) {
 func (o *ownWrites) latest(cached *tetherv1.WorkerBinding, now time.Time) *tetherv1.WorkerBinding {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.prune(now)
 	key := types.NamespacedName{Namespace: cached.Namespace, Name: cached.Name}
 	w, ok := o.m[key]
 	if !ok {
@@ -94,29 +117,24 @@ func (o *ownWrites) forget(key types.NamespacedName) {
 	delete(o.secrets, key)
 }
 
-// sawSecret records the token Secret of TrainJob key as written or read now.
-func (o *ownWrites) sawSecret(key types.NamespacedName, s *corev1.Secret, now time.Time) {
+// wroteSecret records the token Secret of TrainJob key as written now.
+func (o *ownWrites) wroteSecret(key types.NamespacedName, s *corev1.Secret, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.secrets == nil {
 		o.secrets = map[types.NamespacedName]ownWrite{}
 	}
-	if len(o.secrets) >= 1024 {
-		for k, w := range o.secrets {
-			if now.Sub(w.at) >= secretFreshFor {
-				delete(o.secrets, k)
-			}
-		}
-	}
+	o.prune(now)
 	o.secrets[key] = ownWrite{secret: s.DeepCopy(), at: now}
 }
 
 // freshSecret returns a copy of TrainJob key's token Secret as this
-// reconciler last wrote or read it, if that was less than secretFreshFor
-// ago, else nil.
+// reconciler last wrote it, if that was less than secretFreshFor ago, else
+// nil.
 func (o *ownWrites) freshSecret(key types.NamespacedName, now time.Time) *corev1.Secret {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.prune(now)
 	w, ok := o.secrets[key]
 	if !ok || now.Sub(w.at) >= secretFreshFor {
 		delete(o.secrets, key)

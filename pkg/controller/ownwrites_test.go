@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -57,12 +58,12 @@ func TestOwnWritesReadYourWrites(t *testing.T) {
 	}
 }
 
-// A token Secret written or read stands for secretFreshFor, then is read again.
+// A token Secret written stands for secretFreshFor, then is read again.
 func TestOwnWritesFreshSecret(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	var o ownWrites
 	key := types.NamespacedName{Namespace: "team", Name: "job"}
-	o.sawSecret(key, &corev1.Secret{Data: map[string][]byte{"token": []byte("t")}}, t0)
+	o.wroteSecret(key, &corev1.Secret{Data: map[string][]byte{"token": []byte("t")}}, t0)
 	s := o.freshSecret(key, t0.Add(secretFreshFor-time.Millisecond))
 	if s == nil || string(s.Data["token"]) != "t" {
 		t.Fatalf("fresh Secret: %v", s)
@@ -74,9 +75,34 @@ func TestOwnWritesFreshSecret(t *testing.T) {
 	if s := o.freshSecret(key, t0.Add(secretFreshFor)); s != nil {
 		t.Fatal("a Secret older than secretFreshFor stood for the API server's")
 	}
-	o.sawSecret(key, &corev1.Secret{}, t0)
+	o.wroteSecret(key, &corev1.Secret{}, t0)
 	o.forget(key)
 	if s := o.freshSecret(key, t0); s != nil {
 		t.Fatal("a forgotten TrainJob's Secret was remembered")
+	}
+}
+
+// Expired entries are dropped by the sweep a write brings, at most once a
+// second, whatever their number.
+func TestOwnWritesPruned(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var o ownWrites
+	for i := range 5000 {
+		key := types.NamespacedName{Namespace: "team", Name: fmt.Sprintf("job-%d", i)}
+		o.wroteSecret(key, &corev1.Secret{}, t0)
+		wb := wbAt("12", "u", tetherv1.PhasePending)
+		wb.Name = key.Name
+		o.wrote(wb, t0)
+	}
+	if len(o.secrets) != 5000 || len(o.m) != 5000 {
+		t.Fatalf("%d Secrets, %d bindings remembered, want 5000 each (none expired)", len(o.secrets), len(o.m))
+	}
+	o.wroteSecret(types.NamespacedName{Namespace: "team", Name: "late"}, &corev1.Secret{}, t0.Add(secretFreshFor))
+	if len(o.secrets) != 1 || len(o.m) != 5000 {
+		t.Fatalf("after the Secrets expired: %d Secrets, %d bindings remembered, want 1 and 5000", len(o.secrets), len(o.m))
+	}
+	o.wrote(wbAt("13", "u", tetherv1.PhasePending), t0.Add(ownWritesKept+time.Second))
+	if len(o.m) != 1 {
+		t.Fatalf("after the writes expired: %d bindings remembered, want 1", len(o.m))
 	}
 }

@@ -28,9 +28,6 @@ func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unst
 	if secret == nil {
 		secret = &corev1.Secret{}
 		err = r.Secrets.Get(ctx, types.NamespacedName{Namespace: tj.GetNamespace(), Name: binding.TokenSecretName(tj.GetName())}, secret)
-		if err == nil {
-			r.written.sawSecret(key, secret, r.now())
-		}
 	}
 	switch {
 	case apierrors.IsNotFound(err):
@@ -63,7 +60,7 @@ func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Un
 		if err := r.Client.Create(ctx, secret); err != nil {
 			return err
 		}
-		r.written.sawSecret(client.ObjectKeyFromObject(tj), secret, r.now())
+		r.written.wroteSecret(client.ObjectKeyFromObject(tj), secret, r.now())
 		return nil
 	}
 	if string(secret.Data[binding.TokenKey]) == string(token) && bytes.Equal(secret.Data[binding.CABundleKey], ca) {
@@ -76,7 +73,7 @@ func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Un
 	if err := r.Client.Update(ctx, secret); err != nil {
 		return err
 	}
-	r.written.sawSecret(client.ObjectKeyFromObject(tj), secret, r.now())
+	r.written.wroteSecret(client.ObjectKeyFromObject(tj), secret, r.now())
 	return nil
 }
 
