@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -43,13 +42,14 @@ func (s *scopedIDHolders) reserve(ctx context.Context, cache client.Reader, jobI
 // exists reports whether h's TrainJob is still there (the cache's view; a
 // read error counts as there, so the id is not handed over on a guess).
 func (s *scopedIDHolders) exists(ctx context.Context, cache client.Reader, h claimHolder) bool {
-	tj := &metav1.PartialObjectMetadata{}
-	tj.SetGroupVersionKind(trainjob.GVK)
-	err := cache.Get(ctx, types.NamespacedName{Namespace: h.Namespace, Name: h.Name}, tj)
+	// The binding controller's own TrainJob cache (unstructured): h's
+	// reconcile read h from it, so it has h unless h was deleted. (The
+	// metadata cache is another informer, which may not have h yet.)
+	tj, err := trainjob.Get(ctx, cache, types.NamespacedName{Namespace: h.Namespace, Name: h.Name})
 	if err != nil {
 		return client.IgnoreNotFound(err) != nil
 	}
-	return tj.UID == h.UID && tj.DeletionTimestamp == nil
+	return tj.GetUID() == h.UID && tj.GetDeletionTimestamp() == nil
 }
 
 // forget drops what TrainJob key held (it is gone).
