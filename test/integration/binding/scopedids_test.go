@@ -2,8 +2,8 @@ package binding
 
 import (
 	"context"
+	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -67,18 +67,7 @@ func TestTwoTrainJobsWithOneScopedIDAtOnceGetOneBinding(t *testing.T) {
 	tn := newTenant(t, "scoped-race")
 	for trial := range 3 {
 		id := binding.ScopedJobID(tn.Namespace, strings.Repeat(string(rune('a'+trial)), binding.ScopedNonceLen))
-		names := []string{"copy-a-" + string(rune('0'+trial)), "copy-b-" + string(rune('0'+trial))}
-		var wg sync.WaitGroup
-		for _, name := range names {
-			wg.Go(func() { submit(t, tn, name, id) })
-		}
-		wg.Wait()
-		var live []string
-		for _, name := range names {
-			if wb := boundOrRefused(t, tn.Namespace, name); wb != nil {
-				live = append(live, name)
-			}
-		}
+		live := submitAtOnce(t, tn, id, fmt.Sprintf("copy-a-%d", trial), fmt.Sprintf("copy-b-%d", trial))
 		if len(live) != 1 {
 			t.Errorf("trial %d: scoped job id %q has %d live bindings (%v), want exactly 1", trial, id, len(live), live)
 		}

@@ -206,6 +206,23 @@ func gone(t *testing.T, tn *testenv.Tenant, name string) {
 	})
 }
 
+// submitAtOnce creates TrainJobs names in tn with job id jobID at the same
+// moment and returns those that were bound (the others refused).
+func submitAtOnce(t *testing.T, tn *testenv.Tenant, jobID string, names ...string) (live []string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Go(func() { submit(t, tn, name, jobID) })
+	}
+	wg.Wait()
+	for _, name := range names {
+		if wb := boundOrRefused(t, tn.Namespace, name); wb != nil {
+			live = append(live, name)
+		}
+	}
+	return live
+}
+
 // boundOrRefused waits until TrainJob ns/name has a binding or a
 // JobIDConflict Warning, and returns the binding (nil when refused).
 func boundOrRefused(t *testing.T, ns, name string) *tetherv1.WorkerBinding {
@@ -393,18 +410,7 @@ func TestTwoResubmissionsAtOnceTakeTheClaimOnce(t *testing.T) {
 	submit(t, tn, "weekly", id)
 	bound(t, tn, "weekly")
 	gone(t, tn, "weekly")
-	names := []string{"weekly-a", "weekly-b"}
-	var wg sync.WaitGroup
-	for _, name := range names {
-		wg.Go(func() { submit(t, tn, name, id) })
-	}
-	wg.Wait()
-	var live []string
-	for _, name := range names {
-		if wb := boundOrRefused(t, tn.Namespace, name); wb != nil {
-			live = append(live, name)
-		}
-	}
+	live := submitAtOnce(t, tn, id, "weekly-a", "weekly-b")
 	if len(live) != 1 {
 		t.Fatalf("job id %q has %d live bindings after two takeovers at once (%v), want exactly 1", id, len(live), live)
 	}
