@@ -222,11 +222,6 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	// read (an uncached read per new job, in a burst of them), and the
 	// Secret is created; one that exists after all is read then (secretExists).
 	fresh := wb == nil
-	if fresh {
-		if gone, err := r.trainJobGone(ctx, tj); gone || err != nil {
-			return ctrl.Result{}, err
-		}
-	}
 	var secret *corev1.Secret
 	var token binding.Token
 	if !fresh {
@@ -262,29 +257,6 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	return ctrl.Result{RequeueAfter: requeue}, err
-}
-
-// trainJobGone reads tj's metadata from the API server before its binding
-// is created: a reconcile on a cache that still held a TrainJob deleted a
-// moment ago (its binding's deletion seen first) made the binding again,
-// which the orphan path then failed, until the garbage collector took it
-// (test/integration/binding's tenancy suite, once in this stop's runs).
-// One metadata GET per new binding, among the cheapest requests the API
-// server serves (bench/controller's profile).
-func (r *BindingReconciler) trainJobGone(ctx context.Context, tj *unstructured.Unstructured) (bool, error) {
-	if r.Live == nil {
-		return false, nil
-	}
-	live := &metav1.PartialObjectMetadata{}
-	live.SetGroupVersionKind(trainjob.GVK)
-	err := r.Live.Get(ctx, client.ObjectKeyFromObject(tj), live)
-	switch {
-	case apierrors.IsNotFound(err):
-		return true, nil
-	case err != nil:
-		return false, err
-	}
-	return live.UID != tj.GetUID() || live.DeletionTimestamp != nil, nil
 }
 
 // writeSpec creates the binding (wb nil), or brings its spec up to date:
