@@ -66,10 +66,11 @@
 // a 12-second CPU profile of kube-apiserver taken from the start of the
 // bind (read it with the kube-apiserver binary hack/testbin.sh built).
 // Alone on 2 cores (CPU pressure some avg10 5 at the start) the whole run
-// took about 2.5 minutes at stop 41 (2,000 bound in 13.7 s from the
-// election, the growth to 10,000 in 72 s), 30 s of it the control plane's
-// shutdown; on 2 cores saturated by other work (avg10 90-98), an earlier
-// version took 6 to 6.5 minutes. The watches the benchmark counts with are
+// took 112 s at stop 41 (2,000 bound in 13.7 s from the election, the
+// growth to 10,000 in 72 s), and 30 s more when the control plane's stop
+// waited out the manager's grace period (6 of 16 runs, with the code before
+// stop 41 too); on 2 cores saturated by other work (avg10 90-98), an
+// earlier version took 6 to 6.5 minutes. The watches the benchmark counts with are
 // resumed from their last resourceVersion when the API server closes them
 // (a watcher that falls behind; 10 times in a growth here), and say so. A
 // phase fails after 2 minutes without progress (stallTimeout) or past 6
