@@ -25,6 +25,10 @@ func ValidID(s string) bool { return idPattern.MatchString(s) }
 // DNS label (no '_'), so the scope is the part before the '_'.
 var scopedJobIDPattern = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?)_[0-9a-f]{16}$`)
 
+// ScopedIDRule says in words which ids are scoped, for the refusals of one
+// in another namespace.
+const ScopedIDRule = "an id of the form <namespace>_<16 hex digits> belongs to the namespace it names"
+
 // ScopedNonceLen is the length of a scoped job id's nonce (lowercase hex).
 const ScopedNonceLen = 16
 

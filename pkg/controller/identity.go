@@ -37,11 +37,12 @@ func (r *BindingReconciler) checkIdentity(ctx context.Context, tj *unstructured.
 		return ctrl.Result{}, true, nil
 	}
 	scope := binding.JobIDScope(jobID)
+	holder := claimHolder{Namespace: tj.GetNamespace(), Name: tj.GetName(), UID: tj.GetUID()}
 	if wb == nil {
 		if scope != "" && scope != tj.GetNamespace() {
 			// Only a bypassed webhook gets here: the id is another
 			// namespace's by its form, and it has no claim to refuse it.
-			r.warn(tj, tetherv1.ReasonJobIDConflict, "job id %q is scoped to namespace %q (an id of the form <namespace>_<16 hex digits> belongs to the namespace it names); Tether serves no token for it. "+
+			r.warn(tj, tetherv1.ReasonJobIDConflict, "job id %q is scoped to namespace %q ("+binding.ScopedIDRule+"); Tether serves no token for it. "+
 				"Recreate this TrainJob without %s to get a generated id, or with an id of another form", jobID, scope, jobconfig.JobIDAnnotation)
 			return ctrl.Result{}, true, nil
 		}
@@ -54,7 +55,7 @@ func (r *BindingReconciler) checkIdentity(ctx context.Context, tj *unstructured.
 		if other == "" && scope != "" {
 			// A scoped id has no claim: a binding made a moment ago by
 			// this process may not be in the cache yet.
-			other = r.scopedIDs.reserve(ctx, r.Client, jobID, claimHolder{Namespace: tj.GetNamespace(), Name: tj.GetName(), UID: tj.GetUID()})
+			other = r.scopedIDs.reserve(ctx, r.Client, jobID, holder)
 		}
 		if other != "" {
 			// Another tenant's job names are not this tenant's to read.
@@ -71,7 +72,7 @@ func (r *BindingReconciler) checkIdentity(ctx context.Context, tj *unstructured.
 		// A scoped id is its namespace's by its form: no claim to take.
 		return ctrl.Result{}, false, nil
 	}
-	err = r.Claims.Claim(ctx, jobID, claimHolder{Namespace: tj.GetNamespace(), Name: tj.GetName(), UID: tj.GetUID()}, wb == nil)
+	err = r.Claims.Claim(ctx, jobID, holder, wb == nil)
 	var conflict *ClaimConflict
 	switch {
 	case errors.As(err, &conflict):

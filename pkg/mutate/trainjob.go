@@ -70,7 +70,7 @@ func (m TrainJobMutator) Stamp(obj, old *metav1.ObjectMeta) (map[string]string, 
 			// Set in this request, or bound now: an id scoped to another
 			// namespace is that namespace's alone.
 			if scope := binding.JobIDScope(cur); scope != "" && scope != obj.Namespace {
-				return nil, fmt.Errorf("annotation %s=%q is scoped to namespace %q: an id of the form <namespace>_<16 hex digits> belongs to the namespace it names, and Tether generates such ids. "+
+				return nil, fmt.Errorf("annotation %s=%q is scoped to namespace %q: "+binding.ScopedIDRule+", and Tether generates such ids. "+
 					"Remove the annotation (in this request) to get a generated id, or choose an id of another form", key, cur, scope)
 			}
 		case has && key == jobconfig.WorkerIDAnnotation && bound && (!had || binds):
@@ -120,14 +120,23 @@ func jobIDOf(obj *metav1.ObjectMeta, add map[string]string) string {
 // id, when ns is too long for a scoped id.
 func (m TrainJobMutator) newJobID(ns string) string {
 	id := m.newID()
-	nonce := strings.ReplaceAll(id, "-", "")
-	if len(nonce) < binding.ScopedNonceLen {
-		return id
-	}
-	if scoped := binding.ScopedJobID(ns, nonce[len(nonce)-binding.ScopedNonceLen:]); scoped != "" {
-		return scoped
+	if nonce, ok := nonceOf(id, binding.ScopedNonceLen); ok {
+		if scoped := binding.ScopedJobID(ns, nonce); scoped != "" {
+			return scoped
+		}
 	}
 	return id
+}
+
+// nonceOf returns the last n hex digits of id (a UUID without its dashes),
+// the nonce of a generated job or worker id; ok is false, with what id
+// holds, when that is shorter than n.
+func nonceOf(id string, n int) (nonce string, ok bool) {
+	nonce = strings.ReplaceAll(id, "-", "")
+	if len(nonce) < n {
+		return nonce, false
+	}
+	return nonce[len(nonce)-n:], true
 }
 
 func (m TrainJobMutator) newID() string {

@@ -27,11 +27,10 @@ const (
 
 // newWorkerID returns a fresh worker id for job jobID in namespace ns.
 func (m TrainJobMutator) newWorkerID(ns, jobID string) (string, error) {
-	nonce := strings.ReplaceAll(m.newID(), "-", "")
-	if len(nonce) < workerNonceLen {
+	nonce, ok := nonceOf(m.newID(), workerNonceLen)
+	if !ok {
 		return "", fmt.Errorf("id source returned %q, too short for a worker id", nonce)
 	}
-	nonce = nonce[len(nonce)-workerNonceLen:]
 	mac, err := m.workerMAC(ns, jobID, nonce)
 	if err != nil {
 		return "", err

@@ -184,10 +184,16 @@ func gone(t *testing.T, tn *testenv.Tenant, name string) {
 	wb.Namespace, wb.Name = tn.Namespace, name
 	secret := &corev1.Secret{}
 	secret.Namespace, secret.Name = tn.Namespace, binding.TokenSecretName(name)
-	for _, o := range []client.Object{wb, secret} {
-		if err := env.Client.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
-			t.Fatal(err)
+	deleteBoth := func() error {
+		for _, o := range []client.Object{wb, secret} {
+			if err := env.Client.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
 		}
+		return nil
+	}
+	if err := deleteBoth(); err != nil {
+		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, func() error {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(wb), &tetherv1.WorkerBinding{})
@@ -197,10 +203,8 @@ func gone(t *testing.T, tn *testenv.Tenant, name string) {
 		// A reconcile that still had the TrainJob in its cache may have bound
 		// it again; its objects are owned by the deleted TrainJob, and the
 		// garbage collector would delete them too.
-		for _, o := range []client.Object{wb, secret} {
-			if err := env.Client.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
-				return err
-			}
+		if err := deleteBoth(); err != nil {
+			return err
 		}
 		return fmt.Errorf("binding %s/%s still there: %v", tn.Namespace, name, err)
 	})
