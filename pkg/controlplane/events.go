@@ -1,11 +1,16 @@
 package controlplane
 
 import (
+	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/record"
 
@@ -62,14 +67,39 @@ func eventSpamKey(e *corev1.Event) string {
 		e.InvolvedObject.Name, string(e.InvolvedObject.UID), e.InvolvedObject.APIVersion, e.Type, e.Reason}, "\x00")
 }
 
-// newEventBroadcaster is the manager's core/v1 Event broadcaster, with
-// eventCorrelatorOptions. The manager does not stop a broadcaster it is
-// given: ControlPlane.Start does. (Nor, then, its events.k8s.io one, which
-// Tether never records to: a control plane started and stopped again in one
-// process, as in tests, leaves its two idle goroutines.)
+// newEventBroadcaster is Tether's core/v1 Event broadcaster, with
+// eventCorrelatorOptions. ControlPlane.Start stops it.
 func newEventBroadcaster() record.EventBroadcaster {
 	return record.NewBroadcaster(record.WithCorrelatorOptions(eventCorrelatorOptions()))
 }
+
+// startEventRecorder starts b sending to the API server, and logging at
+// V(1) when that is on, and returns Tether's recorder on it.
+//
+// Why not the manager's recorder with b in Options.EventBroadcaster: the
+// manager and its cluster each make a recorder provider from that option,
+// and each starts b recording to a sink of its own once it records (the
+// manager's on the leader election), so every Event after the election was
+// sent twice and the second create refused as AlreadyExists
+// (controller-runtime issue 1576; 0.2 wasted creates per binding in a
+// burst, bench/controller). The manager keeps a broadcaster of its own for
+// its election Events, and stops it.
+func startEventRecorder(b record.EventBroadcaster, cfg *rest.Config, httpClient *http.Client, scheme *runtime.Scheme, log logr.Logger) (eventRecorder, error) {
+	cs, err := corev1client.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return eventRecorder{}, fmt.Errorf("creating the Events client: %w", err)
+	}
+	b.StartRecordingToSink(&corev1client.EventSinkImpl{Interface: cs.Events("")})
+	if debug := log.V(1); debug.Enabled() {
+		b.StartEventWatcher(func(e *corev1.Event) {
+			debug.Info(e.Message, "type", e.Type, "object", e.InvolvedObject, "reason", e.Reason)
+		})
+	}
+	return eventRecorder{b.NewRecorder(scheme, corev1.EventSource{Component: eventSource})}, nil
+}
+
+// eventSource is the component Tether's Events name as their source.
+const eventSource = "tether"
 
 // eventShutdownTimeout bounds the broadcaster's shutdown when the control
 // plane stops; Events still queued then are lost, as with the manager's own.

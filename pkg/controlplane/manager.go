@@ -29,10 +29,6 @@ const LeaderElectionID = "tether-control-plane.tether.dev"
 func (a *assembly) manager() error {
 	opts := a.opts
 	mgr, err := ctrl.NewManager(a.cfg, ctrl.Options{
-		// Tether's correlator options (events.go); the field is deprecated
-		// only because the manager does not stop a broadcaster it is given,
-		// and Start does.
-		EventBroadcaster:        a.events, //nolint:staticcheck // see above
 		Scheme:                  a.scheme,
 		Metrics:                 metricsOptions(opts),
 		HealthProbeBindAddress:  opts.HealthAddr,
@@ -74,9 +70,9 @@ func (a *assembly) manager() error {
 	a.mgr = mgr
 	a.cp = &ControlPlane{Manager: mgr, events: a.events, certsReady: make(chan struct{}), serving: make(chan struct{}),
 		drain: &drain{delay: a.opts.ShutdownDelay}}
-	//nolint:staticcheck // the core/v1 recorder on purpose: see eventRecorder
-	a.recorder = eventRecorder{mgr.GetEventRecorderFor("tether")}
-	return nil
+	// Tether's own broadcaster, not the manager's (startEventRecorder).
+	a.recorder, err = startEventRecorder(a.events, a.cfg, mgr.GetHTTPClient(), a.scheme, mgr.GetLogger().WithName("events"))
+	return err
 }
 
 // metricsOptions serves /metrics as Kubebuilder-scaffolded operators do:
