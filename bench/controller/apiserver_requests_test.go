@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -16,9 +17,10 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// apiRequests counts kube-apiserver's requests by "VERB resource[/subresource]"
-// (apiserver_request_total, all codes and clients), read from its /metrics
-// as the benchmark's admin: where a phase's API work goes.
+// apiRequests counts kube-apiserver's requests by "VERB resource[/subresource]",
+// with the code after it when it is not 2xx (apiserver_request_total, all
+// clients), read from its /metrics as the benchmark's admin: where a phase's
+// API work goes, and what of it was refused.
 type apiRequests map[string]float64
 
 func readAPIRequests(b *testing.B, ctx context.Context, cfg *rest.Config) apiRequests {
@@ -52,6 +54,9 @@ func readAPIRequests(b *testing.B, ctx context.Context, cfg *rest.Config) apiReq
 		if l["subresource"] != "" {
 			key += "/" + l["subresource"]
 		}
+		if c := l["code"]; c != "" && c[0] != '2' {
+			key += " " + c
+		}
 		out[key] += m.GetCounter().GetValue()
 	}
 	return out
@@ -78,14 +83,12 @@ func (a apiRequests) per(before apiRequests, units int) (entries []string, total
 	return entries, total
 }
 
-// profileAPIServer, when the environment variable named env holds a path,
-// starts a 12-second CPU profile of kube-apiserver (its /debug/pprof, on by
-// default; a bind of 2,000 took 13 to 16 s here) and returns the function
-// that waits for it and writes it there: where the API server's CPU of a
-// phase goes. Without the variable it does nothing.
-func profileAPIServer(b *testing.B, ctx context.Context, cfg *rest.Config, env string) func() {
+// profileAPIServer, when path is not empty, starts a CPU profile of
+// kube-apiserver for the given seconds (its /debug/pprof, on by default) and
+// returns the function that waits for it and writes it to path: where the
+// API server's CPU of a phase goes. With no path it does nothing.
+func profileAPIServer(b *testing.B, ctx context.Context, cfg *rest.Config, path string, seconds int) func() {
 	b.Helper()
-	path := os.Getenv(env)
 	if path == "" {
 		return func() {}
 	}
@@ -96,13 +99,13 @@ func profileAPIServer(b *testing.B, ctx context.Context, cfg *rest.Config, env s
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		raw, err := cs.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "12").DoRaw(ctx)
+		raw, err := cs.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).DoRaw(ctx)
 		if err != nil {
-			b.Logf("%s: kube-apiserver's CPU profile: %v", env, err)
+			b.Logf("%s: kube-apiserver's CPU profile: %v", path, err)
 			return
 		}
 		if err := os.WriteFile(path, raw, 0o644); err != nil {
-			b.Logf("%s: %v", env, err)
+			b.Log(err)
 		}
 	}()
 	return func() { <-done }

@@ -10,6 +10,17 @@
 //     ConfigMaps and 2,000 Secrets, the sizes of a WorkerBinding and a token
 //     Secret) from the same number of client goroutines;
 //
+//   - the binding writes: the benchmark itself makes what the control plane
+//     writes to bind 2,000 TrainJobs, one kind at a time and in a namespace
+//     of their own (deleted afterwards): 2,000 token Secrets, WorkerBindings,
+//     first statuses and Bound Events. <kind>-x-floor-object-apiserver-cpu
+//     is each one's API-server CPU in plain objects of the floor, and
+//     binding-writes-x-floor-apiserver-cpu all of them against the floor (the
+//     unit of bind-2000-x-floor-apiserver-cpu): what a binding's writes cost
+//     by themselves, whatever controller makes them. The run fails when
+//     these stand-ins differ from what the control plane wrote
+//     (matchesBind);
+//
 //   - 2,000 TrainJobs created unlabeled (no webhook call, no binding), then
 //     2,000 labeled ones (through Tether's TrainJob webhook, which stamps
 //     their ids, as in a cluster) while no replica is elected: the benchmark
@@ -35,7 +46,10 @@
 //     TrainJobs' own creates are not in the bind: the floor does not create
 //     them either (before stop 41 the bind phase created them, and
 //     trainjobs-2000-x-floor-apiserver-cpu, about 1.0, was inside the bind's
-//     ratio);
+//     ratio); bind-x-binding-writes-apiserver-cpu the bind's API-server CPU
+//     against the binding writes': what the controller adds to its own
+//     writes (reads, conflicts, requeues); bound-events-per-job how many of
+//     the TrainJobs have their Bound Event once Events stop arriving;
 //
 //   - TrainJobs created until 10,000 are bound, each created and bound at
 //     once as in a sweep (the webhook, the real informers and controllers:
@@ -64,7 +78,9 @@
 // creating objects; TETHER_BENCH_HEAPPROFILE=path writes a heap profile with
 // every binding cached. TETHER_BENCH_APISERVER_CPUPROFILE=path writes
 // a 12-second CPU profile of kube-apiserver taken from the start of the
-// bind (read it with the kube-apiserver binary hack/testbin.sh built).
+// bind (read it with the kube-apiserver binary hack/testbin.sh built), and
+// TETHER_BENCH_WRITES_CPUPROFILE=dir one of the first 2 seconds of each kind
+// of binding write, as dir/<kind>.pprof.
 // Alone on 2 cores (CPU pressure some avg10 5 at the start) the whole run
 // took 112 s at stop 41 (2,000 bound in 13.7 s from the election, the
 // growth to 10,000 in 72 s), and 30 s more when the control plane's stop
