@@ -123,7 +123,7 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}))).
 		// A WorkerBinding is named after its TrainJob. (Owns() cannot be used:
 		// it needs the owner's Go type, and TrainJobs are watched as metadata.)
-		Watches(&tetherv1.WorkerBinding{}, handler.EnqueueRequestsFromMapFunc(sameName)).
+		Watches(&tetherv1.WorkerBinding{}, r.bindingEvents()).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(trainJobOfPod))
 	if r.Leases != nil {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tetherv1.WorkerBinding{}, SessionReplicaIndex,
@@ -249,7 +249,16 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
 		return ctrl.Result{}, err
 	}
+	if fresh {
+		// The token first: the first status after every other token in a
+		// burst (tokenfirst.go).
+		r.written.awaitFirstStatus(req.NamespacedName)
+		return firstStatusNext(), nil
+	}
 	requeue, err := r.updateStatus(ctx, tj, wb)
+	if err == nil {
+		r.written.firstStatusWritten(req.NamespacedName)
+	}
 	if p := wb.Spec.PreviousToken; p != nil && err == nil {
 		// Back when the previous token expires, to clear it.
 		if until := p.ValidUntil.Sub(r.now()) + time.Second; requeue == 0 || until < requeue {

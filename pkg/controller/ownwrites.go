@@ -1,14 +1,17 @@
 package controller
 
 import (
+	"bytes"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
 )
 
 // ownWritesKept bounds how long a write is remembered: the cache has it
@@ -35,6 +38,9 @@ type ownWrites struct {
 	// secrets are the token Secrets this reconciler wrote, by TrainJob:
 	// see secretFreshFor.
 	secrets map[types.NamespacedName]ownWrite
+	// ca is the CA bundle of the last Secret remembered, shared by the
+	// others that carry the same (never written to: freshSecret copies).
+	ca []byte
 	// pruned is when expired entries were last dropped: a sweep of both
 	// maps at most once per second keeps them to the last moments' writes
 	// at a cost independent of how many bindings there are (a sweep on
@@ -55,27 +61,45 @@ func (o *ownWrites) prune(now time.Time) {
 		}
 	}
 	for k, w := range o.secrets {
-		if now.Sub(w.at) >= secretFreshFor {
+		if !w.fresh(now) {
 			delete(o.secrets, k)
 		}
 	}
 }
 
 // secretFreshFor is how long a token Secret this reconciler created or
-// updated stands for the API server's: the reconciles its own writes' watch
-// events bring right after (the binding's create, its first status) do not
-// read it again, which a burst of new bindings paid 2.5 times each
-// (bench/controller). A Secret deleted meanwhile is noticed at the first
-// reconcile after it: for a binding that waits for its pods, at
-// createFailureFirstLook at the latest. Secrets only read are not
-// remembered: the periodic reconciles of every binding would keep a copy of
-// each read in the last seconds.
+// updated stands for the API server's: the reconciles right after a write
+// do not read it again, which a burst of new bindings paid 2.5 times each
+// (bench/controller). A new binding's Secret stands longer, until its
+// first status (awaitFirstStatus). A Secret deleted meanwhile is reissued
+// at the first reconcile after the window. The window is short on purpose:
+// a deleted Secret is reissued within seconds of the binding's next
+// reconcile (the kubelet retries the pods' mount until then); a 15-s
+// window held it back past what TestReissuedTokenOverlap allows. Secrets
+// only read are not remembered: the periodic reconciles of every binding
+// would keep a copy of each read.
 const secretFreshFor = 3 * time.Second
 
 type ownWrite struct {
 	wb     *tetherv1.WorkerBinding
 	secret *corev1.Secret
 	at     time.Time
+	// awaitsStatus: the Secret of a binding created with it whose first
+	// status is not written yet (awaitFirstStatus).
+	awaitsStatus bool
+}
+
+// firstStatusKeptAtMost bounds how long a Secret awaiting its binding's
+// first status is remembered past secretFreshFor: the first status comes
+// after every token of a burst or sweep (firstStatusPriority), and a
+// controller that never catches up reads the Secret again after it.
+const firstStatusKeptAtMost = 10 * time.Minute
+
+// fresh reports whether a remembered Secret still stands for the API
+// server's at now.
+func (w ownWrite) fresh(now time.Time) bool {
+	age := now.Sub(w.at)
+	return age < secretFreshFor || w.awaitsStatus && age < firstStatusKeptAtMost
 }
 
 // wrote records wb as written now (its resourceVersion the API server's answer).
@@ -109,6 +133,22 @@ func (o *ownWrites) latest(cached *tetherv1.WorkerBinding, now time.Time) *tethe
 	return w.wb.DeepCopy()
 }
 
+// echo reports whether o, a WorkerBinding from a watch event, is this
+// reconciler's last write of it or older (the same uid, a resourceVersion
+// not after the write's): an event that brings nothing the write was not
+// computed from, since a write is made over what came before it (an update
+// conflicts otherwise).
+func (o *ownWrites) echo(obj client.Object) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	w, ok := o.m[types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}]
+	if !ok || w.wb.UID != obj.GetUID() {
+		return false
+	}
+	newer, err := resourceversion.CompareResourceVersion(obj.GetResourceVersion(), w.wb.ResourceVersion)
+	return err == nil && newer <= 0
+}
+
 // forget drops what is remembered of binding key (its TrainJob is gone).
 func (o *ownWrites) forget(key types.NamespacedName) {
 	o.mu.Lock()
@@ -117,7 +157,11 @@ func (o *ownWrites) forget(key types.NamespacedName) {
 	delete(o.secrets, key)
 }
 
-// wroteSecret records the token Secret of TrainJob key as written now.
+// wroteSecret records the token Secret of TrainJob key as written now:
+// what the reconciler reads of it (its owner, data and resourceVersion),
+// without its managedFields, and with one CA bundle shared by every
+// Secret that carries the same (a burst's Secrets are remembered for
+// secretFreshFor: 2,000 whole copies held 15 MiB).
 func (o *ownWrites) wroteSecret(key types.NamespacedName, s *corev1.Secret, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -125,7 +169,16 @@ func (o *ownWrites) wroteSecret(key types.NamespacedName, s *corev1.Secret, now 
 		o.secrets = map[types.NamespacedName]ownWrite{}
 	}
 	o.prune(now)
-	o.secrets[key] = ownWrite{secret: s.DeepCopy(), at: now}
+	kept := s.DeepCopy()
+	kept.ManagedFields = nil
+	switch ca := kept.Data[binding.CABundleKey]; {
+	case ca == nil:
+	case bytes.Equal(ca, o.ca):
+		kept.Data[binding.CABundleKey] = o.ca
+	default:
+		o.ca = ca
+	}
+	o.secrets[key] = ownWrite{secret: kept, at: now}
 }
 
 // freshSecret returns a copy of TrainJob key's token Secret as this
@@ -136,9 +189,35 @@ func (o *ownWrites) freshSecret(key types.NamespacedName, now time.Time) *corev1
 	defer o.mu.Unlock()
 	o.prune(now)
 	w, ok := o.secrets[key]
-	if !ok || now.Sub(w.at) >= secretFreshFor {
+	if !ok || !w.fresh(now) {
 		delete(o.secrets, key)
 		return nil
 	}
 	return w.secret.DeepCopy()
+}
+
+// awaitFirstStatus keeps the Secret just created for TrainJob key's new
+// binding remembered until the binding's first status is written
+// (firstStatusWritten), however long after secretFreshFor that comes: the
+// reconcile that writes it, behind every token of a burst or a sweep, does
+// not read the Secret again (1.2 reads per binding more in a sweep of
+// 8,000 with a 15-s window and no such mark, bench/controller). A Secret
+// deleted meanwhile is reissued at the reconcile after that.
+func (o *ownWrites) awaitFirstStatus(key types.NamespacedName) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if w, ok := o.secrets[key]; ok {
+		w.awaitsStatus = true
+		o.secrets[key] = w
+	}
+}
+
+// firstStatusWritten ends awaitFirstStatus for TrainJob key.
+func (o *ownWrites) firstStatusWritten(key types.NamespacedName) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if w, ok := o.secrets[key]; ok && w.awaitsStatus {
+		w.awaitsStatus = false
+		o.secrets[key] = w
+	}
 }

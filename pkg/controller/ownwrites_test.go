@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
 )
 
 func wbAt(rv, uid string, phase tetherv1.WorkerBindingPhase) *tetherv1.WorkerBinding {
@@ -97,12 +98,80 @@ func TestOwnWritesPruned(t *testing.T) {
 	if len(o.secrets) != 5000 || len(o.m) != 5000 {
 		t.Fatalf("%d Secrets, %d bindings remembered, want 5000 each (none expired)", len(o.secrets), len(o.m))
 	}
-	o.wroteSecret(types.NamespacedName{Namespace: "team", Name: "late"}, &corev1.Secret{}, t0.Add(secretFreshFor))
-	if len(o.secrets) != 1 || len(o.m) != 5000 {
-		t.Fatalf("after the Secrets expired: %d Secrets, %d bindings remembered, want 1 and 5000", len(o.secrets), len(o.m))
+	later := t0.Add(max(ownWritesKept, secretFreshFor) + time.Second)
+	o.wrote(wbAt("13", "u", tetherv1.PhasePending), later)
+	o.wroteSecret(types.NamespacedName{Namespace: "team", Name: "late"}, &corev1.Secret{}, later)
+	if len(o.m) != 1 || len(o.secrets) != 1 {
+		t.Fatalf("after every write expired: %d bindings, %d Secrets remembered, want 1 and 1", len(o.m), len(o.secrets))
 	}
-	o.wrote(wbAt("13", "u", tetherv1.PhasePending), t0.Add(ownWritesKept+time.Second))
-	if len(o.m) != 1 {
-		t.Fatalf("after the writes expired: %d bindings remembered, want 1", len(o.m))
+}
+
+// The watch events of this reconciler's own last write, or of anything
+// before it, are echoes; a later write, another object of the same name, or
+// a binding never written here are not.
+func TestOwnWritesEcho(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var o ownWrites
+	if o.echo(wbAt("12", "u", "")) {
+		t.Fatal("a binding this reconciler never wrote was taken for an echo")
+	}
+	o.wrote(wbAt("12", "u", tetherv1.PhasePending), t0)
+	for _, c := range []struct {
+		rv, uid string
+		want    bool
+	}{{"12", "u", true}, {"11", "u", true}, {"13", "u", false}, {"12", "other-uid", false}, {"not-a-number", "u", false}} {
+		if got := o.echo(wbAt(c.rv, c.uid, "")); got != c.want {
+			t.Errorf("event at rv %s uid %s: echo %v, want %v", c.rv, c.uid, got, c.want)
+		}
+	}
+}
+
+// A remembered Secret keeps what a reconcile reads of it, without its
+// managedFields, and shares one CA bundle with the others that carry it.
+func TestOwnWritesSecretKeptSlim(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var o ownWrites
+	secret := func(name string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name + "-tether-token", ResourceVersion: "7",
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "tether"}}},
+			Data: map[string][]byte{binding.TokenKey: []byte("token-" + name), binding.CABundleKey: []byte("-----BEGIN CERTIFICATE-----")}}
+	}
+	a, b := types.NamespacedName{Namespace: "team", Name: "a"}, types.NamespacedName{Namespace: "team", Name: "b"}
+	o.wroteSecret(a, secret("a"), t0)
+	o.wroteSecret(b, secret("b"), t0)
+	ka, kb := o.secrets[a].secret, o.secrets[b].secret
+	if len(ka.ManagedFields) != 0 {
+		t.Error("the remembered Secret kept its managedFields")
+	}
+	if &ka.Data[binding.CABundleKey][0] != &kb.Data[binding.CABundleKey][0] {
+		t.Error("two Secrets with one CA bundle remember two copies of it")
+	}
+	got := o.freshSecret(b, t0.Add(time.Second))
+	if string(got.Data[binding.TokenKey]) != "token-b" || got.ResourceVersion != "7" || string(got.Data[binding.CABundleKey]) != "-----BEGIN CERTIFICATE-----" {
+		t.Fatalf("fresh Secret: %+v", got)
+	}
+}
+
+// A new binding's Secret stands for the API server's until the binding's
+// first status is written, however late (but not past
+// firstStatusKeptAtMost), then for what is left of secretFreshFor.
+func TestOwnWritesSecretAwaitsFirstStatus(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var o ownWrites
+	key, other := types.NamespacedName{Namespace: "team", Name: "job"}, types.NamespacedName{Namespace: "team", Name: "late"}
+	o.wroteSecret(key, &corev1.Secret{}, t0)
+	o.awaitFirstStatus(key)
+	o.wroteSecret(other, &corev1.Secret{}, t0)
+	o.awaitFirstStatus(other)
+	late := t0.Add(secretFreshFor + time.Minute)
+	if o.freshSecret(key, late) == nil {
+		t.Fatal("a Secret awaiting its binding's first status was read again after secretFreshFor")
+	}
+	o.firstStatusWritten(key)
+	if o.freshSecret(key, late) != nil {
+		t.Fatal("a Secret whose binding has its first status stood past secretFreshFor")
+	}
+	if o.freshSecret(other, t0.Add(firstStatusKeptAtMost)) != nil {
+		t.Fatal("a Secret awaiting a first status stood past firstStatusKeptAtMost")
 	}
 }

@@ -1,0 +1,63 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// firstStatusPriority is the work-queue priority of a new binding's first
+// status: below every TrainJob still waiting for its token (a new one at
+// 0, a replica's initial list at handler.LowPriority). A job's pods wait for
+// its token Secret, not for the binding's status, so in a burst of new
+// TrainJobs every token is issued before any first status is written: the
+// status writes, each costing the API server about three plain creates
+// (bench/controller's binding writes), no longer hold the next tokens back.
+// With no burst the queue is empty and the status follows at once.
+const firstStatusPriority = handler.LowPriority - 100
+
+// firstStatusNext is the result of the reconcile that created a binding and
+// its token Secret: back at once for the first status, behind every token
+// still to issue.
+func firstStatusNext() ctrl.Result {
+	return ctrl.Result{RequeueAfter: time.Millisecond, Priority: ptr.To(firstStatusPriority)}
+}
+
+// bindingEvents enqueues a WorkerBinding's TrainJob (of the same name) on
+// the binding's watch events, but for the echoes of this reconciler's own
+// writes: the reconcile that wrote asked for what comes next itself (the
+// create's firstStatusNext, a status write's requeue), and each echo was a
+// reconcile more per write, with a token Secret read past secretFreshFor
+// (2 per binding in a burst, bench/controller). Events are otherwise
+// enqueued as controller-runtime does (an initial list's at
+// handler.LowPriority).
+func (r *BindingReconciler) bindingEvents() handler.TypedFuncs[client.Object, reconcile.Request] {
+	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
+	}
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if !r.written.echo(e.Object) {
+				enqueue(e.Object, q)
+			}
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if !r.written.echo(e.ObjectNew) {
+				enqueue(e.ObjectNew, q)
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.Object, q)
+		},
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.Object, q)
+		},
+	}
+}
