@@ -174,9 +174,9 @@ func BenchmarkBindAtScale(b *testing.B) {
 	// Every kube-apiserver request of the bind phase per TrainJob (the
 	// TrainJobs exist already: their creates are not in it).
 	b.ReportMetric(bindTotal, "bind-apiserver-requests-per-job")
-	// Events are sent after the bind, one at a time, and dropped by the
-	// recorder past its queue (client-go's, 1,000): how many of the burst's
-	// TrainJobs got their Bound Event.
+	// Events are sent beside the bind (pkg/controlplane's queuedEventSink;
+	// before stop 42 one at a time, and dropped past client-go's queue of
+	// 1,000): how many of the burst's TrainJobs got their Bound Event.
 	b.ReportMetric(float64(boundEvents)/float64(cfg.jobs), "bound-events-per-job")
 
 	if cfg.bindings > cfg.jobs {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -255,9 +256,16 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		r.written.awaitFirstStatus(req.NamespacedName)
 		return firstStatusNext(), nil
 	}
+	first := wb.Status.Phase == ""
 	requeue, err := r.updateStatus(ctx, tj, wb)
+	var after *int
 	if err == nil {
 		r.written.firstStatusWritten(req.NamespacedName)
+		if first {
+			// The binding's later rechecks at a new TrainJob's priority,
+			// not its first status's (the queue keeps a request's).
+			after = ptr.To(0)
+		}
 	}
 	if p := wb.Spec.PreviousToken; p != nil && err == nil {
 		// Back when the previous token expires, to clear it.
@@ -265,7 +273,7 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 			requeue = max(until, time.Second)
 		}
 	}
-	return ctrl.Result{RequeueAfter: requeue}, err
+	return ctrl.Result{RequeueAfter: requeue, Priority: after}, err
 }
 
 // writeSpec creates the binding (wb nil), or brings its spec up to date:

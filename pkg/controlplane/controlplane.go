@@ -37,6 +37,7 @@ func NewScheme() *runtime.Scheme {
 type ControlPlane struct {
 	ctrl.Manager
 	events     record.EventBroadcaster
+	eventSink  *queuedEventSink
 	certsReady chan struct{}
 	// serving is closed once the webhooks are registered on the server.
 	serving chan struct{}
@@ -67,12 +68,12 @@ func New(cfg *rest.Config, opts Options) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 	events := newEventBroadcaster()
+	a := &assembly{cfg: cfg, opts: opts, scheme: NewScheme(), events: events}
 	defer func() {
 		if err != nil {
-			events.Shutdown()
+			shutdownEvents(events, a.eventSink)
 		}
 	}()
-	a := &assembly{cfg: cfg, opts: opts, scheme: NewScheme(), events: events}
 	// The parts, in the order they depend on each other: each adds one
 	// thing to the manager and may use what an earlier one built.
 	for _, part := range []func(*assembly) error{
@@ -104,6 +105,8 @@ type assembly struct {
 	opts   Options
 	scheme *runtime.Scheme
 	events record.EventBroadcaster
+	// eventSink sends the broadcaster's Events (startEventRecorder).
+	eventSink *queuedEventSink
 
 	mgr      ctrl.Manager
 	cp       *ControlPlane
@@ -139,7 +142,7 @@ func (everyReplica) NeedLeaderElection() bool          { return false }
 // Start runs the control plane until ctx ends and the shutdown delay has
 // passed (readiness failing meanwhile), then stops its Event broadcaster.
 func (cp *ControlPlane) Start(ctx context.Context) error {
-	defer shutdownEvents(cp.events)
+	defer shutdownEvents(cp.events, cp.eventSink)
 	ctx, cancel := cp.drain.run(ctx)
 	defer cancel()
 	return cp.Manager.Start(ctx)

@@ -73,8 +73,9 @@ func newEventBroadcaster() record.EventBroadcaster {
 	return record.NewBroadcaster(record.WithCorrelatorOptions(eventCorrelatorOptions()))
 }
 
-// startEventRecorder starts b sending to the API server, and logging at
-// V(1) when that is on, and returns Tether's recorder on it.
+// startEventRecorder starts b sending to the API server through a
+// queuedEventSink, and logging at V(1) when that is on, and returns Tether's
+// recorder on it and the sink.
 //
 // Why not the manager's recorder with b in Options.EventBroadcaster: the
 // manager and its cluster each make a recorder provider from that option,
@@ -84,29 +85,32 @@ func newEventBroadcaster() record.EventBroadcaster {
 // (controller-runtime issue 1576; 0.2 wasted creates per binding in a
 // burst, bench/controller). The manager keeps a broadcaster of its own for
 // its election Events, and stops it.
-func startEventRecorder(b record.EventBroadcaster, cfg *rest.Config, httpClient *http.Client, scheme *runtime.Scheme, log logr.Logger) (eventRecorder, error) {
+func startEventRecorder(b record.EventBroadcaster, cfg *rest.Config, httpClient *http.Client, scheme *runtime.Scheme, log logr.Logger) (eventRecorder, *queuedEventSink, error) {
 	cs, err := corev1client.NewForConfigAndClient(cfg, httpClient)
 	if err != nil {
-		return eventRecorder{}, fmt.Errorf("creating the Events client: %w", err)
+		return eventRecorder{}, nil, fmt.Errorf("creating the Events client: %w", err)
 	}
-	b.StartRecordingToSink(&corev1client.EventSinkImpl{Interface: cs.Events("")})
+	sink := newQueuedEventSink(&corev1client.EventSinkImpl{Interface: cs.Events("")}, log, eventSinkWorkers, eventSinkDepth)
+	b.StartRecordingToSink(sink)
 	if debug := log.V(1); debug.Enabled() {
 		b.StartEventWatcher(func(e *corev1.Event) {
 			debug.Info(e.Message, "type", e.Type, "object", e.InvolvedObject, "reason", e.Reason)
 		})
 	}
-	return eventRecorder{b.NewRecorder(scheme, corev1.EventSource{Component: eventSource})}, nil
+	return eventRecorder{b.NewRecorder(scheme, corev1.EventSource{Component: eventSource})}, sink, nil
 }
 
 // eventSource is the component Tether's Events name as their source.
 const eventSource = "tether"
 
-// eventShutdownTimeout bounds the broadcaster's shutdown when the control
-// plane stops; Events still queued then are lost, as with the manager's own.
+// eventShutdownTimeout bounds the Events' shutdown when the control plane
+// stops; Events still queued then are lost, as with the manager's own.
 const eventShutdownTimeout = 5 * time.Second
 
-// shutdownEvents stops b, waiting at most eventShutdownTimeout.
-func shutdownEvents(b record.EventBroadcaster) {
+// shutdownEvents stops b, then sink (nil: none), together within
+// eventShutdownTimeout.
+func shutdownEvents(b record.EventBroadcaster, sink *queuedEventSink) {
+	deadline := time.Now().Add(eventShutdownTimeout)
 	done := make(chan struct{})
 	go func() {
 		b.Shutdown()
@@ -114,6 +118,9 @@ func shutdownEvents(b record.EventBroadcaster) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(eventShutdownTimeout):
+	case <-time.After(time.Until(deadline)):
+	}
+	if sink != nil {
+		sink.stop(deadline)
 	}
 }

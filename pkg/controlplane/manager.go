@@ -71,7 +71,8 @@ func (a *assembly) manager() error {
 	a.cp = &ControlPlane{Manager: mgr, events: a.events, certsReady: make(chan struct{}), serving: make(chan struct{}),
 		drain: &drain{delay: a.opts.ShutdownDelay}}
 	// Tether's own broadcaster, not the manager's (startEventRecorder).
-	a.recorder, err = startEventRecorder(a.events, a.cfg, mgr.GetHTTPClient(), a.scheme, mgr.GetLogger().WithName("events"))
+	a.recorder, a.eventSink, err = startEventRecorder(a.events, a.cfg, mgr.GetHTTPClient(), a.scheme, mgr.GetLogger().WithName("events"))
+	a.cp.eventSink = a.eventSink
 	return err
 }
 

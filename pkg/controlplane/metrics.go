@@ -16,7 +16,7 @@ import (
 // control plane restarted in the same process (tests) exports its own.
 func (a *assembly) metrics() error {
 	collectors := append(append(mutate.Collectors(), a.binding.Metrics().Collectors()...), &controller.PhaseCollector{Cache: a.mgr.GetCache(), Elected: a.mgr.Elected()},
-		&CertExpiryCollector{CertDir: a.opts.CertDir})
+		&CertExpiryCollector{CertDir: a.opts.CertDir}, a.eventSink.dropped)
 	if a.storeCaps != nil {
 		collectors = append(collectors, newCapabilityCollector(*a.storeCaps))
 	}
