@@ -82,11 +82,11 @@
 // bind (read it with the kube-apiserver binary hack/testbin.sh built), and
 // TETHER_BENCH_WRITES_CPUPROFILE=dir one of the first 2 seconds of each kind
 // of binding write, as dir/<kind>.pprof.
-// Alone on 2 cores (CPU pressure some avg10 5 to 15 at the start) the
-// whole run took 133 to 137 s at stop 42 (the binding writes about 14 s of
-// it; 2,000 tokens in 7.1 to 7.4 s from the election, their first statuses
-// by 11 to 11.3 s; the growth to 10,000 in 67 to 72 s), 112 s at stop 41,
-// and 30 s more when the control plane's stop
+// Alone on 2 cores (CPU pressure some avg10 0 to 24 at the start) the
+// whole run took 142 to 144 s at stop 42 (the binding writes about 14 s of
+// it; 2,000 tokens in 9.0 to 9.7 s from the election, their first statuses
+// by 13.0 to 14.3 s, every Bound Event sent; the growth to 10,000 in 77 to
+// 78 s), 112 s at stop 41, and 30 s more when the control plane's stop
 // waited out the manager's grace period (6 of 16 runs, with the code before
 // stop 41 too); on 2 cores saturated by other work (avg10 90-98), an
 // earlier version took 6 to 6.5 minutes. The watches the benchmark counts with are
