@@ -196,7 +196,10 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	err = r.Client.Get(ctx, req.NamespacedName, wb)
 	switch {
 	case apierrors.IsNotFound(err):
-		wb = nil
+		// The cache may not have this reconciler's own create yet (the
+		// first status follows the create at once when nothing else
+		// waits): read your writes.
+		wb = r.written.created(req.NamespacedName, tj.GetUID(), r.now())
 	case err != nil:
 		return ctrl.Result{}, err
 	case !metav1.IsControlledBy(wb, tj):
@@ -238,8 +241,12 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	if wb, err = r.writeSpec(ctx, tj, wb, jobID, workerID, token.Hash(), issue); wb == nil || err != nil {
-		// No binding: another reconcile created it first, and the next one
-		// writes its Secret.
+		// No binding: another reconcile created it first; the next one,
+		// once the cache has it, writes its Secret. (Its create's watch
+		// event is that reconcile's echo, enqueued for nobody.)
+		if err == nil {
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
 		return ctrl.Result{}, err
 	}
 	err = r.writeSecret(ctx, tj, secret, token, ca)

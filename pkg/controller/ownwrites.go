@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -131,6 +132,32 @@ func (o *ownWrites) latest(cached *tetherv1.WorkerBinding, now time.Time) *tethe
 		return cached
 	}
 	return w.wb.DeepCopy()
+}
+
+// created returns a copy of the binding this reconciler last wrote for
+// TrainJob key, controlled by the TrainJob of uid owner, when the cache has
+// none (yet): less than ownWritesKept ago, and not deleted since
+// (deleted). Nil otherwise.
+func (o *ownWrites) created(key types.NamespacedName, owner types.UID, now time.Time) *tetherv1.WorkerBinding {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.prune(now)
+	w, ok := o.m[key]
+	if !ok || now.Sub(w.at) > ownWritesKept {
+		return nil
+	}
+	if ref := metav1.GetControllerOf(w.wb); ref == nil || ref.UID != owner {
+		return nil
+	}
+	return w.wb.DeepCopy()
+}
+
+// deleted forgets the binding written for TrainJob key: a watch event
+// showed it deleted.
+func (o *ownWrites) deleted(key types.NamespacedName) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.m, key)
 }
 
 // echo reports whether o, a WorkerBinding from a watch event, is this

@@ -175,3 +175,34 @@ func TestOwnWritesSecretAwaitsFirstStatus(t *testing.T) {
 		t.Fatal("a Secret awaiting a first status stood past firstStatusKeptAtMost")
 	}
 }
+
+// A binding this reconciler created stands in for the cache's while the
+// cache has none yet: only for the TrainJob that controls it, within
+// ownWritesKept, and not once a watch event showed it deleted.
+func TestOwnWritesCreatedBeforeTheCacheHasIt(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var o ownWrites
+	key := types.NamespacedName{Namespace: "team", Name: "job"}
+	wb := wbAt("12", "u", "")
+	wb.OwnerReferences = []metav1.OwnerReference{{APIVersion: "trainer.kubeflow.org/v1alpha1", Kind: "TrainJob", Name: "job", UID: "tj-1", Controller: ptrTrue()}}
+	if o.created(key, "tj-1", t0) != nil {
+		t.Fatal("a binding never written here was returned")
+	}
+	o.wrote(wb, t0)
+	if got := o.created(key, "tj-1", t0.Add(time.Second)); got == nil || got.ResourceVersion != "12" {
+		t.Fatalf("own create not returned before the cache had it: %+v", got)
+	}
+	if o.created(key, "tj-2", t0.Add(time.Second)) != nil {
+		t.Fatal("the binding of an earlier TrainJob of the same name was returned for a new one")
+	}
+	if o.created(key, "tj-1", t0.Add(ownWritesKept+time.Second)) != nil {
+		t.Fatal("an own create older than ownWritesKept was returned")
+	}
+	o.wrote(wb, t0)
+	o.deleted(key)
+	if o.created(key, "tj-1", t0.Add(time.Second)) != nil {
+		t.Fatal("a binding whose deletion was seen was returned")
+	}
+}
+
+func ptrTrue() *bool { b := true; return &b }

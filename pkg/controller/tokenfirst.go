@@ -54,6 +54,7 @@ func (r *BindingReconciler) bindingEvents() handler.TypedFuncs[client.Object, re
 			}
 		},
 		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.written.deleted(client.ObjectKeyFromObject(e.Object))
 			enqueue(e.Object, q)
 		},
 		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
