@@ -242,8 +242,8 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	if wb, err = r.writeSpec(ctx, tj, wb, jobID, workerID, token.Hash(), issue); wb == nil || err != nil {
 		// No binding: another reconcile created it first; the next one,
-		// once the cache has it, writes its Secret. (Its create's watch
-		// event is that reconcile's echo, enqueued for nobody.)
+		// once the cache has it, writes its Secret. (Its create's echo is
+		// enqueued behind every token to issue: not soon enough here.)
 		if err == nil {
 			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}

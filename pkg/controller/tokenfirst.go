@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -31,27 +32,30 @@ func firstStatusNext() ctrl.Result {
 }
 
 // bindingEvents enqueues a WorkerBinding's TrainJob (of the same name) on
-// the binding's watch events, but for the echoes of this reconciler's own
-// writes: the reconcile that wrote asked for what comes next itself (the
-// create's firstStatusNext, a status write's requeue), and each echo was a
-// reconcile more per write, with a token Secret read past secretFreshFor
-// (2 per binding in a burst, bench/controller). Events are otherwise
-// enqueued as controller-runtime does (an initial list's at
-// handler.LowPriority).
+// the binding's watch events, as controller-runtime does (an initial list's
+// at handler.LowPriority), but for the echo of this reconciler's own create,
+// enqueued at firstStatusPriority: the reconcile that created the binding
+// asked for its first status already (firstStatusNext), and the echo would
+// bring it back ahead of the TrainJobs still waiting for tokens. The echoes
+// of other writes are enqueued: a final binding's pending artifacts that
+// could not be dropped (a store outage) are dropped by the reconcile its
+// final status's echo brings (stop 42's soak-ci left one behind when these
+// echoes were dropped too).
 func (r *BindingReconciler) bindingEvents() handler.TypedFuncs[client.Object, reconcile.Request] {
 	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
 	}
 	return handler.TypedFuncs[client.Object, reconcile.Request]{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if !r.written.echo(e.Object) {
-				enqueue(e.Object, q)
+			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok && r.written.echo(e.Object) {
+				pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(firstStatusPriority)},
+					reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
+				return
 			}
+			enqueue(e.Object, q)
 		},
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if !r.written.echo(e.ObjectNew) {
-				enqueue(e.ObjectNew, q)
-			}
+			enqueue(e.ObjectNew, q)
 		},
 		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			r.written.deleted(client.ObjectKeyFromObject(e.Object))
