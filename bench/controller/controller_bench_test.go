@@ -130,7 +130,7 @@ func BenchmarkBindAtScale(b *testing.B) {
 		released := election.release(b, ctx)
 		elected := election.awaitElected(b, ctx)
 		at := seen(elected)
-		bind, bindStatus, electedAfter = max(at.last[bindingKind], at.last[secretKind]), at.last[bindingKind+"/status"], elected.Sub(released)
+		bind, bindStatus, electedAfter = max(at[bindingKind], at[secretKind]), at[bindingKind+"/status"], elected.Sub(released)
 		profiled()
 		bindCPU = readCPU(b).sub(cpu1)
 		req2 := readAPIRequests(b, ctx, env.Config)
@@ -425,7 +425,7 @@ func floorPhase(b *testing.B, ctx context.Context, cl client.WithWatch, ns strin
 		return &corev1.Secret{ObjectMeta: meta, Type: binding.TokenSecretType,
 			Data: map[string][]byte{binding.TokenKey: []byte(strings.Repeat("t", 43)), binding.CABundleKey: []byte(ca)}}
 	}, cl)
-	return seen(start).all
+	return seen(start).all()
 }
 
 // trainJobPhase creates n unlabeled TrainJobs (the bind phase's, without
@@ -442,7 +442,7 @@ func trainJobPhase(b *testing.B, ctx context.Context, cl client.WithWatch, ns st
 	createAll(b, ctx, n, clients, func(i int) client.Object {
 		return testobj.MakeTrainJob(fmt.Sprintf("plain-%05d", i), ns).Label(floorLabel, "true").Obj()
 	}, cl)
-	return seen(start).all
+	return seen(start).all()
 }
 
 // labeledPhase creates n labeled TrainJobs (through Tether's TrainJob
@@ -459,7 +459,7 @@ func labeledPhase(b *testing.B, ctx context.Context, cl client.WithWatch, ns str
 	createAll(b, ctx, n, clients, func(i int) client.Object {
 		return testobj.MakeTrainJob(fmt.Sprintf("job-%05d", i), ns).Bound().Obj()
 	}, cl)
-	return seen(start).all
+	return seen(start).all()
 }
 
 // The list types watchAll keys bindings and token Secrets by.
@@ -491,7 +491,7 @@ func bindPhase(b *testing.B, ctx context.Context, cl client.WithWatch, ns string
 	createAll(b, ctx, n, clients, func(i int) client.Object {
 		return testobj.MakeTrainJob(fmt.Sprintf("job-%05d", first+i), ns).Bound().Obj()
 	}, cl)
-	return seen(start).all
+	return seen(start).all()
 }
 
 // createAll creates n objects from clients goroutines; an error fails the run.
@@ -507,9 +507,10 @@ func createAll(b *testing.B, ctx context.Context, n, clients int, obj func(int) 
 }
 
 // watchAll starts a watch per list type (in ns, with labels) before anything
-// is created and returns a function that waits until each watch has seen an
-// object of every key in want (kind/name, the kind a list's Go type)
-// added, and returns how long after start.
+// is created and returns a function that waits until the watches have
+// shown every key in want (seenKeys: kind/name added, kind/status/name a
+// WorkerBinding's status; the kind a list's Go type), and returns how long
+// after start, per group of keys.
 // (A watch from no resourceVersion also replays the objects that exist.)
 func watchAll(b *testing.B, ctx context.Context, cl client.WithWatch, want map[string]bool, labels client.MatchingLabels, ns string, lists ...client.ObjectList) func(start time.Time) seenTimes {
 	b.Helper()
@@ -603,7 +604,6 @@ func watchAll(b *testing.B, ctx context.Context, cl client.WithWatch, want map[s
 		defer cancel()
 		total := len(want)
 		seen := make(map[string]bool, total)
-		var last time.Time
 		lastOf := map[string]time.Time{}
 		tick := time.NewTicker(15 * time.Second)
 		defer tick.Stop()
@@ -627,26 +627,30 @@ func watchAll(b *testing.B, ctx context.Context, cl client.WithWatch, want map[s
 				}
 			case a := <-events:
 				seen[a.key] = true
-				last = a.at
 				lastOf[a.key[:strings.LastIndex(a.key, "/")]] = a.at
 			case <-ctx.Done():
 				b.Fatalf("after %s: watches saw %d of %d objects (%v)", time.Since(start).Round(time.Second), len(seen), total, context.Cause(ctx))
 			}
 		}
-		out := seenTimes{all: last.Sub(start), last: map[string]time.Duration{}}
+		out := seenTimes{}
 		for group, at := range lastOf {
-			out.last[group] = at.Sub(start)
+			out[group] = at.Sub(start)
 		}
 		return out
 	}
 }
 
-// seenTimes is when a phase's watches had seen every wanted key: all of
-// them, and the last of each group (a key without its final /name: a list
-// type, or a list type's "status").
-type seenTimes struct {
-	all  time.Duration
-	last map[string]time.Duration
+// seenTimes is when a phase's watches had seen the last key of each group
+// (a key without its final /name: a list type, or a list type's "status").
+type seenTimes map[string]time.Duration
+
+// all is when they had seen every wanted key.
+func (t seenTimes) all() time.Duration {
+	var last time.Duration
+	for _, d := range t {
+		last = max(last, d)
+	}
+	return last
 }
 
 // seenKeys are the keys a watch event of o, from a watch of kind (a list's

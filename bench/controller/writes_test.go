@@ -49,31 +49,10 @@ type bindingWrite struct {
 func bindingWrites(b *testing.B, ctx context.Context, cl client.Client, cfg *rest.Config, ca []byte, n, clients int) []bindingWrite {
 	b.Helper()
 	createNamespace(b, ctx, cl, writesNamespace)
-	settings, err := jobconfig.Parse(nil) // a TrainJob with only the label: the defaults
-	if err != nil {
-		b.Fatal(err)
-	}
-	tjs := make([]*corev1.ObjectReference, n)
-	wbs := make([]*tetherv1.WorkerBinding, n)
-	secrets := make([]*corev1.Secret, n)
+	settings := standInSettings(b)
+	stands := make([]standIn, n)
 	for i := range n {
-		name := fmt.Sprintf("job-%05d", i)
-		token, err := binding.NewToken()
-		if err != nil {
-			b.Fatal(err)
-		}
-		// The TrainJob's uid is made up; no garbage collector runs here.
-		uid := types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i))
-		owner := []metav1.OwnerReference{{APIVersion: "trainer.kubeflow.org/v1alpha1", Kind: "TrainJob", Name: name, UID: uid,
-			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
-		labels := map[string]string{jobconfig.BindLabel: jobconfig.BindValue}
-		jobID, workerID := standInIDs(i)
-		tjs[i] = &corev1.ObjectReference{APIVersion: "trainer.kubeflow.org/v1alpha1", Kind: "TrainJob", Namespace: writesNamespace, Name: name, UID: uid}
-		secrets[i] = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: binding.TokenSecretName(name), Namespace: writesNamespace, Labels: labels, OwnerReferences: owner},
-			Type: binding.TokenSecretType, Data: map[string][]byte{binding.TokenKey: []byte(token), binding.CABundleKey: ca}}
-		wbs[i] = &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: writesNamespace, Labels: labels, OwnerReferences: owner},
-			Spec: tetherv1.WorkerBindingSpec{TrainJobName: name, JobID: jobID, WorkerID: workerID, TokenSecretName: binding.TokenSecretName(name),
-				TokenSHA256: token.Hash(), Settings: lifecycle.RecordSettings(settings)}}
+		stands[i] = newStandIn(b, i, writesNamespace, ca, settings)
 	}
 	var out []bindingWrite
 	step := func(name string, write func(i int) error) {
@@ -91,18 +70,18 @@ func bindingWrites(b *testing.B, ctx context.Context, cl client.Client, cfg *res
 		time.Sleep(time.Second)
 		out = append(out, bindingWrite{name: name, took: time.Since(start), cpu: readCPU(b).sub(cpu0)})
 	}
-	step("token-secret", func(i int) error { return cl.Create(ctx, secrets[i]) })
-	step("workerbinding", func(i int) error { return cl.Create(ctx, wbs[i]) })
+	step("token-secret", func(i int) error { return cl.Create(ctx, stands[i].secret) })
+	step("workerbinding", func(i int) error { return cl.Create(ctx, stands[i].wb) })
 	step("workerbinding-status", func(i int) error {
-		firstStatus(wbs[i])
-		return cl.Status().Update(ctx, wbs[i])
+		firstStatus(stands[i].wb)
+		return cl.Status().Update(ctx, stands[i].wb)
 	})
 	step("bound-event", func(i int) error {
 		now := metav1.Now()
-		wb := wbs[i]
+		wb := stands[i].wb
 		return cl.Create(ctx, &corev1.Event{
 			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", wb.Name, now.UnixNano()), Namespace: writesNamespace},
-			InvolvedObject: *tjs[i], Reason: lifecycle.ReasonBound, Type: corev1.EventTypeNormal,
+			InvolvedObject: stands[i].trainJob, Reason: lifecycle.ReasonBound, Type: corev1.EventTypeNormal,
 			Message:        fmt.Sprintf("bound as job %s, worker %s; token Secret %s", wb.Spec.JobID, wb.Spec.WorkerID, wb.Spec.TokenSecretName),
 			Source:         corev1.EventSource{Component: "tether-control-plane"},
 			FirstTimestamp: now, LastTimestamp: now, Count: 1,
@@ -114,6 +93,50 @@ func bindingWrites(b *testing.B, ctx context.Context, cl client.Client, cfg *res
 		}
 	}
 	return out
+}
+
+// standIn is what the control plane writes to bind TrainJob job-<i> of
+// namespace ns, as the benchmark makes it: the token Secret and the
+// WorkerBinding (its status is firstStatus), and the TrainJob its Bound
+// Event is about. The TrainJob's uid is made up; no garbage collector runs
+// here.
+type standIn struct {
+	trainJob corev1.ObjectReference
+	secret   *corev1.Secret
+	wb       *tetherv1.WorkerBinding
+}
+
+func newStandIn(b *testing.B, i int, ns string, ca []byte, settings tetherv1.WorkerBindingSettings) standIn {
+	b.Helper()
+	name := fmt.Sprintf("job-%05d", i)
+	token, err := binding.NewToken()
+	if err != nil {
+		b.Fatal(err)
+	}
+	uid := types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i))
+	owner := []metav1.OwnerReference{{APIVersion: "trainer.kubeflow.org/v1alpha1", Kind: "TrainJob", Name: name, UID: uid,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+	labels := map[string]string{jobconfig.BindLabel: jobconfig.BindValue}
+	jobID, workerID := standInIDs(i)
+	return standIn{
+		trainJob: corev1.ObjectReference{APIVersion: "trainer.kubeflow.org/v1alpha1", Kind: "TrainJob", Namespace: ns, Name: name, UID: uid},
+		secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: binding.TokenSecretName(name), Namespace: ns, Labels: labels, OwnerReferences: owner},
+			Type: binding.TokenSecretType, Data: map[string][]byte{binding.TokenKey: []byte(token), binding.CABundleKey: ca}},
+		wb: &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, OwnerReferences: owner},
+			Spec: tetherv1.WorkerBindingSpec{TrainJobName: name, JobID: jobID, WorkerID: workerID, TokenSecretName: binding.TokenSecretName(name),
+				TokenSHA256: token.Hash(), Settings: settings}},
+	}
+}
+
+// standInSettings are the settings the control plane records for a
+// TrainJob with only the label: the defaults.
+func standInSettings(b *testing.B) tetherv1.WorkerBindingSettings {
+	b.Helper()
+	s, err := jobconfig.Parse(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return lifecycle.RecordSettings(s)
 }
 
 // standInIDs are job and worker ids of the lengths the webhook stamps on a
@@ -140,8 +163,8 @@ func firstStatus(wb *tetherv1.WorkerBinding) {
 // matchesBind fails the run when the benchmark's stand-in writes differ from
 // what the control plane wrote for job-00000: the same status but for
 // times, the same spec but for its token and ids, whose lengths match, and a
-// token Secret of the same size. The stand-ins were deleted; they are built
-// again here as bindingWrites built them.
+// token Secret of the same size. The stand-ins were deleted; job-00000's is
+// built again here (newStandIn).
 func matchesBind(b *testing.B, ctx context.Context, cl client.Client, ns string, ca []byte) {
 	b.Helper()
 	var wb tetherv1.WorkerBinding
@@ -153,9 +176,9 @@ func matchesBind(b *testing.B, ctx context.Context, cl client.Client, ns string,
 	if err := cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: binding.TokenSecretName(key.Name)}, &secret); err != nil {
 		b.Fatal(err)
 	}
-	settings, _ := jobconfig.Parse(nil)
-	stand := &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Generation: wb.Generation},
-		Spec: tetherv1.WorkerBindingSpec{TrainJobName: key.Name, TokenSecretName: binding.TokenSecretName(key.Name), Settings: lifecycle.RecordSettings(settings)}}
+	stands := newStandIn(b, 0, ns, ca, standInSettings(b))
+	stand := stands.wb
+	stand.Generation = wb.Generation
 	firstStatus(stand)
 	got, want := wb.Status.DeepCopy(), stand.Status.DeepCopy()
 	for _, st := range []*tetherv1.WorkerBindingStatus{got, want} {
@@ -170,11 +193,12 @@ func matchesBind(b *testing.B, ctx context.Context, cl client.Client, ns string,
 	if wb.Spec.Settings != stand.Spec.Settings || wb.Spec.TokenSecretName != stand.Spec.TokenSecretName || wb.Spec.PreviousToken != nil {
 		diffs = append(diffs, fmt.Sprintf("spec: the control plane wrote %+v, the benchmark %+v", wb.Spec, stand.Spec))
 	}
-	if jobID, workerID := standInIDs(0); len(wb.Spec.JobID) != len(jobID) || len(wb.Spec.WorkerID) != len(workerID) {
-		diffs = append(diffs, fmt.Sprintf("ids %q and %q: the benchmark's are %q and %q", wb.Spec.JobID, wb.Spec.WorkerID, jobID, workerID))
+	if len(wb.Spec.JobID) != len(stand.Spec.JobID) || len(wb.Spec.WorkerID) != len(stand.Spec.WorkerID) {
+		diffs = append(diffs, fmt.Sprintf("ids %q and %q: the benchmark's are %q and %q", wb.Spec.JobID, wb.Spec.WorkerID, stand.Spec.JobID, stand.Spec.WorkerID))
 	}
-	if len(secret.Data[binding.CABundleKey]) != len(ca) || len(secret.Data) != 2 {
-		diffs = append(diffs, fmt.Sprintf("token Secret: %d keys, a CA bundle of %d bytes; the benchmark's: 2 keys, %d bytes", len(secret.Data), len(secret.Data[binding.CABundleKey]), len(ca)))
+	if want := stands.secret.Data; len(secret.Data[binding.CABundleKey]) != len(want[binding.CABundleKey]) || len(secret.Data) != len(want) {
+		diffs = append(diffs, fmt.Sprintf("token Secret: %d keys, a CA bundle of %d bytes; the benchmark's: %d keys, %d bytes",
+			len(secret.Data), len(secret.Data[binding.CABundleKey]), len(want), len(want[binding.CABundleKey])))
 	}
 	if len(diffs) > 0 {
 		b.Fatalf("the benchmark's stand-in binding writes are not what the control plane writes (update bindingWrites):\n%s", strings.Join(diffs, "\n"))
