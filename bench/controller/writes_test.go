@@ -82,8 +82,9 @@ func bindingWrites(b *testing.B, ctx context.Context, cl client.Client, cfg *res
 		return cl.Create(ctx, &corev1.Event{
 			ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", wb.Name, now.UnixNano()), Namespace: writesNamespace},
 			InvolvedObject: stands[i].trainJob, Reason: lifecycle.ReasonBound, Type: corev1.EventTypeNormal,
-			Message:        fmt.Sprintf("bound as job %s, worker %s; token Secret %s", wb.Spec.JobID, wb.Spec.WorkerID, wb.Spec.TokenSecretName),
-			Source:         corev1.EventSource{Component: "tether-control-plane"},
+			Message: fmt.Sprintf("bound as job %s, worker %s; token Secret %s", wb.Spec.JobID, wb.Spec.WorkerID, wb.Spec.TokenSecretName),
+			// The control plane's recorder's source and reporting controller.
+			Source: corev1.EventSource{Component: "tether"}, ReportingController: "tether",
 			FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		})
 	})
