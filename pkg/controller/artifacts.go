@@ -89,17 +89,19 @@ func (r *BindingReconciler) promote(ctx context.Context, wb *tetherv1.WorkerBind
 // settlePending drops what is still pending once the binding is final: a
 // failed job's outputs never replace good ones, and a succeeded job's
 // verified versions were promoted before it said Succeeded, so what is
-// pending then is a late write no manifest lists. Idempotent; a failure is
-// retried by the next reconcile of the binding.
-func (r *BindingReconciler) settlePending(ctx context.Context, wb *tetherv1.WorkerBinding) {
+// pending then is a late write no manifest lists. Idempotent. It returns
+// how soon to try again when the store refused: a final binding may see no
+// other reconcile (stop 42's soak-ci left a pending object behind when the
+// retry relied on the echo of the binding's final status).
+func (r *BindingReconciler) settlePending(ctx context.Context, wb *tetherv1.WorkerBinding) (retry time.Duration) {
 	if r.Pending == nil || !lifecycle.IsFinal(wb.Status.Phase) {
-		return
+		return 0
 	}
 	n, err := r.Pending.DropPending(ctx, wb.Spec.JobID)
 	log := logf.FromContext(ctx)
 	if err != nil {
-		log.Error(err, "settling pending artifacts", "phase", wb.Status.Phase)
-		return
+		log.Error(err, "settling pending artifacts; retrying", "phase", wb.Status.Phase, "after", promotionRetry.String())
+		return promotionRetry
 	}
 	if n > 0 {
 		log.Info("dropped pending artifacts no verified manifest lists", "phase", wb.Status.Phase, "objects", n)
@@ -108,13 +110,15 @@ func (r *BindingReconciler) settlePending(ctx context.Context, wb *tetherv1.Work
 	// dropped: that one's status write may lose a race with the binding
 	// server's, and the next reconcile drops nothing.
 	if wb.Status.Phase == tetherv1.PhaseSucceeded || !r.retractDroppedVerdicts(ctx, wb) {
-		return
+		return 0
 	}
 	if err := r.Client.Status().Update(ctx, wb); err != nil {
-		log.Error(err, "recording the verdicts the dropped versions took back")
-		return
+		// A conflict brings the binding's next version, and its reconcile.
+		log.Error(err, "recording the verdicts the dropped versions took back; retrying", "after", promotionRetry.String())
+		return promotionRetry
 	}
 	r.written.wrote(wb, r.now())
+	return 0
 }
 
 // retractDroppedVerdicts takes back the verdict of each node of a binding

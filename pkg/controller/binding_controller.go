@@ -371,7 +371,7 @@ func (r *BindingReconciler) jobIDOwner(ctx context.Context, jobID string, tj *un
 
 // updateStatus sets the phase and conditions the admission stage knows about:
 // the token is issued, and whether the job's trainer pods carry the sidecar.
-func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding) (time.Duration, error) {
+func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding) (requeue time.Duration, err error) {
 	before := wb.Status.DeepCopy()
 	lifecycle.Initial(&wb.Status)
 	wb.Status.ObservedGeneration = wb.Generation
@@ -419,8 +419,13 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 		}
 	}
 	// A final binding's pending artifacts are dropped here (a failed job's
-	// outputs, a late upload of a succeeded one).
-	defer r.settlePending(ctx, wb)
+	// outputs, a late upload of a succeeded one), after its status write;
+	// a store that refused is tried again.
+	defer func() {
+		if retry := r.settlePending(ctx, wb); retry > 0 && err == nil && (requeue == 0 || retry < requeue) {
+			requeue = retry
+		}
+	}()
 	if retry := r.archiveLogs(ctx, wb, pods); retry > 0 && (requeue == 0 || retry < requeue) {
 		requeue = retry
 	}

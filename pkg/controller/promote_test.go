@@ -17,11 +17,14 @@ import (
 	"github.com/tether-dev/tether/pkg/lifecycle"
 )
 
-// fakePending records promotions; fail makes the next ones fail.
+// fakePending records promotions and drops; fail makes the next
+// promotions fail, dropFail the next drops.
 type fakePending struct {
 	promoted  []string
 	manifests [][]pending.VerifiedManifest
 	fail      error
+	dropped   []string
+	dropFail  error
 }
 
 func (f *fakePending) Promote(_ context.Context, jobID string, manifests []pending.VerifiedManifest) (int, error) {
@@ -33,7 +36,36 @@ func (f *fakePending) Promote(_ context.Context, jobID string, manifests []pendi
 	return 1, nil
 }
 
-func (f *fakePending) DropPending(context.Context, string) (int, error) { return 0, nil }
+func (f *fakePending) DropPending(_ context.Context, jobID string) (int, error) {
+	if f.dropFail != nil {
+		return 0, f.dropFail
+	}
+	f.dropped = append(f.dropped, jobID)
+	return 0, nil
+}
+
+// A final binding's pending artifacts the store could not drop are tried
+// again by a requeue of the binding's own, not left to whatever reconcile
+// comes next (a final binding may see none: stop 42's soak-ci left a
+// pending object behind).
+func TestSettlePendingRetriesARefusedDrop(t *testing.T) {
+	wb := &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Name: "tj", Namespace: "ns"}}
+	wb.Spec.JobID = "job-1"
+	store := &fakePending{dropFail: errors.New("S3 DELETE: 503 SlowDown")}
+	r := &BindingReconciler{Pending: store}
+	lifecycle.Initial(&wb.Status)
+	if retry := r.settlePending(context.Background(), wb); retry != 0 || len(store.dropped) != 0 {
+		t.Fatalf("a binding not final: retry %s, dropped %v; want nothing done", retry, store.dropped)
+	}
+	wb.Status.Phase = tetherv1.PhaseFailed
+	if retry := r.settlePending(context.Background(), wb); retry != promotionRetry {
+		t.Fatalf("a refused drop: retry %s, want %s", retry, promotionRetry)
+	}
+	store.dropFail = nil
+	if retry := r.settlePending(context.Background(), wb); retry != 0 || len(store.dropped) != 1 {
+		t.Fatalf("a drop the store took: retry %s, dropped %v; want no retry, one drop", retry, store.dropped)
+	}
+}
 
 // A binding whose every artifact is verified says Succeeded only after its
 // latest versions were promoted over their final keys: an orchestrator that
