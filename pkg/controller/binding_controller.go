@@ -267,7 +267,14 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 	requeue, err := r.updateStatus(ctx, tj, wb)
 	var after *int
 	if err == nil {
-		r.written.firstStatusWritten(req.NamespacedName)
+		// Bound is announced with the binding's first status, written
+		// here (also for a binding another replica created), or found
+		// written by the binding server (a sidecar registered first): in a
+		// burst, after every token, as the status (bench/controller: each
+		// Event costs the API server about a plain create).
+		if created := r.written.firstStatusWritten(req.NamespacedName, r.now()); first || created {
+			r.normal(tj, lifecycle.ReasonBound, "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
+		}
 		if first {
 			// The binding's later rechecks at a new TrainJob's priority,
 			// not its first status's (the queue keeps a request's).
@@ -305,7 +312,6 @@ func (r *BindingReconciler) writeSpec(ctx context.Context, tj *unstructured.Unst
 			return nil, client.IgnoreAlreadyExists(err)
 		}
 		r.written.wrote(wb, r.now())
-		r.normal(tj, lifecycle.ReasonBound, "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
 	default:
 		rehashed := wb.Spec.TokenSHA256 != hash
 		expired := wb.Spec.PreviousToken != nil && !r.now().Before(wb.Spec.PreviousToken.ValidUntil.Time)
@@ -444,8 +450,8 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 			r.Events.Eventf(ref, nil, o.eventType, o.reason, lifecycle.EventAction, "%s", o.note)
 		}
 		// A new binding's first status (Pending, TokenIssued) is what its
-		// Bound Event announced: one Event per fact (a burst of new bindings
-		// paid two creates each, bench/controller).
+		// Bound Event announces (reconcile): one Event per fact (a burst of
+		// new bindings paid two creates each, bench/controller).
 		announced := before.Phase == "" && wb.Status.Reason == tetherv1.ReasonTokenIssued
 		if lifecycle.Transitioned(before.Phase, before.Reason, &wb.Status) && !announced {
 			eventType, reason, note := lifecycle.TransitionEvent(&wb.Status)

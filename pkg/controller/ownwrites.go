@@ -239,12 +239,20 @@ func (o *ownWrites) awaitFirstStatus(key types.NamespacedName) {
 	}
 }
 
-// firstStatusWritten ends awaitFirstStatus for TrainJob key.
-func (o *ownWrites) firstStatusWritten(key types.NamespacedName) {
+// firstStatusWritten ends awaitFirstStatus for TrainJob key, written at
+// now, and reports whether it was awaited (once). The Secret stands for
+// secretFreshFor more from now: the reconcile the status's own watch
+// event brings does not read it either (1.00 GET per binding in a burst of
+// 2,000, bench/controller); a Secret deleted since it was created is
+// reissued at the reconcile after that.
+func (o *ownWrites) firstStatusWritten(key types.NamespacedName, now time.Time) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if w, ok := o.secrets[key]; ok && w.awaitsStatus {
-		w.awaitsStatus = false
-		o.secrets[key] = w
+	w, ok := o.secrets[key]
+	if !ok || !w.awaitsStatus || !w.fresh(now) {
+		return false
 	}
+	w.awaitsStatus, w.at = false, now
+	o.secrets[key] = w
+	return true
 }

@@ -154,7 +154,7 @@ func TestOwnWritesSecretKeptSlim(t *testing.T) {
 
 // A new binding's Secret stands for the API server's until the binding's
 // first status is written, however late (but not past
-// firstStatusKeptAtMost), then for what is left of secretFreshFor.
+// firstStatusKeptAtMost), then for secretFreshFor after it.
 func TestOwnWritesSecretAwaitsFirstStatus(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	var o ownWrites
@@ -167,9 +167,17 @@ func TestOwnWritesSecretAwaitsFirstStatus(t *testing.T) {
 	if o.freshSecret(key, late) == nil {
 		t.Fatal("a Secret awaiting its binding's first status was read again after secretFreshFor")
 	}
-	o.firstStatusWritten(key)
-	if o.freshSecret(key, late) != nil {
-		t.Fatal("a Secret whose binding has its first status stood past secretFreshFor")
+	if !o.firstStatusWritten(key, late) {
+		t.Fatal("a Secret awaiting its binding's first status was not reported awaited")
+	}
+	if o.firstStatusWritten(key, late) {
+		t.Fatal("a first status was reported awaited twice")
+	}
+	if o.freshSecret(key, late.Add(secretFreshFor-time.Millisecond)) == nil {
+		t.Fatal("a Secret did not stand for secretFreshFor after its binding's first status")
+	}
+	if o.freshSecret(key, late.Add(secretFreshFor)) != nil {
+		t.Fatal("a Secret whose binding has its first status stood past secretFreshFor after it")
 	}
 	if o.freshSecret(other, t0.Add(firstStatusKeptAtMost)) != nil {
 		t.Fatal("a Secret awaiting a first status stood past firstStatusKeptAtMost")
