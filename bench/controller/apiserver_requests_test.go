@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -109,4 +110,27 @@ func profileAPIServer(b *testing.B, ctx context.Context, cfg *rest.Config, path 
 		}
 	}()
 	return func() { <-done }
+}
+
+// profileSelf writes this process's CPU profile (the control plane's, with
+// the benchmark's client and watches) to path until the returned func is
+// called; nothing when path is empty.
+func profileSelf(b *testing.B, path string) func() {
+	b.Helper()
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Log(err)
+		}
+	}
 }

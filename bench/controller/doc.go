@@ -35,8 +35,16 @@
 //     controller at once. bind-2000-s is the time from the election until
 //     watches have seen every WorkerBinding and token Secret (what a job's
 //     pods wait for), and bind-2000-x-floor its ratio to the floor;
-//     bind-status-2000-s until they have seen every binding's first status
-//     too; bind-2000-x-floor-apiserver-cpu the ratio of the CPU kube-apiserver
+//     token-writes-x-floor the time the benchmark's own clients took to
+//     create just the token Secrets and then the WorkerBindings (the binding
+//     writes above) against the floor: the least bind-2000-x-floor can be,
+//     whatever controller makes them; bind-x-token-writes the bind's time
+//     against that (what the controller adds);
+//     bind-tokens-x-floor-apiserver-cpu and bind-tokens-x-floor-cp-cpu the
+//     CPU of kube-apiserver and etcd, and of this process, from the Lease's
+//     release until the last token was seen (sampled every 100 ms), against
+//     the floor's; bind-status-2000-s until they have seen every binding's
+//     first status too; bind-2000-x-floor-apiserver-cpu the ratio of the CPU kube-apiserver
 //     and etcd spent on each, read once the first statuses are seen
 //     (steadier than wall time on a shared machine), cp-cpu-ms-per-bind
 //     this process's CPU per TrainJob bound (the control plane with the
@@ -78,17 +86,21 @@
 // TETHER_BENCH_CLIENTS (default 32) is the number of client goroutines
 // creating objects; TETHER_BENCH_HEAPPROFILE=path writes a heap profile with
 // every binding cached. TETHER_BENCH_APISERVER_CPUPROFILE=path writes
-// a 12-second CPU profile of kube-apiserver taken from the start of the
-// bind (read it with the kube-apiserver binary hack/testbin.sh built), and
+// a CPU profile of kube-apiserver taken from the start of the bind, 12
+// seconds or TETHER_BENCH_APISERVER_CPUPROFILE_SECONDS (read it with the
+// kube-apiserver binary hack/testbin.sh built), TETHER_BENCH_CPUPROFILE=path
+// one of this process (the control plane and the benchmark's client) over
+// the bind, and
 // TETHER_BENCH_WRITES_CPUPROFILE=dir one of the first 2 seconds of each kind
 // of binding write, as dir/<kind>.pprof.
-// Alone on 2 cores (CPU pressure some avg10 0 to 24 at the start) the
-// whole run took 142 to 144 s at stop 42 (the binding writes about 14 s of
-// it; 2,000 tokens in 9.0 to 9.7 s from the election, their first statuses
-// by 13.0 to 14.3 s, every Bound Event sent; the growth to 10,000 in 77 to
-// 78 s), 112 s at stop 41, and 30 s more when the control plane's stop
-// waited out the manager's grace period (6 of 16 runs, with the code before
-// stop 41 too); on 2 cores saturated by other work (avg10 90-98), an
+// Alone on 2 cores (CPU pressure some avg10 1 to 24 at the start) the
+// whole run took 137 s at stop 43 (the binding writes about 12 s of it;
+// 2,000 tokens in 6.8 to 7.7 s from the election, their first statuses by
+// 11.6 to 12.4 s, every Bound Event sent; the growth to 10,000 in 74 to 76
+// s), 142 to 144 s at stop 42, 112 s at stop 41, and 30 s more when the
+// control plane's stop waited out the manager's grace period (6 of 16 runs
+// at stop 41; a stop over 10 s now writes the goroutines to a file and
+// says where); on 2 cores saturated by other work (avg10 90-98), an
 // earlier version took 6 to 6.5 minutes. The watches the benchmark counts with are
 // resumed from their last resourceVersion when the API server closes them
 // (a watcher that falls behind; 10 times in a growth here), and say so. A
