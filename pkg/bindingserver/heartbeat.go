@@ -87,7 +87,7 @@ func (s *Server) markLost(ctx context.Context, key workerKey, msg string) {
 	if !first {
 		return
 	}
-	elsewhere := false
+	elsewhere, marked := false, false
 	if _, err := s.updateStatus(ctx, key.binding, func(st *tetherv1.WorkerBindingStatus) bool {
 		if elsewhere = lifecycle.HeldElsewhere(st, key.rank, s.lease.Name()); elsewhere {
 			return false
@@ -96,13 +96,20 @@ func (s *Server) markLost(ctx context.Context, key workerKey, msg string) {
 			(n.LastHeartbeatTime == nil || last.lastHeartbeat.After(n.LastHeartbeatTime.Time)) {
 			lifecycle.Heartbeat(st, key.rank, last.podUID, last.lastHeartbeat, int64(last.lastSeq), toAPIProgress(last.progress))
 		}
-		return lifecycle.HeartbeatLost(st, key.rank, msg)
+		marked = lifecycle.HeartbeatLost(st, key.rank, msg)
+		return marked
 	}); err != nil {
 		s.log.Error(err, "recording HeartbeatLost", "binding", key.binding.String(), "node", key.rank)
 		return
 	}
 	if elsewhere {
 		s.log.V(1).Info("silent here, but another replica holds the session now", "binding", key.binding.String(), "node", key.rank)
+		return
+	}
+	if !marked {
+		// The node's pod is terminating (its session ended with it), or
+		// the binding is final or held: no heartbeat was lost.
+		s.log.V(1).Info("silent here, but not lost", "binding", key.binding.String(), "node", key.rank)
 		return
 	}
 	s.metrics.heartbeatsLost.Inc()

@@ -178,6 +178,38 @@ func TestHeartbeatLostAndRecoveredPerNode(t *testing.T) {
 	}
 }
 
+// A node whose pod is terminating goes silent when its pod ends: that is no
+// lost heartbeat, and a Finishing binding stays Finishing until the
+// controller's verdict (it went back to Running/HeartbeatLost while the
+// leader was away, e2e scenario 4).
+func TestATerminatingNodesSilenceIsNotLost(t *testing.T) {
+	st := &tetherv1.WorkerBindingStatus{}
+	Initial(st)
+	SetNodeCount(st, 2)
+	for r, uid := range []string{"a", "b"} {
+		PodSeen(st, Pod{Rank: int32(r), Name: "p-" + uid, UID: uid, NodeName: "n" + uid}, true, t0)
+		Heartbeat(st, int32(r), uid, t0, 1, nil)
+	}
+	Finishing(st, 0, "a", "SIGTERM")
+	if HeartbeatLost(st, 0, "no heartbeat for 20s since the session ended") {
+		t.Fatal("the silence of a node whose pod is terminating was recorded as HeartbeatLost")
+	}
+	if !HeartbeatLost(st, 1, "no heartbeat for 20s") || st.Reason != tetherv1.ReasonHeartbeatLost {
+		t.Fatalf("a running node's silence: %s/%s, want Running/HeartbeatLost", st.Phase, st.Reason)
+	}
+	if strings.Contains(st.Message, "node 0") {
+		t.Errorf("message %q names the terminating node as silent", st.Message)
+	}
+	st = &tetherv1.WorkerBindingStatus{}
+	Initial(st)
+	PodSeen(st, Pod{Name: "p-a", UID: "a", NodeName: "na"}, true, t0)
+	Heartbeat(st, 0, "a", t0, 1, nil)
+	Finishing(st, 0, "a", "SIGTERM")
+	if HeartbeatLost(st, 0, "no heartbeat for 20s since the session ended") || st.Phase != tetherv1.PhaseFinishing {
+		t.Fatalf("a Finishing binding after its only node's silence: %s/%s, want Finishing", st.Phase, st.Reason)
+	}
+}
+
 func TestPreemptionStartsANewAttempt(t *testing.T) {
 	st := &tetherv1.WorkerBindingStatus{}
 	Initial(st)

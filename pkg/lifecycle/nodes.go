@@ -228,17 +228,20 @@ func HeldElsewhere(st *tetherv1.WorkerBindingStatus, rank int32, replica string)
 }
 
 // HeartbeatLost marks node rank's worker silent; the condition names every
-// silent node (msg says why for this one).
+// silent node (msg says why for this one). A node whose sidecar reported
+// its pod terminating is not: its session ends with the pod, and the
+// controller judges the rest from the pod and the TrainJob (a binding kept
+// Finishing while the leader was away went back to Running/HeartbeatLost,
+// e2e scenario 4).
 func HeartbeatLost(st *tetherv1.WorkerBindingStatus, rank int32, msg string) bool {
 	if IsFinal(st.Phase) || held(st) {
 		return false
 	}
 	n := Node(st, rank)
-	if n == nil || n.PodUID == "" || n.RegisteredTime == nil || n.HeartbeatLost {
+	if n == nil || n.PodUID == "" || n.RegisteredTime == nil || n.HeartbeatLost || n.Terminating {
 		return false
 	}
 	n.HeartbeatLost = true
-	n.Terminating = false
 	lostCondition(st, rank, msg)
 	derive(st)
 	return true

@@ -17,6 +17,7 @@ import (
 	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/sidecar/session"
 )
 
@@ -224,5 +225,34 @@ func TestSilentWorkerLostOnLiveReplica(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("the silent session was not closed")
+	}
+}
+
+// TestFinishedWorkersSilenceIsNotLost: a sidecar that reported its pod
+// terminating flushes and ends its session with the pod. Its silence after
+// that is no lost heartbeat: the binding stays Finishing until the
+// controller's verdict, however long that takes (e2e scenario 4 saw it go
+// back to Running/HeartbeatLost while the leader was away).
+func TestFinishedWorkersSilenceIsNotLost(t *testing.T) {
+	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: testHeartbeat.String()})
+	c, stop, done := runningClient(t, j.clientConfig())
+	j.waitPhase(t, tetherv1.PhaseRunning, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Finish(ctx, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	<-done
+	j.waitPhase(t, tetherv1.PhaseFinishing, tetherv1.ReasonTerminating)
+	// Past the silence that makes a running worker lost, the phase holds.
+	deadline := time.Now().Add(missed*testHeartbeat + livenessPeriod + detectionSlack)
+	for time.Now().Before(deadline) {
+		wb := j.binding(t)
+		if wb.Status.Phase != tetherv1.PhaseFinishing || lifecycle.IsHeartbeatLost(&wb.Status) {
+			t.Fatalf("after the finished worker's session ended: %s/%s (%s), want Finishing/Terminating with no HeartbeatLost",
+				wb.Status.Phase, wb.Status.Reason, wb.Status.Message)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
