@@ -49,5 +49,7 @@ func artifactBackend(opts Options, log logr.Logger) (upload.Backend, error) {
 	}
 	return s3store.NewS3Backend(s3store.S3Options{Endpoint: opts.S3.Endpoint, Secure: !opts.S3.Insecure, AccessKey: access, SecretKey: secret,
 		Region: opts.S3.Region, Bucket: opts.S3.Bucket, Prefix: opts.S3.Prefix,
-		PublicEndpoint: opts.S3.PublicEndpoint, PublicInsecure: opts.S3.Insecure})
+		PublicEndpoint: opts.S3.PublicEndpoint, PublicInsecure: opts.S3.Insecure,
+		// Probed in the background (storeprobe.go): nothing is done before.
+		AwaitProbe: true})
 }

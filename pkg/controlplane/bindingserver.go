@@ -64,15 +64,32 @@ func (a *assembly) artifacts() error {
 	if err != nil {
 		return err
 	}
+	var probed <-chan struct{}
 	if s3, ok := backend.(*s3store.S3Backend); ok {
-		caps, err := probeStore(s3, a.mgr.GetLogger().WithName("artifacts"))
-		if err != nil {
+		// Probed on every replica as it starts, while it serves: a replica
+		// restarted during a store outage keeps its workers' sessions
+		// (soak: no upload error reached a binding whose replicas were
+		// both starting), and nothing touches the store until the probe
+		// chose how.
+		a.probesStore, probed = true, s3.Probed()
+		log := a.mgr.GetLogger().WithName("artifacts")
+		if err := a.mgr.Add(everyReplica(func(ctx context.Context) error {
+			caps, err := probeStore(ctx, s3, log)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			a.storeCaps.Store(&caps)
+			return nil
+		})); err != nil {
 			return err
 		}
-		a.storeCaps = &caps
 	}
 	a.backend = backend
 	a.artifactStore = a.binding.EnableArtifacts(backend, endpoint.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL})
+	a.artifactStore.Ready = probed
 	if a.opts.ArtifactAccessLog {
 		a.artifactStore.OnAccess = accessLog(a.mgr.GetLogger().WithName("artifact-access"))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -116,9 +117,11 @@ type assembly struct {
 	binding       *bindingserver.Server
 	backend       upload.Backend
 	artifactStore *endpoint.Handler
-	// storeCaps is what the S3 store showed the start-up probe (nil: fs).
-	storeCaps *s3store.Capabilities
-	clientset *kubernetes.Clientset
+	// probesStore says the store is S3, probed as the replica starts;
+	// storeCaps is what it showed the probe (nil until then).
+	probesStore bool
+	storeCaps   atomic.Pointer[s3store.Capabilities]
+	clientset   *kubernetes.Clientset
 	// reads are the read endpoint's dependencies; aggregatedReads its aggregated
 	// API's handler (nil without --read-api).
 	reads           artifactreads.Options

@@ -17,8 +17,8 @@ import (
 func (a *assembly) metrics() error {
 	collectors := append(append(mutate.Collectors(), a.binding.Metrics().Collectors()...), &controller.PhaseCollector{Cache: a.mgr.GetCache(), Elected: a.mgr.Elected()},
 		&CertExpiryCollector{CertDir: a.opts.CertDir}, a.eventSink.dropped)
-	if a.storeCaps != nil {
-		collectors = append(collectors, newCapabilityCollector(*a.storeCaps))
+	if a.probesStore {
+		collectors = append(collectors, newCapabilityCollector(&a.storeCaps))
 	}
 	return a.mgr.Add(everyReplica(func(ctx context.Context) error {
 		var registered []prometheus.Collector

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-logr/logr/funcr"
@@ -50,7 +51,7 @@ func TestProbeStore(t *testing.T) {
 			}
 			var logs bytes.Buffer
 			log := funcr.New(func(prefix, args string) { logs.WriteString(prefix + " " + args + "\n") }, funcr.Options{})
-			caps, err := probeStore(b, log)
+			caps, err := probeStore(ctx, b, log)
 			if tc.refuse {
 				if err == nil || !strings.Contains(err.Error(), "--s3-bucket") || !strings.Contains(err.Error(), "SSE-KMS") || !strings.Contains(err.Error(), "use a bucket without") {
 					t.Fatalf("probeStore: %v; want a refusal naming the cause and the fix", err)
@@ -67,7 +68,12 @@ func TestProbeStore(t *testing.T) {
 				t.Errorf("log:\n%s", logs.String())
 			}
 			reg := prometheus.NewPedanticRegistry()
-			reg.MustRegister(newCapabilityCollector(caps))
+			var probed atomic.Pointer[s3store.Capabilities]
+			reg.MustRegister(newCapabilityCollector(&probed))
+			if n, err := testutil.GatherAndCount(reg, "tether_artifact_store_capability"); err != nil || n != 0 {
+				t.Errorf("%d series before the probe, %v; want none", n, err)
+			}
+			probed.Store(&caps)
 			want := 0.0
 			if tc.fault == s3server.FaultNone {
 				want = 1

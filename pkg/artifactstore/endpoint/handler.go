@@ -102,6 +102,11 @@ type Handler struct {
 	// Direct configures direct uploads (direct.go): bodies PUT straight to
 	// a store that can presign, then committed here.
 	Direct DirectOptions
+	// Ready, if set, is closed once the Backend may be used (an S3 store's
+	// start-up probe chose how: s3store.S3Backend.Probed). Until then a
+	// request waits for it, at most ReadyWait, then is answered 503
+	// ServiceUnavailable with Retry-After (reason "store_not_probed").
+	Ready <-chan struct{}
 
 	// locks orders a key's HEADs, PUT and promotion (objects.KeyLocks);
 	// the pending.Store of Promote and DropPending shares them.
@@ -172,6 +177,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) *request {
 
 	if h.Backend == nil || h.Authorize == nil {
 		rq.fail(&apiError{http.StatusInternalServerError, "InternalError", "the artifact endpoint is not configured (no backend or authorizer)"})
+		return rq
+	}
+	if !h.ready(r) {
+		rq.reason = reasonStoreNotProbed
+		rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+			"this control-plane replica has not finished probing the artifact store yet (it started moments ago, or the store is unreachable): nothing was done; retry after Retry-After"})
 		return rq
 	}
 	if isDirectPath(r.URL.Path) {

@@ -101,14 +101,27 @@ func markPrecondition(err error) error {
 // Use makes the backend verify, write and promote as the start-up probe's
 // choice allows (Capabilities.Choose). Without it the backend trusts the
 // ETag as the MD5 (the design's contract) and writes unconditionally.
-func (b *S3Backend) Use(c Choice) { b.choice, b.probed = c, true }
+func (b *S3Backend) Use(c Choice) {
+	b.choice.Store(&c)
+	b.probedOnce.Do(func() { close(b.probed) })
+}
 
 // Verification is what proves an object here (Verifier).
-func (b *S3Backend) Verification() objects.Verification { return b.choice.Verification }
+func (b *S3Backend) Verification() objects.Verification {
+	if c := b.choice.Load(); c != nil {
+		return c.Verification
+	}
+	return objects.Verification{}
+}
 
-// DirectUploads says whether presigned PUTs can be verified here (true
-// until a probe said otherwise).
-func (b *S3Backend) DirectUploads() bool { return !b.probed || b.choice.Direct }
+// DirectUploads says whether presigned PUTs can be verified here: true
+// until a probe said otherwise, unless the backend awaits its probe.
+func (b *S3Backend) DirectUploads() bool {
+	if c := b.choice.Load(); c != nil {
+		return c.Direct
+	}
+	return !b.awaitProbe
+}
 
 // Transport is the HTTP transport the backend's client uses.
 func (b *S3Backend) Transport() http.RoundTripper {
@@ -123,18 +136,26 @@ var _ objects.ConditionalWriter = (*S3Backend)(nil)
 // PutIfAbsent is Put with If-None-Match: * where the probe found the store
 // honours it (everywhere else a plain Put).
 func (b *S3Backend) PutIfAbsent(ctx context.Context, key string, body io.Reader, size int64) (upload.ObjectInfo, error) {
-	if !b.choice.ConditionalPut {
-		return b.Put(ctx, key, body, size)
+	c, err := b.chosen(ctx)
+	if err != nil {
+		return upload.ObjectInfo{}, err
 	}
-	return b.put(ctx, key, body, size, !b.choice.NoTrailer, map[string]string{"If-None-Match": "*"})
+	if !c.ConditionalPut {
+		return b.put(ctx, key, body, size, !c.NoTrailer)
+	}
+	return b.put(ctx, key, body, size, !c.NoTrailer, map[string]string{"If-None-Match": "*"})
 }
 
 // CopyIf is Copy under c: the source condition always (every S3 checks
 // x-amz-copy-source-if-match), the destination's where the probe found
 // the store honours it (versitygw v1.8.0 does not: its copies overwrite).
 func (b *S3Backend) CopyIf(ctx context.Context, src, dst string, c objects.CopyCond) error {
+	chosen, err := b.chosen(ctx)
+	if err != nil {
+		return err
+	}
 	cond := map[string]string{}
-	if b.choice.ConditionalCopy {
+	if chosen.ConditionalCopy {
 		switch {
 		case c.DstAbsent:
 			cond["If-None-Match"] = "*"

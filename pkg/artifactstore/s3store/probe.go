@@ -143,6 +143,8 @@ func (b *S3Backend) Probe(ctx context.Context, client *http.Client) (Capabilitie
 	if client == nil {
 		client = http.DefaultClient
 	}
+	// The probe's requests go through a backend that awaits it.
+	ctx = probing(ctx)
 	var c Capabilities
 	var r [8]byte
 	_, _ = rand.Read(r[:])

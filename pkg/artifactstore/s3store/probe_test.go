@@ -1,9 +1,12 @@
 package s3store_test
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tether-dev/tether/internal/s3server"
 	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
@@ -90,4 +93,60 @@ func TestProbePrefixIsReserved(t *testing.T) {
 	if !strings.HasPrefix(s3store.ProbePrefix, upload.ReservedDir) || strings.HasPrefix(s3store.ProbePrefix, upload.UploadsPrefix) {
 		t.Fatalf("ProbePrefix %q", s3store.ProbePrefix)
 	}
+}
+
+// A backend that awaits its probe (the control plane's: it serves while it
+// probes) does nothing before the probe chose: a write waits, then fails
+// with ErrNotProbed and leaves nothing; the probe's own requests go
+// through; once the choice is in use, everything does.
+func TestAwaitProbe(t *testing.T) {
+	storetest.EachS3(t, func(t *testing.T, v *storetest.S3) {
+		bucket := v.NewBackend(t, "")
+		b, err := s3store.NewS3Backend(s3store.S3Options{Endpoint: v.Endpoint, AccessKey: v.Access, SecretKey: v.Secret, Region: "us-east-1",
+			Bucket: bucket.Bucket, AwaitProbe: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.DirectUploads() {
+			t.Error("direct uploads offered before the probe chose")
+		}
+		body := data(64, 1)
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		_, err = b.Put(ctx, "job/early", bytes.NewReader(body), int64(len(body)))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a Put before the probe: %v, want it held until its context ended", err)
+		}
+		start := time.Now()
+		if _, err := b.Head(t.Context(), "job/early"); !errors.Is(err, s3store.ErrNotProbed) {
+			t.Fatalf("a Head before the probe: %v, want ErrNotProbed", err)
+		}
+		if waited := time.Since(start); waited < s3store.ProbeWait {
+			t.Errorf("ErrNotProbed after %s, want it after waiting ProbeWait (%s)", waited, s3store.ProbeWait)
+		}
+		caps, err := b.Probe(t.Context(), nil)
+		if err != nil {
+			t.Fatalf("the probe through a backend that awaits it: %v", err)
+		}
+		ch, err := caps.Choose()
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-b.Probed():
+			t.Fatal("Probed closed before Use")
+		default:
+		}
+		b.Use(ch)
+		<-b.Probed()
+		if keys, err := bucket.List(t.Context(), "job/"); err != nil || len(keys) != 0 {
+			t.Fatalf("the store holds %v (%v) after the refused writes", keys, err)
+		}
+		if _, err := b.Put(t.Context(), "job/late", bytes.NewReader(body), int64(len(body))); err != nil {
+			t.Fatalf("a Put after Use: %v", err)
+		}
+		if b.DirectUploads() != ch.Direct {
+			t.Errorf("direct uploads %v after Use, want the choice's %v", b.DirectUploads(), ch.Direct)
+		}
+	})
 }

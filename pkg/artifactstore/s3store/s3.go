@@ -11,6 +11,7 @@ import (
 	"net/http/httptrace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -37,10 +38,16 @@ type S3Backend struct {
 	Public *minio.Client
 
 	// transport is the client's (S3Options.Transport), for the probe's
-	// presigned PUT; choice is what the probe allowed (Use).
+	// presigned PUT; choice is what the probe allowed (Use), set once,
+	// possibly while requests are served (a control plane probes in the
+	// background).
 	transport http.RoundTripper
-	choice    Choice
-	probed    bool
+	choice    atomic.Pointer[Choice]
+	// probed is closed by Use; with awaitProbe (S3Options.AwaitProbe)
+	// every request but the probe's own waits for it (probegate.go).
+	probed     chan struct{}
+	probedOnce sync.Once
+	awaitProbe bool
 }
 
 var _ upload.Backend = (*S3Backend)(nil)
@@ -68,6 +75,11 @@ type S3Options struct {
 	// Region. PublicInsecure selects plain HTTP for it.
 	PublicEndpoint string
 	PublicInsecure bool
+	// AwaitProbe makes every request but the start-up probe's wait, at
+	// most ProbeWait, until Use was called, and fail with ErrNotProbed
+	// after that: a control plane serves its sessions while it probes the
+	// store, and nothing is written under a guess of what the store does.
+	AwaitProbe bool
 }
 
 func credsOf(o S3Options) *credentials.Credentials {
@@ -83,17 +95,29 @@ func NewS3Backend(o S3Options) (*S3Backend, error) {
 	if o.VirtualHost {
 		lookup = minio.BucketLookupDNS
 	}
+	b := &S3Backend{Bucket: o.Bucket, Prefix: o.Prefix, transport: o.Transport, probed: make(chan struct{}), awaitProbe: o.AwaitProbe}
+	transport := o.Transport
+	if o.AwaitProbe {
+		if transport == nil {
+			t, err := minio.DefaultTransport(o.Secure)
+			if err != nil {
+				return nil, fmt.Errorf("S3 backend: %w", err)
+			}
+			transport = t
+		}
+		transport = probeGate{next: transport, b: b}
+	}
 	c, err := minio.New(o.Endpoint, &minio.Options{
 		Creds:        credsOf(o),
 		Secure:       o.Secure,
 		Region:       o.Region,
 		BucketLookup: lookup,
-		Transport:    o.Transport,
+		Transport:    transport,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("S3 backend: %w", err)
 	}
-	b := &S3Backend{Client: c, Bucket: o.Bucket, Prefix: o.Prefix, transport: o.Transport}
+	b.Client = c
 	if o.PublicEndpoint != "" {
 		if b.Public, err = publicClient(o, lookup); err != nil {
 			return nil, err
@@ -123,7 +147,11 @@ func notFound(err error) bool {
 func (b *S3Backend) Put(ctx context.Context, key string, body io.Reader, size int64) (upload.ObjectInfo, error) {
 	// The CRC-64/NVME goes in a trailer unless the probe found the store
 	// refuses trailers (checksum.go).
-	return b.put(ctx, key, body, size, !b.choice.NoTrailer)
+	c, err := b.chosen(ctx)
+	if err != nil {
+		return upload.ObjectInfo{}, err
+	}
+	return b.put(ctx, key, body, size, !c.NoTrailer)
 }
 
 // putBody is a PUT's body: it stops at size bytes, turns an early end into

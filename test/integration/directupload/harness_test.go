@@ -242,6 +242,18 @@ func (j *job) waitPhase(t *testing.T, phase tetherv1.WorkerBindingPhase) {
 // the job's key rel, as the sidecar does.
 func (j *job) authorize(t *testing.T, rel string, size int64) upload.AuthorizeResponse {
 	t.Helper()
+	resp := j.askAuthorize(t, rel, size)
+	defer resp.Body.Close()
+	var a upload.AuthorizeResponse
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&a) != nil || a.Mode != upload.ModeDirect {
+		t.Fatalf("authorize %s: %d %+v, want a direct upload", rel, resp.StatusCode, a)
+	}
+	return a
+}
+
+// askAuthorize is authorize's request, answered whatever it is.
+func (j *job) askAuthorize(t *testing.T, rel string, size int64) *http.Response {
+	t.Helper()
 	body, _ := json.Marshal(upload.AuthorizeRequest{Key: j.jobID + "/" + rel, Size: size})
 	req, err := http.NewRequest(http.MethodPost, j.s.env.BindingURL+upload.PathAuthorize, bytes.NewReader(body))
 	if err != nil {
@@ -260,12 +272,7 @@ func (j *job) authorize(t *testing.T, rel string, size int64) upload.AuthorizeRe
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var a upload.AuthorizeResponse
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&a) != nil || a.Mode != upload.ModeDirect {
-		t.Fatalf("authorize %s: %d %+v, want a direct upload", rel, resp.StatusCode, a)
-	}
-	return a
+	return resp
 }
 
 // put sends body through a presigned URL, without the token, as the
