@@ -172,7 +172,7 @@ func BenchmarkPodAdmission(b *testing.B) {
 	// The control plane's production logger (cmd/tether-control-plane: zap,
 	// JSON, info), writing nowhere: the handler's log calls cost what they
 	// cost in production.
-	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	logf.SetLogger(controlplane.LazyValues(zap.New(zap.WriteTo(io.Discard))))
 	ctx := b.Context()
 
 	env := startEnv(b, ctx)

@@ -160,7 +160,7 @@ func BenchmarkBindingSessions(b *testing.B) {
 	// The control plane's production logger (cmd/tether-control-plane: zap,
 	// JSON, info), writing nowhere: its log calls cost what they cost in
 	// production.
-	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	logf.SetLogger(controlplane.LazyValues(zap.New(zap.WriteTo(io.Discard))))
 	ctx := b.Context()
 
 	if _, err := testenv.Assets(); err != nil {

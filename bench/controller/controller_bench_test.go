@@ -94,7 +94,7 @@ func BenchmarkBindAtScale(b *testing.B) {
 	// The control plane's production logger (cmd/tether-control-plane: zap,
 	// JSON, info), writing nowhere: its log calls cost what they cost in
 	// production.
-	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	logf.SetLogger(controlplane.LazyValues(zap.New(zap.WriteTo(io.Discard))))
 	ctx := b.Context()
 	env, election := startEnv(b, ctx)
 	// The benchmark's own client: no client-side rate limit (the control

@@ -22,7 +22,7 @@ func main() {
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	logger := zap.New(zap.UseFlagOptions(&zapOpts))
+	logger := controlplane.LazyValues(zap.New(zap.UseFlagOptions(&zapOpts)))
 	ctrl.SetLogger(logger)
 	// client-go logs through klog (leader election, for one): into the same
 	// structured log, not as text lines between its JSON ones.
