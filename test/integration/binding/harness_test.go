@@ -143,6 +143,19 @@ func runningClient(t *testing.T, cfg session.Config) (*session.Client, context.C
 	return c, cancel, done
 }
 
+// finishAndStop is a sidecar whose pod terminates: it reports finishing
+// (SIGTERM), then its session client stops.
+func finishAndStop(t *testing.T, c *session.Client, stop context.CancelFunc, done <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Finish(ctx, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	<-done
+}
+
 func (j *job) binding(t *testing.T) *tetherv1.WorkerBinding {
 	t.Helper()
 	wb := &tetherv1.WorkerBinding{}

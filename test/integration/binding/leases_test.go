@@ -237,13 +237,7 @@ func TestFinishedWorkersSilenceIsNotLost(t *testing.T) {
 	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: testHeartbeat.String()})
 	c, stop, done := runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Finish(ctx, "SIGTERM"); err != nil {
-		t.Fatal(err)
-	}
-	stop()
-	<-done
+	finishAndStop(t, c, stop, done)
 	j.waitPhase(t, tetherv1.PhaseFinishing, tetherv1.ReasonTerminating)
 	// Past the silence that makes a running worker lost, the phase holds.
 	deadline := time.Now().Add(missed*testHeartbeat + livenessPeriod + detectionSlack)

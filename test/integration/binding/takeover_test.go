@@ -147,13 +147,7 @@ func TestFinishCarriesTheTrainersLastLine(t *testing.T) {
 		return nil
 	})
 	writeProgress(12)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Finish(ctx, "SIGTERM"); err != nil {
-		t.Fatal(err)
-	}
-	stop()
-	<-done
+	finishAndStop(t, c, stop, done)
 	eventually(t, 10*time.Second, func() error {
 		if s := step(); s != 12 {
 			return fmt.Errorf("progress step %d after the pod finished, want 12 (the trainer's last line)", s)
