@@ -21,6 +21,9 @@ import (
 // trailer is set (minio-go computes it as the body streams; the store
 // checks it and keeps it, and answers with it).
 func (b *S3Backend) put(ctx context.Context, key string, body io.Reader, size int64, trailer bool, cond ...map[string]string) (upload.ObjectInfo, error) {
+	if err := b.awaitProbed(ctx); err != nil {
+		return upload.ObjectInfo{}, err
+	}
 	pb := &putBody{r: body, size: size}
 	// The request must not see ctx's cancellation: net/http would close the
 	// connection cleanly. pb.abort resets it first, then cancels.
@@ -74,6 +77,9 @@ func (b *S3Backend) presignWith(ctx context.Context, c *minio.Client, key string
 // (If-Match, If-None-Match), which stores that support them check, and on
 // src (its ETag, srcETag[0]).
 func (b *S3Backend) copyIf(ctx context.Context, src, dst string, cond map[string]string, srcETag ...string) error {
+	if err := b.awaitProbed(ctx); err != nil {
+		return err
+	}
 	so := minio.CopySrcOptions{Bucket: b.Bucket, Object: b.name(src)}
 	if len(srcETag) > 0 {
 		so.MatchETag = srcETag[0]

@@ -19,6 +19,9 @@ var (
 // (S3 answers at most 1,000 a page), and a second one only to say whether
 // more follow when the page was full.
 func (b *S3Backend) ListPage(ctx context.Context, prefix string, n int) ([]string, bool, error) {
+	if err := b.awaitProbed(ctx); err != nil {
+		return nil, false, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // stops minio-go's listing goroutine
 	var keys []string
@@ -37,6 +40,9 @@ func (b *S3Backend) ListPage(ctx context.Context, prefix string, n int) ([]strin
 // ListDirs calls fn with each name one level under prefix that holds
 // objects (S3's common prefixes, delimiter "/"), page by page.
 func (b *S3Backend) ListDirs(ctx context.Context, prefix string, fn func(name string) error) error {
+	if err := b.awaitProbed(ctx); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	full := b.name(prefix)

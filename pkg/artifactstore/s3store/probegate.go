@@ -60,20 +60,26 @@ func (b *S3Backend) chosen(ctx context.Context) (Choice, error) {
 	return Choice{}, nil
 }
 
-// probeGate holds every request of a backend that awaits its probe until
-// the probe chose (the accessors without a context, Verification and
-// DirectUploads, are read by callers that wait for Probed first).
+// probeGate refuses every request of a backend that awaits its probe
+// until the probe chose, but the probe's own. The backend's methods wait
+// for the probe first (awaitProbed), before minio-go, which retries a
+// failed request up to ten times: the gate is the net under them, and it
+// does not wait.
 type probeGate struct {
 	next http.RoundTripper
 	b    *S3Backend
 }
 
 func (g probeGate) RoundTrip(r *http.Request) (*http.Response, error) {
-	if err := g.b.awaitProbed(r.Context()); err != nil {
-		if r.Body != nil {
-			_ = r.Body.Close()
+	if r.Context().Value(probingKey{}) == nil {
+		select {
+		case <-g.b.probed:
+		default:
+			if r.Body != nil {
+				_ = r.Body.Close()
+			}
+			return nil, ErrNotProbed
 		}
-		return nil, err
 	}
 	return g.next.RoundTrip(r)
 }

@@ -241,6 +241,9 @@ func (b *S3Backend) Head(ctx context.Context, key string) (upload.ObjectInfo, er
 
 // Stat returns the object's size, ETag and modification time.
 func (b *S3Backend) Stat(ctx context.Context, key string) (upload.ObjectInfo, time.Time, error) {
+	if err := b.awaitProbed(ctx); err != nil {
+		return upload.ObjectInfo{}, time.Time{}, err
+	}
 	// With the store's own checksum (x-amz-checksum-mode: ENABLED).
 	oi, err := b.Client.StatObject(ctx, b.Bucket, b.name(key), minio.StatObjectOptions{Checksum: true})
 	if err != nil {
@@ -255,6 +258,9 @@ func (b *S3Backend) Stat(ctx context.Context, key string) (upload.ObjectInfo, ti
 // Copy replaces dst with src by a server-side copy (at most 5 GiB, which is
 // also the largest object the endpoint accepts).
 func (b *S3Backend) Copy(ctx context.Context, src, dst string) error {
+	if err := b.awaitProbed(ctx); err != nil {
+		return err
+	}
 	_, err := b.Client.CopyObject(ctx,
 		minio.CopyDestOptions{Bucket: b.Bucket, Object: b.name(dst)},
 		minio.CopySrcOptions{Bucket: b.Bucket, Object: b.name(src)})
@@ -269,6 +275,9 @@ func (b *S3Backend) Copy(ctx context.Context, src, dst string) error {
 
 // Delete removes the object; a missing object is not an error.
 func (b *S3Backend) Delete(ctx context.Context, key string) error {
+	if err := b.awaitProbed(ctx); err != nil {
+		return err
+	}
 	err := b.Client.RemoveObject(ctx, b.Bucket, b.name(key), minio.RemoveObjectOptions{})
 	if err != nil && !notFound(err) {
 		return fmt.Errorf("S3 DELETE %s: %w", b.name(key), markSlowDown(err))
@@ -278,6 +287,9 @@ func (b *S3Backend) Delete(ctx context.Context, key string) error {
 
 // List returns the keys starting with prefix, in S3's (byte) order.
 func (b *S3Backend) List(ctx context.Context, prefix string) ([]string, error) {
+	if err := b.awaitProbed(ctx); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var keys []string
