@@ -145,7 +145,7 @@ func standInSettings(b *testing.B) tetherv1.WorkerBindingSettings {
 // standInIDs are job and worker ids of the lengths the webhook stamps on a
 // TrainJob of namespace "bench".
 func standInIDs(i int) (jobID, workerID string) {
-	return binding.ScopedJobID("bench", fmt.Sprintf("%016x", i)), fmt.Sprintf("%016x-%016x", i, uint64(i)<<20)
+	return binding.ScopedJobID("bench", "00000000-0000-4000-8000-000000000000", fmt.Sprintf("%016x", i)), fmt.Sprintf("%016x-%016x", i, uint64(i)<<20)
 }
 
 // firstStatus is a new binding's first status as the binding controller

@@ -12,6 +12,7 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/namespaceid"
 )
 
 // conflictRecheck is how soon a TrainJob refused its job id looks again
@@ -44,6 +45,19 @@ func (r *BindingReconciler) checkIdentity(ctx context.Context, tj *unstructured.
 			// namespace's by its form, and it has no claim to refuse it.
 			r.warn(tj, tetherv1.ReasonJobIDConflict, "job id %q is scoped to namespace %q ("+binding.ScopedIDRule+"); Tether serves no token for it. "+
 				"Recreate this TrainJob without %s to get a generated id, or with an id of another form", jobID, scope, jobconfig.JobIDAnnotation)
+			return ctrl.Result{}, true, nil
+		}
+		// An id is its namespace's, not its name's: a first binding is
+		// judged against the namespace as the API server has it now.
+		ns, res, refused, err := r.namespaceOf(ctx, tj)
+		if refused || err != nil {
+			return res, refused, err
+		}
+		holder.NamespaceUID = ns.UID
+		if scope != "" && !binding.ScopedJobIDBelongs(jobID, ns.Name, string(ns.UID)) {
+			r.warn(tj, tetherv1.ReasonJobIDConflict, "job id %q names this namespace, but %s; Tether serves no token for it. "+
+				"Recreate this TrainJob without %s to get a generated id, or with an id of another form (docs/platform.md, \"A deleted namespace\")",
+				jobID, binding.ScopedIDOrigin(jobID), jobconfig.JobIDAnnotation)
 			return ctrl.Result{}, true, nil
 		}
 		// Bindings of a release before claims (or of a race it allowed)
@@ -82,4 +96,16 @@ func (r *BindingReconciler) checkIdentity(ctx context.Context, tj *unstructured.
 		return ctrl.Result{}, true, err
 	}
 	return ctrl.Result{}, false, nil
+}
+
+// namespaceOf reads tj's namespace's identity from the API server. A
+// namespace being deleted binds nothing new (refused, looked at again
+// later, by when the TrainJob is most likely gone with it).
+func (r *BindingReconciler) namespaceOf(ctx context.Context, tj *unstructured.Unstructured) (namespaceid.Identity, ctrl.Result, bool, error) {
+	ns, err := namespaceid.Get(ctx, r.Live, tj.GetNamespace())
+	var terminating *namespaceid.TerminatingError
+	if errors.As(err, &terminating) {
+		return ns, ctrl.Result{RequeueAfter: conflictRecheck}, true, nil
+	}
+	return ns, ctrl.Result{}, err != nil, err
 }

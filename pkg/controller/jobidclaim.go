@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/namespaceid"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -40,6 +41,12 @@ const (
 	ClaimNamespaceAnnotation = "tether.dev/claim-namespace"
 	ClaimNameAnnotation      = "tether.dev/claim-trainjob"
 	ClaimUIDAnnotation       = "tether.dev/claim-uid"
+	// ClaimNamespaceUIDAnnotation holds the UID of the holder's namespace:
+	// the id is that namespace's, and a later namespace of the same name
+	// is another tenant. Claims of earlier releases lack it; they are
+	// judged by when the namespace was created (sameNamespace) and get it
+	// on their holder's next claim.
+	ClaimNamespaceUIDAnnotation = "tether.dev/claim-namespace-uid"
 )
 
 // ClaimName is the name of jobID's claim Lease: from a hash, since an id may
@@ -78,6 +85,9 @@ func (c *JobIDClaims) Forget(key types.NamespacedName) { c.held.Delete(key) }
 type claimHolder struct {
 	Namespace, Name string
 	UID             types.UID
+	// NamespaceUID is the UID of the TrainJob's namespace ("" in a claim
+	// of an earlier release, or not read yet).
+	NamespaceUID types.UID
 }
 
 func (h claimHolder) String() string { return h.Namespace + "/" + h.Name }
@@ -92,9 +102,19 @@ type ClaimConflict struct {
 	Holder string
 	// HolderLive: the holding TrainJob or its binding still exists.
 	HolderLive bool
+	// EarlierNamespace: the holder was a TrainJob of an earlier namespace
+	// of the same name, since deleted.
+	EarlierNamespace bool
 }
 
 func (c *ClaimConflict) Error() string {
+	if c.EarlierNamespace {
+		return fmt.Sprintf("job id %q was claimed by a TrainJob of an earlier namespace named %s, since deleted; its artifacts stay in the bucket "+
+			"under that id as that namespace's and are never handed to a later namespace of the same name. "+
+			"Give this TrainJob another tether.dev/job-id, or none to get a generated one (the annotation cannot change, so recreate it). "+
+			"To take the earlier namespace's artifacts back deliberately, a cluster operator hands the claim over: Lease %s in %s "+
+			"(docs/platform.md, \"A deleted namespace\")", c.JobID, c.Holder, c.Lease, c.Namespace)
+	}
 	if c.Holder == "" {
 		return fmt.Sprintf("job id %q is claimed for good by a TrainJob in another namespace (its artifacts are stored under that id); "+
 			"give this TrainJob another tether.dev/job-id, or none to get a generated one (the annotation cannot change, so recreate it). "+
@@ -111,15 +131,18 @@ func (c *ClaimConflict) Error() string {
 // *ClaimConflict when another TrainJob does, or an API error (a Conflict
 // when another reconcile took the claim over first: retried).
 //
-// A claim held in another namespace is never handed over. One held in tj's
-// namespace is taken over once its TrainJob and that TrainJob's binding are
-// both gone (a resubmission by the id's owner), by an Update carrying the
-// claim's resourceVersion, so two TrainJobs taking it over at once cannot
-// both succeed.
+// A claim held in another namespace is never handed over, nor one held in
+// an earlier namespace of tj's namespace's name (another UID). One held in
+// tj's namespace is taken over once its TrainJob and that TrainJob's
+// binding are both gone (a resubmission by the id's owner), by an Update
+// carrying the claim's resourceVersion, so two TrainJobs taking it over at
+// once cannot both succeed.
 //
 // fresh says the claim is most likely free (a TrainJob not bound yet): it
 // is created at once, and read only when that fails; otherwise (a binding
-// that exists, after a restart) it is read first.
+// that exists, after a restart) it is read first. tj.NamespaceUID is set
+// when the caller read the namespace already; otherwise it is read from
+// Reader when the claim must record or compare it.
 func (c *JobIDClaims) Claim(ctx context.Context, jobID string, tj claimHolder, fresh bool) error {
 	key := types.NamespacedName{Namespace: tj.Namespace, Name: tj.Name}
 	if h, ok := c.held.Load(key); ok && h.(heldClaim) == (heldClaim{tj.UID, jobID}) {
@@ -139,6 +162,24 @@ func (c *JobIDClaims) claim(ctx context.Context, jobID string, tj claimHolder, f
 	if !fresh {
 		err = c.Reader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, lease)
 	}
+	var ns *namespaceid.Identity // read once, when needed
+	namespace := func() (namespaceid.Identity, error) {
+		if ns == nil {
+			id, err := namespaceid.Get(ctx, c.Reader, tj.Namespace)
+			if err != nil {
+				return id, fmt.Errorf("claiming job id %q: %w", jobID, err)
+			}
+			ns = &id
+		}
+		return *ns, nil
+	}
+	if tj.NamespaceUID == "" && (fresh || apierrors.IsNotFound(err)) {
+		id, err := namespace()
+		if err != nil {
+			return err
+		}
+		tj.NamespaceUID = id.UID
+	}
 	if fresh || apierrors.IsNotFound(err) {
 		lease = newClaim(c.Namespace, name, jobID, tj)
 		if err = c.Writer.Create(ctx, lease); err == nil {
@@ -157,10 +198,32 @@ func (c *JobIDClaims) claim(ctx context.Context, jobID string, tj claimHolder, f
 	holder := holderOf(lease)
 	switch {
 	case holder.UID == tj.UID && holder.Namespace == tj.Namespace && holder.Name == tj.Name:
+		if holder.NamespaceUID != "" {
+			return nil
+		}
+		// A claim of an earlier release, held by this very TrainJob (its
+		// UID is unique for good): it now records the namespace's UID.
+		id, err := namespace()
+		if err != nil {
+			return err
+		}
+		tj.NamespaceUID = id.UID
+		setHolder(lease, tj)
+		if err := c.Writer.Update(ctx, lease); err != nil {
+			return fmt.Errorf("recording namespace %s's UID in the claim of job id %q: %w", tj.Namespace, jobID, err)
+		}
 		return nil
 	case holder.Namespace != tj.Namespace:
 		return &ClaimConflict{JobID: jobID, Lease: name, Namespace: c.Namespace}
 	}
+	id, err := namespace()
+	if err != nil {
+		return err
+	}
+	if !sameNamespace(lease, holder, id) {
+		return &ClaimConflict{JobID: jobID, Lease: name, Namespace: c.Namespace, Holder: holder.Namespace, EarlierNamespace: true}
+	}
+	tj.NamespaceUID = id.UID
 	live, err := c.holderLive(ctx, holder, jobID)
 	if err != nil {
 		return err
@@ -198,6 +261,21 @@ func (c *JobIDClaims) holderLive(ctx context.Context, h claimHolder, jobID strin
 	}
 }
 
+// sameNamespace reports whether the claim l, held by h in a namespace of
+// ns's name, was taken in ns itself rather than in an earlier namespace of
+// that name. A claim of an earlier release names no namespace UID: it is
+// ns's if ns existed when it was taken.
+func sameNamespace(l *coordinationv1.Lease, h claimHolder, ns namespaceid.Identity) bool {
+	if h.NamespaceUID != "" {
+		return h.NamespaceUID == ns.UID
+	}
+	taken := l.CreationTimestamp.Time
+	if l.Spec.AcquireTime != nil {
+		taken = l.Spec.AcquireTime.Time
+	}
+	return !ns.Created.After(taken)
+}
+
 func newClaim(ns, name, jobID string, tj claimHolder) *coordinationv1.Lease {
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
 		Labels: map[string]string{ClaimLabel: "true", ClaimJobIDLabel: jobID}}}
@@ -211,6 +289,7 @@ func setHolder(l *coordinationv1.Lease, tj claimHolder) {
 	}
 	l.Annotations[ClaimNamespaceAnnotation], l.Annotations[ClaimNameAnnotation], l.Annotations[ClaimUIDAnnotation] =
 		tj.Namespace, tj.Name, string(tj.UID)
+	l.Annotations[ClaimNamespaceUIDAnnotation] = string(tj.NamespaceUID)
 	holder := tj.String()
 	l.Spec.HolderIdentity = &holder
 	now := metav1.NowMicro()
@@ -219,5 +298,6 @@ func setHolder(l *coordinationv1.Lease, tj claimHolder) {
 
 func holderOf(l *coordinationv1.Lease) claimHolder {
 	a := l.Annotations
-	return claimHolder{Namespace: a[ClaimNamespaceAnnotation], Name: a[ClaimNameAnnotation], UID: types.UID(a[ClaimUIDAnnotation])}
+	return claimHolder{Namespace: a[ClaimNamespaceAnnotation], Name: a[ClaimNameAnnotation], UID: types.UID(a[ClaimUIDAnnotation]),
+		NamespaceUID: types.UID(a[ClaimNamespaceUIDAnnotation])}
 }

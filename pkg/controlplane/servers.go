@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/pkg/namespaceid"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -55,7 +58,8 @@ func (a *assembly) registerWebhooks() {
 	hookServer.Register(TrainJobWebhookPath, &webhook.Admission{Handler: &mutate.TrainJobHandler{
 		Shapes: &mutate.CRDShapes{Reader: mgr.GetAPIReader()},
 		// Worker ids are MACed with the serving key: every replica mounts the same one.
-		Mutator: mutate.TrainJobMutator{Key: lastGoodFile(filepath.Join(a.opts.CertDir, "tls.key"))},
+		Mutator: mutate.TrainJobMutator{Key: lastGoodFile(filepath.Join(a.opts.CertDir, "tls.key")),
+			NamespaceUID: namespaceUIDReader(mgr.GetAPIReader())},
 	}})
 	hookServer.Register(JobSetWebhookPath, &webhook.Admission{Handler: &mutate.JobSetHandler{}})
 	if a.aggregatedReads != nil {
@@ -87,3 +91,21 @@ func syncCaches(ctx context.Context, c cache.Cache) error {
 	}
 	return nil
 }
+
+// namespaceUIDReader reads a namespace's UID from the API server, for the
+// tag of the scoped job ids the TrainJob webhook generates and checks:
+// live, since a cache could still hold an earlier namespace of the same
+// name. Bounded well within the webhook's timeout: past it, the webhook
+// generates a claimed id instead, or leaves a given id to the controller.
+func namespaceUIDReader(live client.Reader) func(context.Context, string) (string, error) {
+	return func(ctx context.Context, ns string) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, namespaceReadTimeout)
+		defer cancel()
+		id, err := namespaceid.Get(ctx, live, ns)
+		return string(id.UID), err
+	}
+}
+
+// namespaceReadTimeout bounds the TrainJob webhook's namespace read (the
+// webhook's own timeout is 5 s).
+const namespaceReadTimeout = 2 * time.Second

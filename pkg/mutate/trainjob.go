@@ -1,11 +1,13 @@
 package mutate
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
 	"github.com/google/uuid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
@@ -20,6 +22,10 @@ type TrainJobMutator struct {
 	// serving key of the shared certificate Secret). nil: an empty key,
 	// for tests only.
 	Key func() ([]byte, error)
+	// NamespaceUID reads a namespace's UID from the API server (a scoped
+	// job id carries its tag: binding.NamespaceTag). nil: the empty UID,
+	// for tests only.
+	NamespaceUID func(ctx context.Context, ns string) (string, error)
 }
 
 // Stamp returns the annotations to add to obj, a TrainJob at CREATE (old ==
@@ -37,7 +43,7 @@ type TrainJobMutator struct {
 //   - never once the object is being deleted, so that its finalizers can be removed.
 //
 // Stamp is idempotent: on its own output it returns nothing to add.
-func (m TrainJobMutator) Stamp(obj, old *metav1.ObjectMeta) (map[string]string, error) {
+func (m TrainJobMutator) Stamp(ctx context.Context, obj, old *metav1.ObjectMeta) (map[string]string, error) {
 	var oldAnnotations map[string]string
 	if old != nil {
 		oldAnnotations = old.Annotations
@@ -65,13 +71,16 @@ func (m TrainJobMutator) Stamp(obj, old *metav1.ObjectMeta) (map[string]string, 
 			}
 			add[key] = id
 		case !has && bound:
-			add[key] = m.newJobID(obj.Namespace)
+			add[key] = m.newJobID(ctx, obj.Namespace)
 		case has && key == jobconfig.JobIDAnnotation && bound && (!had || binds):
 			// Set in this request, or bound now: an id scoped to another
 			// namespace is that namespace's alone.
 			if scope := binding.JobIDScope(cur); scope != "" && scope != obj.Namespace {
 				return nil, fmt.Errorf("annotation %s=%q is scoped to namespace %q: "+binding.ScopedIDRule+", and Tether generates such ids. "+
 					"Remove the annotation (in this request) to get a generated id, or choose an id of another form", key, cur, scope)
+			}
+			if err := m.checkOwnScopedID(ctx, obj.Namespace, cur); err != nil {
+				return nil, err
 			}
 		case has && key == jobconfig.WorkerIDAnnotation && bound && (!had || binds):
 			// Set in this request, or on an unbound TrainJob this webhook
@@ -117,15 +126,48 @@ func jobIDOf(obj *metav1.ObjectMeta, add map[string]string) string {
 
 // newJobID returns a fresh job id for a TrainJob of namespace ns: scoped to
 // it (binding.ScopedJobID), or a UUID, claimed cluster-wide like a chosen
-// id, when ns is too long for a scoped id.
-func (m TrainJobMutator) newJobID(ns string) string {
+// id, when ns is too long for a scoped id or its UID cannot be read now
+// (the claim then names the namespace's UID).
+func (m TrainJobMutator) newJobID(ctx context.Context, ns string) string {
 	id := m.newID()
-	if nonce, ok := nonceOf(id, binding.ScopedNonceLen); ok {
-		if scoped := binding.ScopedJobID(ns, nonce); scoped != "" {
-			return scoped
-		}
+	nonce, ok := nonceOf(id, binding.ScopedNonceLen)
+	if !ok {
+		return id
+	}
+	uid, err := m.namespaceUID(ctx, ns)
+	if err != nil {
+		logf.FromContext(ctx).Info("generating a claimed job id: the namespace's UID for a scoped one is not readable", "namespace", ns, "error", err.Error())
+		return id
+	}
+	if scoped := binding.ScopedJobID(ns, uid, nonce); scoped != "" {
+		return scoped
 	}
 	return id
+}
+
+// checkOwnScopedID refuses a scoped job id of namespace ns that was not
+// made for this namespace: one made for an earlier namespace of the same
+// name (another tag), or of the untagged form of earlier releases, which
+// cannot tell. Its artifacts, if any, are that namespace's. When the UID
+// cannot be read now, the controller judges the id before binding it.
+func (m TrainJobMutator) checkOwnScopedID(ctx context.Context, ns, id string) error {
+	if binding.JobIDScope(id) != ns {
+		return nil
+	}
+	uid, err := m.namespaceUID(ctx, ns)
+	if err != nil || binding.ScopedJobIDBelongs(id, ns, uid) {
+		return nil
+	}
+	return fmt.Errorf("annotation %s=%q names namespace %s but is not this namespace's (UID %s): %s; "+
+		"remove the annotation (in this request) to get a generated id, or choose an id of another form",
+		jobconfig.JobIDAnnotation, id, ns, uid, binding.ScopedIDOrigin(id))
+}
+
+func (m TrainJobMutator) namespaceUID(ctx context.Context, ns string) (string, error) {
+	if m.NamespaceUID == nil {
+		return "", nil
+	}
+	return m.NamespaceUID(ctx, ns)
 }
 
 // nonceOf returns the last n hex digits of id (a UUID without its dashes),

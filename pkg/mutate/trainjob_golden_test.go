@@ -1,6 +1,7 @@
 package mutate
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -42,7 +43,7 @@ func TestTrainJobWebhookGolden(t *testing.T) {
 			if strings.HasPrefix(name, "trainer-v2.0-") || strings.HasPrefix(name, "trainer-v2.1-") {
 				shape = ShapeSpecLabels
 			}
-			h := &TrainJobHandler{Mutator: TrainJobMutator{NewID: sequentialIDs()}, Shapes: FixedShape(shape)}
+			h := &TrainJobHandler{Mutator: TrainJobMutator{NewID: sequentialIDs(), NamespaceUID: goldenNamespaceUID}, Shapes: FixedShape(shape)}
 
 			resp := admit(t, h, trainJobRequest(t, in, old))
 			if !resp.Allowed {
@@ -155,4 +156,10 @@ func withoutRouting(obj map[string]any) {
 			delete(spec, "runtimePatches")
 		}
 	}
+}
+
+// goldenNamespaceUID is every namespace's UID in the golden cases: scoped
+// job ids carry its tag, 29847ca0 (binding.NamespaceTag).
+func goldenNamespaceUID(context.Context, string) (string, error) {
+	return "6f1d5c1f-3a11-4a57-9d63-0d6f3e52b7c4", nil
 }

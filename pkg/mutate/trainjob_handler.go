@@ -49,7 +49,7 @@ func (h *TrainJobHandler) Handle(ctx context.Context, req admission.Request) adm
 		}
 		oldMeta = &old.ObjectMeta
 	}
-	add, err := h.Mutator.Stamp(&obj.ObjectMeta, oldMeta)
+	add, err := h.Mutator.Stamp(ctx, &obj.ObjectMeta, oldMeta)
 	if err != nil {
 		trainJobAdmissions.WithLabelValues("denied").Inc()
 		log.Info("denied TrainJob", "reason", err.Error())

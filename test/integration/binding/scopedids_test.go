@@ -65,8 +65,9 @@ func TestTenantCannotTakeAGeneratedJobID(t *testing.T) {
 // although a scoped id has no claim to race for.
 func TestTwoTrainJobsWithOneScopedIDAtOnceGetOneBinding(t *testing.T) {
 	tn := newTenant(t, "scoped-race")
+	uid, _ := namespaceUID(t, tn.Namespace)
 	for trial := range 3 {
-		id := binding.ScopedJobID(tn.Namespace, strings.Repeat(string(rune('a'+trial)), binding.ScopedNonceLen))
+		id := binding.ScopedJobID(tn.Namespace, string(uid), strings.Repeat(string(rune('a'+trial)), binding.ScopedNonceLen))
 		live := submitAtOnce(t, tn, id, fmt.Sprintf("copy-a-%d", trial), fmt.Sprintf("copy-b-%d", trial))
 		if len(live) != 1 {
 			t.Errorf("trial %d: scoped job id %q has %d live bindings (%v), want exactly 1", trial, id, len(live), live)
