@@ -258,19 +258,27 @@ func (g *Gate) checkIdentity(ctx context.Context, r *http.Request, wb *tetherv1.
 	}
 	if !injectedPodOf(wb, p, pod.UID) {
 		return nil, Refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch",
-			"pod %s/%s is not an injected trainer pod of TrainJob %s", pod.Namespace, pod.Name, wb.Spec.TrainJobName)
+			"pod %s/%s is not an injected trainer pod of TrainJob %s (one its JobSet made, labeled %s=%s, that Tether's pod webhook injected for job id %s)",
+			pod.Namespace, pod.Name, wb.Spec.TrainJobName, jobconfig.BindLabel, jobconfig.BindValue, wb.Spec.JobID)
 	}
 	return p, nil
 }
 
 // injectedPodOf says whether p is pod uid, a trainer pod of wb's TrainJob
-// injected for wb's job id.
+// injected for wb's job id. What proves the injection is not the status
+// annotation alone, which anyone who may create pods can write, but that
+// the pod was created with tether.dev/bind=true: the ValidatingAdmissionPolicy
+// tether-bound-pods lets only the Job controller create such a pod, and
+// nobody add the label or change the annotation later, and every such pod
+// passed Tether's pod webhook (it selects on the label), which wrote the
+// annotation.
 func injectedPodOf(wb *tetherv1.WorkerBinding, p *corev1.Pod, uid string) bool {
 	var status struct {
 		JobID string `json:"jobID"`
 	}
 	_ = json.Unmarshal([]byte(p.Annotations[jobconfig.PodStatusAnnotation]), &status)
-	return string(p.UID) == uid && p.Labels[trainjob.JobSetNameLabel] == wb.Spec.TrainJobName && status.JobID == wb.Spec.JobID
+	return string(p.UID) == uid && jobconfig.IsBound(p.Labels) && p.Labels[trainjob.JobSetNameLabel] == wb.Spec.TrainJobName &&
+		status.JobID == wb.Spec.JobID
 }
 
 // pod reads a trainer pod from the cache, or from the API server when the

@@ -28,6 +28,9 @@ fix; it is included once, by deployment.yaml.
 {{- if and (eq .Values.artifacts.mode "s3") (or (not .Values.artifacts.s3.bucket) (not .Values.artifacts.s3.endpoint) (not .Values.artifacts.s3.credentialsSecret)) -}}
 {{- fail "artifacts.mode s3 needs artifacts.s3.endpoint, artifacts.s3.bucket and artifacts.s3.credentialsSecret" -}}
 {{- end -}}
+{{- if not .Values.podCreators -}}
+{{- fail "podCreators is empty: list the identities the Job controller creates pods as (system:serviceaccount:kube-system:job-controller with --use-service-account-credentials, else system:kube-controller-manager), or no bound job's pod can be created" -}}
+{{- end -}}
 {{- if lt (int .Values.replicas) 1 -}}
 {{- fail (printf "replicas %v: must be at least 1" .Values.replicas) -}}
 {{- end -}}
@@ -40,4 +43,13 @@ fix; it is included once, by deployment.yaml.
 {{- $parts = append $parts (printf "%s=%v" $k $v) -}}
 {{- end -}}
 {{- join "," $parts -}}
+{{- end -}}
+
+{{/* tether.celStrings renders a list of strings as CEL string literals, comma-separated: 'a', 'b'. */}}
+{{- define "tether.celStrings" -}}
+{{- $parts := list -}}
+{{- range . -}}
+{{- $parts = append $parts (printf "'%s'" (. | replace "\\" "\\\\" | replace "'" "\\'")) -}}
+{{- end -}}
+{{- join ", " $parts -}}
 {{- end -}}

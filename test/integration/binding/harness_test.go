@@ -109,6 +109,17 @@ func clientset(t *testing.T) kubernetes.Interface {
 	return cs
 }
 
+// jobController is a client acting as the Job controller, which alone may
+// create a bound job's trainer pods (testenv.JobControllerClient).
+func jobController(t *testing.T) client.Client {
+	t.Helper()
+	c, err := env.JobControllerClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // sidecarEnv is the injected sidecar's environment, resolved as the kubelet would.
 func (j *job) sidecarEnv() map[string]string { return testenv.SidecarEnv(j.pod) }
 

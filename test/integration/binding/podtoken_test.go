@@ -28,8 +28,8 @@ import (
 )
 
 // tenantTwoNodeJob is a 2-node TrainJob the tenant submits, with the two
-// trainer pods the tenant creates (as its JobSet would), and the files the
-// kubelet would give each pod's sidecar.
+// trainer pods its JobSet's Jobs would make (created as the Job
+// controller), and the files the kubelet would give each pod's sidecar.
 func tenantTwoNodeJob(t *testing.T, tn *testenv.Tenant, name string) [2]*job {
 	t.Helper()
 	ctx := context.Background()
@@ -45,8 +45,8 @@ func tenantTwoNodeJob(t *testing.T, tn *testenv.Tenant, name string) [2]*job {
 	for rank := range 2 {
 		j := &job{ns: tn.Namespace, name: name}
 		j.pod = testobj.MakeTrainerPod(name, tn.Namespace).Routed().CompletionIndex(strconv.Itoa(rank)).Name(fmt.Sprintf("%s-node-0-%d", name, rank)).Obj()
-		if err := tn.Client.Create(ctx, j.pod); err != nil {
-			t.Fatalf("tenant creating rank %d's pod: %v", rank, err)
+		if err := jobController(t).Create(ctx, j.pod); err != nil {
+			t.Fatalf("creating rank %d's pod as the Job controller: %v", rank, err)
 		}
 		j.writeFiles(t, secret)
 		out[rank] = j

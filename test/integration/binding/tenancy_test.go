@@ -41,9 +41,9 @@ type tenantJob struct {
 	jobID  string
 	token  string
 	ca     []byte
-	// podUID and podToken are the job's node-0 pod's, which the tenant
-	// created, as its sidecar sends them.
-	podUID, podToken string
+	// podUID and podToken are the job's node-0 pod's, which the Job
+	// controller created, as its sidecar sends them.
+	podName, podUID, podToken string
 }
 
 // tenancyRun makes the namespaces and ids of each run their own (-count):
@@ -88,15 +88,15 @@ func bound(t *testing.T, tn *testenv.Tenant, name string) *tenantJob {
 		t.Fatal(err)
 	}
 	pod := testobj.MakeTrainerPod(name, tn.Namespace).Routed().Obj()
-	if err := tn.Client.Create(ctx, pod); err != nil {
-		t.Fatalf("tenant %s creating its trainer pod: %v", tn.Namespace, err)
+	if err := jobController(t).Create(ctx, pod); err != nil {
+		t.Fatalf("creating tenant %s's trainer pod as the Job controller: %v", tn.Namespace, err)
 	}
 	podToken, err := testenv.PodToken(ctx, clientset(t), pod)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &tenantJob{tenant: tn, name: name, jobID: wb.Spec.JobID, token: string(secret.Data[binding.TokenKey]), ca: secret.Data[binding.CABundleKey],
-		podUID: string(pod.UID), podToken: podToken}
+		podName: pod.Name, podUID: string(pod.UID), podToken: podToken}
 }
 
 func (j *tenantJob) httpClient() *http.Client {
