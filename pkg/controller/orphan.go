@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,6 +37,12 @@ const terminatingRecheck = 2 * time.Second
 // Secret is deleted. The binding server refuses the token on its own as soon
 // as the TrainJob is terminating or gone; this makes the binding say so and
 // removes the credential.
+//
+// A missing owner reference alone is not a gone TrainJob: while the
+// TrainJob the binding was made for lives, the reference is put back
+// (restoreOwner). The admission policy refuses its removal by anyone but
+// the control plane and the garbage collector; this covers an install
+// without the policy.
 type OrphanReconciler struct {
 	// Client reads WorkerBindings and TrainJob metadata from the cache and
 	// writes status and deletes Secrets.
@@ -68,10 +75,12 @@ func (r *OrphanReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if wb.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
 	}
-	state, err := r.trainJobState(ctx, wb)
+	state, restore, err := r.trainJobState(ctx, wb)
 	switch {
 	case err != nil:
 		return ctrl.Result{}, err
+	case restore != nil:
+		return ctrl.Result{}, r.restoreOwner(ctx, wb, restore)
 	case state == lifecycle.TrainJobTerminating:
 		return ctrl.Result{RequeueAfter: terminatingRecheck}, nil
 	case !state.Gone():
@@ -114,29 +123,59 @@ func (r *OrphanReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 
 // trainJobState reads the binding's TrainJob and says what it is to the
 // binding (lifecycle.TrainJobOf, the rule the binding server applies to its
-// token). A binding without an owner (removed by the garbage collector for
-// --cascade=orphan) needs no read: whatever TrainJob of that name exists is
-// not the binding's.
-func (r *OrphanReconciler) trainJobState(ctx context.Context, wb *tetherv1.WorkerBinding) (lifecycle.TrainJobState, error) {
-	owner := lifecycle.TrainJobOwner(wb)
-	if owner == "" {
-		return lifecycle.TrainJobOf(owner, nil), nil
-	}
+// token). A binding without an owner reference is judged by the TrainJob of
+// its name too (lifecycle.BindingOwner): the garbage collector removes the
+// reference for --cascade=orphan, but so can anyone holding patch on
+// WorkerBindings, and a live TrainJob the binding was made for is not gone.
+// restore is that TrainJob when its reference is to be put back.
+func (r *OrphanReconciler) trainJobState(ctx context.Context, wb *tetherv1.WorkerBinding) (state lifecycle.TrainJobState, restore *metav1.PartialObjectMetadata, err error) {
 	tj := &metav1.PartialObjectMetadata{}
 	tj.SetGroupVersionKind(trainjob.GVK)
 	key := types.NamespacedName{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
-	err := r.Client.Get(ctx, key, tj)
+	err = r.Client.Get(ctx, key, tj)
 	if apierrors.IsNotFound(err) {
 		// The cache may lag behind a TrainJob created a moment ago.
 		err = r.Live.Get(ctx, key, tj)
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		return lifecycle.TrainJobOf(owner, nil), nil
+		return lifecycle.TrainJobOf(lifecycle.TrainJobOwner(wb), nil), nil, nil
 	case err != nil:
-		return lifecycle.TrainJobLive, err
+		return lifecycle.TrainJobLive, nil, err
 	}
-	return lifecycle.TrainJobOf(owner, tj), nil
+	owner := lifecycle.BindingOwner(wb, tj)
+	state = lifecycle.TrainJobOf(owner, tj)
+	if state == lifecycle.TrainJobLive && lifecycle.TrainJobOwner(wb) == "" {
+		return state, tj, nil
+	}
+	return state, nil, nil
+}
+
+// restoreOwner puts back the controller reference of a binding whose
+// TrainJob lives (removed by a user's patch of its metadata), so that it is
+// collected with its TrainJob and the binding controller keeps serving it.
+// Other owner references stay, but none may claim to be its controller.
+// The write carries the binding's resourceVersion: a change meanwhile (the
+// garbage collector's own) wins, and the binding is looked at again.
+func (r *OrphanReconciler) restoreOwner(ctx context.Context, wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) error {
+	orig := wb.DeepCopy()
+	refs := []metav1.OwnerReference{{APIVersion: trainjob.GVK.GroupVersion().String(), Kind: trainjob.GVK.Kind,
+		Name: tj.Name, UID: tj.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+	for _, o := range wb.OwnerReferences {
+		if o.Controller == nil || !*o.Controller {
+			refs = append(refs, o)
+		}
+	}
+	wb.OwnerReferences = refs
+	if err := r.Client.Patch(ctx, wb, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			return nil // the change that raced this one is reconciled next
+		}
+		return client.IgnoreNotFound(err)
+	}
+	logf.FromContext(ctx).Info("restored the owner reference of a binding whose TrainJob lives (it was removed from the binding's metadata)",
+		"binding", client.ObjectKeyFromObject(wb).String(), "trainJobUID", tj.UID)
+	return nil
 }
 
 // deleteSecret deletes the binding's token Secret unless a live TrainJob

@@ -89,11 +89,12 @@ func metricsOptions(opts Options) metricsserver.Options {
 	return o
 }
 
-// webhookOptions are the webhook listener's; with the read API it also
-// requests (not requires) client certificates (readapi.go).
+// webhookOptions are the webhook listener's; with the read API or a
+// webhook client CA it also requests (not requires) client certificates,
+// verified per path (readapi.go, webhookclient.go).
 func webhookOptions(opts Options) webhook.Options {
 	o := webhook.Options{Host: opts.WebhookHost, Port: opts.WebhookPort, CertDir: opts.CertDir}
-	if opts.ReadAPI {
+	if opts.ReadAPI || opts.WebhookClientCA != "" {
 		o.TLSOpts = append(o.TLSOpts, requestClientCerts)
 	}
 	return o

@@ -48,6 +48,11 @@ type Options struct {
 	// CABundleFile is the PEM that token Secrets carry for the sidecar;
 	// default <cert-dir>/ca.crt.
 	CABundleFile string
+	// WebhookClientCA, when set, is a PEM file of the CA that signs the
+	// kube-apiserver's client certificate for admission webhooks (its
+	// AdmissionConfiguration): the admission paths then answer only a
+	// caller presenting a certificate it verifies (webhookclient.go).
+	WebhookClientCA string
 
 	// BindingAddr is where the binding server listens for sidecars.
 	BindingAddr string
@@ -223,6 +228,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.PresignTTL, "presign-ttl", o.PresignTTL, "lifetime of the presigned URLs the artifact endpoints hand out: orchestrators' reads and sidecars' direct uploads (S3 backend; at most 1h)")
 	fs.DurationVar(&o.UploadSweepMargin, "upload-sweep-margin", o.UploadSweepMargin, "after a binding ends, its job's pending direct uploads are swept until --presign-ttl plus this margin (clock skew between store and control plane, and a body the store accepted just before the URL expired still streaming), then once more")
 	fs.StringVar(&o.CABundleFile, "ca-bundle-file", o.CABundleFile, "PEM CA bundle put into token Secrets for the sidecar (default <cert-dir>/ca.crt)")
+	fs.StringVar(&o.WebhookClientCA, "webhook-client-ca", o.WebhookClientCA, "PEM CA of the kube-apiserver's admission client certificate (its AdmissionConfiguration); when set, the admission webhooks answer only callers presenting a certificate it signed (default: any caller)")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "address of the Prometheus /metrics endpoint ('0' disables)")
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "serve /metrics over HTTPS, only to callers the API server authenticates and authorizes for get on /metrics (the tether-metrics-reader ClusterRole); false: plain HTTP to anyone, for local debugging only")
 	fs.StringVar(&o.HealthAddr, "health-probe-bind-address", o.HealthAddr, "address of /healthz and /readyz")
@@ -283,6 +289,11 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--shutdown-delay=%s: must be between 0 and 1m (within the pod's terminationGracePeriodSeconds)", o.ShutdownDelay)
 	case o.TokenOverlap < 0 || o.TokenOverlap > time.Hour:
 		return fmt.Errorf("--token-overlap=%s: must be between 0 and 1h (a replaced token must die soon)", o.TokenOverlap)
+	}
+	if o.WebhookClientCA != "" {
+		if err := checkWebhookClientCA(o.WebhookClientCA); err != nil {
+			return err
+		}
 	}
 	// The pod webhook gives this URL to every sidecar, and a sidecar refuses
 	// one that is not https (its token would cross the network in clear

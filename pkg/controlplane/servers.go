@@ -54,7 +54,7 @@ func (a *assembly) servers() error {
 // webhook server.
 func (a *assembly) registerWebhooks() {
 	mgr := a.mgr
-	hookServer := mgr.GetWebhookServer()
+	hookServer := a.webhookServer()
 	hookServer.Register(TrainJobWebhookPath, &webhook.Admission{Handler: &mutate.TrainJobHandler{
 		Shapes: &mutate.CRDShapes{Reader: mgr.GetAPIReader()},
 		// Worker ids are MACed with the serving key: every replica mounts the same one.

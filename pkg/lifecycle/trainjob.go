@@ -5,6 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -35,9 +36,10 @@ const (
 	// TrainJobMissing: no TrainJob of that name exists, or one exists that
 	// is not the binding's owner (a new TrainJob of the same name).
 	TrainJobMissing
-	// TrainJobOrphaned: the binding has no owner: the garbage collector
-	// removed its ownerReference for a --cascade=orphan delete, so its
-	// TrainJob is deleted whatever a TrainJob of that name is now.
+	// TrainJobOrphaned: the binding has no owner and the TrainJob of its
+	// name (if any) is not the one it was made for (BindingOwner): the
+	// garbage collector removed its ownerReference for a --cascade=orphan
+	// delete, and its TrainJob is gone.
 	TrainJobOrphaned
 )
 
@@ -57,8 +59,37 @@ func TrainJobOwner(wb *tetherv1.WorkerBinding) types.UID {
 	return ""
 }
 
+// BindingOwner is the UID of wb's TrainJob: its ownerReference's
+// (TrainJobOwner), or, for a binding without one, tj's when tj (the
+// TrainJob of the binding's name, nil when there is none) is the TrainJob
+// the binding was made for (MadeFor). An ownerReference is metadata, which
+// a user holding patch on WorkerBindings (the orchestrator Role) could
+// remove: its absence alone never says the TrainJob is gone.
+func BindingOwner(wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) types.UID {
+	if uid := TrainJobOwner(wb); uid != "" {
+		return uid
+	}
+	if tj != nil && MadeFor(wb, tj) {
+		return tj.UID
+	}
+	return ""
+}
+
+// MadeFor says whether wb was made for tj, a TrainJob of its name: tj is
+// bound, carries the binding's job id and worker id (the worker id is
+// generated per TrainJob, so a resubmission has another unless copied),
+// and existed when the binding was created (the binding is created after
+// its TrainJob; a TrainJob created later is another one).
+func MadeFor(wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) bool {
+	return tj.Name == wb.Spec.TrainJobName && tj.Namespace == wb.Namespace &&
+		jobconfig.IsBound(tj.Labels) &&
+		tj.Annotations[jobconfig.JobIDAnnotation] == wb.Spec.JobID && tj.Annotations[jobconfig.WorkerIDAnnotation] == wb.Spec.WorkerID &&
+		!tj.CreationTimestamp.After(wb.CreationTimestamp.Time)
+}
+
 // TrainJobOf says what tj, the TrainJob of the binding's name (nil when
-// there is none), is to a binding owned by owner (TrainJobOwner).
+// there is none), is to a binding owned by owner (TrainJobOwner, or
+// BindingOwner where the TrainJob is read for an ownerless binding too).
 //
 // Identity comes before the deletion state: only the binding's own TrainJob
 // can be terminating for it; a TrainJob that is not its owner says only

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"gomodules.xyz/jsonpatch/v2"
@@ -44,8 +45,12 @@ type PodHandler struct {
 	// webhook, so a miss is rare and worth one GET rather than a bound pod
 	// admitted without its sidecar.
 	Live client.Reader
-	// Recorder records Events on the TrainJob; nil records none. Never used on dryRun.
+	// Recorder records Events on the TrainJob; nil records none. Never used
+	// on dryRun. Their notes are fixed (pod_events.go).
 	Recorder events.EventRecorder
+
+	// events are the Event budgets per TrainJob and reason.
+	events podEventLimits
 }
 
 var _ admission.Handler = (*PodHandler)(nil)
@@ -313,7 +318,9 @@ func (h *PodHandler) lookup(ctx context.Context, pod *corev1.Pod) (*metav1.Objec
 // record logs the decision and records an Event on the TrainJob for what a
 // platform team needs to see. Unbound jobs' pods are counted, not announced.
 // The logger gets its values only when it logs: zap encodes them eagerly, a
-// cost every admission paid for a line written only for denials.
+// cost every admission paid for a line written only for denials. The Event's
+// note is fixed by the decision's reason and rate-limited per TrainJob
+// (pod_events.go): the review may not be the API server's.
 func (h *PodHandler) record(ctx context.Context, req *admissionv1.AdmissionRequest, tj *metav1.ObjectMeta, pod *corev1.Pod, d Decision, dryRun bool) {
 	log := logf.FromContext(ctx)
 	switch {
@@ -325,20 +332,21 @@ func (h *PodHandler) record(ctx context.Context, req *admissionv1.AdmissionReque
 	if h.Recorder == nil || dryRun || tj == nil || d.Reason == SkipNotBound || d.Reason == SkipAlreadyInjected {
 		return
 	}
-	ref := trainjob.Ref(tj.Namespace, tj.Name, tj.UID)
-	switch d.Outcome {
-	case OutcomePatched:
-		// No "Injected" here: the pod may still be refused after this webhook
-		// (InjectionReporter announces it once it exists). The warnings are
-		// about the spec as submitted, true either way.
-		for _, w := range d.Warnings {
-			h.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, string(ReasonInjectionWarning), eventAction, "pod %s: %s", podName(pod), w)
-		}
-	case OutcomeSkipped:
-		h.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, string(d.Reason), eventAction, "did not inject pod %s: %s", podName(pod), d.Message)
-	case OutcomeDenied:
-		h.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, string(d.Reason), eventAction, "denied pod %s: %s", podName(pod), d.Message)
+	// No "Injected" here: the pod may still be refused after this webhook
+	// (InjectionReporter announces it once it exists). The warnings are
+	// about the spec as submitted, true either way.
+	eventType, note, ok := podEventNote(d, pod)
+	if !ok {
+		return
 	}
+	reason := d.Reason
+	if d.Outcome == OutcomePatched {
+		reason = ReasonInjectionWarning
+	}
+	if !h.events.allow(podEventKey{trainJob: tj.UID, reason: reason}, time.Now()) {
+		return
+	}
+	h.Recorder.Eventf(trainjob.Ref(tj.Namespace, tj.Name, tj.UID), nil, eventType, string(reason), eventAction, "%s", note)
 }
 
 // podLog is log with the admission's identifying values.

@@ -14,8 +14,11 @@ import (
 
 	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
@@ -33,6 +36,16 @@ import (
 // token expires, so an API server outage does not stop pods that already
 // proved themselves (a rotated token is reviewed again: the kubelet rotates
 // at 80% of its 600 s, leaving the old one good for 120 s more).
+//
+// A cached verdict holds only while its pod does: the API server refuses a
+// deleted pod's token at review, but a cached verdict is used without one.
+// So every use of a cached verdict looks the pod up in the informer cache
+// (a map lookup, no API call; the API server only for a pod the cache
+// lacks, at most once per podLiveRecheck) and accepts it only while a pod
+// of that name with the reviewed UID exists (podAlive); a pod recreated
+// under the same name has another UID. A verdict whose pod is gone is marked dead until
+// the token would have expired, so its token is refused without reviewing
+// it again.
 
 // Limits of the pod token reviews.
 const (
@@ -57,6 +70,11 @@ const (
 	// podReviewRetryAfter is the Retry-After of a review that could not be
 	// made.
 	podReviewRetryAfter = 2 * time.Second
+	// podLiveRecheck is how long the API server's word that a pod the
+	// cache lacks exists is taken (podAlive): at most one read per token
+	// per interval, for a pod the cache has not seen yet or never holds
+	// (not a trainer pod).
+	podLiveRecheck = 5 * time.Second
 )
 
 // PodTokenReviewer reviews a pod token for binding.PodTokenAudience.
@@ -90,6 +108,12 @@ type provenPod struct {
 	namespace, serviceAccount, name, uid string
 	// until is when the verdict stops counting: the token's expiry.
 	until time.Time
+	// gone says the pod was found deleted (or replaced under its name)
+	// after the review: the token is refused until until.
+	gone bool
+	// liveUntil: the API server confirmed the pod (which the cache did not
+	// hold) until then, so it is not asked again before.
+	liveUntil time.Time
 }
 
 // podProofs reviews pod tokens and remembers the verdicts of authentic ones.
@@ -135,9 +159,16 @@ func (g *Gate) proveClaim(ctx context.Context, c podClaim, budget func() (bool, 
 		return provenPod{}, Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "malformed_pod_token",
 			"%s is longer than %d bytes: it is not a ServiceAccount token", binding.HeaderPodToken, binding.MaxPodTokenLength)
 	}
-	p, ref := g.pods.prove(ctx, c.token, budget)
+	p, cached, ref := g.pods.prove(ctx, c.token, budget)
 	if ref != nil {
 		return provenPod{}, ref
+	}
+	if cached {
+		// A review proves the pod existed then; a cached verdict must be
+		// checked against the pod as it is now.
+		if ref := g.podAlive(ctx, c.token, p); ref != nil {
+			return provenPod{}, ref
+		}
 	}
 	switch {
 	case p.namespace != c.namespace:
@@ -156,27 +187,31 @@ func (g *Gate) proveClaim(ctx context.Context, c podClaim, budget func() (bool, 
 	return p, nil
 }
 
-// prove returns the pod token's cached verdict, or reviews it.
-func (pp *podProofs) prove(ctx context.Context, token string, budget func() (bool, time.Duration)) (provenPod, *Refusal) {
+// prove returns the pod token's cached verdict (cached true), or reviews
+// it. A verdict whose pod is known gone refuses the token without a review.
+func (pp *podProofs) prove(ctx context.Context, token string, budget func() (bool, time.Duration)) (p provenPod, cached bool, ref *Refusal) {
 	key := sha256.Sum256([]byte(token))
 	now := pp.now()
 	pp.mu.Lock()
 	p, ok := pp.verdicts[key]
 	pp.mu.Unlock()
 	if ok && now.Before(p.until) {
-		return p, nil
+		if p.gone {
+			return provenPod{}, true, podGone(p)
+		}
+		return p, true, nil
 	}
 	if ok, after := budget(); !ok {
 		r := Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "pod_review_limited",
 			"more than %d pod token reviews per second with this job's token (burst %d): retry after Retry-After", PodReviewRate, PodReviewBurst)
 		r.RetryAfter = after
-		return provenPod{}, r
+		return provenPod{}, false, r
 	}
 	if !pp.limit.Allow() {
 		r := Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "pod_review_limited",
 			"too many pod tokens are being reviewed on this replica: retry after Retry-After")
 		r.RetryAfter = time.Second
-		return provenPod{}, r
+		return provenPod{}, false, r
 	}
 	rctx, cancel := context.WithTimeout(ctx, podReviewTimeout)
 	defer cancel()
@@ -185,14 +220,87 @@ func (pp *podProofs) prove(ctx context.Context, token string, budget func() (boo
 		r := Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "pod_review_unavailable",
 			"cannot review the pod token now (%v): retry after Retry-After", err)
 		r.RetryAfter = podReviewRetryAfter
-		return provenPod{}, r
+		return provenPod{}, false, r
 	}
-	p, ref := verdictOf(st, token, now)
+	p, ref = verdictOf(st, token, now)
 	if ref != nil {
-		return provenPod{}, ref
+		return provenPod{}, false, ref
 	}
 	pp.remember(key, p, now)
-	return p, nil
+	return p, false, nil
+}
+
+// podAlive refuses a cached verdict whose pod no longer exists with the
+// reviewed UID, and marks it dead. It reads the informer cache (trainer
+// pods only), and the API server only when the cache does not have the pod
+// as reviewed: a pod created or replaced a moment ago, or not a trainer pod
+// at all; those reads share the gate's budget of live lookups, and one
+// that confirms the pod holds for podLiveRecheck. Without a cache (unit
+// tests of other checks) the verdict stands.
+func (g *Gate) podAlive(ctx context.Context, token string, p provenPod) *Refusal {
+	if g.cache == nil {
+		return nil
+	}
+	var pod corev1.Pod
+	key := client.ObjectKey{Namespace: p.namespace, Name: p.name}
+	err := g.cache.Get(ctx, key, &pod, readOnly...)
+	switch {
+	case err == nil && string(pod.UID) == p.uid:
+		return nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "reading pod %s: %v", p.name, err)
+	case g.now().Before(p.liveUntil):
+		return nil
+	}
+	if g.live != nil {
+		if !g.liveLookups.Allow() {
+			r := Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "lookup_limited",
+				"pod %s/%s is not in the server's cache and too many pods are being looked up: retry after Retry-After", p.namespace, p.name)
+			r.RetryAfter = time.Second
+			return r
+		}
+		live := &metav1.PartialObjectMetadata{}
+		live.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+		err := g.live.Get(ctx, key, live)
+		switch {
+		case err == nil && string(live.UID) == p.uid:
+			g.pods.confirmLive(token, g.now().Add(podLiveRecheck))
+			return nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return Refuse(http.StatusServiceUnavailable, binding.ErrUnavailable, "unavailable", "reading pod %s: %v", p.name, err)
+		}
+	}
+	g.pods.markGone(token)
+	return podGone(p)
+}
+
+// podGone is the refusal of a token whose pod was deleted after its review.
+func podGone(p provenPod) *Refusal {
+	return Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "pod_gone",
+		"the pod token is pod %s/%s's (UID %s), which no longer exists: a pod token dies with its pod", p.namespace, p.name, p.uid)
+}
+
+// confirmLive records that the API server confirmed token's pod, until.
+func (pp *podProofs) confirmLive(token string, until time.Time) {
+	key := sha256.Sum256([]byte(token))
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if v, ok := pp.verdicts[key]; ok {
+		v.liveUntil = until
+		pp.verdicts[key] = v
+	}
+}
+
+// markGone marks token's verdict dead. The pod's other token (the one the
+// kubelet rotated from, or to) meets the same check at its next use.
+func (pp *podProofs) markGone(token string) {
+	key := sha256.Sum256([]byte(token))
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if v, ok := pp.verdicts[key]; ok {
+		v.gone = true
+		pp.verdicts[key] = v
+	}
 }
 
 // verdictOf reads the pod out of an authentic review.

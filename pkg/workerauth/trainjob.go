@@ -55,25 +55,26 @@ var readOnly = []client.GetOption{client.UnsafeDisableDeepCopy}
 // into tj (the binding server's liveness loop reuses one, once per worker
 // per second).
 func (g *Gate) TrainJobGone(ctx context.Context, wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) (reason, msg string, err error) {
-	owner := lifecycle.TrainJobOwner(wb)
 	var found *metav1.PartialObjectMetadata
-	if owner != "" { // an orphaned binding is answered without a read
-		// A live read decodes into tj: it starts empty, but for its kind.
-		*tj = metav1.PartialObjectMetadata{TypeMeta: trainJobTypeMeta}
-		key := client.ObjectKey{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
-		err = g.cache.Get(ctx, key, tj, readOnly...)
-		// err != nil first: IsNotFound allocates even for a nil error.
-		if err != nil && apierrors.IsNotFound(err) && g.live != nil && g.now().Sub(wb.CreationTimestamp.Time) < cacheLag && g.liveLookups.Allow() {
-			err = g.live.Get(ctx, key, tj)
-		}
-		switch {
-		case err == nil:
-			found = tj
-		case !apierrors.IsNotFound(err):
-			return "", "", err
-		}
+	// The TrainJob is read for an ownerless binding too: an owner reference
+	// removed by hand (on a cluster without the policy that forbids it) is
+	// restored by the orphan reconciler, and the binding's own live
+	// TrainJob still vouches for its token meanwhile (lifecycle.BindingOwner).
+	// A live read decodes into tj: it starts empty, but for its kind.
+	*tj = metav1.PartialObjectMetadata{TypeMeta: trainJobTypeMeta}
+	key := client.ObjectKey{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
+	err = g.cache.Get(ctx, key, tj, readOnly...)
+	// err != nil first: IsNotFound allocates even for a nil error.
+	if err != nil && apierrors.IsNotFound(err) && g.live != nil && g.now().Sub(wb.CreationTimestamp.Time) < cacheLag && g.liveLookups.Allow() {
+		err = g.live.Get(ctx, key, tj)
 	}
-	switch lifecycle.TrainJobOf(owner, found) {
+	switch {
+	case err == nil:
+		found = tj
+	case !apierrors.IsNotFound(err):
+		return "", "", err
+	}
+	switch lifecycle.TrainJobOf(lifecycle.BindingOwner(wb, found), found) {
 	case lifecycle.TrainJobOrphaned:
 		return "trainjob_deleted", fmt.Sprintf("the binding's TrainJob %s/%s was deleted (the binding is orphaned): its token is no longer valid",
 			wb.Namespace, wb.Spec.TrainJobName), nil
