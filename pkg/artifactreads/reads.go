@@ -24,6 +24,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
+	"github.com/tether-dev/tether/pkg/artifactstore/pending"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -122,6 +123,8 @@ type Handler struct {
 	opts  Options
 	limit *rate.Limiter
 	route route
+	// listed keeps what verified manifests list (verified.go).
+	listed pending.Listed
 }
 
 // route is what differs between the two ways in: where the paths start,
@@ -280,6 +283,10 @@ func (r *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	key := wb.Spec.JobID + "/" + rel
 	if err := objects.CheckReadKey(key); err != nil {
 		r.fail(w, http.StatusBadRequest, "bad_key", "object %q: %v", truncate(rel, 200), err)
+		return
+	}
+	if r.refuseUnverified(ctx, w, wb, rel) {
+		r.opts.Log.V(1).Info("artifact read refused: not a verified artifact of a Succeeded binding", "user", user.Username, "binding", ns+"/"+name, "key", key)
 		return
 	}
 	r.opts.Log.V(1).Info("artifact read", "user", user.Username, "binding", ns+"/"+name, "key", key)

@@ -79,10 +79,12 @@ func (c *Client) Artifacts(ctx context.Context, wb *tetherv1.WorkerBinding) ([]A
 		if a == nil || a.Manifest == "" {
 			continue
 		}
-		rel, ok := strings.CutPrefix(a.Manifest, wb.Spec.JobID+"/")
-		if !ok {
-			return nil, fmt.Errorf("node %d's manifest key %q is not under the job's prefix %s/", n.Rank, a.Manifest, wb.Spec.JobID)
+		// A node's files are what its own manifest lists: no other key is
+		// read as one.
+		if want := upload.ManifestKey(wb.Spec.JobID, int(n.Rank)); a.Manifest != want {
+			return nil, fmt.Errorf("node %d's manifest key %q is not the node's manifest key %s", n.Rank, a.Manifest, want)
 		}
+		rel := strings.TrimPrefix(a.Manifest, wb.Spec.JobID+"/")
 		body, err := c.open(ctx, wb, rel)
 		if err != nil {
 			return nil, fmt.Errorf("node %d's manifest: %w", n.Rank, err)

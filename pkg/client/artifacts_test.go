@@ -194,3 +194,33 @@ func TestReadsThroughTheAPIServer(t *testing.T) {
 		t.Errorf("an API server answering 404 itself: %v, want ErrNoReadAPI naming readAPI.enabled=true", err)
 	}
 }
+
+// A node's artifacts are what its own manifest lists: a binding naming
+// another key as a node's manifest is refused before anything is read, and
+// Find and Download take only listed paths.
+func TestArtifactsAreOnlyWhatTheNodesManifestLists(t *testing.T) {
+	wb := binding()
+	wb.Status.Phase = tetherv1.PhaseSucceeded
+	wb.Status.Nodes = []tetherv1.NodeStatus{{Rank: 0, Artifacts: &tetherv1.NodeArtifacts{Manifest: "job-1/nodes/1/manifest.json",
+		ManifestSHA256: sha256Hex(manifest), Verified: true, Files: 1, Bytes: 3}}}
+	e := newReadEndpoint(t, wb, map[string]string{"manifest.json": manifest, "nodes/1/manifest.json": manifest, "model.bin": "abc", "unlisted.bin": "x"})
+	if _, err := e.client.Artifacts(t.Context(), wb); err == nil || !strings.Contains(err.Error(), "not the node's manifest key job-1/manifest.json") {
+		t.Fatalf("Artifacts with node 0's manifest at node 1's key: %v, want refused", err)
+	}
+	if asked := e.paths(); len(asked) != 0 {
+		t.Errorf("read %v", asked)
+	}
+	wb.Status.Nodes[0].Artifacts.Manifest = "job-1/manifest.json"
+	var out strings.Builder
+	if _, err := e.client.Download(t.Context(), wb, "model.bin", &out); err != nil || out.String() != "abc" {
+		t.Fatalf("Download(model.bin) = %q, %v", out.String(), err)
+	}
+	if _, err := e.client.Download(t.Context(), wb, "unlisted.bin", io.Discard); err == nil || !strings.Contains(err.Error(), "no artifact unlisted.bin in the manifests") {
+		t.Errorf("Download(unlisted.bin) = %v, want refused as not listed", err)
+	}
+	for _, p := range e.paths() {
+		if p == "unlisted.bin" {
+			t.Error("the client read unlisted.bin")
+		}
+	}
+}

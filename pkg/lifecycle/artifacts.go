@@ -66,12 +66,16 @@ func unverifiedNodes(st *tetherv1.WorkerBindingStatus) string {
 // binding when every node's is verified. A manifest that names no pod, or a
 // pod that is not the node's in this attempt (replaced, flushed after a
 // preemption, or another node's), says nothing about the current attempt's
-// files: one node cannot vouch for another.
+// files: one node cannot vouch for another. Nor does any manifest override
+// the node's own final flush naming files it could not verify
+// (FlushUnverified): whoever holds the job's token can mint the pod's
+// token and upload a manifest for it, but only the node's sidecar knows
+// what its flush left behind.
 func ArtifactsRecorded(st *tetherv1.WorkerBindingStatus, rank int32, podUID string, a tetherv1.NodeArtifacts) bool {
 	if IsFinal(st.Phase) {
 		return false
 	}
-	if n := Node(st, rank); podUID == "" || n == nil || n.PodUID != podUID {
+	if n := Node(st, rank); podUID == "" || n == nil || n.PodUID != podUID || flushReported(n) {
 		return false
 	}
 	if st.Phase == tetherv1.PhasePending && st.Reason == tetherv1.ReasonPreempted {
@@ -134,6 +138,24 @@ func NodePods(st *tetherv1.WorkerBindingStatus) map[int]string {
 	for i := range st.Nodes {
 		if n := &st.Nodes[i]; n.PodUID != "" {
 			out[int(n.Rank)] = n.PodUID
+		}
+	}
+	return out
+}
+
+// VerifiedNodes are the nodes whose manifest for the current attempt is
+// verified, by rank, with the manifest's recorded SHA-256: the artifact
+// endpoint lets such a node write only what that manifest lists. A new
+// attempt (resetNodes, a replaced pod) forgets the verdict, and the node
+// writes again.
+func VerifiedNodes(st *tetherv1.WorkerBindingStatus) map[int]string {
+	var out map[int]string
+	for i := range st.Nodes {
+		if n := &st.Nodes[i]; n.PodUID != "" && n.Artifacts != nil && n.Artifacts.Verified {
+			if out == nil {
+				out = map[int]string{}
+			}
+			out[int(n.Rank)] = n.Artifacts.ManifestSHA256
 		}
 	}
 	return out
@@ -212,16 +234,22 @@ func prefixed(rank int32, paths []string) []string {
 }
 
 // FlushUnverified records what node rank's final flush could not verify:
-// up to ten paths, how many in all, and why the first failed. A node whose
-// manifest was uploaded keeps the server's verdict, which names what it
-// lacks; a binding already failed as ArtifactsIncomplete gets its message
-// told again with the files named.
+// up to ten paths, how many in all, and why the first failed. The report
+// is the node's own word on its attempt and outranks any manifest: it
+// replaces a manifest's verdict, verified or not (a manifest listing fewer
+// files than the flush had is not the node's), and no manifest recorded
+// after it replaces it (ArtifactsRecorded), until the node's next pod. It
+// counts only while the node's current pod has said it is terminating
+// (Finishing, which the same finishing frame records first): a report that
+// lands after the node went on with another pod is the old pod's. A binding
+// already failed as ArtifactsIncomplete gets its message told again with
+// the files named; a Succeeded one is final.
 func FlushUnverified(st *tetherv1.WorkerBindingStatus, rank int32, paths []string, count int, lastError string) bool {
-	if len(paths) == 0 {
+	if len(paths) == 0 || st.Phase == tetherv1.PhaseSucceeded {
 		return false
 	}
 	n := node(st, rank)
-	if n == nil || n.Artifacts != nil && n.Artifacts.Manifest != "" {
+	if n == nil || !n.Terminating && !IsFinal(st.Phase) {
 		return false
 	}
 	paths = prefixed(rank, paths[:min(len(paths), maxMissing)])
@@ -232,10 +260,21 @@ func FlushUnverified(st *tetherv1.WorkerBindingStatus, rank int32, paths []strin
 	}
 	n.Artifacts = &a
 	aggregateArtifacts(st)
-	if st.Phase == tetherv1.PhaseFailed && st.Reason == tetherv1.ReasonArtifactsIncomplete {
+	switch {
+	case st.Phase == tetherv1.PhaseFailed && st.Reason == tetherv1.ReasonArtifactsIncomplete:
 		st.Message = "artifacts incomplete: " + MissingArtifacts(st)
+	case st.Phase == tetherv1.PhaseFinishing && (st.Reason == tetherv1.ReasonAwaitingArtifacts || st.Reason == tetherv1.ReasonPromotingArtifacts):
+		// A verdict taken back: promotion waits for the node again.
+		gate(st)
 	}
 	return true
+}
+
+// flushReported says whether node n's artifacts are its final flush's
+// report of unverified files (FlushUnverified) rather than a manifest's
+// verdict: only a report has missing files and no manifest.
+func flushReported(n *tetherv1.NodeStatus) bool {
+	return n.Artifacts != nil && n.Artifacts.Manifest == "" && len(n.Artifacts.Missing) > 0
 }
 
 // UploadReported records what node rank's sidecar says of its uploads: the
@@ -399,7 +438,8 @@ func nodeMissing(n *tetherv1.NodeStatus, reported string) string {
 		if k := int(a.MissingCount) - len(shown); k > 0 {
 			more = fmt.Sprintf(" and %d more", k)
 		}
-		return fmt.Sprintf("no manifest was uploaded: the worker's final flush could not verify %d file(s), %s%s; first error: %s",
+		// A manifest may have been uploaded too: the report outranks it.
+		return fmt.Sprintf("no verified manifest: the worker's final flush could not verify %d file(s), %s%s; first error: %s",
 			max(int(a.MissingCount), len(a.Missing)), strings.Join(shown, ", "), more, a.LastError)
 	case a.Manifest == "" && a.LastError != "":
 		// The worker named no file, but said why it uploaded no manifest.

@@ -293,12 +293,6 @@ func TestFlushUnverifiedNamesTheFiles(t *testing.T) {
 	if !FlushUnverified(st2, 0, paths[:1], 1, why) || !strings.Contains(st2.Message, "checkpoints/a.pt") {
 		t.Errorf("late report: message %q", st2.Message)
 	}
-	// A node whose manifest was checked keeps the server's verdict.
-	st3 := running()
-	ArtifactsRecorded(st3, 0, "a", verified(0))
-	if FlushUnverified(st3, 0, paths, 2, why) || len(st3.Artifacts.Missing) != 0 {
-		t.Errorf("a verified manifest was changed: %+v", st3.Artifacts)
-	}
 }
 
 func TestNodesKeepTheirOwnFilesApart(t *testing.T) {
@@ -307,13 +301,14 @@ func TestNodesKeepTheirOwnFilesApart(t *testing.T) {
 	SetNodeCount(st, 2)
 	PodSeen(st, podOf(0, "a"), true, t0)
 	PodSeen(st, podOf(1, "b"), true, t0)
+	Finishing(st, 1, "b", "SIGTERM")
 	FlushUnverified(st, 1, []string{"ckpt/__1_0.distcp"}, 1, "permission denied")
 	ArtifactsRecorded(st, 0, "a", tetherv1.NodeArtifacts{Manifest: "j/manifest.json", Verified: true, Files: 3, Bytes: 30})
 	a := st.Artifacts
 	if a.ManifestVerified || a.Files != 3 || len(a.Missing) != 1 || a.Missing[0] != "nodes/1/ckpt/__1_0.distcp" || a.LastError != "node 1: permission denied" {
 		t.Fatalf("aggregate %+v", a)
 	}
-	if got := MissingArtifacts(st); !strings.Contains(got, "node 1: no manifest was uploaded: the worker's final flush could not verify 1 file(s), nodes/1/ckpt/__1_0.distcp") {
+	if got := MissingArtifacts(st); !strings.Contains(got, "node 1: no verified manifest: the worker's final flush could not verify 1 file(s), nodes/1/ckpt/__1_0.distcp") {
 		t.Errorf("MissingArtifacts = %q", got)
 	}
 }
@@ -330,5 +325,129 @@ func TestAReplacedPodsManifestIsNotTheNodes(t *testing.T) {
 	}
 	if !ArtifactsRecorded(st, 0, "b", verified(0)) || !ManifestVerified(st) {
 		t.Fatal("the current pod's manifest was not recorded")
+	}
+}
+
+// A node's final flush that names files it could not verify outranks any
+// manifest of the same pod, whichever lands first: whoever holds the job's
+// token can mint the pod's token and send an empty manifest for the node.
+func TestAManifestDoesNotOverrideTheNodesOwnReport(t *testing.T) {
+	twoNodes := func() *tetherv1.WorkerBindingStatus {
+		st := &tetherv1.WorkerBindingStatus{}
+		Initial(st)
+		SetNodeCount(st, 2)
+		PodSeen(st, podOf(0, "a"), true, t0)
+		PodSeen(st, podOf(1, "b"), true, t0)
+		ArtifactsRecorded(st, 0, "a", verified(0))
+		return st
+	}
+	empty := tetherv1.NodeArtifacts{Manifest: "j/nodes/1/manifest.json", ManifestSHA256: strings.Repeat("e", 64), Verified: true}
+	report := func(st *tetherv1.WorkerBindingStatus) bool {
+		Finishing(st, 1, "b", "SIGTERM")
+		return FlushUnverified(st, 1, []string{"shard.bin"}, 1, "permission denied")
+	}
+	for _, c := range []struct {
+		name  string
+		apply func(st *tetherv1.WorkerBindingStatus)
+	}{
+		{"report, then manifest", func(st *tetherv1.WorkerBindingStatus) {
+			if !report(st) {
+				t.Fatal("the report was not recorded")
+			}
+			if ArtifactsRecorded(st, 1, "b", empty) {
+				t.Error("the manifest after the report was recorded")
+			}
+		}},
+		{"manifest, then report", func(st *tetherv1.WorkerBindingStatus) {
+			if !ArtifactsRecorded(st, 1, "b", empty) {
+				t.Fatal("the manifest was not recorded")
+			}
+			if !report(st) {
+				t.Error("the report after a verified manifest was not recorded")
+			}
+			if ArtifactsRecorded(st, 1, "b", empty) {
+				t.Error("the manifest sent again after the report was recorded")
+			}
+		}},
+	} {
+		st := twoNodes()
+		c.apply(st)
+		JobCompleted(st)
+		if ManifestVerified(st) || Promoting(st) {
+			t.Fatalf("%s: node 1 counts as verified (%s/%s)", c.name, st.Phase, st.Reason)
+		}
+		ArtifactsIncomplete(st, MissingArtifacts(st))
+		if st.Phase != tetherv1.PhaseFailed || !strings.Contains(st.Message, "node 1: no verified manifest: the worker's final flush could not verify 1 file(s), nodes/1/shard.bin") {
+			t.Errorf("%s: %s/%s %q", c.name, st.Phase, st.Reason, st.Message)
+		}
+	}
+
+	// A report while the binding promotes takes the verdict back.
+	st := twoNodes()
+	ArtifactsRecorded(st, 1, "b", empty)
+	JobCompleted(st)
+	if !Promoting(st) {
+		t.Fatalf("%s/%s, want promoting", st.Phase, st.Reason)
+	}
+	report(st)
+	if Promoting(st) || st.Reason != tetherv1.ReasonAwaitingArtifacts {
+		t.Errorf("after the report: %s/%s, want Finishing/AwaitingArtifacts", st.Phase, st.Reason)
+	}
+
+	// A Succeeded binding is final.
+	st = twoNodes()
+	ArtifactsRecorded(st, 1, "b", empty)
+	JobCompleted(st)
+	ArtifactsPromoted(st)
+	if report(st) || st.Phase != tetherv1.PhaseSucceeded {
+		t.Errorf("a report changed a Succeeded binding: %s/%s", st.Phase, st.Reason)
+	}
+}
+
+// The report counts only for the node's current pod once it said it is
+// terminating: an old pod's report that lands after its replacement came
+// does not hold the new pod's manifest back.
+func TestAReplacedPodsReportIsNotTheNodes(t *testing.T) {
+	st := running()
+	Finishing(st, 0, "a", "SIGTERM")
+	PodSeen(st, pod("b"), true, t0.Add(time.Minute))
+	// The old pod's finishing frame: Finishing finds another pod, so the
+	// report is dropped.
+	Finishing(st, 0, "a", "SIGTERM")
+	if FlushUnverified(st, 0, []string{"ckpt.pt"}, 1, "store down") {
+		t.Fatal("the replaced pod's report was recorded on its successor")
+	}
+	if !ArtifactsRecorded(st, 0, "b", verified(0)) || !ManifestVerified(st) {
+		t.Fatal("the new pod's manifest was not recorded")
+	}
+	// A new attempt forgets a report.
+	st = running()
+	Finishing(st, 0, "a", "SIGTERM")
+	FlushUnverified(st, 0, []string{"ckpt.pt"}, 1, "store down")
+	PodSeen(st, pod("c"), true, t0.Add(time.Minute))
+	if !ArtifactsRecorded(st, 0, "c", verified(0)) {
+		t.Fatal("the next attempt's manifest was held back by the last attempt's report")
+	}
+}
+
+func TestVerifiedNodes(t *testing.T) {
+	st := &tetherv1.WorkerBindingStatus{}
+	Initial(st)
+	SetNodeCount(st, 2)
+	PodSeen(st, podOf(0, "a"), true, t0)
+	PodSeen(st, podOf(1, "b"), true, t0)
+	if got := VerifiedNodes(st); got != nil {
+		t.Fatalf("VerifiedNodes before any manifest = %v", got)
+	}
+	a := verified(0)
+	a.ManifestSHA256 = strings.Repeat("1", 64)
+	ArtifactsRecorded(st, 1, "b", a)
+	if got := VerifiedNodes(st); len(got) != 1 || got[1] != a.ManifestSHA256 {
+		t.Fatalf("VerifiedNodes = %v, want node 1's", got)
+	}
+	// Node 1's pod is replaced: the new attempt writes again.
+	PodSeen(st, podOf(1, "c"), true, t0.Add(time.Minute))
+	if got := VerifiedNodes(st); got != nil {
+		t.Errorf("VerifiedNodes after node 1's pod was replaced = %v", got)
 	}
 }

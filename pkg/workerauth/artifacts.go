@@ -71,7 +71,7 @@ func (g *Gate) AuthorizeArtifacts(ctx context.Context, token binding.Token) (end
 	}
 	return endpoint.Job{Namespace: wb.Namespace, Name: wb.Name, JobID: wb.Spec.JobID,
 		Writable: lifecycle.ArtifactsWritable(&wb.Status), State: lifecycle.ArtifactsState(&wb.Status),
-		Nodes: int(wb.Status.NodeCount), Pods: pods}, nil
+		Nodes: int(wb.Status.NodeCount), Pods: pods, Verified: lifecycle.VerifiedNodes(&wb.Status)}, nil
 }
 
 // preemptedPod says whether the proven pod is a preempted attempt's pod

@@ -139,7 +139,11 @@ func (h *Handler) directJob(rq *request, key string, size int64) (*Job, string, 
 	if !job.Writable {
 		return &job, "", notWritable(job)
 	}
-	if e := checkNode(rq, job, path); e != nil {
+	node, e := checkNode(rq, job, path)
+	if e != nil {
+		return &job, "", e
+	}
+	if e := h.checkListed(rq, job, node, path); e != nil {
 		return &job, "", e
 	}
 	if size < 0 || size > upload.MaxObjectSize {

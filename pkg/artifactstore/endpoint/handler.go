@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
+	"github.com/tether-dev/tether/pkg/artifactstore/pending"
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -33,6 +34,10 @@ type Job struct {
 	Nodes int
 	// Pods are the nodes' current registered pods' UIDs, by rank (nodes.go).
 	Pods map[int]string
+	// Verified are the nodes whose manifest for the current attempt the
+	// binding records verified, by rank, with its SHA-256: such a node
+	// writes only what that manifest lists (verifiedonly.go).
+	Verified map[int]string
 }
 
 // Authorizer returns the job whose binding holds token. It refuses with an
@@ -112,6 +117,8 @@ type Handler struct {
 	// the pending.Store of Promote and DropPending shares them.
 	locks     objects.KeyLocks
 	manifests manifestSlots
+	// listed keeps what verified manifests list (verifiedonly.go).
+	listed pending.Listed
 }
 
 // Route sends requests for the artifact bucket (/<upload.Bucket> and below)

@@ -52,30 +52,30 @@ func accessRank(path string, nodes int) int {
 }
 
 // checkNode checks that the request's pod is the current, registered pod
-// of the rank whose key path is, in every binding: a write from a pod the
-// binding has not recorded is a write nothing accounts for (the binding
-// would say the job never bound, or leave a replaced pod's flush beside its
-// successor's files). Until the binding records the job's node count (0), a
-// key under nodes/<r>/ is node r's if node r's pod sends it, and otherwise
-// waits for the count: it is rank 0's plain path in a single-node job and
-// node r's in a multi-node one.
-func checkNode(rq *request, job Job, path string) *apiError {
+// of the rank whose key path is, in every binding, and returns that rank:
+// a write from a pod the binding has not recorded is a write nothing
+// accounts for (the binding would say the job never bound, or leave a
+// replaced pod's flush beside its successor's files). Until the binding
+// records the job's node count (0), a key under nodes/<r>/ is node r's if
+// node r's pod sends it, and otherwise waits for the count: it is rank 0's
+// plain path in a single-node job and node r's in a multi-node one.
+func checkNode(rq *request, job Job, path string) (int, *apiError) {
 	uid := rq.r.Header.Get(upload.PodHeader)
 	if uid == "" {
-		return &apiError{http.StatusForbidden, "AccessDenied",
+		return 0, &apiError{http.StatusForbidden, "AccessDenied",
 			"every write names its pod: send " + upload.PodHeader + " with the pod's UID (the sidecar does; upgrade an older one)"}
 	}
 	rank := keyRank(path, job.Nodes)
 	if r := keyRank(path, binding.MaxBoundNodes); job.Nodes == 0 && r > 0 {
 		switch registered, ok := rankOf(job.Pods, uid); {
 		case job.Pods[r] == uid:
-			return nil
+			return r, nil
 		case ok && registered > 0:
 			// A node r > 0 exists, so the job is multi-node: the key is node r's.
 			rank = r
 		default:
 			rq.retryAfter = time.Second
-			return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+			return 0, &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
 				fmt.Sprintf("the binding has not recorded the job's node count yet, so whose key %s/%d/... is cannot be told; retry", upload.NodesDir, r)}
 		}
 	}
@@ -83,14 +83,14 @@ func checkNode(rq *request, job Job, path string) *apiError {
 	switch {
 	case want == "":
 		rq.retryAfter = time.Second
-		return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
+		return 0, &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
 			fmt.Sprintf("node %d has no registered pod on the binding yet (its sidecar registers first); retry", rank)}
 	case uid != want:
-		return &apiError{http.StatusForbidden, "AccessDenied",
+		return 0, &apiError{http.StatusForbidden, "AccessDenied",
 			fmt.Sprintf("pod %s is not node %d's current pod: a node writes only its own rank's keys, from its current registered pod (rank 0: <job-id>/<path> outside %s/, rank r: <job-id>/%s/<r>/<path>)",
 				uid, rank, upload.NodesDir, upload.NodesDir)}
 	}
-	return nil
+	return rank, nil
 }
 
 // rankOf is the rank whose registered pod uid is.

@@ -46,11 +46,16 @@ func TestCheckNode(t *testing.T) {
 				r.Header.Set(upload.PodHeader, tc.pod)
 			}
 			rq := &request{r: r}
-			e := checkNode(rq, Job{JobID: "job", Nodes: tc.nodes, Pods: tc.pods}, tc.path)
+			rank, e := checkNode(rq, Job{JobID: "job", Nodes: tc.nodes, Pods: tc.pods}, tc.path)
 			switch {
 			case tc.status == 0 && e != nil:
 				t.Fatalf("refused %d %s: %s", e.status, e.code, e.message)
 			case tc.status == 0:
+				// The rank whose keys the write touches: node r's own pod
+				// under nodes/<r>/, also while the count is unknown.
+				if want := keyRank(tc.path, max(tc.nodes, len(tc.pods))); rank != want && !(tc.nodes == 0 && rank == 1) {
+					t.Fatalf("rank %d, want %d", rank, want)
+				}
 				return
 			case e == nil:
 				t.Fatalf("allowed, want %d (%s)", tc.status, tc.msg)

@@ -176,7 +176,11 @@ func (h *Handler) admitPut(rq *request, jobID, path string) (*putOp, *apiError) 
 	if !job.Writable {
 		return nil, notWritable(job)
 	}
-	if e := checkNode(rq, job, path); e != nil {
+	node, e := checkNode(rq, job, path)
+	if e != nil {
+		return nil, e
+	}
+	if e := h.checkListed(rq, job, node, path); e != nil {
 		return nil, e
 	}
 	size, e := contentLength(r)

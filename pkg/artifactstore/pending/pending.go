@@ -88,7 +88,7 @@ func (s *Store) Promote(ctx context.Context, jobID string, manifests []VerifiedM
 // the manifest itself last (a crash before leaves it to be found again).
 func (s *Store) promoteManifest(ctx context.Context, jobID string, vm VerifiedManifest) (int, error) {
 	key := upload.ManifestKey(jobID, vm.Rank)
-	buf, at, err := s.readVerifiedManifest(ctx, key, vm)
+	buf, at, err := ReadVerifiedManifest(ctx, s.Backend, jobID, vm)
 	if err != nil {
 		return 0, err
 	}
@@ -123,12 +123,14 @@ func (s *Store) promoteManifest(ctx context.Context, jobID string, vm VerifiedMa
 	return n, nil
 }
 
-// readVerifiedManifest reads node vm.Rank's manifest, its pending version
-// first (the latest upload), and returns the one whose SHA-256 is the
-// recorded one, and the key it was read from. A binding recorded before
-// digests were (vm.SHA256 empty) takes the latest.
-func (s *Store) readVerifiedManifest(ctx context.Context, key string, vm VerifiedManifest) ([]byte, string, error) {
-	o, ok := s.Backend.(objects.Opener)
+// ReadVerifiedManifest reads node vm.Rank's manifest of job jobID, its
+// pending version first (the latest upload), and returns the one whose
+// SHA-256 is the recorded one, and the key it was read from: a
+// *NotAsListedError when no stored version has it. A binding recorded
+// before digests were (vm.SHA256 empty) takes the latest.
+func ReadVerifiedManifest(ctx context.Context, b upload.Backend, jobID string, vm VerifiedManifest) ([]byte, string, error) {
+	key := upload.ManifestKey(jobID, vm.Rank)
+	o, ok := b.(objects.Opener)
 	if !ok {
 		return nil, "", errors.New("the artifact backend cannot read objects back: promotion needs the manifest")
 	}

@@ -170,13 +170,13 @@ func TestTokenCannotReplaceAVerifiedArtifact(t *testing.T) {
 
 // A PUT authorized while the job runs whose body ends after the binding
 // Succeeded is refused and nothing it sent is kept: not as the listed
-// file's next version, not as a new key.
+// file's next version, not as a new key (begun before the manifest was
+// verified: after, a key the manifest does not list is refused at once).
 func TestTokenCannotLandASlowPutAfterSucceeded(t *testing.T) {
 	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
 	runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	good := bytes.Repeat([]byte("the verified model "), 10_000)
-	j.flushVerified(t, map[string][]byte{"model.bin": good})
 	c := j.tokenClient(t)
 
 	late := bytes.Repeat([]byte("late bytes "), 20_000)
@@ -187,7 +187,7 @@ func TestTokenCannotLandASlowPutAfterSucceeded(t *testing.T) {
 	}
 	results := make(chan result, 2)
 	var writers []*io.PipeWriter
-	for _, rel := range []string{"model.bin", "late.bin"} {
+	slowPut := func(rel string) {
 		pr, pw := io.Pipe()
 		writers = append(writers, pw)
 		go func() {
@@ -198,6 +198,9 @@ func TestTokenCannotLandASlowPutAfterSucceeded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	slowPut("late.bin")
+	j.flushVerified(t, map[string][]byte{"model.bin": good})
+	slowPut("model.bin")
 	wb := j.succeed(t)
 	// The server's cache has seen it once the token may no longer write.
 	eventually(t, 10*time.Second, func() error {
