@@ -74,9 +74,9 @@ func TestHandMadePodCannotRegisterAsANode(t *testing.T) {
 	ctx := context.Background()
 	tn, cs := editTenant(t, "handmade")
 	submit(t, tn, "model", "")
-	real := bound(t, tn, "model")
+	realJob := bound(t, tn, "model")
 	realPod := &corev1.Pod{}
-	if err := tn.Client.Get(ctx, types.NamespacedName{Namespace: tn.Namespace, Name: real.podName}, realPod); err != nil {
+	if err := tn.Client.Get(ctx, types.NamespacedName{Namespace: tn.Namespace, Name: realJob.podName}, realPod); err != nil {
 		t.Fatal(err)
 	}
 	workerID := realPod.Annotations[jobconfig.PodStatusAnnotation]
@@ -99,7 +99,7 @@ func TestHandMadePodCannotRegisterAsANode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("tenant minting a pod token for its own pod: %v", err)
 	}
-	code, refusal := real.registerAsPod(t, handmade, podToken, status.WorkerID)
+	code, refusal := realJob.registerAsPod(t, handmade, podToken, status.WorkerID)
 	if code == http.StatusOK {
 		t.Fatalf("the tenant's hand-made pod %s registered as node 0 of the job (200)", handmade.Name)
 	}
@@ -136,7 +136,7 @@ func TestHandMadePodCannotRegisterAsANode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, refusal := real.registerAsPod(t, realPod, realToken, status.WorkerID); code != http.StatusOK {
+	if code, refusal := realJob.registerAsPod(t, realPod, realToken, status.WorkerID); code != http.StatusOK {
 		t.Errorf("the real pod's registration: %d %+v", code, refusal)
 	}
 }
