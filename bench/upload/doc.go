@@ -120,6 +120,19 @@
 // answered (ok, refused-retry-after). TETHER_BENCH_MANIFEST_ENTRIES sets the
 // entries per manifest (default the cap, 100,000).
 //
+// BenchmarkManifestFlood (manifest_flood_bench_test.go) has one tenant's 50
+// jobs each send a 16 MiB manifest at once (retrying after Retry-After, with
+// "Expect: 100-continue" as the sidecar does) while a second tenant's job
+// sends its manifest of 1,000 stored files, to the same child process, whose
+// GOMEMLIMIT is the chart's (90% of limits.memory in
+// charts/tether/values.yaml). Reported: manifest-flood-peak-rss-x-limit (the
+// child's VmHWM over limits.memory; bar <= 0.75), manifest-flood-honest-x-alone
+// (the second tenant's manifest PUT, median of five during the flood over
+// median of five alone in the same run; bar <= 2), flood-ok, flood-refused,
+// flood-s, honest-alone-ms, honest-flood-ms; the machine's CPU pressure
+// (/proc/pressure/cpu avg10) before and after is printed with them.
+// TETHER_BENCH_UPLOAD_STORE puts both manifest benchmarks' store there too.
+//
 // Environment: TETHER_BENCH_UPLOAD_SIZE (bytes, or with a K/M/G or KiB/MiB/GiB
 // suffix; default 1GiB), TETHER_BENCH_UPLOAD_ROUNDS (default 3),
 // TETHER_BENCH_UPLOAD_STORE (a directory to put the store's root in, e.g.

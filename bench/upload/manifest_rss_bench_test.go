@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -107,9 +108,12 @@ func BenchmarkManifestPutRSS(b *testing.B) {
 
 // bigManifest is a manifest of n entries, padded to just under
 // upload.MaxManifestSize with long paths.
-func bigManifest(b *testing.B, n int) []byte {
+func bigManifest(b *testing.B, n int) []byte { return bigManifestOf(b, n, manifestJobID, manifestPod) }
+
+// bigManifestOf is bigManifest of job jobID's node-0 pod pod.
+func bigManifestOf(b *testing.B, n int, jobID, pod string) []byte {
 	b.Helper()
-	head := fmt.Sprintf(`{"version":%q,"jobID":%q,"podUID":%q,"files":[`, upload.ManifestVersion, manifestJobID, manifestPod)
+	head := fmt.Sprintf(`{"version":%q,"jobID":%q,"podUID":%q,"files":[`, upload.ManifestVersion, jobID, pod)
 	const perEntry = len(`{"path":"","size":1,"md5":"00000000000000000000000000000000"},`)
 	pathLen := (upload.MaxManifestSize-len(head)-2)/n - perEntry
 	if pathLen < 8 {
@@ -138,7 +142,9 @@ type manifestServer struct {
 	hc  *http.Client
 }
 
-func startManifestServer(b *testing.B) *manifestServer {
+// startManifestServer starts the child with extraEnv (GOMEMLIMIT, the
+// jobs it serves: manifestJobsEnv).
+func startManifestServer(b *testing.B, extraEnv ...string) *manifestServer {
 	b.Helper()
 	dir := b.TempDir()
 	certPEM, keyPEM := benchutil.SelfSignedCert(b)
@@ -154,8 +160,19 @@ func startManifestServer(b *testing.B) *manifestServer {
 		b.Fatal(err)
 	}
 	cmd := exec.Command(exe)
+	store := filepath.Join(dir, "store")
+	if root := os.Getenv("TETHER_BENCH_UPLOAD_STORE"); root != "" {
+		// e.g. /dev/shm: the disk's fsyncs out of the figures.
+		d, err := os.MkdirTemp(root, "tether-manifest-store-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = os.RemoveAll(d) })
+		store = d
+	}
 	cmd.Env = append(os.Environ(), childEnv+"="+manifestServerMode, childEnv+"_CERT="+certFile, childEnv+"_KEY_FILE="+keyFile,
-		childEnv+"_STORE="+filepath.Join(dir, "store"))
+		childEnv+"_STORE="+store)
+	cmd.Env = append(cmd.Env, extraEnv...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -180,25 +197,57 @@ func startManifestServer(b *testing.B) *manifestServer {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(certPEM)
 	return &manifestServer{url: "https://" + addr, pid: cmd.Process.Pid,
-		hc: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, MaxIdleConnsPerHost: 16}, Timeout: 5 * time.Minute}}
+		hc: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, MaxIdleConnsPerHost: 64,
+			ExpectContinueTimeout: 2 * time.Second}, Timeout: 5 * time.Minute}}
 }
 
 // put PUTs body as the job's manifest and returns the status and Retry-After.
 func (s *manifestServer) put(b *testing.B, body []byte) (int, string) {
-	req, err := http.NewRequestWithContext(b.Context(), http.MethodPut, s.url+"/"+upload.Bucket+"/"+manifestJobID+"/"+upload.ManifestName, bytes.NewReader(body))
-	if err != nil {
-		b.Fatal(err)
-	}
-	req.ContentLength = int64(len(body))
-	req.Header.Set(upload.TokenHeader, manifestToken)
-	resp, err := s.hc.Do(req)
+	resp, err := s.putAs(b, benchJob{Token: manifestToken, Job: endpoint.Job{JobID: manifestJobID, Pods: map[int]string{0: manifestPod}}}, upload.ManifestName, body)
 	if err != nil {
 		b.Error(err)
 		return 0, ""
 	}
+	return resp.StatusCode, resp.Header.Get("Retry-After")
+}
+
+// putAs PUTs body at path of j's job with its token, naming its node-0
+// pod (every write names its pod; a manifest must be that pod's), with
+// "Expect: 100-continue" as the sidecar sends it (a refused PUT's body is
+// then not sent), and returns the answer with its body read.
+func (s *manifestServer) putAs(b *testing.B, j benchJob, path string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(b.Context(), http.MethodPut, s.url+"/"+upload.Bucket+"/"+j.Job.JobID+"/"+path, bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.ContentLength = int64(len(body))
+	req.Header.Set(upload.TokenHeader, j.Token)
+	req.Header.Set(upload.PodHeader, j.Job.Pods[0])
+	req.Header.Set("Expect", "100-continue")
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get("Retry-After")
+	return resp, nil
+}
+
+// benchJob is a binding the manifest server child holds: its token and
+// the job it authorizes.
+type benchJob struct {
+	Token string
+	Job   endpoint.Job
+}
+
+// manifestJobsEnv passes the child the jobs it serves (JSON), instead of
+// the one job of BenchmarkManifestPutRSS.
+func manifestJobsEnv(b *testing.B, jobs []benchJob) string {
+	raw, err := json.Marshal(jobs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return childEnv + "_JOBS=" + string(raw)
 }
 
 // statusKiB reads a "kB" field of the child's /proc/<pid>/status.
@@ -235,14 +284,26 @@ func runManifestServerChild() int {
 		return fail(err)
 	}
 	defer backend.Close()
+	jobs := map[string]endpoint.Job{manifestToken: {Namespace: "tether-bench", Name: manifestJobID, JobID: manifestJobID, Writable: true,
+		Pods: map[int]string{0: manifestPod}}}
+	if raw := env("JOBS"); raw != "" {
+		var list []benchJob
+		if err := json.Unmarshal([]byte(raw), &list); err != nil {
+			return fail(err)
+		}
+		jobs = map[string]endpoint.Job{}
+		for _, j := range list {
+			jobs[j.Token] = j.Job
+		}
+	}
 	h := &endpoint.Handler{
 		Backend: backend,
 		Authorize: func(_ context.Context, token binding.Token) (endpoint.Job, error) {
-			if string(token) != manifestToken {
+			j, ok := jobs[string(token)]
+			if !ok {
 				return endpoint.Job{}, endpoint.Unauthorized("no binding holds this token")
 			}
-			return endpoint.Job{Namespace: "tether-bench", Name: manifestJobID, JobID: manifestJobID, Writable: true,
-				Pods: map[int]string{0: manifestPod}}, nil
+			return j, nil
 		},
 		Log: logr.Discard(),
 	}

@@ -88,6 +88,7 @@ func (a *assembly) artifacts() error {
 		}
 	}
 	a.backend = backend
+	boundManifestMemory(a.opts)
 	a.artifactStore = a.binding.EnableArtifacts(backend, endpoint.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL})
 	a.artifactStore.Ready = probed
 	if a.opts.ArtifactAccessLog {

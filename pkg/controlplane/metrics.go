@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/mutate"
 )
@@ -20,6 +21,7 @@ func (a *assembly) metrics() error {
 	if a.probesStore {
 		collectors = append(collectors, newCapabilityCollector(&a.storeCaps))
 	}
+	collectors = append(collectors, manifestMemoryCollector{endpoint.ManifestMemory})
 	return a.mgr.Add(everyReplica(func(ctx context.Context) error {
 		var registered []prometheus.Collector
 		for _, c := range collectors {

@@ -12,6 +12,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/version"
+	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/controller"
@@ -112,6 +113,10 @@ type Options struct {
 	ArtifactReadRedirect bool
 	// ArtifactAccessLog logs one line per artifact request (artifact-access).
 	ArtifactAccessLog bool
+	// ArtifactManifestMemoryRatio is the share of the Go memory limit the
+	// manifest PUTs being read and checked may hold at once on a replica
+	// (endpoint.ManifestMemory); one namespace may hold an eighth of it.
+	ArtifactManifestMemoryRatio float64
 	// ReadAPI serves the read endpoint through the kube-apiserver too, as
 	// the aggregated API tetherv1.ReadAPIService (readapi.go), for which
 	// the install registers the APIService and the RoleBinding to
@@ -171,9 +176,12 @@ func DefaultOptions() Options {
 		ArtifactDirectUpload:  true,
 		ArtifactReadRedirect:  true,
 		ArtifactAccessLog:     true,
-		MetricsAddr:           ":8080",
-		MetricsSecure:         true,
-		HealthAddr:            ":8081",
+		// A quarter: 230 MiB of the chart's 1Gi (GOMEMLIMIT 921.6 MiB),
+		// beside the 640 MiB of 10,000 bindings and sessions.
+		ArtifactManifestMemoryRatio: endpoint.DefaultManifestMemoryRatio,
+		MetricsAddr:                 ":8080",
+		MetricsSecure:               true,
+		HealthAddr:                  ":8081",
 		// The tag is the control plane's own version; the shipped manifests
 		// set the env (EnvSidecarImage), which kustomize's images: rewrites.
 		SidecarImage: envOr(EnvSidecarImage, version.Image("tether-sidecar")),
@@ -221,6 +229,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.ArtifactDirectUpload, "artifact-direct-upload", o.ArtifactDirectUpload, "let sidecars PUT artifacts straight to the s3 store through presigned URLs (the control plane authorizes and verifies each one); false: every body goes through the control plane. Sidecars must reach the store's endpoint (--s3-public-endpoint)")
 	fs.BoolVar(&o.ArtifactReadRedirect, "artifact-read-redirect", o.ArtifactReadRedirect, "answer artifact reads with a redirect to a presigned URL of the s3 store (readers must reach its endpoint); false: stream every object through the control plane, for a store only the control plane reaches")
 	fs.BoolVar(&o.ArtifactAccessLog, "artifact-access-log", o.ArtifactAccessLog, "log one line per artifact request (logger artifact-access: binding, job id, rank, pod, key, operation, status and outcome, body bytes, duration; never the token)")
+	fs.Float64Var(&o.ArtifactManifestMemoryRatio, "artifact-manifest-memory-ratio", o.ArtifactManifestMemoryRatio, "share of the Go memory limit (GOMEMLIMIT: 90% of the container's) that manifest uploads being read and checked may hold at once on a replica, each estimated from its Content-Length before its body is read (one of 16 MiB: 25.4 MiB); one namespace may hold an eighth of it, and both at least one such manifest. Past it a manifest upload is answered 503 SlowDown with Retry-After, unread")
 	fs.BoolVar(&o.ReadAPI, "read-api", o.ReadAPI, "serve artifact and log reads through the kube-apiserver too, as the aggregated API "+tetherv1.ReadAPIService+" (needs its APIService and a RoleBinding to extension-apiserver-authentication-reader in kube-system: the chart's readAPI.enabled)")
 	fs.StringVar(&o.S3.CredentialsDir, "s3-credentials-dir", o.S3.CredentialsDir, "directory holding access-key and secret-key files (a mounted Secret)")
 	fs.Int64Var(&o.LogCapBytes, "log-cap-bytes", o.LogCapBytes, "largest trainer log archived per pod; a longer one keeps its end, with a marker")
@@ -287,6 +296,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--upload-sweep-margin=%s: must be between 0 and 1h", o.UploadSweepMargin)
 	case o.ShutdownDelay < 0 || o.ShutdownDelay > time.Minute:
 		return fmt.Errorf("--shutdown-delay=%s: must be between 0 and 1m (within the pod's terminationGracePeriodSeconds)", o.ShutdownDelay)
+	case o.ArtifactManifestMemoryRatio <= 0 || o.ArtifactManifestMemoryRatio > 0.5:
+		return fmt.Errorf("--artifact-manifest-memory-ratio=%v: must be more than 0 and at most 0.5 (the rest of the memory is the bindings' and sessions')", o.ArtifactManifestMemoryRatio)
 	case o.TokenOverlap < 0 || o.TokenOverlap > time.Hour:
 		return fmt.Errorf("--token-overlap=%s: must be between 0 and 1h (a replaced token must die soon)", o.TokenOverlap)
 	}

@@ -14,18 +14,23 @@ import (
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 )
 
-// A manifest PUT is read whole before anything is stored: decoded as it
-// streams in (verify.Decode), its pod checked, then stored like any other
-// object, and its entries checked in the backend (verify.Manifest) before
-// the PUT is answered with the verdict.
+// A manifest PUT is read whole before anything is stored: checked as it
+// streams in (verify.Scan, which keeps no entry), its pod checked, then
+// stored like any other object, and its entries decoded again from its
+// bytes and checked in the backend (verify.ScannedManifest) before the PUT
+// is answered with the verdict. What it holds meanwhile is reserved from
+// the process's budget (budget.go) before its body is read.
 
 // manifestSlots counts each job's manifest PUTs in flight: one job's token
-// may have MaxManifestPutsPerJob read and checked at once (each holds up to
-// upload.MaxManifestSize and its entries); more are answered 503 SlowDown
-// before their body is read.
+// may have MaxManifestPutsPerJob read and checked at once; more are
+// answered 503 SlowDown before their body is read.
 type manifestSlots struct {
 	mu sync.Mutex
 	n  map[string]int
+	// scanned is each manifest PUT's scan, from its body's read to its
+	// entries' check: kept beside the slot, given back with it, so a PUT
+	// that fails between the two leaves nothing behind.
+	scanned map[*request]*verify.Scanned
 }
 
 // MaxManifestPutsPerJob is how many manifest PUTs of one job (one token)
@@ -53,26 +58,65 @@ func (s *manifestSlots) take(job string) (release func()) {
 	}
 }
 
-// manifestSlot takes one of job's manifest slots, or refuses the PUT with
-// 503 SlowDown when they are taken.
+func (s *manifestSlots) keep(rq *request, sc *verify.Scanned) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.scanned == nil {
+		s.scanned = map[*request]*verify.Scanned{}
+	}
+	s.scanned[rq] = sc
+}
+
+func (s *manifestSlots) scan(rq *request) *verify.Scanned {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.scanned[rq]
+}
+
+func (s *manifestSlots) forget(rq *request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.scanned, rq)
+}
+
+// manifestSlot takes one of job's manifest slots and reserves what the
+// manifest will hold (ManifestCost of its Content-Length) from the
+// process's budget, or refuses the PUT with 503 SlowDown when either is
+// taken; release gives both back.
 func (h *Handler) manifestSlot(rq *request, job Job) (release func(), e *apiError) {
-	release = h.manifests.take(job.Namespace + "/" + job.Name)
-	if release == nil {
+	slot := h.manifests.take(job.Namespace + "/" + job.Name)
+	if slot == nil {
 		rq.reason, rq.retryAfter = "manifest_rate_limited", time.Second
 		return nil, &apiError{http.StatusServiceUnavailable, "SlowDown", fmt.Sprintf(
 			"%d manifest uploads of this job are being read already (at most %d at once): retry after Retry-After",
 			MaxManifestPutsPerJob, MaxManifestPutsPerJob)}
 	}
-	return release, nil
+	free, refused := ManifestMemory.reserve(job.Namespace, ManifestCost(rq.r.ContentLength))
+	if refused != nil {
+		slot()
+		rq.reason, rq.retryAfter = "manifest_rate_limited", ManifestMemoryRetryAfter
+		scope := "replica"
+		if refused.ofNamespace {
+			scope = "namespace"
+		}
+		rq.log = rq.log.WithValues("manifestMemoryFull", scope)
+		return nil, &apiError{http.StatusServiceUnavailable, "SlowDown", refused.message()}
+	}
+	return func() {
+		h.manifests.forget(rq)
+		free()
+		slot()
+	}, nil
 }
 
-// readManifest reads the manifest's whole body, parsing it as it streams
-// in and keeping the bytes to be stored, and checks its digests, its
-// format and its pod. A malformed manifest's verdict is recorded.
+// readManifest reads the manifest's whole body, checking it as it streams
+// in and keeping the bytes to be stored (not its entries), and checks its
+// digests, its format and its pod. A malformed manifest's verdict is
+// recorded.
 func (p *putOp) readManifest() *apiError {
 	h, rq, body := p.h, p.rq, p.body
 	raw := bytes.NewBuffer(make([]byte, 0, p.size))
-	m, perr := verify.Decode(io.TeeReader(body, raw), p.job.JobID)
+	sc, perr := verify.Scan(io.TeeReader(body, raw), p.job.JobID)
 	// The rest (after the JSON, or after what made it malformed): the
 	// digests cover the whole body.
 	if _, err := io.Copy(raw, body); err != nil || body.err != nil {
@@ -92,9 +136,13 @@ func (p *putOp) readManifest() *apiError {
 		return &apiError{http.StatusBadRequest, "MalformedManifest",
 			"the manifest was not stored: " + perr.Error() + " (docs/artifacts.md describes the format)"}
 	}
+	// The manifest without its entries: checkManifest reads them again
+	// from p.buf.
+	m := sc.Manifest()
 	if e := checkManifestPod(rq, p.job, p.rank, m); e != nil {
 		return e
 	}
+	h.manifests.keep(rq, sc)
 	p.manifest = m
 	return nil
 }
@@ -103,7 +151,7 @@ func (p *putOp) readManifest() *apiError {
 // and puts it on the response.
 func (p *putOp) checkManifest() *apiError {
 	h, rq := p.h, p.rq
-	res, verr := verify.Manifest(p.after, h.Backend, rq.key, p.rank, p.manifest, h.manifestWorkers())
+	res, verr := verify.ScannedManifest(p.after, h.Backend, rq.key, p.rank, h.manifests.scan(rq), p.buf, h.manifestWorkers())
 	res.SHA256 = verify.ManifestDigest(p.buf)
 	rerr := h.manifestResult(p.after, p.job, res)
 	rq.log = rq.log.WithValues("manifestVerified", res.Verified, "files", res.Files, "bytes", res.Bytes)

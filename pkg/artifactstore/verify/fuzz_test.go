@@ -11,7 +11,7 @@ import (
 
 // FuzzParseManifest: a manifest is refused with an error, or every entry
 // is a key objects.CheckKey accepts, unique, with a size in range and an MD5; and it
-// survives a re-encode unchanged.
+// survives a re-encode unchanged. Scan decides as Parse does.
 func FuzzParseManifest(f *testing.F) {
 	for _, seed := range []string{
 		`{"version":"v1","jobID":"job","files":[{"path":"a.txt","size":3,"md5":"900150983cd24fb0d6963f7d28e17f72"}]}`,
@@ -24,6 +24,12 @@ func FuzzParseManifest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte, jobID string) {
 		m, err := Parse(b, jobID)
+		// Scan (the endpoint's, which keeps no entries) agrees, and
+		// Entries reads again what Parse kept.
+		sm, serr := scanned(t, b, jobID)
+		if (err == nil) != (serr == nil) || err != nil && err.Error() != serr.Error() || err == nil && !reflect.DeepEqual(sm, m) {
+			t.Fatalf("Parse: %+v, %v; Scan: %+v, %v", m, err, sm, serr)
+		}
 		if err != nil {
 			if err.Error() == "" {
 				t.Fatal("refusal without a message")

@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -44,11 +45,12 @@ func Stored(ctx context.Context, b upload.Backend, jobID string, rank, workers i
 		return ManifestResult{}, false, fmt.Errorf("reading %s: %w", key, err)
 	}
 	sum := ManifestDigest(buf)
-	m, perr := Parse(buf, jobID)
+	// Checked as the endpoint checks a PUT: the entries are not all held.
+	s, perr := Scan(bytes.NewReader(buf), jobID)
 	if perr != nil {
 		return ManifestResult{Key: key, Rank: rank, SHA256: sum, Err: "malformed manifest: " + perr.Error()}, true, nil
 	}
-	res, err = Manifest(ctx, b, key, rank, m, workers)
+	res, err = ScannedManifest(ctx, b, key, rank, s, buf, workers)
 	if err != nil {
 		return ManifestResult{}, false, err
 	}
