@@ -14,9 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
-	"sigs.k8s.io/yaml"
-
+	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -143,25 +141,11 @@ func BenchmarkManifestFlood(b *testing.B) {
 // chartMemoryLimit is the control plane's limits.memory in the chart.
 func chartMemoryLimit(b *testing.B) int64 {
 	b.Helper()
-	raw, err := os.ReadFile("../../charts/tether/values.yaml")
+	limit, err := testenv.ChartMemoryLimit()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var v struct {
-		Resources struct {
-			Limits struct {
-				Memory string `json:"memory"`
-			} `json:"limits"`
-		} `json:"resources"`
-	}
-	if err := yaml.Unmarshal(raw, &v); err != nil {
-		b.Fatal(err)
-	}
-	q, err := resource.ParseQuantity(v.Resources.Limits.Memory)
-	if err != nil {
-		b.Fatalf("charts/tether/values.yaml resources.limits.memory %q: %v", v.Resources.Limits.Memory, err)
-	}
-	return q.Value()
+	return limit
 }
 
 // cpuPressure is the machine's CPU pressure, "some avg10", from

@@ -14,7 +14,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
-	"os"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -22,10 +21,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/testenv"
@@ -189,25 +186,11 @@ func TestManifestFloodIsBoundedPerNamespace(t *testing.T) {
 // chartMemoryLimit is the control plane's limits.memory in the chart.
 func chartMemoryLimit(t *testing.T) int64 {
 	t.Helper()
-	raw, err := os.ReadFile("../../../charts/tether/values.yaml")
+	limit, err := testenv.ChartMemoryLimit()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v struct {
-		Resources struct {
-			Limits struct {
-				Memory string `json:"memory"`
-			} `json:"limits"`
-		} `json:"resources"`
-	}
-	if err := yaml.Unmarshal(raw, &v); err != nil {
-		t.Fatal(err)
-	}
-	q, err := resource.ParseQuantity(v.Resources.Limits.Memory)
-	if err != nil {
-		t.Fatalf("charts/tether/values.yaml resources.limits.memory %q: %v", v.Resources.Limits.Memory, err)
-	}
-	return q.Value()
+	return limit
 }
 
 // registeredJob is the tenant's bound TrainJob name whose node-0 pod's
