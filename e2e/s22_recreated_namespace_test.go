@@ -15,6 +15,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 )
@@ -25,7 +26,8 @@ import (
 // their artifacts verified in the store. N is deleted (the namespace
 // controller removes its TrainJobs, bindings and Secrets; the objects stay
 // in the bucket, as documented) and created again under the same name for
-// team B, which submits TrainJobs naming both ids. Neither is bound: the
+// team B (a ServiceAccount with only the namespace's RBAC), which submits
+// TrainJobs naming both ids. Neither is bound: the
 // generated id is refused at admission, the chosen one gets JobIDConflict
 // saying it is an earlier namespace's; no token Secret is issued to B, and
 // A's objects are as A left them.
@@ -66,17 +68,22 @@ func TestScenario22RecreatedNamespaceInheritsNothing(t *testing.T) {
 		}
 		return fmt.Errorf("still there: %v", err)
 	})
-	// Team B gets the name.
+	// Team B gets the name: a ServiceAccount holding only the namespace's
+	// Role (an orchestrator's and an editor's rules).
 	if err := suite.c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := suite.c.LocalQueue(ctx, ns, "user-queue"); err != nil {
 		t.Fatal(err)
 	}
+	teamB, err := testenv.NewTenant(ctx, suite.c.Client, suite.c.Config, ns, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The generated id: refused at admission, saying why.
 	squatGenerated := bound(trainJob("adhoc", ns)).Annotation(jobconfig.JobIDAnnotation, generated).Queue("user-queue").Obj()
-	err := suite.c.Client.Create(ctx, squatGenerated)
+	err = teamB.Client.Create(ctx, squatGenerated)
 	if err == nil {
 		t.Errorf("team B's TrainJob with team A's generated id %q was admitted", generated)
 	} else if !strings.Contains(err.Error(), "earlier namespace") {
@@ -84,7 +91,9 @@ func TestScenario22RecreatedNamespaceInheritsNothing(t *testing.T) {
 	}
 
 	// The chosen id: admitted, never bound, told why.
-	suite.create(t, bound(trainJob("nightly", ns)).Annotation(jobconfig.JobIDAnnotation, chosen).Queue("user-queue").Obj())
+	if err := teamB.Client.Create(ctx, bound(trainJob("nightly", ns)).Annotation(jobconfig.JobIDAnnotation, chosen).Queue("user-queue").Obj()); err != nil {
+		t.Fatalf("team B creating its TrainJob: %v", err)
+	}
 	eventually(t, 60*time.Second, "team B's TrainJob with team A's chosen id refused", func() error {
 		if wb, err := suite.getBinding(ns, "nightly"); err == nil {
 			return fmt.Errorf("bound to job id %q (phase %s): team B holds a token for team A's prefix", wb.Spec.JobID, wb.Status.Phase)
@@ -101,7 +110,7 @@ func TestScenario22RecreatedNamespaceInheritsNothing(t *testing.T) {
 		return fmt.Errorf("no JobIDConflict Warning yet")
 	})
 	for _, name := range []string{"nightly", "adhoc"} {
-		err := suite.c.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: binding.TokenSecretName(name)}, &corev1.Secret{})
+		err := teamB.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: binding.TokenSecretName(name)}, &corev1.Secret{})
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("token Secret of team B's %s: %v, want none", name, err)
 		}

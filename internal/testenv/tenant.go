@@ -55,6 +55,12 @@ type Tenant struct {
 // OrchestratorRules and TenantRules) bound to it, and returns its
 // credentials. Nothing outside ns is granted.
 func (e *Env) NewTenant(ctx context.Context, ns string, rules []rbacv1.PolicyRule) (*Tenant, error) {
+	return NewTenant(ctx, e.Client, e.Config, ns, rules)
+}
+
+// NewTenant is Env.NewTenant on any cluster: admin and adminConfig are an
+// administrator's client and credentials there (a local cluster's too).
+func NewTenant(ctx context.Context, admin client.Client, adminConfig *rest.Config, ns string, rules []rbacv1.PolicyRule) (*Tenant, error) {
 	if rules == nil {
 		rules = append(append([]rbacv1.PolicyRule{}, OrchestratorRules...), TenantRules...)
 	}
@@ -69,11 +75,11 @@ func (e *Env) NewTenant(ctx context.Context, ns string, rules []rbacv1.PolicyRul
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}}},
 	}
 	for _, o := range objs {
-		if err := e.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := admin.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("tenant %s: creating %T %s: %w", ns, o, o.GetName(), err)
 		}
 	}
-	cs, err := kubernetes.NewForConfig(e.Config)
+	cs, err := kubernetes.NewForConfig(adminConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -82,9 +88,9 @@ func (e *Env) NewTenant(ctx context.Context, ns string, rules []rbacv1.PolicyRul
 	if err != nil {
 		return nil, fmt.Errorf("tenant %s: token: %w", ns, err)
 	}
-	cfg := &rest.Config{Host: e.Config.Host, BearerToken: tr.Status.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: e.Config.CAData}}
-	c, err := client.New(cfg, client.Options{Scheme: e.env.Scheme})
+	cfg := &rest.Config{Host: adminConfig.Host, BearerToken: tr.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: adminConfig.CAData}}
+	c, err := client.New(cfg, client.Options{Scheme: admin.Scheme()})
 	if err != nil {
 		return nil, err
 	}
