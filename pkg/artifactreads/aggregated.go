@@ -19,7 +19,8 @@ import (
 // the API server's front-proxy certificate (fp), asks again for the same
 // permission (SubjectAccessReview: delegated authorization, as any
 // aggregated API server does), and answers the discovery documents the
-// aggregator asks for. Mount it on "/apis/" of a listener that requests
+// aggregator asks for. Objects are streamed, never redirected to the
+// store: the API server refuses an aggregated API's redirects. Mount it on "/apis/" of a listener that requests
 // client certificates (tls.RequestClientCert).
 func NewAggregated(opts Options, fp *FrontProxy) http.Handler {
 	h := newHandler(opts)
@@ -37,7 +38,8 @@ func NewAggregated(opts Options, fp *FrontProxy) http.Handler {
 			return authzv1.ResourceAttributes{Namespace: ns, Verb: "get", Group: tetherv1.ReadAPIGroup,
 				Resource: tetherv1.ReadAPIResource, Subresource: tetherv1.ReadAPISubresource, Name: name}
 		},
-		forbidden: "grant get on workerbindings/objects in API group " + tetherv1.ReadAPIGroup + " (ClusterRole tether-artifact-reader, bound in the namespace)",
+		forbidden:  "grant get on workerbindings/objects in API group " + tetherv1.ReadAPIGroup + " (ClusterRole tether-artifact-reader, bound in the namespace)",
+		streamOnly: true,
 	}
 	return &aggregated{reads: h, fp: fp}
 }

@@ -137,6 +137,11 @@ type route struct {
 	attributes func(ns, name string) authzv1.ResourceAttributes
 	// forbidden explains a refusal to the caller: what to grant.
 	forbidden string
+	// streamOnly never answers with a redirect to a presigned URL: the
+	// kube-apiserver does not pass an aggregated API's redirect on (it
+	// answers 502, "the backend attempted to redirect this request"), and
+	// a caller who reads through it may not reach the store anyway.
+	streamOnly bool
 }
 
 // New returns the read endpoint's handler for callers with a Kubernetes
@@ -293,10 +298,12 @@ func (r *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.serveObject(w, req, key, rel)
 }
 
-// serveObject redirects to a presigned URL of key, or streams it.
+// serveObject redirects to a presigned URL of key, or streams it: always
+// through the API server (route.streamOnly), and when the caller asks
+// (HeaderStream).
 func (r *Handler) serveObject(w http.ResponseWriter, req *http.Request, key, rel string) {
 	ctx := req.Context()
-	if p, ok := r.opts.Backend.(objects.Presigner); ok && req.Header.Get(HeaderStream) != "true" {
+	if p, ok := r.opts.Backend.(objects.Presigner); ok && !r.route.streamOnly && req.Header.Get(HeaderStream) != "true" {
 		// The object must exist: a presigned URL of a missing key would
 		// only fail later, at the store, with less to say.
 		if _, err := r.opts.Backend.Head(ctx, key); err != nil {

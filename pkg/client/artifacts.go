@@ -274,17 +274,32 @@ func (c *Client) get(ctx context.Context, wb *tetherv1.WorkerBinding, rel string
 		Message string `json:"message"`
 	}
 	re := &ReadError{Status: resp.StatusCode}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&answer); err != nil || answer.Reason == "" {
+	decodeErr := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&answer)
+	if decodeErr != nil || answer.Kind != "Status" && answer.Reason == "" {
 		re.Reason, re.Message = http.StatusText(resp.StatusCode), "no error body (is --tether-url the binding Service?)"
+		if c.viaAPIServer {
+			re.Message = "the API server answered with no error body; check that " + tetherv1.ReadAPIService +
+				" is Available (kubectl get apiservice " + tetherv1.ReadAPIService + ")"
+		}
 		return nil, "", re
 	}
 	re.Reason, re.Message = answer.Reason, answer.Message
 	if answer.Kind == "Status" {
+		// The API server's own answer: its reason is a StatusReason
+		// ("NotFound", "Forbidden", or none).
+		if re.Reason == "" {
+			re.Reason = http.StatusText(resp.StatusCode)
+		}
 		switch resp.StatusCode {
 		case http.StatusNotFound:
 			return nil, "", fmt.Errorf("%w (the API server answered: %s)", ErrNoReadAPI, answer.Message)
 		case http.StatusServiceUnavailable:
-			re.Message = "the API server cannot reach the read API (no control-plane replica ready?): " + answer.Message
+			re.Message = "the API server cannot reach the read API (no control-plane replica ready? kubectl get apiservice " +
+				tetherv1.ReadAPIService + "): " + answer.Message
+		case http.StatusBadGateway:
+			re.Message = "the API server got no usable answer from the read API (a control plane older than this client " +
+				"answers reads of an own bucket with a redirect, which the API server refuses; read through the binding Service " +
+				"with --tether-url, or upgrade Tether): " + answer.Message
 		case http.StatusForbidden:
 			re.Message += " (grant ClusterRole tether-artifact-reader in the namespace)"
 		}

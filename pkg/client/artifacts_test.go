@@ -163,6 +163,11 @@ func TestReadsThroughTheAPIServer(t *testing.T) {
 			w.WriteHeader(http.StatusTemporaryRedirect)
 		case r.URL.Path == prefix+log:
 			_, _ = w.Write([]byte("checkpoint"))
+		case strings.HasSuffix(r.URL.Path, "/redirected.log"):
+			// What kube-apiserver answers when an aggregated API redirects.
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the backend attempted to redirect this request, which is not permitted","code":502}`))
 		default:
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusNotFound)
@@ -192,6 +197,11 @@ func TestReadsThroughTheAPIServer(t *testing.T) {
 	mu.Unlock()
 	if _, err := c.Log(t.Context(), wb, "gone"); !errors.Is(err, client.ErrNoReadAPI) || !strings.Contains(err.Error(), "readAPI.enabled=true") {
 		t.Errorf("an API server answering 404 itself: %v, want ErrNoReadAPI naming readAPI.enabled=true", err)
+	}
+	wb.Status.Artifacts.Logs = append(wb.Status.Artifacts.Logs, "job-1/.tether/logs/redirected.log")
+	if _, err := c.Log(t.Context(), wb, "redirected"); err == nil || !strings.Contains(err.Error(), "no usable answer from the read API") ||
+		strings.Contains(err.Error(), "is --tether-url the binding Service") {
+		t.Errorf("an API server refusing the read API's redirect (502): %v, want the cause named, not --tether-url", err)
 	}
 }
 
