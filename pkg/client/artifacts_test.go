@@ -159,7 +159,11 @@ func TestReadsThroughTheAPIServer(t *testing.T) {
 		mu.Unlock()
 		switch {
 		case r.URL.Path == prefix+log && r.Header.Get("X-Tether-Stream") != "true":
-			w.Header().Set("Location", "http://store.tether-system.svc.invalid:7070/bucket/job-1/x?X-Amz-Signature=x")
+			// A store the caller cannot reach (the quick start's, by its
+			// Service name, from a laptop): a loopback port nothing
+			// listens on refuses the connection without asking any
+			// resolver.
+			w.Header().Set("Location", "http://127.0.0.1:1/bucket/job-1/x?X-Amz-Signature=x")
 			w.WriteHeader(http.StatusTemporaryRedirect)
 		case r.URL.Path == prefix+log:
 			_, _ = w.Write([]byte("checkpoint"))
