@@ -92,20 +92,27 @@ func syncCaches(ctx context.Context, c cache.Cache) error {
 	return nil
 }
 
-// namespaceUIDReader reads a namespace's UID from the API server, for the
-// tag of the scoped job ids the TrainJob webhook generates and checks:
-// live, since a cache could still hold an earlier namespace of the same
-// name. Bounded well within the webhook's timeout: past it, the webhook
-// generates a claimed id instead, or leaves a given id to the controller.
+// namespaceUIDReader reads a namespace's UID for the tag of the scoped job
+// ids the TrainJob webhook generates and checks: from the API server, and
+// remembered for namespaceUIDTTL (namespaceid.Recent: the controller reads
+// it live again before it binds, so a remembered UID of a namespace made
+// again meanwhile binds nothing). Bounded well within the webhook's
+// timeout: past it, the webhook generates a claimed id instead, or leaves
+// a given id to the controller.
 func namespaceUIDReader(live client.Reader) func(context.Context, string) (string, error) {
+	recent := &namespaceid.Recent{Live: live, TTL: namespaceUIDTTL}
 	return func(ctx context.Context, ns string) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, namespaceReadTimeout)
 		defer cancel()
-		id, err := namespaceid.Get(ctx, live, ns)
-		return string(id.UID), err
+		uid, err := recent.UID(ctx, ns)
+		return string(uid), err
 	}
 }
 
-// namespaceReadTimeout bounds the TrainJob webhook's namespace read (the
-// webhook's own timeout is 5 s).
-const namespaceReadTimeout = 2 * time.Second
+const (
+	// namespaceReadTimeout bounds the TrainJob webhook's namespace read
+	// (the webhook's own timeout is 5 s).
+	namespaceReadTimeout = 2 * time.Second
+	// namespaceUIDTTL is how long the webhook remembers a namespace's UID.
+	namespaceUIDTTL = 30 * time.Second
+)
