@@ -224,3 +224,17 @@ func jobLabel(j *job) string {
 func nodeLabel(j *job, rank int) string {
 	return fmt.Sprintf(`namespace="%s",node="%d",trainjob="%s"`, j.ns, rank, j.name)
 }
+
+// waitRegistered waits until both nodes of a 2-node job have registered.
+func waitRegistered(t *testing.T, nodes [2]*job) {
+	t.Helper()
+	eventually(t, 20*time.Second, func() error {
+		wb := nodes[0].binding(t)
+		for r := range int32(2) {
+			if n := nodeOf(wb, r); n == nil || n.PodUID == "" || n.RegisteredTime == nil {
+				return fmt.Errorf("node %d not registered yet: %+v", r, wb.Status.Nodes)
+			}
+		}
+		return nil
+	})
+}

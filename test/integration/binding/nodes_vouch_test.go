@@ -100,15 +100,7 @@ func TestNodeCannotVouchForAnotherNode(t *testing.T) {
 	for _, j := range nodes {
 		runningClient(t, j.clientConfig())
 	}
-	eventually(t, 20*time.Second, func() error {
-		wb := nodes[0].binding(t)
-		for r := range int32(2) {
-			if n := nodeOf(wb, r); n == nil || n.PodUID == "" || n.RegisteredTime == nil {
-				return fmt.Errorf("node %d not registered yet: %+v", r, wb.Status.Nodes)
-			}
-		}
-		return nil
-	})
+	waitRegistered(t, nodes)
 	// Rank 0 flushes its files and manifest, verified.
 	nodes[0].write(t, "model.bin", bytes.Repeat([]byte("rank 0 shard "), 1000))
 	if rep, err := nodes[0].nodeSyncer(t, 0).Flush(ctx); err != nil {

@@ -104,15 +104,7 @@ func TestPodTokenProvesThePod(t *testing.T) {
 	for _, j := range nodes {
 		runningClient(t, j.clientConfig())
 	}
-	eventually(t, 20*time.Second, func() error {
-		wb := nodes[0].binding(t)
-		for r := range int32(2) {
-			if n := nodeOf(wb, r); n == nil || n.PodUID == "" || n.RegisteredTime == nil {
-				return fmt.Errorf("node %d not registered yet: %+v", r, wb.Status.Nodes)
-			}
-		}
-		return nil
-	})
+	waitRegistered(t, nodes)
 
 	// What the attacker knows: rank 1's pod, read with the tenant's RBAC.
 	var pods corev1.PodList

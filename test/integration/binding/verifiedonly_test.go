@@ -263,15 +263,7 @@ func rankReportAttack(t *testing.T, ns string, manifestFirst bool) {
 	for r, j := range nodes {
 		sidecars[r], _, _ = runningClient(t, j.clientConfig())
 	}
-	eventually(t, 20*time.Second, func() error {
-		wb := nodes[0].binding(t)
-		for r := range int32(2) {
-			if n := nodeOf(wb, r); n == nil || n.PodUID == "" || n.RegisteredTime == nil {
-				return fmt.Errorf("node %d not registered yet: %+v", r, wb.Status.Nodes)
-			}
-		}
-		return nil
-	})
+	waitRegistered(t, nodes)
 	nodes[0].write(t, "model.bin", bytes.Repeat([]byte("rank 0 shard "), 1000))
 	if rep, err := nodes[0].nodeSyncer(t, 0).Flush(ctx); err != nil {
 		t.Fatalf("rank 0 flush: %v (%+v)", err, rep)
