@@ -27,10 +27,6 @@ import (
 type manifestSlots struct {
 	mu sync.Mutex
 	n  map[string]int
-	// scanned is each manifest PUT's scan, from its body's read to its
-	// entries' check: kept beside the slot, given back with it, so a PUT
-	// that fails between the two leaves nothing behind.
-	scanned map[*request]*verify.Scanned
 }
 
 // MaxManifestPutsPerJob is how many manifest PUTs of one job (one token)
@@ -58,27 +54,6 @@ func (s *manifestSlots) take(job string) (release func()) {
 	}
 }
 
-func (s *manifestSlots) keep(rq *request, sc *verify.Scanned) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.scanned == nil {
-		s.scanned = map[*request]*verify.Scanned{}
-	}
-	s.scanned[rq] = sc
-}
-
-func (s *manifestSlots) scan(rq *request) *verify.Scanned {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.scanned[rq]
-}
-
-func (s *manifestSlots) forget(rq *request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.scanned, rq)
-}
-
 // manifestSlot takes one of job's manifest slots and reserves what the
 // manifest will hold (ManifestCost of its Content-Length) from the
 // process's budget, or refuses the PUT with 503 SlowDown when either is
@@ -103,7 +78,6 @@ func (h *Handler) manifestSlot(rq *request, job Job) (release func(), e *apiErro
 		return nil, &apiError{http.StatusServiceUnavailable, "SlowDown", refused.message()}
 	}
 	return func() {
-		h.manifests.forget(rq)
 		free()
 		slot()
 	}, nil
@@ -138,12 +112,10 @@ func (p *putOp) readManifest() *apiError {
 	}
 	// The manifest without its entries: checkManifest reads them again
 	// from p.buf.
-	m := sc.Manifest()
-	if e := checkManifestPod(rq, p.job, p.rank, m); e != nil {
+	if e := checkManifestPod(rq, p.job, p.rank, sc.Manifest()); e != nil {
 		return e
 	}
-	h.manifests.keep(rq, sc)
-	p.manifest = m
+	p.scanned = sc
 	return nil
 }
 
@@ -151,7 +123,7 @@ func (p *putOp) readManifest() *apiError {
 // and puts it on the response.
 func (p *putOp) checkManifest() *apiError {
 	h, rq := p.h, p.rq
-	res, verr := verify.ScannedManifest(p.after, h.Backend, rq.key, p.rank, h.manifests.scan(rq), p.buf, h.manifestWorkers())
+	res, verr := verify.ScannedManifest(p.after, h.Backend, rq.key, p.rank, p.scanned, p.buf, h.manifestWorkers())
 	res.SHA256 = verify.ManifestDigest(p.buf)
 	rerr := h.manifestResult(p.after, p.job, res)
 	rq.log = rq.log.WithValues("manifestVerified", res.Verified, "files", res.Files, "bytes", res.Bytes)

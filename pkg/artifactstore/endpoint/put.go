@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
+	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -63,9 +64,10 @@ type putOp struct {
 
 	isManifest bool
 	rank       int
-	// manifest and buf are a manifest's decoded entries and its bytes.
-	manifest *upload.Manifest
-	buf      []byte
+	// scanned and buf are a manifest's scan (verify.Scan: its fields, not
+	// its entries) and its bytes, from which its entries are read again.
+	scanned *verify.Scanned
+	buf     []byte
 	// known is the body's MD5 if it is known before storing: computed (the
 	// manifest, read whole first) or claimed (Content-MD5); knownCRC its
 	// CRC-64/NVME likewise (x-amz-checksum-crc64nvme).
@@ -145,7 +147,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	if h.OnVerified != nil {
 		h.OnVerified(after, p.job, rq.key, upload.ObjectInfo{Size: p.size, ETag: p.etag, CRC64NVME: p.crc})
 	}
-	if p.manifest != nil {
+	if p.scanned != nil {
 		if e := p.checkManifest(); e != nil {
 			rq.fail(e)
 			return
