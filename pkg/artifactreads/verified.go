@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
@@ -31,7 +30,7 @@ func (r *Handler) refuseUnverified(ctx context.Context, w http.ResponseWriter, w
 		return false
 	}
 	verified := lifecycle.VerifiedManifests(&wb.Status)
-	rank := keyRank(rel, int(wb.Status.NodeCount))
+	rank := upload.KeyRank(rel, int(wb.Status.NodeCount))
 	sha, ok := verified[int32(rank)]
 	path := strings.TrimPrefix(rel, upload.NodePrefix(rank))
 	listed := false
@@ -69,26 +68,4 @@ func archivedLog(wb *tetherv1.WorkerBinding, rel string) bool {
 		return true
 	}
 	return wb.Status.Artifacts != nil && slices.Contains(wb.Status.Artifacts.Logs, wb.Spec.JobID+"/"+rel)
-}
-
-// keyRank is the rank whose keys rel is in a job of nodes nodes: r for
-// nodes/<r>/... with 0 < r < nodes, else 0 (a single-node job's nodes/ is
-// a plain path of rank 0's).
-func keyRank(rel string, nodes int) int {
-	if nodes <= 1 {
-		return 0
-	}
-	rest, ok := strings.CutPrefix(rel, upload.NodesDir+"/")
-	if !ok {
-		return 0
-	}
-	s, _, ok := strings.Cut(rest, "/")
-	if !ok {
-		return 0
-	}
-	rank, err := strconv.Atoi(s)
-	if err != nil || rank <= 0 || rank >= nodes || strconv.Itoa(rank) != s {
-		return 0
-	}
-	return rank
 }

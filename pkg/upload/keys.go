@@ -41,6 +41,28 @@ func ManifestKey(jobID string, rank int) string {
 	return jobID + "/" + NodePrefix(rank) + ManifestName
 }
 
+// KeyRank is the rank whose keys path (relative to the job's prefix) is in
+// a job of nodes bound nodes: r for nodes/<r>/... with 0 < r < nodes, else
+// 0 (in a single-node job nodes/ is a plain path of rank 0's).
+func KeyRank(path string, nodes int) int {
+	if nodes <= 1 {
+		return 0
+	}
+	rest, ok := strings.CutPrefix(path, NodesDir+"/")
+	if !ok {
+		return 0
+	}
+	r, _, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0
+	}
+	rank, err := strconv.Atoi(r)
+	if err != nil || rank <= 0 || rank >= nodes || strconv.Itoa(rank) != r {
+		return 0
+	}
+	return rank
+}
+
 // ManifestRank reports whether path (relative to the job's prefix) is a
 // node's manifest in a job of nodes bound nodes, and which node's. With one
 // node only ManifestName is; with more, nodes/<rank>/manifest.json too.

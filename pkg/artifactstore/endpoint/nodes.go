@@ -3,8 +3,6 @@ package endpoint
 import (
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/tether-dev/tether/pkg/binding"
@@ -18,37 +16,16 @@ import (
 // nodes/<r>/). A manifest must name its pod, that pod must be its node's
 // current one, so no node can vouch for another's files.
 
-// keyRank is the rank whose keys path (relative to the job's prefix) is in a
-// job of nodes nodes.
-func keyRank(path string, nodes int) int {
-	if nodes <= 1 {
-		return 0
-	}
-	rest, ok := strings.CutPrefix(path, upload.NodesDir+"/")
-	if !ok {
-		return 0
-	}
-	r, _, ok := strings.Cut(rest, "/")
-	if !ok {
-		return 0
-	}
-	rank, err := strconv.Atoi(r)
-	if err != nil || rank <= 0 || rank >= nodes || strconv.Itoa(rank) != r {
-		return 0
-	}
-	return rank
-}
-
-// accessRank is the rank an access record names for path: keyRank's, but
+// accessRank is the rank an access record names for path: upload.KeyRank's, but
 // -1 (not known) for a key under nodes/<r>/ while the binding has not
 // recorded the job's node count yet (0): until then such a key is node r's
 // in a multi-node job and a plain path of rank 0's in a single-node one,
 // and the record must not guess.
 func accessRank(path string, nodes int) int {
-	if nodes == 0 && keyRank(path, binding.MaxBoundNodes) > 0 {
+	if nodes == 0 && upload.KeyRank(path, binding.MaxBoundNodes) > 0 {
 		return -1
 	}
-	return keyRank(path, nodes)
+	return upload.KeyRank(path, nodes)
 }
 
 // checkNode checks that the request's pod is the current, registered pod
@@ -65,8 +42,8 @@ func checkNode(rq *request, job Job, path string) (int, *apiError) {
 		return 0, &apiError{http.StatusForbidden, "AccessDenied",
 			"every write names its pod: send " + upload.PodHeader + " with the pod's UID (the sidecar does; upgrade an older one)"}
 	}
-	rank := keyRank(path, job.Nodes)
-	if r := keyRank(path, binding.MaxBoundNodes); job.Nodes == 0 && r > 0 {
+	rank := upload.KeyRank(path, job.Nodes)
+	if r := upload.KeyRank(path, binding.MaxBoundNodes); job.Nodes == 0 && r > 0 {
 		switch registered, ok := rankOf(job.Pods, uid); {
 		case job.Pods[r] == uid:
 			return r, nil

@@ -53,7 +53,7 @@ func TestCheckNode(t *testing.T) {
 			case tc.status == 0:
 				// The rank whose keys the write touches: node r's own pod
 				// under nodes/<r>/, also while the count is unknown.
-				if want := keyRank(tc.path, max(tc.nodes, len(tc.pods))); rank != want && !(tc.nodes == 0 && rank == 1) {
+				if want := upload.KeyRank(tc.path, max(tc.nodes, len(tc.pods))); rank != want && !(tc.nodes == 0 && rank == 1) {
 					t.Fatalf("rank %d, want %d", rank, want)
 				}
 				return
