@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -204,6 +205,7 @@ func TestFloodIsClosedAndBystanderServed(t *testing.T) {
 	a.waitPhase(t, tetherv1.PhaseRegistered, "")
 	refusedBefore := counter(t, `tether_binding_refusals_total{reason="frame_rate"}`)
 	heartbeatsBefore := counter(t, "tether_binding_heartbeats_total")
+	counted := time.Now()
 	apiBefore := apiRequests(t)
 
 	// 1. A heartbeat flood on one session.
@@ -212,13 +214,22 @@ func TestFloodIsClosedAndBystanderServed(t *testing.T) {
 	// Heartbeats the server took (the bystander's few included): the acks
 	// still queued when the session closed are not sent.
 	accepted := counter(t, "tether_binding_heartbeats_total") - heartbeatsBefore
+	// The counter is every session's: the bystander's heartbeats count over
+	// the whole time between the two reads, not only while the flood lasted
+	// (a fresh-clone CI under load took 13 against a limit of 12 that
+	// allowed the bystander none, the flood having lasted 11 ms).
+	window := time.Since(counted)
 	if code != binding.CloseRateLimited {
 		t.Errorf("heartbeat flood closed with %d, want %d (CloseRateLimited)", code, binding.CloseRateLimited)
 	}
 	// The bucket refills at FramesPerInterval per second (interval 1 s)
 	// while the flood lasts; the bystander sends 4 a second.
-	if limit := bindingserver.FrameBurst + int((float64(bindingserver.FramesPerInterval)+4)*elapsed.Seconds()) + 2; acks > limit || int(accepted) > limit {
-		t.Errorf("%d heartbeats acknowledged, %v taken by the server before the close in %s, want at most %d", acks, accepted, elapsed, limit)
+	flooded := bindingserver.FrameBurst + int(float64(bindingserver.FramesPerInterval)*elapsed.Seconds()) + 2
+	if acks > flooded {
+		t.Errorf("%d heartbeats acknowledged before the close in %s, want at most %d", acks, elapsed, flooded)
+	}
+	if limit := flooded + int(math.Ceil(4*window.Seconds())); int(accepted) > limit {
+		t.Errorf("%v heartbeats taken by the server in the %s around the flood (%s), want at most %d", accepted, window, elapsed, limit)
 	}
 	if got := counter(t, `tether_binding_refusals_total{reason="frame_rate"}`); got < refusedBefore+1 {
 		t.Errorf("frame_rate refusals %v, want at least %v", got, refusedBefore+1)
