@@ -77,7 +77,7 @@ integration: testbin
 ## (two real nodes with pod networking, kube-proxy, CoreDNS), then three
 ## lanes at once, each cluster on a network block of its own (hack/e2e.sh):
 ## the scenarios (the serial ones one at a time, then the shared ones
-## together: e2e/phases_test.go); Tether installed from its chart on a
+## together: test/e2e/phases_test.go); Tether installed from its chart on a
 ## cluster of its own (test/install: install, upgrade, drain, uninstall,
 ## quick start, node loss), then scenario 1 against SeaweedFS on a kwok-only
 ## cluster, then the short soak (soak-ci); and the monitoring scenario
@@ -86,7 +86,7 @@ E2E_TIMEOUT ?= 30m
 SOAK_CI = SEED=20261205 DURATION=240s JOBS=10 REAL_NODES=0
 e2e: images
 	bash hack/testbin.sh e2e network helm prometheus
-	TETHER_E2E=1 $(GO) test -count=1 -v -timeout 10m -run '^(TestRealNodeAlone|TestClusterNetworkPlumbing|TestClusterNetwork)$$' ./internal/localcluster/
+	TETHER_E2E=1 $(GO) test -count=1 -v -timeout 10m -run '^(TestRealNodeAlone|TestClusterNetworkPlumbing|TestClusterNetwork)$$' ./test/framework/localcluster/
 	GO=$(GO) E2E_TIMEOUT=$(E2E_TIMEOUT) SOAK_CI='$(SOAK_CI)' bash hack/e2e.sh
 
 ## soak: a seeded fault soak checked offline (test/soak): SEED=<n> replays a

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # make e2e's runner: the end-to-end packages in three lanes at once, each
 # lane's clusters on a network block of their own
-# (internal/localcluster/netblock.go), so the suite's waits overlap:
+# (test/framework/localcluster/netblock.go), so the suite's waits overlap:
 #
-#   suite:      the e2e scenarios (./e2e/), printed as they run;
+#   suite:      the e2e scenarios (./test/e2e/), printed as they run;
 #   install:    Tether installed from its chart (./test/install/), then
 #               scenario 1 against SeaweedFS, the second S3 server (kwok
 #               nodes), then the short soak (kwok nodes, $SOAK_CI);
@@ -35,11 +35,11 @@ step() {
 	return 0
 }
 
-echo "[e2e.sh $(date +%T)] lanes: suite (./e2e/) | install (./test/install/, then SeaweedFS scenario 1, then soak-ci) | monitoring (TestPrometheusScrapesAndAlerts); background logs in $logs"
+echo "[e2e.sh $(date +%T)] lanes: suite (./test/e2e/) | install (./test/install/, then SeaweedFS scenario 1, then soak-ci) | monitoring (TestPrometheusScrapesAndAlerts); background logs in $logs"
 (
 	step install env TETHER_E2E=1 "$GO" test -count=1 -v -timeout 25m ./test/install/
 	step seaweedfs env TETHER_E2E=1 TETHER_E2E_S3=seaweedfs TETHER_E2E_REAL_NODE=0 "$GO" test -count=1 -v -timeout 15m \
-		-run '^TestScenario1HappyPathWithKueue$' ./e2e/
+		-run '^TestScenario1HappyPathWithKueue$' ./test/e2e/
 	# shellcheck disable=SC2086 # SOAK_CI is a list of assignments
 	step soak-ci env TETHER_SOAK=1 $SOAK_CI "$GO" test -count=1 -v -timeout 20m -run '^TestSoak$' ./test/soak/
 ) &
@@ -51,7 +51,7 @@ install_lane=$!
 monitoring_lane=$!
 
 start=$(date +%s)
-TETHER_E2E=1 "$GO" test -count=1 -v -timeout "$E2E_TIMEOUT" ./e2e/
+TETHER_E2E=1 "$GO" test -count=1 -v -timeout "$E2E_TIMEOUT" ./test/e2e/
 suite=$?
 echo "$suite $(($(date +%s) - start))" >"$logs/suite.exit"
 echo "[e2e.sh $(date +%T)] suite ended (exit $suite); waiting for the other lanes"

@@ -16,7 +16,7 @@ K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 CONTROLLER_TOOLS_VERSION=${CONTROLLER_TOOLS_VERSION:-v0.20.1}
 VERSITYGW_VERSION=${VERSITYGW_VERSION:-v1.8.0}
-# The second S3 server of the store suites (internal/s3server): SeaweedFS's
+# The second S3 server of the store suites (test/framework/s3server): SeaweedFS's
 # weed, a pseudo-version (the module proxy serves no tag of it). Its go.mod
 # has replace directives, so it is built in a wrapper module that copies
 # them; it has no build tags that leave out back ends (the optional ones,
@@ -26,7 +26,7 @@ SEAWEEDFS_VERSION=${SEAWEEDFS_VERSION:-v0.0.0-20261109003541-7506e5f91cd6}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
 TRAINER_VERSION=${TRAINER_VERSION:-v2.3.0}
-# The oldest Trainer the injector supports, run next to v2.3.0 (internal/localcluster/trainer_v20.go).
+# The oldest Trainer the injector supports, run next to v2.3.0 (test/framework/localcluster/trainer_v20.go).
 TRAINER_V20_VERSION=v2.0.0
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 # The Helm chart's lint, render and install (charts/tether). A binary, not the
@@ -46,7 +46,7 @@ DEBIAN_SHELLCHECK=${DEBIAN_SHELLCHECK:-shellcheck}
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 DEBIAN_RUNC=${DEBIAN_RUNC:-runc}
 DEBIAN_CNI=${DEBIAN_CNI:-containernetworking-plugins}
-# The two-node cluster network (DESIGN.md §15, internal/localcluster/network.go):
+# The two-node cluster network (DESIGN.md §15, test/framework/localcluster/network.go):
 # kube-proxy from the Kubernetes wrapper module, CoreDNS built as a main of our
 # own with only the plugins the cluster uses (its default set pulls in cloud
 # SDKs), and Debian's nft with the shared libraries it links.
@@ -200,7 +200,7 @@ seaweedfs() {
 }
 
 # coredns_wrapper writes a module whose main links CoreDNS's core and only the
-# plugins the local cluster's Corefile uses (internal/localcluster/coredns.go):
+# plugins the local cluster's Corefile uses (test/framework/localcluster/coredns.go):
 # no forward, no cloud back ends.
 coredns_wrapper() {
   local dir="$ROOT/src/coredns-$COREDNS_VERSION"

@@ -1,7 +1,7 @@
 // Command tether-demo runs Tether's main job on an embedded default: a full
 // local cluster on loopback (etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler, kwok fake nodes, JobSet, Kubeflow Trainer, Kueue; see
-// internal/localcluster), Tether's control plane installed from manifests/,
+// test/framework/localcluster), Tether's control plane installed from manifests/,
 // then one queued TrainJob with the one label a platform team adds. It
 // prints each step as it happens: queued, admitted by Kueue, pod injected,
 // sidecar registered, heartbeats with progress, checkpoints verified during
@@ -35,11 +35,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/internal/localcluster"
-	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
+	"github.com/tether-dev/tether/test/framework/localcluster"
+	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
 const (

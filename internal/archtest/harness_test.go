@@ -1,7 +1,7 @@
 package archtest
 
-// Rules for the test harness's own layout (issue 25 §2; the decision is in
-// internal/localcluster/doc.go): shipped binaries link no test code, no
+// Rules for the test harness's own layout (the decision is in
+// test/framework/localcluster/doc.go): shipped binaries link no test code, no
 // package a shipped binary links has an init that exits the process, and
 // the harness's files stay small enough to read.
 
@@ -42,7 +42,7 @@ func TestShippedBinariesDoNotLinkTesting(t *testing.T) {
 
 // No package of the module that a shipped binary links has an init() that
 // exits the process: a helper the harness re-executes is a main package of
-// its own (internal/localcluster/trainerv20relay), not a mode of every
+// its own (test/framework/localcluster/trainerv20relay), not a mode of every
 // binary that happens to link the harness.
 func TestNoInitExitsInShippedBinaries(t *testing.T) {
 	fset := token.NewFileSet()
@@ -114,8 +114,8 @@ func exitName(f *ast.File, call *ast.CallExpr) string {
 // maxHarnessLines bounds a hand-written non-test Go file of the harness.
 const maxHarnessLines = 700
 
-// harnessDirs hold the test harness: the local cluster and the suites.
-var harnessDirs = []string{"internal/localcluster", "e2e", "test"}
+// harnessDirs hold the test estate: the suites and their framework.
+var harnessDirs = []string{"test"}
 
 // No hand-written non-test Go file of the harness passes 700 lines: one
 // concern per file (generated files, marked as Go marks them, excepted).

@@ -118,9 +118,9 @@ func Specs(registry string) []Spec {
 		{Repository: registry + "/tether-sidecar", Package: "./cmd/sidecar", Entrypoint: "/tether-sidecar",
 			Description: "Tether sidecar, injected into trainer pods by the control plane",
 			CACerts:     true},
-		{Repository: registry + "/tether-trainer-standin", Package: "./internal/localcluster/trainer-standin", Entrypoint: "/trainer-standin",
+		{Repository: registry + "/tether-trainer-standin", Package: "./test/framework/localcluster/trainer-standin", Entrypoint: "/trainer-standin",
 			Description: "Tether test image: a stand-in trainer for the end-to-end suite", Test: true},
-		{Repository: registry + "/tether-pause", Package: "./internal/localcluster/pause", Entrypoint: "/pause",
+		{Repository: registry + "/tether-pause", Package: "./test/framework/localcluster/pause", Entrypoint: "/pause",
 			Description: "Tether test image: the pod sandbox (pause) program of the local cluster's real node", Test: true},
 	}
 }

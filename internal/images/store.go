@@ -12,7 +12,7 @@ const VersitygwVersion = "v1.8.0"
 // upstream's image (/usr/local/bin/versitygw, its ENTRYPOINT runs it with the
 // container's arguments), non-root (User; the manifests run it as 1000).
 // Its Ref takes VersitygwVersion as the tag: it is versitygw's release, not
-// Tether's. The local cluster's installed mode (internal/localcluster,
+// Tether's. The local cluster's installed mode (test/framework/localcluster,
 // install.go) builds it; `make images` does not.
 func StoreSpec(registry string) Spec {
 	return Spec{Repository: registry + "/versitygw", Binary: "versitygw", Package: "github.com/versity/versitygw/cmd/versitygw@" + VersitygwVersion + " (hack/testbin.sh versitygw)",

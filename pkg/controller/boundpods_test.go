@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/internal/testobj"
+	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
 // A rank's newest pod is the replacement even when both were created within

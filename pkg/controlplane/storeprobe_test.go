@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tether-dev/tether/internal/s3server"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
+	"github.com/tether-dev/tether/test/framework/s3server"
 )
 
 // The control plane's start-up probe: a store whose ETags are not MD5s is

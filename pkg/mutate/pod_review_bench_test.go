@@ -14,7 +14,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/tether-dev/tether/internal/benchutil"
+	"github.com/tether-dev/tether/test/framework/benchutil"
 )
 
 // BenchmarkPodReview is the in-process part of bench/admission's ratio: what

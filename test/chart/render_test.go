@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/test/framework/testenv"
 )
 
 // KubeVersion is what `helm template` assumes for the chart's kubeVersion

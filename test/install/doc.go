@@ -1,6 +1,6 @@
 // Package install runs Tether as a platform team installs it (issue 27 §1):
 // `helm install` of charts/tether on the local cluster's two real nodes
-// (internal/localcluster with Options.Install), the images named through
+// (test/framework/localcluster with Options.Install), the images named through
 // the chart's values under a team's registry, the in-cluster artifact store
 // on a PersistentVolume the harness provides; then a labeled TrainJob to
 // Succeeded on the real nodes, its artifacts checked byte by byte in the

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
 // cluster is the installed cluster every test of the package shares.

@@ -22,9 +22,9 @@ import (
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/internal/localcluster"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
 // controlPlaneContainer is the chart's name for the control plane's container.

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tether-dev/tether/internal/localcluster"
+	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
 // upgradeVersion is the control plane's other build the upgrade rolls to.

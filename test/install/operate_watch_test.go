@@ -16,10 +16,10 @@ import (
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/internal/localcluster"
-	"github.com/tether-dev/tether/internal/soakcheck"
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/test/framework/localcluster"
+	"github.com/tether-dev/tether/test/framework/soakcheck"
 )
 
 // What the operator scenarios (operate_test.go) watch while they disturb

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/test/framework/testenv"
 )
 
 // sdRefresh is how often Prometheus asks endpointSliceSD (kubernetes_sd

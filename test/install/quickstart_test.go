@@ -18,9 +18,9 @@ import (
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/internal/localcluster"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
 // TestUninstallThenQuickStart: the helm release is uninstalled while a bound

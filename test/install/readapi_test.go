@@ -28,8 +28,8 @@ import (
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/internal/localcluster"
-	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/test/framework/localcluster"
+	"github.com/tether-dev/tether/test/framework/testenv"
 )
 
 // TestReadAPIAsTenant: the read API through the API server, as a tenant

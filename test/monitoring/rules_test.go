@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/test/framework/testenv"
 )
 
 // promtool is Debian's promtool that hack/testbin.sh extracts (make testbin).

@@ -14,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tether-dev/tether/internal/localcluster"
 	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
 // connectedSeries matches a session the binding server still holds:

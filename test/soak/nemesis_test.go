@@ -17,10 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tether-dev/tether/internal/localcluster"
-	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
+	"github.com/tether-dev/tether/test/framework/localcluster"
+	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
 // A fault kind the nemesis draws from. Each one ends by itself.

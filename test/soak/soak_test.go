@@ -26,12 +26,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/internal/localcluster"
-	"github.com/tether-dev/tether/internal/soakcheck"
-	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/test/framework/localcluster"
+	"github.com/tether-dev/tether/test/framework/soakcheck"
+	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
 // controlPlaneArgs are the e2e suite's: fast status writes and grace, so

@@ -10,17 +10,17 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
-	"github.com/tether-dev/tether/internal/s3server"
 	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/artifactstore/pending"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/test/framework/s3server"
 )
 
 // frontedEnv is a Handler on an S3 server behind the tests' front
-// (internal/s3server.Front), verifying as the start-up probe chose.
+// (test/framework/s3server.Front), verifying as the start-up probe chose.
 func frontedEnv(t *testing.T, v *storetest.S3, fault s3server.Fault) (*env, *s3store.S3Backend, *s3server.Front, s3store.Choice) {
 	t.Helper()
 	b, f := v.NewFrontedBackend(t, fault)

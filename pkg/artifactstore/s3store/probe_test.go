@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/internal/s3server"
 	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/test/framework/s3server"
 )
 
 // TestProbe runs the start-up probe against each S3 server, as it is and

@@ -16,9 +16,9 @@ import (
 
 	"github.com/minio/minio-go/v7/pkg/signer"
 
-	"github.com/tether-dev/tether/internal/s3server"
 	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
+	"github.com/tether-dev/tether/test/framework/s3server"
 )
 
 // s3Answer is what a store answered: status, S3 error code, headers.

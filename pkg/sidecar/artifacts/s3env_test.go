@@ -38,8 +38,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
-	"github.com/tether-dev/tether/internal/s3server"
 	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/test/framework/s3server"
 )
 
 const (

@@ -12,12 +12,12 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/tether-dev/tether/internal/s3server"
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/test/framework/s3server"
 )
 
 // The sidecar against an SSE-KMS-like store (the tests' S3 front rewrites

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/test/framework/testenv"
 )
 
 var env *testenv.Env

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
 var presetRuns int // a namespace of its own per run (-count)

@@ -19,10 +19,10 @@ import (
 	"github.com/gorilla/websocket"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/sidecar/session"
+	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
 // rawPeer speaks the protocol by hand, to send what a correct client never would.

@@ -13,11 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/internal/testenv"
-	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/test/framework/testenv"
+	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
 // What an earlier namespace of a name leaves behind (its claims, its scoped

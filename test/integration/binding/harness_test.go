@@ -17,11 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/internal/testenv"
-	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/sidecar/progress"
 	"github.com/tether-dev/tether/pkg/sidecar/session"
+	"github.com/tether-dev/tether/test/framework/testenv"
+	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
 var nsCounter int

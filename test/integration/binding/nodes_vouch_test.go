@@ -18,11 +18,11 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
 	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
 // newTwoNodeJob binds a 2-node TrainJob and creates its two injected

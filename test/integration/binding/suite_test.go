@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/pkg/controlplane"
+	"github.com/tether-dev/tether/test/framework/testenv"
 )
 
 const tokenOverlap = 5 * time.Second

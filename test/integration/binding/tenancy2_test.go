@@ -34,13 +34,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/internal/testenv"
-	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/test/framework/testenv"
+	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
 // More attack tests of tenants holding only their namespace's RBAC (the

@@ -11,8 +11,8 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tether-dev/tether/internal/testenv"
-	"github.com/tether-dev/tether/internal/testobj"
+	"github.com/tether-dev/tether/test/framework/testenv"
+	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
 // A write counts only from the pod the binding records as its rank's

@@ -13,11 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/tether-dev/tether/internal/testenv"
-	"github.com/tether-dev/tether/internal/testobj"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/test/framework/testenv"
+	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
 // mountSecret does what the kubelet does for a Secret volume, which this

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/pkg/controlplane"
+	"github.com/tether-dev/tether/test/framework/testenv"
 )
 
 // storeSwitch is the store's address as the control plane reaches it: down

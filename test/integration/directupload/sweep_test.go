@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/test/framework/testenv"
 )
 
 const (

@@ -12,11 +12,11 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
-	"github.com/tether-dev/tether/internal/s3server"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
+	"github.com/tether-dev/tether/test/framework/s3server"
 )
 
-// S3 is a real S3 server (internal/s3server: versitygw or SeaweedFS) on
+// S3 is a real S3 server (test/framework/s3server: versitygw or SeaweedFS) on
 // loopback, shared by a test binary's tests.
 type S3 struct {
 	Impl           s3server.Impl
@@ -126,7 +126,7 @@ func (v *S3) NewBackend(t *testing.T, prefix string) *s3store.S3Backend {
 }
 
 // NewFrontedBackend returns an S3Backend on a new, empty bucket reached
-// through a Front (internal/s3server) with fault, which the test may change.
+// through a Front (test/framework/s3server) with fault, which the test may change.
 func (v *S3) NewFrontedBackend(t *testing.T, fault s3server.Fault) (*s3store.S3Backend, *s3server.Front) {
 	t.Helper()
 	direct := v.NewBackend(t, "")
