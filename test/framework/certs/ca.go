@@ -2,7 +2,6 @@ package certs
 
 import (
 	"crypto"
-	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -126,9 +125,9 @@ func (ca *CA) Reissue(c *x509.Certificate, notAfter time.Time) ([]byte, error) {
 	tmpl.SerialNumber = serial
 	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), notAfter
 	tmpl.AuthorityKeyId, tmpl.SubjectKeyId = nil, nil
-	der, err := x509.CreateCertificate(rand.Reader, &tmpl, ca.Certificate, c.PublicKey, ca.Key)
+	_, certPEM, err := sign(&tmpl, ca.Certificate, c.PublicKey, ca.Key)
 	if err != nil {
 		return nil, fmt.Errorf("reissue certificate: %w", err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+	return certPEM, nil
 }

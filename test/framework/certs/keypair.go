@@ -72,16 +72,24 @@ func mint(s spec, isCA bool, parent *KeyPair) (*KeyPair, error) {
 	if parent != nil {
 		signer, signerKey = parent.Certificate, parent.Key
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, key.Public(), signerKey)
+	cert, certPEM, err := sign(tmpl, signer, key.Public(), signerKey)
 	if err != nil {
 		return nil, err
+	}
+	return &KeyPair{Certificate: cert, Key: key, CertPEM: certPEM, KeyPEM: keyPEM}, nil
+}
+
+// sign makes the certificate of tmpl for pub, signed by parent's key.
+func sign(tmpl, parent *x509.Certificate, pub crypto.PublicKey, parentKey crypto.Signer) (*x509.Certificate, []byte, error) {
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, parentKey)
+	if err != nil {
+		return nil, nil, err
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &KeyPair{Certificate: cert, Key: key, KeyPEM: keyPEM,
-		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
+	return cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
 
 // newKey is an RSA 2048 key in PKCS#1 PEM or an ECDSA P-256 key in PKCS#8
