@@ -3,16 +3,9 @@ package artifactreads
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -33,47 +26,8 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+	"github.com/tether-dev/tether/test/framework/certs"
 )
-
-// testCA issues the certificates of one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// client issues a client certificate for commonName.
-func (ca *testCA) client(t *testing.T, commonName string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: commonName},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // recordingReviewer allows what allowed says and records every question.
 type recordingReviewer struct {
@@ -117,7 +71,7 @@ func authenticationConfigMap(caPEM []byte) *corev1.ConfigMap {
 // front proxy sends, as the user the proxy names, after asking for get on
 // workerbindings/objects; everything else is refused before any review.
 func TestAggregatedReads(t *testing.T) {
-	proxyCA, rogueCA := newTestCA(t, "front-proxy-ca"), newTestCA(t, "rogue-ca")
+	proxyCA, rogueCA := certs.NewCA(t, certs.CommonName("front-proxy-ca")), certs.NewCA(t, certs.CommonName("rogue-ca"))
 	kube := kubefake.NewClientset()
 	fp, err := NewFrontProxy(kube)
 	if err != nil {
@@ -161,7 +115,7 @@ func TestAggregatedReads(t *testing.T) {
 		// A redirect is an answer to check, never a request to send.
 		return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
-	proxy := clientWith(proxyCA.client(t, "front-proxy-client"))
+	proxy := clientWith(proxyCA.Client(t, "front-proxy-client").TLS())
 	get := func(c *http.Client, path string, headers map[string]string) (int, string, []byte) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
@@ -186,7 +140,7 @@ func TestAggregatedReads(t *testing.T) {
 	if code, reason, _ := get(proxy, read, alice); code != http.StatusServiceUnavailable || reason != "no_front_proxy_ca" {
 		t.Fatalf("before the ConfigMap: %d %s, want 503 no_front_proxy_ca", code, reason)
 	}
-	if _, err := kube.CoreV1().ConfigMaps(AuthenticationConfigMapNamespace).Create(ctx, authenticationConfigMap(proxyCA.pem), metav1.CreateOptions{}); err != nil {
+	if _, err := kube.CoreV1().ConfigMaps(AuthenticationConfigMapNamespace).Create(ctx, authenticationConfigMap(proxyCA.CertPEM), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -220,8 +174,8 @@ func TestAggregatedReads(t *testing.T) {
 		want   string
 	}{
 		{"forged headers, no certificate", clientWith(), read, "not_proxied"},
-		{"forged headers, a certificate of another CA", clientWith(rogueCA.client(t, "front-proxy-client")), read, "not_proxied"},
-		{"the proxy's CA, a name it does not allow", clientWith(proxyCA.client(t, "alice")), read, "not_proxied"},
+		{"forged headers, a certificate of another CA", clientWith(rogueCA.Client(t, "front-proxy-client").TLS()), read, "not_proxied"},
+		{"the proxy's CA, a name it does not allow", clientWith(proxyCA.Client(t, "alice").TLS()), read, "not_proxied"},
 		{"discovery without the certificate", clientWith(), "/apis/" + tetherv1.ReadAPIGroup + "/" + tetherv1.ReadAPIVersion, "not_proxied"},
 	} {
 		if code, reason, _ := get(a.client, a.path, alice); code != http.StatusUnauthorized || reason != a.want {

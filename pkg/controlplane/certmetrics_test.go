@@ -1,13 +1,6 @@
 package controlplane
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tether-dev/tether/test/framework/certs"
 )
 
 func TestCertExpiryCollector(t *testing.T) {
@@ -23,18 +18,9 @@ func TestCertExpiryCollector(t *testing.T) {
 	if n := testutil.CollectAndCount(c); n != 0 {
 		t.Fatalf("no tls.crt: %d series, want none", n)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	notAfter := time.Unix(1893456000, 0) // 2030-01-01
-	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(1),
-		Subject: pkix.Name{CommonName: "t"}, NotBefore: notAfter.Add(-time.Hour), NotAfter: notAfter}, &x509.Certificate{SerialNumber: big.NewInt(1),
-		Subject: pkix.Name{CommonName: "t"}}, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+	cert := certs.NewCA(t).Issue(t, certs.CommonName("t"), certs.NotAfter(notAfter))
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), cert.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	want := `

@@ -2,13 +2,11 @@ package install
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"maps"
-	"math/big"
 	"net"
 	"net/url"
 	"os"
@@ -37,6 +35,7 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/test/framework/certs"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 	"github.com/tether-dev/tether/test/framework/testobj"
 )
@@ -650,33 +649,23 @@ func freezeShortCertificate(t *testing.T) *frozenCert {
 	if err != nil {
 		t.Fatalf("Secret %s tls.crt: %v", fc.secret, err)
 	}
-	ca, err := parseCert(sec.Data["ca.crt"])
+	ca, err := certs.Load(sec.Data["ca.crt"], sec.Data["ca.key"])
 	if err != nil {
-		t.Fatalf("Secret %s ca.crt: %v", fc.secret, err)
+		t.Fatalf("Secret %s ca.crt and ca.key: %v", fc.secret, err)
 	}
-	caKey, err := parseKey(sec.Data["ca.key"])
-	if err != nil {
-		t.Fatalf("Secret %s ca.key: %v", fc.secret, err)
-	}
-	tmpl := *leaf
-	tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
-	tmpl.NotBefore = time.Now().Add(-time.Hour)
-	tmpl.NotAfter = time.Now().Add(72 * time.Hour)
-	tmpl.AuthorityKeyId, tmpl.SubjectKeyId = nil, nil
-	der, err := x509.CreateCertificate(rand.Reader, &tmpl, ca, leaf.PublicKey, caKey)
-	if err != nil {
+	notAfter := time.Now().Add(72 * time.Hour)
+	if sec.Data["tls.crt"], err = ca.Reissue(leaf, notAfter); err != nil {
 		t.Fatal(err)
 	}
-	sec.Data["tls.crt"] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	if _, err := cluster.Clientset.CoreV1().Secrets(localcluster.ControlPlaneNamespace).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	fc.writtenAt = time.Now()
 	logf("Secret %s: tls.crt valid until %s (was %s); the control plane's updates of it denied", fc.secret,
-		tmpl.NotAfter.Format(time.RFC3339), leaf.NotAfter.Format(time.RFC3339))
+		notAfter.Format(time.RFC3339), leaf.NotAfter.Format(time.RFC3339))
 	// The rotator saw the change and was denied: the short one stays.
 	time.Sleep(5 * time.Second)
-	if cur, err := fc.notAfter(); err != nil || !cur.Equal(tmpl.NotAfter.Truncate(time.Second)) {
+	if cur, err := fc.notAfter(); err != nil || !cur.Equal(notAfter.Truncate(time.Second)) {
 		t.Fatalf("the short certificate did not stay in Secret %s (now valid until %v, %v): was the rotator's update denied?", fc.secret, cur, err)
 	}
 	return fc
@@ -769,18 +758,4 @@ func parseCert(b []byte) (*x509.Certificate, error) {
 		return nil, fmt.Errorf("no PEM block")
 	}
 	return x509.ParseCertificate(block.Bytes)
-}
-
-func parseKey(b []byte) (any, error) {
-	block, _ := pem.Decode(b)
-	if block == nil {
-		return nil, fmt.Errorf("no PEM block")
-	}
-	if k, err := x509.ParsePKCS1PrivateKey(block.Bytes); err == nil {
-		return k, nil
-	}
-	if k, err := x509.ParseECPrivateKey(block.Bytes); err == nil {
-		return k, nil
-	}
-	return x509.ParsePKCS8PrivateKey(block.Bytes)
 }

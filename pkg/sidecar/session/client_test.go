@@ -3,11 +3,6 @@ package session
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -16,7 +11,6 @@ import (
 	"log"
 	"log/slog"
 	"math"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -31,6 +25,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/test/framework/certs"
 )
 
 // The stub server below exists ONLY to drive the Client's state machine over
@@ -588,20 +583,7 @@ func TestRegisterRereadsCA(t *testing.T) {
 // otherCA is a PEM certificate that did not sign the stub server's.
 func otherCA(t *testing.T) string {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	return string(certs.NewCA(t, certs.CommonName("other CA")).CertPEM)
 }
 
 // ---- Run ----

@@ -1,18 +1,15 @@
 package localcluster
 
 import (
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tether-dev/tether/test/framework/certs"
 )
 
 // caNames are the CA names the other controllers' rotators check.
@@ -36,40 +33,23 @@ var servingNames = []string{"localhost",
 type CA struct {
 	CertPEM []byte
 	KeyPEM  []byte
-	cert    *x509.Certificate
-	key     *rsa.PrivateKey
+	ca      *certs.CA
 }
 
+// certValidity is how long the cluster's CAs and certificates are valid.
+const certValidity = 2 * 365 * 24 * time.Hour
+
 func newCA() (*CA, error) {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	// The cert-controller rotators of Kueue and Trainer v2.0.0 keep a
+	// pre-populated CA only if it verifies for their CA names and is
+	// valid beyond their 90-day lookahead; RSA keys in PKCS#1 are the only
+	// ones they parse.
+	ca, err := certs.New(certs.RSA(), certs.CommonName("tether-localcluster-ca"), certs.Hosts(caNames...),
+		certs.NotAfter(time.Now().Add(certValidity)))
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "tether-localcluster-ca"},
-		// The cert-controller rotators of Kueue and Trainer v2.0.0 keep a
-		// pre-populated CA only if it verifies for their CA names and is
-		// valid beyond their 90-day lookahead.
-		DNSNames:              caNames,
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(2 * 365 * 24 * time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	// PKCS#1 RSA: the only key format cert-controller's rotators parse.
-	keyDER := x509.MarshalPKCS1PrivateKey(key)
-	return &CA{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: keyDER}), cert: cert, key: key}, nil
+	return &CA{CertPEM: ca.CertPEM, KeyPEM: ca.KeyPEM, ca: ca}, nil
 }
 
 // writeServingCert writes tls.crt, tls.key and ca.crt for 127.0.0.1, the
@@ -96,43 +76,16 @@ type certRequest struct {
 // writeCert issues req and writes <prefix>.crt, <prefix>.key and ca.crt into
 // dir (RSA keys in PKCS#1, the one format every component here reads).
 func (ca *CA) writeCert(dir, prefix string, req certRequest) error {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	kp, err := ca.ca.NewKeyPair(certs.RSA(), certs.CommonName(req.commonName), certs.Organization(req.organization...),
+		certs.Hosts(req.dnsNames...), certs.IPs(req.ips...), certs.ExtKeyUsage(req.usage),
+		certs.NotAfter(time.Now().Add(certValidity)))
 	if err != nil {
 		return err
 	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
+	if err := kp.WriteFiles(dir, prefix); err != nil {
 		return err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: req.commonName, Organization: req.organization},
-		DNSNames:     req.dnsNames,
-		IPAddresses:  req.ips,
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(2 * 365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{req.usage},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		return err
-	}
-	keyDER := x509.MarshalPKCS1PrivateKey(key)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	files := map[string][]byte{
-		prefix + ".crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		prefix + ".key": pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: keyDER}),
-		"ca.crt":        ca.CertPEM,
-	}
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			return err
-		}
-	}
-	return nil
+	return os.WriteFile(filepath.Join(dir, "ca.crt"), ca.CertPEM, 0o600)
 }
 
 // FrontProxyClientName is the name the apiserver's front-proxy client

@@ -6,15 +6,8 @@ package localcluster
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os"
 	"strings"
 	"time"
@@ -23,6 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/tether-dev/tether/test/framework/certs"
 )
 
 // writeTrainerV20Secret creates or replaces the rotator's Secret with
@@ -58,29 +53,8 @@ func writeTrainerV20Secret(ctx context.Context, cs kubernetes.Interface, callerC
 
 func trainerV20SecretData(callerCA []byte) (map[string][]byte, error) {
 	now := time.Now()
-	caKey, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return nil, err
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: trainerV20CAName, Organization: []string{"tether-local"}},
-		DNSNames:              []string{trainerV20CAName},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment | x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	if err != nil {
-		return nil, err
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := certs.New(certs.RSA(), certs.CommonName(trainerV20CAName), certs.Organization("tether-local"),
+		certs.Hosts(trainerV20CAName), certs.NotAfter(now.Add(10*365*24*time.Hour)))
 	if err != nil {
 		return nil, err
 	}
@@ -88,31 +62,18 @@ func trainerV20SecretData(callerCA []byte) (map[string][]byte, error) {
 	if b, err := os.ReadFile(trainerV20NSFile); err == nil && strings.TrimSpace(string(b)) != "" {
 		dns = fmt.Sprintf("%s.%s.svc", trainerV20ServiceName, strings.TrimSpace(string(b)))
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(2),
-		Subject:               pkix.Name{CommonName: dns},
-		DNSNames:              []string{dns},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
+	leaf, err := ca.NewKeyPair(certs.CommonName(dns), certs.Hosts(dns), certs.ExtKeyUsage(x509.ExtKeyUsageServerAuth),
+		certs.NotAfter(now.Add(365*24*time.Hour)))
 	if err != nil {
 		return nil, err
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	bundle := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	bundle := bytes.Clone(ca.CertPEM)
 	bundle = append(bundle, bytes.TrimSpace(callerCA)...)
 	bundle = append(bundle, '\n')
 	return map[string][]byte{
 		"ca.crt":  bundle,
-		"ca.key":  pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(caKey)}),
-		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+		"ca.key":  ca.KeyPEM,
+		"tls.crt": leaf.CertPEM,
+		"tls.key": leaf.KeyPEM,
 	}, nil
 }

@@ -3,17 +3,11 @@ package binding
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -39,6 +33,7 @@ import (
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/mutate"
+	"github.com/tether-dev/tether/test/framework/certs"
 	"github.com/tether-dev/tether/test/framework/testenv"
 	"github.com/tether-dev/tether/test/framework/testobj"
 )
@@ -365,9 +360,9 @@ func TestForgedAdmissionReviewRefusedWithWebhookClientCA(t *testing.T) {
 	submit(t, attackerTenant, "job", "")
 	attacker := bound(t, attackerTenant, "job")
 
-	caCert, caKey := newClientCA(t)
+	clientCA := certs.NewCA(t, certs.CommonName("webhook client CA"))
 	caFile := filepath.Join(t.TempDir(), "webhook-client-ca.crt")
-	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caCert.Raw}), 0o600); err != nil {
+	if err := os.WriteFile(caFile, clientCA.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var port int
@@ -386,7 +381,7 @@ func TestForgedAdmissionReviewRefusedWithWebhookClientCA(t *testing.T) {
 	if code != http.StatusForbidden || resp != nil {
 		t.Fatalf("forged review without a client certificate: %d (%s), want 403 and no review", code, answered(resp, victim.jobID))
 	}
-	apiserver := issueClientCert(t, caCert, caKey)
+	apiserver := clientCA.Client(t, "kube-apiserver").TLS()
 	code, resp = forgedReview(t, addr, attacker.ca, &apiserver, pod)
 	if code != http.StatusOK || resp == nil || !resp.Allowed || !bytes.Contains(resp.Patch, []byte(victim.jobID)) {
 		t.Fatalf("review with the API server's client certificate: %d (%s), want the injection", code, answered(resp, victim.jobID))
@@ -399,32 +394,4 @@ func answered(resp *admissionv1.AdmissionResponse, jobID string) string {
 		return "no review"
 	}
 	return fmt.Sprintf("allowed=%v, a %d-byte patch naming the victim's job id: %v", resp.Allowed, len(resp.Patch), bytes.Contains(resp.Patch, []byte(jobID)))
-}
-
-// newClientCA is a CA for the API server's webhook client certificate.
-func newClientCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "webhook client CA"}, IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	return c, key
-}
-
-// issueClientCert is the API server's client certificate, signed by ca.
-func issueClientCert(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey) tls.Certificate {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
