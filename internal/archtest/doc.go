@@ -5,6 +5,8 @@
 // does not reach Kubernetes client code; the control plane's halves
 // (controller, binding server, read endpoint, webhooks) import none of each
 // other, and no package imports a folder above its own (layers_test.go,
-// with today's exceptions in a list that may only shrink); no hand-written
-// file under pkg/, cmd/ or api/ passes 700 lines (sizes_test.go).
+// with today's exceptions in a list that may only shrink); the controllers
+// take the artifact store's owner, never its HTTP endpoint (store_test.go);
+// no hand-written file under pkg/, cmd/ or api/ passes 700 lines
+// (sizes_test.go).
 package archtest

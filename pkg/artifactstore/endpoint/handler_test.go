@@ -342,7 +342,7 @@ func testPending(t *testing.T, e *env) {
 	}
 	vm := []pending.VerifiedManifest{{Rank: 0, SHA256: verdict.SHA256}}
 	e.mustPut(key, v3) // after the verdict: replaces the pending v2
-	if _, err := e.h.Promote(context.Background(), "job-a", vm); !isNotAsListed(err, "ckpt/latest.pt") {
+	if _, err := e.h.Store.Promote(context.Background(), "job-a", vm); !isNotAsListed(err, "ckpt/latest.pt") {
 		t.Fatalf("Promote with the listed version overwritten: %v, want a pending.NotAsListedError naming ckpt/latest.pt", err)
 	}
 	e.wantObject(key, v1)
@@ -350,7 +350,7 @@ func testPending(t *testing.T, e *env) {
 	e.mustPut(key, v1)
 	e.wantAbsent(pkey)
 	e.mustPut(key, v2)
-	n, err := e.h.Promote(context.Background(), "job-a", vm)
+	n, err := e.h.Store.Promote(context.Background(), "job-a", vm)
 	if err != nil || n != 2 {
 		t.Fatalf("Promote: %d, %v", n, err)
 	}
@@ -360,18 +360,18 @@ func testPending(t *testing.T, e *env) {
 	if got := e.list("job-a/.tether/"); len(got) != 0 {
 		t.Fatalf("pending after Promote: %q", got)
 	}
-	if n, err := e.h.Promote(context.Background(), "job-a", vm); err != nil || n != 0 {
+	if n, err := e.h.Store.Promote(context.Background(), "job-a", vm); err != nil || n != 0 {
 		t.Fatalf("second Promote: %d, %v", n, err)
 	}
 	// A manifest rewritten behind the verdict is not promoted from.
-	if _, err := e.h.Promote(context.Background(), "job-a", []pending.VerifiedManifest{{Rank: 0, SHA256: strings.Repeat("0", 64)}}); !isNotAsListed(err, upload.ManifestName) {
+	if _, err := e.h.Store.Promote(context.Background(), "job-a", []pending.VerifiedManifest{{Rank: 0, SHA256: strings.Repeat("0", 64)}}); !isNotAsListed(err, upload.ManifestName) {
 		t.Fatalf("Promote with another manifest digest: %v", err)
 	}
 
 	// DropPending keeps the final objects.
 	e.mustPut(key, v3)
 	e.wantObject(pkey, v3)
-	n, err = e.h.DropPending(context.Background(), "job-a")
+	n, err = e.h.Store.DropPending(context.Background(), "job-a")
 	if err != nil || n != 1 {
 		t.Fatalf("DropPending: %d, %v", n, err)
 	}
@@ -380,11 +380,11 @@ func testPending(t *testing.T, e *env) {
 
 	// Another job's pendings are its own.
 	e.mustPut(key, v1)
-	if n, err := e.h.DropPending(context.Background(), "job-b"); err != nil || n != 0 {
+	if n, err := e.h.Store.DropPending(context.Background(), "job-b"); err != nil || n != 0 {
 		t.Fatalf("DropPending(job-b): %d, %v", n, err)
 	}
 	e.wantObject(pkey, v1)
-	if _, err := e.h.Promote(context.Background(), "../job-a", nil); !errors.Is(err, objects.ErrInvalidKey) {
+	if _, err := e.h.Store.Promote(context.Background(), "../job-a", nil); !errors.Is(err, objects.ErrInvalidKey) {
 		t.Fatalf("Promote(../job-a): %v", err)
 	}
 }

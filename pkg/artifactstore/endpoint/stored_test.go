@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 )
 
@@ -28,7 +29,7 @@ func TestStoredManifestVerdictNobodyRecorded(t *testing.T) {
 		t.Fatalf("manifest PUT whose verdict cannot be recorded: %d, want 503", resp.StatusCode)
 	}
 
-	recheck := &Handler{Backend: fsb}
+	recheck := store.New(fsb, store.Options{})
 	ctx := context.Background()
 	res, found, err := recheck.StoredManifest(ctx, "job-a", 0)
 	if err != nil || !found {

@@ -14,6 +14,7 @@ import (
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/artifactstore/pending"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/s3server"
@@ -33,7 +34,7 @@ func frontedEnv(t *testing.T, v *storetest.S3, fault s3server.Fault) (*env, *s3s
 		t.Fatalf("%+v: %v", caps, err)
 	}
 	b.Use(ch)
-	e := newEnv(t, b, func(h *Handler, _ *httptest.Server) { h.Backend = b })
+	e := newEnv(t, b, func(h *Handler, _ *httptest.Server) { h.Store = store.New(b, store.Options{}) })
 	return e, b, f, ch
 }
 
@@ -115,7 +116,7 @@ func TestSSEKMSLikeStore(t *testing.T) {
 			t.Fatalf("manifest: %d verified %q, want true (%+v)", st, ok, e.manifests)
 		}
 		last := e.manifests[len(e.manifests)-1]
-		if _, err := e.h.Promote(t.Context(), "job-a", []pending.VerifiedManifest{{Rank: 0, SHA256: verify.ManifestDigest(raw)}}); err != nil {
+		if _, err := e.h.Store.Promote(t.Context(), "job-a", []pending.VerifiedManifest{{Rank: 0, SHA256: verify.ManifestDigest(raw)}}); err != nil {
 			t.Fatalf("promote: %v (%+v)", err, last)
 		}
 		if p := e.head("job-a/plain.bin"); p == nil || p.CRC64NVME != upload.CRC64NVMEOf(files["plain.bin"]) {
