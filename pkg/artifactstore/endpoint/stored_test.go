@@ -24,7 +24,7 @@ func TestStoredManifestVerdictNobodyRecorded(t *testing.T) {
 	files := map[string][]byte{"model.bin": data(100, 1), "ckpt/a.pt": data(300, 2)}
 	e.mustPut("job-a/model.bin", files["model.bin"])
 	e.mustPut("job-a/ckpt/a.pt", files["ckpt/a.pt"])
-	m := manifestJSON(t, "job-a", files, []string{"model.bin", "ckpt/a.pt"})
+	m := manifestJSON(t, files, []string{"model.bin", "ckpt/a.pt"})
 	if resp := e.raw("PUT", "/tether-artifacts/job-a/manifest.json", tokenA, bytes.NewReader(m), int64(len(m)), nil); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("manifest PUT whose verdict cannot be recorded: %d, want 503", resp.StatusCode)
 	}
