@@ -11,10 +11,12 @@ import (
 // share what sits below them (api/v1alpha1, pkg/binding, pkg/upload, the
 // artifact store's packages under pkg/artifactstore, pkg/lifecycle,
 // pkg/trainjob, pkg/jobconfig, pkg/replicalease) and nothing else.
-// pkg/artifactstore is below, not a half: the binding server serves its
-// S3-compatible endpoint and the controller promotes and re-verifies through
-// it. A half may be several packages (the binding server and its worker
-// gate); they import each other freely.
+// pkg/artifactstore is below, not a half: its owner, store.Store
+// (pkg/artifactstore/store), is built once by the wiring; the binding server
+// serves the S3-compatible endpoint over it and the controller promotes,
+// re-verifies and sweeps through it (store_test.go keeps the controller off
+// the endpoint). A half may be several packages (the binding server and its
+// worker gate); they import each other freely.
 var halves = map[string][]string{
 	"the controller":     {"pkg/controller"},
 	"the binding server": {"pkg/bindingserver", "pkg/workerauth"},
@@ -84,8 +86,8 @@ func TestNoImportsBetweenHalves(t *testing.T) {
 // folderAllowlist holds imports of a folder above the importer's own that
 // are accepted as debt, by kind (see TestNoImportOfAFolderAbove). It is
 // empty: the servers left their contracts' folders (pkg/bindingserver,
-// pkg/artifactstore; issue 26, item 4). The test fails when an entry is no
-// longer needed, so the list only shrinks.
+// pkg/artifactstore). The test fails when an entry is no longer needed, so
+// the list only shrinks.
 var folderAllowlist = map[string]string{}
 
 // folders are the folders that hold p, innermost last, from the second

@@ -7,6 +7,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -14,14 +15,14 @@ import (
 )
 
 // EnableArtifacts serves the job-scoped artifact endpoint (docs/artifacts.md)
-// on the binding server's listener, storing into backend. It returns the
-// handler, whose Promote and DropPending the controller calls when a binding
-// ends. With a backend that can presign, sidecars upload bodies straight to
-// it (direct uploads, upload.PathAuthorize and upload.PathCommit on the same
-// listener) unless direct disables them.
-func (s *Server) EnableArtifacts(backend upload.Backend, direct endpoint.DirectOptions) *endpoint.Handler {
+// on the binding server's listener, over st: the replica's one artifact
+// store, which the controllers promote and sweep through too. With a backend
+// that can presign, sidecars upload bodies straight to it (direct uploads,
+// upload.PathAuthorize and upload.PathCommit on the same listener) unless
+// st's options disable them.
+func (s *Server) EnableArtifacts(st *store.Store) {
 	h := &endpoint.Handler{
-		Backend:   backend,
+		Store:     st,
 		Authorize: s.gate.AuthorizeArtifacts,
 		OnVerified: func(_ context.Context, job endpoint.Job, _ string, info upload.ObjectInfo) {
 			s.metrics.artifactBytes.Add(float64(info.Size))
@@ -32,7 +33,6 @@ func (s *Server) EnableArtifacts(backend upload.Backend, direct endpoint.DirectO
 		// Every refused artifact request is counted, by reason.
 		OnRefused: func(reason string) { s.metrics.refusals.WithLabelValues("artifact_" + reason).Inc() },
 		Log:       s.log.WithName("artifacts"),
-		Direct:    direct,
 	}
 	// Each of the endpoint's own refusals starts at zero: the alert on
 	// increase() (TetherUploadFailures) sees the first one of a kind too.
@@ -40,7 +40,6 @@ func (s *Server) EnableArtifacts(backend upload.Backend, direct endpoint.DirectO
 		s.metrics.refusals.WithLabelValues("artifact_" + reason)
 	}
 	s.handler = endpoint.Route(workerauth.WithPodClaim(h), s.handler)
-	return h
 }
 
 // manifestVerified records the store's verdict on a node's manifest; once

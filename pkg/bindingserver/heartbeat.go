@@ -10,10 +10,12 @@ import (
 	"github.com/tether-dev/tether/pkg/lifecycle"
 )
 
-// heartbeat records a heartbeat in memory and writes the status when a
-// transition happens or the status interval has passed. It returns the phase
-// for the ack, or a close code when the binding cannot take heartbeats.
-func (s *Server) heartbeat(ctx context.Context, sess *session, hb *binding.Heartbeat) (string, int) {
+// heartbeat records a heartbeat in memory and has the status written when a
+// transition happens or the status interval has passed; it writes nothing
+// itself (the status writers do), so it takes no context. It returns the
+// phase for the ack, or a close code when the binding cannot take
+// heartbeats.
+func (s *Server) heartbeat(sess *session, hb *binding.Heartbeat) (string, int) {
 	key := sess.key
 	now := s.opts.Now()
 	var urgent, opened, changed, wasLost bool

@@ -29,9 +29,8 @@ const (
 // (in heartbeat intervals) before another session of the same pod may
 // replace it: a sidecar heartbeats every interval, so a live one is never
 // replaced, while one that reconnects after its connection broke (it
-// notices within 3 intervals) gets in (issue 24 §3). Below
-// MissedHeartbeats, so a takeover happens before the old session is
-// declared lost.
+// notices within 3 intervals) gets in. Below MissedHeartbeats, so a
+// takeover happens before the old session is declared lost.
 const takeoverSilence = 2
 
 // handleSession opens a worker's session: the gate admits the request (the

@@ -15,7 +15,7 @@ func TestHeartbeatWritePacing(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	vouched := paceRules{status: 30 * time.Second, liveness: 10 * time.Minute, vouched: true, replica: "tether-binding-a-1"}
 	alone := paceRules{status: 30 * time.Second, liveness: 10 * time.Minute}
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	at := t0.Add
 
 	h := newHub()
 	steps := []struct {
@@ -27,7 +27,7 @@ func TestHeartbeatWritePacing(t *testing.T) {
 		take                    bool // the pacer gives the binding its turn right after
 	}{
 		{name: "first heartbeat of a session", at: 0, opened: true, rules: vouched, want: writeNow},
-		// Issue 24 §3: a session opened again right after a write costs none.
+		// A session opened again right after a write costs none.
 		{name: "a new session 2s later", at: 2 * time.Second, opened: true, rules: vouched, want: writeNone},
 		{name: "another, 4s later", at: 4 * time.Second, opened: true, rules: vouched, want: writeNone},
 		{name: "quiet, 10s later", at: 10 * time.Second, rules: vouched, want: writeNone},

@@ -82,7 +82,7 @@ func (s *Server) readLoop(ctx context.Context, sess *session, interval time.Dura
 				return binding.CloseProtocolError
 			}
 			lastSeq = hb.Seq
-			phase, code := s.heartbeat(ctx, sess, hb)
+			phase, code := s.heartbeat(sess, hb)
 			if code != 0 {
 				return code
 			}

@@ -141,7 +141,7 @@ func New(opts Options, cache, live client.Reader, writer client.StatusClient, lo
 		// 4 KiB one (a heartbeat is a few hundred bytes; bigger frames are
 		// read through it); writes borrow a pooled buffer only while a frame
 		// is written. Thousands of mostly idle sessions then hold 512 bytes
-		// of buffers each (bench/binding measures it).
+		// of buffers each (test/performance/binding measures it).
 		ReadBufferSize:  512,
 		WriteBufferPool: &sync.Pool{},
 		// Sidecars are not browsers; there is no Origin to check.

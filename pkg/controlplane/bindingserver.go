@@ -10,9 +10,9 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactreads"
-	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/replicalease"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -89,11 +89,19 @@ func (a *assembly) artifacts() error {
 	}
 	a.backend = backend
 	boundManifestMemory(a.opts)
-	a.artifactStore = a.binding.EnableArtifacts(backend, endpoint.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL})
-	a.artifactStore.Ready = probed
-	if a.opts.ArtifactAccessLog {
-		a.artifactStore.OnAccess = accessLog(a.mgr.GetLogger().WithName("artifact-access"))
+	// The replica's one artifact store: the endpoint below and the
+	// controllers (controllers.go) take the same Store, so promotion holds
+	// the key locks the endpoint's PUTs hold.
+	storeOpts := store.Options{
+		Direct: store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL},
+		Ready:  probed,
+		Log:    a.mgr.GetLogger().WithName("binding").WithName("artifacts"),
 	}
+	if a.opts.ArtifactAccessLog {
+		storeOpts.OnAccess = accessLog(a.mgr.GetLogger().WithName("artifact-access"))
+	}
+	a.artifactStore = store.New(backend, storeOpts)
+	a.binding.EnableArtifacts(a.artifactStore)
 	reads := backend
 	if !a.opts.ArtifactReadRedirect {
 		if o, ok := backend.(objects.Opener); ok {
@@ -121,8 +129,8 @@ type streamed struct {
 // accessLog writes one line per artifact request: the access log an
 // auditor, or the soak's checker, reads to see which binding's token
 // touched which keys, and how each request ended.
-func accessLog(log logr.Logger) func(endpoint.AccessRecord) {
-	return func(a endpoint.AccessRecord) {
+func accessLog(log logr.Logger) func(store.AccessRecord) {
+	return func(a store.AccessRecord) {
 		log.Info("artifact access", "requestID", a.RequestID, "op", a.Op, "method", a.Method, "key", a.Key,
 			"binding", a.Binding, "jobID", a.JobID, "rank", a.Rank, "pod", a.Pod,
 			"status", a.Status, "outcome", a.Outcome(), "bodyBytes", a.BodyBytes, "duration", a.Duration.String())

@@ -9,7 +9,7 @@ import (
 // fileRecheck is how long lastGoodFile answers with what it read before it
 // reads the file again: a rotated CA or key is picked up within it, and a
 // burst of reconciles or admissions does not read the file each time
-// (bench/controller: the CA's reads were a fifth of the bind's reconcile
+// (test/performance/controller: the CA's reads were a fifth of the bind's reconcile
 // CPU).
 const fileRecheck = time.Second
 

@@ -16,8 +16,8 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactreads"
-	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -113,10 +113,12 @@ type assembly struct {
 	cp       *ControlPlane
 	recorder eventRecorder
 	// replica is this replica's Lease name.
-	replica       string
-	binding       *bindingserver.Server
-	backend       upload.Backend
-	artifactStore *endpoint.Handler
+	replica string
+	binding *bindingserver.Server
+	backend upload.Backend
+	// artifactStore is the replica's one artifact store, built by
+	// artifacts: the binding server's endpoint and the controllers take it.
+	artifactStore *store.Store
 	// probesStore says the store is S3, probed as the replica starts;
 	// storeCaps is what it showed the probe (nil until then).
 	probesStore bool

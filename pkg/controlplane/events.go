@@ -82,8 +82,8 @@ func newEventBroadcaster() record.EventBroadcaster {
 // and each starts b recording to a sink of its own once it records (the
 // manager's on the leader election), so every Event after the election was
 // sent twice and the second create refused as AlreadyExists
-// (controller-runtime issue 1576; 0.2 wasted creates per binding in a
-// burst, bench/controller). The manager keeps a broadcaster of its own for
+// (kubernetes-sigs/controller-runtime#1576; 0.2 wasted creates per binding
+// in a burst, test/performance/controller). The manager keeps a broadcaster of its own for
 // its election Events, and stops it.
 func startEventRecorder(b record.EventBroadcaster, cfg *rest.Config, httpClient *http.Client, scheme *runtime.Scheme, log logr.Logger) (eventRecorder, *queuedEventSink, error) {
 	cs, err := corev1client.NewForConfigAndClient(cfg, httpClient)

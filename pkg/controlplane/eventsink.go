@@ -32,7 +32,7 @@ const (
 // goroutine, and drops every Event that arrives while 1,000 wait for it
 // (watch.DropIfChannelFull). One create at a time does not keep up with a
 // burst of new bindings on a busy API server: a third of a burst's Bound
-// Events were lost (bench/controller's bound-events-per-job, 0.66 to 0.77
+// Events were lost (test/performance/controller's bound-events-per-job, 0.66 to 0.77
 // for 2,000). Here the broadcaster's goroutine only queues. The Events of
 // one name go through one worker, in order (a repeat's patch after its
 // create). An Event that finds its worker's queue full is dropped and

@@ -59,7 +59,7 @@ func (a *assembly) manager() error {
 		// Unstructured reads are served from the cache too: the binding
 		// controller's TrainJob (watched unstructured, For) would otherwise
 		// be a live GET per reconcile, one of its costliest calls in a burst
-		// (bench/controller). Every other unstructured read (JobSets, CRDs)
+		// (test/performance/controller). Every other unstructured read (JobSets, CRDs)
 		// goes through the API reader on purpose: through this client it
 		// would start an informer, and need list/watch, for its kind.
 		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}, Unstructured: true}},

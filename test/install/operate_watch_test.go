@@ -16,7 +16,7 @@ import (
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 	"github.com/tether-dev/tether/test/framework/soakcheck"
@@ -181,11 +181,11 @@ func (r *replicaLogs) close() {
 }
 
 // access is every replica's artifact access log, by replica.
-func (r *replicaLogs) access(t *testing.T) map[string][]endpoint.AccessRecord {
+func (r *replicaLogs) access(t *testing.T) map[string][]store.AccessRecord {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := map[string][]endpoint.AccessRecord{}
+	out := map[string][]store.AccessRecord{}
 	for pod, buf := range r.logs {
 		recs, err := soakcheck.ParseAccessLog(bytes.NewReader(buf.Bytes()))
 		if err != nil {

@@ -7,43 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/upload"
 )
-
-// AccessRecord is one request to the artifact endpoint as its access log
-// keeps it (Handler.OnAccess): who asked (the binding its token belongs to,
-// the pod it claims), for what (the key, the rank whose keys it is), and
-// what came of it. It never holds the token.
-type AccessRecord struct {
-	RequestID string
-	// Method is the HTTP method; Op says what it was: "put", "head",
-	// "authorize" or "commit" (a direct upload's two steps).
-	Method, Op string
-	// Key is the object's key (<job-id>/<path>), as the request named it.
-	Key string
-	// Binding (namespace/name) and JobID are the token's binding, once the
-	// token was recognized ("" when it was not).
-	Binding, JobID string
-	// Rank is the node whose keys Key is (-1: not known, e.g. a bad key).
-	Rank int
-	// Pod is the pod UID the request claims (upload.PodHeader).
-	Pod string
-	// Status is the answer's status; Code the S3 error code of a refusal
-	// ("" on success).
-	Status int
-	Code   string
-	// BodyBytes is how much of the request body was read.
-	BodyBytes int64
-	Duration  time.Duration
-}
-
-// Outcome is "ok" or the refusal's code, for a log line.
-func (a AccessRecord) Outcome() string {
-	if a.Code == "" {
-		return "ok"
-	}
-	return a.Code
-}
 
 // accessOp names what a request to path with method is.
 func accessOp(method, path string) string {
@@ -96,8 +62,8 @@ func (b *countingBody) Read(p []byte) (int, error) {
 }
 
 // record is the access record of rq, answered with status.
-func (rq *request) record(status int, body *countingBody) AccessRecord {
-	a := AccessRecord{RequestID: rq.id, Method: rq.r.Method, Op: accessOp(rq.r.Method, rq.r.URL.Path), Key: rq.key,
+func (rq *request) record(status int, body *countingBody) store.AccessRecord {
+	a := store.AccessRecord{RequestID: rq.id, Method: rq.r.Method, Op: accessOp(rq.r.Method, rq.r.URL.Path), Key: rq.key,
 		Rank: -1, Pod: rq.r.Header.Get(upload.PodHeader), Status: status, Code: rq.code, Duration: time.Since(rq.start)}
 	if body != nil {
 		a.BodyBytes = body.n.Load()

@@ -12,6 +12,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -21,13 +22,13 @@ import (
 // attempt on another job's key, an unknown token, a HEAD of a missing key.
 func TestAccessRecords(t *testing.T) {
 	var mu sync.Mutex
-	var records []AccessRecord
+	var records []store.AccessRecord
 	e := newEnv(t, fsstore.FSBackend{Root: t.TempDir()}, func(h *Handler, _ *httptest.Server) {
-		h.OnAccess = func(a AccessRecord) {
+		h.Store = store.New(h.Store.Backend(), store.Options{OnAccess: func(a store.AccessRecord) {
 			mu.Lock()
 			defer mu.Unlock()
 			records = append(records, a)
-		}
+		}})
 	})
 	pod := http.Header{upload.PodHeader: {testPod}}
 	a := e.minio(tokenA, pod)

@@ -18,47 +18,6 @@ import (
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
-// DefaultDirectTTL is how long a presigned PUT URL lives. The store checks
-// it when the request arrives, so it bounds the wait before the PUT, not the
-// upload's duration.
-const DefaultDirectTTL = 5 * time.Minute
-
-// DirectOptions configure direct uploads (docs/artifacts.md): the zero value
-// allows them whenever the backend is a PutPresigner.
-type DirectOptions struct {
-	// Disabled forces proxy mode: every authorize answers ModeProxy.
-	Disabled bool
-	// TTL is the presigned URL's lifetime (default DefaultDirectTTL).
-	TTL time.Duration
-}
-
-func (h *Handler) presigner() objects.PutPresigner {
-	p, ok := h.Backend.(objects.PutPresigner)
-	if !ok || h.Direct.Disabled {
-		return nil
-	}
-	// A store whose presigned PUTs cannot be verified (its start-up probe
-	// said so) takes every body through the server.
-	if d, ok := h.Backend.(interface{ DirectUploads() bool }); ok && !d.DirectUploads() {
-		return nil
-	}
-	return p
-}
-
-// DirectTTL is the lifetime of the direct-upload URLs the handler presigns,
-// or 0 when the backend cannot presign (nothing to sweep). It does not look
-// at Direct.Disabled: URLs presigned before a restart that disabled direct
-// uploads still live out their TTL.
-func (h *Handler) DirectTTL() time.Duration {
-	if _, ok := h.Backend.(objects.PutPresigner); !ok {
-		return 0
-	}
-	if h.Direct.TTL > 0 {
-		return h.Direct.TTL
-	}
-	return DefaultDirectTTL
-}
-
 // uploadID names a direct upload's pending object: a tag binding it to the
 // key and size it was authorized for, and a random part so two uploads of
 // one key never share an object.
@@ -159,17 +118,14 @@ func (h *Handler) authorizeDirect(rq *request, req upload.AuthorizeRequest) {
 		rq.fail(e)
 		return
 	}
-	p := h.presigner()
+	p := h.Store.Presigner()
 	// Manifests go through the server: their verdict is recorded as they
 	// are stored.
 	if _, isManifest := upload.ManifestRank(path, job.Nodes); p == nil || isManifest {
 		writeJSON(rq, upload.AuthorizeResponse{Mode: upload.ModeProxy})
 		return
 	}
-	ttl := h.Direct.TTL
-	if ttl <= 0 {
-		ttl = DefaultDirectTTL
-	}
+	ttl := h.Store.DirectTTL()
 	id := uploadID(req.Key, req.Size)
 	u, hd, err := p.PresignPut(rq.r.Context(), objects.UploadKey(job.JobID, id), req.Size, ttl)
 	if err != nil {
@@ -178,7 +134,7 @@ func (h *Handler) authorizeDirect(rq *request, req upload.AuthorizeRequest) {
 		return
 	}
 	res := upload.AuthorizeResponse{Mode: upload.ModeDirect, URL: u.String(), Upload: id, Expires: time.Now().Add(ttl).UTC()}
-	if objects.VerificationOf(h.Backend).ByChecksum {
+	if objects.VerificationOf(h.Store.Backend()).ByChecksum {
 		res.Verify = upload.VerifyCRC64NVME
 	}
 	if len(hd) > 0 {
@@ -211,7 +167,7 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	}
 	ukey := objects.UploadKey(job.JobID, req.Upload)
 	rq.log = rq.log.WithValues("upload", req.Upload)
-	unlockUpload := h.locks.Lock(ukey)
+	unlockUpload := h.Store.Lock(ukey)
 	defer unlockUpload()
 	if e := h.checkNotCommitted(after, rq, ukey, req.Upload); e != nil {
 		rq.fail(e)
@@ -223,14 +179,14 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 		rq.fail(e)
 		return
 	}
-	unlock := h.locks.Lock(req.Key)
+	unlock := h.Store.Lock(req.Key)
 	defer unlock()
 	target, e := h.placeCommitted(after, rq, job, ukey, req.Key, got)
 	if e != nil {
 		rq.fail(e)
 		return
 	}
-	if _, err := h.Backend.Put(after, committedMarker(ukey), strings.NewReader(""), 0); err != nil {
+	if _, err := h.Store.Backend().Put(after, committedMarker(ukey), strings.NewReader(""), 0); err != nil {
 		rq.log.Error(err, "recording the commit of a direct upload", "object", committedMarker(ukey))
 	}
 	if h.OnVerified != nil {
@@ -278,7 +234,7 @@ func (h *Handler) admitCommit(after context.Context, rq *request, req upload.Com
 // checkNotCommitted refuses a second commit of upload id (stored under
 // ukey), dropping what its URL wrote since. The caller holds ukey's lock.
 func (h *Handler) checkNotCommitted(after context.Context, rq *request, ukey, id string) *apiError {
-	switch m, err := objects.HeadOpt(rq.r.Context(), h.Backend, committedMarker(ukey)); {
+	switch m, err := objects.HeadOpt(rq.r.Context(), h.Store.Backend(), committedMarker(ukey)); {
 	case err != nil:
 		rq.log.Error(err, "backend HEAD", "object", committedMarker(ukey))
 		return backendReadError(err)
@@ -294,7 +250,7 @@ func (h *Handler) checkNotCommitted(after context.Context, rq *request, ukey, id
 // checkUpload returns the stored upload's size and ETag if they are what
 // was authorized and claimed.
 func (h *Handler) checkUpload(rq *request, ukey string, req upload.CommitRequest) (upload.ObjectInfo, *apiError) {
-	got, err := h.Backend.Head(rq.r.Context(), ukey)
+	got, err := h.Store.Backend().Head(rq.r.Context(), ukey)
 	switch {
 	case errors.Is(err, upload.ErrNotFound):
 		return got, &apiError{http.StatusBadRequest, "NoSuchUpload",
@@ -305,8 +261,8 @@ func (h *Handler) checkUpload(rq *request, ukey string, req upload.CommitRequest
 	case got.Size != req.Size:
 		return got, &apiError{http.StatusBadRequest, "IncompleteBody",
 			fmt.Sprintf("the store holds %d bytes for this upload, not the %d authorized; nothing was kept: upload the file again", got.Size, req.Size)}
-	case !objects.VerificationOf(h.Backend).Holds(got, req.Size, req.MD5, req.CRC64NVME):
-		v := objects.VerificationOf(h.Backend)
+	case !objects.VerificationOf(h.Store.Backend()).Holds(got, req.Size, req.MD5, req.CRC64NVME):
+		v := objects.VerificationOf(h.Store.Backend())
 		if v.ByChecksum && (got.CRC64NVME == "" || req.CRC64NVME == "") {
 			return got, &apiError{http.StatusBadRequest, "BadDigest",
 				"the store's ETags are not MD5s and the upload cannot be verified by its CRC-64/NVME (the store has none for it, or the commit claims none): nothing was kept: upload the file through the server"}
@@ -322,7 +278,7 @@ func (h *Handler) checkUpload(rq *request, ukey string, req upload.CommitRequest
 // key already holds it). The caller holds key's lock.
 func (h *Handler) placeCommitted(after context.Context, rq *request, job Job, ukey, key string, got upload.ObjectInfo) (string, *apiError) {
 	ctx := rq.r.Context()
-	existing, err := objects.HeadOpt(ctx, h.Backend, key)
+	existing, err := objects.HeadOpt(ctx, h.Store.Backend(), key)
 	if err != nil {
 		rq.log.Error(err, "backend HEAD", "object", key)
 		return "", backendReadError(err)
@@ -331,14 +287,14 @@ func (h *Handler) placeCommitted(after context.Context, rq *request, job Job, uk
 	target := key
 	switch {
 	case existing == nil:
-	case objects.VerificationOf(h.Backend).Same(*existing, got):
+	case objects.VerificationOf(h.Store.Backend()).Same(*existing, got):
 		target = ""
 	default:
 		target = pkey
 	}
 	var prior *upload.ObjectInfo // what target held before the copy
 	if target == pkey {
-		if prior, err = objects.HeadOpt(ctx, h.Backend, pkey); err != nil {
+		if prior, err = objects.HeadOpt(ctx, h.Store.Backend(), pkey); err != nil {
 			rq.log.Error(err, "backend HEAD", "object", pkey)
 			return "", backendReadError(err)
 		}
@@ -360,7 +316,7 @@ func (h *Handler) placeCommitted(after context.Context, rq *request, job Job, uk
 	// The latest verified upload wins (as in put): the same content as the
 	// final object drops an older pending object.
 	if target == "" {
-		if err := h.Backend.Delete(after, pkey); err != nil {
+		if err := h.Store.Backend().Delete(after, pkey); err != nil {
 			rq.log.Error(err, "dropping the pending object", "object", pkey)
 			return "", &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
 				"the object is verified but an older pending version could not be dropped; retry the upload"}
@@ -373,12 +329,12 @@ func (h *Handler) placeCommitted(after context.Context, rq *request, job Job, uk
 // copy; a copy that is not src is removed.
 func (h *Handler) copyVerified(ctx context.Context, rq *request, src, dst string, want upload.ObjectInfo, c objects.CopyCond) *apiError {
 	var err error
-	if cw, ok := h.Backend.(objects.ConditionalWriter); ok {
+	if cw, ok := h.Store.Backend().(objects.ConditionalWriter); ok {
 		// Where the store checks it: dst is still what was read (another
 		// replica's commit or PUT is never overwritten).
 		err = cw.CopyIf(ctx, src, dst, c)
 	} else {
-		err = h.Backend.Copy(ctx, src, dst)
+		err = h.Store.Backend().Copy(ctx, src, dst)
 	}
 	if errors.Is(err, objects.ErrPrecondition) {
 		rq.reason, rq.retryAfter = "key_changed", time.Second
@@ -389,19 +345,19 @@ func (h *Handler) copyVerified(ctx context.Context, rq *request, src, dst string
 		rq.log.Error(err, "promoting a direct upload", "object", dst)
 		return backendError(err)
 	}
-	cur, err := h.Backend.Head(ctx, dst)
-	if err == nil && objects.VerificationOf(h.Backend).Same(cur, want) {
+	cur, err := h.Store.Backend().Head(ctx, dst)
+	if err == nil && objects.VerificationOf(h.Store.Backend()).Same(cur, want) {
 		return nil
 	}
 	rq.log.Error(err, "the promoted copy differs from the upload", "object", dst, "size", cur.Size, "etag", cur.ETag)
-	if err := h.Backend.Delete(ctx, dst); err != nil {
+	if err := h.Store.Backend().Delete(ctx, dst); err != nil {
 		rq.log.Error(err, "removing a bad copy", "object", dst)
 	}
 	return &apiError{http.StatusInternalServerError, "InternalError", "the store's copy of the upload differs from it; nothing was kept: retry"}
 }
 
 func (h *Handler) dropUpload(ctx context.Context, rq *request, key string) {
-	if err := h.Backend.Delete(ctx, key); err != nil {
+	if err := h.Store.Backend().Delete(ctx, key); err != nil {
 		rq.log.Error(err, "deleting a direct upload's object", "object", key)
 	}
 }

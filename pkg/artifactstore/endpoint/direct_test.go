@@ -17,6 +17,7 @@ import (
 	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -35,8 +36,7 @@ func newDirectEnv(t *testing.T, v *storetest.S3, ttl time.Duration) *directEnv {
 	d := &directEnv{s3: v.NewBackend(t, "pre/")}
 	d.env = newEnv(t, d.s3, func(h *Handler, _ *httptest.Server) {
 		// The S3 backend itself: the test wrapper does not presign.
-		h.Backend = d.s3
-		h.Direct.TTL = ttl
+		h.Store = store.New(d.s3, store.Options{Direct: store.DirectOptions{TTL: ttl}})
 		next := h.Authorize
 		h.Authorize = func(ctx context.Context, token binding.Token) (Job, error) {
 			j, err := next(ctx, token)
@@ -301,7 +301,7 @@ func testDirectUpload(t *testing.T, v *storetest.S3) {
 		const key = "job-a/after-the-end-2.bin"
 		a := d.authorizeDirect(tokenA, key, size)
 		d.final.Store(true)
-		if _, err := d.h.DropPending(context.Background(), "job-a"); err != nil {
+		if _, err := d.h.Store.DropPending(context.Background(), "job-a"); err != nil {
 			t.Fatal(err)
 		}
 		if resp := presignedPut(t, a, body, size); resp.StatusCode != http.StatusOK {
@@ -319,7 +319,7 @@ func testDirectUpload(t *testing.T, v *storetest.S3) {
 		if resp := presignedPut(t, a, body, size); resp.StatusCode != http.StatusOK {
 			t.Fatalf("PUT: %d", resp.StatusCode)
 		}
-		if n, err := d.h.Promote(context.Background(), "job-a", nil); err != nil || n != 0 {
+		if n, err := d.h.Store.Promote(context.Background(), "job-a", nil); err != nil || n != 0 {
 			t.Fatalf("Promote: %d %v", n, err)
 		}
 		d.wantAbsent("job-a/orphan.bin")
@@ -332,7 +332,7 @@ func testDirectUpload(t *testing.T, v *storetest.S3) {
 		if a := d.authorizeDirect(tokenA, "job-a/"+upload.ManifestName, 100); a.Mode != upload.ModeProxy || a.URL != "" {
 			t.Fatalf("manifest: %+v, want proxy", a)
 		}
-		d.h.Direct.Disabled = true
+		d.h.Store = store.New(d.s3, store.Options{Direct: store.DirectOptions{Disabled: true}})
 		if a := d.authorizeDirect(tokenA, "job-a/x.bin", 100); a.Mode != upload.ModeProxy || a.URL != "" {
 			t.Fatalf("direct disabled: %+v, want proxy", a)
 		}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -81,7 +82,7 @@ func newEnv(t *testing.T, backend upload.Backend, configure ...func(*Handler, *h
 		fmt.Fprintln(&e.logs, prefix, args)
 	}, funcr.Options{Verbosity: 1})
 	e.h = &Handler{
-		Backend: e.backend,
+		Store: store.New(e.backend, store.Options{}),
 		Authorize: func(_ context.Context, token binding.Token) (Job, error) {
 			if string(token) == tokenDown {
 				return Job{}, errors.New("the cache is not synced")

@@ -10,8 +10,8 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/artifactstore/pending"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -63,11 +63,14 @@ const (
 // paths with "." or ".." segments or doubled slashes to their cleaned form,
 // which would turn a refused key into another key.
 //
-// Backend and Authorize are required. The callbacks run before the response
-// is written, with a context that outlives the client's request by at most
-// CallbackTimeout; keep them short (record, don't wait).
+// Store and Authorize are required. The Handler is only the store's HTTP
+// door: the Store owns the backend, the key locks, readiness, the access
+// log and the direct-upload policy, and whoever else works on the store's
+// objects takes the Store, not the Handler. The callbacks run before the
+// response is written, with a context that outlives the client's request by
+// at most CallbackTimeout; keep them short (record, don't wait).
 type Handler struct {
-	Backend   upload.Backend
+	Store     *store.Store
 	Authorize Authorizer
 	// OnVerified is called for every PUT whose object is stored and
 	// verified (also when the PUT was a no-op because the key already held
@@ -91,31 +94,14 @@ type Handler struct {
 	// CallbackTimeout bounds the work after the body was read: cleanup,
 	// manifest verification, callbacks (default 2 minutes).
 	CallbackTimeout time.Duration
-	// ManifestWorkers bounds the backend HEADs in flight while a manifest is
-	// verified (default 8).
-	ManifestWorkers int
 	// OnRefused is called for every request answered with an error (a HEAD
 	// of a missing key is an answer, not a refusal) with a metric reason:
 	// the AuthError's Reason, or the S3 error code in snake case.
 	OnRefused func(reason string)
-	// OnAccess, if set, is called once for every request, after its
-	// answer: the access log (AccessRecord).
-	OnAccess func(AccessRecord)
 	// OnDirect, if set, is called for every committed direct upload (after
 	// OnVerified, which is called for it as for a PUT).
 	OnDirect func(info upload.ObjectInfo)
-	// Direct configures direct uploads (direct.go): bodies PUT straight to
-	// a store that can presign, then committed here.
-	Direct DirectOptions
-	// Ready, if set, is closed once the Backend may be used (an S3 store's
-	// start-up probe chose how: s3store.S3Backend.Probed). Until then a
-	// request waits for it, at most ReadyWait, then is answered 503
-	// ServiceUnavailable with Retry-After (reason "store_not_probed").
-	Ready <-chan struct{}
 
-	// locks orders a key's HEADs, PUT and promotion (objects.KeyLocks);
-	// the pending.Store of Promote and DropPending shares them.
-	locks     objects.KeyLocks
 	manifests manifestSlots
 	// listed keeps what verified manifests list (verifiedonly.go).
 	listed pending.Listed
@@ -149,15 +135,8 @@ func (h *Handler) callbackTimeout() time.Duration {
 	return 2 * time.Minute
 }
 
-func (h *Handler) manifestWorkers() int {
-	if h.ManifestWorkers > 0 {
-		return h.ManifestWorkers
-	}
-	return 8
-}
-
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h.OnAccess != nil {
+	if h.Store != nil && h.Store.LogsAccess() {
 		aw := &accessWriter{ResponseWriter: w}
 		var body *countingBody
 		if r.Body != nil && r.Body != http.NoBody {
@@ -167,7 +146,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var rq *request
 		defer func() {
 			if rq != nil {
-				h.OnAccess(rq.record(aw.status, body))
+				h.Store.LogAccess(rq.record(aw.status, body))
 			}
 		}()
 		rq = h.serve(aw, r)
@@ -182,11 +161,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) *request {
 	w.Header().Set("X-Amz-Request-Id", rq.id)
 	rq.log = h.Log.WithValues("requestID", rq.id, "method", r.Method, "remote", r.RemoteAddr)
 
-	if h.Backend == nil || h.Authorize == nil {
+	if h.Store == nil || h.Store.Backend() == nil || h.Authorize == nil {
 		rq.fail(&apiError{http.StatusInternalServerError, "InternalError", "the artifact endpoint is not configured (no backend or authorizer)"})
 		return rq
 	}
-	if !h.ready(r) {
+	// A replica that starts serves its sessions at once; its first
+	// uploads wait out the store's probe (store.ReadyWait at most).
+	if !h.Store.WaitReady(r.Context()) {
 		rq.reason = reasonStoreNotProbed
 		rq.fail(&apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
 			"this control-plane replica has not finished probing the artifact store yet (it started moments ago, or the store is unreachable): nothing was done; retry after Retry-After"})

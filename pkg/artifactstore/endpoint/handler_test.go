@@ -335,14 +335,14 @@ func testPending(t *testing.T, e *env) {
 	e.mustPut("job-a/other", v1)
 	e.mustPut("job-a/unlisted", v3)
 	e.mustPut("job-a/unlisted", v2)
-	e.mustPut("job-a/"+upload.ManifestName, manifestJSON(t, "job-a", map[string][]byte{"ckpt/latest.pt": v2, "other": v1}, []string{"ckpt/latest.pt", "other"}))
+	e.mustPut("job-a/"+upload.ManifestName, manifestJSON(t, map[string][]byte{"ckpt/latest.pt": v2, "other": v1}, []string{"ckpt/latest.pt", "other"}))
 	verdict := e.manifests[len(e.manifests)-1]
 	if !verdict.Verified || len(verdict.SHA256) != 64 {
 		t.Fatalf("manifest verdict %+v, want verified with its SHA-256", verdict)
 	}
 	vm := []pending.VerifiedManifest{{Rank: 0, SHA256: verdict.SHA256}}
 	e.mustPut(key, v3) // after the verdict: replaces the pending v2
-	if _, err := e.h.Promote(context.Background(), "job-a", vm); !isNotAsListed(err, "ckpt/latest.pt") {
+	if _, err := e.h.Store.Promote(context.Background(), "job-a", vm); !isNotAsListed(err, "ckpt/latest.pt") {
 		t.Fatalf("Promote with the listed version overwritten: %v, want a pending.NotAsListedError naming ckpt/latest.pt", err)
 	}
 	e.wantObject(key, v1)
@@ -350,7 +350,7 @@ func testPending(t *testing.T, e *env) {
 	e.mustPut(key, v1)
 	e.wantAbsent(pkey)
 	e.mustPut(key, v2)
-	n, err := e.h.Promote(context.Background(), "job-a", vm)
+	n, err := e.h.Store.Promote(context.Background(), "job-a", vm)
 	if err != nil || n != 2 {
 		t.Fatalf("Promote: %d, %v", n, err)
 	}
@@ -360,18 +360,18 @@ func testPending(t *testing.T, e *env) {
 	if got := e.list("job-a/.tether/"); len(got) != 0 {
 		t.Fatalf("pending after Promote: %q", got)
 	}
-	if n, err := e.h.Promote(context.Background(), "job-a", vm); err != nil || n != 0 {
+	if n, err := e.h.Store.Promote(context.Background(), "job-a", vm); err != nil || n != 0 {
 		t.Fatalf("second Promote: %d, %v", n, err)
 	}
 	// A manifest rewritten behind the verdict is not promoted from.
-	if _, err := e.h.Promote(context.Background(), "job-a", []pending.VerifiedManifest{{Rank: 0, SHA256: strings.Repeat("0", 64)}}); !isNotAsListed(err, upload.ManifestName) {
+	if _, err := e.h.Store.Promote(context.Background(), "job-a", []pending.VerifiedManifest{{Rank: 0, SHA256: strings.Repeat("0", 64)}}); !isNotAsListed(err, upload.ManifestName) {
 		t.Fatalf("Promote with another manifest digest: %v", err)
 	}
 
 	// DropPending keeps the final objects.
 	e.mustPut(key, v3)
 	e.wantObject(pkey, v3)
-	n, err = e.h.DropPending(context.Background(), "job-a")
+	n, err = e.h.Store.DropPending(context.Background(), "job-a")
 	if err != nil || n != 1 {
 		t.Fatalf("DropPending: %d, %v", n, err)
 	}
@@ -380,11 +380,11 @@ func testPending(t *testing.T, e *env) {
 
 	// Another job's pendings are its own.
 	e.mustPut(key, v1)
-	if n, err := e.h.DropPending(context.Background(), "job-b"); err != nil || n != 0 {
+	if n, err := e.h.Store.DropPending(context.Background(), "job-b"); err != nil || n != 0 {
 		t.Fatalf("DropPending(job-b): %d, %v", n, err)
 	}
 	e.wantObject(pkey, v1)
-	if _, err := e.h.Promote(context.Background(), "../job-a", nil); !errors.Is(err, objects.ErrInvalidKey) {
+	if _, err := e.h.Store.Promote(context.Background(), "../job-a", nil); !errors.Is(err, objects.ErrInvalidKey) {
 		t.Fatalf("Promote(../job-a): %v", err)
 	}
 }
@@ -437,9 +437,11 @@ func isNotAsListed(err error, path string) bool {
 	return errors.As(err, &nl) && nl.Path == path
 }
 
-func manifestJSON(t *testing.T, jobID string, files map[string][]byte, order []string) []byte {
+// manifestJSON is job-a's manifest listing files in order, from its node 0's
+// pod.
+func manifestJSON(t *testing.T, files map[string][]byte, order []string) []byte {
 	t.Helper()
-	m := upload.Manifest{Version: upload.ManifestVersion, JobID: jobID, PodUID: testPod}
+	m := upload.Manifest{Version: upload.ManifestVersion, JobID: "job-a", PodUID: testPod}
 	for _, p := range order {
 		m.Files = append(m.Files, upload.ManifestFile{Path: p, Size: int64(len(files[p])), MD5: md5hex(files[p])})
 	}
@@ -465,7 +467,7 @@ func testManifest(t *testing.T, e *env) {
 	e.mustPut("job-a/replaced.bin", data(64, 99))
 	e.mustPut("job-a/replaced.bin", files["replaced.bin"])
 
-	good := manifestJSON(t, "job-a", files, []string{"ckpt/step-100.pt", "logs/train.log", "config with space.yaml", "replaced.bin"})
+	good := manifestJSON(t, files, []string{"ckpt/step-100.pt", "logs/train.log", "config with space.yaml", "replaced.bin"})
 	resp := e.raw("PUT", "/tether-artifacts/job-a/manifest.json", tokenA, bytes.NewReader(good), int64(len(good)), nil)
 	if resp.StatusCode != 200 || resp.Header.Get(HeaderManifestVerified) != "true" || resp.Header.Get("ETag") != `"`+md5hex(good)+`"` {
 		t.Fatalf("manifest PUT: %d %v", resp.StatusCode, resp.Header)
@@ -480,7 +482,7 @@ func testManifest(t *testing.T, e *env) {
 	}
 
 	// A manifest naming a file that was never uploaded, and with minio-go.
-	bad := manifestJSON(t, "job-a", files, []string{"ckpt/step-100.pt", "never-uploaded.bin", "logs/train.log"})
+	bad := manifestJSON(t, files, []string{"ckpt/step-100.pt", "never-uploaded.bin", "logs/train.log"})
 	if _, err := e.put(e.minio(tokenA, nil), "job-a/manifest.json", bad); err != nil {
 		t.Fatal(err)
 	}
@@ -493,7 +495,7 @@ func testManifest(t *testing.T, e *env) {
 
 	// A file whose stored content differs from the manifest is missing too.
 	files["logs/train.log"] = []byte("rewritten")
-	diff := manifestJSON(t, "job-a", files, []string{"logs/train.log", "config with space.yaml"})
+	diff := manifestJSON(t, files, []string{"logs/train.log", "config with space.yaml"})
 	resp = e.raw("PUT", "/tether-artifacts/job-a/manifest.json", tokenA, bytes.NewReader(diff), int64(len(diff)), nil)
 	if resp.StatusCode != 200 || resp.Header.Get(HeaderManifestVerified) != "false" || resp.Header.Get(HeaderManifestMissing) != url.PathEscape("logs/train.log") {
 		t.Fatalf("manifest PUT: %d %v", resp.StatusCode, resp.Header)
@@ -510,7 +512,7 @@ func testManifest(t *testing.T, e *env) {
 		many[p] = []byte{byte(i)}
 		order = append(order, p)
 	}
-	b := manifestJSON(t, "job-a", many, order)
+	b := manifestJSON(t, many, order)
 	if _, err := e.put(e.minio(tokenA, nil), "job-a/manifest.json", b); err != nil {
 		t.Fatal(err)
 	}
@@ -522,7 +524,7 @@ func testManifest(t *testing.T, e *env) {
 func testMalformedManifest(t *testing.T, e *env) {
 	files := map[string][]byte{"a.bin": []byte("a")}
 	e.mustPut("job-a/a.bin", files["a.bin"])
-	valid := manifestJSON(t, "job-a", files, []string{"a.bin"})
+	valid := manifestJSON(t, files, []string{"a.bin"})
 	cases := map[string]string{
 		"not JSON":      "this is not json",
 		"trailing data": string(valid) + " {}",
@@ -773,7 +775,7 @@ func testManifestVerdictNotRecorded(t *testing.T, e *env) {
 	}
 	files := map[string][]byte{"model.bin": data(100, 1)}
 	e.mustPut("job-a/model.bin", files["model.bin"])
-	m := manifestJSON(t, "job-a", files, []string{"model.bin"})
+	m := manifestJSON(t, files, []string{"model.bin"})
 	resp := e.raw("PUT", "/tether-artifacts/job-a/manifest.json", tokenA, bytes.NewReader(m), int64(len(m)), nil)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("manifest PUT whose verdict was not recorded: %d (Retry-After %q), want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))

@@ -12,10 +12,10 @@ import (
 )
 
 func (h *Handler) stat(ctx context.Context, key string) (upload.ObjectInfo, time.Time, error) {
-	if s, ok := h.Backend.(objects.Stater); ok {
+	if s, ok := h.Store.Backend().(objects.Stater); ok {
 		return s.Stat(ctx, key)
 	}
-	info, err := h.Backend.Head(ctx, key)
+	info, err := h.Store.Backend().Head(ctx, key)
 	return info, time.Unix(0, 0), err
 }
 

@@ -123,7 +123,7 @@ func (p *putOp) readManifest() *apiError {
 // and puts it on the response.
 func (p *putOp) checkManifest() *apiError {
 	h, rq := p.h, p.rq
-	res, verr := verify.ScannedManifest(p.after, h.Backend, rq.key, p.rank, p.scanned, p.buf, h.manifestWorkers())
+	res, verr := h.Store.CheckManifest(p.after, rq.key, p.rank, p.scanned, p.buf)
 	res.SHA256 = verify.ManifestDigest(p.buf)
 	rerr := h.manifestResult(p.after, p.job, res)
 	rq.log = rq.log.WithValues("manifestVerified", res.Verified, "files", res.Files, "bytes", res.Bytes)

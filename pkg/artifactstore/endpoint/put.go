@@ -110,7 +110,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 			return
 		}
 		defer release()
-		unlock := h.locks.Lock(rq.key)
+		unlock := h.Store.Lock(rq.key)
 		defer unlock()
 	}
 
@@ -134,7 +134,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 			return
 		}
 	} else { // a manifest's key is locked before its body is read
-		unlock := h.locks.Lock(rq.key)
+		unlock := h.Store.Lock(rq.key)
 		defer unlock()
 	}
 
@@ -212,7 +212,7 @@ func (h *Handler) admitPut(rq *request, jobID, path string) (*putOp, *apiError) 
 	}
 	rq.log = rq.log.WithValues("size", size)
 	p := &putOp{h: h, rq: rq, job: job, path: path, size: size, dig: dig, isManifest: isManifest, rank: rank,
-		known: dig.contentMD5, knownCRC: dig.claimedCRC(), verif: objects.VerificationOf(h.Backend)}
+		known: dig.contentMD5, knownCRC: dig.claimedCRC(), verif: objects.VerificationOf(h.Store.Backend())}
 	if chunked {
 		p.chunked = newChunkedReader(r.Body)
 	}
@@ -237,7 +237,7 @@ func (p *putOp) readTrailer() *apiError {
 // holds the key's lock.
 func (p *putOp) chooseTarget() *apiError {
 	h, rq, ctx := p.h, p.rq, p.rq.r.Context()
-	existing, err := objects.HeadOpt(ctx, h.Backend, rq.key)
+	existing, err := objects.HeadOpt(ctx, h.Store.Backend(), rq.key)
 	if err != nil {
 		rq.log.Error(err, "backend HEAD", "object", rq.key)
 		return backendReadError(err)
@@ -252,7 +252,7 @@ func (p *putOp) chooseTarget() *apiError {
 		p.target = ""
 	default:
 		p.target = p.pkey
-		if p.prior, err = objects.HeadOpt(ctx, h.Backend, p.pkey); err != nil {
+		if p.prior, err = objects.HeadOpt(ctx, h.Store.Backend(), p.pkey); err != nil {
 			rq.log.Error(err, "backend HEAD", "object", p.pkey)
 			return backendReadError(err)
 		}
@@ -272,7 +272,7 @@ func (p *putOp) storeBody() *apiError {
 	// A backend that hashes what it stores in this process (FSBackend)
 	// computes the body's MD5 itself: hashing it here too would be the
 	// same work twice.
-	_, selfHashing := h.Backend.(objects.BodyHasher)
+	_, selfHashing := h.Store.Backend().(objects.BodyHasher)
 	backendMD5 := selfHashing && !p.isManifest && p.target != ""
 	if !p.isManifest {
 		body.w = dig.writer(!backendMD5)
@@ -283,7 +283,7 @@ func (p *putOp) storeBody() *apiError {
 	if p.isManifest {
 		src = bytes.NewReader(p.buf)
 	}
-	cw, conditional := h.Backend.(objects.ConditionalWriter)
+	cw, conditional := h.Store.Backend().(objects.ConditionalWriter)
 	switch {
 	case p.target == "":
 		_, err = io.Copy(io.Discard, src)
@@ -292,7 +292,7 @@ func (p *putOp) storeBody() *apiError {
 		// a PUT through another replica is never overwritten.
 		stored, err = cw.PutIfAbsent(rq.r.Context(), p.target, src, p.size)
 	default:
-		stored, err = h.Backend.Put(rq.r.Context(), p.target, src, p.size)
+		stored, err = h.Store.Backend().Put(rq.r.Context(), p.target, src, p.size)
 	}
 	if errors.Is(err, objects.ErrPrecondition) {
 		// Nothing of this body was stored; what is there is the other
@@ -328,7 +328,7 @@ func (p *putOp) storeBody() *apiError {
 	}
 	if p.verif.ByChecksum && stored.CRC64NVME == "" {
 		// The PUT's answer did not carry the store's checksum: ask for it.
-		if stored, err = h.Backend.Head(p.after, p.target); err != nil {
+		if stored, err = h.Store.Backend().Head(p.after, p.target); err != nil {
 			h.cleanup(p.after, rq, p.target, p.prior)
 			rq.log.Error(err, "backend HEAD", "object", p.target)
 			return backendReadError(err)
@@ -387,7 +387,7 @@ func (p *putOp) keep() *apiError {
 	// over it.
 	p.dropPending = p.target == "" && !p.pendingHolds || p.target == p.pkey && p.verif.Holds(*p.existing, p.size, p.etag, p.crc)
 	if p.dropPending {
-		if err := h.Backend.Delete(p.after, p.pkey); err != nil {
+		if err := h.Store.Backend().Delete(p.after, p.pkey); err != nil {
 			rq.log.Error(err, "dropping the pending object", "object", p.pkey)
 			return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",
 				"the object is verified but an older pending version could not be dropped; retry the upload"}
@@ -417,14 +417,14 @@ func (h *Handler) cleanup(ctx context.Context, rq *request, target string, prior
 	if target == "" {
 		return
 	}
-	cur, err := h.Backend.Head(ctx, target)
+	cur, err := h.Store.Backend().Head(ctx, target)
 	switch {
 	case errors.Is(err, upload.ErrNotFound):
 		return
 	case err == nil && prior != nil && cur == *prior:
 		return
 	}
-	if err := h.Backend.Delete(ctx, target); err != nil {
+	if err := h.Store.Backend().Delete(ctx, target); err != nil {
 		rq.log.Error(err, "removing a failed upload", "object", target)
 	}
 }

@@ -28,6 +28,10 @@ var errorCodes = []string{
 	"ServiceUnavailable", "SlowDown", "XAmzContentSHA256Mismatch",
 }
 
+// reasonStoreNotProbed is the refusal of a request that came before the
+// store could be used (store.Store.WaitReady).
+const reasonStoreNotProbed = "store_not_probed"
+
 // ownReasons are the reasons the endpoint gives a refusal instead of its
 // code's (request.reason).
 var ownReasons = []string{"key_changed", "rate_limited", "manifest_rate_limited", reasonStoreNotProbed}

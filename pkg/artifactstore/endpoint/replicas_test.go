@@ -16,6 +16,7 @@ import (
 	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/artifactstore/pending"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -42,7 +43,7 @@ func TestTwoReplicasOneKey(t *testing.T) {
 		var final atomic.Bool // the binding's artifacts are final (promoting)
 		replica := func() *env {
 			return newEnv(t, b, func(h *Handler, _ *httptest.Server) {
-				h.Backend = b
+				h.Store = store.New(b, store.Options{})
 				next := h.Authorize
 				h.Authorize = func(ctx context.Context, token binding.Token) (Job, error) {
 					j, err := next(ctx, token)
@@ -138,7 +139,7 @@ func TestTwoReplicasOneKey(t *testing.T) {
 		errs := make([]error, 2)
 		for i, r := range replicas {
 			wg.Go(func() {
-				_, errs[i] = r.h.Promote(context.Background(), "job-a", []pending.VerifiedManifest{{Rank: 0, SHA256: verify.ManifestDigest(raw)}})
+				_, errs[i] = r.h.Store.Promote(context.Background(), "job-a", []pending.VerifiedManifest{{Rank: 0, SHA256: verify.ManifestDigest(raw)}})
 			})
 			wg.Go(func() {
 				for _, k := range keys {

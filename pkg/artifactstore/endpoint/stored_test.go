@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 )
 
@@ -23,12 +24,12 @@ func TestStoredManifestVerdictNobodyRecorded(t *testing.T) {
 	files := map[string][]byte{"model.bin": data(100, 1), "ckpt/a.pt": data(300, 2)}
 	e.mustPut("job-a/model.bin", files["model.bin"])
 	e.mustPut("job-a/ckpt/a.pt", files["ckpt/a.pt"])
-	m := manifestJSON(t, "job-a", files, []string{"model.bin", "ckpt/a.pt"})
+	m := manifestJSON(t, files, []string{"model.bin", "ckpt/a.pt"})
 	if resp := e.raw("PUT", "/tether-artifacts/job-a/manifest.json", tokenA, bytes.NewReader(m), int64(len(m)), nil); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("manifest PUT whose verdict cannot be recorded: %d, want 503", resp.StatusCode)
 	}
 
-	recheck := &Handler{Backend: fsb}
+	recheck := store.New(fsb, store.Options{})
 	ctx := context.Background()
 	res, found, err := recheck.StoredManifest(ctx, "job-a", 0)
 	if err != nil || !found {

@@ -14,6 +14,7 @@ import (
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/artifactstore/pending"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/s3server"
@@ -21,7 +22,7 @@ import (
 
 // frontedEnv is a Handler on an S3 server behind the tests' front
 // (test/framework/s3server.Front), verifying as the start-up probe chose.
-func frontedEnv(t *testing.T, v *storetest.S3, fault s3server.Fault) (*env, *s3store.S3Backend, *s3server.Front, s3store.Choice) {
+func frontedEnv(t *testing.T, v *storetest.S3, fault s3server.Fault) (*env, *s3server.Front, s3store.Choice) {
 	t.Helper()
 	b, f := v.NewFrontedBackend(t, fault)
 	caps, err := b.Probe(t.Context(), nil)
@@ -33,8 +34,8 @@ func frontedEnv(t *testing.T, v *storetest.S3, fault s3server.Fault) (*env, *s3s
 		t.Fatalf("%+v: %v", caps, err)
 	}
 	b.Use(ch)
-	e := newEnv(t, b, func(h *Handler, _ *httptest.Server) { h.Backend = b })
-	return e, b, f, ch
+	e := newEnv(t, b, func(h *Handler, _ *httptest.Server) { h.Store = store.New(b, store.Options{}) })
+	return e, f, ch
 }
 
 // manifestWith lists files with both digests (what a sidecar writes now),
@@ -77,7 +78,7 @@ func (e *env) putTrailer(key string, data []byte) (minio.UploadInfo, error) {
 // verified there.
 func TestSSEKMSLikeStore(t *testing.T) {
 	storetest.EachS3(t, func(t *testing.T, v *storetest.S3) {
-		e, b, _, ch := frontedEnv(t, v, s3server.FaultRandomETag)
+		e, _, ch := frontedEnv(t, v, s3server.FaultRandomETag)
 		if !ch.Verification.ByChecksum {
 			t.Fatalf("choice %+v: want verification by checksum", ch)
 		}
@@ -115,7 +116,7 @@ func TestSSEKMSLikeStore(t *testing.T) {
 			t.Fatalf("manifest: %d verified %q, want true (%+v)", st, ok, e.manifests)
 		}
 		last := e.manifests[len(e.manifests)-1]
-		if _, err := e.h.Promote(t.Context(), "job-a", []pending.VerifiedManifest{{Rank: 0, SHA256: verify.ManifestDigest(raw)}}); err != nil {
+		if _, err := e.h.Store.Promote(t.Context(), "job-a", []pending.VerifiedManifest{{Rank: 0, SHA256: verify.ManifestDigest(raw)}}); err != nil {
 			t.Fatalf("promote: %v (%+v)", err, last)
 		}
 		if p := e.head("job-a/plain.bin"); p == nil || p.CRC64NVME != upload.CRC64NVMEOf(files["plain.bin"]) {
@@ -148,7 +149,6 @@ func TestSSEKMSLikeStore(t *testing.T) {
 		if c.ETag != md5hex(body) || c.CRC64NVME != upload.CRC64NVMEOf(body) {
 			t.Fatalf("commit %+v", c)
 		}
-		_ = b
 	})
 }
 
@@ -167,7 +167,7 @@ func TestLyingStore(t *testing.T) {
 			{"sse-kms-like/wrong-checksum", s3server.FaultRandomETag, s3server.FaultRandomETag | s3server.FaultWrongChecksum},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				e, _, f, _ := frontedEnv(t, v, tc.probed)
+				e, f, _ := frontedEnv(t, v, tc.probed)
 				files := map[string][]byte{"a.bin": data(70<<10, 1)}
 				if _, err := e.put(e.minio(tokenA, nil), "job-a/a.bin", files["a.bin"]); err != nil {
 					t.Fatal(err)

@@ -35,7 +35,7 @@ func (h *Handler) checkListed(rq *request, job Job, rank int, path string) *apiE
 		return nil
 	}
 	vm := pending.VerifiedManifest{Rank: rank, SHA256: sha}
-	listed, err := h.listed.Lists(rq.r.Context(), h.Backend, job.JobID, vm, rel)
+	listed, err := h.listed.Lists(rq.r.Context(), h.Store.Backend(), job.JobID, vm, rel)
 	switch {
 	case err == nil && listed:
 		return nil

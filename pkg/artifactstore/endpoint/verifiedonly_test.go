@@ -54,7 +54,7 @@ func (e *env) verifiedManifest(files map[string][]byte, order []string) string {
 	for _, p := range order {
 		e.mustPut("job-a/"+p, files[p])
 	}
-	m := manifestJSON(e.t, "job-a", files, order)
+	m := manifestJSON(e.t, files, order)
 	resp := e.raw(http.MethodPut, "/"+upload.Bucket+"/job-a/"+upload.ManifestName, tokenA, bytes.NewReader(m), int64(len(m)), nil)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderManifestVerified) != "true" {
 		e.t.Fatalf("manifest PUT: %d %v", resp.StatusCode, resp.Header)
@@ -102,7 +102,7 @@ func TestVerifiedNodeWritesOnlyWhatItsManifestLists(t *testing.T) {
 	e.mustPut("job-a/model.bin", data(5000, 9))
 	e.wantObject("job-a/model.bin", files["model.bin"])
 	e.wantObject(objects.PendingKey("job-a/model.bin"), data(5000, 9))
-	m := manifestJSON(t, "job-a", files, order)
+	m := manifestJSON(t, files, order)
 	if resp := e.raw(http.MethodPut, "/"+upload.Bucket+"/job-a/"+upload.ManifestName, tokenA, bytes.NewReader(m), int64(len(m)), nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("the verified node's manifest sent again: %d", resp.StatusCode)
 	}

@@ -15,7 +15,7 @@ import (
 // and file system have it), as minio's xl-storage writes its large parts:
 // the bytes go from the server's buffer to the disk instead of through the
 // page cache, which on a 1 GiB PUT costs the kernel more CPU than the MD5
-// does (bench/upload server-cpu-s-per-gib; dd on this machine: 2.9 s of
+// does (test/performance/upload server-cpu-s-per-gib; dd on this machine: 2.9 s of
 // system time per GiB buffered and fsynced, 0.15 s direct). The object is
 // still fsynced (its size and blocks, and the disk's cache) before it is
 // renamed into place. Small objects keep the page cache: a direct write

@@ -61,7 +61,7 @@ type FSBackend struct {
 
 // NewFSBackend returns the FSBackend of the directory root, created if
 // missing and kept open: every operation resolves its key from the open
-// directory instead of opening root's path first (bench/sync: that open is
+// directory instead of opening root's path first (test/performance/sync: that open is
 // a tenth of a small object's PUT). The directory must stay where it is
 // while the backend is used: a root removed and created again is not seen.
 func NewFSBackend(root string) (FSBackend, error) {
@@ -214,7 +214,7 @@ func (c ctxReader) Read(p []byte) (int, error) {
 }
 
 // copyBufferSize is the chunk a PUT's body is read, hashed and written in
-// (bench/upload: 16 KiB chunks cost a write(2) per TLS record; 256 KiB
+// (test/performance/upload: 16 KiB chunks cost a write(2) per TLS record; 256 KiB
 // and larger buffers cost the same CPU as 1 MiB ones).
 const copyBufferSize = 256 << 10
 

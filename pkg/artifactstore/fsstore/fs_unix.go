@@ -26,7 +26,7 @@ func inode(fi os.FileInfo) uint64 {
 // data file: set before the file is fsynced and renamed into place, it is
 // durable with the data, travels with a hard link, and costs one system
 // call where a metadata file costs a create, a write and a rename
-// (bench/sync).
+// (test/performance/sync).
 const metaXattr = "user.tether.meta"
 
 // The attribute's value is binary and small (xattrSize bytes: a version,

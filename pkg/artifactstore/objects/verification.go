@@ -3,7 +3,7 @@ package objects
 import "github.com/tether-dev/tether/pkg/upload"
 
 // Verification is what proves that a stored object holds the bytes it was
-// sent (docs/artifacts.md, "Verification"). The zero value is the design's
+// sent (docs/artifacts.md, "Verification"). The zero value is the default
 // contract: the store's ETag of a single PUT, and of a copy, is the MD5; a
 // CRC-64/NVME the store reports must match too. ByChecksum is for a store
 // whose ETags are not MD5s (SSE-KMS, SSE-C): the store's own CRC-64/NVME,

@@ -7,6 +7,7 @@
 // Store.DropPending drops them when the binding fails; Store.SweepUploads
 // removes, page by page, direct uploads never committed.
 //
-// Promotion takes the endpoint's per-key locks (objects.KeyLocks), so a
-// PUT that chose its target before a promotion began finishes first.
+// Promotion takes the artifact store's per-key locks (objects.KeyLocks,
+// held by store.Store), the ones the endpoint's PUTs take, so a PUT that
+// chose its target before a promotion began finishes first.
 package pending

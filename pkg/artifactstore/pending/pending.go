@@ -19,8 +19,9 @@ import (
 // Store does what a binding's end decides about its job's objects: Promote
 // what its verified manifests list over the final keys, or DropPending,
 // and sweep direct uploads never committed (sweep.go). Its Locks are the
-// endpoint's (endpoint.Handler builds it so): a PUT that chose its target
-// under a key's lock finishes before a promotion of that key begins.
+// artifact store's (store.Store builds it so), which the endpoint's PUTs and
+// commits take too: a PUT that chose its target under a key's lock finishes
+// before a promotion of that key begins.
 type Store struct {
 	Backend upload.Backend
 	// Locks is required: the per-key locks the endpoint's PUTs and commits

@@ -106,7 +106,7 @@ func markPrecondition(err error) error {
 
 // Use makes the backend verify, write and promote as the start-up probe's
 // choice allows (Capabilities.Choose). Without it the backend trusts the
-// ETag as the MD5 (the design's contract) and writes unconditionally.
+// ETag as the MD5 (the zero Verification) and writes unconditionally.
 func (b *S3Backend) Use(c Choice) {
 	b.choice.Store(&c)
 	b.probedOnce.Do(func() { close(b.probed) })

@@ -10,15 +10,15 @@ import (
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
-// manifestOf is job's manifest listing n files (none of them stored).
-func manifestOf(job string, n int) []byte { return storetest.ManifestOf(job, "pod-0", n) }
+// manifestOf is job "job"'s manifest listing n files (none of them stored).
+func manifestOf(n int) []byte { return storetest.ManifestOf("job", "pod-0", n) }
 
 func TestDecodeManifestEntryCap(t *testing.T) {
-	m, err := Parse(manifestOf("job", upload.MaxManifestEntries), "job")
+	m, err := Parse(manifestOf(upload.MaxManifestEntries), "job")
 	if err != nil || len(m.Files) != upload.MaxManifestEntries {
 		t.Fatalf("a manifest of %d files (the cap): %v", upload.MaxManifestEntries, err)
 	}
-	_, err = Parse(manifestOf("job", upload.MaxManifestEntries+1), "job")
+	_, err = Parse(manifestOf(upload.MaxManifestEntries+1), "job")
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprint(upload.MaxManifestEntries)) || !strings.Contains(err.Error(), "tether.dev/exclude") {
 		t.Fatalf("a manifest of %d files: %v, want a refusal naming the cap and what to do", upload.MaxManifestEntries+1, err)
 	}

@@ -63,7 +63,7 @@ func TestScanAgreesWithParse(t *testing.T) {
 		`{"version":"v1","jobID":"job","files":[{"path":"a","size":-1,"md5":"900150983cd24fb0d6963f7d28e17f72"}]}`,
 		`{"version":"v1","jobID":"job","files":[{"path":"a","size":1,"md5":"X00150983cd24fb0d6963f7d28e17f72"}]}`,
 		`{"version":"v2","jobID":"job"}`, `{"version":"v1","jobID":"job"} {}`, `[]`, `null`, ``,
-		string(manifestOf("job", 3)),
+		string(manifestOf(3)),
 	} {
 		want, werr := Parse([]byte(doc), "job")
 		got, gerr := scanned(t, []byte(doc), "job")
@@ -76,7 +76,7 @@ func TestScanAgreesWithParse(t *testing.T) {
 			t.Errorf("%s:\n Scan+Entries %#v\n       Parse %#v", doc, *got, *want)
 		}
 	}
-	if _, err := Scan(bytes.NewReader(manifestOf("job", upload.MaxManifestEntries+1)), "job"); err == nil || !strings.Contains(err.Error(), "tether.dev/exclude") {
+	if _, err := Scan(bytes.NewReader(manifestOf(upload.MaxManifestEntries+1)), "job"); err == nil || !strings.Contains(err.Error(), "tether.dev/exclude") {
 		t.Errorf("a manifest over the entry cap: %v", err)
 	}
 }

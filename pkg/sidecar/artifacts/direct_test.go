@@ -17,6 +17,7 @@ import (
 
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -50,7 +51,7 @@ func newDirectServerOn(t *testing.T, env *s3env, jobID string, b *s3store.S3Back
 	t.Helper()
 	d := &directServer{s3: b}
 	d.h = &endpoint.Handler{
-		Backend: b,
+		Store: store.New(b, store.Options{}),
 		Authorize: func(_ context.Context, token binding.Token) (endpoint.Job, error) {
 			if string(token) != testToken {
 				return endpoint.Job{}, endpoint.Unauthorized("no binding holds this token")
@@ -152,7 +153,7 @@ func testUploaderDirectMode(t *testing.T, env *s3env) {
 	}
 
 	// Proxy mode forced on the server: the sidecar follows.
-	d.h.Direct.Disabled = true
+	d.h.Store = store.New(d.s3, store.Options{Direct: store.DirectOptions{Disabled: true}})
 	writeFile(t, dir, "ckpt/big2.bin", big)
 	if res, err := u.UploadFile(t.Context(), root, "ckpt/big2.bin"); err != nil || res.How != Uploaded {
 		t.Fatalf("big2: %+v %v", res, err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -61,7 +62,7 @@ func newSlowStore(t *testing.T, env *s3env, job string) *slowStore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &endpoint.Handler{Backend: backend, Log: logr.Discard(),
+	h := &endpoint.Handler{Store: store.New(backend, store.Options{}), Log: logr.Discard(),
 		Authorize: func(context.Context, binding.Token) (endpoint.Job, error) {
 			return endpoint.Job{Namespace: "ns", Name: "wb", JobID: job, Writable: true, Pods: map[int]string{0: testPodUID}}, nil
 		},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -116,7 +117,7 @@ func TestUploaderServerWithoutTrailers(t *testing.T) {
 	env := needS3(t)
 	jobID := newJobID(t)
 	d := newDirectServer(t, env, jobID)
-	d.h.Direct.Disabled = true
+	d.h.Store = store.New(d.s3, store.Options{Direct: store.DirectOptions{Disabled: true}})
 	var refused, trailers atomic.Int64
 	u, _ := newTestUploader(t, env, jobID, uploaderOpts{url: d.url, caPEM: d.caPEM, wrap: func(rt http.RoundTripper) http.RoundTripper {
 		return rtFunc(func(r *http.Request) (*http.Response, error) {

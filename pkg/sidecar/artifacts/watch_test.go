@@ -25,6 +25,7 @@ import (
 
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -167,7 +168,7 @@ type fsStore struct {
 func newFSStore(t *testing.T, job string) *fsStore {
 	t.Helper()
 	s := &fsStore{backend: fsstore.FSBackend{Root: t.TempDir()}}
-	h := &endpoint.Handler{Backend: s.backend, Log: logr.Discard(),
+	h := &endpoint.Handler{Store: store.New(s.backend, store.Options{}), Log: logr.Discard(),
 		Authorize: func(context.Context, binding.Token) (endpoint.Job, error) {
 			return endpoint.Job{Namespace: "ns", Name: "wb", JobID: job, Writable: true, Pods: map[int]string{0: "pod-0"}}, nil
 		}}

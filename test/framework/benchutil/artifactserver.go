@@ -18,15 +18,16 @@ import (
 
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/binding"
 )
 
 // ArtifactServer is the binding server's artifact endpoint as it serves it
-// (pkg/bindingserver): endpoint.Handler on the fs backend opened as the
-// control plane opens it (--artifact-backend fs), endpoint.Route in front, its
-// own TCP listener on 127.0.0.1 wrapped by tls.NewListener (a fresh
-// self-signed certificate, TLS 1.2+, HTTP/1.1) and an http.Server with the
-// binding server's timeouts. Its Authorizer accepts exactly one token for
+// (pkg/bindingserver): endpoint.Handler over a store.Store on the fs backend
+// opened as the control plane opens it (--artifact-backend fs),
+// endpoint.Route in front, its own TCP listener on 127.0.0.1 wrapped by
+// tls.NewListener (a fresh self-signed certificate, TLS 1.2+, HTTP/1.1) and
+// an http.Server with the binding server's timeouts. Its Authorizer accepts exactly one token for
 // one writable job: a stand-in for the binding server's token ->
 // WorkerBinding cache lookup, which the benchmarks do not measure.
 type ArtifactServer struct {
@@ -109,7 +110,7 @@ func StartArtifactServer(b testing.TB, o ArtifactServerOptions) *ArtifactServer 
 		b.Fatal(err)
 	}
 	h := &endpoint.Handler{
-		Backend: backend,
+		Store: store.New(backend, store.Options{}),
 		Authorize: func(_ context.Context, token binding.Token) (endpoint.Job, error) {
 			if string(token) != s.Token {
 				return endpoint.Job{}, endpoint.Unauthorized("no binding holds this token")

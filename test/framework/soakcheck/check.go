@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -70,7 +70,7 @@ type Input struct {
 	Jobs  []Job
 	Store Store
 	// Access is the artifact endpoint's access log of every replica.
-	Access []endpoint.AccessRecord
+	Access []store.AccessRecord
 	// Leftovers are objects of ended jobs still in the cluster that the
 	// docs do not keep on purpose (sessions, Leases, Secrets), as the runner
 	// found them.
@@ -313,7 +313,7 @@ func (c *checker) lost(byID map[string]Job) {
 // node count was not recorded yet, and the key lies under nodes/<r>/) is
 // node r's when it is node r's manifest or rank r's trainer closed a file
 // under that path, else rank 0's.
-func keyOf(a endpoint.AccessRecord, j Job) (int, string, bool) {
+func keyOf(a store.AccessRecord, j Job) (int, string, bool) {
 	rank := a.Rank
 	if rank == -1 {
 		rank = 0
@@ -391,7 +391,7 @@ func (c *checker) truthfulEnd(j Job) {
 			// the endpoint authorized with the job's token and a pod's own
 			// pod token (the record names the job only then) says one did,
 			// whatever came of it. A stored write is the worse lie: name it.
-			var ran *endpoint.AccessRecord
+			var ran *store.AccessRecord
 			for i := range c.in.Access {
 				a := &c.in.Access[i]
 				if a.JobID != j.JobID {

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -70,8 +70,8 @@ func node(rank int32, sha string) tetherv1.NodeStatus {
 	return tetherv1.NodeStatus{Rank: rank, Artifacts: &tetherv1.NodeArtifacts{Verified: true, ManifestSHA256: sha}}
 }
 
-func ok(jobID, key string, rank int) endpoint.AccessRecord {
-	return endpoint.AccessRecord{RequestID: "r-" + key, Op: "put", Method: "PUT", Key: key, JobID: jobID, Binding: "ns/" + jobID, Rank: rank, Status: 200}
+func ok(jobID, key string, rank int) store.AccessRecord {
+	return store.AccessRecord{RequestID: "r-" + key, Op: "put", Method: "PUT", Key: key, JobID: jobID, Binding: "ns/" + jobID, Rank: rank, Status: 200}
 }
 
 // TestCheckAHealthyRun: a job whose checkpoint was rewritten, whose store
@@ -88,7 +88,7 @@ func TestCheckAHealthyRun(t *testing.T) {
 			Binding: binding("ns", "a", "job-a", tetherv1.PhaseSucceeded, node(0, sha))},
 		{Namespace: "ns", Name: "plain", Ended: true},
 	}
-	access := []endpoint.AccessRecord{ok("job-a", "job-a/ckpt/1.pt", 0), ok("job-a", "job-a/ckpt/1.pt", 0), ok("job-a", "job-a/model.bin", 0),
+	access := []store.AccessRecord{ok("job-a", "job-a/ckpt/1.pt", 0), ok("job-a", "job-a/ckpt/1.pt", 0), ok("job-a", "job-a/model.bin", 0),
 		{RequestID: "x", Op: "put", Key: "job-b/evil", JobID: "job-a", Rank: -1, Status: 403, Code: "AccessDenied"}}
 	r := Check(context.Background(), Input{Jobs: jobs, Store: w.store, Access: access})
 	if !r.OK() {
@@ -133,7 +133,7 @@ func TestCheckFindsEveryBreach(t *testing.T) {
 	// the temporary name it is no loss; a part of it is.
 	w.put("job-b/a.bin.tmp", good)
 	w.put("job-b/b.bin.tmp", []byte("what the tr"))
-	access := []endpoint.AccessRecord{ok("job-b", "job-b/lost.bin", 0), ok("job-c", "job-b/ckpt.pt", 0),
+	access := []store.AccessRecord{ok("job-b", "job-b/lost.bin", 0), ok("job-c", "job-b/ckpt.pt", 0),
 		ok("job-b", "job-b/a.bin.tmp", 0), ok("job-b", "job-b/b.bin.tmp", 0)}
 	r := Check(context.Background(), Input{Jobs: jobs, Store: w.store, Access: access, Leftovers: []string{"Lease tether-system/session-job-b"}})
 	got := map[string][]string{}
@@ -179,7 +179,7 @@ func TestCheckUnknownRankAndFalseNeverBound(t *testing.T) {
 	jobs := []Job{{Namespace: "ns", Name: "e", Labeled: true, JobID: "job-e", Nodes: 4, Ended: true,
 		Wrote: map[int][]Version{3: {{"small/file-1.txt", sum(small), int64(len(small))}}}, Binding: never}}
 	w.put("job-e/nodes/3/manifest.json", []byte(`{"version":"v1"}`))
-	access := []endpoint.AccessRecord{ok("job-e", "job-e/nodes/3/small/file-1.txt", -1), ok("job-e", "job-e/nodes/3/manifest.json", -1)}
+	access := []store.AccessRecord{ok("job-e", "job-e/nodes/3/small/file-1.txt", -1), ok("job-e", "job-e/nodes/3/manifest.json", -1)}
 	r := Check(context.Background(), Input{Jobs: jobs, Store: w.store, Access: access})
 	for _, inv := range r.Invariants {
 		switch inv.Name {
@@ -216,7 +216,7 @@ func TestCheckNeverBoundWithRefusedRequests(t *testing.T) {
 	}
 	refused := ok("job-f", "job-f/nodes/2/a.bin", -1)
 	refused.Status, refused.Code, refused.Pod = 503, "ServiceUnavailable", "pod-2"
-	r := Check(context.Background(), Input{Jobs: jobs, Store: w.store, Access: []endpoint.AccessRecord{refused}})
+	r := Check(context.Background(), Input{Jobs: jobs, Store: w.store, Access: []store.AccessRecord{refused}})
 	for _, inv := range r.Invariants {
 		if inv.Name != TruthfulEnd {
 			continue

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 )
 
 // ReadRecord parses a trainer's durable record of the versions it closed:
@@ -46,8 +46,8 @@ func lastOf(f []string) string {
 // ParseAccessLog reads the artifact-access lines of a control-plane log
 // (controller-runtime's zap JSON, one object per line); other lines are
 // skipped.
-func ParseAccessLog(r io.Reader) ([]endpoint.AccessRecord, error) {
-	var out []endpoint.AccessRecord
+func ParseAccessLog(r io.Reader) ([]store.AccessRecord, error) {
+	var out []store.AccessRecord
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
@@ -74,7 +74,7 @@ func ParseAccessLog(r io.Reader) ([]endpoint.AccessRecord, error) {
 		if err := json.Unmarshal(line, &l); err != nil || l.Msg != "artifact access" || !strings.HasSuffix(l.Logger, "artifact-access") {
 			continue
 		}
-		a := endpoint.AccessRecord{RequestID: l.RequestID, Op: l.Op, Method: l.Method, Key: l.Key, Binding: l.Binding, JobID: l.JobID,
+		a := store.AccessRecord{RequestID: l.RequestID, Op: l.Op, Method: l.Method, Key: l.Key, Binding: l.Binding, JobID: l.JobID,
 			Rank: l.Rank, Pod: l.Pod, Status: l.Status, BodyBytes: l.BodyBytes}
 		if l.Outcome != "ok" {
 			a.Code = l.Outcome

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/benchutil"
@@ -297,7 +298,7 @@ func runManifestServerChild() int {
 		}
 	}
 	h := &endpoint.Handler{
-		Backend: backend,
+		Store: store.New(backend, store.Options{}),
 		Authorize: func(_ context.Context, token binding.Token) (endpoint.Job, error) {
 			j, ok := jobs[string(token)]
 			if !ok {

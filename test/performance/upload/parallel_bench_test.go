@@ -27,6 +27,7 @@ import (
 
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -396,7 +397,7 @@ func runServerChild() int {
 			Nodes: 1, Pods: map[int]string{0: benchutil.BenchPodUID}}
 	}
 	h := &endpoint.Handler{
-		Backend: backend,
+		Store: store.New(backend, store.Options{}),
 		Authorize: func(_ context.Context, token binding.Token) (endpoint.Job, error) {
 			if j, ok := jobs[string(token)]; ok {
 				return j, nil
