@@ -33,8 +33,8 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 
 // inject is Inject, and, when it appended the sidecar (not for a declared
 // one), what the sidecar was rendered from: the pod's last init container is
-// renderSidecar(*appended), which the patch encodes from its template
-// (sidecar_json.go).
+// renderSidecar(*appended), which the codec encodes from a template
+// (sidecarInput.container).
 func (i PodInjector) inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) (d Decision, appended *sidecarInput) {
 	name, ok := trainjob.IsTrainerPod(pod)
 	switch {
