@@ -20,8 +20,9 @@ import (
 )
 
 // serveReview POSTs body to ServePodReview with admit and returns the
-// status and the decoded AdmissionReview.
-func serveReview(t *testing.T, admit Admit, contentType string, body []byte) (int, admissionv1.AdmissionReview) {
+// decoded AdmissionReview, which comes with HTTP 200 whatever it answers
+// (as controller-runtime's webhooks answer).
+func serveReview(t *testing.T, admit Admit, contentType string, body []byte) admissionv1.AdmissionReview {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodPost, "/mutate-pod", bytes.NewReader(body))
 	req.Header.Set("Content-Type", contentType)
@@ -34,7 +35,10 @@ func serveReview(t *testing.T, admit Admit, contentType string, body []byte) (in
 	if review.APIVersion != "admission.k8s.io/v1" || review.Kind != "AdmissionReview" || review.Response == nil {
 		t.Fatalf("response %s: want an admission.k8s.io/v1 AdmissionReview with a response", rec.Body.Bytes())
 	}
-	return rec.Code, review
+	if rec.Code != http.StatusOK {
+		t.Errorf("HTTP %d, want 200", rec.Code)
+	}
+	return review
 }
 
 // undecodablePod stands in for the webhook's answer to an object that is
@@ -86,7 +90,7 @@ func TestPodServeHTTPRefusesBadReviews(t *testing.T) {
 		"too large":          {"application/json", bytes.Repeat([]byte(" "), MaxReviewBytes+1), http.StatusRequestEntityTooLarge, "larger than", ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, review := serveReview(t, admit, tc.contentType, tc.body)
+			review := serveReview(t, admit, tc.contentType, tc.body)
 			r := review.Response
 			if r.Allowed || r.Result == nil || r.Result.Code != tc.code || !strings.Contains(r.Result.Message, tc.message) || r.UID != tc.uid {
 				t.Errorf("response %+v (result %+v), want refused with code %d, uid %q and a message containing %q", r, r.Result, tc.code, tc.uid, tc.message)
@@ -97,7 +101,7 @@ func TestPodServeHTTPRefusesBadReviews(t *testing.T) {
 	del := create
 	del.Operation = admissionv1.Delete
 	del.Object = runtime.RawExtension{}
-	_, review := serveReview(t, admit, "application/json", reviewOf(t, del))
+	review := serveReview(t, admit, "application/json", reviewOf(t, del))
 	if r := review.Response; !r.Allowed || r.UID != "u1" || len(r.Patch) != 0 {
 		t.Errorf("DELETE: response %+v, want allowed unchanged with uid u1", r)
 	}
@@ -110,7 +114,7 @@ func TestPodServeHTTPRefusesBadReviews(t *testing.T) {
 func TestServePodReviewAsksAdmit(t *testing.T) {
 	create := admissionv1.AdmissionRequest{UID: "u2", Operation: admissionv1.Create, Namespace: "ml-team", Object: runtime.RawExtension{Raw: []byte(testPod)}}
 	ops := []jsonpatch.JsonPatchOperation{{Operation: "add", Path: "/metadata/annotations/c", Value: "d"}}
-	_, review := serveReview(t, func(_ context.Context, req *admissionv1.AdmissionRequest, pod *corev1.Pod) admission.Response {
+	review := serveReview(t, func(_ context.Context, req *admissionv1.AdmissionRequest, pod *corev1.Pod) admission.Response {
 		if req.UID != "u2" || pod.Name != "train-node-0-0" || pod.Annotations["a"] != "b" || len(pod.Spec.Containers) != 1 {
 			t.Errorf("admit got request %+v and pod %+v", req, pod)
 		}
@@ -131,7 +135,7 @@ func TestServePodReviewAsksAdmit(t *testing.T) {
 		t.Errorf("response %+v, want allowed with uid u2, warning w and patch %s", r, want)
 	}
 
-	_, review = serveReview(t, func(context.Context, *admissionv1.AdmissionRequest, *corev1.Pod) admission.Response {
+	review = serveReview(t, func(context.Context, *admissionv1.AdmissionRequest, *corev1.Pod) admission.Response {
 		panic("boom")
 	}, "application/json", reviewOf(t, create))
 	if r := review.Response; r.Allowed || r.UID != "u2" || r.Result == nil || r.Result.Code != http.StatusInternalServerError {
