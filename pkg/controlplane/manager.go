@@ -15,6 +15,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/tether-dev/tether/pkg/controlplane/internal/tuning"
 	"github.com/tether-dev/tether/pkg/replicalease"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
@@ -48,8 +49,8 @@ func (a *assembly) manager() error {
 				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}},
 					Label: labels.SelectorFromSet(labels.Set{replicalease.Label: "true"})},
 			},
-			// Only what is read from the cache is kept (cachetransform.go).
-			DefaultTransform: cacheTransform(),
+			// Only what is read from the cache is kept.
+			DefaultTransform: tuning.CacheTransform(),
 		},
 		// Controller names must be unique per process; a control plane
 		// restarted in-process (tests) registers the same names again.

@@ -13,5 +13,10 @@
 //
 // The decision logic (TrainJobMutator, PodInjector) is pure: it takes objects
 // and returns the mutated object or a reason, which keeps it golden-testable.
-// The handlers add decoding, the TrainJob lookup, Events and metrics.
+// The handlers add decoding, the TrainJob lookup, Events and metrics. The
+// pod webhook is served on a fast path, internal/codec, which decodes the
+// AdmissionReview and encodes the patch in fewer passes than
+// controller-runtime and asks the webhook one question (PodHandler.admit);
+// Handle is the plain path the golden tests take, and the tests prove both
+// answer alike.
 package mutate

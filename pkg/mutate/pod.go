@@ -33,24 +33,12 @@ func (i PodInjector) Inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) Decisi
 
 // inject is Inject, and, when it appended the sidecar (not for a declared
 // one), what the sidecar was rendered from: the pod's last init container is
-// renderSidecar(*appended), which the patch encodes from its template
-// (sidecar_json.go).
+// renderSidecar(*appended), which the codec encodes from a template
+// (sidecarInput.container).
 func (i PodInjector) inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) (d Decision, appended *sidecarInput) {
-	name, ok := trainjob.IsTrainerPod(pod)
-	switch {
-	case !ok:
-		return skipped(SkipNotTrainerPod, "not a pod of a JobSet's trainer replicated job"), nil
-	case trainJob == nil || trainJob.Name != name:
-		return skipped(SkipNoTrainJob, fmt.Sprintf("no TrainJob named %q", name)), nil
-	case !jobconfig.IsBound(trainJob.Labels):
-		return skipped(SkipNotBound, "TrainJob is not labeled "+jobconfig.BindLabel+"="+jobconfig.BindValue), nil
-	}
-
-	jobID, workerID := trainJob.Annotations[jobconfig.JobIDAnnotation], trainJob.Annotations[jobconfig.WorkerIDAnnotation]
-	if jobID == "" || workerID == "" {
-		return denied(DenyMissingIdentity, fmt.Sprintf("TrainJob %s is labeled %s=%s but has no %s or %s annotation: "+
-			"it was bound while Tether's TrainJob webhook was not called; remove and re-add the label to stamp it, then recreate the pods",
-			name, jobconfig.BindLabel, jobconfig.BindValue, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation)), nil
+	job, d, ok := boundJob(pod, trainJob)
+	if !ok {
+		return d, nil
 	}
 	// Already injected means proven (sidecar_proof.go), not announced: an
 	// annotation copied from a dumped pod or set in a runtime template, over
@@ -59,112 +47,186 @@ func (i PodInjector) inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) (d Dec
 	var stale error
 	_, hasStatus := pod.Annotations[jobconfig.PodStatusAnnotation]
 	if hasStatus {
-		stale = trainjob.CheckInjected(pod, jobID, workerID)
+		stale = trainjob.CheckInjected(pod, job.jobID, job.workerID)
 	}
+	if d, ok := checkPod(pod, trainJob, &job); !ok {
+		return d, nil
+	}
+	if hasStatus && stale == nil {
+		if stale = i.proveInjected(pod, job.trainer, job.settings, job.name, job.jobID, job.workerID, strconv.Itoa(job.rank)); stale == nil {
+			return skipped(SkipAlreadyInjected, "pod already carries the sidecar Tether injects for this job"), nil
+		}
+	}
+	declared, d, ok := declaration(pod, job.name, stale)
+	if !ok {
+		return d, nil
+	}
+	resources, d, ok := i.sidecarResources(pod, declared, &job)
+	if !ok {
+		return d, nil
+	}
+	artifacts, d, ok := planArtifacts(pod, job.trainer, job.settings.ArtifactPath)
+	if !ok {
+		return d, nil
+	}
+
+	in := i.sidecarInput(pod, &job, artifacts, resources)
+	sidecar := renderSidecar(*in)
+	if declared < 0 {
+		appended = in
+	} else {
+		var err error
+		if sidecar, err = completeDeclared(pod.Spec.InitContainers[declared], sidecar); err != nil {
+			return denied(DenySidecarDeclaration, fmt.Sprintf("TrainJob %s's runtime: %v", job.name, err)), nil
+		}
+	}
+	applyInjection(pod, &job, artifacts, declared, sidecar)
+	return injected(injectionWarnings(pod, stale)), appended
+}
+
+// podJob is what inject knows of the pod's bound job and of the pod.
+type podJob struct {
+	name, jobID, workerID string
+	settings              jobconfig.Settings
+	rank                  int
+	trainer               *corev1.Container
+}
+
+// boundJob returns the pod's job (name and identity) when the pod is a
+// trainer pod of a bound TrainJob that carries the identity Tether stamps;
+// else the decision.
+func boundJob(pod *corev1.Pod, trainJob *metav1.ObjectMeta) (podJob, Decision, bool) {
+	name, ok := trainjob.IsTrainerPod(pod)
+	switch {
+	case !ok:
+		return podJob{}, skipped(SkipNotTrainerPod, "not a pod of a JobSet's trainer replicated job"), false
+	case trainJob == nil || trainJob.Name != name:
+		return podJob{}, skipped(SkipNoTrainJob, fmt.Sprintf("no TrainJob named %q", name)), false
+	case !jobconfig.IsBound(trainJob.Labels):
+		return podJob{}, skipped(SkipNotBound, "TrainJob is not labeled "+jobconfig.BindLabel+"="+jobconfig.BindValue), false
+	}
+	jobID, workerID := trainJob.Annotations[jobconfig.JobIDAnnotation], trainJob.Annotations[jobconfig.WorkerIDAnnotation]
+	if jobID == "" || workerID == "" {
+		return podJob{}, denied(DenyMissingIdentity, fmt.Sprintf("TrainJob %s is labeled %s=%s but has no %s or %s annotation: "+
+			"it was bound while Tether's TrainJob webhook was not called; remove and re-add the label to stamp it, then recreate the pods",
+			name, jobconfig.BindLabel, jobconfig.BindValue, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation)), false
+	}
+	return podJob{name: name, jobID: jobID, workerID: workerID}, Decision{}, true
+}
+
+// checkPod reads the job's settings and the pod's node rank and trainer
+// container into job, and returns the decision when the pod is not one
+// the sidecar can be injected into: a node the job does not bind, or a pod
+// without the trainer container or a ServiceAccount.
+func checkPod(pod *corev1.Pod, trainJob *metav1.ObjectMeta, job *podJob) (Decision, bool) {
+	name := job.name
 	settings, err := jobSettings(trainJob)
 	if err != nil {
-		return denied(DenyInvalidSettings, fmt.Sprintf("TrainJob %s: %v", name, err)), nil
+		return denied(DenyInvalidSettings, fmt.Sprintf("TrainJob %s: %v", name, err)), false
 	}
 	rank, err := trainjob.Rank(pod)
 	switch {
 	case err == nil && rank > 0 && settings.Nodes == jobconfig.NodesPrimary:
-		return skipped(SkipNotPrimaryNode, fmt.Sprintf("node %d: TrainJob %s binds node 0 only (%s=%s)", rank, name, jobconfig.NodesAnnotation, jobconfig.NodesPrimary)), nil
+		return skipped(SkipNotPrimaryNode, fmt.Sprintf("node %d: TrainJob %s binds node 0 only (%s=%s)", rank, name, jobconfig.NodesAnnotation, jobconfig.NodesPrimary)), false
 	case err != nil:
-		return denied(DenyNodeRank, fmt.Sprintf("%v; set annotation %s=%s on TrainJob %s to bind node 0 only", err, jobconfig.NodesAnnotation, jobconfig.NodesPrimary, name)), nil
+		return denied(DenyNodeRank, fmt.Sprintf("%v; set annotation %s=%s on TrainJob %s to bind node 0 only", err, jobconfig.NodesAnnotation, jobconfig.NodesPrimary, name)), false
 	case rank >= binding.MaxBoundNodes:
 		return denied(DenyNodeRank, fmt.Sprintf("pod is node %d; Tether binds at most %d nodes of a job: set annotation %s=%s on TrainJob %s to bind node 0 only",
-			rank, binding.MaxBoundNodes, jobconfig.NodesAnnotation, jobconfig.NodesPrimary, name)), nil
+			rank, binding.MaxBoundNodes, jobconfig.NodesAnnotation, jobconfig.NodesPrimary, name)), false
 	}
 	trainer := findContainer(pod.Spec.Containers, settings.TrainerContainer)
 	if trainer == nil {
 		return denied(DenyNoTrainerContainer, fmt.Sprintf("pod has no container %q to bind (containers: %s); "+
 			"set annotation %s on TrainJob %s to the trainer's container name",
-			settings.TrainerContainer, containerNames(pod.Spec.Containers), jobconfig.TrainerContainerAnnotation, name)), nil
+			settings.TrainerContainer, containerNames(pod.Spec.Containers), jobconfig.TrainerContainerAnnotation, name)), false
 	}
 	if pod.Spec.ServiceAccountName == "" {
-		return denied(DenyNoServiceAccount, serviceAccountRefusal), nil
+		return denied(DenyNoServiceAccount, serviceAccountRefusal), false
 	}
-	if hasStatus && stale == nil {
-		if stale = i.proveInjected(pod, trainer, settings, name, jobID, workerID, strconv.Itoa(rank)); stale == nil {
-			return skipped(SkipAlreadyInjected, "pod already carries the sidecar Tether injects for this job"), nil
-		}
-	}
-	// A runtime that declares the sidecar (Kueue mode) gets it completed in
-	// place. A malformed declaration under a stale status annotation is most
-	// likely a template copied from an injected pod: nameConflicts says so.
+	job.settings, job.rank, job.trainer = settings, rank, trainer
+	return Decision{}, true
+}
+
+// declaration returns the index of the init container that declares the
+// sidecar (Kueue mode; -1: none), which inject completes in place, or the
+// decision when the declaration is malformed or the pod already uses a
+// name the webhook adds. A malformed declaration under a stale status
+// annotation is most likely a template copied from an injected pod:
+// nameConflicts says so.
+func declaration(pod *corev1.Pod, name string, stale error) (int, Decision, bool) {
 	declared := declaredSidecar(pod)
 	if declared >= 0 {
 		if err := checkDeclaration(&pod.Spec.InitContainers[declared]); err != nil {
 			if stale == nil {
-				return denied(DenySidecarDeclaration, fmt.Sprintf("TrainJob %s's runtime: %v", name, err)), nil
+				return -1, denied(DenySidecarDeclaration, fmt.Sprintf("TrainJob %s's runtime: %v", name, err)), false
 			}
 			declared = -1
 		}
 	}
 	if d, conflict := nameConflicts(pod, declared, stale); conflict {
-		return d, nil
+		return -1, d, false
 	}
+	return declared, Decision{}, true
+}
 
-	var resources corev1.ResourceRequirements
+// sidecarResources returns the sidecar's requests and limits: those of its
+// declaration (declared >= 0) or the control plane's with the job's laid
+// over them; else the decision.
+func (i PodInjector) sidecarResources(pod *corev1.Pod, declared int, job *podJob) (corev1.ResourceRequirements, Decision, bool) {
+	name, settings := job.name, job.settings
 	if declared >= 0 {
 		// The declaration's resources are what Kueue counted: kept exactly,
 		// whatever the control plane's defaults; the job's annotations may
 		// only repeat them.
-		resources = *pod.Spec.InitContainers[declared].Resources.DeepCopy()
+		resources := *pod.Spec.InitContainers[declared].Resources.DeepCopy()
 		if err := reconcileResources(resources, settings.SidecarRequests, settings.SidecarLimits); err != nil {
-			return denied(DenySidecarResources, fmt.Sprintf("TrainJob %s: its runtime declares the sidecar's resources (Kueue mode), which are what Kueue counted "+
+			return corev1.ResourceRequirements{}, denied(DenySidecarResources, fmt.Sprintf("TrainJob %s: its runtime declares the sidecar's resources (Kueue mode), which are what Kueue counted "+
 				"and what the sidecar gets, and its annotations contradict them: %v; remove %s/%s from the TrainJob, or change the declaration in the runtime",
-				name, err, jobconfig.SidecarRequestsAnnotation, jobconfig.SidecarLimitsAnnotation)), nil
+				name, err, jobconfig.SidecarRequestsAnnotation, jobconfig.SidecarLimitsAnnotation)), false
 		}
-	} else {
-		// Per-job requests and limits lay over the control plane's, resource
-		// by resource; a namespace ResourceQuota sees them, Kueue does not
-		// (docs/platform.md#kueue).
-		var err error
-		resources, err = MergeResources(i.Sidecar.Resources, settings.SidecarRequests, settings.SidecarLimits)
-		if err != nil {
-			return denied(DenyInvalidSettings, fmt.Sprintf("TrainJob %s: sidecar resources from %s/%s over the control plane's defaults: %v; "+
-				"set both annotations so that each request is at most its limit", name, jobconfig.SidecarRequestsAnnotation, jobconfig.SidecarLimitsAnnotation, err)), nil
-		}
+		return resources, Decision{}, true
 	}
-	artifacts, d, ok := planArtifacts(pod, trainer, settings.ArtifactPath)
-	if !ok {
-		return d, nil
+	// Per-job requests and limits lay over the control plane's, resource
+	// by resource; a namespace ResourceQuota sees them, Kueue does not
+	// (docs/platform.md#kueue).
+	resources, err := MergeResources(i.Sidecar.Resources, settings.SidecarRequests, settings.SidecarLimits)
+	if err != nil {
+		return corev1.ResourceRequirements{}, denied(DenyInvalidSettings, fmt.Sprintf("TrainJob %s: sidecar resources from %s/%s over the control plane's defaults: %v; "+
+			"set both annotations so that each request is at most its limit", name, jobconfig.SidecarRequestsAnnotation, jobconfig.SidecarLimitsAnnotation, err)), false
 	}
+	return resources, Decision{}, true
+}
 
+// sidecarInput is what the pod's sidecar is rendered from.
+func (i PodInjector) sidecarInput(pod *corev1.Pod, job *podJob, artifacts artifactPlan, resources corev1.ResourceRequirements) *sidecarInput {
 	image := i.Sidecar.Image
-	if settings.SidecarImage != "" {
-		image = settings.SidecarImage
+	if job.settings.SidecarImage != "" {
+		image = job.settings.SidecarImage
 	}
-	in := &sidecarInput{
-		image: image, serverURL: i.Sidecar.ServerURL, trainJob: name, jobID: jobID, workerID: workerID, nodeRank: strconv.Itoa(rank),
-		heartbeat:     settings.HeartbeatInterval.String(),
+	return &sidecarInput{
+		image: image, serverURL: i.Sidecar.ServerURL, trainJob: job.name, jobID: job.jobID, workerID: job.workerID, nodeRank: strconv.Itoa(job.rank),
+		heartbeat:     job.settings.HeartbeatInterval.String(),
 		flushBudget:   flushBudget(pod).String(),
-		include:       strings.Join(settings.Include, ","),
-		exclude:       strings.Join(settings.Exclude, ","),
+		include:       strings.Join(job.settings.Include, ","),
+		exclude:       strings.Join(job.settings.Exclude, ","),
 		artifactMount: artifacts.mount,
 		nestedMounts:  artifacts.nested,
 		resources:     resources,
 	}
-	sidecar := renderSidecar(*in)
-	if declared < 0 {
-		appended = in
-	} else {
-		if sidecar, err = completeDeclared(pod.Spec.InitContainers[declared], sidecar); err != nil {
-			return denied(DenySidecarDeclaration, fmt.Sprintf("TrainJob %s's runtime: %v", name, err)), nil
-		}
-	}
+}
 
-	// From here on pod only grows, but for a declared sidecar, which is
-	// completed in place: the handler's JSON patch (injectionPatch) adds
-	// exactly what is appended here, and turns the declaration into the
-	// completed sidecar with the same resources.
+// applyInjection changes pod as the injection does. From here on pod only
+// grows, but for a declared sidecar (declared >= 0), which is completed in
+// place: the handler's JSON patch (injectionPatch) adds exactly what is
+// appended here, and turns the declaration into the completed sidecar with
+// the same resources.
+func applyInjection(pod *corev1.Pod, job *podJob, artifacts artifactPlan, declared int, sidecar corev1.Container) {
 	if !artifacts.reused {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: ArtifactVolumeName,
 			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-		trainer.VolumeMounts = append(trainer.VolumeMounts, corev1.VolumeMount{Name: ArtifactVolumeName, MountPath: settings.ArtifactPath})
+		job.trainer.VolumeMounts = append(job.trainer.VolumeMounts, corev1.VolumeMount{Name: ArtifactVolumeName, MountPath: job.settings.ArtifactPath})
 	}
-	pod.Spec.Volumes = append(pod.Spec.Volumes, tokenVolume(name), podTokenVolume())
+	pod.Spec.Volumes = append(pod.Spec.Volumes, tokenVolume(job.name), podTokenVolume())
 	if declared >= 0 {
 		pod.Spec.InitContainers[declared] = sidecar
 	} else {
@@ -174,10 +236,15 @@ func (i PodInjector) inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) (d Dec
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[jobconfig.PodStatusAnnotation] = trainjob.InjectionStatus{
-		Version: trainjob.InjectionStatusVersion, JobID: jobID, WorkerID: workerID, Sidecar: SidecarName,
+		Version: trainjob.InjectionStatusVersion, JobID: job.jobID, WorkerID: job.workerID, Sidecar: SidecarName,
 		ArtifactVolume: artifacts.mount.Name, Reused: artifacts.reused, Declared: declared >= 0,
 	}.String()
+}
 
+// injectionWarnings are the injected pod's warnings for the API client: a
+// status annotation that was replaced (stale is why), and a host-network
+// pod whose sidecar cannot resolve cluster Service names.
+func injectionWarnings(pod *corev1.Pod, stale error) []string {
 	var warnings []string
 	if stale != nil {
 		warnings = append(warnings, fmt.Sprintf("replaced annotation %s, which was not this job's injection (%v): "+
@@ -187,7 +254,7 @@ func (i PodInjector) inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) (d Dec
 		warnings = append(warnings, fmt.Sprintf("pod uses hostNetwork with dnsPolicy %q: the sidecar cannot resolve "+
 			"cluster Service names unless dnsPolicy is ClusterFirstWithHostNet", dnsPolicyOrDefault(pod.Spec.DNSPolicy)))
 	}
-	return injected(warnings), appended
+	return warnings
 }
 
 // artifactPlan is how the sidecar sees the trainer's artifact directory.

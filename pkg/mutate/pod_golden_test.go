@@ -51,7 +51,8 @@ var podCases = map[string]podExpectation{
 	"long-grace-period":          {reason: ReasonInjected},
 	"already-injected":           {reason: SkipAlreadyInjected},
 	"already-injected-defaulted": {reason: SkipAlreadyInjected},
-	// Issue 24 §1.2: a pod that merely looks injected.
+	// A pod that merely looks injected (names and annotation a user can
+	// write, over a sidecar Tether did not render).
 	"fake-sidecar-sleep":                {reason: DenyStaleInjection},
 	"fake-sidecar-other-image":          {reason: DenyStaleInjection},
 	"fake-sidecar-other-token-secret":   {reason: DenyStaleInjection},

@@ -1,7 +1,6 @@
 package mutate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/mutate/internal/codec"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -55,9 +55,10 @@ type PodHandler struct {
 
 var _ admission.Handler = (*PodHandler)(nil)
 
-// Handle implements admission.Handler. The control plane serves the pod
-// webhook with ServeHTTP (pod_review.go), which decodes the review and its pod
-// in one pass and then admits exactly as Handle does.
+// Handle implements admission.Handler: the plain path, through
+// controller-runtime's decoding, which the golden tests take. The control
+// plane serves the pod webhook with ServeHTTP, the same admission on the
+// codec's fast path.
 func (h *PodHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create {
 		return admission.Allowed("")
@@ -67,6 +68,13 @@ func (h *PodHandler) Handle(ctx context.Context, req admission.Request) admissio
 		return undecodablePod(err)
 	}
 	return h.admit(ctx, &req.AdmissionRequest, &pod)
+}
+
+// ServeHTTP serves the pod webhook's AdmissionReviews on the codec's fast
+// path (codec.ServePodReview), which decodes the review and its pod in one
+// pass and then admits exactly as Handle does.
+func (h *PodHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	codec.ServePodReview(w, r, h.admit, undecodablePod)
 }
 
 // undecodablePod answers a CREATE whose object is not a pod.
@@ -110,7 +118,11 @@ func (h *PodHandler) admit(ctx context.Context, req *admissionv1.AdmissionReques
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	resp, err := patchedResponse(ops, appended)
+	var sidecar *codec.Container // nil: json.Marshal encodes it
+	if c, ok := appended.container(); ok {
+		sidecar = &c
+	}
+	resp, err := codec.Patched(ops, sidecar)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding the patch: %w", err))
 	}
@@ -120,11 +132,11 @@ func (h *PodHandler) admit(ctx context.Context, req *admissionv1.AdmissionReques
 
 // podSnapshot is what injectionPatch needs of the pod before Inject: the
 // lengths of what Inject appends to, the annotations, and the whole pod in
-// its protobuf encoding (deterministic: map keys sorted) to prove that
-// nothing else changed. Encoding it costs a fraction of the deep copy and
-// reflective comparison it replaces (profiled in bench/admission).
+// its protobuf encoding to prove that nothing else changed. Encoding it
+// costs a fraction of the deep copy and reflective comparison it replaces
+// (profiled in test/performance/admission).
 type podSnapshot struct {
-	encoded        []byte
+	encoded        codec.PodEncoding
 	initContainers int
 	volumes        int
 	mounts         []int // per container
@@ -136,8 +148,12 @@ type podSnapshot struct {
 	declaredSidecar *corev1.Container
 }
 
+// release gives the snapshot's encoding back to the codec's pool; s is not
+// used after.
+func (s *podSnapshot) release() { s.encoded.Release() }
+
 func snapshotPod(pod *corev1.Pod) (podSnapshot, error) {
-	encoded, err := encodePod(pod)
+	encoded, err := codec.EncodePod(pod)
 	if err != nil {
 		return podSnapshot{}, fmt.Errorf("encoding the pod before injection: %w", err)
 	}
@@ -224,15 +240,9 @@ func injectionPatch(before podSnapshot, after *corev1.Pod) ([]jsonpatch.JsonPatc
 	if len(after.Annotations)-len(added) != len(before.annotations) {
 		return nil, errors.New("injection removed annotations")
 	}
-	// Sizes that differ need no encoding to tell.
-	same := rest.Size() == len(before.encoded)
-	if same {
-		encoded, err := encodePod(&rest)
-		if err != nil {
-			return nil, fmt.Errorf("encoding the injected pod: %w", err)
-		}
-		same = bytes.Equal(before.encoded, encoded)
-		releasePodEncoding(encoded)
+	same, err := before.encoded.Encodes(&rest)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the injected pod: %w", err)
 	}
 	if !same {
 		return nil, errors.New("injection changed the pod beyond appending to its init containers, volumes, volume mounts and annotations " +

@@ -17,14 +17,15 @@ import (
 	"github.com/tether-dev/tether/test/framework/benchutil"
 )
 
-// BenchmarkPodReview is the in-process part of bench/admission's ratio: what
-// PodHandler.ServeHTTP costs per admission of a bound job's trainer pod
+// BenchmarkPodReview is the in-process part of test/performance/admission's
+// ratio: what PodHandler.ServeHTTP (the codec's fast path and the
+// injection) costs per admission of a bound job's trainer pod
 // (injected-default) against the bare floor's handler (benchutil.BareFloor,
-// bench/admission's too: decode the AdmissionReview and its pod with
-// encoding/json, answer allowed with no patch), both served here without TLS
-// or HTTP/2 and measured in the same loop, interleaved. Allocations are what
-// drives the GC work bench/admission sees at 1,000 rps; unlike time they are
-// the same on a loaded machine.
+// test/performance/admission's too: decode the AdmissionReview and its pod
+// with encoding/json, answer allowed with no patch), both served here
+// without TLS or HTTP/2 and measured in the same loop, interleaved.
+// Allocations are what drives the GC work test/performance/admission sees at
+// 1,000 rps; unlike time they are the same on a loaded machine.
 //
 // Reported: serve-cpu-ns/admission, bare-floor-cpu-ns/admission,
 // x-bare-floor-cpu (their ratio), serve-allocs/admission, bare-floor-allocs/admission,

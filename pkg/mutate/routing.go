@@ -77,9 +77,9 @@ func routeTrainJob(shape TrainerShape, obj, old *trainJobRouting, bound bool) ([
 // other than Tether's that sets RouteLabel to anything but RouteValue:
 // Trainer merges the patches' JobSet labels in list order (v2.3.0
 // newRuntimeInfo), so such an entry after Tether's unlabels the JobSet and
-// its pods never reach the pod webhook (issue 24); one on the trainer pod
-// template is refused too, for the same intent, though the JobSet webhook
-// would put the label back. Where it is does not matter: the label is Tether's alone.
+// its pods never reach the pod webhook and run without the sidecar; one on
+// the trainer pod template is refused too, for the same intent, though the
+// JobSet webhook would put the label back. Where it is does not matter: the label is Tether's alone.
 // A conflict old already had (stored before this check existed) is not
 // refused again, so that the object's other updates and its deletion go on;
 // its pods are reported as PodsNotInjected.

@@ -88,7 +88,8 @@ func TestJobSetRouting(t *testing.T) {
 		{name: "create bound, template metadata without labels", obj: jobSet(t, bound, false, "{annotations: {a: b}}"), wantRoute: true},
 		{name: "create bound, template labels", obj: jobSet(t, bound, true, "{labels: {x: z}}"), wantRoute: true},
 		{name: "create unbound", obj: jobSet(t, unbound, false, "")},
-		// Issue 24's second line: whatever a runtime (or a patch, or a v2.1
+		// The second line of defence behind refusing conflicting runtime
+		// patches: whatever a runtime (or a patch, or a v2.1
 		// podTemplateOverride) put on the trainer pod template, a routed
 		// JobSet's trainer pods carry the label.
 		{name: "create bound, template label false", obj: jobSet(t, bound, false, `{labels: {tether.dev/bind: "false"}}`), wantRoute: true},

@@ -1,6 +1,7 @@
 package mutate
 
 import (
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -8,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/mutate/internal/codec"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -77,6 +79,63 @@ type sidecarInput struct {
 	// nestedMounts are mounted after artifactMount, below SidecarArtifactDir.
 	nestedMounts []corev1.VolumeMount
 	resources    corev1.ResourceRequirements
+}
+
+// stringFields appends to dst a pointer to every string of in that
+// renderSidecar writes into the container as it is; the order is the
+// codec's Container.Fields.
+func (in *sidecarInput) stringFields(dst []*string) []*string {
+	dst = append(dst, &in.image, &in.serverURL, &in.trainJob, &in.jobID, &in.workerID, &in.nodeRank, &in.heartbeat, &in.flushBudget,
+		&in.include, &in.exclude, &in.artifactMount.Name, &in.artifactMount.SubPath)
+	for k := range in.nestedMounts {
+		m := &in.nestedMounts[k]
+		dst = append(dst, &m.Name, &m.SubPath, &m.MountPath)
+	}
+	return dst
+}
+
+// templated says whether in is of the form planArtifacts and Inject give
+// (mounts with no subPathExpr, propagation or recursive read-only setting;
+// nested mounts read-only): then renderSidecar(*in) is a function of its
+// strings and resources alone, which the codec encodes from a template.
+func (in *sidecarInput) templated() bool {
+	a := in.artifactMount
+	if a.SubPathExpr != "" || a.RecursiveReadOnly != nil {
+		return false
+	}
+	for _, m := range in.nestedMounts {
+		if m.SubPathExpr != "" || m.MountPropagation != nil || m.RecursiveReadOnly != nil || !m.ReadOnly {
+			return false
+		}
+	}
+	return true
+}
+
+// container is the sidecar rendered from in as the codec encodes it from a
+// template; false (json.Marshal) when in is nil or not templated.
+func (in *sidecarInput) container() (codec.Container, bool) {
+	if in == nil || !in.templated() {
+		return codec.Container{}, false
+	}
+	var buf [24]*string // room for 4 nested mounts
+	ptrs := in.stringFields(buf[:0])
+	fields := make([]string, len(ptrs))
+	for k, p := range ptrs {
+		fields[k] = *p
+	}
+	return codec.Container{Name: SidecarName, Fields: fields, Resources: in.resources, Renderer: in}, true
+}
+
+// Render is renderSidecar of in with fields for its strings and resources
+// for its resources: the codec's Renderer.
+func (in *sidecarInput) Render(fields []string, resources corev1.ResourceRequirements) corev1.Container {
+	probe := *in
+	probe.nestedMounts = slices.Clone(in.nestedMounts)
+	for k, f := range probe.stringFields(nil) {
+		*f = fields[k]
+	}
+	probe.resources = resources
+	return renderSidecar(probe)
 }
 
 func renderSidecar(in sidecarInput) corev1.Container {

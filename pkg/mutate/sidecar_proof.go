@@ -16,9 +16,10 @@ import (
 )
 
 // An injection is proven from what Tether itself renders, never from names
-// and annotations a user can write (issue 24 §1.2): a pod that carries the
-// status annotation counts as injected only when its sidecar, token volume
-// and annotation are what the webhook would make of it now for this job.
+// and annotations a user can write (a runtime template can copy both from
+// an injected pod, or make them up): a pod that carries the status
+// annotation counts as injected only when its sidecar, token volume and
+// annotation are what the webhook would make of it now for this job.
 // A pod Tether injected passes (a reinvocation is then a no-op); one that
 // merely looks injected does not, and is re-injected (a declaration under a
 // copied annotation) or refused, the Event naming what differs. Something

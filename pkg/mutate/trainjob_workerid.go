@@ -12,13 +12,14 @@ import (
 
 // A worker id is Tether's, never the user's: a runtime author who knew a
 // job's worker id in advance could bake a sidecar-looking container into a
-// pod template (issue 24). The webhook cannot tell its own stamp, seen again
-// when the API server re-invokes it at the same CREATE (reinvocationPolicy
-// IfNeeded, after Kueue's webhook), from a value the user wrote, except by
-// what the value carries: <nonce>-<mac>, the MAC keyed with the control
-// plane's secret (Key) over the namespace, the job id and the nonce. So a
-// preset is refused, and a value copied from another TrainJob verifies only
-// for the same namespace and job id (the same job, resubmitted).
+// pod template, and pass for Tether's. The webhook cannot tell its own
+// stamp, seen again when the API server re-invokes it at the same CREATE
+// (reinvocationPolicy IfNeeded, after Kueue's webhook), from a value the
+// user wrote, except by what the value carries: <nonce>-<mac>, the MAC keyed
+// with the control plane's secret (Key) over the namespace, the job id and
+// the nonce. So a preset is refused, and a value copied from another
+// TrainJob verifies only for the same namespace and job id (the same job,
+// resubmitted).
 
 const (
 	workerNonceLen = 16 // hex

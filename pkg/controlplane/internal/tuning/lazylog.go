@@ -1,13 +1,13 @@
-package controlplane
+package tuning
 
 import "github.com/go-logr/logr"
 
 // LazyValues returns l with values kept until a line is written: zap's
 // WithValues encodes them at once, and controller-runtime adds five per
 // reconcile (controller, kind, namespace, name, reconcileID) to a logger
-// that writes nothing for almost every reconcile (test/performance/controller: 5 % of
-// the control plane's CPU in a burst of bindings). A line carries them as
-// before, ahead of its own.
+// that writes nothing for almost every reconcile (test/performance/controller:
+// 5 % of the control plane's CPU in a burst of bindings). A line carries them
+// as before, ahead of its own.
 func LazyValues(l logr.Logger) logr.Logger {
 	s := l.GetSink()
 	if s == nil {

@@ -1,4 +1,4 @@
-package mutate
+package codec
 
 import (
 	"sync"
@@ -13,10 +13,10 @@ import (
 // Not through JsonPatchOperation.MarshalJSON: encoding/json re-scans and
 // compacts whatever a MarshalJSON returns, which cost each operation's value
 // a second pass, more than half of the pod webhook's own CPU per admission
-// (BenchmarkPodReview). appended, when not nil, is what the sidecar that ops
-// add to the init containers was rendered from (PodInjector.inject): its
-// JSON comes from its template (sidecar_json.go).
-func encodePatch(ops []jsonpatch.JsonPatchOperation, appended *sidecarInput) ([]byte, error) {
+// (pkg/mutate's BenchmarkPodReview). appended, when not nil, is the
+// container ops add to the init containers: its JSON comes from its
+// template (container.go).
+func encodePatch(ops []jsonpatch.JsonPatchOperation, appended *Container) ([]byte, error) {
 	if ops == nil {
 		return []byte("null"), nil
 	}
@@ -47,29 +47,30 @@ func encodePatch(ops []jsonpatch.JsonPatchOperation, appended *sidecarInput) ([]
 }
 
 // appendPatchValue appends json.Marshal(op.Value).
-func appendPatchValue(dst []byte, op jsonpatch.JsonPatchOperation, appended *sidecarInput) ([]byte, error) {
+func appendPatchValue(dst []byte, op jsonpatch.JsonPatchOperation, appended *Container) ([]byte, error) {
 	switch v := op.Value.(type) {
 	case string:
 		return appendJSONString(dst, v), nil
 	case corev1.Container:
 		// One init container appended after the pod's own: only the
-		// sidecar is (a pod with another init container of its name is
-		// denied, a declared one is completed in place, appended nil).
-		if appended != nil && op.Operation == "add" && op.Path == "/spec/initContainers/-" && v.Name == SidecarName {
-			return appendSidecarJSON(dst, appended)
+		// appended one is of its name (the webhook denies a pod with
+		// another, and passes no appended container when it completes a
+		// declared one in place).
+		if appended != nil && op.Operation == "add" && op.Path == "/spec/initContainers/-" && v.Name == appended.Name {
+			return appended.appendJSON(dst)
 		}
 	case []corev1.Container:
-		// The init containers of a pod that had none: the sidecar alone.
-		if appended != nil && op.Operation == "add" && op.Path == "/spec/initContainers" && len(v) == 1 && v[0].Name == SidecarName {
-			dst, err := appendSidecarJSON(append(dst, '['), appended)
+		// The init containers of a pod that had none: the appended one alone.
+		if appended != nil && op.Operation == "add" && op.Path == "/spec/initContainers" && len(v) == 1 && v[0].Name == appended.Name {
+			dst, err := appended.appendJSON(append(dst, '['))
 			return append(dst, ']'), err
 		}
 	}
 	return appendMarshal(dst, op.Value)
 }
 
-// patchBuffers recycles the patch buffers of ServeHTTP, which gives each
-// back once the review with the patch is written (releasePatch).
+// patchBuffers recycles the patch buffers of ServePodReview, which gives
+// each back once the review with the patch is written (releasePatch).
 var patchBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // maxPooledPatch bounds the patch buffers kept.
@@ -93,9 +94,11 @@ func releasePatch(patch []byte) {
 	patchBuffers.Put(&patch)
 }
 
-// patchedResponse allows with the encoded JSON patch ops, as
-// admission.Patched and Response.Complete would, without the second pass.
-func patchedResponse(ops []jsonpatch.JsonPatchOperation, appended *sidecarInput) (admission.Response, error) {
+// Patched allows with the encoded JSON patch ops, as admission.Patched and
+// Response.Complete would, without the second pass. appended, when not nil,
+// is the container ops append to the init containers, which is encoded
+// from its template.
+func Patched(ops []jsonpatch.JsonPatchOperation, appended *Container) (admission.Response, error) {
 	resp := admission.Allowed("")
 	if len(ops) == 0 {
 		return resp, nil

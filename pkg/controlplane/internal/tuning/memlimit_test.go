@@ -1,4 +1,4 @@
-package controlplane
+package tuning
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	// Linked as the control plane links it: its init registers the Go
+	// collector, go_gc_gomemlimit_bytes with it, with ctrlmetrics.Registry.
+	_ "sigs.k8s.io/controller-runtime/pkg/controller"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 

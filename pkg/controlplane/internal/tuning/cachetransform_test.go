@@ -1,4 +1,4 @@
-package controlplane
+package tuning
 
 import (
 	"reflect"
@@ -22,7 +22,7 @@ func TestCacheTransformKeepsWhatIsReadOfATrainJob(t *testing.T) {
 		"spec":   map[string]any{"trainer": map[string]any{"image": "x", "command": []any{"python"}}},
 		"status": map[string]any{"conditions": conds, "jobsStatus": []any{map[string]any{"name": "node"}}, "trainerStatus": map[string]any{"progressPercentage": int64(5)}},
 	}}
-	out, err := cacheTransform()(tj)
+	out, err := CacheTransform()(tj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestCacheTransformKeepsWhatIsReadOfATrainJob(t *testing.T) {
 	if c := trainjob.Conditions(got); len(c) != 1 || c[0].Type != trainjob.ConditionSuspended || c[0].Status != metav1.ConditionTrue {
 		t.Errorf("conditions read from the trimmed TrainJob: %+v", c)
 	}
-	again, err := cacheTransform()(got)
+	again, err := CacheTransform()(got)
 	if err != nil || !reflect.DeepEqual(again.(*unstructured.Unstructured).Object, want) {
 		t.Errorf("transform not idempotent: %v, %v", again, err)
 	}
@@ -49,7 +49,7 @@ func TestCacheTransformLeavesOtherUnstructuredWhole(t *testing.T) {
 	js := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
 		"metadata": map[string]any{"name": "j", "annotations": map[string]any{corev1.LastAppliedConfigAnnotation: "{}"}},
 		"spec":     map[string]any{"replicatedJobs": []any{}}}}
-	out, err := cacheTransform()(js.DeepCopy())
+	out, err := CacheTransform()(js.DeepCopy())
 	if err != nil || !reflect.DeepEqual(out.(*unstructured.Unstructured).Object, js.Object) {
 		t.Errorf("a JobSet was changed: %v, %v", out, err)
 	}
@@ -59,7 +59,7 @@ func TestCacheTransformTrimsMetadataOnlyObjects(t *testing.T) {
 	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "j",
 		Annotations:   map[string]string{"tether.dev/job-id": "id", corev1.LastAppliedConfigAnnotation: "{}"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
-	out, err := cacheTransform()(m)
+	out, err := CacheTransform()(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestCacheTransformTrimsMetadataOnlyObjects(t *testing.T) {
 		t.Errorf("managedFields %v, annotations %v", got.ManagedFields, got.Annotations)
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}}}
-	if out, _ := cacheTransform()(pod); out.(*corev1.Pod).ManagedFields != nil {
+	if out, _ := CacheTransform()(pod); out.(*corev1.Pod).ManagedFields != nil {
 		t.Error("a pod's managedFields were kept")
 	}
 }

@@ -1,7 +1,8 @@
-package mutate
+package codec
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,16 +38,24 @@ type podRequest struct {
 
 var reviewBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// ServeHTTP serves the pod webhook: the AdmissionReview kube-apiserver POSTs
-// (admission.k8s.io/v1, the webhook configuration's only
-// admissionReviewVersions) in, the AdmissionReview with the decision out.
-// It admits as Handle does, and replaces controller-runtime's webhook.Admission
-// on this path because of what that costs per admission (profiled in
-// bench/admission): a universal-deserializer pass that decodes the review
-// twice, a second decode of the pod, and a logger built with the request's
-// values whether or not anything is logged. Registered on controller-runtime's
-// webhook server, it keeps that server's TLS and its per-path metrics.
-func (h *PodHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// Admit answers a pod CREATE: req is the review's request, pod its object.
+// A patch in the answer is Patched's, whose buffer ServePodReview takes back
+// once the review is written.
+type Admit func(ctx context.Context, req *admissionv1.AdmissionRequest, pod *corev1.Pod) admission.Response
+
+// ServePodReview serves the pod webhook: the AdmissionReview kube-apiserver
+// POSTs (admission.k8s.io/v1, the webhook configuration's only
+// admissionReviewVersions) in, the AdmissionReview with admit's answer out.
+// A review that is not of a pod CREATE is answered here: allowed for another
+// operation, undecodable's answer for an object that is no decodable pod,
+// an error for what is not such a review. It replaces controller-runtime's
+// webhook.Admission on this path because of what that costs per admission
+// (profiled in test/performance/admission): a universal-deserializer pass
+// that decodes the review twice, a second decode of the pod, and a logger
+// built with the request's values whether or not anything is logged.
+// Served (as mutate.PodHandler) on controller-runtime's webhook server, it
+// keeps that server's TLS and its per-path metrics.
+func ServePodReview(w http.ResponseWriter, r *http.Request, admit Admit, undecodable func(error) admission.Response) {
 	ctx := r.Context()
 	buf := reviewBuffers.Get().(*bytes.Buffer)
 	defer func() {
@@ -81,11 +90,11 @@ func (h *PodHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	var review podReview
 	if err := json.Unmarshal(buf.Bytes(), &review); err != nil {
-		// Tell an undecodable pod (counted, as Handle counts it) from an
+		// Tell an undecodable pod (which the webhook counts) from an
 		// undecodable review.
 		var plain admissionv1.AdmissionReview
 		if perr := json.Unmarshal(buf.Bytes(), &plain); perr == nil && plain.Request != nil {
-			writeReview(w, plain.Request.UID, undecodablePod(err))
+			writeReview(w, plain.Request.UID, undecodable(err))
 			return
 		}
 		writeReview(w, "", admission.Errored(http.StatusBadRequest, fmt.Errorf("undecodable AdmissionReview: %w", err)))
@@ -110,7 +119,7 @@ func (h *PodHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeReview(w, req.UID, admission.Allowed(""))
 		return
 	}
-	resp := h.admit(ctx, req, &review.Request.Object)
+	resp := admit(ctx, req, &review.Request.Object)
 	writeReview(w, req.UID, resp)
 	releasePatch(resp.Patch) // encoded into the review: nothing reads it again
 }

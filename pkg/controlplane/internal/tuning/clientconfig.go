@@ -1,4 +1,4 @@
-package controlplane
+package tuning
 
 import "k8s.io/client-go/rest"
 

@@ -1,4 +1,4 @@
-package controlplane
+package tuning
 
 import (
 	corev1 "k8s.io/api/core/v1"
@@ -10,7 +10,7 @@ import (
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
-// cacheTransform trims every object before the manager's cache stores it to
+// CacheTransform trims every object before the manager's cache stores it to
 // what the control plane reads of it there:
 //
 //   - no managedFields: nothing reads them;
@@ -29,7 +29,7 @@ import (
 // of a TrainJob (its JobSet, status.trainerStatus) is read live. The object
 // is the decoder's, not shared yet, so it is trimmed in place; trimming is
 // idempotent, as a cache transform must be.
-func cacheTransform() toolscache.TransformFunc {
+func CacheTransform() toolscache.TransformFunc {
 	stripManagedFields := cache.TransformStripManagedFields()
 	return func(in any) (any, error) {
 		in, err := stripManagedFields(in)
