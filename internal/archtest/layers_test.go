@@ -84,8 +84,8 @@ func TestNoImportsBetweenHalves(t *testing.T) {
 // folderAllowlist holds imports of a folder above the importer's own that
 // are accepted as debt, by kind (see TestNoImportOfAFolderAbove). It is
 // empty: the servers left their contracts' folders (pkg/bindingserver,
-// pkg/artifactstore; issue 26, item 4). The test fails when an entry is no
-// longer needed, so the list only shrinks.
+// pkg/artifactstore). The test fails when an entry is no longer needed, so
+// the list only shrinks.
 var folderAllowlist = map[string]string{}
 
 // folders are the folders that hold p, innermost last, from the second
