@@ -22,7 +22,8 @@ VERSITYGW_VERSION=${VERSITYGW_VERSION:-v1.8.0}
 # them; it has no build tags that leave out back ends (the optional ones,
 # e.g. rocksdb or tikv, are opt-in), so the default weed is what is built.
 SEAWEEDFS_VERSION=${SEAWEEDFS_VERSION:-v0.0.0-20261109003541-7506e5f91cd6}
-# The full local cluster of the e2e suite (DESIGN.md §6).
+# The full local cluster of the e2e suite: kwok's fake nodes, JobSet, Trainer
+# and Kueue beside the control plane, every listener on loopback.
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
 TRAINER_VERSION=${TRAINER_VERSION:-v2.3.0}
@@ -39,14 +40,15 @@ GOLANGCI_LINT_VERSION=${GOLANGCI_LINT_VERSION:-v2.15.0}
 KUBE_API_LINTER_VERSION=${KUBE_API_LINTER_VERSION:-v0.0.0-20260716143926-092fe0c72997}
 DEBIAN_PROMETHEUS=${DEBIAN_PROMETHEUS:-prometheus}
 DEBIAN_SHELLCHECK=${DEBIAN_SHELLCHECK:-shellcheck}
-# The real node of the e2e suite (DESIGN.md §14): kubelet from the Kubernetes
-# wrapper module, containerd 2.x from the module proxy, runc and the CNI
-# loopback plugin from Debian (runc needs cgo and libseccomp: Debian's build
-# enforces seccomp, a CGO_ENABLED=0 build would not).
+# The real node of the e2e suite (test/framework/localcluster/node.go):
+# kubelet from the Kubernetes wrapper module, containerd 2.x from the module
+# proxy, runc and the CNI loopback plugin from Debian (runc needs cgo and
+# libseccomp: Debian's build enforces seccomp, a CGO_ENABLED=0 build would
+# not).
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 DEBIAN_RUNC=${DEBIAN_RUNC:-runc}
 DEBIAN_CNI=${DEBIAN_CNI:-containernetworking-plugins}
-# The two-node cluster network (DESIGN.md §15, test/framework/localcluster/network.go):
+# The two-node cluster network (test/framework/localcluster/network.go):
 # kube-proxy from the Kubernetes wrapper module, CoreDNS built as a main of our
 # own with only the plugins the cluster uses (its default set pulls in cloud
 # SDKs), and Debian's nft with the shared libraries it links.

@@ -74,137 +74,168 @@ type config struct {
 // variable at fault. It reads the token and CA files to check them, but never
 // puts the token into an error.
 func loadConfig(getenv func(string) string) (config, error) {
-	var errs []error
-	req := func(name string) string {
-		v := strings.TrimSpace(getenv(name))
-		if v == "" {
-			errs = append(errs, fmt.Errorf("%s is not set; the sidecar expects the environment Tether's pod webhook injects", name))
-		}
-		return v
-	}
-	globs := func(name string) []string {
-		gs, err := parseGlobs(getenv(name))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
-		}
-		return gs
-	}
-	duration := func(name string, def time.Duration) time.Duration {
-		v := strings.TrimSpace(getenv(name))
-		if v == "" {
-			return def
-		}
-		d, err := time.ParseDuration(v)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s=%q: not a duration such as %s", name, v, def))
-		case d <= 0:
-			errs = append(errs, fmt.Errorf("%s=%q: must be positive", name, v))
-		default:
-			return d
-		}
-		return def
-	}
+	r := &envReader{getenv: getenv}
 	cfg := config{
-		trainJob:     req(binding.EnvTrainJob),
-		artifactDir:  req(binding.EnvArtifactDir),
-		include:      globs(binding.EnvInclude),
-		exclude:      globs(binding.EnvExclude),
-		flushBudget:  duration(EnvFlushBudget, artifacts.DefaultFlushBudget),
-		syncInterval: duration(EnvSyncInterval, artifacts.DefaultSyncInterval),
-		settleTime:   duration(EnvSettleTime, artifacts.DefaultSettleTime),
+		trainJob:     r.required(binding.EnvTrainJob),
+		artifactDir:  r.required(binding.EnvArtifactDir),
+		include:      r.globs(binding.EnvInclude),
+		exclude:      r.globs(binding.EnvExclude),
+		flushBudget:  r.duration(EnvFlushBudget, artifacts.DefaultFlushBudget),
+		syncInterval: r.duration(EnvSyncInterval, artifacts.DefaultSyncInterval),
+		settleTime:   r.duration(EnvSettleTime, artifacts.DefaultSettleTime),
+		directUpload: r.onOff(EnvDirectUpload),
+		fileEvents:   r.onOff(EnvFileEvents),
+		uploadWorkers: r.intIn(EnvUploadWorkers, artifacts.DefaultWorkers,
+			1, artifacts.MaxWorkers, "the number of uploads at once"),
 	}
-	switch v := strings.TrimSpace(getenv(EnvDirectUpload)); v {
-	case "", "on":
-		cfg.directUpload = true
-	case "off":
-	default:
-		errs = append(errs, fmt.Errorf("%s=%q: want on or off", EnvDirectUpload, v))
-	}
-	switch v := strings.TrimSpace(getenv(EnvFileEvents)); v {
-	case "", "on":
-		cfg.fileEvents = true
-	case "off":
-	default:
-		errs = append(errs, fmt.Errorf("%s=%q: want on or off", EnvFileEvents, v))
-	}
-	cfg.uploadWorkers = artifacts.DefaultWorkers
-	if v := strings.TrimSpace(getenv(EnvUploadWorkers)); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > artifacts.MaxWorkers {
-			errs = append(errs, fmt.Errorf("%s=%q: want the number of uploads at once, 1 to %d", EnvUploadWorkers, v, artifacts.MaxWorkers))
-		} else {
-			cfg.uploadWorkers = n
-		}
-	}
-	c := &cfg.client
-	c.JobID = req(binding.EnvJobID)
-	c.WorkerID = req(binding.EnvWorkerID)
-	c.ServerURL = req(binding.EnvServerURL)
-	c.TokenFile = req(binding.EnvTokenFile)
-	c.PodTokenFile = req(binding.EnvPodTokenFile)
-	c.CAFile = req(binding.EnvCAFile)
-	c.Pod = binding.PodIdentity{
-		Name:      req(binding.EnvPodName),
-		Namespace: req(binding.EnvPodNamespace),
-		UID:       req(binding.EnvPodUID),
-		Node:      getenv(binding.EnvNodeName), // empty until scheduled: optional
-	}
-	if v := req(binding.EnvHeartbeatInterval); v != "" {
-		d, err := time.ParseDuration(v)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s=%q: not a duration such as 10s", binding.EnvHeartbeatInterval, v))
-		case d <= 0:
-			errs = append(errs, fmt.Errorf("%s=%q: must be positive", binding.EnvHeartbeatInterval, v))
-		default:
-			c.HeartbeatInterval = d
-		}
-	}
-	if v := strings.TrimSpace(getenv(binding.EnvNodeRank)); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n >= binding.MaxBoundNodes {
-			errs = append(errs, fmt.Errorf("%s=%q: want the node rank, 0 to %d", binding.EnvNodeRank, v, binding.MaxBoundNodes-1))
-		} else {
-			cfg.nodeRank = n
-		}
-	}
+	cfg.client = r.sessionConfig()
+	cfg.nodeRank = r.intIn(binding.EnvNodeRank, 0, 0, binding.MaxBoundNodes-1, "the node rank")
 	if v := getenv(EnvLogLevel); v != "" {
 		if err := cfg.logLevel.UnmarshalText([]byte(v)); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: want debug, info, warn or error", EnvLogLevel, v))
+			r.fail("%s=%q: want debug, info, warn or error", EnvLogLevel, v)
 		}
 	}
+	r.checkFiles(cfg)
+	return cfg, errors.Join(r.errs...)
+}
+
+// sessionConfig reads what the binding session needs: who this worker is,
+// where the server is, and the credentials to reach it.
+func (r *envReader) sessionConfig() session.Config {
+	c := session.Config{
+		JobID:        r.required(binding.EnvJobID),
+		WorkerID:     r.required(binding.EnvWorkerID),
+		ServerURL:    r.required(binding.EnvServerURL),
+		TokenFile:    r.required(binding.EnvTokenFile),
+		PodTokenFile: r.required(binding.EnvPodTokenFile),
+		CAFile:       r.required(binding.EnvCAFile),
+		Pod: binding.PodIdentity{
+			Name:      r.required(binding.EnvPodName),
+			Namespace: r.required(binding.EnvPodNamespace),
+			UID:       r.required(binding.EnvPodUID),
+			Node:      r.getenv(binding.EnvNodeName), // empty until scheduled: optional
+		},
+	}
+	if v := r.required(binding.EnvHeartbeatInterval); v != "" {
+		c.HeartbeatInterval = r.positiveDuration(binding.EnvHeartbeatInterval, v, 10*time.Second, 0)
+	}
+	return c
+}
+
+// checkFiles checks what the settings point at: the server URL's shape, the
+// token and CA files' contents, and that the artifact directory is one.
+// Settings that are unset were reported already and are not checked again.
+func (r *envReader) checkFiles(cfg config) {
+	c := &cfg.client
 	if c.ServerURL != "" {
 		if u, err := url.Parse(c.ServerURL); err != nil || u.Scheme != "https" || u.Host == "" {
-			errs = append(errs, fmt.Errorf("%s=%q: want an https URL such as https://tether-control-plane.tether-system.svc:8443", binding.EnvServerURL, c.ServerURL))
+			r.fail("%s=%q: want an https URL such as https://tether-control-plane.tether-system.svc:8443", binding.EnvServerURL, c.ServerURL)
 		} else if u.Path != "" && u.Path != "/" {
 			// The artifact endpoint is path-style at the listener's root.
-			errs = append(errs, fmt.Errorf("%s=%q: must have no path: the artifact endpoint is at the server's root", binding.EnvServerURL, c.ServerURL))
+			r.fail("%s=%q: must have no path: the artifact endpoint is at the server's root", binding.EnvServerURL, c.ServerURL)
 		}
 	}
 	if c.TokenFile != "" {
 		if err := checkToken(c.TokenFile); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", binding.EnvTokenFile, err))
+			r.fail("%s: %w", binding.EnvTokenFile, err)
 		}
 	}
 	if c.PodTokenFile != "" {
 		if _, err := credentials.ReadPodToken(c.PodTokenFile); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w (the pod's projected ServiceAccount token the webhook mounts)", binding.EnvPodTokenFile, err))
+			r.fail("%s: %w (the pod's projected ServiceAccount token the webhook mounts)", binding.EnvPodTokenFile, err)
 		}
 	}
 	if c.CAFile != "" {
 		if err := checkCA(c.CAFile); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", binding.EnvCAFile, err))
+			r.fail("%s: %w", binding.EnvCAFile, err)
 		}
 	}
 	if cfg.artifactDir != "" {
 		if st, err := os.Stat(cfg.artifactDir); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", binding.EnvArtifactDir, err))
+			r.fail("%s: %w", binding.EnvArtifactDir, err)
 		} else if !st.IsDir() {
-			errs = append(errs, fmt.Errorf("%s: %s is not a directory", binding.EnvArtifactDir, cfg.artifactDir))
+			r.fail("%s: %s is not a directory", binding.EnvArtifactDir, cfg.artifactDir)
 		}
 	}
-	return cfg, errors.Join(errs...)
+}
+
+// envReader reads settings from the environment, collecting one error per
+// variable at fault so that a misconfigured pod learns everything at once.
+type envReader struct {
+	getenv func(string) string
+	errs   []error
+}
+
+func (r *envReader) fail(format string, a ...any) {
+	r.errs = append(r.errs, fmt.Errorf(format, a...))
+}
+
+// required is a variable the pod webhook always injects.
+func (r *envReader) required(name string) string {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		r.fail("%s is not set; the sidecar expects the environment Tether's pod webhook injects", name)
+	}
+	return v
+}
+
+func (r *envReader) globs(name string) []string {
+	gs, err := parseGlobs(r.getenv(name))
+	if err != nil {
+		r.fail("%s: %w", name, err)
+	}
+	return gs
+}
+
+// duration is an optional positive duration, def when unset or wrong.
+func (r *envReader) duration(name string, def time.Duration) time.Duration {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
+	return r.positiveDuration(name, v, def, def)
+}
+
+// positiveDuration parses v, the value of name; example is shown in the
+// error, and orElse is returned when v is not a positive duration.
+func (r *envReader) positiveDuration(name, v string, example, orElse time.Duration) time.Duration {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		r.fail("%s=%q: not a duration such as %s", name, v, example)
+	case d <= 0:
+		r.fail("%s=%q: must be positive", name, v)
+	default:
+		return d
+	}
+	return orElse
+}
+
+// onOff is an optional switch, on when unset.
+func (r *envReader) onOff(name string) bool {
+	switch v := strings.TrimSpace(r.getenv(name)); v {
+	case "", "on":
+		return true
+	case "off":
+	default:
+		r.fail("%s=%q: want on or off", name, v)
+	}
+	return false
+}
+
+// intIn is an optional integer from lo to hi, def when unset or wrong; what
+// says what the number is.
+func (r *envReader) intIn(name string, def, lo, hi int, what string) int {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		r.fail("%s=%q: want %s, %d to %d", name, v, what, lo, hi)
+		return def
+	}
+	return n
 }
 
 // parseGlobs splits a glob list as the webhook injects it (the validated

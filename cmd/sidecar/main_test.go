@@ -353,9 +353,8 @@ func TestSidecarIdlesAfterBindingFinished(t *testing.T) {
 
 // TestSidecarKeepsWorkingAfterItsSessionIsTakenOver: one session open with
 // the job's token closed the sidecar's with 4001, and it used to take that for
-// the binding's end: no more syncing, no final flush, no manifest (issue 24
-// §3). It opens its session again and, at SIGTERM, flushes and uploads the
-// manifest.
+// the binding's end: no more syncing, no final flush, no manifest. It opens
+// its session again and, at SIGTERM, flushes and uploads the manifest.
 func TestSidecarKeepsWorkingAfterItsSessionIsTakenOver(t *testing.T) {
 	s, ca := newStub(t, func(s *stub) { s.takeOver = true })
 	env := testEnv(t, s.srv.URL, ca)

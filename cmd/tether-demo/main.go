@@ -121,7 +121,7 @@ func run(hold bool) error {
 	detail("Kueue suspended it (spec.suspend=%v); Tether's webhook stamped %s=%s", ptr.Deref(tj.Spec.Suspend, false),
 		jobconfig.JobIDAnnotation, tj.Annotations[jobconfig.JobIDAnnotation])
 
-	if err := follow(ctx, c, tether, runner); err != nil {
+	if err := follow(ctx, c); err != nil {
 		return err
 	}
 
@@ -161,7 +161,7 @@ func run(hold bool) error {
 }
 
 // follow prints the job's way from queued to Succeeded as it happens.
-func follow(ctx context.Context, c *localcluster.Cluster, tether *localcluster.Tether, runner *localcluster.PodRunner) error {
+func follow(ctx context.Context, c *localcluster.Cluster) error {
 	deadline := time.Now().Add(3 * time.Minute)
 	var (
 		admitted, injected bool

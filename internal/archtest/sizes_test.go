@@ -10,7 +10,7 @@ const maxSourceLines = 700
 var sourceDirs = []string{"pkg", "cmd", "api"}
 
 // No hand-written non-test Go file under pkg/, cmd/ or api/ passes 700
-// lines (issue 26): one concern per file, so a file's name says what it
+// lines: one concern per file, so a file's name says what it
 // holds (generated files, marked as Go marks them, excepted). A file that
 // grows past it is split by concern, never allowed here.
 func TestSourceFilesAreSmall(t *testing.T) {

@@ -1,7 +1,7 @@
 package images
 
 // NetworkSpecs are the images of the local cluster's network
-// (test/framework/localcluster, DESIGN.md §15), built by the harness when it
+// (test/framework/localcluster/network.go), built by the harness when it
 // starts the network rather than by `make images`: CoreDNS, whose binary
 // hack/testbin.sh builds from the Go module proxy (a main with only the
 // plugins the cluster uses), and netprobe, the test image that checks the

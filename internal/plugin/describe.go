@@ -69,7 +69,24 @@ func eventTime(ev *eventsv1.Event) time.Time {
 	return ev.DeprecatedLastTimestamp.Time
 }
 
+// describe writes the binding's summary, its nodes, and its timeline.
 func (o *options) describe(w io.Writer, wb *tetherv1.WorkerBinding, events []eventsv1.Event) error {
+	if err := describeSummary(w, wb); err != nil {
+		return err
+	}
+	if err := o.describeNodes(w, &wb.Status); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "Timeline:")
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	for _, e := range timeline(wb, events) {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", e.t.UTC().Format(time.RFC3339), e.source, e.what)
+	}
+	return tw.Flush()
+}
+
+// describeSummary writes the binding's fields, one per line.
+func describeSummary(w io.Writer, wb *tetherv1.WorkerBinding) error {
 	st := wb.Status
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	p := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
@@ -113,12 +130,13 @@ func (o *options) describe(w io.Writer, wb *tetherv1.WorkerBinding, events []eve
 	if lc := st.LastCommand; lc != nil {
 		p("Last command", fmt.Sprintf("%s:%s %s (sent to %v, acknowledged by %v) %s", lc.Name, lc.ID, lc.State, lc.SentNodes, lc.AckedNodes, lc.Message))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	return tw.Flush()
+}
 
+// describeNodes writes the table of bound nodes.
+func (o *options) describeNodes(w io.Writer, st *tetherv1.WorkerBindingStatus) error {
 	fmt.Fprintf(w, "Nodes (%d bound):\n", st.NodeCount)
-	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "  RANK\tPOD\tREGISTERED\tHEARTBEAT\tRESTARTS\tLAST EXIT\tARTIFACTS")
 	for _, n := range st.Nodes {
 		reg, hb := "-", "-"
@@ -149,12 +167,14 @@ func (o *options) describe(w io.Writer, wb *tetherv1.WorkerBinding, events []eve
 		}
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%s\n", n.Rank, orDash(n.PodName), reg, hb, n.Restarts, exit, arts)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	return tw.Flush()
+}
 
-	// The timeline: Tether's Events on the TrainJob (every transition, per
-	// node and attempt), and what the status dates that no Event carries.
+// timeline is Tether's Events on the TrainJob (every transition, per node
+// and attempt) and what the status dates that no Event carries, oldest
+// first.
+func timeline(wb *tetherv1.WorkerBinding, events []eventsv1.Event) []entry {
+	st := &wb.Status
 	var tl []entry
 	for i := range events {
 		ev := &events[i]
@@ -180,10 +200,5 @@ func (o *options) describe(w io.Writer, wb *tetherv1.WorkerBinding, events []eve
 		tl = append(tl, entry{lc.Time.Time, "Status", fmt.Sprintf("command %s:%s %s", lc.Name, lc.ID, lc.State)})
 	}
 	sort.SliceStable(tl, func(i, j int) bool { return tl[i].t.Before(tl[j].t) })
-	fmt.Fprintln(w, "Timeline:")
-	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	for _, e := range tl {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", e.t.UTC().Format(time.RFC3339), e.source, e.what)
-	}
-	return tw.Flush()
+	return tl
 }

@@ -53,7 +53,7 @@ func TestCheckInjected(t *testing.T) {
 		}, wantErr: "not Tether's completed sidecar (no TETHER_JOB_ID, TETHER_WORKER_ID, TETHER_SERVER_URL, TETHER_TOKEN_FILE)"},
 		{name: "completed but no token file", pod: func(p *corev1.Pod) { p.Spec.InitContainers[0].Env = p.Spec.InitContainers[0].Env[:3] },
 			wantErr: "(no TETHER_TOKEN_FILE)"},
-		// Issue 24 §1.2: what a user can write into a runtime's template.
+		// A fake sidecar: what a user can write into a runtime's template.
 		{name: "fake with a command", pod: func(p *corev1.Pod) { p.Spec.InitContainers[0].Command = []string{"sleep", "infinity"} },
 			wantErr: "sets a command or args (sleep infinity)"},
 		{name: "no token volume", pod: func(p *corev1.Pod) { p.Spec.Volumes = nil }, wantErr: "has no volume tether-token"},

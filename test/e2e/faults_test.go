@@ -15,7 +15,7 @@ import (
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
-// The fault scenarios (issue 11 item 5) each report what a fault cost:
+// The fault scenarios each report what a fault cost:
 // time to recover, uploads retried and bytes re-sent. The figures come
 // from the store's side (localcluster's S3 front counts every PUT that
 // reached it, in proxy and direct mode alike) against the trainer's files.
@@ -159,14 +159,16 @@ func (e *env) waitStorePut(t *testing.T, before localcluster.S3Traffic, size, n 
 	}
 }
 
-// replicaMetric is name{labels} scraped from replica i alone.
-func (e *env) replicaMetric(t *testing.T, i int, name string, labels ...string) (float64, bool) {
+// replicaMetric is name{labels} scraped from replica i alone: 0 when the
+// replica does not answer or has no such sample.
+func (e *env) replicaMetric(t *testing.T, i int, name string, labels ...string) float64 {
 	t.Helper()
 	text, err := e.tether.Replicas()[i].Metrics()
 	if err != nil {
-		return 0, false
+		return 0
 	}
-	return findMetric(text, name, labels...)
+	v, _ := findMetric(text, name, labels...)
+	return v
 }
 
 // restartOnCleanup starts killed replicas again when the test ends, so the

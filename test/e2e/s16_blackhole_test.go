@@ -12,7 +12,7 @@ import (
 )
 
 // blackholeFor is how long scenario 16 partitions the sidecars from the
-// binding server (issue 11: "black-holed for 2 minutes").
+// binding server.
 const blackholeFor = 2 * time.Minute
 
 // Scenario 16: mid-job, the network between the sidecar and the binding

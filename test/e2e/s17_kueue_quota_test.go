@@ -72,7 +72,7 @@ func TestScenario17KueueQuota(t *testing.T) {
 	tj.Spec.RuntimeRef.Name = localcluster.RuntimeDeclaredSidecar
 	suite.create(t, tj)
 	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
-	wl := suite.waitWorkload(t, ns, fits, 60*time.Second, "QuotaReserved", "True")
+	wl := suite.waitQuotaReserved(t, ns, fits, 60*time.Second, "True")
 	if got := podSetSidecar(t, wl); !equality.Semantic.DeepEqual(got, declared.Resources) {
 		t.Errorf("the Workload's pod set declares the sidecar with %+v, want the runtime's %+v", got, declared.Resources)
 	}
@@ -109,7 +109,7 @@ func TestScenario17KueueQuota(t *testing.T) {
 	tj = bound(trainJob(tooBig, ns)).Queue("short").Obj()
 	tj.Spec.RuntimeRef.Name = localcluster.RuntimeDeclaredSidecar
 	suite.create(t, tj)
-	wl = suite.waitWorkload(t, ns, tooBig, 60*time.Second, "QuotaReserved", "False")
+	wl = suite.waitQuotaReserved(t, ns, tooBig, 60*time.Second, "False")
 	msg := conditionMessage(wl, "QuotaReserved")
 	if !strings.Contains(msg, "insufficient quota") {
 		t.Errorf("Workload %s: QuotaReserved false with %q, want insufficient quota", wl.GetName(), msg)
@@ -121,7 +121,7 @@ func TestScenario17KueueQuota(t *testing.T) {
 	const undeclared = "undeclared-fits"
 	setPlans(ns, undeclared, localcluster.TrainerPlan{Steps: 2, CheckpointEvery: 1, StepInterval: 300 * time.Millisecond})
 	suite.create(t, bound(trainJob(undeclared, ns)).Queue("short").Obj())
-	wl = suite.waitWorkload(t, ns, undeclared, 60*time.Second, "QuotaReserved", "True")
+	wl = suite.waitQuotaReserved(t, ns, undeclared, 60*time.Second, "True")
 	usage := admittedUsage(t, wl)
 	if !equalLists(usage, trainerReq) {
 		t.Errorf("the undeclared job was admitted with usage %s, want the trainer's alone %s", listString(usage), listString(trainerReq))
@@ -133,7 +133,7 @@ func TestScenario17KueueQuota(t *testing.T) {
 	suite.waitBinding(t, ns, undeclared, 90*time.Second, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
 
 	// The too-big job is still pending, with no pod: Kueue never admitted it.
-	suite.waitWorkload(t, ns, tooBig, 5*time.Second, "QuotaReserved", "False")
+	suite.waitQuotaReserved(t, ns, tooBig, 5*time.Second, "False")
 	if !ptr.Deref(suite.getTrainJob(t, ns, tooBig).Spec.Suspend, false) {
 		t.Errorf("%s is not suspended", tooBig)
 	}
@@ -152,7 +152,7 @@ func TestScenario17KueueQuota(t *testing.T) {
 	tj.Spec.RuntimeRef.Name = localcluster.RuntimeDeclaredSidecar
 	podsBefore, _ := suite.metricValue(t, "tether_pod_admissions_total")
 	suite.create(t, tj)
-	wl = suite.waitWorkload(t, ns, unbound, 60*time.Second, "QuotaReserved", "True")
+	wl = suite.waitQuotaReserved(t, ns, unbound, 60*time.Second, "True")
 	if usage := admittedUsage(t, wl); !equalLists(usage, both) {
 		t.Errorf("the unbound job was admitted with usage %s, want trainer + placeholder %s", listString(usage), listString(both))
 	}
@@ -211,10 +211,11 @@ func (e *env) localQueue(t *testing.T, ns, name, clusterQueue string) {
 	e.create(t, lq)
 }
 
-// waitWorkload waits for the Workload of TrainJob name to have condition
-// cond with status, and returns it.
-func (e *env) waitWorkload(t *testing.T, ns, name string, timeout time.Duration, cond, status string) *unstructured.Unstructured {
+// waitQuotaReserved waits for the Workload of TrainJob name to have the
+// condition QuotaReserved with status, and returns it.
+func (e *env) waitQuotaReserved(t *testing.T, ns, name string, timeout time.Duration, status string) *unstructured.Unstructured {
 	t.Helper()
+	const cond = "QuotaReserved"
 	var found *unstructured.Unstructured
 	eventually(t, timeout, fmt.Sprintf("Workload of %s with %s=%s", name, cond, status), func() error {
 		list := &unstructured.UnstructuredList{}

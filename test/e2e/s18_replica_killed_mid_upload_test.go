@@ -10,8 +10,7 @@ import (
 )
 
 // Scenario 18: the replica holding a sidecar's session is SIGKILLed while
-// a 256 MiB checkpoint is being uploaded (issue 11: "SIGKILL of the replica
-// holding the session in the middle of a 256 MiB upload"). The binding
+// a 256 MiB checkpoint is being uploaded. The binding
 // "Service" is made to send the sidecar's connections to replica 0 (so its
 // session and, in proxy mode, its upload are there); when a quarter of the
 // checkpoint has reached the store, replica 0 is killed. The sidecar
@@ -44,7 +43,7 @@ func replicaKilledMidUpload(t *testing.T, mode string) {
 
 	before := suite.s3Traffic(t)
 	jobID, pod := suite.startRunning(t, ns, name, plan)
-	if v, _ := suite.replicaMetric(t, 0, "tether_job_session_connected", jobLabels(ns, name)...); v != 1 {
+	if v := suite.replicaMetric(t, 0, "tether_job_session_connected", jobLabels(ns, name)...); v != 1 {
 		t.Fatalf("replica 0 does not hold the session (tether_job_session_connected %v)", v)
 	}
 
@@ -61,7 +60,7 @@ func replicaKilledMidUpload(t *testing.T, mode string) {
 	logf("scenario 18 (%s): replica 0 SIGKILLed with %d of %d checkpoint bytes PUT to %s", mode, atKill.Bytes, checkpointBytes, path)
 
 	eventually(t, 60*time.Second, "the session on replica 1", func() error {
-		if v, _ := suite.replicaMetric(t, 1, "tether_job_session_connected", jobLabels(ns, name)...); v != 1 {
+		if v := suite.replicaMetric(t, 1, "tether_job_session_connected", jobLabels(ns, name)...); v != 1 {
 			return fmt.Errorf("replica 1: tether_job_session_connected %v", v)
 		}
 		return nil

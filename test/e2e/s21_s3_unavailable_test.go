@@ -12,8 +12,7 @@ import (
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
-// s3OutageFor is how long scenario 21's store answers 503 (issue 11: "the
-// S3 store answering 503 for 60 s").
+// s3OutageFor is how long scenario 21's store answers 503.
 const s3OutageFor = 60 * time.Second
 
 // Scenario 21: mid-job, the artifact store answers every request 503

@@ -58,7 +58,7 @@ func watchPhases(ns, name string, stop <-chan struct{}) func() []phaseSample {
 }
 
 // sessionHolder is the replica whose /metrics shows the job's open session.
-func sessionHolder(t *testing.T, ns, name string) (int, error) {
+func sessionHolder(ns, name string) (int, error) {
 	for _, r := range suite.tether.Replicas() {
 		text, err := r.Metrics()
 		if err != nil {
@@ -92,7 +92,7 @@ func TestScenario4ReplicaRestarts(t *testing.T) {
 	registered := wb.Status.Worker.RegisteredTime
 
 	var holder int
-	eventually(t, 20*time.Second, "a replica holds the session", func() (err error) { holder, err = sessionHolder(t, ns, name); return err })
+	eventually(t, 20*time.Second, "a replica holds the session", func() (err error) { holder, err = sessionHolder(ns, name); return err })
 	other := 1 - holder
 	start := time.Now()
 	if err := suite.tether.RestartReplica(t.Context(), holder); err != nil {
@@ -100,7 +100,7 @@ func TestScenario4ReplicaRestarts(t *testing.T) {
 	}
 	logf("replica %d (session holder) restarted in %.1fs", holder, time.Since(start).Seconds())
 	eventually(t, 30*time.Second, "the session on a serving replica", func() error {
-		_, err := sessionHolder(t, ns, name)
+		_, err := sessionHolder(ns, name)
 		return err
 	})
 	if err := suite.tether.KillReplica(other); err != nil {
@@ -108,7 +108,7 @@ func TestScenario4ReplicaRestarts(t *testing.T) {
 	}
 	logf("replica %d killed (SIGKILL)", other)
 	eventually(t, 30*time.Second, "the session back on the restarted replica", func() error {
-		h, err := sessionHolder(t, ns, name)
+		h, err := sessionHolder(ns, name)
 		if err == nil && h != holder {
 			return fmt.Errorf("held by %d", h)
 		}

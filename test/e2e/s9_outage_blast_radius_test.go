@@ -22,9 +22,9 @@ import (
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
-// outageFor, outageBoundJobs and outageUnboundJobs are scenario 9's outage
-// (issue 11: "every Tether replica down for 60 s while 5 bound and 5
-// unbound TrainJobs are created").
+// outageFor, outageBoundJobs and outageUnboundJobs are scenario 9's outage:
+// every Tether replica down for 60 s while 5 bound and 5 unbound TrainJobs
+// are created.
 const (
 	outageFor         = 60 * time.Second
 	outageBoundJobs   = 5

@@ -1,4 +1,4 @@
-// Package install runs Tether as a platform team installs it (issue 27 §1):
+// Package install runs Tether as a platform team installs it:
 // `helm install` of charts/tether on the local cluster's two real nodes
 // (test/framework/localcluster with Options.Install), the images named through
 // the chart's values under a team's registry, the in-cluster artifact store
@@ -10,7 +10,7 @@
 // dashboard, and fires and resolves each of the chart's alerts for a real
 // cause (prometheus_test.go).
 //
-// Then an operator's first months (issue 27 §2), each with a bound job
+// Then an operator's first months, each with a bound job
 // running through it: `helm upgrade` to another build (operate_test.go),
 // `kubectl drain` of the node holding the job's session, `helm uninstall`
 // and the quick start over the kept store (quickstart_test.go), and, last

@@ -84,7 +84,7 @@ func runInstalledJob(t *testing.T, in *localcluster.Installed, ns, imageSetBy st
 		t.Errorf("injected sidecar image %q, want the one the install set (%s: %s)", got, imageSetBy, in.SidecarImage)
 	}
 
-	_, wrote := checkSucceededAndStored(t, in, ns, name, jobID, pod, 180*time.Second)
+	wrote := checkSucceededAndStored(t, in, ns, name, jobID, pod, 180*time.Second)
 
 	// The Go client through the installed control plane.
 	readURL, ca := readEndpoint(t)
@@ -124,9 +124,9 @@ func runInstalledJob(t *testing.T, in *localcluster.Installed, ns, imageSetBy st
 // read through the kubelet: the worker registered is pod, the trainer
 // exited 0, and every file is in the installed store's volume with the
 // trainer's MD5 (read from the volume, not through Tether), nothing else
-// is, and the manifest counts them. It returns the binding and the
-// trainer's files (path → MD5).
-func checkSucceededAndStored(t *testing.T, in *localcluster.Installed, ns, name, jobID string, pod *corev1.Pod, timeout time.Duration) (*tetherv1.WorkerBinding, map[string]string) {
+// is, and the manifest counts them. It returns the trainer's files
+// (path → MD5).
+func checkSucceededAndStored(t *testing.T, in *localcluster.Installed, ns, name, jobID string, pod *corev1.Pod, timeout time.Duration) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	wb := waitBinding(t, ns, name, timeout, "Succeeded with a verified manifest", func(wb *tetherv1.WorkerBinding) error {
@@ -179,7 +179,7 @@ func checkSucceededAndStored(t *testing.T, in *localcluster.Installed, ns, name,
 		t.Errorf("the manifest lists %d files, the trainer wrote %d", wb.Status.Artifacts.Files, len(wrote))
 	}
 
-	return wb, wrote
+	return wrote
 }
 
 // createBoundJob creates namespace ns with the real-node queue and, in it, a

@@ -165,7 +165,7 @@ func TestHelmUpgradeWhileTraining(t *testing.T) {
 	}
 	logf("upgrade: the job's session moved %d times: %v", len(sessions)-1, sessions)
 
-	_, wrote := checkSucceededAndStored(t, in, job.ns, job.name, job.jobID, job.pod, 180*time.Second)
+	wrote := checkSucceededAndStored(t, in, job.ns, job.name, job.jobID, job.pod, 180*time.Second)
 	byReplica := checkNothingResent(t, logs, job.jobID, wrote)
 	logf("upgrade: %d files verified, each version uploaded once; good uploads by replica %v", len(wrote), byReplica)
 }
@@ -300,7 +300,7 @@ func TestDrainNodeOfSessionReplica(t *testing.T) {
 	if low < 1 {
 		t.Errorf("no Ready control-plane replica at one point of the drain: the PodDisruptionBudget (minAvailable 1) should hold one")
 	}
-	_, wrote := checkSucceededAndStored(t, in, job.ns, job.name, job.jobID, job.pod, 240*time.Second)
+	wrote := checkSucceededAndStored(t, in, job.ns, job.name, job.jobID, job.pod, 240*time.Second)
 	byReplica := checkNothingResent(t, logs, job.jobID, wrote)
 	logf("drain: %d files verified, each version uploaded once; good uploads by replica %v", len(wrote), byReplica)
 }

@@ -1,4 +1,4 @@
-// Package soak is `make soak` (issue 29): a seeded run of many TrainJobs of
+// Package soak is `make soak`: a seeded run of many TrainJobs of
 // mixed shapes (single- and 4-node, large checkpoints, many small files,
 // cancelled, unlabeled alongside) on the local cluster's kwok nodes and,
 // with REAL_NODES=1, its two real nodes (Trainer's torch-distributed

@@ -122,7 +122,7 @@ func (n *nemesis) hold(kind string, set func(on bool) error, hold time.Duration)
 
 func (n *nemesis) since() time.Duration { return time.Since(n.start) }
 
-func (n *nemesis) run(ctx context.Context, w *workload) {
+func (n *nemesis) run(ctx context.Context) {
 	// Every kind first, in a seeded order, then any. A kind skipped for
 	// want of a target (no running pod with a sidecar yet, the replica slot
 	// taken) is owed and is the next draw's: beside other work on 2 cores a
@@ -166,7 +166,7 @@ func (n *nemesis) run(ctx context.Context, w *workload) {
 		n.inflight[kind] = true
 		n.mu.Unlock()
 		n.wg.Go(func() {
-			n.inject(kind, hold, replica, pick, w)
+			n.inject(kind, hold, replica, pick)
 			n.mu.Lock()
 			n.inflight[kind] = false
 			if n.done[kind] == 0 {
@@ -217,7 +217,7 @@ func (n *nemesis) release(slot *bool) {
 	n.mu.Unlock()
 }
 
-func (n *nemesis) inject(kind string, hold time.Duration, replica int, pick uint64, w *workload) {
+func (n *nemesis) inject(kind string, hold time.Duration, replica int, pick uint64) {
 	ctx := context.Background()
 	f := fault{kind: kind, start: n.since()}
 	var err error

@@ -136,7 +136,7 @@ func TestSoak(t *testing.T) {
 	}
 	runCtx, stopFaults := context.WithTimeout(ctx, s.duration)
 	var wg sync.WaitGroup
-	wg.Go(func() { n.run(runCtx, w) })
+	wg.Go(func() { n.run(runCtx) })
 	w.create(runCtx, t, jobs)
 	<-runCtx.Done()
 	stopFaults()

@@ -106,7 +106,7 @@ func (s *storePuts) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestUploaderDirectMode(t *testing.T) { eachS3(t, testUploaderDirectMode) }
 
 func testUploaderDirectMode(t *testing.T, env *s3env) {
-	jobID := newJobID(t)
+	jobID := newJobID()
 	d := newDirectServer(t, env, jobID)
 	sp := &storePuts{}
 	u, _ := newTestUploader(t, env, jobID, uploaderOpts{url: d.url, caPEM: d.caPEM, cfg: func(c *UploaderConfig) {
@@ -168,7 +168,7 @@ func testUploaderDirectMode(t *testing.T, env *s3env) {
 func TestUploaderDirectModeChangingFile(t *testing.T) { eachS3(t, testUploaderDirectModeChangingFile) }
 
 func testUploaderDirectModeChangingFile(t *testing.T, env *s3env) {
-	jobID := newJobID(t)
+	jobID := newJobID()
 	d := newDirectServer(t, env, jobID)
 	dir := t.TempDir()
 	path := writeFileRet(t, dir, "grow.bin", randBytes(t, 4<<20))

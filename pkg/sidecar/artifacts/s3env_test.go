@@ -200,7 +200,7 @@ func (e *s3env) get(t *testing.T, key string) []byte {
 var jobSeq atomic.Int64
 
 // newJobID is unique per test run, so tests share the bucket.
-func newJobID(t *testing.T) string {
+func newJobID() string {
 	return fmt.Sprintf("job-%d-%d", time.Now().UnixNano()%1e9, jobSeq.Add(1))
 }
 

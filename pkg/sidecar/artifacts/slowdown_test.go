@@ -113,7 +113,7 @@ func (a *answers) list() []answer {
 // here is at most 20 ms).
 func TestSlowDownIsRetriedAfterRetryAfter(t *testing.T) {
 	env := needS3(t)
-	job := newJobID(t)
+	job := newJobID()
 	s := newSlowStore(t, env, job)
 	dir := t.TempDir()
 	writeFile(t, dir, "ckpt.pt", []byte("checkpoint"))
@@ -153,7 +153,7 @@ func TestSlowDownIsRetriedAfterRetryAfter(t *testing.T) {
 // promises a next sync round.
 func TestFinalFlushRetriesUntilDeadline(t *testing.T) {
 	env := needS3(t)
-	job := newJobID(t)
+	job := newJobID()
 	s := newSlowStore(t, env, job)
 	s.slow.Store(true)
 	dir := t.TempDir()

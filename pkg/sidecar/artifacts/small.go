@@ -20,7 +20,8 @@ import (
 // its pending key) holds and stores nothing when they are equal, so an
 // unchanged file is still never stored again, in one round trip instead of
 // two; its body costs less to send than the round trip it saves (the same
-// bound as expectContinueMin). bench/sync BenchmarkSmallFiles measures it.
+// bound as expectContinueMin). test/performance/sync BenchmarkSmallFiles
+// measures it.
 const smallFileSize = expectContinueMin
 
 // smallBuffers hold one small file each while it is sent: at most one per

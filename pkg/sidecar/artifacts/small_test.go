@@ -17,7 +17,7 @@ import (
 // MD5 and keeps the object it has. A larger file still starts with a HEAD.
 func TestSmallFileResumeStoresNothing(t *testing.T) {
 	env := needS3(t) // newTestUploader's helpers; the uploads go to st
-	job := newJobID(t)
+	job := newJobID()
 	st := newFSStore(t, job)
 	dir := t.TempDir()
 	small, large := randBytes(t, smallFileSize-1), randBytes(t, smallFileSize)

@@ -30,7 +30,7 @@ import (
 func TestUploaderSSEKMSLikeStore(t *testing.T) { eachS3(t, testUploaderSSEKMSLikeStore) }
 
 func testUploaderSSEKMSLikeStore(t *testing.T, env *s3env) {
-	jobID := newJobID(t)
+	jobID := newJobID()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(env.caPEM)
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
@@ -115,7 +115,7 @@ func contains(ss []string, s string) bool {
 // on, and the file is still verified.
 func TestUploaderServerWithoutTrailers(t *testing.T) {
 	env := needS3(t)
-	jobID := newJobID(t)
+	jobID := newJobID()
 	d := newDirectServer(t, env, jobID)
 	d.h.Store = store.New(d.s3, store.Options{Direct: store.DirectOptions{Disabled: true}})
 	var refused, trailers atomic.Int64

@@ -19,8 +19,8 @@ import (
 const (
 	DefaultSyncInterval = 10 * time.Second
 	// DefaultWorkers: enough uploads at once to keep a round of small files
-	// from waiting on one request's round trip (bench/sync), few enough that
-	// their buffers and connections stay small.
+	// from waiting on one request's round trip (test/performance/sync), few
+	// enough that their buffers and connections stay small.
 	DefaultWorkers = 8
 	// MaxWorkers bounds Workers.
 	MaxWorkers = 64
@@ -304,30 +304,11 @@ func (s *Syncer) logRound(what string, rep *Report) {
 // flush asked for (a running periodic round then stops handing out files).
 func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) {
 	start := time.Now()
-	if flush {
-		s.flushWaiting.Add(1)
+	release, err := s.takeTurn(ctx, final, flush)
+	if err != nil {
+		return &Report{Final: final, ManifestErr: ctx.Err()}, err
 	}
-	acquired := false
-	select {
-	case s.sem <- struct{}{}:
-		acquired = true
-	case <-ctx.Done():
-		if !final {
-			if flush {
-				s.flushWaiting.Add(-1)
-			}
-			return &Report{Final: final, ManifestErr: ctx.Err()}, fmt.Errorf("waiting for the running sync round: %w", ctx.Err())
-		}
-		// A final flush whose time ran out before it could start still says
-		// which files are not verified: with ctx done nothing is uploaded,
-		// and the scan only reads, so it may run beside the other round.
-	}
-	if flush {
-		s.flushWaiting.Add(-1)
-	}
-	if acquired {
-		defer func() { <-s.sem }()
-	}
+	defer release()
 
 	if final {
 		ctx = withFinalFlush(ctx)
@@ -352,13 +333,62 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 		rep.Missing = append(rep.Missing, e.Path)
 	}
 
-	type outcome struct {
-		file LocalFile
-		res  Result
-		err  error
-		done bool
+	results := s.uploadAll(ctx, todo, flush)
+	s.tally(ctx, rep, todo, results)
+	// In a non-final round, files not taken this time but verified earlier
+	// (or on their close event) and unchanged still count as verified.
+	if !final {
+		for _, f := range scan.Files {
+			if !f.Finished {
+				if v, ok := s.cfg.Uploader.VerifiedFile(f.Path, f.Size, f.ModTime); ok {
+					rep.Verified = append(rep.Verified, v)
+					rep.Pending = slices.DeleteFunc(rep.Pending, func(p string) bool { return p == f.Path })
+				}
+			}
+		}
 	}
-	results := make([]outcome, len(todo))
+	slices.SortFunc(rep.Verified, func(a, b upload.ManifestFile) int { return strings.Compare(a.Path, b.Path) })
+	slices.Sort(rep.Missing)
+	slices.Sort(rep.Pending)
+	rep.Duration = time.Since(start)
+	return rep, nil
+}
+
+// takeTurn waits for the running round to end: rounds run one at a time. A
+// flush counts itself waiting meanwhile, so that a running periodic round
+// stops handing out files. release ends the turn.
+func (s *Syncer) takeTurn(ctx context.Context, final, flush bool) (release func(), err error) {
+	if flush {
+		s.flushWaiting.Add(1)
+		defer s.flushWaiting.Add(-1)
+	}
+	select {
+	case s.sem <- struct{}{}:
+		return func() { <-s.sem }, nil
+	case <-ctx.Done():
+		if !final {
+			return nil, fmt.Errorf("waiting for the running sync round: %w", ctx.Err())
+		}
+		// A final flush whose time ran out before it could start still says
+		// which files are not verified: with ctx done nothing is uploaded,
+		// and the scan only reads, so it may run beside the other round.
+		return func() {}, nil
+	}
+}
+
+// uploadOutcome is what became of one file a round took: done is false
+// when the round stopped before starting its upload.
+type uploadOutcome struct {
+	file LocalFile
+	res  Result
+	err  error
+	done bool
+}
+
+// uploadAll uploads todo on Workers goroutines; results[i] is todo[i]'s.
+// A periodic round stops handing out files when a flush waits for its turn.
+func (s *Syncer) uploadAll(ctx context.Context, todo []LocalFile, flush bool) []uploadOutcome {
+	results := make([]uploadOutcome, len(todo))
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range min(s.cfg.Workers, len(todo)) {
@@ -374,12 +404,18 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 					return
 				}
 				res, started, err := s.upload(ctx, todo[i].Path)
-				results[i] = outcome{file: todo[i], res: res, err: err, done: started}
+				results[i] = uploadOutcome{file: todo[i], res: res, err: err, done: started}
 			}
 		}()
 	}
 	wg.Wait()
+	return results
+}
 
+// tally adds the uploads' outcomes to rep: verified, pending, or missing
+// with the reason.
+func (s *Syncer) tally(ctx context.Context, rep *Report, todo []LocalFile, results []uploadOutcome) {
+	final := rep.Final
 	for i, o := range results {
 		switch {
 		case !o.done:
@@ -422,23 +458,6 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 			}
 		}
 	}
-	// In a non-final round, files not taken this time but verified earlier
-	// (or on their close event) and unchanged still count as verified.
-	if !final {
-		for _, f := range scan.Files {
-			if !f.Finished {
-				if v, ok := s.cfg.Uploader.VerifiedFile(f.Path, f.Size, f.ModTime); ok {
-					rep.Verified = append(rep.Verified, v)
-					rep.Pending = slices.DeleteFunc(rep.Pending, func(p string) bool { return p == f.Path })
-				}
-			}
-		}
-	}
-	slices.SortFunc(rep.Verified, func(a, b upload.ManifestFile) int { return strings.Compare(a.Path, b.Path) })
-	slices.Sort(rep.Missing)
-	slices.Sort(rep.Pending)
-	rep.Duration = time.Since(start)
-	return rep, nil
 }
 
 // upload runs one UploadFile within the bounds every upload shares: one

@@ -55,7 +55,7 @@ func readManifest(t *testing.T, env *s3env, job string) upload.Manifest {
 
 func TestSyncerFlushAndResume(t *testing.T) {
 	env := needS3(t)
-	job := newJobID(t)
+	job := newJobID()
 	dir := t.TempDir()
 	sums := tree(t, dir, map[string]int{"empty": 0, "a.txt": 10, "ckpt/step-1.pt": 3 << 20, "ckpt/step-2.pt": 2<<20 + 1, "tether-progress.jsonl": 40})
 	must(t, os.Symlink("/etc/passwd", filepath.Join(dir, "link")))
@@ -129,7 +129,7 @@ func TestSyncerFlushAndResume(t *testing.T) {
 // no manifest certifies the incomplete set.
 func TestSyncerTooLargeFileIsMissingOthersProceed(t *testing.T) {
 	env := needS3(t)
-	job := newJobID(t)
+	job := newJobID()
 	dir := t.TempDir()
 	sums := tree(t, dir, map[string]int{"a.txt": 10, "b/c.bin": 1 << 20})
 	f, err := os.Create(filepath.Join(dir, "huge.bin"))
@@ -162,7 +162,7 @@ func TestSyncerTooLargeFileIsMissingOthersProceed(t *testing.T) {
 
 func TestSyncerRunUploadsSettledFiles(t *testing.T) {
 	env := needS3(t)
-	job := newJobID(t)
+	job := newJobID()
 	dir := t.TempDir()
 	writeFile(t, dir, "done.bin", []byte("done"))
 	old := time.Now().Add(-time.Hour)
@@ -221,7 +221,7 @@ func TestFlushCancelledAtRandomPoints(t *testing.T) {
 
 	var complete, partial int
 	for trial := range 20 {
-		job := newJobID(t)
+		job := newJobID()
 		dir := t.TempDir()
 		sizes := map[string]int{}
 		for i := range 2 + rng.IntN(5) {
@@ -281,7 +281,7 @@ func filepathName(i int) string {
 // found when the random-point test above drew a zero delay.
 func TestFlushWithNoTimeLeftReportsEveryFileMissing(t *testing.T) {
 	env := needS3(t)
-	job := newJobID(t)
+	job := newJobID()
 	dir := t.TempDir()
 	sums := tree(t, dir, map[string]int{"model.safetensors": 1 << 10, "ckpt/opt state.pt": 10})
 	u, _ := newTestUploader(t, env, job, uploaderOpts{})
@@ -310,7 +310,7 @@ func TestFlushWithNoTimeLeftReportsEveryFileMissing(t *testing.T) {
 // not attempted", though the store held all but one.
 func TestFlushWithNoTimeLeftKeepsEarlierVerifications(t *testing.T) {
 	env := needS3(t)
-	job := newJobID(t)
+	job := newJobID()
 	dir := t.TempDir()
 	sums := tree(t, dir, map[string]int{"model.safetensors": 1 << 10, "ckpt/step-1.pt": 10})
 	u, _ := newTestUploader(t, env, job, uploaderOpts{})

@@ -31,7 +31,7 @@ func testLogger(t *testing.T) *slog.Logger {
 
 func TestUploadRoundTrip(t *testing.T) {
 	env := needS3(t)
-	job := newJobID(t)
+	job := newJobID()
 	dir := t.TempDir()
 	files := map[string][]byte{
 		"empty":                   {},
@@ -128,7 +128,7 @@ func TestUploadRetriesTransientFaults(t *testing.T) {
 	env := needS3(t)
 	for _, f := range []fault{resetBody, slowDown, truncate, flipByte} {
 		t.Run(f.String(), func(t *testing.T) {
-			job := newJobID(t)
+			job := newJobID()
 			dir := t.TempDir()
 			data := randBytes(t, 3<<20+7)
 			sum := writeFile(t, dir, "model.bin", data)
@@ -163,7 +163,7 @@ func TestUploadGivesUpAfterTheBound(t *testing.T) {
 	env := needS3(t)
 	for _, f := range []fault{resetBody, slowDown, flipByte} {
 		t.Run(f.String(), func(t *testing.T) {
-			job := newJobID(t)
+			job := newJobID()
 			dir := t.TempDir()
 			writeFile(t, dir, "model.bin", randBytes(t, 1<<20))
 			p := newFaultProxy(t, env, func(string, int) fault { return f })
@@ -200,7 +200,7 @@ func TestUploadPermanentRefusalIsNotRetried(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "a", []byte("a"))
 	p := newFaultProxy(t, env, func(string, int) fault { return forbidden })
-	u, c := newTestUploader(t, env, newJobID(t), uploaderOpts{url: p.url(), caPEM: p.caPEM()})
+	u, c := newTestUploader(t, env, newJobID(), uploaderOpts{url: p.url(), caPEM: p.caPEM()})
 	sc := newTestScanner(t, dir, nil)
 	_, err := u.UploadFile(context.Background(), sc.Root(), "a")
 	var fe *FileError
@@ -216,7 +216,7 @@ func TestUploadMalformedTokenIsPermanentAndNeverShown(t *testing.T) {
 	env := needS3(t)
 	dir := t.TempDir()
 	writeFile(t, dir, "a", []byte("a"))
-	u, c := newTestUploader(t, env, newJobID(t), uploaderOpts{})
+	u, c := newTestUploader(t, env, newJobID(), uploaderOpts{})
 	must(t, os.WriteFile(u.cfg.TokenFile, []byte("not-a-token-SECRET"), 0o600))
 	sc := newTestScanner(t, dir, nil)
 	_, err := u.UploadFile(context.Background(), sc.Root(), "a")
@@ -236,7 +236,7 @@ func TestUploadMalformedTokenIsPermanentAndNeverShown(t *testing.T) {
 // one sends the new content.
 func TestUploadFileChangedDuringUpload(t *testing.T) {
 	env := needS3(t)
-	job := newJobID(t)
+	job := newJobID()
 	dir := t.TempDir()
 	writeFile(t, dir, "log.txt", []byte("first line\n"))
 	var once sync.Once
@@ -277,7 +277,7 @@ func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r)
 // Memory stays flat in the file's size: a 256 MiB file streams.
 func TestUploadMemoryIsFlat(t *testing.T) {
 	env := needS3(t)
-	job := newJobID(t)
+	job := newJobID()
 	dir := t.TempDir()
 	const size = 256 << 20
 	f, err := os.Create(filepath.Join(dir, "big.bin"))
@@ -375,7 +375,7 @@ func ExampleFileError() {
 // HEAD finds it, the file is read once more and not sent again.
 func TestUploadLostAnswerIsResumedByHEAD(t *testing.T) {
 	env := needS3(t)
-	job := newJobID(t)
+	job := newJobID()
 	dir := t.TempDir()
 	sum := writeFile(t, dir, "model.bin", randBytes(t, 2<<20))
 	p := newFaultProxy(t, env, func(_ string, n int) fault {
@@ -401,7 +401,7 @@ func TestUploadLostAnswerIsResumedByHEAD(t *testing.T) {
 // A stored object of the same size but other content is replaced.
 func TestUploadSameSizeOtherContentIsSent(t *testing.T) {
 	env := needS3(t)
-	job := newJobID(t)
+	job := newJobID()
 	dir := t.TempDir()
 	writeFile(t, dir, "w.bin", []byte("version-1"))
 	u, _ := newTestUploader(t, env, job, uploaderOpts{})
@@ -424,7 +424,7 @@ func TestUploadSameSizeOtherContentIsSent(t *testing.T) {
 // next attempt goes through.
 func TestUploadStalledBodyIsRetried(t *testing.T) {
 	env := needS3(t)
-	job := newJobID(t)
+	job := newJobID()
 	dir := t.TempDir()
 	f, err := os.Create(filepath.Join(dir, "big.bin"))
 	must(t, err)

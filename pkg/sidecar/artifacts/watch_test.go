@@ -93,7 +93,7 @@ func createClosed(t *testing.T, path string, data []byte) {
 
 func TestFileEventsUploadOnCloseAndRename(t *testing.T) {
 	env := needS3(t)
-	job := newJobID(t)
+	job := newJobID()
 	dir := t.TempDir()
 	outside := t.TempDir() // same file system: renamed in
 	s, _ := eventSyncer(t, env, job, dir, uploaderOpts{}, func(c *ScannerConfig) { c.Exclude = []string{"**/*.tmp", "scratch/**"} }, nil)
@@ -186,7 +186,7 @@ func newFSStore(t *testing.T, job string) *fsStore {
 // the binding server's artifact endpoint (fs backend).
 func TestFileEventsAppendWhileUploading(t *testing.T) {
 	env := needS3(t) // newTestUploader's helpers; the uploads go to st
-	job := newJobID(t)
+	job := newJobID()
 	st := newFSStore(t, job)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "ckpt.bin")
@@ -368,7 +368,7 @@ func TestFileEventsUnavailableFallsBackToSettle(t *testing.T) {
 		{"no inotify", unix.EINVAL, 0, "file events unavailable", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			job := newJobID(t)
+			job := newJobID()
 			dir := t.TempDir()
 			var logs syncBuffer
 			u, _ := newTestUploader(t, env, job, uploaderOpts{})

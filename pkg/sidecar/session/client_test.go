@@ -703,9 +703,9 @@ func TestRunStopsOnFinalClose(t *testing.T) {
 }
 
 // TestRunReclaimsATakenOverSession: anyone with the job's token can open a
-// session as this pod and the server closes this one with 4001 (issue 24
-// §3). The sidecar opens its session again, first refused while the other
-// one is live (409 SessionActive), without registering again, and goes on.
+// session as this pod and the server closes this one with 4001. The sidecar
+// opens its session again, first refused while the other one is live (409
+// SessionActive), without registering again, and goes on.
 func TestRunReclaimsATakenOverSession(t *testing.T) {
 	s := newStubServer(t)
 	s.session = func(ss *stubSession) {

@@ -184,23 +184,9 @@ func (c *Client) Run(ctx context.Context) error {
 // that the server acknowledged at least one heartbeat, i.e. the backoff can
 // start over.
 func (c *Client) runSession(ctx context.Context) (healthy bool, err error) {
-	token, err := c.readToken()
+	conn, err := c.openSession(ctx)
 	if err != nil {
 		return false, err
-	}
-	d, err := c.dialer()
-	if err != nil {
-		return false, err
-	}
-	dctx, dcancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
-	conn, resp, err := d.DialContext(dctx, c.sessionURL, c.sessionHeaders(token))
-	dcancel()
-	if err != nil {
-		if resp != nil && errors.Is(err, websocket.ErrBadHandshake) {
-			defer resp.Body.Close()
-			return false, statusError("open session", resp)
-		}
-		return false, fmt.Errorf("open session: %w", err)
 	}
 
 	interval := c.HeartbeatInterval()
@@ -208,34 +194,7 @@ func (c *Client) runSession(ctx context.Context) (healthy bool, err error) {
 	writeTimeout := min(max(interval, time.Second), 10*time.Second)
 	s := &session{conn: conn, out: make(chan writeRequest), done: make(chan struct{})}
 	var acked atomic.Bool
-
-	conn.SetReadLimit(binding.MaxFrameSize)
-	extend := func() { _ = conn.SetReadDeadline(time.Now().Add(readTimeout)) }
-	extend()
-	conn.SetPingHandler(func(data string) error {
-		extend()
-		err := conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(writeTimeout))
-		var ne net.Error
-		if errors.Is(err, websocket.ErrCloseSent) || errors.As(err, &ne) && ne.Timeout() {
-			return nil
-		}
-		return err
-	})
-
-	readErr := make(chan error, 1)
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		for {
-			_, data, err := conn.ReadMessage()
-			if err != nil {
-				readErr <- err
-				return
-			}
-			extend()
-			c.handleFrame(ctx, s, data, &acked)
-		}
-	}()
+	readErr, readerDone := c.startReader(ctx, s, &acked, readTimeout, writeTimeout)
 
 	c.mu.Lock()
 	c.sess = s
@@ -305,6 +264,65 @@ func (c *Client) runSession(ctx context.Context) (healthy bool, err error) {
 			return false, c.sessionEnded(err, readTimeout)
 		}
 	}
+}
+
+// openSession dials the session endpoint with the worker's token.
+func (c *Client) openSession(ctx context.Context) (*websocket.Conn, error) {
+	token, err := c.readToken()
+	if err != nil {
+		return nil, err
+	}
+	d, err := c.dialer()
+	if err != nil {
+		return nil, err
+	}
+	dctx, dcancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	conn, resp, err := d.DialContext(dctx, c.sessionURL, c.sessionHeaders(token))
+	dcancel()
+	if err != nil {
+		if resp != nil && errors.Is(err, websocket.ErrBadHandshake) {
+			defer resp.Body.Close()
+			return nil, statusError("open session", resp)
+		}
+		return nil, fmt.Errorf("open session: %w", err)
+	}
+	return conn, nil
+}
+
+// startReader reads the server's frames until the connection fails, and
+// answers its pings. Every frame or ping extends the read deadline: a
+// session silent for readTimeout is dead. readErr receives why the reading
+// stopped; readerDone is closed when it has.
+func (c *Client) startReader(ctx context.Context, s *session, acked *atomic.Bool, readTimeout, writeTimeout time.Duration) (readErr <-chan error, readerDone <-chan struct{}) {
+	conn := s.conn
+	conn.SetReadLimit(binding.MaxFrameSize)
+	extend := func() { _ = conn.SetReadDeadline(time.Now().Add(readTimeout)) }
+	extend()
+	conn.SetPingHandler(func(data string) error {
+		extend()
+		err := conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(writeTimeout))
+		var ne net.Error
+		if errors.Is(err, websocket.ErrCloseSent) || errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		return err
+	})
+
+	errc := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			_, data, err := conn.ReadMessage()
+			if err != nil {
+				errc <- err
+				return
+			}
+			extend()
+			c.handleFrame(ctx, s, data, acked)
+		}
+	}()
+	return errc, done
 }
 
 // heartbeatFrame builds the next heartbeat. Progress the protocol would

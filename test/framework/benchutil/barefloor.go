@@ -15,7 +15,7 @@ import (
 // bounds its own.
 const MaxReviewBytes = 7 << 20
 
-// BareFloor is the admission benchmarks' bare floor (issue 14): a plain
+// BareFloor is the admission benchmarks' bare floor: a plain
 // net/http handler that decodes the AdmissionReview and its pod and allows
 // the pod with no patch. No controller-runtime, informers or metrics.
 func BareFloor(w http.ResponseWriter, r *http.Request) {

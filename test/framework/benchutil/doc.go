@@ -1,5 +1,5 @@
-// Package benchutil holds what Tether's load benchmarks (bench/) share: the
-// process's CPU time, the machine's CPU pressure line, a self-signed
-// loopback certificate, and the binding server's artifact endpoint as it
-// serves it (ArtifactServer).
+// Package benchutil holds what Tether's load benchmarks (test/performance/)
+// share: the process's CPU time, the machine's CPU pressure line, a
+// self-signed loopback certificate, and the binding server's artifact
+// endpoint as it serves it (ArtifactServer).
 package benchutil

@@ -70,8 +70,9 @@ func (c *Cluster) startKwok(ctx context.Context) error {
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 		"--config=" + stages,
 		"--node-lease-duration-seconds=40",
-		// Fake pod addresses, never dialed: from the test range
-		// (DESIGN.md §9), apart from the cluster network's 198.18.0.0/16.
+		// Fake pod addresses, never dialed: from 198.18.0.0/15, the range
+		// reserved for network tests, apart from the cluster network's
+		// 198.18.0.0/16.
 		"--cidr=198.19.0.0/16",
 	}); err != nil {
 		return err

@@ -33,7 +33,7 @@
 // their own Kueue queue (RealNodeQueue), whose flavor adds the node
 // selector and the toleration of the nodes' taint.
 //
-// The cluster network (network.go, ClusterNetwork; DESIGN.md §9, §15) is
+// The cluster network (network.go, ClusterNetwork) is
 // a real cluster's network: the two real nodes, each in network, PID and
 // mount namespaces of its own, joined by a bridge
 // in a network namespace of its own to each other and to the host's end of

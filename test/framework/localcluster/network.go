@@ -16,8 +16,8 @@ import (
 	"time"
 )
 
-// NetworkRange is the range the cluster networks take their addresses from
-// (DESIGN.md §9, §15): 198.18.0.0/15, reserved for network tests. Every
+// NetworkRange is the range the cluster networks take their addresses
+// from: 198.18.0.0/15, reserved for network tests. Every
 // address exists only on interfaces the harness creates, and it is the
 // only range pods and nodes route.
 var NetworkRange = mustCIDR("198.18.0.0/15")

@@ -2,12 +2,10 @@ package localcluster
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -21,12 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tether-dev/tether/internal/images"
-	"github.com/tether-dev/tether/test/framework/localcluster/nodespec"
 	"github.com/tether-dev/tether/test/framework/testenv"
 )
 
 // The real nodes: kubelets v1.37.2 with containerd 2.x and Debian's runc,
-// registered beside the kwok nodes (DESIGN.md §14), on the cluster network
+// registered beside the kwok nodes, on the cluster network
 // (network.go).
 const (
 	// RealNodeLabel (= NetworkNodeLabelValue) labels the real nodes and
@@ -44,12 +41,6 @@ const (
 
 // nodeBinaries are what the real node runs, from hack/testbin.sh node.
 var nodeBinaries = []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "cni/loopback"}
-
-// kubeletSysctls are the host sysctls the kubelet sets at start
-// (pkg/kubelet/cm setupKernelTunables); each gets a value file bound over it
-// inside the node's mount namespace, so the host keeps its own.
-var kubeletSysctls = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
-	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
 
 // RealNode is one of the cluster network's real nodes. Its containerd,
 // kubelet and kube-proxy run under node-init, PID 1 of a private PID, mount
@@ -178,165 +169,6 @@ func nodeImages() ([]images.Written, error) {
 // logFile is the log of one of the node's processes: <logs>/<node>-<name>.log.
 func (n *RealNode) logFile(name string) string {
 	return filepath.Join(n.c.logDir(), n.Name+"-"+name+".log")
-}
-
-// prepare writes the node's directories, certificates and configuration,
-// and returns node-init's spec.
-func (n *RealNode) prepare() (*nodespec.Spec, error) {
-	c := n.c
-	dirs := map[string]string{}
-	for _, d := range []string{"var-lib", "var-log", "run", "sysctl", "containerd/root", "containerd/state", "containerd/opt",
-		"runc", "cni/net.d", "kubelet", "pod-logs", "volume-plugins", "pki"} {
-		dirs[d] = filepath.Join(n.Dir, d)
-		if err := os.MkdirAll(dirs[d], 0o700); err != nil {
-			return nil, err
-		}
-	}
-	nodeIP := n.net.ip
-	if err := c.CA.writeCert(dirs["pki"], "kubelet", certRequest{commonName: n.Name,
-		ips: []net.IP{nodeIP}, dnsNames: []string{"localhost"}, usage: x509.ExtKeyUsageServerAuth}); err != nil {
-		return nil, err
-	}
-	binds := []nodespec.Bind{{Source: dirs["var-lib"], Target: "/var/lib"}, {Source: dirs["var-log"], Target: "/var/log"}, {Source: dirs["run"], Target: "/run"}}
-	for _, s := range kubeletSysctls {
-		host := filepath.Join("/proc/sys", s)
-		v, err := os.ReadFile(host)
-		if err != nil {
-			continue // not on this kernel: nothing for the kubelet to change
-		}
-		f := filepath.Join(dirs["sysctl"], strings.ReplaceAll(s, "/", "."))
-		if err := os.WriteFile(f, v, 0o644); err != nil {
-			return nil, err
-		}
-		binds = append(binds, nodespec.Bind{Source: f, Target: host})
-	}
-	cni, resolvConf := n.net.cniConfig(), n.net.resolvConf()
-	if err := os.WriteFile(filepath.Join(dirs["cni/net.d"], "10-tether.conflist"), []byte(cni), 0o644); err != nil {
-		return nil, err
-	}
-	resolv := filepath.Join(n.Dir, "resolv.conf")
-	if err := os.WriteFile(resolv, []byte(resolvConf), 0o644); err != nil {
-		return nil, err
-	}
-	pause := n.Image("tether-pause")
-	if pause == "" {
-		return nil, errors.New("bin/images has no tether-pause image: run `make images` again")
-	}
-	containerdConfig := fmt.Sprintf(`version = 3
-root = %[1]q
-state = %[2]q
-[grpc]
-  address = %[3]q
-[ttrpc]
-  address = %[4]q
-[debug]
-  address = ""
-[metrics]
-  address = ""
-[plugins.'io.containerd.internal.v1.opt']
-  path = %[5]q
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = 'overlayfs'
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = %[6]q
-[plugins.'io.containerd.cri.v1.runtime']
-  # The VM lacks CAP_SYS_RESOURCE: without this every sandbox fails with
-  # "can't get final child's PID from pipe: EOF" (DESIGN.md §14).
-  restrict_oom_score_adj = true
-  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-    runtime_type = 'io.containerd.runc.v2'
-    runtime_path = %[7]q
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-      BinaryName = %[8]q
-      Root = %[9]q
-      SystemdCgroup = false
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = [%[10]q]
-    conf_dir = %[11]q
-[plugins.'io.containerd.grpc.v1.cri']
-  stream_server_address = '127.0.0.1'
-  stream_server_port = '0'
-`, dirs["containerd/root"], dirs["containerd/state"], n.ContainerdSocket, n.ContainerdSocket+".ttrpc", dirs["containerd/opt"],
-		pause, c.bin("containerd-shim-runc-v2"), c.bin("runc"), dirs["runc"], resolvedDir(c.bin("cni")), dirs["cni/net.d"])
-	containerdPath := filepath.Join(n.Dir, "containerd.toml")
-	if err := os.WriteFile(containerdPath, []byte(containerdConfig), 0o600); err != nil {
-		return nil, err
-	}
-	kubeletConfig := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-address: %[12]s
-port: %[1]s
-readOnlyPort: 0
-healthzPort: 0
-authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    enabled: false
-  x509:
-    clientCAFile: %[2]q
-authorization:
-  mode: AlwaysAllow
-tlsCertFile: %[3]q
-tlsPrivateKeyFile: %[4]q
-containerRuntimeEndpoint: unix://%[5]s
-cgroupDriver: cgroupfs
-cgroupRoot: %[6]q
-failCgroupV1: false
-failSwapOn: false
-protectKernelDefaults: false
-podLogsDir: %[7]q
-volumePluginDir: %[8]q
-resolvConf: %[9]q
-registerWithTaints:
-- key: %[10]s
-  value: %[13]s
-  effect: NoSchedule
-# The kubelet refreshes Secret volumes on its pod sync; the default minute
-# made token-reissue scenarios wait that long.
-syncFrequency: 10s
-# A shared CI disk must not evict the scenarios' pods.
-evictionHard:
-  memory.available: 50Mi
-  nodefs.available: "1%%"
-  imagefs.available: "1%%"
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-serializeImagePulls: false
-maxPods: 110
-`, portOf(n.KubeletAddr), filepath.Join(dirs["pki"], "ca.crt"), filepath.Join(dirs["pki"], "kubelet.crt"), filepath.Join(dirs["pki"], "kubelet.key"),
-		n.ContainerdSocket, n.CgroupRoot, dirs["pod-logs"], dirs["volume-plugins"], resolv, RealNodeLabel, NetworkNodeLabelValue, nodeIP.String(), NetworkNodeLabelValue)
-	kubeletConfig += n.net.kubeletConfig()
-	kubeletPath := filepath.Join(n.Dir, "kubelet.yaml")
-	if err := os.WriteFile(kubeletPath, []byte(kubeletConfig), 0o600); err != nil {
-		return nil, err
-	}
-	// Any pull fails at once (a proxy on a closed loopback port): every
-	// image the node runs is imported. The apiserver is on NetworkRange.
-	env := []string{"PATH=" + c.Assets + ":/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + n.Dir,
-		"HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9", "NO_PROXY=" + NetworkRange.String(), "TMPDIR=" + os.TempDir()}
-	steps := []nodespec.Step{{Name: "containerd", Path: c.bin("containerd"), Args: []string{"--config=" + containerdPath},
-		Env: env, Log: n.logFile("containerd"), WaitSocket: n.ContainerdSocket}}
-	for _, im := range n.Images {
-		steps = append(steps, nodespec.Step{Name: "import " + im.Ref, Path: c.bin("ctr"),
-			Args: []string{"--address=" + n.ContainerdSocket, "--namespace=k8s.io", "images", "import", "--local", im.Path},
-			Env:  env, Log: n.logFile("ctr-import"), RunToCompletion: true})
-	}
-	for _, t := range n.Tags {
-		steps = append(steps, nodespec.Step{Name: "tag " + t[1], Path: c.bin("ctr"),
-			Args: []string{"--address=" + n.ContainerdSocket, "--namespace=k8s.io", "images", "tag", "--force", t[0], t[1]},
-			Env:  env, Log: n.logFile("ctr-import"), RunToCompletion: true})
-	}
-	kubeletArgs := []string{"--config=" + kubeletPath, "--kubeconfig=" + c.Kubeconfig, "--hostname-override=" + n.Name,
-		"--node-labels=" + RealNodeLabel + "=" + NetworkNodeLabelValue, "--root-dir=" + dirs["kubelet"],
-		"--cert-dir=" + dirs["pki"], "--v=2", "--node-ip=" + nodeIP.String()}
-	steps = append(steps, nodespec.Step{Name: "kubelet", Path: c.bin("kubelet"), Env: env, Log: n.logFile("kubelet"), Args: kubeletArgs})
-	kp, err := n.net.kubeProxyStep(n, env)
-	if err != nil {
-		return nil, err
-	}
-	steps = append(steps, kp)
-	return &nodespec.Spec{Binds: binds, Steps: steps, StopGrace: "15s", WaitFile: filepath.Join(n.Dir, "network-ready")}, nil
 }
 
 // resolvedDir follows a symlink to a directory (the cni link in the assets).

@@ -267,67 +267,14 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 	} else {
 		t.args = append(t.args, "--sidecar-image=ghcr.io/tether-dev/tether-sidecar:e2e")
 	}
-	if opts.S3 {
-		if t.S3, err = c.StartS3(ctx, s3cfg); err != nil {
-			return nil, err
-		}
-		store := t.S3.Endpoint
-		if opts.S3Fault != s3server.FaultNone {
-			f, err := s3server.NewFront(store, opts.S3Fault)
-			if err != nil {
-				return nil, err
-			}
-			f.Resign(s3cfg.AccessKey, s3cfg.SecretKey)
-			c.onStop(f.Close)
-			store = f.Endpoint
-		}
-		// On the network the kwok pods' and the nodes' sidecars upload
-		// to the store directly too: the front listens on the host's
-		// veth address.
-		listen := "127.0.0.1"
-		if c.Network != nil {
-			listen = c.Network.HostIP.String()
-		}
-		if t.s3Front, err = newS3Front(listen, store); err != nil {
-			return nil, err
-		}
-		c.onStop(func() error { t.s3Front.close(); return nil })
-		t.args = append(t.args, "--artifact-backend=s3", "--s3-endpoint="+t.s3Front.Addr(), "--s3-bucket="+t.S3.Bucket,
-			"--s3-insecure", "--s3-region=us-east-1", "--s3-credentials-dir="+t.S3.CredentialsDir)
-	} else {
-		t.ArtifactDir = filepath.Join(c.Dir, "artifacts")
-		if err := os.MkdirAll(t.ArtifactDir, 0o700); err != nil {
-			return nil, err
-		}
-		t.args = append(t.args, "--artifact-backend=fs", "--artifact-dir="+t.ArtifactDir)
+	if err := t.setUpArtifactStore(ctx, s3cfg); err != nil {
+		return nil, err
 	}
 	t.args = append(t.args, opts.Args...)
 	t.stopPoll, t.pollDone = make(chan struct{}), make(chan struct{})
 	scraper := &metricsScraper{cs: c.Clientset}
 	for i := range opts.Replicas {
-		r := &Replica{Index: i, scraper: scraper}
-		if r.HealthAddr, err = testenv.FreeAddr(); err != nil {
-			return nil, err
-		}
-		// On the network the Service's endpoints are where a pod would
-		// listen: the host's veth address.
-		for _, a := range []*string{&r.WebhookAddr, &r.BindingAddr, &r.MetricsAddr} {
-			if t.endpoints != nil {
-				*a, err = freeAddrOn(c.Network.HostIP)
-			} else {
-				*a, err = testenv.FreeAddr()
-			}
-			if err != nil {
-				return nil, err
-			}
-		}
-		if t.endpoints != nil {
-			if err := t.endpoints.add(i, r.WebhookAddr, r.MetricsAddr, r.BindingAddr); err != nil {
-				return nil, err
-			}
-		}
-		t.replicas = append(t.replicas, r)
-		if err := t.startReplica(r); err != nil {
+		if err := t.addReplica(i, scraper); err != nil {
 			return nil, err
 		}
 	}
@@ -339,6 +286,78 @@ func (c *Cluster) StartTether(ctx context.Context, opts TetherOptions) (*Tether,
 		}
 	}
 	return t, nil
+}
+
+// setUpArtifactStore gives the replicas their artifact store: with S3, the
+// S3 server (behind a fault-injecting front when asked) and the loopback
+// front the sidecars reach it through; else a directory.
+func (t *Tether) setUpArtifactStore(ctx context.Context, s3cfg S3Config) error {
+	c, opts := t.c, t.opts
+	if !opts.S3 {
+		t.ArtifactDir = filepath.Join(c.Dir, "artifacts")
+		if err := os.MkdirAll(t.ArtifactDir, 0o700); err != nil {
+			return err
+		}
+		t.args = append(t.args, "--artifact-backend=fs", "--artifact-dir="+t.ArtifactDir)
+		return nil
+	}
+	var err error
+	if t.S3, err = c.StartS3(ctx, s3cfg); err != nil {
+		return err
+	}
+	store := t.S3.Endpoint
+	if opts.S3Fault != s3server.FaultNone {
+		f, err := s3server.NewFront(store, opts.S3Fault)
+		if err != nil {
+			return err
+		}
+		f.Resign(s3cfg.AccessKey, s3cfg.SecretKey)
+		c.onStop(f.Close)
+		store = f.Endpoint
+	}
+	// On the network the kwok pods' and the nodes' sidecars upload
+	// to the store directly too: the front listens on the host's
+	// veth address.
+	listen := "127.0.0.1"
+	if c.Network != nil {
+		listen = c.Network.HostIP.String()
+	}
+	if t.s3Front, err = newS3Front(listen, store); err != nil {
+		return err
+	}
+	c.onStop(func() error { t.s3Front.close(); return nil })
+	t.args = append(t.args, "--artifact-backend=s3", "--s3-endpoint="+t.s3Front.Addr(), "--s3-bucket="+t.S3.Bucket,
+		"--s3-insecure", "--s3-region=us-east-1", "--s3-credentials-dir="+t.S3.CredentialsDir)
+	return nil
+}
+
+// addReplica picks replica i's addresses, adds it to the Service's
+// endpoints on the network, and starts it.
+func (t *Tether) addReplica(i int, scraper *metricsScraper) error {
+	r := &Replica{Index: i, scraper: scraper}
+	var err error
+	if r.HealthAddr, err = testenv.FreeAddr(); err != nil {
+		return err
+	}
+	// On the network the Service's endpoints are where a pod would
+	// listen: the host's veth address.
+	for _, a := range []*string{&r.WebhookAddr, &r.BindingAddr, &r.MetricsAddr} {
+		if t.endpoints != nil {
+			*a, err = freeAddrOn(t.c.Network.HostIP)
+		} else {
+			*a, err = testenv.FreeAddr()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if t.endpoints != nil {
+		if err := t.endpoints.add(i, r.WebhookAddr, r.MetricsAddr, r.BindingAddr); err != nil {
+			return err
+		}
+	}
+	t.replicas = append(t.replicas, r)
+	return t.startReplica(r)
 }
 
 // install applies the rendered overlay minus what runs as processes here

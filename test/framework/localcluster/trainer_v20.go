@@ -60,6 +60,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -107,23 +108,9 @@ const (
 // It creates the namespace kubeflow-system and the Secret
 // kubeflow-trainer-webhook-cert in it (overwriting that Secret).
 func StartTrainerV20(ctx context.Context, cfg TrainerV20Config) (stop func() error, err error) {
-	if cfg.Binary == "" || cfg.Kubeconfig == "" || cfg.CertDir == "" || cfg.WorkDir == "" || cfg.WebhookAddr == "" || cfg.LogFile == "" {
-		return nil, errors.New("trainer v2.0.0: every TrainerV20Config field is required")
-	}
-	if err := requireLoopback(cfg.WebhookAddr); err != nil {
-		return nil, fmt.Errorf("trainer v2.0.0: WebhookAddr: %w", err)
-	}
-	if fi, err := os.Stat(cfg.Binary); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-		return nil, fmt.Errorf("trainer v2.0.0: %s is not an executable (build it with `hack/testbin.sh trainer-controller-manager-v2.0.0`)", cfg.Binary)
-	}
-	workDir, err := filepath.Abs(cfg.WorkDir)
+	workDir, err := checkTrainerV20Config(cfg)
 	if err != nil {
 		return nil, err
-	}
-	for _, s := range []string{trainerV20APISocket, trainerV20WebhookSocket} {
-		if p := filepath.Join(workDir, s); len(p) >= 108 {
-			return nil, fmt.Errorf("trainer v2.0.0: socket path %s is too long for a Unix socket; use a shorter WorkDir", p)
-		}
 	}
 	relayBin, err := buildTrainerV20Relay(workDir)
 	if err != nil {
@@ -137,63 +124,13 @@ func StartTrainerV20(ctx context.Context, cfg TrainerV20Config) (stop func() err
 	if err := os.Chmod(privateTmp, 0o1777); err != nil {
 		return nil, err
 	}
-
-	// The kubeconfig, made self-contained (paths under /tmp are hidden in the
-	// namespace), goes into the private /tmp.
-	raw, err := clientcmd.LoadFromFile(cfg.Kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("trainer v2.0.0: kubeconfig: %w", err)
-	}
-	if err := clientcmdapi.FlattenConfig(raw); err != nil {
-		return nil, fmt.Errorf("trainer v2.0.0: kubeconfig: %w", err)
-	}
-	restCfg, err := clientcmd.NewDefaultClientConfig(*raw, nil).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("trainer v2.0.0: kubeconfig: %w", err)
-	}
-	server, err := url.Parse(restCfg.Host)
-	if err != nil {
-		return nil, fmt.Errorf("trainer v2.0.0: kubeconfig server %q: %w", restCfg.Host, err)
-	}
-	apiAddr := server.Host
-	if server.Port() == "" {
-		apiAddr = net.JoinHostPort(server.Hostname(), "443")
-	}
-	if err := requireLoopback(apiAddr); err != nil {
-		return nil, fmt.Errorf("trainer v2.0.0: kubeconfig server: %w", err)
-	}
-	apiListen := apiAddr
-	if strings.EqualFold(server.Hostname(), "localhost") {
-		apiListen = net.JoinHostPort("127.0.0.1", portOfAddr(apiAddr))
-	}
-	kubeconfig, err := clientcmd.Write(*raw)
+	restCfg, apiAddr, apiListen, err := writeTrainerV20Kubeconfig(cfg.Kubeconfig, privateTmp)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(privateTmp, "kubeconfig"), kubeconfig, 0o600); err != nil {
-		return nil, err
-	}
-
-	// The serving cert, where the manager looks for it.
-	var caPEM []byte
-	for _, name := range []string{"ca.crt", "tls.crt", "tls.key"} {
-		b, err := os.ReadFile(filepath.Join(cfg.CertDir, name))
-		if err != nil {
-			return nil, fmt.Errorf("trainer v2.0.0: CertDir: %w", err)
-		}
-		if name == "ca.crt" {
-			caPEM = b
-		}
-		if err := os.WriteFile(filepath.Join(certDir, name), b, 0o600); err != nil {
-			return nil, err
-		}
-	}
-	cs, err := kubernetes.NewForConfig(restCfg)
+	caPEM, err := installTrainerV20Certs(ctx, cfg.CertDir, certDir, restCfg)
 	if err != nil {
-		return nil, fmt.Errorf("trainer v2.0.0: %w", err)
-	}
-	if err := writeTrainerV20Secret(ctx, cs, caPEM); err != nil {
-		return nil, fmt.Errorf("trainer v2.0.0: cert secret: %w", err)
+		return nil, err
 	}
 
 	logFile, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -231,26 +168,6 @@ func StartTrainerV20(ctx context.Context, cfg TrainerV20Config) (stop func() err
 	whRelay := connrelay.Start(whLn, func() (net.Conn, error) { return net.DialTimeout("unix", whSock, 5*time.Second) })
 	cleanups = append(cleanups, whRelay.Close)
 
-	relayArgs := []string{
-		"-workdir=" + workDir,
-		"-api-listen=" + apiListen,
-		"-api-socket=" + trainerV20APISocket,
-		"-webhook-socket=" + trainerV20WebhookSocket,
-		"-webhook-target=" + trainerV20WebhookTarget,
-		"-private-tmp=" + privateTmp,
-		"-relay-pid-file=" + TrainerV20RelayPIDFile,
-		"-manager-pid-file=" + TrainerV20ManagerPIDFile,
-		"-manager-env=PATH=/usr/local/bin:/usr/bin:/bin", "-manager-env=HOME=/tmp", "-manager-env=TMPDIR=/tmp",
-		"--",
-		cfg.Binary,
-		"--kubeconfig=/tmp/kubeconfig",
-		"--metrics-bind-address=0",
-		"--health-probe-bind-address=0",
-		"--leader-elect=false",
-		"--webhook-server-port=" + portOfAddr(trainerV20WebhookTarget),
-		"--webhook-service-name=" + trainerV20ServiceName,
-		"--webhook-secret-name=" + trainerV20SecretName,
-	}
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -258,7 +175,7 @@ func StartTrainerV20(ctx context.Context, cfg TrainerV20Config) (stop func() err
 	defer statusR.Close()
 	cmd := &exec.Cmd{
 		Path:       relayBin,
-		Args:       append([]string{"trainerv20relay"}, relayArgs...),
+		Args:       append([]string{"trainerv20relay"}, trainerV20RelayArgs(cfg.Binary, workDir, apiListen, privateTmp)...),
 		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
 		Stdout:     logFile,
 		Stderr:     logFile,
@@ -274,48 +191,183 @@ func StartTrainerV20(ctx context.Context, cfg TrainerV20Config) (stop func() err
 	if err != nil {
 		return nil, fmt.Errorf("trainer v2.0.0: starting the relay in new network and mount namespaces (needs root): %w", err)
 	}
-	relayPID := cmd.Process.Pid
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-
-	managerPID := 0
-	var once sync.Once
-	var stopErr error
-	stopAll := func() error {
-		once.Do(func() {
-			// The relay stops the manager (SIGTERM, SIGKILL after 5s) and reaps it.
-			_ = syscall.Kill(relayPID, syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				_ = syscall.Kill(-relayPID, syscall.SIGKILL)
-				<-exited
-			}
-			_ = syscall.Kill(-relayPID, syscall.SIGKILL) // anything left in the group
-			if managerPID > 0 {
-				if err := waitPIDGone(managerPID, 10*time.Second); err != nil {
-					_ = syscall.Kill(managerPID, syscall.SIGKILL)
-					stopErr = fmt.Errorf("trainer v2.0.0: %w", err)
-				}
-			}
-			cleanup()
-		})
-		return stopErr
-	}
+	run := &trainerV20Run{cfg: cfg, relayPID: cmd.Process.Pid, exited: make(chan struct{}), cleanup: cleanup}
+	go func() { run.waitErr = cmd.Wait(); close(run.exited) }()
 	defer func() {
 		if err != nil {
-			_ = stopAll()
+			_ = run.stop()
 		}
 	}()
 
 	ctx, cancel := context.WithTimeout(ctx, trainerV20StartTimeout)
 	defer cancel()
-	early := func() error {
-		return fmt.Errorf("trainer v2.0.0 manager exited early (%v); see %s:\n%s", waitErr, cfg.LogFile, tailOf(cfg.LogFile, 3000))
+	if err := run.waitReady(ctx, statusR, caPEM); err != nil {
+		return nil, err
 	}
+	return run.stop, nil
+}
 
-	// The relay reports "ready <manager pid>" or "error <message>".
+// checkTrainerV20Config checks cfg and returns WorkDir made absolute.
+func checkTrainerV20Config(cfg TrainerV20Config) (workDir string, err error) {
+	if cfg.Binary == "" || cfg.Kubeconfig == "" || cfg.CertDir == "" || cfg.WorkDir == "" || cfg.WebhookAddr == "" || cfg.LogFile == "" {
+		return "", errors.New("trainer v2.0.0: every TrainerV20Config field is required")
+	}
+	if err := requireLoopback(cfg.WebhookAddr); err != nil {
+		return "", fmt.Errorf("trainer v2.0.0: WebhookAddr: %w", err)
+	}
+	if fi, err := os.Stat(cfg.Binary); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("trainer v2.0.0: %s is not an executable (build it with `hack/testbin.sh trainer-controller-manager-v2.0.0`)", cfg.Binary)
+	}
+	workDir, err = filepath.Abs(cfg.WorkDir)
+	if err != nil {
+		return "", err
+	}
+	for _, s := range []string{trainerV20APISocket, trainerV20WebhookSocket} {
+		if p := filepath.Join(workDir, s); len(p) >= 108 {
+			return "", fmt.Errorf("trainer v2.0.0: socket path %s is too long for a Unix socket; use a shorter WorkDir", p)
+		}
+	}
+	return workDir, nil
+}
+
+// writeTrainerV20Kubeconfig writes the kubeconfig, made self-contained
+// (paths under /tmp are hidden in the namespace), into the private /tmp.
+// apiAddr is the apiserver's loopback address on the host; apiListen is
+// where the relay listens for it in the namespace.
+func writeTrainerV20Kubeconfig(path, privateTmp string) (restCfg *rest.Config, apiAddr, apiListen string, err error) {
+	raw, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("trainer v2.0.0: kubeconfig: %w", err)
+	}
+	if err := clientcmdapi.FlattenConfig(raw); err != nil {
+		return nil, "", "", fmt.Errorf("trainer v2.0.0: kubeconfig: %w", err)
+	}
+	restCfg, err = clientcmd.NewDefaultClientConfig(*raw, nil).ClientConfig()
+	if err != nil {
+		return nil, "", "", fmt.Errorf("trainer v2.0.0: kubeconfig: %w", err)
+	}
+	server, err := url.Parse(restCfg.Host)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("trainer v2.0.0: kubeconfig server %q: %w", restCfg.Host, err)
+	}
+	apiAddr = server.Host
+	if server.Port() == "" {
+		apiAddr = net.JoinHostPort(server.Hostname(), "443")
+	}
+	if err := requireLoopback(apiAddr); err != nil {
+		return nil, "", "", fmt.Errorf("trainer v2.0.0: kubeconfig server: %w", err)
+	}
+	apiListen = apiAddr
+	if strings.EqualFold(server.Hostname(), "localhost") {
+		apiListen = net.JoinHostPort("127.0.0.1", portOfAddr(apiAddr))
+	}
+	kubeconfig, err := clientcmd.Write(*raw)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if err := os.WriteFile(filepath.Join(privateTmp, "kubeconfig"), kubeconfig, 0o600); err != nil {
+		return nil, "", "", err
+	}
+	return restCfg, apiAddr, apiListen, nil
+}
+
+// installTrainerV20Certs copies the caller's serving cert to where the
+// manager looks for it, writes the Secret its rotator checks, and returns
+// the caller's CA.
+func installTrainerV20Certs(ctx context.Context, from, certDir string, restCfg *rest.Config) (caPEM []byte, err error) {
+	for _, name := range []string{"ca.crt", "tls.crt", "tls.key"} {
+		b, err := os.ReadFile(filepath.Join(from, name))
+		if err != nil {
+			return nil, fmt.Errorf("trainer v2.0.0: CertDir: %w", err)
+		}
+		if name == "ca.crt" {
+			caPEM = b
+		}
+		if err := os.WriteFile(filepath.Join(certDir, name), b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("trainer v2.0.0: %w", err)
+	}
+	if err := writeTrainerV20Secret(ctx, cs, caPEM); err != nil {
+		return nil, fmt.Errorf("trainer v2.0.0: cert secret: %w", err)
+	}
+	return caPEM, nil
+}
+
+// trainerV20RelayArgs are the relay's flags, then the manager's command
+// line: every listener off but the webhook's, inside the namespace.
+func trainerV20RelayArgs(binary, workDir, apiListen, privateTmp string) []string {
+	return []string{
+		"-workdir=" + workDir,
+		"-api-listen=" + apiListen,
+		"-api-socket=" + trainerV20APISocket,
+		"-webhook-socket=" + trainerV20WebhookSocket,
+		"-webhook-target=" + trainerV20WebhookTarget,
+		"-private-tmp=" + privateTmp,
+		"-relay-pid-file=" + TrainerV20RelayPIDFile,
+		"-manager-pid-file=" + TrainerV20ManagerPIDFile,
+		"-manager-env=PATH=/usr/local/bin:/usr/bin:/bin", "-manager-env=HOME=/tmp", "-manager-env=TMPDIR=/tmp",
+		"--",
+		binary,
+		"--kubeconfig=/tmp/kubeconfig",
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=0",
+		"--leader-elect=false",
+		"--webhook-server-port=" + portOfAddr(trainerV20WebhookTarget),
+		"--webhook-service-name=" + trainerV20ServiceName,
+		"--webhook-secret-name=" + trainerV20SecretName,
+	}
+}
+
+// trainerV20Run is the running relay (which runs the manager in its
+// namespaces) and what to undo once it stopped.
+type trainerV20Run struct {
+	cfg        TrainerV20Config
+	relayPID   int
+	managerPID int // once the relay reported it
+	exited     chan struct{}
+	waitErr    error // the relay's exit, set before exited is closed
+	cleanup    func()
+
+	once    sync.Once
+	stopErr error
+}
+
+// stop stops the relay, which stops the manager (SIGTERM, SIGKILL after 5s)
+// and reaps it, kills anything left in its process group, and cleans up.
+func (r *trainerV20Run) stop() error {
+	r.once.Do(func() {
+		_ = syscall.Kill(r.relayPID, syscall.SIGTERM)
+		select {
+		case <-r.exited:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-r.relayPID, syscall.SIGKILL)
+			<-r.exited
+		}
+		_ = syscall.Kill(-r.relayPID, syscall.SIGKILL) // anything left in the group
+		if r.managerPID > 0 {
+			if err := waitPIDGone(r.managerPID, 10*time.Second); err != nil {
+				_ = syscall.Kill(r.managerPID, syscall.SIGKILL)
+				r.stopErr = fmt.Errorf("trainer v2.0.0: %w", err)
+			}
+		}
+		r.cleanup()
+	})
+	return r.stopErr
+}
+
+func (r *trainerV20Run) early() error {
+	return fmt.Errorf("trainer v2.0.0 manager exited early (%v); see %s:\n%s", r.waitErr, r.cfg.LogFile, tailOf(r.cfg.LogFile, 3000))
+}
+
+// waitReady waits for the relay's status line on statusR, "ready <manager
+// pid>" or "error <message>", and then until the trainjob validator answers
+// through the relay with the caller's CA; it is registered after the
+// rotator's checks, last of three.
+func (r *trainerV20Run) waitReady(ctx context.Context, statusR *os.File, caPEM []byte) error {
 	status := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(statusR).ReadString('\n')
@@ -324,29 +376,27 @@ func StartTrainerV20(ctx context.Context, cfg TrainerV20Config) (stop func() err
 	select {
 	case line := <-status:
 		if pid, ok := strings.CutPrefix(line, "ready "); ok {
-			managerPID, _ = strconv.Atoi(pid)
+			r.managerPID, _ = strconv.Atoi(pid)
 		} else {
-			<-exited
-			return nil, fmt.Errorf("trainer v2.0.0 relay failed: %q; see %s", line, cfg.LogFile)
+			<-r.exited
+			return fmt.Errorf("trainer v2.0.0 relay failed: %q; see %s", line, r.cfg.LogFile)
 		}
-	case <-exited:
-		return nil, early()
+	case <-r.exited:
+		return r.early()
 	case <-ctx.Done():
-		return nil, fmt.Errorf("trainer v2.0.0: relay did not start: %w; see %s", ctx.Err(), cfg.LogFile)
+		return fmt.Errorf("trainer v2.0.0: relay did not start: %w; see %s", ctx.Err(), r.cfg.LogFile)
 	}
 
-	// Ready when the trainjob validator answers through the relay with the
-	// caller's CA; it is registered after the rotator's checks, last of three.
 	var lastErr error
 	for {
-		if lastErr = probeTrainerV20(ctx, cfg.WebhookAddr, caPEM); lastErr == nil {
-			return stopAll, nil
+		if lastErr = probeTrainerV20(ctx, r.cfg.WebhookAddr, caPEM); lastErr == nil {
+			return nil
 		}
 		select {
-		case <-exited:
-			return nil, early()
+		case <-r.exited:
+			return r.early()
 		case <-ctx.Done():
-			return nil, fmt.Errorf("trainer v2.0.0 webhook not ready on %s: %v (%w); see %s", cfg.WebhookAddr, lastErr, ctx.Err(), cfg.LogFile)
+			return fmt.Errorf("trainer v2.0.0 webhook not ready on %s: %v (%w); see %s", r.cfg.WebhookAddr, lastErr, ctx.Err(), r.cfg.LogFile)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

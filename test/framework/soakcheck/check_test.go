@@ -42,21 +42,22 @@ func (w *world) put(key string, b []byte) {
 	}
 }
 
-// manifest stores node rank's manifest of job listing files and returns
-// its SHA-256.
-func (w *world) manifest(jobID string, rank int, files map[string][]byte) string {
+// manifest stores node 0's manifest of job listing files and returns its
+// SHA-256.
+func (w *world) manifest(jobID string, files map[string][]byte) string {
 	m := upload.Manifest{Version: "v1", JobID: jobID, PodUID: "pod"}
 	for p, b := range files {
 		m.Files = append(m.Files, upload.ManifestFile{Path: p, Size: int64(len(b)), MD5: sum(b)})
 	}
 	raw, _ := json.Marshal(m)
-	w.put(upload.ManifestKey(jobID, rank), raw)
+	w.put(upload.ManifestKey(jobID, 0), raw)
 	s := sha256.Sum256(raw)
 	return hex.EncodeToString(s[:])
 }
 
-func binding(ns, name, jobID string, phase tetherv1.WorkerBindingPhase, nodes ...tetherv1.NodeStatus) *tetherv1.WorkerBinding {
-	wb := &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: tetherv1.WorkerBindingSpec{JobID: jobID}}
+// binding is the WorkerBinding ns/name.
+func binding(name, jobID string, phase tetherv1.WorkerBindingPhase, nodes ...tetherv1.NodeStatus) *tetherv1.WorkerBinding {
+	wb := &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: tetherv1.WorkerBindingSpec{JobID: jobID}}
 	wb.Status.Phase, wb.Status.Nodes = phase, nodes
 	return wb
 }
@@ -66,8 +67,9 @@ func attempt(wb *tetherv1.WorkerBinding, n int32) *tetherv1.WorkerBinding {
 	return wb
 }
 
-func node(rank int32, sha string) tetherv1.NodeStatus {
-	return tetherv1.NodeStatus{Rank: rank, Artifacts: &tetherv1.NodeArtifacts{Verified: true, ManifestSHA256: sha}}
+// node0 is node 0 with its manifest sha verified.
+func node0(sha string) tetherv1.NodeStatus {
+	return tetherv1.NodeStatus{Rank: 0, Artifacts: &tetherv1.NodeArtifacts{Verified: true, ManifestSHA256: sha}}
 }
 
 func ok(jobID, key string, rank int) store.AccessRecord {
@@ -81,11 +83,11 @@ func TestCheckAHealthyRun(t *testing.T) {
 	v1, v2, model := []byte("step 1, first"), []byte("step 1, rewritten"), []byte("model")
 	w.put("job-a/ckpt/1.pt", v2)
 	w.put("job-a/model.bin", model)
-	sha := w.manifest("job-a", 0, map[string][]byte{"ckpt/1.pt": v2, "model.bin": model})
+	sha := w.manifest("job-a", map[string][]byte{"ckpt/1.pt": v2, "model.bin": model})
 	jobs := []Job{
 		{Namespace: "ns", Name: "a", Labeled: true, JobID: "job-a", Nodes: 1, Ended: true,
 			Wrote:   map[int][]Version{0: {{"ckpt/1.pt", sum(v1), 13}, {"ckpt/1.pt", sum(v2), 17}, {"model.bin", sum(model), 5}}},
-			Binding: binding("ns", "a", "job-a", tetherv1.PhaseSucceeded, node(0, sha))},
+			Binding: binding("a", "job-a", tetherv1.PhaseSucceeded, node0(sha))},
 		{Namespace: "ns", Name: "plain", Ended: true},
 	}
 	access := []store.AccessRecord{ok("job-a", "job-a/ckpt/1.pt", 0), ok("job-a", "job-a/ckpt/1.pt", 0), ok("job-a", "job-a/model.bin", 0),
@@ -108,26 +110,26 @@ func TestCheckFindsEveryBreach(t *testing.T) {
 	w := &world{t: t, store: fsStore{fsstore.FSBackend{Root: t.TempDir()}}}
 	good, forged := []byte("what the trainer wrote"), []byte("what it never wrote")
 	w.put("job-b/ckpt.pt", forged)
-	sha := w.manifest("job-b", 0, map[string][]byte{"ckpt.pt": forged})
+	sha := w.manifest("job-b", map[string][]byte{"ckpt.pt": forged})
 	w.put("job-c/model.bin", good)
-	shaC := w.manifest("job-c", 0, map[string][]byte{"model.bin": good})
+	shaC := w.manifest("job-c", map[string][]byte{"model.bin": good})
 	w.put("job-c/.tether/pending/model.bin", good)
 	w.put("job-d/model.bin", good)
-	shaD := w.manifest("job-d", 0, map[string][]byte{"model.bin": good})
+	shaD := w.manifest("job-d", map[string][]byte{"model.bin": good})
 	faults := []string{"t=12s SIGKILL replica 0"}
 	jobs := []Job{
 		{Namespace: "ns", Name: "b", Labeled: true, JobID: "job-b", Nodes: 1, Ended: true, Faults: faults,
 			Wrote:   map[int][]Version{0: {{"ckpt.pt", sum(good), int64(len(good))}, {"lost.bin", sum(good), int64(len(good))}}},
-			Binding: binding("ns", "b", "job-b", tetherv1.PhaseFailed, node(0, sha))},
+			Binding: binding("b", "job-b", tetherv1.PhaseFailed, node0(sha))},
 		{Namespace: "ns", Name: "c", Labeled: true, JobID: "job-c", Nodes: 2, Ended: true,
 			Wrote:   map[int][]Version{0: {{"model.bin", sum(good), int64(len(good))}}},
-			Binding: binding("ns", "c", "job-c", tetherv1.PhaseSucceeded, node(0, shaC))},
-		{Namespace: "ns", Name: "plain", Binding: binding("ns", "plain", "x", "")},
+			Binding: binding("c", "job-c", tetherv1.PhaseSucceeded, node0(shaC))},
+		{Namespace: "ns", Name: "plain", Binding: binding("plain", "x", "")},
 		// Its trainer failed once and was replaced, yet the binding says
 		// it succeeded at its first attempt.
 		{Namespace: "ns", Name: "d", Labeled: true, JobID: "job-d", Nodes: 1, Ended: true, MinAttempts: 2,
 			Wrote:   map[int][]Version{0: {{"model.bin", sum(good), int64(len(good))}}},
-			Binding: attempt(binding("ns", "d", "job-d", tetherv1.PhaseSucceeded, node(0, shaD)), 1)},
+			Binding: attempt(binding("d", "job-d", tetherv1.PhaseSucceeded, node0(shaD)), 1)},
 	}
 	// job-b's trainer wrote a.bin.tmp and renamed it: stored whole under
 	// the temporary name it is no loss; a part of it is.
@@ -174,7 +176,7 @@ func TestCheckUnknownRankAndFalseNeverBound(t *testing.T) {
 	w := &world{t: t, store: fsStore{fsstore.FSBackend{Root: t.TempDir()}}}
 	small := []byte("node 3's small file")
 	w.put("job-e/nodes/3/small/file-1.txt", small)
-	never := binding("ns", "e", "job-e", tetherv1.PhaseFailed)
+	never := binding("e", "job-e", tetherv1.PhaseFailed)
 	never.Status.Reason, never.Status.Message = tetherv1.ReasonNeverBound, "none of its trainer pods ever ran with the Tether sidecar"
 	jobs := []Job{{Namespace: "ns", Name: "e", Labeled: true, JobID: "job-e", Nodes: 4, Ended: true,
 		Wrote: map[int][]Version{3: {{"small/file-1.txt", sum(small), int64(len(small))}}}, Binding: never}}
@@ -206,7 +208,7 @@ func TestCheckUnknownRankAndFalseNeverBound(t *testing.T) {
 func TestCheckNeverBoundWithRefusedRequests(t *testing.T) {
 	w := &world{t: t, store: fsStore{fsstore.FSBackend{Root: t.TempDir()}}}
 	never := func(name string) *tetherv1.WorkerBinding {
-		b := binding("ns", name, "job-"+name, tetherv1.PhaseFailed)
+		b := binding(name, "job-"+name, tetherv1.PhaseFailed)
 		b.Status.Reason, b.Status.Message = tetherv1.ReasonNeverBound, "none of its trainer pods ever ran with the Tether sidecar"
 		return b
 	}

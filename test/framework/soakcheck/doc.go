@@ -1,4 +1,4 @@
-// Package soakcheck is the soak's checker (issue 29): offline, from what
+// Package soakcheck is the soak's checker: offline, from what
 // was recorded and what the store holds, it checks Tether's promise after a
 // run of many jobs under overlapping faults. It never trusts an ETag, a
 // status field or the control plane's word: every object is read back and

@@ -70,7 +70,7 @@ func TestLabeledTrainJobIsStampedAndBound(t *testing.T) {
 	}
 
 	var wb *tetherv1.WorkerBinding
-	eventually(t, 15*time.Second, func() error {
+	eventually(t, func() error {
 		var err error
 		wb, err = get(t, &tetherv1.WorkerBinding{}, ns, "llama")
 		if err != nil {
@@ -213,7 +213,7 @@ func TestLabelingAnExistingTrainJobBindsIt(t *testing.T) {
 		tj.Spec.RuntimePatches[0].TrainingRuntimeSpec == nil || tj.Spec.RuntimePatches[0].TrainingRuntimeSpec.Template.Metadata.Labels[mutate.RouteLabel] != "true" {
 		t.Fatalf("runtimePatches after binding = %+v, want Tether's entry labeling the JobSet %s=true", tj.Spec.RuntimePatches, mutate.RouteLabel)
 	}
-	eventually(t, 15*time.Second, func() error {
+	eventually(t, func() error {
 		_, err := get(t, &tetherv1.WorkerBinding{}, ns, "later")
 		return err
 	})
@@ -294,7 +294,7 @@ func TestPodsCreatedBeforeBindingAreReported(t *testing.T) {
 	if err := env.Client.Update(ctx, tj); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, func() error {
+	eventually(t, func() error {
 		wb, err := get(t, &tetherv1.WorkerBinding{}, ns, "early")
 		if err != nil {
 			return err
@@ -309,8 +309,8 @@ func TestPodsCreatedBeforeBindingAreReported(t *testing.T) {
 }
 
 // TestEveryUninjectedPodIsWarned: a pod recreated without the sidecar after
-// the first one was reported gets its own PodsNotInjected Warning (issue 24
-// §2: the second was never sent).
+// the first one was reported gets its own PodsNotInjected Warning, where
+// only the first pod's used to be sent.
 func TestEveryUninjectedPodIsWarned(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t, nil)
@@ -384,7 +384,7 @@ func TestMultiNodeBindsEveryNode(t *testing.T) {
 // waitForEventNote waits for an Event reason on the TrainJob whose note contains substr.
 func waitForEventNote(t *testing.T, ns, trainJob, reason, substr string) {
 	t.Helper()
-	eventually(t, 15*time.Second, func() error {
+	eventually(t, func() error {
 		var list eventsv1.EventList
 		if err := env.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 			return err
@@ -404,7 +404,7 @@ func waitForEventNote(t *testing.T, ns, trainJob, reason, substr string) {
 
 func waitForEvent(t *testing.T, ns, trainJob, reason string) {
 	t.Helper()
-	eventually(t, 15*time.Second, func() error {
+	eventually(t, func() error {
 		var list eventsv1.EventList
 		if err := env.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 			return err

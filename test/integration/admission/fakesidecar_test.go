@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,7 +25,7 @@ import (
 // namespaced TrainingRuntime) already carries an init container named like
 // Tether's, another image running `sleep infinity`, the ids and URLs the
 // real one has, and a matching tether.dev/status annotation: everything a
-// user can write, no token volume (issue 24 §1.2).
+// user can write, and no token volume.
 func fakeSidecarPod(trainJob, ns, jobID, workerID string) *testobj.PodWrapper {
 	return testobj.MakeTrainerPod(trainJob, ns).
 		Annotation(jobconfig.PodStatusAnnotation, trainjob.InjectionStatus{Version: trainjob.InjectionStatusVersion, JobID: jobID, WorkerID: workerID,
@@ -77,7 +76,7 @@ func TestTenantCannotPassAFakeSidecarAsInjected(t *testing.T) {
 			case err != nil:
 				t.Fatalf("create unrouted pod: %v", err)
 			}
-			eventually(t, 15*time.Second, func() error {
+			eventually(t, func() error {
 				wb, err := get(t, &tetherv1.WorkerBinding{}, ns, name)
 				if err != nil {
 					return err

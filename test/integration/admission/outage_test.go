@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -83,7 +82,7 @@ func TestNamespaceOfBoundJobIsDeletedDuringOutage(t *testing.T) {
 	if err := env.Client.Create(ctx, tj); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, func() error {
+	eventually(t, func() error {
 		_, err := get(t, &tetherv1.WorkerBinding{}, ns, "llama")
 		return err
 	})
@@ -117,7 +116,7 @@ func TestNamespaceOfBoundJobIsDeletedDuringOutage(t *testing.T) {
 	deleteNamespaceContents(t, ns)
 	// The other controller sees both objects deleting and lets them go.
 	for kind, o := range map[string]client.Object{"TrainJob": tj, "JobSet": js} {
-		eventually(t, 15*time.Second, func() error {
+		eventually(t, func() error {
 			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
 				return client.IgnoreNotFound(err)
 			}
@@ -135,7 +134,7 @@ func TestNamespaceOfBoundJobIsDeletedDuringOutage(t *testing.T) {
 		})
 	}
 	finalizeNamespace(t, ns)
-	eventually(t, 15*time.Second, func() error {
+	eventually(t, func() error {
 		err := env.Client.Get(ctx, types.NamespacedName{Name: ns}, &corev1.Namespace{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -203,7 +202,7 @@ func finalizeNamespace(t *testing.T, ns string) {
 		t.Fatal(err)
 	}
 	resources := namespacedResources(t)
-	eventually(t, 15*time.Second, func() error {
+	eventually(t, func() error {
 		for _, r := range resources {
 			l, err := dc.Resource(r).Namespace(ns).List(context.Background(), metav1.ListOptions{})
 			if err != nil {

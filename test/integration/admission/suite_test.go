@@ -14,9 +14,11 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.RunSuite(m, &env, testenv.Options{}))
 }
 
-func eventually(t *testing.T, timeout time.Duration, check func() error) {
+// eventually waits up to 15s, the one bound these tests need, for check to
+// pass.
+func eventually(t *testing.T, check func() error) {
 	t.Helper()
-	testenv.Eventually(t, timeout, check)
+	testenv.Eventually(t, 15*time.Second, check)
 }
 
 func consistently(t *testing.T, d time.Duration, check func() error) {

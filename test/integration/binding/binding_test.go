@@ -151,8 +151,8 @@ func TestCommandsAreDeliveredAndAcknowledged(t *testing.T) {
 // TestTenantCannotTakeTheSidecarsSession: anyone holding the job's token
 // (a tenant can read its Secret) opens a session as the sidecar's pod, while
 // the real sidecar's session heartbeats. The newcomer is refused (409
-// SessionActive, counted, a Warning Event); the real session goes on (issue
-// 24 §3: it was closed with 4001 and the sidecar stopped its work).
+// SessionActive, counted, a Warning Event); the real session goes on, where
+// it used to be closed with 4001 and the sidecar stopped its work.
 func TestTenantCannotTakeTheSidecarsSession(t *testing.T) {
 	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
 	sidecar, _, realDone := runningClient(t, j.clientConfig())
@@ -222,8 +222,8 @@ func TestTrainerExitCodeFromPodStatus(t *testing.T) {
 		reason string
 	}{
 		// The TrainJob's Complete alone does not succeed the job: without
-		// a verified artifact manifest it ends ArtifactsIncomplete (issue
-		// 4's tests cover the Succeeded path with real uploads).
+		// a verified artifact manifest it ends ArtifactsIncomplete (the
+		// artifact tests cover the Succeeded path with real uploads).
 		{0, tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete},
 		{3, tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed},
 	} {

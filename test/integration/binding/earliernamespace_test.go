@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/jobconfig"
@@ -68,7 +67,7 @@ func refusedAsEarlier(t *testing.T, tn *testenv.Tenant, name string) {
 	if wb := boundOrRefused(t, tn.Namespace, name); wb != nil {
 		t.Fatalf("TrainJob %s was bound to job id %q, which an earlier namespace named %s claimed", name, wb.Spec.JobID, tn.Namespace)
 	}
-	note, err := warning(tn.Namespace, name, tetherv1.ReasonJobIDConflict)
+	note, err := jobIDConflict(tn.Namespace, name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,13 +15,13 @@ import (
 
 // TestEachEventIsSentOnce checks that the control plane sends each Event
 // once: a bound job's Events (Bound, Injected) each cost one create, none
-// answered 409 AlreadyExists. Before stop 42 every Event after the leader
-// election went out twice, through two sinks on one broadcaster
-// (controller-runtime's manager and its cluster each start recording on a
-// broadcaster passed in Options.EventBroadcaster, controller-runtime issue
-// 1576), and the second create of each was refused: an API call wasted per
-// Event, 0.2 per binding in a burst (bench/controller). Bound, sent with the
-// binding's first status since stop 43, is one Event.
+// answered 409 AlreadyExists. Every Event after the leader election once
+// went out twice, through two sinks on one broadcaster (controller-runtime's
+// manager and its cluster each start recording on a broadcaster passed in
+// Options.EventBroadcaster, kubernetes-sigs/controller-runtime#1576), and
+// the second create of each was refused: an API call wasted per Event, 0.2
+// per binding in a burst (test/performance/controller). Bound, sent with the
+// binding's first status, is one Event.
 func TestEachEventIsSentOnce(t *testing.T) {
 	refusedBefore := eventCreates(t, "409")
 	j := newJob(t, nil)

@@ -26,7 +26,7 @@ import (
 func TestWorstCaseStatusOf256NodesIsAccepted(t *testing.T) {
 	ctx := context.Background()
 	j := newJob(t, nil)
-	long := func(c string, n int) string { return strings.Repeat(c, n) }
+	long := strings.Repeat
 	var size int
 	eventually(t, 20*time.Second, func() error {
 		wb := j.binding(t)

@@ -122,8 +122,8 @@ func TestSidecarTakesItsSessionBack(t *testing.T) {
 
 // TestFinishCarriesTheTrainersLastLine: the trainer writes its last progress
 // line and exits; the sidecar finishes and stops before a heartbeat carries
-// it. The binding shows that line, not the last heartbeat's (issue 24 §4:
-// a 12-step job showed step 10).
+// it. The binding shows that line, not the last heartbeat's (a 12-step job
+// once showed step 10).
 func TestFinishCarriesTheTrainersLastLine(t *testing.T) {
 	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
 	writeProgress := func(step int) {

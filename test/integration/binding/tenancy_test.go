@@ -29,9 +29,9 @@ import (
 	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
-// Attack tests of issue 23 §1: each tenant is a ServiceAccount holding only
-// its namespace's Role (the orchestrator rules of docs/orchestrator.md and a
-// namespace editor's), against the control plane running as its own
+// Attack tests of tenant isolation: each tenant is a ServiceAccount holding
+// only its namespace's Role (the orchestrator rules of docs/orchestrator.md
+// and a namespace editor's), against the control plane running as its own
 // ServiceAccount under the RBAC and the admission policy manifests/ ships.
 
 // tenantJob is a bound TrainJob a tenant created, with its token.
@@ -157,8 +157,10 @@ func (j *tenantJob) read(t *testing.T, ns, name, path string) int {
 	return resp.StatusCode
 }
 
-// warning returns the note of a Warning Event of reason on TrainJob ns/name.
-func warning(ns, name, reason string) (string, error) {
+// jobIDConflict returns the note of the JobIDConflict Warning Event on
+// TrainJob ns/name.
+func jobIDConflict(ns, name string) (string, error) {
+	const reason = tetherv1.ReasonJobIDConflict
 	var list eventsv1.EventList
 	if err := env.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 		return "", err
@@ -242,7 +244,7 @@ func boundOrRefused(t *testing.T, ns, name string) *tetherv1.WorkerBinding {
 		case !apierrors.IsNotFound(err):
 			return err
 		}
-		_, err = warning(ns, name, tetherv1.ReasonJobIDConflict)
+		_, err = jobIDConflict(ns, name)
 		return err
 	})
 	return wb
@@ -326,7 +328,7 @@ func TestTenantCannotClaimAJobIDAfterItsOwnerIsDeleted(t *testing.T) {
 		read := squatter.read(t, b.Namespace, "model", "model.bin")
 		t.Fatalf("B's TrainJob was bound to A's job id %q: B's token HEADs A's model.bin: %d; B's user reads it: %d", wb.Spec.JobID, code, read)
 	}
-	note, err := warning(b.Namespace, "model", tetherv1.ReasonJobIDConflict)
+	note, err := jobIDConflict(b.Namespace, "model")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +389,7 @@ func TestOwnerResubmissionIsBoundToItsJobIDAgain(t *testing.T) {
 	if wb := boundOrRefused(t, tn.Namespace, "nightly-copy"); wb != nil {
 		t.Fatalf("a second live TrainJob got job id %q", wb.Spec.JobID)
 	}
-	if note, _ := warning(tn.Namespace, "nightly-copy", tetherv1.ReasonJobIDConflict); !strings.Contains(note, tn.Namespace+"/nightly") {
+	if note, _ := jobIDConflict(tn.Namespace, "nightly-copy"); !strings.Contains(note, tn.Namespace+"/nightly") {
 		t.Errorf("Warning %q: want it to name the holder %s/nightly", note, tn.Namespace)
 	}
 	if err := tn.Client.Delete(context.Background(), testobj.MakeTrainJob("nightly-copy", tn.Namespace).Obj()); err != nil {

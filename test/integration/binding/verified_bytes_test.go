@@ -96,7 +96,7 @@ func (c *tokenClient) writable() int {
 
 // flushVerified uploads files as the sidecar does (files, then the
 // manifest) and waits for the verified verdict.
-func (j *job) flushVerified(t *testing.T, files map[string][]byte) *tetherv1.WorkerBinding {
+func (j *job) flushVerified(t *testing.T, files map[string][]byte) {
 	t.Helper()
 	for rel, data := range files {
 		j.write(t, rel, data)
@@ -108,7 +108,6 @@ func (j *job) flushVerified(t *testing.T, files map[string][]byte) *tetherv1.Wor
 	if !wb.Status.Artifacts.ManifestVerified {
 		t.Fatalf("manifest not verified: %+v", wb.Status.Artifacts)
 	}
-	return wb
 }
 
 func (j *job) succeed(t *testing.T) *tetherv1.WorkerBinding {

@@ -23,7 +23,7 @@ import (
 // mountSecret does what the kubelet does for a Secret volume, which this
 // environment has no kubelet for: it copies the Secret's keys into dir as
 // files, and keeps them current, until ctx ends.
-func mountSecret(ctx context.Context, t *testing.T, env *testenv.Env, key types.NamespacedName, dir string) {
+func mountSecret(ctx context.Context, env *testenv.Env, key types.NamespacedName, dir string) {
 	go func() {
 		for ctx.Err() == nil {
 			var s corev1.Secret
@@ -57,7 +57,7 @@ func TestSelfManagedCertificateServesAdmission(t *testing.T) {
 	}
 	certDir := t.TempDir()
 	secretKey := types.NamespacedName{Namespace: "tether-system", Name: "tether-control-plane-cert"}
-	mountSecret(ctx, t, env, secretKey, certDir)
+	mountSecret(ctx, env, secretKey, certDir)
 
 	err = env.StartControlPlane(ctx, saConfig, testenv.Options{ControlPlane: func(o *controlplane.Options) {
 		o.CertMode = controlplane.CertModeSelfManaged

@@ -63,8 +63,8 @@ func TestURLUsedAfterTheBindingWasDeletedLeavesNothing(t *testing.T) {
 		// started, can fall there): the PUT is then sent again, until the
 		// listing shows the store kept it, so the removal below shows
 		// something. A PUT that meets the sweep's delete of the same key
-		// is refused by versitygw with 409 Conflict (seen once, in stop
-		// 42's make test): it is sent again too.
+		// is refused by versitygw with 409 Conflict (seen once, in a full
+		// make test): it is sent again too.
 		for attempt := 1; ; attempt++ {
 			code := put(t, a, body)
 			var k []string

@@ -18,8 +18,8 @@ const (
 	sweepMargin = 2 * time.Second
 )
 
-// Issue 23 §2.4: a presigned direct-upload URL outlives its binding by its
-// TTL. A PUT through it after the binding Succeeded (and its uploads were
+// TestURLUsedAfterTheBindingEndedLeavesNothing: a presigned direct-upload
+// URL outlives its binding by its TTL. A PUT through it after the binding Succeeded (and its uploads were
 // dropped) is accepted by the store, but what it wrote is removed by the
 // controller's sweep before the URL's deadline has long passed; after the
 // deadline the URL itself is refused by the store, so nothing can land

@@ -34,10 +34,11 @@ import (
 func TestSidecarCannotOverwriteTheArchivedLog(t *testing.T) {
 	ctx := context.Background()
 	archived := []byte("step 1 loss 2.0\nstep 2 loss 1.0\n")
-	source := func(context.Context, string, string, string, bool) (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(archived)), nil
-	}
-	env := testenv.StartForTest(t, testenv.Options{ControlPlane: func(o *controlplane.Options) { o.LogSource = source }})
+	env := testenv.StartForTest(t, testenv.Options{ControlPlane: func(o *controlplane.Options) {
+		o.LogSource = func(context.Context, string, string, string, bool) (io.ReadCloser, error) {
+			return io.NopCloser(bytes.NewReader(archived)), nil
+		}
+	}})
 
 	ns := "reserved"
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {

@@ -1,5 +1,5 @@
 // Command node-init is PID 1 of the real node's private PID and mount
-// namespaces (test/framework/localcluster, DESIGN.md §14). The harness starts it
+// namespaces (test/framework/localcluster/node.go). The harness starts it
 // with CLONE_NEWPID|CLONE_NEWNS; it makes every mount private, mounts a /proc
 // of its own, bind-mounts the node's directories over the host paths the
 // kubelet and containerd hard-code (/var/lib, /var/log, /run) and value files

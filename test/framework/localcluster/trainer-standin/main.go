@@ -37,117 +37,154 @@ import (
 	"time"
 )
 
-func main() {
-	dir := flag.String("artifacts", "", "artifact directory (shared with the sidecar)")
-	steps := flag.Int("steps", 6, "training steps")
-	interval := flag.Duration("step-interval", 500*time.Millisecond, "time per step")
-	every := flag.Int("checkpoint-every", 2, "write a checkpoint every N steps")
-	size := flag.Int("checkpoint-bytes", 256<<10, "size of a checkpoint")
-	modelSize := flag.Int("model-bytes", 0, "size of the final model (0: three checkpoints)")
-	exitCode := flag.Int("exit-code", 0, "exit code after the last step; non-zero skips the final model")
-	startStep := flag.Int("start-step", 0, "first step (a resumed attempt continues the count)")
-	corrupt := flag.Bool("corrupt-first-checkpoint", false, "with a non-zero exit code: first overwrite the first checkpoint of this run in place with garbage, as a crash while re-saving it would")
-	resume := flag.Bool("resume", false, "continue after the last checkpoint found in the artifact directory (a volume kept across pods), up to --steps in all")
+// options are the command's flags.
+type options struct {
+	dir                                      string
+	steps, startStep, every, size, modelSize int
+	interval                                 time.Duration
+	exitCode, failRuns, failAfter            int
+	corrupt, resume, shards, latest          bool
+	rank, smallFiles                         int
+	checkpointPerm, modelPerm                os.FileMode
+}
+
+func parseFlags() *options {
+	o := &options{}
+	flag.StringVar(&o.dir, "artifacts", "", "artifact directory (shared with the sidecar)")
+	flag.IntVar(&o.steps, "steps", 6, "training steps")
+	flag.DurationVar(&o.interval, "step-interval", 500*time.Millisecond, "time per step")
+	flag.IntVar(&o.every, "checkpoint-every", 2, "write a checkpoint every N steps")
+	flag.IntVar(&o.size, "checkpoint-bytes", 256<<10, "size of a checkpoint")
+	flag.IntVar(&o.modelSize, "model-bytes", 0, "size of the final model (0: three checkpoints)")
+	flag.IntVar(&o.exitCode, "exit-code", 0, "exit code after the last step; non-zero skips the final model")
+	flag.IntVar(&o.startStep, "start-step", 0, "first step (a resumed attempt continues the count)")
+	flag.BoolVar(&o.corrupt, "corrupt-first-checkpoint", false, "with a non-zero exit code: first overwrite the first checkpoint of this run in place with garbage, as a crash while re-saving it would")
+	flag.BoolVar(&o.resume, "resume", false, "continue after the last checkpoint found in the artifact directory (a volume kept across pods), up to --steps in all")
 	checkpointMode := flag.String("checkpoint-mode", "0644", "file mode of checkpoints (octal)")
 	modelMode := flag.String("model-mode", "0644", "file mode of the final model (octal)")
-	rank := flag.Int("rank", envInt("JOB_COMPLETION_INDEX"), "node rank (default: the indexed Job's JOB_COMPLETION_INDEX)")
-	shards := flag.Bool("shards", false, "write sharded checkpoints (a shard per rank; rank 0 also .metadata and the final model)")
-	failRuns := flag.Int("fail-runs", 0, "with --exit-code: fail only the first N runs in this artifact directory, then succeed")
-	failAfter := flag.Int("fail-after-steps", 0, "with --exit-code: a failing run stops after this many steps (0: all of them)")
+	flag.IntVar(&o.rank, "rank", envInt("JOB_COMPLETION_INDEX"), "node rank (default: the indexed Job's JOB_COMPLETION_INDEX)")
+	flag.BoolVar(&o.shards, "shards", false, "write sharded checkpoints (a shard per rank; rank 0 also .metadata and the final model)")
+	flag.IntVar(&o.failRuns, "fail-runs", 0, "with --exit-code: fail only the first N runs in this artifact directory, then succeed")
+	flag.IntVar(&o.failAfter, "fail-after-steps", 0, "with --exit-code: a failing run stops after this many steps (0: all of them)")
 	flag.StringVar(&recordPath, "record", "", "append \"<path> <md5> <size>\" of every file version closed, synced, to this file (outside the pod: the soak's checker reads it after a kill)")
-	latest := flag.Bool("rewrite-latest", false, "at every checkpoint also replace checkpoints/latest.pt (a new version of the same file, often while the sidecar still uploads the one before)")
-	smallFiles := flag.Int("small-files", 0, "after the first step, write this many small files (4 KiB each) under small/, as logs and metrics files accumulate")
+	flag.BoolVar(&o.latest, "rewrite-latest", false, "at every checkpoint also replace checkpoints/latest.pt (a new version of the same file, often while the sidecar still uploads the one before)")
+	flag.IntVar(&o.smallFiles, "small-files", 0, "after the first step, write this many small files (4 KiB each) under small/, as logs and metrics files accumulate")
 	flag.Parse()
-	if *dir == "" {
+	if o.dir == "" {
 		fmt.Fprintln(os.Stderr, "trainer-standin: --artifacts is required")
 		os.Exit(2)
 	}
-	artifactDir = *dir
 	ckptPerm, err1 := strconv.ParseUint(*checkpointMode, 8, 32)
 	modelPerm, err2 := strconv.ParseUint(*modelMode, 8, 32)
 	if err1 != nil || err2 != nil {
 		fmt.Fprintln(os.Stderr, "trainer-standin: --checkpoint-mode and --model-mode take an octal mode such as 0644")
 		os.Exit(2)
 	}
+	o.checkpointPerm, o.modelPerm = os.FileMode(ckptPerm), os.FileMode(modelPerm)
+	return o
+}
+
+func main() {
+	o := parseFlags()
+	artifactDir = o.dir
 	exit := func(code int) {
-		listFiles(*dir)
+		listFiles(o.dir)
 		os.Exit(code)
 	}
-	fmt.Printf("trainer-standin: uid %d gid %d groups %v rank %d\n", os.Getuid(), os.Getgid(), groups(), *rank)
-	if *failRuns > 0 && *exitCode != 0 {
-		runs := countRun(*dir)
-		if runs > *failRuns {
-			fmt.Printf("trainer-standin: run %d, after %d failing runs: succeeding\n", runs, *failRuns)
-			*exitCode, *corrupt = 0, false
-		} else {
-			fmt.Printf("trainer-standin: run %d of %d failing runs\n", runs, *failRuns)
-		}
-	}
-	if *exitCode != 0 && *failAfter > 0 {
-		*steps = min(*steps, *failAfter)
-	}
-	if *resume {
-		if last := lastCheckpoint(*dir); last > 0 {
-			*startStep, *steps = last, max(*steps-last, 0)
-			fmt.Println("trainer-standin: resuming after checkpoint", last)
-		}
-	}
+	fmt.Printf("trainer-standin: uid %d gid %d groups %v rank %d\n", os.Getuid(), os.Getgid(), groups(), o.rank)
+	o.planRun()
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
-	for step := *startStep + 1; step <= *startStep+*steps; step++ {
+	for step := o.startStep + 1; step <= o.startStep+o.steps; step++ {
 		select {
 		case <-term:
 			fmt.Println("trainer-standin: SIGTERM at step", step)
 			exit(143)
-		case <-time.After(*interval):
+		case <-time.After(o.interval):
 		}
-		if step%*every == 0 && *shards {
-			ckpt := filepath.Join(*dir, "checkpoints", fmt.Sprintf("step-%04d", step))
-			must(writeFile(filepath.Join(ckpt, fmt.Sprintf("__%d_0.distcp", *rank)), *size, os.FileMode(ckptPerm)))
-			if *rank == 0 {
-				must(writeFile(filepath.Join(ckpt, ".metadata"), 4<<10, os.FileMode(ckptPerm)))
-			}
-			fmt.Println("trainer-standin: sharded checkpoint", step, "rank", *rank)
-		} else if step%*every == 0 {
-			must(writeFile(filepath.Join(*dir, "checkpoints", fmt.Sprintf("step-%04d.pt", step)), *size, os.FileMode(ckptPerm)))
-			fmt.Println("trainer-standin: checkpoint", step)
-		}
-		if step%*every == 0 && *latest {
-			must(writeFile(filepath.Join(*dir, "checkpoints", "latest.pt"), *size, os.FileMode(ckptPerm)))
-		}
-		if step == *startStep+1 && *smallFiles > 0 {
-			for i := range *smallFiles {
-				must(writeFile(filepath.Join(*dir, "small", fmt.Sprintf("file-%04d.txt", i)), 4<<10, os.FileMode(ckptPerm)))
-			}
-			fmt.Println("trainer-standin: small files", *smallFiles)
-		}
-		done := float64(step-*startStep) / float64(*steps)
-		must(appendLine(filepath.Join(*dir, "tether-progress.jsonl"),
-			fmt.Sprintf(`{"step": %d, "epoch": %.2f, "loss": %.4f, "fraction": %.3f}`, step, float64(step)/10, 2.0/float64(step+1), done)))
+		o.trainStep(step)
 	}
-	if *exitCode != 0 {
-		if *corrupt {
-			first := (*startStep / *every + 1) * *every
-			partial := []byte("partial write")
-			ckpt := filepath.Join(*dir, "checkpoints", fmt.Sprintf("step-%04d.pt", first))
-			sum := md5.Sum(partial)
-			must(record(ckpt, hex.EncodeToString(sum[:]), int64(len(partial))))
-			must(os.WriteFile(ckpt, partial, 0o644))
-			fmt.Println("trainer-standin: corrupted checkpoint", first)
+	if o.exitCode != 0 {
+		if o.corrupt {
+			o.corruptFirstCheckpoint()
 		}
-		fmt.Println("trainer-standin: failing with exit code", *exitCode)
-		exit(*exitCode)
+		fmt.Println("trainer-standin: failing with exit code", o.exitCode)
+		exit(o.exitCode)
 	}
-	if *shards && *rank != 0 {
+	if o.shards && o.rank != 0 {
 		fmt.Println("trainer-standin: done (the final model is rank 0's)")
 		exit(0)
 	}
-	if *modelSize == 0 {
-		*modelSize = 3 * *size
+	if o.modelSize == 0 {
+		o.modelSize = 3 * o.size
 	}
-	must(writeFile(filepath.Join(*dir, "model", "final.safetensors"), *modelSize, os.FileMode(modelPerm)))
+	must(writeFile(filepath.Join(o.dir, "model", "final.safetensors"), o.modelSize, o.modelPerm))
 	fmt.Println("trainer-standin: final model written")
 	exit(0)
+}
+
+// planRun settles this run's steps and exit code: a run past --fail-runs
+// succeeds, a failing run stops after --fail-after-steps, and --resume
+// continues after the last checkpoint.
+func (o *options) planRun() {
+	if o.failRuns > 0 && o.exitCode != 0 {
+		runs := countRun(o.dir)
+		if runs > o.failRuns {
+			fmt.Printf("trainer-standin: run %d, after %d failing runs: succeeding\n", runs, o.failRuns)
+			o.exitCode, o.corrupt = 0, false
+		} else {
+			fmt.Printf("trainer-standin: run %d of %d failing runs\n", runs, o.failRuns)
+		}
+	}
+	if o.exitCode != 0 && o.failAfter > 0 {
+		o.steps = min(o.steps, o.failAfter)
+	}
+	if o.resume {
+		if last := lastCheckpoint(o.dir); last > 0 {
+			o.startStep, o.steps = last, max(o.steps-last, 0)
+			fmt.Println("trainer-standin: resuming after checkpoint", last)
+		}
+	}
+}
+
+// trainStep writes what one step leaves: a checkpoint every --checkpoint-every
+// steps, the small files after the first, and a progress line.
+func (o *options) trainStep(step int) {
+	if step%o.every == 0 && o.shards {
+		ckpt := filepath.Join(o.dir, "checkpoints", fmt.Sprintf("step-%04d", step))
+		must(writeFile(filepath.Join(ckpt, fmt.Sprintf("__%d_0.distcp", o.rank)), o.size, o.checkpointPerm))
+		if o.rank == 0 {
+			must(writeFile(filepath.Join(ckpt, ".metadata"), 4<<10, o.checkpointPerm))
+		}
+		fmt.Println("trainer-standin: sharded checkpoint", step, "rank", o.rank)
+	} else if step%o.every == 0 {
+		must(writeFile(filepath.Join(o.dir, "checkpoints", fmt.Sprintf("step-%04d.pt", step)), o.size, o.checkpointPerm))
+		fmt.Println("trainer-standin: checkpoint", step)
+	}
+	if step%o.every == 0 && o.latest {
+		must(writeFile(filepath.Join(o.dir, "checkpoints", "latest.pt"), o.size, o.checkpointPerm))
+	}
+	if step == o.startStep+1 && o.smallFiles > 0 {
+		for i := range o.smallFiles {
+			must(writeFile(filepath.Join(o.dir, "small", fmt.Sprintf("file-%04d.txt", i)), 4<<10, o.checkpointPerm))
+		}
+		fmt.Println("trainer-standin: small files", o.smallFiles)
+	}
+	done := float64(step-o.startStep) / float64(o.steps)
+	must(appendLine(filepath.Join(o.dir, "tether-progress.jsonl"),
+		fmt.Sprintf(`{"step": %d, "epoch": %.2f, "loss": %.4f, "fraction": %.3f}`, step, float64(step)/10, 2.0/float64(step+1), done)))
+}
+
+// corruptFirstCheckpoint overwrites this run's first checkpoint in place
+// with a partial write, as a crash while re-saving it would.
+func (o *options) corruptFirstCheckpoint() {
+	first := (o.startStep/o.every + 1) * o.every
+	partial := []byte("partial write")
+	ckpt := filepath.Join(o.dir, "checkpoints", fmt.Sprintf("step-%04d.pt", first))
+	sum := md5.Sum(partial)
+	must(record(ckpt, hex.EncodeToString(sum[:]), int64(len(partial))))
+	must(os.WriteFile(ckpt, partial, 0o644))
+	fmt.Println("trainer-standin: corrupted checkpoint", first)
 }
 
 // runsFile counts the runs in an artifact directory (for --fail-runs).
