@@ -112,16 +112,21 @@ e2e-monitoring: images
 soak-ci:
 	$(MAKE) soak $(SOAK_CI)
 
+# The packages that hold a benchmark (test/performance/*, pkg/mutate): go test
+# ./... would also link every other test binary and start the integration
+# suites' control planes for nothing (several minutes on 2 cores).
+BENCH_PKGS = $(sort $(dir $(shell grep -rl --include='*_test.go' --exclude-dir=.git --exclude-dir=testdata '^func Benchmark' .)))
+
 ## bench: Go benchmarks (figures via b.ReportMetric; nothing is asserted on time)
 bench: testbin
-	TETHER_BENCH_DURATION=$(TETHER_BENCH_DURATION) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
+	TETHER_BENCH_DURATION=$(TETHER_BENCH_DURATION) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m $(BENCH_PKGS)
 
 ## bench-smoke: every benchmark of the module once at smoke size
 ## (TETHER_BENCH_SMOKE=1: small files, few jobs, short phases; a few
 ## minutes on 2 cores), end to end: a benchmark that no longer runs fails
 ## here (CI runs it); its figures mean nothing at that size
 bench-smoke: testbin
-	TETHER_BENCH_SMOKE=1 $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 15m ./...
+	TETHER_BENCH_SMOKE=1 $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 15m $(BENCH_PKGS)
 
 ## demo: the main job on an embedded default: a full local cluster on loopback
 ## (no cluster or Docker needed); the first run builds exactly the binaries it
