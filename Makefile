@@ -14,11 +14,11 @@ VERSION ?= $(shell sed -n 's/^var Version = "\(.*\)"$$/\1/p' internal/version/ve
 # machine's GOARCH); several make each image a multi-platform OCI index.
 IMAGE_PLATFORMS ?= linux/$(shell $(GO) env GOARCH)
 
-# Benchmarks: how long each load phase runs.
+# Benchmarks: how long each admission load phase runs (make bench only:
+# make bench-smoke keeps the smoke size's own).
 TETHER_BENCH_DURATION ?= 20s
-export TETHER_BENCH_DURATION
 
-.PHONY: all build images test unit integration fuzz bench soak soak-ci demo e2e e2e-monitoring lint generate verify-generate testbin clean
+.PHONY: all build images test unit integration fuzz bench bench-smoke soak soak-ci demo e2e e2e-monitoring lint generate verify-generate testbin clean
 
 all: build
 
@@ -112,9 +112,21 @@ e2e-monitoring: images
 soak-ci:
 	$(MAKE) soak $(SOAK_CI)
 
+# The packages that hold a benchmark (test/performance/*, pkg/mutate): go test
+# ./... would also link every other test binary and start the integration
+# suites' control planes for nothing (several minutes on 2 cores).
+BENCH_PKGS = $(sort $(dir $(shell grep -rl --include='*_test.go' --exclude-dir=.git --exclude-dir=testdata '^func Benchmark' .)))
+
 ## bench: Go benchmarks (figures via b.ReportMetric; nothing is asserted on time)
 bench: testbin
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
+	TETHER_BENCH_DURATION=$(TETHER_BENCH_DURATION) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m $(BENCH_PKGS)
+
+## bench-smoke: every benchmark of the module once at smoke size
+## (TETHER_BENCH_SMOKE=1: small files, few jobs, short phases; a few
+## minutes on 2 cores), end to end: a benchmark that no longer runs fails
+## here (CI runs it); its figures mean nothing at that size
+bench-smoke: testbin
+	TETHER_BENCH_SMOKE=1 $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 15m $(BENCH_PKGS)
 
 ## demo: the main job on an embedded default: a full local cluster on loopback
 ## (no cluster or Docker needed); the first run builds exactly the binaries it

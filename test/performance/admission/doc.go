@@ -33,7 +33,7 @@
 // per request against the bare floor's). The other rates report the p99s,
 // CPU per request and ratios with a -<rate>rps suffix (x-bare-floor-200rps).
 //
-//	go test -run '^$' -bench . -benchtime 1x ./bench/admission/
+//	go test -run '^$' -bench . -benchtime 1x ./test/performance/admission/
 //
 // Environment variables tune the load; see admission_bench_test.go:
 // TETHER_BENCH_RATES (comma-separated requests per second, default
@@ -42,7 +42,9 @@
 // default 1s), TETHER_BENCH_SLICES (slices per path and rate, even, default
 // 6), TETHER_BENCH_WORKERS (client goroutines, default 64) and
 // TETHER_BENCH_PROTO (h2 or http1, default h2). A default run takes about
-// 3*3*(duration+warmup) plus ~10s of setup: under two minutes.
+// 3*3*(duration+warmup) plus ~10s of setup: under two minutes. At smoke
+// size (TETHER_BENCH_SMOKE=1, make bench-smoke) the defaults are one second
+// per path at 1,000 rps in two slices, no warmup.
 //
 // Targets (p99 <= 1.3x and CPU per admission <= 1.5x the bare floor's) are
 // reported, never asserted: timing on a shared machine is not a test verdict.

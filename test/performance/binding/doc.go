@@ -71,7 +71,7 @@
 //
 // Run:
 //
-//	go test -run '^$' -bench . -benchtime 1x ./bench/binding/
+//	go test -run '^$' -bench . -benchtime 1x ./test/performance/binding/
 //
 // Environment variables: TETHER_BENCH_SESSIONS (default 10000),
 // TETHER_BENCH_HOLD (measured phase, default 60s), TETHER_BENCH_DIAL_RATE
@@ -99,4 +99,6 @@
 // 30m; raise it for more sessions or a longer hold. Both
 // processes raise RLIMIT_NOFILE to 65536 or, without CAP_SYS_RESOURCE, to
 // their hard limit; each needs one descriptor per session plus a few hundred.
+// At smoke size (TETHER_BENCH_SMOKE=1, make bench-smoke) the defaults are 20
+// sessions and a measured phase of 10s, one heartbeat interval.
 package binding

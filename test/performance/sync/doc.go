@@ -1,9 +1,9 @@
 // Package sync benchmarks the sidecar's artifact sync: how soon a closed
 // checkpoint is durable, and how fast many small files go.
 //
-//	go test -run '^$' -bench . -benchtime 1x -timeout 30m ./bench/sync/
+//	go test -run '^$' -bench . -benchtime 1x -timeout 30m ./test/performance/sync/
 //
-// The server is bench/upload's: the binding server's artifact endpoint
+// The server is test/performance/upload's (benchutil.ArtifactServer): the binding server's artifact endpoint
 // (endpoint.Handler, fs backend, endpoint.Route) on its own TLS listener on
 // 127.0.0.1 with the binding server's http.Server timeouts, its Authorizer
 // a stand-in accepting one token for one writable job. It records when it
@@ -57,6 +57,9 @@
 // flush must log every file verified and the manifest uploaded.
 //
 // TETHER_BENCH_SYNC_STORE puts the store's root in another directory (e.g.
-// /dev/shm, to take the disk's fsyncs out). Targets are reported, never
+// /dev/shm, to take the disk's fsyncs out). At smoke size
+// (TETHER_BENCH_SMOKE=1, make bench-smoke) the defaults are 3 checkpoints
+// of 4 MiB one every 300ms, a settle time and sync interval of a second,
+// and 300 small files. Targets are reported, never
 // asserted; the benchmarks fail only when an upload fails or is wrong.
 package sync

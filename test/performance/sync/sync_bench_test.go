@@ -122,20 +122,24 @@ type checkpointRun struct {
 }
 
 // runCheckpoints runs the Syncer as cmd/sidecar configures it (fileEvents
-// on or off, the default settle time and interval, the default workers),
+// on or off, the default settle time and interval, the default workers;
+// at smoke size a settle time and interval of a second),
 // writes n checkpoints one after another, one every pace, and waits until
 // the server verified each.
 func runCheckpoints(b *testing.B, s *server, fileEvents bool, n int, size int64, pace time.Duration) checkpointRun {
 	b.Helper()
 	dir := b.TempDir()
-	sc, err := artifacts.NewScanner(artifacts.ScannerConfig{Dir: dir})
+	// Zero: the defaults (artifacts.DefaultSettleTime, DefaultSyncInterval).
+	settle := benchutil.Size(b, 0, time.Second)
+	sc, err := artifacts.NewScanner(artifacts.ScannerConfig{Dir: dir, Settle: settle})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer sc.Close()
 	up := s.newUploader(b, 0)
 	sy, err := artifacts.NewSyncer(artifacts.SyncerConfig{Scanner: sc, Uploader: up, JobID: s.jobID, PodUID: benchutil.BenchPodUID, FileEvents: fileEvents,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		Interval: settle,
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -227,9 +231,9 @@ func uploadAlone(b *testing.B, s *server, size int64, n int) []time.Duration {
 
 // BenchmarkCheckpointCloseToVerified: see doc.go.
 func BenchmarkCheckpointCloseToVerified(b *testing.B) {
-	n := envInt(b, "TETHER_BENCH_SYNC_CHECKPOINTS", 50)
-	size := int64(envInt(b, "TETHER_BENCH_SYNC_CHECKPOINT_MIB", 64)) * mib
-	pace := envDuration(b, "TETHER_BENCH_SYNC_PACE", 1500*time.Millisecond)
+	n := envInt(b, "TETHER_BENCH_SYNC_CHECKPOINTS", benchutil.Size(b, 50, 3))
+	size := int64(envInt(b, "TETHER_BENCH_SYNC_CHECKPOINT_MIB", benchutil.Size(b, 64, 4))) * mib
+	pace := envDuration(b, "TETHER_BENCH_SYNC_PACE", benchutil.Size(b, 1500*time.Millisecond, 300*time.Millisecond))
 	storeParent := os.Getenv("TETHER_BENCH_SYNC_STORE")
 	progress("cpu pressure before: %s", benchutil.CPUPressure())
 	for range b.N {
@@ -289,6 +293,10 @@ func BenchmarkCheckpointCloseToVerified(b *testing.B) {
 }
 
 // ---- 10,000 small files ----
+
+// smallFileCount is the small files' default count: 10,000, or 300 at
+// smoke size.
+func smallFileCount(b *testing.B) int { return benchutil.Size(b, 10000, 300) }
 
 // smallFiles writes n files of 1-4 KiB under dir (100 per directory),
 // last modified an hour ago (settled: the first round takes them all).
@@ -368,7 +376,7 @@ func runSmall(b *testing.B, dir string, n, workers, conns int, storeParent strin
 
 // BenchmarkSmallFiles: see doc.go.
 func BenchmarkSmallFiles(b *testing.B) {
-	n := envInt(b, "TETHER_BENCH_SYNC_SMALL_FILES", 10000)
+	n := envInt(b, "TETHER_BENCH_SYNC_SMALL_FILES", smallFileCount(b))
 	storeParent := os.Getenv("TETHER_BENCH_SYNC_STORE")
 	dir := b.TempDir()
 	smallFiles(b, dir, n)
@@ -401,7 +409,7 @@ func BenchmarkSmallFiles(b *testing.B) {
 
 // BenchmarkSidecarSmallFilesRSS: see doc.go.
 func BenchmarkSidecarSmallFilesRSS(b *testing.B) {
-	n := envInt(b, "TETHER_BENCH_SYNC_SMALL_FILES", 10000)
+	n := envInt(b, "TETHER_BENCH_SYNC_SMALL_FILES", smallFileCount(b))
 	bin := filepath.Join(b.TempDir(), "sidecar")
 	goBin, err := exec.LookPath("go")
 	if err != nil {

@@ -3,7 +3,7 @@
 // against the binding server's S3-compatible endpoint (endpoint.Handler with
 // fsstore.FSBackend), over HTTPS on 127.0.0.1.
 //
-//	go test -run '^$' -bench . -benchtime 1x -timeout 30m ./bench/upload/
+//	go test -run '^$' -bench . -benchtime 1x -timeout 30m ./test/performance/upload/
 //
 // The server is served in the benchmark process the way the binding server
 // serves it (pkg/bindingserver): its own TCP listener on 127.0.0.1, wrapped
@@ -139,6 +139,12 @@
 // /dev/shm to take the disk's fsync out of the floor; default the temp dir).
 // The files are made under TMPDIR (size + 64 MiB + 4 MiB, removed at the end);
 // the store holds at most one object at a time.
+//
+// At smoke size (TETHER_BENCH_SMOKE=1, make bench-smoke) the defaults are a
+// 16 MiB big file (4 MiB for the small one, 64 MiB hashed for the MD5
+// figure), one round, 2 sidecars, and manifests of 1,000 entries: 3 PUTs
+// at once, or 3 flooding jobs against an honest manifest of 20 files
+// timed twice alone and twice in the flood.
 //
 // Targets are reported, never asserted: timing on a shared machine is not a
 // test verdict. The benchmark fails only if an upload fails or is wrong.

@@ -17,6 +17,7 @@ import (
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/test/framework/benchutil"
 	"github.com/tether-dev/tether/test/framework/testenv"
 )
 
@@ -36,7 +37,10 @@ import (
 // run; bar <= 2), and how the flood went: flood-ok, flood-refused (503s
 // with Retry-After before a 200), flood-s, honest-alone-ms, honest-flood-ms.
 func BenchmarkManifestFlood(b *testing.B) {
-	const floodJobs, honestFiles, honestRounds = 50, 1000, 5
+	// At smoke size, 3 jobs' manifests of 1,000 entries against an honest
+	// one of 20 files, two PUTs of it alone and two during the flood.
+	floodJobs, honestFiles, honestRounds := benchutil.Size(b, 50, 3), benchutil.Size(b, 1000, 20), benchutil.Size(b, 5, 2)
+	floodEntries := benchutil.Size(b, upload.MaxManifestEntries, smokeManifestEntries)
 	limit := chartMemoryLimit(b)
 	goLimit := int64(float64(limit) * controlplane.MemoryLimitRatio)
 	var jobs []benchJob
@@ -51,7 +55,7 @@ func BenchmarkManifestFlood(b *testing.B) {
 
 	bodies := make([][]byte, floodJobs)
 	for i, j := range jobs {
-		bodies[i] = bigManifestOf(b, upload.MaxManifestEntries, j.Job.JobID, j.Job.Pods[0])
+		bodies[i] = bigManifestOf(b, floodEntries, j.Job.JobID, j.Job.Pods[0])
 	}
 	m := upload.Manifest{Version: upload.ManifestVersion, JobID: honest.Job.JobID, PodUID: honest.Job.Pods[0]}
 	for i := range honestFiles {
@@ -100,6 +104,11 @@ func BenchmarkManifestFlood(b *testing.B) {
 						refused.Add(1)
 						s, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
 						time.Sleep(time.Duration(max(s, 1)) * time.Second)
+					case err == nil:
+						// A wrong answer, not a refusal for the moment:
+						// retrying would only take the run's time.
+						b.Errorf("flood job %s: manifest PUT answered %d", j.Job.JobID, resp.StatusCode)
+						return
 					default:
 						// Refused before the body was sent whole: the
 						// connection was closed under it.
@@ -124,9 +133,9 @@ func BenchmarkManifestFlood(b *testing.B) {
 		peak := srv.statusKiB(b, "VmHWM")
 		psiAfter := cpuPressure()
 
-		fmt.Fprintf(os.Stderr, "manifest-flood: %d jobs' 16 MiB manifests, Go limit %.1f MiB: %d ok, %d refused with Retry-After, %d cut off, in %s (honest PUTs done at %s); "+
+		fmt.Fprintf(os.Stderr, "manifest-flood: %d jobs' %.1f MiB manifests, Go limit %.1f MiB: %d ok, %d refused with Retry-After, %d cut off, in %s (honest PUTs done at %s); "+
 			"server RSS %.1f MiB before, peak %.1f MiB (%.2f of %.0f MiB); honest manifest alone %v, during the flood %v; cpu pressure avg10 %s before, %s after\n",
-			floodJobs, float64(goLimit)/(1<<20), ok.Load(), refused.Load(), failed.Load(), flood.Round(time.Millisecond), honestEnd.Round(time.Millisecond),
+			floodJobs, float64(len(bodies[0]))/(1<<20), float64(goLimit)/(1<<20), ok.Load(), refused.Load(), failed.Load(), flood.Round(time.Millisecond), honestEnd.Round(time.Millisecond),
 			float64(baseline)/1024, float64(peak)/1024, float64(peak)*1024/float64(limit), float64(limit)/(1<<20), alone, during, psiBefore, psiAfter)
 		b.ReportMetric(float64(peak)*1024/float64(limit), "manifest-flood-peak-rss-x-limit")
 		b.ReportMetric(float64(median(during))/float64(median(alone)), "manifest-flood-honest-x-alone")

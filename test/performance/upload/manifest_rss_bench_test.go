@@ -39,6 +39,14 @@ const (
 	// plane's memory: half the chart's limits.memory (1Gi), the other half
 	// being the bindings' and sessions' at the documented scale.
 	memoryLimitMiB = 512
+	// smokeManifestEntries are a big manifest's entries at smoke size.
+	smokeManifestEntries = 1000
+	// maxPadPath bounds a padded manifest path: each is one file name in
+	// the fs store (at most 255 bytes) and, with its job's prefix, a key
+	// of at most upload.MaxKeyLength. Longer paths (1,000 bytes, as a
+	// manifest of fewer entries than the cap once had) were answered 400,
+	// so the benchmark measured a refusal.
+	maxPadPath = 200
 )
 
 // BenchmarkManifestPutRSS sends ten manifest PUTs of 16 MiB at once, all
@@ -56,7 +64,8 @@ const (
 // answered 200), refused-retry-after (429 or 503 with Retry-After) and
 // other (anything else: a 400 for a manifest over the entry cap).
 func BenchmarkManifestPutRSS(b *testing.B) {
-	entries := upload.MaxManifestEntries
+	// At smoke size, 3 PUTs of 1,000 entries (about 1 MiB each).
+	entries := benchutil.Size(b, upload.MaxManifestEntries, smokeManifestEntries)
 	if s := os.Getenv("TETHER_BENCH_MANIFEST_ENTRIES"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n <= 0 {
@@ -64,7 +73,7 @@ func BenchmarkManifestPutRSS(b *testing.B) {
 		}
 		entries = n
 	}
-	const parallel = 10
+	parallel := benchutil.Size(b, 10, 3)
 	body := bigManifest(b, entries)
 	srv := startManifestServer(b)
 	small := fmt.Appendf(nil, `{"version":%q,"jobID":%q,"podUID":%q,"files":[]}`, upload.ManifestVersion, manifestJobID, manifestPod)
@@ -94,6 +103,11 @@ func BenchmarkManifestPutRSS(b *testing.B) {
 			})
 		}
 		wg.Wait()
+		if other := parallel - codes["ok"] - codes["refused-retry-after"]; other > 0 && entries <= upload.MaxManifestEntries {
+			// A manifest within the cap is taken or refused for the
+			// moment, nothing else: anything else is a wrong answer.
+			b.Fatalf("%d of %d manifest PUTs answered neither 200 nor refused with Retry-After: %v", other, parallel, codes)
+		}
 		peak := srv.statusKiB(b, "VmHWM")
 		fmt.Fprintf(os.Stderr, "manifest-bench: %d entries, %.1f MiB each, %d parallel PUTs of one token in %s: %v; server RSS %.1f MiB before, peak %.1f MiB (%.0f%% of %d MiB)\n",
 			entries, float64(len(body))/(1<<20), parallel, time.Since(start).Round(time.Millisecond), codes,
@@ -107,8 +121,8 @@ func BenchmarkManifestPutRSS(b *testing.B) {
 	}
 }
 
-// bigManifest is a manifest of n entries, padded to just under
-// upload.MaxManifestSize with long paths.
+// bigManifest is a manifest of n entries, padded towards
+// upload.MaxManifestSize with long paths (at most maxPadPath bytes each).
 func bigManifest(b *testing.B, n int) []byte { return bigManifestOf(b, n, manifestJobID, manifestPod) }
 
 // bigManifestOf is bigManifest of job jobID's node-0 pod pod.
@@ -120,7 +134,7 @@ func bigManifestOf(b *testing.B, n int, jobID, pod string) []byte {
 	if pathLen < 8 {
 		b.Fatalf("%d entries do not fit in %d bytes with 8-character paths", n, upload.MaxManifestSize)
 	}
-	pathLen = min(pathLen, 1000)
+	pathLen = min(pathLen, maxPadPath)
 	var buf bytes.Buffer
 	buf.Grow(upload.MaxManifestSize)
 	buf.WriteString(head)

@@ -81,7 +81,7 @@ func (p phaseResult) perGiB(d time.Duration) float64 {
 // BenchmarkParallel8x1GiB: see the package documentation.
 func BenchmarkParallel8x1GiB(b *testing.B) {
 	cfg := loadConfig(b)
-	n := defaultSidecars
+	n := benchutil.Size(b, defaultSidecars, 2)
 	if v := os.Getenv("TETHER_BENCH_UPLOAD_SIDECARS"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n <= 0 || n > 64 {
@@ -124,10 +124,10 @@ func BenchmarkParallel8x1GiB(b *testing.B) {
 			results = append(results, e.phase(b, "plain-put", e.plainPut))
 		}
 		if run("proxy") {
-			results = append(results, e.phase(b, "proxy", func(ctx context.Context, i int) (string, error) { return e.sidecarPut(ctx, b, i, false) }))
+			results = append(results, e.phase(b, "proxy", func(ctx context.Context, i int) (string, error) { return e.sidecarPut(ctx, i, false) }))
 		}
 		if configureDirect != nil && run("direct") {
-			results = append(results, e.phase(b, "direct", func(ctx context.Context, i int) (string, error) { return e.sidecarPut(ctx, b, i, true) }))
+			results = append(results, e.phase(b, "direct", func(ctx context.Context, i int) (string, error) { return e.sidecarPut(ctx, i, true) }))
 		}
 	}
 	b.StopTimer()
@@ -284,7 +284,7 @@ func (e *parallelEnv) plainPut(ctx context.Context, i int) (string, error) {
 }
 
 // sidecarPut is sidecar i: an Uploader with its own token and job.
-func (e *parallelEnv) sidecarPut(ctx context.Context, b *testing.B, i int, direct bool) (string, error) {
+func (e *parallelEnv) sidecarPut(ctx context.Context, i int, direct bool) (string, error) {
 	phase := "proxy"
 	if direct {
 		phase = "direct"

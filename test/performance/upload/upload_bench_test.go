@@ -41,6 +41,8 @@ const (
 
 	defaultSize   = 1 * gib
 	defaultRounds = 3
+	// smokeSize is the big file at smoke size (benchutil.Smoke).
+	smokeSize = 16 * mib
 	// warmupSize is the file each path uploads once, unmeasured, first.
 	warmupSize = 4 * mib
 
@@ -77,7 +79,8 @@ type benchConfig struct {
 
 func loadConfig(b *testing.B) benchConfig {
 	b.Helper()
-	c := benchConfig{size: defaultSize, rounds: defaultRounds, storeDir: os.Getenv("TETHER_BENCH_UPLOAD_STORE")}
+	c := benchConfig{size: benchutil.Size[int64](b, defaultSize, smokeSize), rounds: benchutil.Size(b, defaultRounds, 1),
+		storeDir: os.Getenv("TETHER_BENCH_UPLOAD_STORE")}
 	if s := os.Getenv("TETHER_BENCH_UPLOAD_SIZE"); s != "" {
 		n, err := parseSize(s)
 		if err != nil || n <= 0 || n > upload.MaxObjectSize {
@@ -721,7 +724,7 @@ type childRun struct {
 func BenchmarkUploaderRSS(b *testing.B) {
 	cfg := loadConfig(b)
 	s := startServer(b, cfg)
-	small := getFixture(b, 64*mib)
+	small := getFixture(b, benchutil.Size[int64](b, 64*mib, 4*mib))
 	bigFx := getFixture(b, cfg.size)
 	exe, err := os.Executable()
 	if err != nil {
@@ -812,7 +815,7 @@ func BenchmarkUploaderRSS(b *testing.B) {
 			c.r.rep.Rchar, c.r.connWritten, c.r.rep.Rchar-c.r.connWritten, readRatio(c.r, c.fx), c.r.rep.ReadB)
 	}
 	b.ReportMetric(kib(base.rep.HWM), "rss-mib-baseline")
-	b.ReportMetric(kib(r64.rep.HWM), "rss-mib-64m")
+	b.ReportMetric(kib(r64.rep.HWM), "rss-mib-"+sizeLabel(small.size))
 	if bigFx != small {
 		b.ReportMetric(kib(rBig.rep.HWM), "rss-mib-"+sizeLabel(bigFx.size))
 	}
@@ -835,7 +838,7 @@ func BenchmarkUploaderRSS(b *testing.B) {
 	// The hash the server cannot skip, on this machine now: the server's CPU
 	// is judged against it in the same run (server-cpu-x-md5), not against
 	// an absolute figure, which moves with the CPU and its neighbours.
-	md5PerGiB := md5CPUPerGiB()
+	md5PerGiB := md5CPUPerGiB(benchutil.Size[int64](b, gib, 64*mib))
 	b.Logf("MD5 alone in this process: %.2fs per GiB (%.0f MiB/s); the server's PUT costs %.2fx that, %.2fs per GiB besides it",
 		md5PerGiB, 1024/md5PerGiB, serverPerGiB(rBig)/md5PerGiB, serverPerGiB(rBig)-md5PerGiB)
 	b.ReportMetric(md5PerGiB, "md5-cpu-s-per-gib")
@@ -843,23 +846,24 @@ func BenchmarkUploaderRSS(b *testing.B) {
 	b.ReportMetric(serverPerGiB(rBig)-md5PerGiB, "server-cpu-over-md5-s-per-gib")
 }
 
-// md5CPUPerGiB is this process's CPU per GiB hashing 1 GiB from memory on
-// one goroutine (the best of three, so a neighbour's burst is not counted):
-// what the server's one MD5 of a body costs at best.
-func md5CPUPerGiB() float64 {
+// md5CPUPerGiB is this process's CPU per GiB hashing n bytes (1 GiB; less
+// at smoke size) from memory on one goroutine (the best of three, so a
+// neighbour's burst is not counted): what the server's one MD5 of a body
+// costs at best.
+func md5CPUPerGiB(n int64) float64 {
 	buf := make([]byte, mib)
 	_, _ = rand.Read(buf)
 	best := time.Duration(1<<63 - 1)
 	for range 3 {
 		h := md5.New()
 		cpu0 := benchutil.ProcessCPU()
-		for range gib / mib {
+		for range n / mib {
 			h.Write(buf)
 		}
 		_ = h.Sum(nil)
 		best = min(best, benchutil.ProcessCPU()-cpu0)
 	}
-	return best.Seconds()
+	return best.Seconds() * gib / float64(n)
 }
 
 // runChild is the re-executed test binary: it prints one childReport.

@@ -1,7 +1,7 @@
 // Command loadgen is the binding benchmark's load generator
-// (BenchmarkBindingSessions in bench/binding, whose package documentation
-// describes the load): a process of its own, so that the server's CPU and
-// memory are those of the benchmark's process. The benchmark builds it,
+// (BenchmarkBindingSessions in test/performance/binding, whose package
+// documentation describes the load): a process of its own, so that the
+// server's CPU and memory are those of the benchmark's process. The benchmark builds it,
 // starts it with -config (a bench.LoadgenConfig as JSON) and talks to it
 // through its stdin (commands) and stdout (event lines prefixed
 // bench.EventPrefix); it exits when its stdin closes or at the

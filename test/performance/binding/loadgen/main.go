@@ -45,7 +45,7 @@ func main() {
 	config := flag.String("config", "", "the benchmark's configuration of the run (JSON, bench.LoadgenConfig)")
 	flag.Parse()
 	if *config == "" {
-		fmt.Fprintln(os.Stderr, "loadgen: -config is required; BenchmarkBindingSessions (bench/binding) starts this command")
+		fmt.Fprintln(os.Stderr, "loadgen: -config is required; BenchmarkBindingSessions (test/performance/binding) starts this command")
 		os.Exit(2)
 	}
 	os.Exit(run(*config))
@@ -59,17 +59,9 @@ func run(path string) int {
 		emit("fatal", res.Fatal)
 		return 1
 	}
-	raw, err := os.ReadFile(path)
+	cfg, hold, err := readConfig(path)
 	if err != nil {
 		return fail("%v", err)
-	}
-	var cfg bench.LoadgenConfig
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return fail("%s: %v", path, err)
-	}
-	hold, err := time.ParseDuration(cfg.Hold)
-	if err != nil {
-		return fail("hold: %v", err)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), cfg.Deadline)
 	defer cancel()
@@ -84,31 +76,7 @@ func run(path string) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	// The benchmark talks through stdin; EOF means it is gone.
-	ctl := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(os.Stdin)
-		for sc.Scan() {
-			ctl <- strings.TrimSpace(sc.Text())
-		}
-		close(ctl)
-	}()
-	awaitCtl := func(want string, timeout time.Duration) error {
-		select {
-		case msg, ok := <-ctl:
-			if !ok {
-				return errors.New("the benchmark closed stdin")
-			}
-			if msg != want {
-				return fmt.Errorf("got %q from the benchmark, want %q", msg, want)
-			}
-			return nil
-		case <-time.After(timeout):
-			return fmt.Errorf("no %q from the benchmark within %s", want, timeout)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	awaitCtl := controlChannel(ctx)
 
 	g := newGenerator(cfg, tc, ids)
 	defer g.closeAll()
@@ -128,55 +96,10 @@ func run(path string) int {
 		return fail("no session established: %v", res.DialErrors)
 	}
 
-	// 3. Warm up until every session has sent its first heartbeat (which
-	// writes Registered -> Running) and an ack says that write was made
-	// (a server that queues its writes acks before it writes), at most
-	// bench.MaxSettle more; then hold. The measured phase is the steady state of
-	// sessions that only heartbeat, not the ramp's transitions.
-	holdStart := time.Unix(0, g.lastOpen.Load()).Add(g.interval + time.Second)
-	if err := retry.Sleep(ctx, time.Until(holdStart)); err != nil {
+	// 3. Settle, then the measured phase.
+	if err := g.settleAndHold(ctx, cfg.Trace, hold, res); err != nil {
 		return fail("%v", err)
 	}
-	settleStart := time.Now()
-	for {
-		open, running := g.runningSessions()
-		if running >= open || time.Since(settleStart) > bench.MaxSettle {
-			res.SettleSeconds, res.NotRunningAtStart = time.Since(settleStart).Seconds(), open-running
-			genLogf("%d of %d open sessions acked Running after %.1fs more", running, open, res.SettleSeconds)
-			break
-		}
-		if err := retry.Sleep(ctx, time.Second); err != nil {
-			return fail("%v", err)
-		}
-	}
-	holdStart = time.Now()
-	g.holdStart.Store(holdStart.UnixNano())
-	cpu0 := benchutil.ProcessCPU()
-	openAtStart := g.openSessions()
-	stopTrace := func() {}
-	if cfg.Trace != "" {
-		if f, err := os.Create(cfg.Trace); err != nil {
-			genLogf("trace: %v", err)
-		} else if err := trace.Start(f); err != nil {
-			genLogf("trace: %v", err)
-			_ = f.Close()
-		} else {
-			stopTrace = func() { trace.Stop(); _ = f.Close() }
-		}
-	}
-	emit("hold-start", map[string]any{"open": openAtStart})
-	genLogf("measured phase started with %d open sessions", openAtStart)
-	if err := retry.Sleep(ctx, hold); err != nil {
-		return fail("%v", err)
-	}
-	stopTrace()
-	holdEnd := time.Now()
-	g.holdEnd.Store(holdEnd.UnixNano())
-	res.CPUSeconds = (benchutil.ProcessCPU() - cpu0).Seconds()
-	res.HoldSeconds = holdEnd.Sub(holdStart).Seconds()
-	res.CPUCores = res.CPUSeconds / res.HoldSeconds
-	res.Held, res.ClosedDuringHold = g.held(holdStart, holdEnd)
-	emit("hold-end", map[string]any{"held": res.Held})
 
 	// 4. Keep the sessions (and heartbeats) up while the benchmark measures.
 	if err := awaitCtl("done", 10*time.Minute); err != nil {
@@ -192,6 +115,109 @@ func run(path string) int {
 	}
 	emit("result", res)
 	return 0
+}
+
+// readConfig reads the benchmark's configuration of the run and its
+// measured phase's length.
+func readConfig(path string) (bench.LoadgenConfig, time.Duration, error) {
+	var cfg bench.LoadgenConfig
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, 0, err
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return cfg, 0, fmt.Errorf("%s: %w", path, err)
+	}
+	hold, err := time.ParseDuration(cfg.Hold)
+	if err != nil {
+		return cfg, 0, fmt.Errorf("hold: %w", err)
+	}
+	return cfg, hold, nil
+}
+
+// controlChannel reads the benchmark's commands from stdin (EOF: it is
+// gone) and returns the function that waits for the next one, which must
+// be want.
+func controlChannel(ctx context.Context) func(want string, timeout time.Duration) error {
+	ctl := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			ctl <- strings.TrimSpace(sc.Text())
+		}
+		close(ctl)
+	}()
+	return func(want string, timeout time.Duration) error {
+		select {
+		case msg, ok := <-ctl:
+			if !ok {
+				return errors.New("the benchmark closed stdin")
+			}
+			if msg != want {
+				return fmt.Errorf("got %q from the benchmark, want %q", msg, want)
+			}
+			return nil
+		case <-time.After(timeout):
+			return fmt.Errorf("no %q from the benchmark within %s", want, timeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// settleAndHold warms up until every session has sent its first heartbeat
+// (which writes Registered -> Running) and an ack says that write was made
+// (a server that queues its writes acks before it writes), at most
+// bench.MaxSettle more; then holds for the measured phase, with an
+// execution trace of it in tracePath if not empty. The measured phase is
+// the steady state of sessions that only heartbeat, not the ramp's
+// transitions.
+func (g *generator) settleAndHold(ctx context.Context, tracePath string, hold time.Duration, res *bench.LoadgenResult) error {
+	holdStart := time.Unix(0, g.lastOpen.Load()).Add(g.interval + time.Second)
+	if err := retry.Sleep(ctx, time.Until(holdStart)); err != nil {
+		return err
+	}
+	settleStart := time.Now()
+	for {
+		open, running := g.runningSessions()
+		if running >= open || time.Since(settleStart) > bench.MaxSettle {
+			res.SettleSeconds, res.NotRunningAtStart = time.Since(settleStart).Seconds(), open-running
+			genLogf("%d of %d open sessions acked Running after %.1fs more", running, open, res.SettleSeconds)
+			break
+		}
+		if err := retry.Sleep(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+	holdStart = time.Now()
+	g.holdStart.Store(holdStart.UnixNano())
+	cpu0 := benchutil.ProcessCPU()
+	openAtStart := g.openSessions()
+	stopTrace := func() {}
+	if tracePath != "" {
+		if f, err := os.Create(tracePath); err != nil {
+			genLogf("trace: %v", err)
+		} else if err := trace.Start(f); err != nil {
+			genLogf("trace: %v", err)
+			_ = f.Close()
+		} else {
+			stopTrace = func() { trace.Stop(); _ = f.Close() }
+		}
+	}
+	emit("hold-start", map[string]any{"open": openAtStart})
+	genLogf("measured phase started with %d open sessions", openAtStart)
+	if err := retry.Sleep(ctx, hold); err != nil {
+		return err
+	}
+	stopTrace()
+	holdEnd := time.Now()
+	g.holdEnd.Store(holdEnd.UnixNano())
+	res.CPUSeconds = (benchutil.ProcessCPU() - cpu0).Seconds()
+	res.HoldSeconds = holdEnd.Sub(holdStart).Seconds()
+	res.CPUCores = res.CPUSeconds / res.HoldSeconds
+	res.Held, res.ClosedDuringHold = g.held(holdStart, holdEnd)
+	emit("hold-end", map[string]any{"held": res.Held})
+	return nil
 }
 
 func readIdentities(path string) ([]bench.Identity, error) {

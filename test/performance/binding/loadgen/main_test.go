@@ -7,7 +7,7 @@ import (
 	"github.com/tether-dev/tether/pkg/binding"
 )
 
-// Sanity check, run by go test ./bench/binding/...: the
+// Sanity check, run by go test ./test/performance/binding/...: the
 // generator's hand-built heartbeat is a valid frame.
 func TestHeartbeatFrame(t *testing.T) {
 	f, err := binding.DecodeFrame(appendHeartbeat(nil, 42, time.Now()))

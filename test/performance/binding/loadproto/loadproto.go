@@ -1,7 +1,7 @@
-// Package loadproto is what the binding benchmark (bench/binding) and its load generator
-// (./loadgen, a process of its own) share: the identities, the generator's
-// configuration and result, the event lines on its stdout, and the client
-// side of the binding server.
+// Package loadproto is what the binding benchmark (test/performance/binding)
+// and its load generator (./loadgen, a process of its own) share: the
+// identities, the generator's configuration and result, the event lines on
+// its stdout, and the client side of the binding server.
 package loadproto
 
 import (
