@@ -8,11 +8,6 @@ package v1alpha1
 // depends on this package to read a WorkerBinding, and this package
 // depends on neither half (docs/orchestrator.md).
 
-// CommandAnnotation on a WorkerBinding asks the binding server to push a
-// command to the job's workers: "<name>:<id>", e.g. "flush:42". A new id
-// pushes the command again; the outcome is status.lastCommand.
-const CommandAnnotation = "tether.dev/command"
-
 // Command states in status.lastCommand.
 const (
 	CommandSent         = "Sent"

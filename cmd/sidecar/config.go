@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
@@ -21,7 +22,7 @@ import (
 // sets it, from the pod's terminationGracePeriodSeconds (the grace period
 // less 5s, at least 5s); unset, the sidecar uses 25s, what the webhook gives
 // a pod with the default 30s grace period.
-const EnvFlushBudget = binding.EnvFlushBudget
+const EnvFlushBudget = names.EnvFlushBudget
 
 // Optional settings, not part of what the pod webhook injects.
 const (
@@ -76,10 +77,10 @@ type config struct {
 func loadConfig(getenv func(string) string) (config, error) {
 	r := &envReader{getenv: getenv}
 	cfg := config{
-		trainJob:     r.required(binding.EnvTrainJob),
-		artifactDir:  r.required(binding.EnvArtifactDir),
-		include:      r.globs(binding.EnvInclude),
-		exclude:      r.globs(binding.EnvExclude),
+		trainJob:     r.required(names.EnvTrainJob),
+		artifactDir:  r.required(names.EnvArtifactDir),
+		include:      r.globs(names.EnvInclude),
+		exclude:      r.globs(names.EnvExclude),
 		flushBudget:  r.duration(EnvFlushBudget, artifacts.DefaultFlushBudget),
 		syncInterval: r.duration(EnvSyncInterval, artifacts.DefaultSyncInterval),
 		settleTime:   r.duration(EnvSettleTime, artifacts.DefaultSettleTime),
@@ -89,7 +90,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 			1, artifacts.MaxWorkers, "the number of uploads at once"),
 	}
 	cfg.client = r.sessionConfig()
-	cfg.nodeRank = r.intIn(binding.EnvNodeRank, 0, 0, binding.MaxBoundNodes-1, "the node rank")
+	cfg.nodeRank = r.intIn(names.EnvNodeRank, 0, 0, binding.MaxBoundNodes-1, "the node rank")
 	if v := getenv(EnvLogLevel); v != "" {
 		if err := cfg.logLevel.UnmarshalText([]byte(v)); err != nil {
 			r.fail("%s=%q: want debug, info, warn or error", EnvLogLevel, v)
@@ -103,21 +104,21 @@ func loadConfig(getenv func(string) string) (config, error) {
 // where the server is, and the credentials to reach it.
 func (r *envReader) sessionConfig() session.Config {
 	c := session.Config{
-		JobID:        r.required(binding.EnvJobID),
-		WorkerID:     r.required(binding.EnvWorkerID),
-		ServerURL:    r.required(binding.EnvServerURL),
-		TokenFile:    r.required(binding.EnvTokenFile),
-		PodTokenFile: r.required(binding.EnvPodTokenFile),
-		CAFile:       r.required(binding.EnvCAFile),
+		JobID:        r.required(names.EnvJobID),
+		WorkerID:     r.required(names.EnvWorkerID),
+		ServerURL:    r.required(names.EnvServerURL),
+		TokenFile:    r.required(names.EnvTokenFile),
+		PodTokenFile: r.required(names.EnvPodTokenFile),
+		CAFile:       r.required(names.EnvCAFile),
 		Pod: binding.PodIdentity{
-			Name:      r.required(binding.EnvPodName),
-			Namespace: r.required(binding.EnvPodNamespace),
-			UID:       r.required(binding.EnvPodUID),
-			Node:      r.getenv(binding.EnvNodeName), // empty until scheduled: optional
+			Name:      r.required(names.EnvPodName),
+			Namespace: r.required(names.EnvPodNamespace),
+			UID:       r.required(names.EnvPodUID),
+			Node:      r.getenv(names.EnvNodeName), // empty until scheduled: optional
 		},
 	}
-	if v := r.required(binding.EnvHeartbeatInterval); v != "" {
-		c.HeartbeatInterval = r.positiveDuration(binding.EnvHeartbeatInterval, v, 10*time.Second, 0)
+	if v := r.required(names.EnvHeartbeatInterval); v != "" {
+		c.HeartbeatInterval = r.positiveDuration(names.EnvHeartbeatInterval, v, 10*time.Second, 0)
 	}
 	return c
 }
@@ -129,32 +130,32 @@ func (r *envReader) checkFiles(cfg config) {
 	c := &cfg.client
 	if c.ServerURL != "" {
 		if u, err := url.Parse(c.ServerURL); err != nil || u.Scheme != "https" || u.Host == "" {
-			r.fail("%s=%q: want an https URL such as https://tether-control-plane.tether-system.svc:8443", binding.EnvServerURL, c.ServerURL)
+			r.fail("%s=%q: want an https URL such as https://tether-control-plane.tether-system.svc:8443", names.EnvServerURL, c.ServerURL)
 		} else if u.Path != "" && u.Path != "/" {
 			// The artifact endpoint is path-style at the listener's root.
-			r.fail("%s=%q: must have no path: the artifact endpoint is at the server's root", binding.EnvServerURL, c.ServerURL)
+			r.fail("%s=%q: must have no path: the artifact endpoint is at the server's root", names.EnvServerURL, c.ServerURL)
 		}
 	}
 	if c.TokenFile != "" {
 		if err := checkToken(c.TokenFile); err != nil {
-			r.fail("%s: %w", binding.EnvTokenFile, err)
+			r.fail("%s: %w", names.EnvTokenFile, err)
 		}
 	}
 	if c.PodTokenFile != "" {
 		if _, err := credentials.ReadPodToken(c.PodTokenFile); err != nil {
-			r.fail("%s: %w (the pod's projected ServiceAccount token the webhook mounts)", binding.EnvPodTokenFile, err)
+			r.fail("%s: %w (the pod's projected ServiceAccount token the webhook mounts)", names.EnvPodTokenFile, err)
 		}
 	}
 	if c.CAFile != "" {
 		if err := checkCA(c.CAFile); err != nil {
-			r.fail("%s: %w", binding.EnvCAFile, err)
+			r.fail("%s: %w", names.EnvCAFile, err)
 		}
 	}
 	if cfg.artifactDir != "" {
 		if st, err := os.Stat(cfg.artifactDir); err != nil {
-			r.fail("%s: %w", binding.EnvArtifactDir, err)
+			r.fail("%s: %w", names.EnvArtifactDir, err)
 		} else if !st.IsDir() {
-			r.fail("%s: %s is not a directory", binding.EnvArtifactDir, cfg.artifactDir)
+			r.fail("%s: %s is not a directory", names.EnvArtifactDir, cfg.artifactDir)
 		}
 	}
 }

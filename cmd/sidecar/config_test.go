@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 )
 
@@ -30,19 +31,19 @@ func testEnv(t *testing.T, serverURL, caPEM string) map[string]string {
 		t.Fatal(err)
 	}
 	return map[string]string{
-		binding.EnvJobID:             "job-1",
-		binding.EnvWorkerID:          "worker-0",
-		binding.EnvTrainJob:          "mnist",
-		binding.EnvServerURL:         serverURL,
-		binding.EnvTokenFile:         write("token", testToken),
-		binding.EnvPodTokenFile:      write("pod-token", "eyJhbGciOiJSUzI1NiJ9.eyJhdWQiOlsidGV0aGVyLmRldi9iaW5kaW5nIl19.c2ln"),
-		binding.EnvCAFile:            write("ca.crt", caPEM),
-		binding.EnvArtifactDir:       artifacts,
-		binding.EnvHeartbeatInterval: "50ms",
-		binding.EnvPodName:           "mnist-node-0-0",
-		binding.EnvPodNamespace:      "team-a",
-		binding.EnvPodUID:            "uid-1",
-		binding.EnvNodeName:          "node-a",
+		names.EnvJobID:             "job-1",
+		names.EnvWorkerID:          "worker-0",
+		names.EnvTrainJob:          "mnist",
+		names.EnvServerURL:         serverURL,
+		names.EnvTokenFile:         write("token", testToken),
+		names.EnvPodTokenFile:      write("pod-token", "eyJhbGciOiJSUzI1NiJ9.eyJhdWQiOlsidGV0aGVyLmRldi9iaW5kaW5nIl19.c2ln"),
+		names.EnvCAFile:            write("ca.crt", caPEM),
+		names.EnvArtifactDir:       artifacts,
+		names.EnvHeartbeatInterval: "50ms",
+		names.EnvPodName:           "mnist-node-0-0",
+		names.EnvPodNamespace:      "team-a",
+		names.EnvPodUID:            "uid-1",
+		names.EnvNodeName:          "node-a",
 	}
 }
 
@@ -74,8 +75,8 @@ func TestLoadConfig(t *testing.T) {
 		cfg.syncInterval != 10*time.Second || cfg.settleTime != 10*time.Second || !cfg.fileEvents || cfg.uploadWorkers != 8 || !cfg.directUpload {
 		t.Errorf("defaults: %+v", cfg)
 	}
-	env[binding.EnvInclude] = "ckpt/**, *.{safetensors,json}"
-	env[binding.EnvExclude] = "ckpt/tmp/**"
+	env[names.EnvInclude] = "ckpt/**, *.{safetensors,json}"
+	env[names.EnvExclude] = "ckpt/tmp/**"
 	env[EnvFlushBudget], env[EnvSyncInterval], env[EnvSettleTime] = "55s", "3s", "1m"
 	env[EnvFileEvents], env[EnvUploadWorkers], env[EnvDirectUpload] = "off", "3", "off"
 	cfg, err = loadConfig(getenv(env))
@@ -87,10 +88,10 @@ func TestLoadConfig(t *testing.T) {
 		cfg.fileEvents || cfg.uploadWorkers != 3 || cfg.directUpload {
 		t.Errorf("config = %+v", cfg)
 	}
-	for _, k := range []string{binding.EnvInclude, binding.EnvExclude, EnvFlushBudget, EnvSyncInterval, EnvSettleTime, EnvFileEvents, EnvUploadWorkers, EnvDirectUpload} {
+	for _, k := range []string{names.EnvInclude, names.EnvExclude, EnvFlushBudget, EnvSyncInterval, EnvSettleTime, EnvFileEvents, EnvUploadWorkers, EnvDirectUpload} {
 		delete(env, k)
 	}
-	delete(env, binding.EnvNodeName) // optional
+	delete(env, names.EnvNodeName) // optional
 	delete(env, EnvLogLevel)
 	if cfg, err := loadConfig(getenv(env)); err != nil || cfg.logLevel != slog.LevelInfo {
 		t.Errorf("without the optional variables: %v, level %v", err, cfg.logLevel)
@@ -104,34 +105,34 @@ func TestLoadConfigNamesTheVariable(t *testing.T) {
 		mutate func(t *testing.T, env map[string]string)
 		want   string
 	}{
-		{"missing job", func(_ *testing.T, env map[string]string) { delete(env, binding.EnvJobID) }, binding.EnvJobID + " is not set"},
-		{"missing pod uid", func(_ *testing.T, env map[string]string) { env[binding.EnvPodUID] = " " }, binding.EnvPodUID + " is not set"},
-		{"bad interval", func(_ *testing.T, env map[string]string) { env[binding.EnvHeartbeatInterval] = "often" }, binding.EnvHeartbeatInterval + `="often"`},
-		{"zero interval", func(_ *testing.T, env map[string]string) { env[binding.EnvHeartbeatInterval] = "0s" }, "must be positive"},
-		{"http", func(_ *testing.T, env map[string]string) { env[binding.EnvServerURL] = "http://x" }, binding.EnvServerURL},
+		{"missing job", func(_ *testing.T, env map[string]string) { delete(env, names.EnvJobID) }, names.EnvJobID + " is not set"},
+		{"missing pod uid", func(_ *testing.T, env map[string]string) { env[names.EnvPodUID] = " " }, names.EnvPodUID + " is not set"},
+		{"bad interval", func(_ *testing.T, env map[string]string) { env[names.EnvHeartbeatInterval] = "often" }, names.EnvHeartbeatInterval + `="often"`},
+		{"zero interval", func(_ *testing.T, env map[string]string) { env[names.EnvHeartbeatInterval] = "0s" }, "must be positive"},
+		{"http", func(_ *testing.T, env map[string]string) { env[names.EnvServerURL] = "http://x" }, names.EnvServerURL},
 		{"log level", func(_ *testing.T, env map[string]string) { env[EnvLogLevel] = "loud" }, EnvLogLevel},
-		{"no token file", func(_ *testing.T, env map[string]string) { env[binding.EnvTokenFile] = "/nonexistent/token" }, binding.EnvTokenFile},
-		{"missing pod token", func(_ *testing.T, env map[string]string) { delete(env, binding.EnvPodTokenFile) }, binding.EnvPodTokenFile + " is not set"},
+		{"no token file", func(_ *testing.T, env map[string]string) { env[names.EnvTokenFile] = "/nonexistent/token" }, names.EnvTokenFile},
+		{"missing pod token", func(_ *testing.T, env map[string]string) { delete(env, names.EnvPodTokenFile) }, names.EnvPodTokenFile + " is not set"},
 		{"empty pod token", func(t *testing.T, env map[string]string) {
-			if err := os.WriteFile(env[binding.EnvPodTokenFile], []byte("\n"), 0o600); err != nil {
+			if err := os.WriteFile(env[names.EnvPodTokenFile], []byte("\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}, binding.EnvPodTokenFile + ": "},
+		}, names.EnvPodTokenFile + ": "},
 		{"bad token", func(t *testing.T, env map[string]string) {
-			if err := os.WriteFile(env[binding.EnvTokenFile], []byte("secret-but-malformed"), 0o600); err != nil {
+			if err := os.WriteFile(env[names.EnvTokenFile], []byte("secret-but-malformed"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}, binding.EnvTokenFile + ": "},
+		}, names.EnvTokenFile + ": "},
 		{"bad CA", func(t *testing.T, env map[string]string) {
-			if err := os.WriteFile(env[binding.EnvCAFile], []byte("junk"), 0o600); err != nil {
+			if err := os.WriteFile(env[names.EnvCAFile], []byte("junk"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}, binding.EnvCAFile + ": "},
-		{"artifact dir", func(_ *testing.T, env map[string]string) { env[binding.EnvArtifactDir] = "/nonexistent" }, binding.EnvArtifactDir},
-		{"server path", func(_ *testing.T, env map[string]string) { env[binding.EnvServerURL] = "https://x:8443/tether" }, "must have no path"},
-		{"include", func(_ *testing.T, env map[string]string) { env[binding.EnvInclude] = "ckpt/**,a/[b" }, binding.EnvInclude + `: glob "a/[b" is malformed`},
-		{"exclude", func(_ *testing.T, env map[string]string) { env[binding.EnvExclude] = "/abs/**" }, binding.EnvExclude},
-		{"empty glob", func(_ *testing.T, env map[string]string) { env[binding.EnvExclude] = "a,,b" }, binding.EnvExclude + ": empty glob"},
+		}, names.EnvCAFile + ": "},
+		{"artifact dir", func(_ *testing.T, env map[string]string) { env[names.EnvArtifactDir] = "/nonexistent" }, names.EnvArtifactDir},
+		{"server path", func(_ *testing.T, env map[string]string) { env[names.EnvServerURL] = "https://x:8443/tether" }, "must have no path"},
+		{"include", func(_ *testing.T, env map[string]string) { env[names.EnvInclude] = "ckpt/**,a/[b" }, names.EnvInclude + `: glob "a/[b" is malformed`},
+		{"exclude", func(_ *testing.T, env map[string]string) { env[names.EnvExclude] = "/abs/**" }, names.EnvExclude},
+		{"empty glob", func(_ *testing.T, env map[string]string) { env[names.EnvExclude] = "a,,b" }, names.EnvExclude + ": empty glob"},
 		{"flush budget", func(_ *testing.T, env map[string]string) { env[EnvFlushBudget] = "soon" }, EnvFlushBudget + `="soon"`},
 		{"sync interval", func(_ *testing.T, env map[string]string) { env[EnvSyncInterval] = "-1s" }, EnvSyncInterval},
 		{"settle time", func(_ *testing.T, env map[string]string) { env[EnvSettleTime] = "0" }, EnvSettleTime},

@@ -24,6 +24,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -78,7 +79,7 @@ func (s *stub) artifacts(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	switch {
-	case r.Header.Get(upload.TokenHeader) != testToken:
+	case r.Header.Get(names.HeaderArtifactToken) != testToken:
 		s3err(http.StatusUnauthorized, "AccessDenied")
 		return
 	case !strings.HasPrefix(key, "job-1/"), s.refuseS3 && r.Method == http.MethodPut:
@@ -257,7 +258,7 @@ func waitExit(t *testing.T, code <-chan int) int {
 func TestSidecarStopsCleanlyOnSIGTERM(t *testing.T) {
 	s, ca := newStub(t, func(s *stub) { s.pushFlush = true })
 	env := testEnv(t, s.srv.URL, ca)
-	if err := os.WriteFile(env[binding.EnvArtifactDir]+"/"+binding.ProgressFile, []byte(`{"step":12,"fraction":0.1}`+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(env[names.EnvArtifactDir]+"/"+binding.ProgressFile, []byte(`{"step":12,"fraction":0.1}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	sigs := make(chan os.Signal, 1)
@@ -358,7 +359,7 @@ func TestSidecarIdlesAfterBindingFinished(t *testing.T) {
 func TestSidecarKeepsWorkingAfterItsSessionIsTakenOver(t *testing.T) {
 	s, ca := newStub(t, func(s *stub) { s.takeOver = true })
 	env := testEnv(t, s.srv.URL, ca)
-	if err := os.WriteFile(env[binding.EnvArtifactDir]+"/model.pt", []byte("weights"), 0o644); err != nil {
+	if err := os.WriteFile(env[names.EnvArtifactDir]+"/model.pt", []byte("weights"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	sigs := make(chan os.Signal, 1)
@@ -387,12 +388,12 @@ func TestSidecarKeepsWorkingAfterItsSessionIsTakenOver(t *testing.T) {
 
 func TestSidecarRejectsBadConfig(t *testing.T) {
 	env := testEnv(t, "https://tether.example", selfSignedPEM(t))
-	delete(env, binding.EnvWorkerID)
+	delete(env, names.EnvWorkerID)
 	code, out := start(t, env, make(chan os.Signal))
 	if c := waitExit(t, code); c != 2 {
 		t.Errorf("exit code %d, want 2", c)
 	}
-	if !strings.Contains(out.String(), binding.EnvWorkerID) {
+	if !strings.Contains(out.String(), names.EnvWorkerID) {
 		t.Errorf("the logs do not name the variable:\n%s", out)
 	}
 }
@@ -428,8 +429,8 @@ func TestSidecarSyncsArtifacts(t *testing.T) {
 	s, ca := newStub(t, nil)
 	env := testEnv(t, s.srv.URL, ca)
 	env[EnvSyncInterval], env[EnvSettleTime] = "30ms", "60ms"
-	env[binding.EnvExclude] = "tmp/**,**/*.partial"
-	dir := env[binding.EnvArtifactDir]
+	env[names.EnvExclude] = "tmp/**,**/*.partial"
+	dir := env[names.EnvArtifactDir]
 	files := map[string]string{
 		"model.safetensors":     "weights",
 		"ckpt/step 100/opt.pt":  "optimizer state",
@@ -514,7 +515,7 @@ func TestSidecarCommands(t *testing.T) {
 				}
 			})
 			env := testEnv(t, s.srv.URL, ca)
-			p := filepath.Join(env[binding.EnvArtifactDir], "final.bin")
+			p := filepath.Join(env[names.EnvArtifactDir], "final.bin")
 			if err := os.WriteFile(p, []byte("final"), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -556,7 +557,7 @@ func TestSidecarFlushBudget(t *testing.T) {
 	env[EnvFlushBudget] = "600ms"
 	env[EnvUploadWorkers] = "2" // six 400ms uploads, two at a time, cannot fit in the budget
 	for _, n := range []string{"a.bin", "b.bin", "c.bin", "d.bin", "e.bin", "f.bin"} {
-		if err := os.WriteFile(filepath.Join(env[binding.EnvArtifactDir], n), []byte(n), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(env[names.EnvArtifactDir], n), []byte(n), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -34,8 +34,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/test/framework/localcluster"
@@ -111,15 +111,15 @@ func run(hold bool) error {
 	if err := c.LocalQueue(ctx, namespace, "team-queue"); err != nil {
 		return err
 	}
-	step("creating TrainJob %s/%s in Kueue queue team-queue, with the one label Tether needs: %s: %q", namespace, jobName, jobconfig.BindLabel, jobconfig.BindValue)
+	step("creating TrainJob %s/%s in Kueue queue team-queue, with the one label Tether needs: %s: %q", namespace, jobName, names.BindLabel, names.BindValue)
 	// A 2s heartbeat (default 10s) so the demo shows a few.
-	tj := testobj.MakeTrainJob(jobName, namespace).Queue("team-queue").Bound().Annotation(jobconfig.HeartbeatIntervalAnnotation, "2s").Obj()
+	tj := testobj.MakeTrainJob(jobName, namespace).Queue("team-queue").Bound().Annotation(names.HeartbeatIntervalAnnotation, "2s").Obj()
 	tj.Spec.RuntimeRef.Name = localcluster.RuntimeName
 	if err := c.Client.Create(ctx, tj); err != nil {
 		return err
 	}
 	detail("Kueue suspended it (spec.suspend=%v); Tether's webhook stamped %s=%s", ptr.Deref(tj.Spec.Suspend, false),
-		jobconfig.JobIDAnnotation, tj.Annotations[jobconfig.JobIDAnnotation])
+		names.JobIDAnnotation, tj.Annotations[names.JobIDAnnotation])
 
 	if err := follow(ctx, c); err != nil {
 		return err

@@ -22,19 +22,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/artifactstore/pending"
 	"github.com/tether-dev/tether/pkg/upload"
-)
-
-// Headers of the read endpoint's answers.
-const (
-	// HeaderPresignExpires is when a presigned URL (in Location) expires, RFC 3339.
-	HeaderPresignExpires = "X-Tether-Presign-Expires"
-	// HeaderStream asks for the object through the control plane even when
-	// the store could presign ("true").
-	HeaderStream = "X-Tether-Stream"
 )
 
 // maxBearerBytes bounds the Authorization header: ServiceAccount tokens are
@@ -300,10 +292,10 @@ func (r *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 // serveObject redirects to a presigned URL of key, or streams it: always
 // through the API server (route.streamOnly), and when the caller asks
-// (HeaderStream).
+// (names.HeaderStream).
 func (r *Handler) serveObject(w http.ResponseWriter, req *http.Request, key, rel string) {
 	ctx := req.Context()
-	if p, ok := r.opts.Backend.(objects.Presigner); ok && !r.route.streamOnly && req.Header.Get(HeaderStream) != "true" {
+	if p, ok := r.opts.Backend.(objects.Presigner); ok && !r.route.streamOnly && req.Header.Get(names.HeaderStream) != "true" {
 		// The object must exist: a presigned URL of a missing key would
 		// only fail later, at the store, with less to say.
 		if _, err := r.opts.Backend.Head(ctx, key); err != nil {
@@ -315,7 +307,7 @@ func (r *Handler) serveObject(w http.ResponseWriter, req *http.Request, key, rel
 			r.storeError(w, rel, err)
 			return
 		}
-		w.Header().Set(HeaderPresignExpires, r.opts.Now().Add(r.opts.TTL).UTC().Format(time.RFC3339))
+		w.Header().Set(names.HeaderPresignExpires, r.opts.Now().Add(r.opts.TTL).UTC().Format(time.RFC3339))
 		w.Header().Set("Location", u.String())
 		w.WriteHeader(http.StatusTemporaryRedirect)
 		return

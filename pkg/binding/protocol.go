@@ -9,7 +9,7 @@ import (
 )
 
 // ProtocolVersion is the version of the wire protocol this package speaks.
-// A peer announces its version in HeaderProtocolVersion on every request.
+// A peer announces its version in names.HeaderProtocolVersion on every request.
 const ProtocolVersion = "v1"
 
 // Endpoints and headers.
@@ -17,31 +17,11 @@ const (
 	PathRegister = "/v1/register"
 	PathSession  = "/v1/session"
 
-	// HeaderAuthorization carries "Bearer <token>".
+	// HeaderAuthorization carries "Bearer <token>". The protocol's own
+	// headers (the version, the worker's claimed identity, the pod token)
+	// are in api/names with every other name that crosses a process.
 	HeaderAuthorization = "Authorization"
-	// HeaderProtocolVersion carries ProtocolVersion.
-	HeaderProtocolVersion = "Tether-Protocol-Version"
-
-	// Session requests also claim the worker's identity; the server checks
-	// it against the binding and the registered pod.
-	HeaderJobID        = "Tether-Job-ID"
-	HeaderWorkerID     = "Tether-Worker-ID"
-	HeaderPodNamespace = "Tether-Pod-Namespace"
-	HeaderPodName      = "Tether-Pod-Name"
-	HeaderPodUID       = "Tether-Pod-UID"
-
-	// HeaderPodToken carries the pod's projected ServiceAccount token
-	// (audience PodTokenAudience) beside the job's token, on registration,
-	// session and artifact requests: every rank of a job holds the same job
-	// token, so only this token proves which pod is asking. The server
-	// reviews it (TokenReview) and refuses a request whose claimed pod is
-	// not the token's.
-	HeaderPodToken = "Tether-Pod-Token"
-	// PodTokenAudience is the audience of the pod token: the API server
-	// accepts it for nothing else, and the binding server accepts no token
-	// of another audience (a pod's kube-api-access token in particular).
-	PodTokenAudience = "tether.dev/binding"
-	// MaxPodTokenLength bounds HeaderPodToken (a ServiceAccount JWT is
+	// MaxPodTokenLength bounds names.HeaderPodToken (a ServiceAccount JWT is
 	// about 1 KiB).
 	MaxPodTokenLength = 8 << 10
 )
@@ -88,7 +68,7 @@ const (
 	ErrUnauthorized       = "Unauthorized"       // 401: no token, malformed token, or no binding has it
 	ErrForbidden          = "Forbidden"          // 403: the token belongs to another job, worker or pod
 	ErrBindingFinished    = "BindingFinished"    // 410: the binding is Succeeded or Failed
-	ErrUnsupportedVersion = "UnsupportedVersion" // 400: HeaderProtocolVersion is not ProtocolVersion
+	ErrUnsupportedVersion = "UnsupportedVersion" // 400: names.HeaderProtocolVersion is not ProtocolVersion
 	ErrBadRequest         = "BadRequest"         // 400: the body is not a valid request
 	ErrUnavailable        = "Unavailable"        // 503: the server cannot decide now; retry
 	ErrRateLimited        = "RateLimited"        // 429: too many requests with this token; retry after Retry-After

@@ -6,7 +6,7 @@ import (
 	"net/url"
 )
 
-// ParseServerURL checks the binding server's base URL (EnvServerURL) as both
+// ParseServerURL checks the binding server's base URL (names.EnvServerURL) as both
 // of the sidecar's clients (the binding session and the artifact uploader)
 // need it: https, because the token must never cross the network in clear
 // text, with a host and without user info, query or fragment. Errors name

@@ -8,14 +8,15 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 )
 
-// parseCommand reads tetherv1.CommandAnnotation; ok is false when absent or malformed.
+// parseCommand reads names.CommandAnnotation; ok is false when absent or malformed.
 func parseCommand(wb *tetherv1.WorkerBinding) (binding.Command, bool) {
-	v := wb.Annotations[tetherv1.CommandAnnotation]
+	v := wb.Annotations[names.CommandAnnotation]
 	name, id, ok := strings.Cut(v, ":")
 	if !ok || id == "" {
 		return binding.Command{}, false

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/lifecycle"
@@ -42,9 +43,9 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, ref, nil)
 		return
 	}
-	pod := binding.PodIdentity{Name: r.Header.Get(binding.HeaderPodName), UID: r.Header.Get(binding.HeaderPodUID)}
-	worker, ref := s.gate.Admit(ctx, r, workerauth.Claim{Namespace: r.Header.Get(binding.HeaderPodNamespace),
-		JobID: r.Header.Get(binding.HeaderJobID), WorkerID: r.Header.Get(binding.HeaderWorkerID), Pod: pod, PodInBindingNamespace: true})
+	pod := binding.PodIdentity{Name: r.Header.Get(names.HeaderPodName), UID: r.Header.Get(names.HeaderPodUID)}
+	worker, ref := s.gate.Admit(ctx, r, workerauth.Claim{Namespace: r.Header.Get(names.HeaderPodNamespace),
+		JobID: r.Header.Get(names.HeaderJobID), WorkerID: r.Header.Get(names.HeaderWorkerID), Pod: pod, PodInBindingNamespace: true})
 	if ref != nil {
 		s.reject(w, r, ref, worker.Binding)
 		return

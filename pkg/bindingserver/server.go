@@ -53,7 +53,7 @@ type Options struct {
 	MissedHeartbeats int
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
-	// PodTokens reviews the pod tokens (binding.HeaderPodToken) that prove
+	// PodTokens reviews the pod tokens (names.HeaderPodToken) that prove
 	// which pod a request comes from (pkg/workerauth). Nil refuses every
 	// register, session and artifact request with 503.
 	PodTokens workerauth.PodTokenReviewer

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -254,7 +255,7 @@ func (c *Client) get(ctx context.Context, wb *tetherv1.WorkerBinding, rel string
 		return nil, "", err
 	}
 	if stream {
-		req.Header.Set(artifactreadsHeaderStream, "true")
+		req.Header.Set(names.HeaderStream, "true")
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -306,10 +307,6 @@ func (c *Client) get(ctx context.Context, wb *tetherv1.WorkerBinding, rel string
 	}
 	return nil, "", re
 }
-
-// artifactreadsHeaderStream is artifactreads.HeaderStream (the client does
-// not import the control plane).
-const artifactreadsHeaderStream = "X-Tether-Stream"
 
 func (c *Client) openPresigned(ctx context.Context, loc string) (io.ReadCloser, error) {
 	u, err := url.Parse(loc)

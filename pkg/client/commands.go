@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 )
@@ -35,7 +36,7 @@ func (c *Client) Send(ctx context.Context, namespace, name, command string) (str
 		return "", fmt.Errorf("command %q: want %s, %s or %s", command, Flush, Drain, Cancel)
 	}
 	id := strconv.FormatInt(time.Now().UnixNano(), 36)
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{tetherv1.CommandAnnotation: command + ":" + id}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{names.CommandAnnotation: command + ":" + id}}})
 	wb := &tetherv1.WorkerBinding{}
 	wb.Namespace, wb.Name = namespace, name
 	if err := c.kube.Patch(ctx, wb, crclient.RawPatch(types.MergePatchType, patch)); err != nil {

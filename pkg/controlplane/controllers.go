@@ -5,9 +5,9 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/controller"
 	"github.com/tether-dev/tether/pkg/mutate"
-	"github.com/tether-dev/tether/pkg/replicalease"
 )
 
 // injectionReporter records, on the TrainJob, each trainer pod created with
@@ -36,7 +36,7 @@ func (a *assembly) bindingController() error {
 		StatusInterval:   opts.StatusInterval,
 		MissedHeartbeats: opts.MissedHeartbeats,
 		Leases: &controller.ReplicaLeases{Client: mgr.GetClient(), Namespace: opts.Namespace,
-			Selector: client.MatchingLabels{replicalease.Label: "true"}, Self: a.replica},
+			Selector: client.MatchingLabels{names.ReplicaLeaseLabel: "true"}, Self: a.replica},
 		ArtifactGrace: opts.ArtifactGrace,
 		TokenOverlap:  opts.TokenOverlap,
 		Pending:       a.artifactStore,

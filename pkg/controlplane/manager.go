@@ -15,8 +15,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/controlplane/internal/tuning"
-	"github.com/tether-dev/tether/pkg/replicalease"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -47,7 +47,7 @@ func (a *assembly) manager() error {
 				&corev1.Pod{}: {Label: trainjob.TrainerPodSelector()},
 				// Only the binding-server replicas' Leases, in our namespace.
 				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}},
-					Label: labels.SelectorFromSet(labels.Set{replicalease.Label: "true"})},
+					Label: labels.SelectorFromSet(labels.Set{names.ReplicaLeaseLabel: "true"})},
 			},
 			// Only what is read from the cache is kept.
 			DefaultTransform: tuning.CacheTransform(),

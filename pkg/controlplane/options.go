@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/version"
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
@@ -183,8 +184,8 @@ func DefaultOptions() Options {
 		MetricsSecure:               true,
 		HealthAddr:                  ":8081",
 		// The tag is the control plane's own version; the shipped manifests
-		// set the env (EnvSidecarImage), which kustomize's images: rewrites.
-		SidecarImage: envOr(EnvSidecarImage, version.Image("tether-sidecar")),
+		// set the env (names.EnvSidecarImage), which kustomize's images: rewrites.
+		SidecarImage: envOr(names.EnvSidecarImage, version.Image("tether-sidecar")),
 		ServerURL:    "https://tether-control-plane.tether-system.svc:8443",
 	}
 }
@@ -242,7 +243,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "serve /metrics over HTTPS, only to callers the API server authenticates and authorizes for get on /metrics (the tether-metrics-reader ClusterRole); false: plain HTTP to anyone, for local debugging only")
 	fs.StringVar(&o.HealthAddr, "health-probe-bind-address", o.HealthAddr, "address of /healthz and /readyz")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect one replica to run the controller (webhooks are served by every replica)")
-	fs.StringVar(&o.SidecarImage, "sidecar-image", o.SidecarImage, "image of the injected sidecar (default $"+EnvSidecarImage+", else the control plane's own version's; a TrainJob may override it with tether.dev/sidecar-image)")
+	fs.StringVar(&o.SidecarImage, "sidecar-image", o.SidecarImage, "image of the injected sidecar (default $"+names.EnvSidecarImage+", else the control plane's own version's; a TrainJob may override it with tether.dev/sidecar-image)")
 	for _, r := range []struct {
 		flag string
 		into *map[string]string
@@ -331,13 +332,6 @@ func (o *Options) caBundleFile() string {
 func (o *Options) sidecarConfig() mutate.SidecarConfig {
 	return mutate.SidecarConfig{Image: o.SidecarImage, ServerURL: o.ServerURL, Resources: o.sidecarResources}
 }
-
-// EnvSidecarImage is the environment variable that sets the sidecar image
-// when --sidecar-image is not given. manifests/base names the image there
-// (not in an argument) with a transformer config of its own, so that an
-// overlay's `images:` entry for ghcr.io/tether-dev/tether-sidecar rewrites
-// it as it rewrites the control plane's container image.
-const EnvSidecarImage = "TETHER_SIDECAR_IMAGE"
 
 func envOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/tether-dev/tether/api/names"
 )
 
 // FuzzParse: any annotation values are either settings within their
@@ -14,8 +16,8 @@ func FuzzParse(f *testing.F) {
 	f.Add("relative", "[", "{a,b", "0s", "Node_1", "UPPER:tag", "bad id!")
 	f.Add("/var/run/tether/x", "", ",", "5m1s", "", "", "")
 	f.Fuzz(func(t *testing.T, path, include, exclude, interval, container, image, jobID string) {
-		ann := map[string]string{ArtifactPathAnnotation: path, IncludeAnnotation: include, ExcludeAnnotation: exclude,
-			HeartbeatIntervalAnnotation: interval, TrainerContainerAnnotation: container, SidecarImageAnnotation: image, JobIDAnnotation: jobID}
+		ann := map[string]string{names.ArtifactPathAnnotation: path, names.IncludeAnnotation: include, names.ExcludeAnnotation: exclude,
+			names.HeartbeatIntervalAnnotation: interval, names.TrainerContainerAnnotation: container, names.SidecarImageAnnotation: image, names.JobIDAnnotation: jobID}
 		s, err := Parse(ann)
 		if err != nil {
 			var joined interface{ Unwrap() []error }

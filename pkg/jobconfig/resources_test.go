@@ -4,10 +4,12 @@ import (
 	"maps"
 	"strings"
 	"testing"
+
+	"github.com/tether-dev/tether/api/names"
 )
 
 func TestSidecarResourceAnnotations(t *testing.T) {
-	s, err := Parse(map[string]string{SidecarRequestsAnnotation: "cpu=100m, memory=128Mi", SidecarLimitsAnnotation: "memory=0.25Gi"})
+	s, err := Parse(map[string]string{names.SidecarRequestsAnnotation: "cpu=100m, memory=128Mi", names.SidecarLimitsAnnotation: "memory=0.25Gi"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,13 +29,13 @@ func TestSidecarResourceAnnotationsInvalid(t *testing.T) {
 		annotations map[string]string
 		want        string
 	}{
-		{map[string]string{SidecarRequestsAnnotation: "cpu"}, `annotation tether.dev/sidecar-requests="cpu" is invalid: "cpu" is not name=quantity (example: tether.dev/sidecar-requests: "cpu=100m,memory=128Mi")`},
-		{map[string]string{SidecarRequestsAnnotation: "nvidia.com/gpu=1"}, `resource "nvidia.com/gpu": must be cpu, memory or ephemeral-storage`},
-		{map[string]string{SidecarLimitsAnnotation: "memory=lots"}, `memory=lots: not a quantity (e.g. 100m, 0.5, 128Mi, 1G) (example: tether.dev/sidecar-limits: "cpu=2,memory=256Mi")`},
-		{map[string]string{SidecarLimitsAnnotation: "memory=-1Gi"}, "memory=-1Gi: not a quantity"},
-		{map[string]string{SidecarLimitsAnnotation: "cpu=0"}, "cpu=0: must be positive"},
-		{map[string]string{SidecarLimitsAnnotation: "cpu=0.0m"}, "cpu=0.0m: must be positive"},
-		{map[string]string{SidecarLimitsAnnotation: "cpu=1,cpu=2"}, "resource cpu given twice"},
+		{map[string]string{names.SidecarRequestsAnnotation: "cpu"}, `annotation tether.dev/sidecar-requests="cpu" is invalid: "cpu" is not name=quantity (example: tether.dev/sidecar-requests: "cpu=100m,memory=128Mi")`},
+		{map[string]string{names.SidecarRequestsAnnotation: "nvidia.com/gpu=1"}, `resource "nvidia.com/gpu": must be cpu, memory or ephemeral-storage`},
+		{map[string]string{names.SidecarLimitsAnnotation: "memory=lots"}, `memory=lots: not a quantity (e.g. 100m, 0.5, 128Mi, 1G) (example: tether.dev/sidecar-limits: "cpu=2,memory=256Mi")`},
+		{map[string]string{names.SidecarLimitsAnnotation: "memory=-1Gi"}, "memory=-1Gi: not a quantity"},
+		{map[string]string{names.SidecarLimitsAnnotation: "cpu=0"}, "cpu=0: must be positive"},
+		{map[string]string{names.SidecarLimitsAnnotation: "cpu=0.0m"}, "cpu=0.0m: must be positive"},
+		{map[string]string{names.SidecarLimitsAnnotation: "cpu=1,cpu=2"}, "resource cpu given twice"},
 	} {
 		_, err := Parse(tc.annotations)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -11,6 +11,7 @@ import (
 	"github.com/bmatcuk/doublestar/v4"
 	"github.com/distribution/reference"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 )
 
@@ -105,24 +106,24 @@ func parse(annotations map[string]string) (Settings, []error) {
 		TrainerStatus:     TrainerStatusAuto,
 	}
 	var errs []error
-	if v, ok := annotations[TrainerStatusAnnotation]; ok {
+	if v, ok := annotations[names.TrainerStatusAnnotation]; ok {
 		if v != TrainerStatusAuto && v != TrainerStatusOff {
-			errs = append(errs, &InvalidAnnotationError{Key: TrainerStatusAnnotation, Value: v,
+			errs = append(errs, &InvalidAnnotationError{Key: names.TrainerStatusAnnotation, Value: v,
 				Problem: "must be " + TrainerStatusAuto + " (Tether writes TrainJob.status.trainerStatus unless the trainer reports it) or " +
 					TrainerStatusOff + " (never)", Example: TrainerStatusOff})
 		} else {
 			s.TrainerStatus = v
 		}
 	}
-	if v, ok := annotations[NodesAnnotation]; ok {
+	if v, ok := annotations[names.NodesAnnotation]; ok {
 		if v != NodesAll && v != NodesPrimary {
-			errs = append(errs, &InvalidAnnotationError{Key: NodesAnnotation, Value: v,
+			errs = append(errs, &InvalidAnnotationError{Key: names.NodesAnnotation, Value: v,
 				Problem: "must be " + NodesAll + " (every node is bound) or " + NodesPrimary + " (node rank 0 only)", Example: NodesPrimary})
 		} else {
 			s.Nodes = v
 		}
 	}
-	if v, ok := annotations[ArtifactPathAnnotation]; ok {
+	if v, ok := annotations[names.ArtifactPathAnnotation]; ok {
 		if err := validateArtifactPath(v); err != nil {
 			errs = append(errs, err)
 		} else {
@@ -130,37 +131,37 @@ func parse(annotations map[string]string) (Settings, []error) {
 		}
 	}
 	var err error
-	if s.Include, err = parseGlobs(IncludeAnnotation, annotations); err != nil {
+	if s.Include, err = parseGlobs(names.IncludeAnnotation, annotations); err != nil {
 		errs = append(errs, err)
 	}
-	if s.Exclude, err = parseGlobs(ExcludeAnnotation, annotations); err != nil {
+	if s.Exclude, err = parseGlobs(names.ExcludeAnnotation, annotations); err != nil {
 		errs = append(errs, err)
 	}
-	if v, ok := annotations[HeartbeatIntervalAnnotation]; ok {
+	if v, ok := annotations[names.HeartbeatIntervalAnnotation]; ok {
 		d, perr := time.ParseDuration(v)
 		switch {
 		case perr != nil:
-			errs = append(errs, &InvalidAnnotationError{Key: HeartbeatIntervalAnnotation, Value: v,
+			errs = append(errs, &InvalidAnnotationError{Key: names.HeartbeatIntervalAnnotation, Value: v,
 				Problem: "not a duration", Example: "10s"})
 		case d < MinHeartbeatInterval || d > MaxHeartbeatInterval:
-			errs = append(errs, &InvalidAnnotationError{Key: HeartbeatIntervalAnnotation, Value: v,
+			errs = append(errs, &InvalidAnnotationError{Key: names.HeartbeatIntervalAnnotation, Value: v,
 				Problem: fmt.Sprintf("must be between %s and %s", shortDuration(MinHeartbeatInterval), shortDuration(MaxHeartbeatInterval)),
 				Example: "10s"})
 		default:
 			s.HeartbeatInterval = d
 		}
 	}
-	if v, ok := annotations[TrainerContainerAnnotation]; ok {
+	if v, ok := annotations[names.TrainerContainerAnnotation]; ok {
 		if !dnsLabel.MatchString(v) {
-			errs = append(errs, &InvalidAnnotationError{Key: TrainerContainerAnnotation, Value: v,
+			errs = append(errs, &InvalidAnnotationError{Key: names.TrainerContainerAnnotation, Value: v,
 				Problem: "must be a container name (a DNS label)", Example: "node"})
 		} else {
 			s.TrainerContainer = v
 		}
 	}
-	if v, ok := annotations[SidecarImageAnnotation]; ok {
+	if v, ok := annotations[names.SidecarImageAnnotation]; ok {
 		if _, perr := reference.ParseNormalizedNamed(v); perr != nil {
-			errs = append(errs, &InvalidAnnotationError{Key: SidecarImageAnnotation, Value: v,
+			errs = append(errs, &InvalidAnnotationError{Key: names.SidecarImageAnnotation, Value: v,
 				Problem: "not an image reference: " + perr.Error(), Example: "ghcr.io/tether-dev/tether-sidecar:v0.1.0"})
 		} else {
 			s.SidecarImage = v
@@ -170,7 +171,7 @@ func parse(annotations map[string]string) (Settings, []error) {
 		key     string
 		into    *map[string]string
 		example string
-	}{{SidecarRequestsAnnotation, &s.SidecarRequests, "cpu=100m,memory=128Mi"}, {SidecarLimitsAnnotation, &s.SidecarLimits, "cpu=2,memory=256Mi"}} {
+	}{{names.SidecarRequestsAnnotation, &s.SidecarRequests, "cpu=100m,memory=128Mi"}, {names.SidecarLimitsAnnotation, &s.SidecarLimits, "cpu=2,memory=256Mi"}} {
 		if v, ok := annotations[r.key]; ok {
 			list, perr := ParseResourceList(v)
 			if perr != nil {
@@ -182,7 +183,7 @@ func parse(annotations map[string]string) (Settings, []error) {
 	}
 	// A request over its limit is judged after the merge with the control
 	// plane's defaults, by the pod webhook (mutate.MergeResources).
-	for _, key := range []string{JobIDAnnotation, WorkerIDAnnotation} {
+	for _, key := range []string{names.JobIDAnnotation, names.WorkerIDAnnotation} {
 		if v, ok := annotations[key]; ok {
 			if err := ValidateID(key, v); err != nil {
 				errs = append(errs, err)
@@ -198,7 +199,7 @@ const reservedPrefix = "/var/run/tether"
 
 func validateArtifactPath(v string) error {
 	bad := func(problem string) error {
-		return &InvalidAnnotationError{Key: ArtifactPathAnnotation, Value: v, Problem: problem, Example: DefaultArtifactPath}
+		return &InvalidAnnotationError{Key: names.ArtifactPathAnnotation, Value: v, Problem: problem, Example: DefaultArtifactPath}
 	}
 	switch {
 	case !strings.HasPrefix(v, "/"):

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/api/names"
 )
 
 func defaults() Settings {
@@ -23,8 +25,8 @@ func TestParseDefaults(t *testing.T) {
 	for name, annotations := range map[string]map[string]string{
 		"nil":       nil,
 		"empty":     {},
-		"unrelated": {"example.com/owner": "ml-team", "tether.dev/bind": "true", PodStatusAnnotation: "{}"},
-		"ids only":  {JobIDAnnotation: "llama-finetune-0042", WorkerIDAnnotation: "00000000-0000-4000-8000-000000000002"},
+		"unrelated": {"example.com/owner": "ml-team", "tether.dev/bind": "true", names.PodStatusAnnotation: "{}"},
+		"ids only":  {names.JobIDAnnotation: "llama-finetune-0042", names.WorkerIDAnnotation: "00000000-0000-4000-8000-000000000002"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := Parse(annotations)
@@ -44,45 +46,45 @@ func TestParseValid(t *testing.T) {
 		// want changes the defaults into the expected settings.
 		want func(*Settings)
 	}{
-		{ArtifactPathAnnotation, "/mnt/output", func(s *Settings) { s.ArtifactPath = "/mnt/output" }},
-		{ArtifactPathAnnotation, "/workspace/artifacts", func(s *Settings) {}},
-		{ArtifactPathAnnotation, "/var/run/tetherish", func(s *Settings) { s.ArtifactPath = "/var/run/tetherish" }},
-		{ArtifactPathAnnotation, "/data/run 1/out", func(s *Settings) { s.ArtifactPath = "/data/run 1/out" }},
-		{ArtifactPathAnnotation, "/" + strings.Repeat("a", 1023), func(s *Settings) { s.ArtifactPath = "/" + strings.Repeat("a", 1023) }},
-		{IncludeAnnotation, "checkpoints/**", func(s *Settings) { s.Include = []string{"checkpoints/**"} }},
-		{IncludeAnnotation, "checkpoints/**, *.safetensors ,final/*.json", func(s *Settings) {
+		{names.ArtifactPathAnnotation, "/mnt/output", func(s *Settings) { s.ArtifactPath = "/mnt/output" }},
+		{names.ArtifactPathAnnotation, "/workspace/artifacts", func(s *Settings) {}},
+		{names.ArtifactPathAnnotation, "/var/run/tetherish", func(s *Settings) { s.ArtifactPath = "/var/run/tetherish" }},
+		{names.ArtifactPathAnnotation, "/data/run 1/out", func(s *Settings) { s.ArtifactPath = "/data/run 1/out" }},
+		{names.ArtifactPathAnnotation, "/" + strings.Repeat("a", 1023), func(s *Settings) { s.ArtifactPath = "/" + strings.Repeat("a", 1023) }},
+		{names.IncludeAnnotation, "checkpoints/**", func(s *Settings) { s.Include = []string{"checkpoints/**"} }},
+		{names.IncludeAnnotation, "checkpoints/**, *.safetensors ,final/*.json", func(s *Settings) {
 			s.Include = []string{"checkpoints/**", "*.safetensors", "final/*.json"}
 		}},
-		{ExcludeAnnotation, "**/*.tmp,optimizer/**", func(s *Settings) { s.Exclude = []string{"**/*.tmp", "optimizer/**"} }},
+		{names.ExcludeAnnotation, "**/*.tmp,optimizer/**", func(s *Settings) { s.Exclude = []string{"**/*.tmp", "optimizer/**"} }},
 		// doublestar's {a,b} alternation: the list is not split inside braces.
-		{IncludeAnnotation, "final/{model,tokenizer}.json", func(s *Settings) { s.Include = []string{"final/{model,tokenizer}.json"} }},
-		{IncludeAnnotation, "checkpoints/**, final/{model,tokenizer}.json ,*.{pt,safetensors}", func(s *Settings) {
+		{names.IncludeAnnotation, "final/{model,tokenizer}.json", func(s *Settings) { s.Include = []string{"final/{model,tokenizer}.json"} }},
+		{names.IncludeAnnotation, "checkpoints/**, final/{model,tokenizer}.json ,*.{pt,safetensors}", func(s *Settings) {
 			s.Include = []string{"checkpoints/**", "final/{model,tokenizer}.json", "*.{pt,safetensors}"}
 		}},
-		{IncludeAnnotation, "{a,{b,c}}/**,d", func(s *Settings) { s.Include = []string{"{a,{b,c}}/**", "d"} }},
-		{ExcludeAnnotation, "**/*.{tmp,lock},optimizer/**", func(s *Settings) { s.Exclude = []string{"**/*.{tmp,lock}", "optimizer/**"} }},
-		{HeartbeatIntervalAnnotation, "30s", func(s *Settings) { s.HeartbeatInterval = 30 * time.Second }},
-		{HeartbeatIntervalAnnotation, "1s", func(s *Settings) { s.HeartbeatInterval = time.Second }},
-		{HeartbeatIntervalAnnotation, "5m", func(s *Settings) { s.HeartbeatInterval = 5 * time.Minute }},
-		{HeartbeatIntervalAnnotation, "1m30s", func(s *Settings) { s.HeartbeatInterval = 90 * time.Second }},
-		{HeartbeatIntervalAnnotation, "1500ms", func(s *Settings) { s.HeartbeatInterval = 1500 * time.Millisecond }},
-		{TrainerContainerAnnotation, "trainer", func(s *Settings) { s.TrainerContainer = "trainer" }},
-		{TrainerContainerAnnotation, "pytorch-0", func(s *Settings) { s.TrainerContainer = "pytorch-0" }},
-		{SidecarImageAnnotation, "ghcr.io/tether-dev/tether-sidecar:v0.1.0", func(s *Settings) { s.SidecarImage = "ghcr.io/tether-dev/tether-sidecar:v0.1.0" }},
-		{SidecarImageAnnotation, "registry.example.com:5000/mirror/tether-sidecar", func(s *Settings) { s.SidecarImage = "registry.example.com:5000/mirror/tether-sidecar" }},
-		{SidecarImageAnnotation, "busybox", func(s *Settings) { s.SidecarImage = "busybox" }},
-		{NodesAnnotation, NodesPrimary, func(s *Settings) { s.Nodes = NodesPrimary }},
-		{NodesAnnotation, NodesAll, func(s *Settings) {}},
-		{TrainerStatusAnnotation, TrainerStatusOff, func(s *Settings) { s.TrainerStatus = TrainerStatusOff }},
-		{TrainerStatusAnnotation, TrainerStatusAuto, func(s *Settings) {}},
-		{SidecarImageAnnotation, "ghcr.io/tether-dev/tether-sidecar@sha256:" + strings.Repeat("ab", 32), func(s *Settings) {
+		{names.IncludeAnnotation, "{a,{b,c}}/**,d", func(s *Settings) { s.Include = []string{"{a,{b,c}}/**", "d"} }},
+		{names.ExcludeAnnotation, "**/*.{tmp,lock},optimizer/**", func(s *Settings) { s.Exclude = []string{"**/*.{tmp,lock}", "optimizer/**"} }},
+		{names.HeartbeatIntervalAnnotation, "30s", func(s *Settings) { s.HeartbeatInterval = 30 * time.Second }},
+		{names.HeartbeatIntervalAnnotation, "1s", func(s *Settings) { s.HeartbeatInterval = time.Second }},
+		{names.HeartbeatIntervalAnnotation, "5m", func(s *Settings) { s.HeartbeatInterval = 5 * time.Minute }},
+		{names.HeartbeatIntervalAnnotation, "1m30s", func(s *Settings) { s.HeartbeatInterval = 90 * time.Second }},
+		{names.HeartbeatIntervalAnnotation, "1500ms", func(s *Settings) { s.HeartbeatInterval = 1500 * time.Millisecond }},
+		{names.TrainerContainerAnnotation, "trainer", func(s *Settings) { s.TrainerContainer = "trainer" }},
+		{names.TrainerContainerAnnotation, "pytorch-0", func(s *Settings) { s.TrainerContainer = "pytorch-0" }},
+		{names.SidecarImageAnnotation, "ghcr.io/tether-dev/tether-sidecar:v0.1.0", func(s *Settings) { s.SidecarImage = "ghcr.io/tether-dev/tether-sidecar:v0.1.0" }},
+		{names.SidecarImageAnnotation, "registry.example.com:5000/mirror/tether-sidecar", func(s *Settings) { s.SidecarImage = "registry.example.com:5000/mirror/tether-sidecar" }},
+		{names.SidecarImageAnnotation, "busybox", func(s *Settings) { s.SidecarImage = "busybox" }},
+		{names.NodesAnnotation, NodesPrimary, func(s *Settings) { s.Nodes = NodesPrimary }},
+		{names.NodesAnnotation, NodesAll, func(s *Settings) {}},
+		{names.TrainerStatusAnnotation, TrainerStatusOff, func(s *Settings) { s.TrainerStatus = TrainerStatusOff }},
+		{names.TrainerStatusAnnotation, TrainerStatusAuto, func(s *Settings) {}},
+		{names.SidecarImageAnnotation, "ghcr.io/tether-dev/tether-sidecar@sha256:" + strings.Repeat("ab", 32), func(s *Settings) {
 			s.SidecarImage = "ghcr.io/tether-dev/tether-sidecar@sha256:" + strings.Repeat("ab", 32)
 		}},
-		{JobIDAnnotation, "llama-finetune-0042", func(s *Settings) {}},
-		{JobIDAnnotation, "a", func(s *Settings) {}},
-		{JobIDAnnotation, "run_7.v2", func(s *Settings) {}},
-		{JobIDAnnotation, strings.Repeat("a", 63), func(s *Settings) {}},
-		{WorkerIDAnnotation, "00000000-0000-4000-8000-000000000002", func(s *Settings) {}},
+		{names.JobIDAnnotation, "llama-finetune-0042", func(s *Settings) {}},
+		{names.JobIDAnnotation, "a", func(s *Settings) {}},
+		{names.JobIDAnnotation, "run_7.v2", func(s *Settings) {}},
+		{names.JobIDAnnotation, strings.Repeat("a", 63), func(s *Settings) {}},
+		{names.WorkerIDAnnotation, "00000000-0000-4000-8000-000000000002", func(s *Settings) {}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+truncate(tt.value), func(t *testing.T) {
@@ -104,60 +106,60 @@ func TestParseInvalid(t *testing.T) {
 		key, value string
 		problem    string // a substring of the error's problem
 	}{
-		{ArtifactPathAnnotation, "", "absolute"},
-		{NodesAnnotation, "rank0", "must be all (every node is bound) or primary"},
-		{NodesAnnotation, "Primary", "must be all"},
-		{TrainerStatusAnnotation, "on", "must be auto (Tether writes TrainJob.status.trainerStatus unless the trainer reports it) or off"},
-		{TrainerStatusAnnotation, "", "must be auto"},
-		{ArtifactPathAnnotation, "workspace/artifacts", "absolute"},
-		{ArtifactPathAnnotation, "/workspace/../etc", "clean"},
-		{ArtifactPathAnnotation, "/workspace/./artifacts", "clean"},
-		{ArtifactPathAnnotation, "/workspace//artifacts", "clean"},
-		{ArtifactPathAnnotation, "/workspace/artifacts/", "clean"},
-		{ArtifactPathAnnotation, "/", "root"},
-		{ArtifactPathAnnotation, "/" + strings.Repeat("a", 1024), "1024"},
-		{ArtifactPathAnnotation, "/workspace/a:b", "':'"},
-		{ArtifactPathAnnotation, "/workspace/a,b", "','"},
-		{ArtifactPathAnnotation, "/workspace/a\x00b", "NUL"},
-		{ArtifactPathAnnotation, "/var/run/tether", "/var/run/tether"},
-		{ArtifactPathAnnotation, "/var/run/tether/artifacts", "/var/run/tether"},
-		{IncludeAnnotation, "", "empty glob"},
-		{IncludeAnnotation, "checkpoints/**,,*.safetensors", "empty glob"},
-		{IncludeAnnotation, "checkpoints/**, ", "empty glob"},
-		{IncludeAnnotation, "[abc", `glob "[abc" is malformed`},
+		{names.ArtifactPathAnnotation, "", "absolute"},
+		{names.NodesAnnotation, "rank0", "must be all (every node is bound) or primary"},
+		{names.NodesAnnotation, "Primary", "must be all"},
+		{names.TrainerStatusAnnotation, "on", "must be auto (Tether writes TrainJob.status.trainerStatus unless the trainer reports it) or off"},
+		{names.TrainerStatusAnnotation, "", "must be auto"},
+		{names.ArtifactPathAnnotation, "workspace/artifacts", "absolute"},
+		{names.ArtifactPathAnnotation, "/workspace/../etc", "clean"},
+		{names.ArtifactPathAnnotation, "/workspace/./artifacts", "clean"},
+		{names.ArtifactPathAnnotation, "/workspace//artifacts", "clean"},
+		{names.ArtifactPathAnnotation, "/workspace/artifacts/", "clean"},
+		{names.ArtifactPathAnnotation, "/", "root"},
+		{names.ArtifactPathAnnotation, "/" + strings.Repeat("a", 1024), "1024"},
+		{names.ArtifactPathAnnotation, "/workspace/a:b", "':'"},
+		{names.ArtifactPathAnnotation, "/workspace/a,b", "','"},
+		{names.ArtifactPathAnnotation, "/workspace/a\x00b", "NUL"},
+		{names.ArtifactPathAnnotation, "/var/run/tether", "/var/run/tether"},
+		{names.ArtifactPathAnnotation, "/var/run/tether/artifacts", "/var/run/tether"},
+		{names.IncludeAnnotation, "", "empty glob"},
+		{names.IncludeAnnotation, "checkpoints/**,,*.safetensors", "empty glob"},
+		{names.IncludeAnnotation, "checkpoints/**, ", "empty glob"},
+		{names.IncludeAnnotation, "[abc", `glob "[abc" is malformed`},
 		// Unbalanced braces: an unclosed '{' keeps the rest of the list in
 		// one glob, a stray '}' stays in its own.
-		{IncludeAnnotation, "final/{model,tokenizer", `glob "final/{model,tokenizer" is malformed`},
-		{IncludeAnnotation, "checkpoints/**,final/{model,tokenizer", `glob "final/{model,tokenizer" is malformed`},
-		{IncludeAnnotation, "final/model},tokenizer", `glob "final/model}" is malformed`},
-		{IncludeAnnotation, "{a,b},[abc", `glob "[abc" is malformed`},
-		{IncludeAnnotation, "{a,b},,c", "empty glob"},
-		{IncludeAnnotation, "{a,b},/abs", `glob "/abs" must be relative`},
-		{IncludeAnnotation, "/abs/**", `glob "/abs/**" must be relative`},
-		{ExcludeAnnotation, "/tmp/*", "relative"},
-		{ExcludeAnnotation, "**/*.tmp,[", "malformed"},
-		{HeartbeatIntervalAnnotation, "soon", "not a duration"},
-		{HeartbeatIntervalAnnotation, "10", "not a duration"},
-		{HeartbeatIntervalAnnotation, "", "not a duration"},
-		{HeartbeatIntervalAnnotation, "0.5s", "between 1s and 5m"},
-		{HeartbeatIntervalAnnotation, "0s", "between"},
-		{HeartbeatIntervalAnnotation, "-10s", "between"},
-		{HeartbeatIntervalAnnotation, "5m1s", "between"},
-		{TrainerContainerAnnotation, "Node_1", "DNS label"},
-		{TrainerContainerAnnotation, "", "DNS label"},
-		{TrainerContainerAnnotation, "-node", "DNS label"},
-		{TrainerContainerAnnotation, strings.Repeat("a", 64), "DNS label"},
-		{SidecarImageAnnotation, "not a ref!!", "not an image reference"},
-		{SidecarImageAnnotation, "", "not an image reference"},
-		{SidecarImageAnnotation, "GHCR.io/Tether/Sidecar:v1", "not an image reference"},
-		{SidecarImageAnnotation, "ghcr.io/tether-dev/tether-sidecar:", "not an image reference"},
-		{JobIDAnnotation, "Bad_ID", "lowercase"},
-		{JobIDAnnotation, "", "lowercase"},
-		{JobIDAnnotation, "-llama", "starting and ending"},
-		{JobIDAnnotation, "llama.", "starting and ending"},
-		{JobIDAnnotation, "llama/0042", "lowercase"},
-		{JobIDAnnotation, strings.Repeat("a", 64), "1-63"},
-		{WorkerIDAnnotation, "Worker 1", "lowercase"},
+		{names.IncludeAnnotation, "final/{model,tokenizer", `glob "final/{model,tokenizer" is malformed`},
+		{names.IncludeAnnotation, "checkpoints/**,final/{model,tokenizer", `glob "final/{model,tokenizer" is malformed`},
+		{names.IncludeAnnotation, "final/model},tokenizer", `glob "final/model}" is malformed`},
+		{names.IncludeAnnotation, "{a,b},[abc", `glob "[abc" is malformed`},
+		{names.IncludeAnnotation, "{a,b},,c", "empty glob"},
+		{names.IncludeAnnotation, "{a,b},/abs", `glob "/abs" must be relative`},
+		{names.IncludeAnnotation, "/abs/**", `glob "/abs/**" must be relative`},
+		{names.ExcludeAnnotation, "/tmp/*", "relative"},
+		{names.ExcludeAnnotation, "**/*.tmp,[", "malformed"},
+		{names.HeartbeatIntervalAnnotation, "soon", "not a duration"},
+		{names.HeartbeatIntervalAnnotation, "10", "not a duration"},
+		{names.HeartbeatIntervalAnnotation, "", "not a duration"},
+		{names.HeartbeatIntervalAnnotation, "0.5s", "between 1s and 5m"},
+		{names.HeartbeatIntervalAnnotation, "0s", "between"},
+		{names.HeartbeatIntervalAnnotation, "-10s", "between"},
+		{names.HeartbeatIntervalAnnotation, "5m1s", "between"},
+		{names.TrainerContainerAnnotation, "Node_1", "DNS label"},
+		{names.TrainerContainerAnnotation, "", "DNS label"},
+		{names.TrainerContainerAnnotation, "-node", "DNS label"},
+		{names.TrainerContainerAnnotation, strings.Repeat("a", 64), "DNS label"},
+		{names.SidecarImageAnnotation, "not a ref!!", "not an image reference"},
+		{names.SidecarImageAnnotation, "", "not an image reference"},
+		{names.SidecarImageAnnotation, "GHCR.io/Tether/Sidecar:v1", "not an image reference"},
+		{names.SidecarImageAnnotation, "ghcr.io/tether-dev/tether-sidecar:", "not an image reference"},
+		{names.JobIDAnnotation, "Bad_ID", "lowercase"},
+		{names.JobIDAnnotation, "", "lowercase"},
+		{names.JobIDAnnotation, "-llama", "starting and ending"},
+		{names.JobIDAnnotation, "llama.", "starting and ending"},
+		{names.JobIDAnnotation, "llama/0042", "lowercase"},
+		{names.JobIDAnnotation, strings.Repeat("a", 64), "1-63"},
+		{names.WorkerIDAnnotation, "Worker 1", "lowercase"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+truncate(tt.value), func(t *testing.T) {
@@ -203,14 +205,14 @@ func checkErrorMessage(t *testing.T, msg string, iae *InvalidAnnotationError) {
 
 func TestParseReportsEveryInvalidAnnotation(t *testing.T) {
 	annotations := map[string]string{
-		ArtifactPathAnnotation:      "artifacts",
-		IncludeAnnotation:           "[abc",
-		ExcludeAnnotation:           "/tmp/*",
-		HeartbeatIntervalAnnotation: "10m",
-		TrainerContainerAnnotation:  "Node_1",
-		SidecarImageAnnotation:      "not a ref!!",
-		JobIDAnnotation:             "Bad_ID",
-		WorkerIDAnnotation:          "Bad_ID",
+		names.ArtifactPathAnnotation:      "artifacts",
+		names.IncludeAnnotation:           "[abc",
+		names.ExcludeAnnotation:           "/tmp/*",
+		names.HeartbeatIntervalAnnotation: "10m",
+		names.TrainerContainerAnnotation:  "Node_1",
+		names.SidecarImageAnnotation:      "not a ref!!",
+		names.JobIDAnnotation:             "Bad_ID",
+		names.WorkerIDAnnotation:          "Bad_ID",
 	}
 	_, err := Parse(annotations)
 	if err == nil {
@@ -230,8 +232,8 @@ func TestParseReportsEveryInvalidAnnotation(t *testing.T) {
 		checkErrorMessage(t, err.Error(), iae)
 	}
 	// In Parse's order, which is also the order of the message's lines.
-	want := []string{ArtifactPathAnnotation, IncludeAnnotation, ExcludeAnnotation, HeartbeatIntervalAnnotation,
-		TrainerContainerAnnotation, SidecarImageAnnotation, JobIDAnnotation, WorkerIDAnnotation}
+	want := []string{names.ArtifactPathAnnotation, names.IncludeAnnotation, names.ExcludeAnnotation, names.HeartbeatIntervalAnnotation,
+		names.TrainerContainerAnnotation, names.SidecarImageAnnotation, names.JobIDAnnotation, names.WorkerIDAnnotation}
 	if !reflect.DeepEqual(keys, want) {
 		t.Errorf("reported %v, want %v", keys, want)
 	}
@@ -244,25 +246,25 @@ func TestParseKeepsValidSettingsNextToInvalidOnes(t *testing.T) {
 	// Callers must not use Settings when err != nil; this only pins down that
 	// one bad annotation does not stop the others from being validated.
 	_, err := Parse(map[string]string{
-		HeartbeatIntervalAnnotation: "soon",
-		TrainerContainerAnnotation:  "trainer",
-		IncludeAnnotation:           "/abs",
+		names.HeartbeatIntervalAnnotation: "soon",
+		names.TrainerContainerAnnotation:  "trainer",
+		names.IncludeAnnotation:           "/abs",
 	})
 	if err == nil {
 		t.Fatal("Parse accepted invalid annotations")
 	}
-	for _, key := range []string{HeartbeatIntervalAnnotation, IncludeAnnotation} {
+	for _, key := range []string{names.HeartbeatIntervalAnnotation, names.IncludeAnnotation} {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("error does not report %s: %v", key, err)
 		}
 	}
-	if strings.Contains(err.Error(), TrainerContainerAnnotation) {
-		t.Errorf("error reports the valid %s: %v", TrainerContainerAnnotation, err)
+	if strings.Contains(err.Error(), names.TrainerContainerAnnotation) {
+		t.Errorf("error reports the valid %s: %v", names.TrainerContainerAnnotation, err)
 	}
 }
 
 func TestHeartbeatRangeMessage(t *testing.T) {
-	_, err := Parse(map[string]string{HeartbeatIntervalAnnotation: "10m"})
+	_, err := Parse(map[string]string{names.HeartbeatIntervalAnnotation: "10m"})
 	const want = `annotation tether.dev/heartbeat-interval="10m" is invalid: must be between 1s and 5m (example: tether.dev/heartbeat-interval: "10s")`
 	if err == nil || err.Error() != want {
 		t.Errorf("Parse error\n%v\nwant\n%s", err, want)
@@ -321,7 +323,7 @@ func TestSplitGlobs(t *testing.T) {
 // TestSplitGlobsRoundTrip: the sidecar gets the validated globs joined with
 // ","; SplitGlobs gives them back.
 func TestSplitGlobsRoundTrip(t *testing.T) {
-	s, err := Parse(map[string]string{IncludeAnnotation: "checkpoints/**, final/{model,tokenizer}.json, [,;]x, *.{a,{b,c}}"})
+	s, err := Parse(map[string]string{names.IncludeAnnotation: "checkpoints/**, final/{model,tokenizer}.json, [,;]x, *.{a,{b,c}}"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,9 +338,9 @@ func TestValidateUpdate(t *testing.T) {
 		badHeartbeat = "soon"
 	)
 	stored := map[string]string{
-		ArtifactPathAnnotation:      badPath,
-		HeartbeatIntervalAnnotation: badHeartbeat,
-		JobIDAnnotation:             "llama-finetune-0042",
+		names.ArtifactPathAnnotation:      badPath,
+		names.HeartbeatIntervalAnnotation: badHeartbeat,
+		names.JobIDAnnotation:             "llama-finetune-0042",
 	}
 	with := func(kv ...string) map[string]string {
 		m := map[string]string{}
@@ -362,16 +364,16 @@ func TestValidateUpdate(t *testing.T) {
 	}{
 		{"unchanged invalid values", with(), stored, nil},
 		{"other annotation added", with("example.com/owner", "ml-team"), stored, nil},
-		{"invalid value removed", with(HeartbeatIntervalAnnotation, "<deleted>"), stored, nil},
-		{"invalid value fixed", with(HeartbeatIntervalAnnotation, "30s"), stored, nil},
-		{"invalid value changed to another", with(HeartbeatIntervalAnnotation, "10m"), stored, []string{HeartbeatIntervalAnnotation}},
-		{"invalid annotation added", with(TrainerContainerAnnotation, "Node_1"), stored, []string{TrainerContainerAnnotation}},
-		{"invalid id added", with(WorkerIDAnnotation, "Bad_ID"), stored, []string{WorkerIDAnnotation}},
-		{"several changed", with(ArtifactPathAnnotation, "out", TrainerContainerAnnotation, "Node_1"), stored,
-			[]string{ArtifactPathAnnotation, TrainerContainerAnnotation}},
-		{"no old object", stored, nil, []string{ArtifactPathAnnotation, HeartbeatIntervalAnnotation}},
-		{"value was valid before", map[string]string{HeartbeatIntervalAnnotation: badHeartbeat},
-			map[string]string{HeartbeatIntervalAnnotation: "10s"}, []string{HeartbeatIntervalAnnotation}},
+		{"invalid value removed", with(names.HeartbeatIntervalAnnotation, "<deleted>"), stored, nil},
+		{"invalid value fixed", with(names.HeartbeatIntervalAnnotation, "30s"), stored, nil},
+		{"invalid value changed to another", with(names.HeartbeatIntervalAnnotation, "10m"), stored, []string{names.HeartbeatIntervalAnnotation}},
+		{"invalid annotation added", with(names.TrainerContainerAnnotation, "Node_1"), stored, []string{names.TrainerContainerAnnotation}},
+		{"invalid id added", with(names.WorkerIDAnnotation, "Bad_ID"), stored, []string{names.WorkerIDAnnotation}},
+		{"several changed", with(names.ArtifactPathAnnotation, "out", names.TrainerContainerAnnotation, "Node_1"), stored,
+			[]string{names.ArtifactPathAnnotation, names.TrainerContainerAnnotation}},
+		{"no old object", stored, nil, []string{names.ArtifactPathAnnotation, names.HeartbeatIntervalAnnotation}},
+		{"value was valid before", map[string]string{names.HeartbeatIntervalAnnotation: badHeartbeat},
+			map[string]string{names.HeartbeatIntervalAnnotation: "10s"}, []string{names.HeartbeatIntervalAnnotation}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := ValidateUpdate(tt.annotations, tt.old)
@@ -390,15 +392,15 @@ func TestValidateUpdate(t *testing.T) {
 
 func TestValidateID(t *testing.T) {
 	for _, id := range []string{"llama-finetune-0042", "00000000-0000-4000-8000-000000000001", "a", "a.b_c-d"} {
-		if err := ValidateID(JobIDAnnotation, id); err != nil {
+		if err := ValidateID(names.JobIDAnnotation, id); err != nil {
 			t.Errorf("ValidateID(%q): %v", id, err)
 		}
 	}
 	for _, id := range []string{"", "Bad_ID", "_a", "a_", "a b", "a/b", strings.Repeat("a", 64)} {
-		err := ValidateID(WorkerIDAnnotation, id)
+		err := ValidateID(names.WorkerIDAnnotation, id)
 		var iae *InvalidAnnotationError
-		if !errors.As(err, &iae) || iae.Key != WorkerIDAnnotation || iae.Value != id {
-			t.Errorf("ValidateID(%q) = %v, want an InvalidAnnotationError for %s", id, err, WorkerIDAnnotation)
+		if !errors.As(err, &iae) || iae.Key != names.WorkerIDAnnotation || iae.Value != id {
+			t.Errorf("ValidateID(%q) = %v, want an InvalidAnnotationError for %s", id, err, names.WorkerIDAnnotation)
 		}
 	}
 }
@@ -410,10 +412,10 @@ func TestIsBound(t *testing.T) {
 	}{
 		{nil, false},
 		{map[string]string{}, false},
-		{map[string]string{BindLabel: "true"}, true},
-		{map[string]string{BindLabel: "false"}, false},
-		{map[string]string{BindLabel: "True"}, false},
-		{map[string]string{BindLabel: ""}, false},
+		{map[string]string{names.BindLabel: "true"}, true},
+		{map[string]string{names.BindLabel: "false"}, false},
+		{map[string]string{names.BindLabel: "True"}, false},
+		{map[string]string{names.BindLabel: ""}, false},
 		{map[string]string{"bind": "true"}, false},
 	} {
 		if got := IsBound(tt.labels); got != tt.want {

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
@@ -183,8 +184,8 @@ func reconcileResources(declared corev1.ResourceRequirements, requests, limits m
 		values           map[string]string
 		declared         corev1.ResourceList
 	}{
-		{jobconfig.SidecarRequestsAnnotation, "request", requests, effectiveRequests(declared)},
-		{jobconfig.SidecarLimitsAnnotation, "limit", limits, declared.Limits},
+		{names.SidecarRequestsAnnotation, "request", requests, effectiveRequests(declared)},
+		{names.SidecarLimitsAnnotation, "limit", limits, declared.Limits},
 	} {
 		for _, name := range sortedKeys(a.values) {
 			q, err := resource.ParseQuantity(a.values[name])

@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
@@ -14,7 +15,7 @@ import (
 // resourceVersion) gets its own, valid or not.
 func TestJobSettingsFollowTheTrainJobVersion(t *testing.T) {
 	tj := &metav1.ObjectMeta{Name: "train", Namespace: "ml", UID: "u-1", ResourceVersion: "10",
-		Annotations: map[string]string{jobconfig.IncludeAnnotation: "checkpoints/**", jobconfig.HeartbeatIntervalAnnotation: "20s"}}
+		Annotations: map[string]string{names.IncludeAnnotation: "checkpoints/**", names.HeartbeatIntervalAnnotation: "20s"}}
 	check := func(tj *metav1.ObjectMeta) {
 		t.Helper()
 		want, wantErr := jobconfig.Parse(tj.Annotations)
@@ -29,11 +30,11 @@ func TestJobSettingsFollowTheTrainJobVersion(t *testing.T) {
 
 	changed := tj.DeepCopy()
 	changed.ResourceVersion = "11"
-	changed.Annotations[jobconfig.IncludeAnnotation] = "*.safetensors"
+	changed.Annotations[names.IncludeAnnotation] = "*.safetensors"
 	check(changed)
 	invalid := changed.DeepCopy()
 	invalid.ResourceVersion = "12"
-	invalid.Annotations[jobconfig.HeartbeatIntervalAnnotation] = "0s"
+	invalid.Annotations[names.HeartbeatIntervalAnnotation] = "0s"
 	check(invalid)
 	if _, err := jobSettings(invalid); err == nil {
 		t.Fatal("an invalid heartbeat interval parsed")
@@ -42,9 +43,9 @@ func TestJobSettingsFollowTheTrainJobVersion(t *testing.T) {
 
 	// Without a UID and resourceVersion nothing identifies the version:
 	// never cached.
-	unstored := &metav1.ObjectMeta{Name: "train", Annotations: map[string]string{jobconfig.IncludeAnnotation: "a/**"}}
+	unstored := &metav1.ObjectMeta{Name: "train", Annotations: map[string]string{names.IncludeAnnotation: "a/**"}}
 	check(unstored)
-	unstored.Annotations[jobconfig.IncludeAnnotation] = "b/**"
+	unstored.Annotations[names.IncludeAnnotation] = "b/**"
 	check(unstored)
 	settingsCache.RLock()
 	_, cached := settingsCache.byVersion[settingsKey{}]

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
@@ -45,7 +46,7 @@ func (i PodInjector) inject(pod *corev1.Pod, trainJob *metav1.ObjectMeta) (d Dec
 	// a sidecar Tether did not render, is replaced by a real injection, or
 	// the pod is denied.
 	var stale error
-	_, hasStatus := pod.Annotations[jobconfig.PodStatusAnnotation]
+	_, hasStatus := pod.Annotations[names.PodStatusAnnotation]
 	if hasStatus {
 		stale = trainjob.CheckInjected(pod, job.jobID, job.workerID)
 	}
@@ -103,13 +104,13 @@ func boundJob(pod *corev1.Pod, trainJob *metav1.ObjectMeta) (podJob, Decision, b
 	case trainJob == nil || trainJob.Name != name:
 		return podJob{}, skipped(SkipNoTrainJob, fmt.Sprintf("no TrainJob named %q", name)), false
 	case !jobconfig.IsBound(trainJob.Labels):
-		return podJob{}, skipped(SkipNotBound, "TrainJob is not labeled "+jobconfig.BindLabel+"="+jobconfig.BindValue), false
+		return podJob{}, skipped(SkipNotBound, "TrainJob is not labeled "+names.BindLabel+"="+names.BindValue), false
 	}
-	jobID, workerID := trainJob.Annotations[jobconfig.JobIDAnnotation], trainJob.Annotations[jobconfig.WorkerIDAnnotation]
+	jobID, workerID := trainJob.Annotations[names.JobIDAnnotation], trainJob.Annotations[names.WorkerIDAnnotation]
 	if jobID == "" || workerID == "" {
 		return podJob{}, denied(DenyMissingIdentity, fmt.Sprintf("TrainJob %s is labeled %s=%s but has no %s or %s annotation: "+
 			"it was bound while Tether's TrainJob webhook was not called; remove and re-add the label to stamp it, then recreate the pods",
-			name, jobconfig.BindLabel, jobconfig.BindValue, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation)), false
+			name, names.BindLabel, names.BindValue, names.JobIDAnnotation, names.WorkerIDAnnotation)), false
 	}
 	return podJob{name: name, jobID: jobID, workerID: workerID}, Decision{}, true
 }
@@ -127,18 +128,18 @@ func checkPod(pod *corev1.Pod, trainJob *metav1.ObjectMeta, job *podJob) (Decisi
 	rank, err := trainjob.Rank(pod)
 	switch {
 	case err == nil && rank > 0 && settings.Nodes == jobconfig.NodesPrimary:
-		return skipped(SkipNotPrimaryNode, fmt.Sprintf("node %d: TrainJob %s binds node 0 only (%s=%s)", rank, name, jobconfig.NodesAnnotation, jobconfig.NodesPrimary)), false
+		return skipped(SkipNotPrimaryNode, fmt.Sprintf("node %d: TrainJob %s binds node 0 only (%s=%s)", rank, name, names.NodesAnnotation, jobconfig.NodesPrimary)), false
 	case err != nil:
-		return denied(DenyNodeRank, fmt.Sprintf("%v; set annotation %s=%s on TrainJob %s to bind node 0 only", err, jobconfig.NodesAnnotation, jobconfig.NodesPrimary, name)), false
+		return denied(DenyNodeRank, fmt.Sprintf("%v; set annotation %s=%s on TrainJob %s to bind node 0 only", err, names.NodesAnnotation, jobconfig.NodesPrimary, name)), false
 	case rank >= binding.MaxBoundNodes:
 		return denied(DenyNodeRank, fmt.Sprintf("pod is node %d; Tether binds at most %d nodes of a job: set annotation %s=%s on TrainJob %s to bind node 0 only",
-			rank, binding.MaxBoundNodes, jobconfig.NodesAnnotation, jobconfig.NodesPrimary, name)), false
+			rank, binding.MaxBoundNodes, names.NodesAnnotation, jobconfig.NodesPrimary, name)), false
 	}
 	trainer := findContainer(pod.Spec.Containers, settings.TrainerContainer)
 	if trainer == nil {
 		return denied(DenyNoTrainerContainer, fmt.Sprintf("pod has no container %q to bind (containers: %s); "+
 			"set annotation %s on TrainJob %s to the trainer's container name",
-			settings.TrainerContainer, containerNames(pod.Spec.Containers), jobconfig.TrainerContainerAnnotation, name)), false
+			settings.TrainerContainer, containerNames(pod.Spec.Containers), names.TrainerContainerAnnotation, name)), false
 	}
 	if pod.Spec.ServiceAccountName == "" {
 		return denied(DenyNoServiceAccount, serviceAccountRefusal), false
@@ -182,7 +183,7 @@ func (i PodInjector) sidecarResources(pod *corev1.Pod, declared int, job *podJob
 		if err := reconcileResources(resources, settings.SidecarRequests, settings.SidecarLimits); err != nil {
 			return corev1.ResourceRequirements{}, denied(DenySidecarResources, fmt.Sprintf("TrainJob %s: its runtime declares the sidecar's resources (Kueue mode), which are what Kueue counted "+
 				"and what the sidecar gets, and its annotations contradict them: %v; remove %s/%s from the TrainJob, or change the declaration in the runtime",
-				name, err, jobconfig.SidecarRequestsAnnotation, jobconfig.SidecarLimitsAnnotation)), false
+				name, err, names.SidecarRequestsAnnotation, names.SidecarLimitsAnnotation)), false
 		}
 		return resources, Decision{}, true
 	}
@@ -192,7 +193,7 @@ func (i PodInjector) sidecarResources(pod *corev1.Pod, declared int, job *podJob
 	resources, err := MergeResources(i.Sidecar.Resources, settings.SidecarRequests, settings.SidecarLimits)
 	if err != nil {
 		return corev1.ResourceRequirements{}, denied(DenyInvalidSettings, fmt.Sprintf("TrainJob %s: sidecar resources from %s/%s over the control plane's defaults: %v; "+
-			"set both annotations so that each request is at most its limit", name, jobconfig.SidecarRequestsAnnotation, jobconfig.SidecarLimitsAnnotation, err)), false
+			"set both annotations so that each request is at most its limit", name, names.SidecarRequestsAnnotation, names.SidecarLimitsAnnotation, err)), false
 	}
 	return resources, Decision{}, true
 }
@@ -235,7 +236,7 @@ func applyInjection(pod *corev1.Pod, job *podJob, artifacts artifactPlan, declar
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[jobconfig.PodStatusAnnotation] = trainjob.InjectionStatus{
+	pod.Annotations[names.PodStatusAnnotation] = trainjob.InjectionStatus{
 		Version: trainjob.InjectionStatusVersion, JobID: job.jobID, WorkerID: job.workerID, Sidecar: SidecarName,
 		ArtifactVolume: artifacts.mount.Name, Reused: artifacts.reused, Declared: declared >= 0,
 	}.String()
@@ -248,7 +249,7 @@ func injectionWarnings(pod *corev1.Pod, stale error) []string {
 	var warnings []string
 	if stale != nil {
 		warnings = append(warnings, fmt.Sprintf("replaced annotation %s, which was not this job's injection (%v): "+
-			"remove it from the pod template", jobconfig.PodStatusAnnotation, stale))
+			"remove it from the pod template", names.PodStatusAnnotation, stale))
 	}
 	if pod.Spec.HostNetwork && pod.Spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
 		warnings = append(warnings, fmt.Sprintf("pod uses hostNetwork with dnsPolicy %q: the sidecar cannot resolve "+
@@ -288,7 +289,7 @@ func planArtifacts(pod *corev1.Pod, trainer *corev1.Container, artifactPath stri
 				return artifactPlan{}, denied(DenyArtifactMount, fmt.Sprintf("the trainer's mount of volume %q at %s is inside artifact path %s and uses subPathExpr, "+
 					"which the sidecar cannot expand, so it could not read the files written there; "+
 					"use subPath instead, mount the volume outside %s, or point annotation %s elsewhere",
-					m.Name, m.MountPath, artifactPath, artifactPath, jobconfig.ArtifactPathAnnotation)), false
+					m.Name, m.MountPath, artifactPath, artifactPath, names.ArtifactPathAnnotation)), false
 			}
 			nested = append(nested, corev1.VolumeMount{Name: m.Name, SubPath: m.SubPath,
 				MountPath: path.Join(SidecarArtifactDir, rel), ReadOnly: true})
@@ -310,7 +311,7 @@ func planArtifacts(pod *corev1.Pod, trainer *corev1.Container, artifactPath stri
 	fail := func(problem string) (artifactPlan, Decision, bool) {
 		return artifactPlan{}, denied(DenyArtifactMount, fmt.Sprintf("artifact path %s is inside the trainer's mount of volume %q at %s, which %s; "+
 			"mount a writable volume (emptyDir or PersistentVolumeClaim) at %s, or point annotation %s elsewhere",
-			artifactPath, parent.Name, parent.MountPath, problem, artifactPath, jobconfig.ArtifactPathAnnotation)), false
+			artifactPath, parent.Name, parent.MountPath, problem, artifactPath, names.ArtifactPathAnnotation)), false
 	}
 	switch {
 	case vol == nil:
@@ -358,9 +359,9 @@ func nameConflicts(pod *corev1.Pod, declared int, stale error) (Decision, bool) 
 	case stale != nil:
 		// Typically a runtime template copied from an injected pod of another job.
 		return denied(DenyStaleInjection, fmt.Sprintf("pod already has %s and a %s annotation, but is not this job's injection: %v; "+
-			"remove Tether's init container, volumes and annotation from the pod template", conflict, jobconfig.PodStatusAnnotation, stale)), true
+			"remove Tether's init container, volumes and annotation from the pod template", conflict, names.PodStatusAnnotation, stale)), true
 	case strings.HasPrefix(conflict, "a container"):
-		return denied(DenyNameConflict, fmt.Sprintf("pod already has %s but no %s annotation; rename that container", conflict, jobconfig.PodStatusAnnotation)), true
+		return denied(DenyNameConflict, fmt.Sprintf("pod already has %s but no %s annotation; rename that container", conflict, names.PodStatusAnnotation)), true
 	default:
 		return denied(DenyNameConflict, fmt.Sprintf("pod already has %s, which Tether reserves; rename that volume", conflict)), true
 	}

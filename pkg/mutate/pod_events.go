@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/api/names"
 )
 
 // The pod webhook's Events land in the TrainJob's namespace, but nothing
@@ -52,7 +52,7 @@ func podEventNote(d Decision, pod *corev1.Pod) (eventType, note string, ok bool)
 		if pod.Spec.HostNetwork && pod.Spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
 			note += ": hostNetwork without dnsPolicy ClusterFirstWithHostNet (the sidecar cannot resolve the binding server's Service name)"
 		} else {
-			note += ": the pod template carries a " + jobconfig.PodStatusAnnotation + " annotation that was not this job's injection (remove it)"
+			note += ": the pod template carries a " + names.PodStatusAnnotation + " annotation that was not this job's injection (remove it)"
 		}
 		return corev1.EventTypeWarning, note + "; the pod's creator got them as admission warnings", true
 	case OutcomeSkipped:
@@ -77,7 +77,7 @@ func podEventNote(d Decision, pod *corev1.Pod) (eventType, note string, ok bool)
 // own phrases: pkg/trainjob's CheckInjected, sidecar_proof.go), each with
 // the fixed words its Event says it in.
 var staleFindings = []struct{ phrase, note string }{
-	{"names job", "its " + jobconfig.PodStatusAnnotation + " names another job or worker"},
+	{"names job", "its " + names.PodStatusAnnotation + " names another job or worker"},
 	{"is not a native sidecar", "its " + SidecarName + " init container is not a native sidecar"},
 	{"is not Tether's completed sidecar", "its " + SidecarName + " init container is a declaration the pod webhook did not complete, or a copy"},
 	{"sets a command or args", "its " + SidecarName + " init container sets a command or args, which Tether's sidecar never has"},

@@ -26,7 +26,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/mutate/internal/codec"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
@@ -210,7 +210,7 @@ func injectionPatch(before podSnapshot, after *corev1.Pod) ([]jsonpatch.JsonPatc
 		}
 	}
 	for k := range replaced {
-		if k != jobconfig.PodStatusAnnotation {
+		if k != names.PodStatusAnnotation {
 			return nil, fmt.Errorf("injection changed annotation %s", k)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/api/names"
 )
 
 // statusPath is the one path the pod webhook may replace: a stale status annotation.
@@ -131,7 +131,7 @@ func TestPodPatchNullAndEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(got.Spec.InitContainers) != 1 || len(got.Spec.Volumes) != 3 || len(got.Spec.Containers[0].VolumeMounts) != 1 ||
-		len(got.Annotations) != 1 || got.Annotations[jobconfig.PodStatusAnnotation] == "" {
+		len(got.Annotations) != 1 || got.Annotations[names.PodStatusAnnotation] == "" {
 		t.Errorf("patched pod lacks the injection: initContainers %d, volumes %d, trainer mounts %d, annotations %v",
 			len(got.Spec.InitContainers), len(got.Spec.Volumes), len(got.Spec.Containers[0].VolumeMounts), got.Annotations)
 	}
@@ -149,7 +149,7 @@ func TestInjectionPatchRefusesOtherChanges(t *testing.T) {
 		p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: SidecarName})
 		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: TokenVolumeName})
 		p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: ArtifactVolumeName})
-		p.Annotations = map[string]string{jobconfig.PodStatusAnnotation: "{}"}
+		p.Annotations = map[string]string{names.PodStatusAnnotation: "{}"}
 	}
 	after := before.DeepCopy()
 	appended(after)

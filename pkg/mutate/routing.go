@@ -8,7 +8,7 @@ import (
 
 	"gomodules.xyz/jsonpatch/v2"
 
-	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -24,11 +24,8 @@ import (
 const (
 	// RouteLabel is put on bound jobs' JobSets and trainer pod templates; it
 	// is the bind label itself, so the three webhooks select on one key.
-	RouteLabel = jobconfig.BindLabel
-	RouteValue = jobconfig.BindValue
-	// RuntimePatchManager names Tether's spec.runtimePatches entry (Trainer
-	// v2.2+ requires a domain-prefixed manager and keys the list by it).
-	RuntimePatchManager = "tether.dev/bind"
+	RouteLabel = names.BindLabel
+	RouteValue = names.BindValue
 )
 
 // trainJobRouting is the part of a TrainJob's spec routing reads, in every
@@ -123,7 +120,7 @@ func overrideConflicts(overrides []map[string]any) []string {
 func routingConflicts(patches []map[string]any) []string {
 	var out []string
 	for k, p := range patches {
-		if p["manager"] == RuntimePatchManager {
+		if p["manager"] == names.RuntimePatchManager {
 			continue
 		}
 		manager, _ := p["manager"].(string)
@@ -185,7 +182,7 @@ func routeBySpecLabels(obj *trainJobRouting, bound bool) []jsonpatch.JsonPatchOp
 func routeByRuntimePatch(obj, old *trainJobRouting, bound bool) ([]jsonpatch.JsonPatchOperation, []string) {
 	idx := -1
 	for k, p := range obj.Spec.RuntimePatches {
-		if p["manager"] == RuntimePatchManager {
+		if p["manager"] == names.RuntimePatchManager {
 			idx = k
 		}
 	}
@@ -213,7 +210,7 @@ func routeByRuntimePatch(obj, old *trainJobRouting, bound bool) ([]jsonpatch.Jso
 // routingRuntimePatch is Tether's runtime patch: the route label on the JobSet.
 func routingRuntimePatch() map[string]any {
 	return map[string]any{
-		"manager": RuntimePatchManager,
+		"manager": names.RuntimePatchManager,
 		"trainingRuntimeSpec": map[string]any{"template": map[string]any{"metadata": map[string]any{
 			"labels": map[string]any{RouteLabel: RouteValue},
 		}}},

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/mutate/internal/codec"
 	"github.com/tether-dev/tether/pkg/trainjob"
@@ -142,29 +143,29 @@ func renderSidecar(in sidecarInput) corev1.Container {
 	// Room for every variable below: the slice is never grown.
 	env := make([]corev1.EnvVar, 0, 16)
 	env = append(env, []corev1.EnvVar{
-		{Name: binding.EnvJobID, Value: in.jobID},
-		{Name: binding.EnvWorkerID, Value: in.workerID},
-		{Name: binding.EnvTrainJob, Value: in.trainJob},
-		{Name: binding.EnvServerURL, Value: in.serverURL},
-		{Name: binding.EnvTokenFile, Value: SidecarTokenDir + "/" + binding.TokenKey},
-		{Name: binding.EnvPodTokenFile, Value: SidecarPodTokenDir + "/" + trainjob.PodTokenKey},
-		{Name: binding.EnvCAFile, Value: SidecarTokenDir + "/" + binding.CABundleKey},
-		{Name: binding.EnvArtifactDir, Value: SidecarArtifactDir},
-		{Name: binding.EnvNodeRank, Value: in.nodeRank},
-		{Name: binding.EnvHeartbeatInterval, Value: in.heartbeat},
-		{Name: binding.EnvFlushBudget, Value: in.flushBudget},
+		{Name: names.EnvJobID, Value: in.jobID},
+		{Name: names.EnvWorkerID, Value: in.workerID},
+		{Name: names.EnvTrainJob, Value: in.trainJob},
+		{Name: names.EnvServerURL, Value: in.serverURL},
+		{Name: names.EnvTokenFile, Value: SidecarTokenDir + "/" + names.TokenKey},
+		{Name: names.EnvPodTokenFile, Value: SidecarPodTokenDir + "/" + trainjob.PodTokenKey},
+		{Name: names.EnvCAFile, Value: SidecarTokenDir + "/" + names.CABundleKey},
+		{Name: names.EnvArtifactDir, Value: SidecarArtifactDir},
+		{Name: names.EnvNodeRank, Value: in.nodeRank},
+		{Name: names.EnvHeartbeatInterval, Value: in.heartbeat},
+		{Name: names.EnvFlushBudget, Value: in.flushBudget},
 	}...)
 	if in.include != "" {
-		env = append(env, corev1.EnvVar{Name: binding.EnvInclude, Value: in.include})
+		env = append(env, corev1.EnvVar{Name: names.EnvInclude, Value: in.include})
 	}
 	if in.exclude != "" {
-		env = append(env, corev1.EnvVar{Name: binding.EnvExclude, Value: in.exclude})
+		env = append(env, corev1.EnvVar{Name: names.EnvExclude, Value: in.exclude})
 	}
 	env = append(env,
-		fieldEnv(binding.EnvPodName, "metadata.name"),
-		fieldEnv(binding.EnvPodNamespace, "metadata.namespace"),
-		fieldEnv(binding.EnvPodUID, "metadata.uid"),
-		fieldEnv(binding.EnvNodeName, "spec.nodeName"),
+		fieldEnv(names.EnvPodName, "metadata.name"),
+		fieldEnv(names.EnvPodNamespace, "metadata.namespace"),
+		fieldEnv(names.EnvPodUID, "metadata.uid"),
+		fieldEnv(names.EnvNodeName, "spec.nodeName"),
 	)
 	artifacts := in.artifactMount
 	artifacts.MountPath = SidecarArtifactDir
@@ -201,7 +202,7 @@ func tokenVolume(trainJob string) corev1.Volume {
 }
 
 // podTokenVolume is the pod's projected ServiceAccount token for the binding
-// server (audience binding.PodTokenAudience), which only the sidecar mounts:
+// server (audience names.PodTokenAudience), which only the sidecar mounts:
 // the job's token is every rank's, this one proves which pod is asking
 // (docs/security.md, "The pod token"). Every field the API server would
 // default is set, so a reinvocation's proof compares it as rendered.
@@ -210,7 +211,7 @@ func podTokenVolume() corev1.Volume {
 		Projected: &corev1.ProjectedVolumeSource{
 			DefaultMode: ptr.To[int32](0o444),
 			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
-				Audience: binding.PodTokenAudience, ExpirationSeconds: ptr.To[int64](trainjob.PodTokenExpirationSeconds), Path: trainjob.PodTokenKey,
+				Audience: names.PodTokenAudience, ExpirationSeconds: ptr.To[int64](trainjob.PodTokenExpirationSeconds), Path: trainjob.PodTokenKey,
 			}}},
 		},
 	}}

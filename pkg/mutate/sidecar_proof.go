@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 
-	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
@@ -39,7 +39,7 @@ const apiDefaultTerminationMessagePath = "/dev/termination-log"
 // as long as none is one of Tether's: no TETHER_ variable, no mount at or
 // around Tether's paths, no other value for a resource Tether sets.
 func (i PodInjector) proveInjected(pod *corev1.Pod, trainer *corev1.Container, settings jobconfig.Settings, name, jobID, workerID, rank string) error {
-	status, err := trainjob.ParseInjectionStatus(pod.Annotations[jobconfig.PodStatusAnnotation])
+	status, err := trainjob.ParseInjectionStatus(pod.Annotations[names.PodStatusAnnotation])
 	if err != nil {
 		return err
 	}
@@ -56,9 +56,9 @@ func (i PodInjector) proveInjected(pod *corev1.Pod, trainer *corev1.Container, s
 	switch {
 	case status.ArtifactVolume != plan.mount.Name:
 		problems = append(problems, fmt.Sprintf("%s names artifact volume %q, but the trainer's artifact path %s is on volume %q",
-			jobconfig.PodStatusAnnotation, status.ArtifactVolume, settings.ArtifactPath, plan.mount.Name))
+			names.PodStatusAnnotation, status.ArtifactVolume, settings.ArtifactPath, plan.mount.Name))
 	case !status.Reused && (plan.mount.Name != ArtifactVolumeName || plan.mount.SubPath != ""):
-		problems = append(problems, fmt.Sprintf("%s says Tether added the artifact volume, but the trainer's artifact path is on %q", jobconfig.PodStatusAnnotation, plan.mount.Name))
+		problems = append(problems, fmt.Sprintf("%s says Tether added the artifact volume, but the trainer's artifact path is on %q", names.PodStatusAnnotation, plan.mount.Name))
 	case !status.Reused && !isPlainEmptyDir(findVolume(pod.Spec.Volumes, ArtifactVolumeName)):
 		problems = append(problems, fmt.Sprintf("volume %s is not the emptyDir Tether adds", ArtifactVolumeName))
 	}
@@ -83,7 +83,7 @@ func (i PodInjector) proveInjected(pod *corev1.Pod, trainer *corev1.Container, s
 		problems = append(problems, fmt.Sprintf("volume %s is not the job's token Secret %s as Tether mounts it", TokenVolumeName, tokenVolume(name).Secret.SecretName))
 	}
 	if v := findVolume(pod.Spec.Volumes, PodTokenVolumeName); v == nil || !equality.Semantic.DeepEqual(*v, podTokenVolume()) {
-		problems = append(problems, fmt.Sprintf("volume %s is not the pod's ServiceAccount token of audience %s as Tether mounts it", PodTokenVolumeName, binding.PodTokenAudience))
+		problems = append(problems, fmt.Sprintf("volume %s is not the pod's ServiceAccount token of audience %s as Tether mounts it", PodTokenVolumeName, names.PodTokenAudience))
 	}
 	if len(problems) == 0 {
 		return nil

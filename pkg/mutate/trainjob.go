@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 )
@@ -51,7 +52,7 @@ func (m TrainJobMutator) Stamp(ctx context.Context, obj, old *metav1.ObjectMeta)
 	bound := jobconfig.IsBound(obj.Labels)
 	binds := bound && (old == nil || !jobconfig.IsBound(old.Labels))
 	add := map[string]string{}
-	for _, key := range []string{jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation} {
+	for _, key := range []string{names.JobIDAnnotation, names.WorkerIDAnnotation} {
 		cur, has := obj.Annotations[key]
 		prev, had := oldAnnotations[key]
 		switch {
@@ -64,7 +65,7 @@ func (m TrainJobMutator) Stamp(ctx context.Context, obj, old *metav1.ObjectMeta)
 			// A replace that dropped the annotation: put it back rather than
 			// silently re-identify the job.
 			add[key] = prev
-		case !has && bound && key == jobconfig.WorkerIDAnnotation:
+		case !has && bound && key == names.WorkerIDAnnotation:
 			id, err := m.newWorkerID(obj.Namespace, jobIDOf(obj, add))
 			if err != nil {
 				return nil, err
@@ -72,7 +73,7 @@ func (m TrainJobMutator) Stamp(ctx context.Context, obj, old *metav1.ObjectMeta)
 			add[key] = id
 		case !has && bound:
 			add[key] = m.newJobID(ctx, obj.Namespace)
-		case has && key == jobconfig.JobIDAnnotation && bound && (!had || binds):
+		case has && key == names.JobIDAnnotation && bound && (!had || binds):
 			// Set in this request, or bound now: an id scoped to another
 			// namespace is that namespace's alone.
 			if scope := binding.JobIDScope(cur); scope != "" && scope != obj.Namespace {
@@ -82,7 +83,7 @@ func (m TrainJobMutator) Stamp(ctx context.Context, obj, old *metav1.ObjectMeta)
 			if err := m.checkOwnScopedID(ctx, obj.Namespace, cur); err != nil {
 				return nil, err
 			}
-		case has && key == jobconfig.WorkerIDAnnotation && bound && (!had || binds):
+		case has && key == names.WorkerIDAnnotation && bound && (!had || binds):
 			// Set in this request, or on an unbound TrainJob this webhook
 			// never saw (its objectSelector): Tether's own stamp only.
 			ok, err := m.tetherWorkerID(obj.Namespace, jobIDOf(obj, add), cur)
@@ -118,10 +119,10 @@ func validateSettings(obj, old *metav1.ObjectMeta) error {
 
 // jobIDOf is obj's job id, or the one Stamp is adding.
 func jobIDOf(obj *metav1.ObjectMeta, add map[string]string) string {
-	if id, ok := add[jobconfig.JobIDAnnotation]; ok {
+	if id, ok := add[names.JobIDAnnotation]; ok {
 		return id
 	}
-	return obj.Annotations[jobconfig.JobIDAnnotation]
+	return obj.Annotations[names.JobIDAnnotation]
 }
 
 // newJobID returns a fresh job id for a TrainJob of namespace ns: scoped to
@@ -160,7 +161,7 @@ func (m TrainJobMutator) checkOwnScopedID(ctx context.Context, ns, id string) er
 	}
 	return fmt.Errorf("annotation %s=%q names namespace %s but is not this namespace's (UID %s): %s; "+
 		"remove the annotation (in this request) to get a generated id, or choose an id of another form",
-		jobconfig.JobIDAnnotation, id, ns, uid, binding.ScopedIDOrigin(id))
+		names.JobIDAnnotation, id, ns, uid, binding.ScopedIDOrigin(id))
 }
 
 func (m TrainJobMutator) namespaceUID(ctx context.Context, ns string) (string, error) {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -118,7 +118,7 @@ func checkOnlyIdentityAdded(t *testing.T, in, out []byte) {
 		}
 	}
 	for k := range afterAnn {
-		if _, had := beforeAnn[k]; !had && k != jobconfig.JobIDAnnotation && k != jobconfig.WorkerIDAnnotation {
+		if _, had := beforeAnn[k]; !had && k != names.JobIDAnnotation && k != names.WorkerIDAnnotation {
 			t.Errorf("the webhook added annotation %s, which is not an identity annotation", k)
 		}
 	}
@@ -147,7 +147,7 @@ func withoutRouting(obj map[string]any) {
 	if patches, ok := spec["runtimePatches"].([]any); ok {
 		kept := []any{}
 		for _, p := range patches {
-			if m, _ := p.(map[string]any); m["manager"] != RuntimePatchManager {
+			if m, _ := p.(map[string]any); m["manager"] != names.RuntimePatchManager {
 				kept = append(kept, p)
 			}
 		}

@@ -8,8 +8,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
 // A generated job id carries its namespace's tag; when the namespace cannot
@@ -17,7 +17,7 @@ import (
 // the namespace's UID, rather than a scoped id without a verified tag.
 func TestGeneratedJobIDCarriesTheNamespaceTag(t *testing.T) {
 	const uid = "6f1d5c1f-3a11-4a57-9d63-0d6f3e52b7c4"
-	obj := &metav1.ObjectMeta{Namespace: "ml-team", Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}}
+	obj := &metav1.ObjectMeta{Namespace: "ml-team", Labels: map[string]string{names.BindLabel: names.BindValue}}
 	for _, tc := range []struct {
 		name    string
 		read    func(context.Context, string) (string, error)
@@ -32,7 +32,7 @@ func TestGeneratedJobIDCarriesTheNamespaceTag(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			id := add[jobconfig.JobIDAnnotation]
+			id := add[names.JobIDAnnotation]
 			switch {
 			case tc.isScope && !binding.ScopedJobIDBelongs(id, "ml-team", uid):
 				t.Errorf("job id %q does not belong to ml-team (UID %s)", id, uid)

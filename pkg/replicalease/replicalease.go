@@ -16,11 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-)
 
-// Label marks the replicas' Leases (value "true"), so the controller's
-// cache holds only them.
-const Label = "tether.dev/binding-replica"
+	"github.com/tether-dev/tether/api/names"
+)
 
 // DefaultDuration is how long a replica's Lease vouches for its sessions
 // after a renewal; it is renewed every third of it.
@@ -157,7 +155,7 @@ func (l *Lease) renew(ctx context.Context, lease *coordinationv1.Lease) (*coordi
 			seconds := int32(l.opts.Duration / time.Second)
 			lease = &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Namespace: l.opts.Namespace, Name: l.opts.Name,
-					Labels: map[string]string{Label: "true"}},
+					Labels: map[string]string{names.ReplicaLeaseLabel: "true"}},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: &l.opts.Name, LeaseDurationSeconds: &seconds,
 					AcquireTime: &now, RenewTime: &now},
 			}

@@ -9,8 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
 // What the pod webhook leaves on an injected pod. They live here, not in
@@ -24,7 +24,7 @@ const (
 	TokenVolume     = "tether-token"
 	SidecarTokenDir = "/var/run/tether/token"
 	// PodTokenVolume is the projected ServiceAccount token of the pod
-	// (audience binding.PodTokenAudience), which only the sidecar mounts,
+	// (audience names.PodTokenAudience), which only the sidecar mounts,
 	// read-only at SidecarPodTokenDir: it proves the pod to the binding
 	// server. PodTokenExpirationSeconds is its lifetime (the kubelet
 	// rotates it at 80%).
@@ -60,16 +60,16 @@ func (s InjectionStatus) String() string {
 func ParseInjectionStatus(v string) (InjectionStatus, error) {
 	var s InjectionStatus
 	if err := json.Unmarshal([]byte(v), &s); err != nil {
-		return s, fmt.Errorf("%s is not Tether's JSON status: %w", jobconfig.PodStatusAnnotation, err)
+		return s, fmt.Errorf("%s is not Tether's JSON status: %w", names.PodStatusAnnotation, err)
 	}
 	if s.Version != InjectionStatusVersion {
-		return s, fmt.Errorf("%s has version %q, this Tether writes %q", jobconfig.PodStatusAnnotation, s.Version, InjectionStatusVersion)
+		return s, fmt.Errorf("%s has version %q, this Tether writes %q", names.PodStatusAnnotation, s.Version, InjectionStatusVersion)
 	}
 	return s, nil
 }
 
 // ErrNoInjectionStatus is CheckInjected's answer for a pod without the annotation.
-var ErrNoInjectionStatus = errors.New("no " + jobconfig.PodStatusAnnotation + " annotation")
+var ErrNoInjectionStatus = errors.New("no " + names.PodStatusAnnotation + " annotation")
 
 // CheckInjected tells whether pod carries Tether's sidecar as Tether leaves
 // it, and if not why: the status annotation parses; the pod has exactly one
@@ -87,7 +87,7 @@ var ErrNoInjectionStatus = errors.New("no " + jobconfig.PodStatusAnnotation + " 
 // that fails it, so a pod that passes this check and not that one exists only
 // where the webhook never saw it.
 func CheckInjected(pod *corev1.Pod, jobID, workerID string) error {
-	raw, ok := pod.Annotations[jobconfig.PodStatusAnnotation]
+	raw, ok := pod.Annotations[names.PodStatusAnnotation]
 	if !ok || raw == "" {
 		return ErrNoInjectionStatus
 	}
@@ -97,10 +97,10 @@ func CheckInjected(pod *corev1.Pod, jobID, workerID string) error {
 	}
 	if (jobID != "" && s.JobID != jobID) || (workerID != "" && s.WorkerID != workerID) {
 		return fmt.Errorf("%s names job %q worker %q, but this pod belongs to job %q worker %q",
-			jobconfig.PodStatusAnnotation, s.JobID, s.WorkerID, jobID, workerID)
+			names.PodStatusAnnotation, s.JobID, s.WorkerID, jobID, workerID)
 	}
 	if s.Sidecar != SidecarContainer {
-		return fmt.Errorf("%s names sidecar container %q, not %q", jobconfig.PodStatusAnnotation, s.Sidecar, SidecarContainer)
+		return fmt.Errorf("%s names sidecar container %q, not %q", names.PodStatusAnnotation, s.Sidecar, SidecarContainer)
 	}
 	var sidecar *corev1.Container
 	n := 0
@@ -112,7 +112,7 @@ func CheckInjected(pod *corev1.Pod, jobID, workerID string) error {
 	}
 	switch {
 	case sidecar == nil:
-		return fmt.Errorf("%s is set but the pod has no %s init container", jobconfig.PodStatusAnnotation, SidecarContainer)
+		return fmt.Errorf("%s is set but the pod has no %s init container", names.PodStatusAnnotation, SidecarContainer)
 	case n > 1:
 		return fmt.Errorf("the pod has %d init containers named %s", n, SidecarContainer)
 	case sidecar.RestartPolicy == nil || *sidecar.RestartPolicy != corev1.ContainerRestartPolicyAlways:
@@ -125,7 +125,7 @@ func CheckInjected(pod *corev1.Pod, jobID, workerID string) error {
 	// Tether's own, complete: a runtime's declaration of the sidecar (Kueue
 	// mode) has none of this until the webhook completes it.
 	var missing []string
-	for _, name := range []string{binding.EnvJobID, binding.EnvWorkerID, binding.EnvServerURL, binding.EnvTokenFile} {
+	for _, name := range []string{names.EnvJobID, names.EnvWorkerID, names.EnvServerURL, names.EnvTokenFile} {
 		if env[name] == "" {
 			missing = append(missing, name)
 		}
@@ -134,15 +134,15 @@ func CheckInjected(pod *corev1.Pod, jobID, workerID string) error {
 		return fmt.Errorf("init container %s is not Tether's completed sidecar (no %s): a declaration the pod webhook did not complete, or a copy",
 			SidecarContainer, strings.Join(missing, ", "))
 	}
-	if env[binding.EnvJobID] != s.JobID || env[binding.EnvWorkerID] != s.WorkerID {
+	if env[names.EnvJobID] != s.JobID || env[names.EnvWorkerID] != s.WorkerID {
 		return fmt.Errorf("container %s is set up for job %q worker %q, but %s names job %q worker %q",
-			SidecarContainer, env[binding.EnvJobID], env[binding.EnvWorkerID], jobconfig.PodStatusAnnotation, s.JobID, s.WorkerID)
+			SidecarContainer, env[names.EnvJobID], env[names.EnvWorkerID], names.PodStatusAnnotation, s.JobID, s.WorkerID)
 	}
 	if len(sidecar.Command) > 0 || len(sidecar.Args) > 0 {
 		return fmt.Errorf("init container %s sets a command or args (%s), which Tether's sidecar never has: it is not Tether's",
 			SidecarContainer, strings.Join(append(slices.Clone(sidecar.Command), sidecar.Args...), " "))
 	}
-	return checkTokenMount(pod, sidecar, env[binding.EnvTokenFile])
+	return checkTokenMount(pod, sidecar, env[names.EnvTokenFile])
 }
 
 // checkTokenMount: the sidecar reads the token of the pod's own TrainJob,
@@ -161,8 +161,8 @@ func checkTokenMount(pod *corev1.Pod, sidecar *corev1.Container, tokenFile strin
 		return fmt.Errorf("the pod has no volume %s (the job's token Secret %s): its %s cannot authenticate", TokenVolume, want, SidecarContainer)
 	case vol.Secret == nil || vol.Secret.SecretName != want:
 		return fmt.Errorf("volume %s is not the job's token Secret %s", TokenVolume, want)
-	case tokenFile != SidecarTokenDir+"/"+binding.TokenKey:
-		return fmt.Errorf("container %s reads its token from %s, not %s/%s", SidecarContainer, tokenFile, SidecarTokenDir, binding.TokenKey)
+	case tokenFile != SidecarTokenDir+"/"+names.TokenKey:
+		return fmt.Errorf("container %s reads its token from %s, not %s/%s", SidecarContainer, tokenFile, SidecarTokenDir, names.TokenKey)
 	}
 	for _, m := range sidecar.VolumeMounts {
 		if m.MountPath == SidecarTokenDir {

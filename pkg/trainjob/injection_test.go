@@ -8,18 +8,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/api/names"
 )
 
 func injectedPod(jobID, workerID string) *corev1.Pod {
 	st := InjectionStatus{Version: InjectionStatusVersion, JobID: jobID, WorkerID: workerID, Sidecar: SidecarContainer}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{jobconfig.PodStatusAnnotation: st.String()}, Labels: TrainerPodLabels("tj")},
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{names.PodStatusAnnotation: st.String()}, Labels: TrainerPodLabels("tj")},
 		Spec: corev1.PodSpec{InitContainers: []corev1.Container{{
 			Name: SidecarContainer, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-			Env: []corev1.EnvVar{{Name: binding.EnvJobID, Value: jobID}, {Name: binding.EnvWorkerID, Value: workerID},
-				{Name: binding.EnvServerURL, Value: "https://tether.example"}, {Name: binding.EnvTokenFile, Value: "/var/run/tether/token/token"}},
+			Env: []corev1.EnvVar{{Name: names.EnvJobID, Value: jobID}, {Name: names.EnvWorkerID, Value: workerID},
+				{Name: names.EnvServerURL, Value: "https://tether.example"}, {Name: names.EnvTokenFile, Value: "/var/run/tether/token/token"}},
 			VolumeMounts: []corev1.VolumeMount{{Name: TokenVolume, MountPath: SidecarTokenDir, ReadOnly: true}},
 		}}, Volumes: []corev1.Volume{{Name: TokenVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "tj-tether-token"}}}}},
 	}
@@ -38,9 +37,9 @@ func TestCheckInjected(t *testing.T) {
 		{name: "injected for this job", pod: func(*corev1.Pod) {}, job: "j1", isInjected: true},
 		{name: "other job", pod: func(*corev1.Pod) {}, job: "j2", wantErr: `names job "j1" worker "w1", but this pod belongs to job "j2"`, isInjected: true},
 		{name: "no annotation", pod: func(p *corev1.Pod) { p.Annotations = nil }, wantErr: "no tether.dev/status annotation"},
-		{name: "garbage", pod: func(p *corev1.Pod) { p.Annotations[jobconfig.PodStatusAnnotation] = "yes" }, wantErr: "is not Tether's JSON status"},
+		{name: "garbage", pod: func(p *corev1.Pod) { p.Annotations[names.PodStatusAnnotation] = "yes" }, wantErr: "is not Tether's JSON status"},
 		{name: "other version", pod: func(p *corev1.Pod) {
-			p.Annotations[jobconfig.PodStatusAnnotation] = strings.Replace(p.Annotations[jobconfig.PodStatusAnnotation], InjectionStatusVersion, "v0", 1)
+			p.Annotations[names.PodStatusAnnotation] = strings.Replace(p.Annotations[names.PodStatusAnnotation], InjectionStatusVersion, "v0", 1)
 		}, wantErr: `has version "v0"`},
 		{name: "annotation only", pod: func(p *corev1.Pod) { p.Spec.InitContainers = nil }, wantErr: "has no tether-sidecar init container"},
 		{name: "not a native sidecar", pod: func(p *corev1.Pod) { p.Spec.InitContainers[0].RestartPolicy = nil }, wantErr: "not a native sidecar"},

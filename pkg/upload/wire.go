@@ -9,12 +9,6 @@ import (
 const (
 	// Bucket is the path-style bucket name of the binding server's endpoint.
 	Bucket = "tether-artifacts"
-	// TokenHeader carries the job's token on every artifact request.
-	TokenHeader = "X-Tether-Token"
-	// PodHeader carries the sidecar's pod UID on every artifact request: in
-	// a multi-node job a write is allowed only to the keys of the rank
-	// whose current (registered) pod it names.
-	PodHeader = "X-Tether-Pod-UID"
 	// MaxObjectSize is S3's single-PUT limit (5 GiB).
 	MaxObjectSize int64 = 5 << 30
 	// ManifestName is the manifest's name under the job's prefix.

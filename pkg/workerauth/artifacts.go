@@ -5,16 +5,16 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
-	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // podClaimKey carries an artifact request's pod claim (its pod token and
-// upload.PodHeader) in its context to AuthorizeArtifacts: the store's
+// names.HeaderArtifactPodUID) in its context to AuthorizeArtifacts: the store's
 // Authorizer sees the token only, and authorizes the same request again
 // when a PUT's body has arrived (recheck).
 type podClaimKey struct{}
@@ -23,7 +23,7 @@ type podClaimKey struct{}
 // it: wrap the store's handler in it.
 func WithPodClaim(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := podClaim{token: r.Header.Get(binding.HeaderPodToken), uid: r.Header.Get(upload.PodHeader)}
+		c := podClaim{token: r.Header.Get(names.HeaderPodToken), uid: r.Header.Get(names.HeaderArtifactPodUID)}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), podClaimKey{}, c)))
 	})
 }
@@ -54,7 +54,7 @@ func (g *Gate) AuthorizeArtifacts(ctx context.Context, token binding.Token) (end
 		}
 		return endpoint.Job{}, ref
 	}
-	// The pod the request names (upload.PodHeader, which the store checks
+	// The pod the request names (names.HeaderArtifactPodUID, which the store checks
 	// against the node's current pod) must be the pod its token proves.
 	claim, _ := ctx.Value(podClaimKey{}).(podClaim)
 	claim.namespace = wb.Namespace

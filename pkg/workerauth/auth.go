@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
@@ -73,7 +74,7 @@ type Options struct {
 	Live client.Reader
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
-	// PodTokens reviews the pod tokens (binding.HeaderPodToken) that prove
+	// PodTokens reviews the pod tokens (names.HeaderPodToken) that prove
 	// which pod a request comes from (podtoken.go). Nil refuses every
 	// register, session and artifact request with 503.
 	PodTokens PodTokenReviewer
@@ -162,9 +163,9 @@ func (g *Gate) Admit(ctx context.Context, r *http.Request, c Claim) (Worker, *Re
 // A binding created moments ago may not be in the cache yet: on a miss the
 // claimed namespace is listed from the API server.
 func (g *Gate) authenticate(ctx context.Context, r *http.Request, namespace string) (*tetherv1.WorkerBinding, *Refusal) {
-	if v := r.Header.Get(binding.HeaderProtocolVersion); v != binding.ProtocolVersion {
+	if v := r.Header.Get(names.HeaderProtocolVersion); v != binding.ProtocolVersion {
 		return nil, Refuse(http.StatusBadRequest, binding.ErrUnsupportedVersion, "unsupported_version",
-			"%s %q is not supported; this server speaks %q", binding.HeaderProtocolVersion, v, binding.ProtocolVersion)
+			"%s %q is not supported; this server speaks %q", names.HeaderProtocolVersion, v, binding.ProtocolVersion)
 	}
 	token, err := binding.TokenFromHeader(r.Header)
 	if err != nil {
@@ -259,7 +260,7 @@ func (g *Gate) checkIdentity(ctx context.Context, r *http.Request, wb *tetherv1.
 	if !injectedPodOf(wb, p, pod.UID) {
 		return nil, Refuse(http.StatusForbidden, binding.ErrForbidden, "pod_mismatch",
 			"pod %s/%s is not an injected trainer pod of TrainJob %s (one its JobSet made, labeled %s=%s, that Tether's pod webhook injected for job id %s)",
-			pod.Namespace, pod.Name, wb.Spec.TrainJobName, jobconfig.BindLabel, jobconfig.BindValue, wb.Spec.JobID)
+			pod.Namespace, pod.Name, wb.Spec.TrainJobName, names.BindLabel, names.BindValue, wb.Spec.JobID)
 	}
 	return p, nil
 }
@@ -276,7 +277,7 @@ func injectedPodOf(wb *tetherv1.WorkerBinding, p *corev1.Pod, uid string) bool {
 	var status struct {
 		JobID string `json:"jobID"`
 	}
-	_ = json.Unmarshal([]byte(p.Annotations[jobconfig.PodStatusAnnotation]), &status)
+	_ = json.Unmarshal([]byte(p.Annotations[names.PodStatusAnnotation]), &status)
 	return string(p.UID) == uid && jobconfig.IsBound(p.Labels) && p.Labels[trainjob.JobSetNameLabel] == wb.Spec.TrainJobName &&
 		status.JobID == wb.Spec.JobID
 }
@@ -308,7 +309,7 @@ func boundRank(wb *tetherv1.WorkerBinding, pod *corev1.Pod) (int32, *Refusal) {
 			"pod %s is node %d; a binding binds at most %d nodes", pod.Name, r, binding.MaxBoundNodes)
 	case r > 0 && lifecycle.Settings(&wb.Spec).Nodes == jobconfig.NodesPrimary:
 		return 0, Refuse(http.StatusForbidden, binding.ErrForbidden, "node_not_bound",
-			"pod %s is node %d and the binding binds node 0 only (%s=%s)", pod.Name, r, jobconfig.NodesAnnotation, jobconfig.NodesPrimary)
+			"pod %s is node %d and the binding binds node 0 only (%s=%s)", pod.Name, r, names.NodesAnnotation, jobconfig.NodesPrimary)
 	case wb.Status.NodeCount > 0 && int32(r) >= wb.Status.NodeCount:
 		return 0, Refuse(http.StatusForbidden, binding.ErrForbidden, "node_not_bound",
 			"pod %s is node %d of a job of %d nodes", pod.Name, r, wb.Status.NodeCount)

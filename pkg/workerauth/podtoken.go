@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 )
@@ -27,8 +28,8 @@ import (
 // Every rank of a job holds the same job token, so the token says which job
 // asks, never which pod: a sidecar that learned another rank's pod UID could
 // claim it. Each request therefore also carries the pod's projected
-// ServiceAccount token (binding.HeaderPodToken, audience
-// binding.PodTokenAudience), which the kubelet issues to that one pod and
+// ServiceAccount token (names.HeaderPodToken, audience
+// names.PodTokenAudience), which the kubelet issues to that one pod and
 // only its sidecar mounts. The server reviews it with the API server
 // (TokenReview), takes the pod's namespace, name and UID from the review,
 // and refuses a request whose claimed pod is not the token's
@@ -77,7 +78,7 @@ const (
 	podLiveRecheck = 5 * time.Second
 )
 
-// PodTokenReviewer reviews a pod token for binding.PodTokenAudience.
+// PodTokenReviewer reviews a pod token for names.PodTokenAudience.
 type PodTokenReviewer interface {
 	ReviewPodToken(ctx context.Context, token string) (authnv1.TokenReviewStatus, error)
 }
@@ -89,7 +90,7 @@ type KubePodTokenReviewer struct{ Clientset kubernetes.Interface }
 // ReviewPodToken creates a TokenReview for the pod token's audience.
 func (k KubePodTokenReviewer) ReviewPodToken(ctx context.Context, token string) (authnv1.TokenReviewStatus, error) {
 	tr, err := k.Clientset.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
-		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{binding.PodTokenAudience}}}, metav1.CreateOptions{})
+		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{names.PodTokenAudience}}}, metav1.CreateOptions{})
 	if err != nil {
 		return authnv1.TokenReviewStatus{}, fmt.Errorf("TokenReview: %w", err)
 	}
@@ -154,10 +155,10 @@ func (g *Gate) proveClaim(ctx context.Context, c podClaim, budget func() (bool, 
 		return provenPod{}, Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "no_pod_token",
 			"no %s header: every request carries the pod's projected ServiceAccount token (audience %s, the file %s names) beside the job's token; "+
 				"the pod needs the %s volume Tether's webhook adds, and a sidecar that sends the header (upgrade an older one)",
-			binding.HeaderPodToken, binding.PodTokenAudience, binding.EnvPodTokenFile, "tether-pod-token")
+			names.HeaderPodToken, names.PodTokenAudience, names.EnvPodTokenFile, "tether-pod-token")
 	case len(c.token) > binding.MaxPodTokenLength:
 		return provenPod{}, Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "malformed_pod_token",
-			"%s is longer than %d bytes: it is not a ServiceAccount token", binding.HeaderPodToken, binding.MaxPodTokenLength)
+			"%s is longer than %d bytes: it is not a ServiceAccount token", names.HeaderPodToken, binding.MaxPodTokenLength)
 	}
 	p, cached, ref := g.pods.prove(ctx, c.token, budget)
 	if ref != nil {
@@ -312,11 +313,11 @@ func verdictOf(st authnv1.TokenReviewStatus, token string, now time.Time) (prove
 		}
 		return provenPod{}, Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "pod_token_rejected",
 			"the API server does not accept the pod token for audience %s (%s): send the token of the %s volume, which the kubelet keeps current",
-			binding.PodTokenAudience, truncate(why, 200), "tether-pod-token")
+			names.PodTokenAudience, truncate(why, 200), "tether-pod-token")
 	}
-	if !slices.Contains(st.Audiences, binding.PodTokenAudience) {
+	if !slices.Contains(st.Audiences, names.PodTokenAudience) {
 		return provenPod{}, Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "pod_token_rejected",
-			"the pod token is not for audience %s", binding.PodTokenAudience)
+			"the pod token is not for audience %s", names.PodTokenAudience)
 	}
 	var p provenPod
 	rest, isSA := strings.CutPrefix(st.User.Username, "system:serviceaccount:")
@@ -389,7 +390,7 @@ func (pp *podProofs) cached() int {
 func (g *Gate) provePod(ctx context.Context, r *http.Request, wb *tetherv1.WorkerBinding, name, uid string) *Refusal {
 	token, _ := binding.TokenFromHeader(r.Header) // authenticate parsed it already
 	hash := token.Hash()
-	_, ref := g.proveClaim(ctx, podClaim{token: r.Header.Get(binding.HeaderPodToken), namespace: wb.Namespace, name: name, uid: uid},
+	_, ref := g.proveClaim(ctx, podClaim{token: r.Header.Get(names.HeaderPodToken), namespace: wb.Namespace, name: name, uid: uid},
 		func() (bool, time.Duration) { return g.limits.allow(classPodReviews, hash, g.now()) })
 	return ref
 }

@@ -13,6 +13,7 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 )
 
@@ -33,7 +34,7 @@ func (f *fakeReviewer) ReviewPodToken(_ context.Context, token string) (authnv1.
 	if !ok {
 		return authnv1.TokenReviewStatus{Error: "invalid bearer token"}, nil
 	}
-	return authnv1.TokenReviewStatus{Authenticated: true, User: u, Audiences: []string{binding.PodTokenAudience}}, nil
+	return authnv1.TokenReviewStatus{Authenticated: true, User: u, Audiences: []string{names.PodTokenAudience}}, nil
 }
 
 // jwt is a token whose claims hold exp (the signature is the fake's concern).

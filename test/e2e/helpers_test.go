@@ -20,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 	"github.com/tether-dev/tether/test/framework/testobj"
@@ -96,7 +96,7 @@ func trainJob(name, ns string) *testobj.TrainJobWrapper {
 }
 
 func bound(w *testobj.TrainJobWrapper) *testobj.TrainJobWrapper {
-	return w.Bound().Annotation(jobconfig.HeartbeatIntervalAnnotation, "1s")
+	return w.Bound().Annotation(names.HeartbeatIntervalAnnotation, "1s")
 }
 
 func (e *env) create(t *testing.T, obj client.Object) {
@@ -186,7 +186,7 @@ func (e *env) startRunning(t *testing.T, ns, name string, plan localcluster.Trai
 	e.create(t, tj)
 	pod = e.injectedPod(t, ns, name, "")
 	e.waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating))
-	return tj.Annotations[jobconfig.JobIDAnnotation], pod
+	return tj.Annotations[names.JobIDAnnotation], pod
 }
 
 // injectedPod waits for a running injected trainer pod other than skip.
@@ -202,7 +202,7 @@ func (e *env) injectedPod(t *testing.T, ns, name string, skip types.UID) *corev1
 			}
 			seen = append(seen, fmt.Sprintf("%s (deleting %v, annotations %v)", p.Name, p.DeletionTimestamp != nil, p.Annotations))
 		}
-		return fmt.Errorf("no pod with annotation %s yet; seen %v", jobconfig.PodStatusAnnotation, seen)
+		return fmt.Errorf("no pod with annotation %s yet; seen %v", names.PodStatusAnnotation, seen)
 	})
 	logf("%s/%s: injected pod %s", ns, name, found.Name)
 	return found
@@ -326,7 +326,7 @@ func (e *env) dumpOnFailure(t *testing.T, ns string) {
 		_ = e.c.Client.List(ctx, &pods, client.InNamespace(ns))
 		for _, p := range pods.Items {
 			t.Logf("pod %s: phase %s node %q deleting %v injected %v labels %v", p.Name, p.Status.Phase, p.Spec.NodeName,
-				p.DeletionTimestamp != nil, p.Annotations[jobconfig.PodStatusAnnotation] != "", p.Labels)
+				p.DeletionTimestamp != nil, p.Annotations[names.PodStatusAnnotation] != "", p.Labels)
 			for _, c := range p.Status.Conditions {
 				t.Logf("  condition %s=%s %s %s", c.Type, c.Status, c.Reason, c.Message)
 			}

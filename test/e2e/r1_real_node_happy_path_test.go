@@ -11,9 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/utils/ptr"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/localcluster"
@@ -36,7 +35,7 @@ func TestRealNode1HappyPath(t *testing.T) {
 	plan := localcluster.TrainerPlan{Steps: 40, CheckpointEvery: 5, StepInterval: time.Second}
 	tj := bound(realTrainJob(name, ns, plan)).Obj()
 	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	jobID := tj.Annotations[names.JobIDAnnotation]
 
 	pod := suite.injectedPod(t, ns, name, "")
 	if pod.Spec.HostNetwork {
@@ -44,8 +43,8 @@ func TestRealNode1HappyPath(t *testing.T) {
 	}
 	// The sidecar is given the binding server's URL as installed: the
 	// Service's DNS name, which only CoreDNS in the pod resolves.
-	if got := injectedEnv(pod, binding.EnvServerURL); got != localcluster.ControlPlaneBindingURL {
-		t.Fatalf("sidecar's %s = %q, want the Service's DNS name %s", binding.EnvServerURL, got, localcluster.ControlPlaneBindingURL)
+	if got := injectedEnv(pod, names.EnvServerURL); got != localcluster.ControlPlaneBindingURL {
+		t.Fatalf("sidecar's %s = %q, want the Service's DNS name %s", names.EnvServerURL, got, localcluster.ControlPlaneBindingURL)
 	}
 	sidecarImage := node.Image("tether-sidecar")
 	if got := pod.Spec.InitContainers[len(pod.Spec.InitContainers)-1].Image; got != sidecarImage {

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
@@ -34,7 +34,7 @@ func TestRealNode2Preemption(t *testing.T) {
 	plan := localcluster.TrainerPlan{Steps: 60, CheckpointEvery: 3, StepInterval: time.Second, Resume: true}
 	low := bound(realTrainJob(name, ns, plan)).PriorityClass("low").ResourcesPerNode(trainerSize).NodePatch(patch).Obj()
 	suite.create(t, low)
-	jobID := low.Annotations[jobconfig.JobIDAnnotation]
+	jobID := low.Annotations[names.JobIDAnnotation]
 	first := suite.waitRunningOnRealNode(t, suite.injectedPod(t, ns, name, ""))
 	wb := suite.waitBinding(t, ns, name, 90*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, ""))
 	bindingUID := wb.UID

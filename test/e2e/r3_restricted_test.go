@@ -16,8 +16,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/test/framework/localcluster"
@@ -140,7 +140,7 @@ func restrictedTrainerPod(ns, name, image string, compliant bool) *corev1.Pod {
 			trainjob.JobIndexLabel: "0", trainjob.CompletionIndexLabel: "0",
 			// What Tether's JobSet webhook puts on a bound job's pod template:
 			// only such pods reach the pod webhook.
-			jobconfig.BindLabel: jobconfig.BindValue,
+			names.BindLabel: names.BindValue,
 		}},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyOnFailure, Containers: []corev1.Container{trainer}},
 	}

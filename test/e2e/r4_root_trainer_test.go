@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
@@ -34,7 +34,7 @@ func TestRealNode4RootTrainerFileModes(t *testing.T) {
 		SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](0), RunAsGroup: ptr.To[int64](0)}}}}
 	tj := bound(realTrainJob(name, ns, plan)).NodePatch(asRoot).Obj()
 	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	jobID := tj.Annotations[names.JobIDAnnotation]
 	pod := suite.waitRunningOnRealNode(t, suite.injectedPod(t, ns, name, ""))
 
 	wb := suite.waitBinding(t, ns, name, 120*time.Second, "final: artifacts incomplete", phaseIs(tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete))

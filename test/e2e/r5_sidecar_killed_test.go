@@ -10,8 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
@@ -30,7 +30,7 @@ func TestRealNode5SidecarKilled(t *testing.T) {
 	plan := localcluster.TrainerPlan{Steps: 60, CheckpointEvery: 3, StepInterval: time.Second}
 	tj := bound(realTrainJob(name, ns, plan)).Obj()
 	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	jobID := tj.Annotations[names.JobIDAnnotation]
 	pod := suite.injectedPod(t, ns, name, "")
 	pod = suite.waitRunningOnRealNode(t, pod)
 

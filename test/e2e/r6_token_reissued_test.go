@@ -16,9 +16,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 	"github.com/tether-dev/tether/test/framework/testenv"
@@ -41,7 +41,7 @@ func TestRealNode6TokenReissued(t *testing.T) {
 	plan := localcluster.TrainerPlan{Steps: 75, CheckpointEvery: 5, StepInterval: time.Second}
 	tj := bound(realTrainJob(name, ns, plan)).Obj()
 	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	jobID := tj.Annotations[names.JobIDAnnotation]
 	pod := suite.waitRunningOnRealNode(t, suite.injectedPod(t, ns, name, ""))
 	suite.waitBinding(t, ns, name, 30*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, ""))
 
@@ -50,7 +50,7 @@ func TestRealNode6TokenReissued(t *testing.T) {
 	if err := suite.c.Client.Get(ctx, key, old); err != nil {
 		t.Fatal(err)
 	}
-	oldToken, ca := string(old.Data[binding.TokenKey]), old.Data[binding.CABundleKey]
+	oldToken, ca := string(old.Data[names.TokenKey]), old.Data[names.CABundleKey]
 	if err := suite.c.Client.Delete(ctx, old); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestRealNode6TokenReissued(t *testing.T) {
 		if err := suite.c.Client.Get(ctx, key, s); err != nil {
 			return err
 		}
-		if newToken = string(s.Data[binding.TokenKey]); newToken == oldToken || newToken == "" {
+		if newToken = string(s.Data[names.TokenKey]); newToken == oldToken || newToken == "" {
 			return fmt.Errorf("not reissued yet")
 		}
 		return nil
@@ -76,7 +76,7 @@ func TestRealNode6TokenReissued(t *testing.T) {
 
 	// The kubelet updates the running pod's token volume.
 	n := nodeOf(t, pod)
-	tokenFile := n.InNode(filepath.Join(n.Dir, "kubelet", "pods", string(pod.UID), "volumes", "kubernetes.io~secret", mutate.TokenVolumeName, binding.TokenKey))
+	tokenFile := n.InNode(filepath.Join(n.Dir, "kubelet", "pods", string(pod.UID), "volumes", "kubernetes.io~secret", mutate.TokenVolumeName, names.TokenKey))
 	eventually(t, 90*time.Second, "the kubelet wrote the new token into the pod's volume", func() error {
 		b, err := os.ReadFile(tokenFile)
 		if err != nil {
@@ -151,13 +151,13 @@ func registerWith(t *testing.T, token string, ca []byte, pod *corev1.Pod, wb *te
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(binding.HeaderPodToken, podToken)
-	req.Header.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
-	req.Header.Set(binding.HeaderJobID, wb.Spec.JobID)
-	req.Header.Set(binding.HeaderWorkerID, wb.Spec.WorkerID)
-	req.Header.Set(binding.HeaderPodNamespace, pod.Namespace)
-	req.Header.Set(binding.HeaderPodName, pod.Name)
-	req.Header.Set(binding.HeaderPodUID, string(pod.UID))
+	req.Header.Set(names.HeaderPodToken, podToken)
+	req.Header.Set(names.HeaderProtocolVersion, binding.ProtocolVersion)
+	req.Header.Set(names.HeaderJobID, wb.Spec.JobID)
+	req.Header.Set(names.HeaderWorkerID, wb.Spec.WorkerID)
+	req.Header.Set(names.HeaderPodNamespace, pod.Namespace)
+	req.Header.Set(names.HeaderPodName, pod.Name)
+	req.Header.Set(names.HeaderPodUID, string(pod.UID))
 	req.Header.Set("Content-Type", "application/json")
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	resp, err := c.Do(req)

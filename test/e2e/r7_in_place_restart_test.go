@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/localcluster"
@@ -34,9 +34,9 @@ func TestRealNode7TrainerRestartedInPlace(t *testing.T) {
 	// the restarted one resumes after checkpoint 12 from the same emptyDir
 	// and trains to step 20. .standin-runs is the stand-in's run counter.
 	plan := localcluster.TrainerPlan{Steps: 20, CheckpointEvery: 4, StepInterval: time.Second, ExitCode: 3, FailRuns: 1, FailAfterSteps: 12, Resume: true}
-	tj := bound(realTrainJob(name, ns, plan)).Annotation(jobconfig.ExcludeAnnotation, ".standin-runs").Obj()
+	tj := bound(realTrainJob(name, ns, plan)).Annotation(names.ExcludeAnnotation, ".standin-runs").Obj()
 	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	jobID := tj.Annotations[names.JobIDAnnotation]
 
 	pod := suite.waitRunningOnRealNode(t, suite.injectedPod(t, ns, name, ""))
 	wb := suite.waitBinding(t, ns, name, 60*time.Second, "registered and heartbeating", phaseIs(tetherv1.PhaseRunning, ""))

@@ -9,9 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/localcluster"
@@ -40,13 +39,13 @@ func TestRealNode8TwoNodes(t *testing.T) {
 	}}}}
 	tj := bound(realTrainJob(name, ns, plan)).NumNodes(2).NodePatch(trainer.PodSpecPatch{Affinity: apart}).Obj()
 	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	jobID := tj.Annotations[names.JobIDAnnotation]
 
 	injected := suite.nodePods(t, ns, name, 2)
 	pods := make([]*corev1.Pod, 2)
 	for r := range injected {
-		if got := injectedEnv(&injected[r], binding.EnvServerURL); got != localcluster.ControlPlaneBindingURL {
-			t.Fatalf("rank %d: sidecar's %s = %q, want the Service's DNS name %s", r, binding.EnvServerURL, got, localcluster.ControlPlaneBindingURL)
+		if got := injectedEnv(&injected[r], names.EnvServerURL); got != localcluster.ControlPlaneBindingURL {
+			t.Fatalf("rank %d: sidecar's %s = %q, want the Service's DNS name %s", r, names.EnvServerURL, got, localcluster.ControlPlaneBindingURL)
 		}
 		pods[r] = suite.waitRunningOnRealNode(t, &injected[r])
 	}

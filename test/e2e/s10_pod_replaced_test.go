@@ -8,8 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
@@ -31,7 +31,7 @@ func TestScenario10PodReplaced(t *testing.T) {
 	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
 	tj.Spec.RuntimeRef.Name = localcluster.RuntimeNever
 	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	jobID := tj.Annotations[names.JobIDAnnotation]
 
 	first := suite.injectedPod(t, ns, name, "")
 	if first.Spec.RestartPolicy != corev1.RestartPolicyNever {

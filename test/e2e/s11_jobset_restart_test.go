@@ -7,8 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
@@ -26,7 +26,7 @@ func TestScenario11JobSetRestart(t *testing.T) {
 	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
 	tj.Spec.RuntimeRef.Name = localcluster.RuntimeJobSetRestart
 	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	jobID := tj.Annotations[names.JobIDAnnotation]
 
 	first := suite.injectedPod(t, ns, name, "")
 	suite.waitBinding(t, ns, name, 60*time.Second, "attempt 1 running", phaseIs(tetherv1.PhaseRunning, ""))

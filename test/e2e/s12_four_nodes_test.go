@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/localcluster"
@@ -26,7 +26,7 @@ func fourNodeJob(t *testing.T, ns, name string, plan localcluster.TrainerPlan) (
 	tj := bound(trainJob(name, ns)).Queue("user-queue").NumNodes(4).
 		ResourcesPerNode(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("256Mi")}).Obj()
 	suite.create(t, tj)
-	return tj.Annotations[jobconfig.JobIDAnnotation]
+	return tj.Annotations[names.JobIDAnnotation]
 }
 
 // nodePods waits for the job's four injected pods and returns them by rank.
@@ -37,7 +37,7 @@ func (e *env) nodePods(t *testing.T, ns, name string, n int) []corev1.Pod {
 		found := 0
 		for _, p := range e.trainerPods(t, ns, name) {
 			r, err := trainjob.Rank(&p)
-			if err != nil || r >= n || p.DeletionTimestamp != nil || p.Annotations[jobconfig.PodStatusAnnotation] == "" {
+			if err != nil || r >= n || p.DeletionTimestamp != nil || p.Annotations[names.PodStatusAnnotation] == "" {
 				continue
 			}
 			pods[r] = p

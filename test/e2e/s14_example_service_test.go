@@ -25,12 +25,12 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/examples/training-service/service"
 	"github.com/tether-dev/tether/internal/plugin"
 	"github.com/tether-dev/tether/pkg/client"
 	"github.com/tether-dev/tether/pkg/controller"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
@@ -70,7 +70,7 @@ func TestScenario14ExampleServiceAndPlugin(t *testing.T) {
 	start := time.Now()
 	res, err := service.Run(ctx, c, service.Config{Namespace: ns, Queue: "user-queue", Runtime: localcluster.RuntimeName,
 		Job: job, CancelJob: cancelJob, OutDir: t.TempDir(), Timeout: 2 * time.Minute,
-		Annotations: map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"}}, out)
+		Annotations: map[string]string{names.HeartbeatIntervalAnnotation: "1s"}}, out)
 	logf("scenario 14: example service output (%.1fs):\n%s", time.Since(start).Seconds(), out.String())
 	if err != nil {
 		t.Fatalf("example service: %v", err)

@@ -18,8 +18,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
@@ -71,7 +71,7 @@ func TestScenario17KueueQuota(t *testing.T) {
 	tj := bound(trainJob(fits, ns)).Queue("exact").Obj()
 	tj.Spec.RuntimeRef.Name = localcluster.RuntimeDeclaredSidecar
 	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	jobID := tj.Annotations[names.JobIDAnnotation]
 	wl := suite.waitQuotaReserved(t, ns, fits, 60*time.Second, "True")
 	if got := podSetSidecar(t, wl); !equality.Semantic.DeepEqual(got, declared.Resources) {
 		t.Errorf("the Workload's pod set declares the sidecar with %+v, want the runtime's %+v", got, declared.Resources)
@@ -96,8 +96,8 @@ func TestScenario17KueueQuota(t *testing.T) {
 	case sidecars[0].Image == declared.Image:
 		t.Errorf("the pod's sidecar still runs the placeholder image %s", declared.Image)
 	}
-	if st, err := trainjob.ParseInjectionStatus(pod.Annotations[jobconfig.PodStatusAnnotation]); err != nil || !st.Declared {
-		t.Errorf("pod %s status %q (%v): want declared=true", pod.Name, pod.Annotations[jobconfig.PodStatusAnnotation], err)
+	if st, err := trainjob.ParseInjectionStatus(pod.Annotations[names.PodStatusAnnotation]); err != nil || !st.Declared {
+		t.Errorf("pod %s status %q (%v): want declared=true", pod.Name, pod.Annotations[names.PodStatusAnnotation], err)
 	}
 	logf("scenario 17: pod %s runs sidecar %s with requests %s, limits %s", pod.Name, sidecars[0].Image,
 		listString(sidecars[0].Resources.Requests), listString(sidecars[0].Resources.Limits))
@@ -165,7 +165,7 @@ func TestScenario17KueueQuota(t *testing.T) {
 		plain = pods[0]
 		return nil
 	})
-	if len(plain.Spec.InitContainers) != 1 || plain.Spec.InitContainers[0].Image != declared.Image || plain.Annotations[jobconfig.PodStatusAnnotation] != "" {
+	if len(plain.Spec.InitContainers) != 1 || plain.Spec.InitContainers[0].Image != declared.Image || plain.Annotations[names.PodStatusAnnotation] != "" {
 		t.Errorf("the unbound job's pod was changed: init containers %+v, annotations %v", plain.Spec.InitContainers, plain.Annotations)
 	}
 	if n, _ := suite.metricValue(t, "tether_pod_admissions_total"); n != podsBefore {

@@ -8,8 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
@@ -71,7 +71,7 @@ func (e *env) controlPlaneRestart(t *testing.T, component string, restart func(c
 	if st := e.podNow(t, ns, shortPod.Name); st == nil || !trainerTerminated(st) {
 		logf("scenario %s restart: the short job's trainer had not ended when the %s was back", component, component)
 	}
-	e.expectSucceededWithArtifacts(t, shortPod, short, shortTJ.Annotations[jobconfig.JobIDAnnotation])
+	e.expectSucceededWithArtifacts(t, shortPod, short, shortTJ.Annotations[names.JobIDAnnotation])
 	done, local := e.expectSucceededWithArtifacts(t, pod, name, jobID)
 	if done.Status.Attempt != 1 {
 		t.Errorf("attempt %d, want 1: a %s restart is no new attempt", done.Status.Attempt, component)

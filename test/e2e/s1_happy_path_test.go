@@ -12,9 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
@@ -39,8 +38,8 @@ func TestScenario1HappyPathWithKueue(t *testing.T) {
 	if !ptr.Deref(tj.Spec.Suspend, false) {
 		t.Fatalf("Kueue did not suspend the queued TrainJob at creation: spec.suspend=%v", tj.Spec.Suspend)
 	}
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
-	if jobID == "" || tj.Annotations[jobconfig.WorkerIDAnnotation] == "" {
+	jobID := tj.Annotations[names.JobIDAnnotation]
+	if jobID == "" || tj.Annotations[names.WorkerIDAnnotation] == "" {
 		t.Fatalf("TrainJob webhook did not stamp identity: %v", tj.Annotations)
 	}
 	suite.waitBinding(t, ns, name, 30*time.Second, "binding created while queued", func(wb *tetherv1.WorkerBinding) error {
@@ -155,7 +154,7 @@ func checkSidecarDialsService(t *testing.T, pod types.UID) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := binding.EnvServerURL + "=" + localcluster.ControlPlaneBindingURL
+	want := names.EnvServerURL + "=" + localcluster.ControlPlaneBindingURL
 	if !slices.Contains(strings.Split(string(environ), "\x00"), want) {
 		t.Errorf("the sidecar (pid %d) runs without %s", p.PID(), want)
 	}

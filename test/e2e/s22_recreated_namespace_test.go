@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 	"github.com/tether-dev/tether/test/framework/testenv"
 )
@@ -40,11 +40,11 @@ func TestScenario22RecreatedNamespaceInheritsNothing(t *testing.T) {
 	plan := localcluster.TrainerPlan{Steps: 3, CheckpointEvery: 3, StepInterval: 300 * time.Millisecond}
 	setPlans(ns, "nightly", plan)
 	setPlans(ns, "adhoc", plan)
-	nightly := bound(trainJob("nightly", ns)).Annotation(jobconfig.JobIDAnnotation, chosen).Queue("user-queue").Obj()
+	nightly := bound(trainJob("nightly", ns)).Annotation(names.JobIDAnnotation, chosen).Queue("user-queue").Obj()
 	suite.create(t, nightly)
 	adhoc := bound(trainJob("adhoc", ns)).Queue("user-queue").Obj()
 	suite.create(t, adhoc)
-	generated := adhoc.Annotations[jobconfig.JobIDAnnotation]
+	generated := adhoc.Annotations[names.JobIDAnnotation]
 	if binding.JobIDScope(generated) != ns {
 		t.Fatalf("generated job id %q is not scoped to %s", generated, ns)
 	}
@@ -82,7 +82,7 @@ func TestScenario22RecreatedNamespaceInheritsNothing(t *testing.T) {
 	}
 
 	// The generated id: refused at admission, saying why.
-	squatGenerated := bound(trainJob("adhoc", ns)).Annotation(jobconfig.JobIDAnnotation, generated).Queue("user-queue").Obj()
+	squatGenerated := bound(trainJob("adhoc", ns)).Annotation(names.JobIDAnnotation, generated).Queue("user-queue").Obj()
 	err = teamB.Client.Create(ctx, squatGenerated)
 	if err == nil {
 		t.Errorf("team B's TrainJob with team A's generated id %q was admitted", generated)
@@ -91,7 +91,7 @@ func TestScenario22RecreatedNamespaceInheritsNothing(t *testing.T) {
 	}
 
 	// The chosen id: admitted, never bound, told why.
-	if err := teamB.Client.Create(ctx, bound(trainJob("nightly", ns)).Annotation(jobconfig.JobIDAnnotation, chosen).Queue("user-queue").Obj()); err != nil {
+	if err := teamB.Client.Create(ctx, bound(trainJob("nightly", ns)).Annotation(names.JobIDAnnotation, chosen).Queue("user-queue").Obj()); err != nil {
 		t.Fatalf("team B creating its TrainJob: %v", err)
 	}
 	eventually(t, 60*time.Second, "team B's TrainJob with team A's chosen id refused", func() error {

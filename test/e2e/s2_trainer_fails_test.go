@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/utils/ptr"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
@@ -26,7 +26,7 @@ func TestScenario2TrainerFails(t *testing.T) {
 		ExitCode: 1, CorruptFirstCheckpoint: true})
 	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
 	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	jobID := tj.Annotations[names.JobIDAnnotation]
 	pod := suite.injectedPod(t, ns, name, "")
 	dir := suite.runner.ArtifactDir(pod)
 

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 	"github.com/tether-dev/tether/test/framework/testobj"
 )
@@ -40,7 +40,7 @@ func TestScenario3Preemption(t *testing.T) {
 		localcluster.TrainerPlan{Steps: 6, CheckpointEvery: 2, StepInterval: 400 * time.Millisecond, StartStep: 1000})
 	low := perNode(bound(trainJob(name, ns)).Queue("user-queue").Label("kueue.x-k8s.io/priority-class", "low"), "7").Obj()
 	suite.create(t, low)
-	jobID := low.Annotations[jobconfig.JobIDAnnotation]
+	jobID := low.Annotations[names.JobIDAnnotation]
 	first := suite.injectedPod(t, ns, name, "")
 	dir := suite.runner.ArtifactDir(first)
 	wb := suite.waitBinding(t, ns, name, 60*time.Second, "Running", phaseIs(tetherv1.PhaseRunning, ""))

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
@@ -83,7 +83,7 @@ func TestScenario4ReplicaRestarts(t *testing.T) {
 	setPlans(ns, name, localcluster.TrainerPlan{Steps: 40, CheckpointEvery: 4, StepInterval: 500 * time.Millisecond})
 	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
 	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	jobID := tj.Annotations[names.JobIDAnnotation]
 	stop := make(chan struct{})
 	phases := watchPhases(ns, name, stop)
 	pod := suite.injectedPod(t, ns, name, "")

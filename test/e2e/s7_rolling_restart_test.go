@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/api/names"
 )
 
 const burstPrefix = "burst"
@@ -85,7 +85,7 @@ func TestScenario7RollingRestartUnderBurst(t *testing.T) {
 				errMu.Unlock()
 				continue
 			}
-			if tj.Annotations[jobconfig.JobIDAnnotation] == "" {
+			if tj.Annotations[names.JobIDAnnotation] == "" {
 				failed.Add(1)
 				errMu.Lock()
 				errs = append(errs, tj.Name+": admitted without the webhook's job id")
@@ -123,7 +123,7 @@ func TestScenario7RollingRestartUnderBurst(t *testing.T) {
 		}
 		injected := 0
 		for _, p := range pods.Items {
-			if p.Annotations[jobconfig.PodStatusAnnotation] != "" {
+			if p.Annotations[names.PodStatusAnnotation] != "" {
 				injected++
 			}
 		}

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
@@ -98,11 +98,11 @@ func TestScenario8TrainerV20(t *testing.T) {
 	if err := c.Client.Create(ctx, tj); err != nil {
 		t.Fatalf("creating the v2.0.0 TrainJob %s/%s: %v", ns, name, err)
 	}
-	jobID := tj.GetAnnotations()[jobconfig.JobIDAnnotation]
-	workerID := tj.GetAnnotations()[jobconfig.WorkerIDAnnotation]
+	jobID := tj.GetAnnotations()[names.JobIDAnnotation]
+	workerID := tj.GetAnnotations()[names.WorkerIDAnnotation]
 	if jobID == "" || workerID == "" {
 		t.Fatalf("TrainJob webhook did not stamp %s and %s: annotations %v",
-			jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation, tj.GetAnnotations())
+			names.JobIDAnnotation, names.WorkerIDAnnotation, tj.GetAnnotations())
 	}
 	if suspend, found, _ := unstructured.NestedBool(tj.Object, "spec", "suspend"); found && suspend {
 		t.Fatalf("TrainJob suspended at creation without Kueue: spec %v", tj.Object["spec"])
@@ -117,8 +117,8 @@ func TestScenario8TrainerV20(t *testing.T) {
 	// Routing on v2.0.0: the TrainJob webhook put tether.dev/bind in
 	// spec.labels (v2.0 has no runtimePatches), Trainer copied it onto the
 	// JobSet, Tether's JobSet webhook onto the trainer pod template.
-	if v, _, _ := unstructured.NestedString(tj.Object, "spec", "labels", jobconfig.BindLabel); v != "true" {
-		t.Fatalf("TrainJob spec.labels %v: want %s=true (Trainer v2.0 routing)", tj.Object["spec"], jobconfig.BindLabel)
+	if v, _, _ := unstructured.NestedString(tj.Object, "spec", "labels", names.BindLabel); v != "true" {
+		t.Fatalf("TrainJob spec.labels %v: want %s=true (Trainer v2.0 routing)", tj.Object["spec"], names.BindLabel)
 	}
 	if _, found, _ := unstructured.NestedFieldNoCopy(tj.Object, "spec", "runtimePatches"); found {
 		t.Fatalf("spec.runtimePatches on a Trainer v2.0 TrainJob: %v", tj.Object["spec"])
@@ -126,8 +126,8 @@ func TestScenario8TrainerV20(t *testing.T) {
 
 	// Trainer v2.0.0 makes the JobSet; the trainer pod is injected.
 	pod := e.injectedPod(t, ns, name, "")
-	if pod.Labels[jobconfig.BindLabel] != "true" {
-		t.Fatalf("injected pod %s lacks %s=true: labels %v", pod.Name, jobconfig.BindLabel, pod.Labels)
+	if pod.Labels[names.BindLabel] != "true" {
+		t.Fatalf("injected pod %s lacks %s=true: labels %v", pod.Name, names.BindLabel, pod.Labels)
 	}
 	if len(pod.Spec.InitContainers) == 0 {
 		t.Fatalf("injected pod %s has no init containers: %+v", pod.Name, pod.Spec)
@@ -193,8 +193,8 @@ func v20TrainJob(name, ns string) *unstructured.Unstructured {
 		"metadata": map[string]any{
 			"name":        name,
 			"namespace":   ns,
-			"labels":      map[string]any{jobconfig.BindLabel: jobconfig.BindValue},
-			"annotations": map[string]any{jobconfig.HeartbeatIntervalAnnotation: "1s"},
+			"labels":      map[string]any{names.BindLabel: names.BindValue},
+			"annotations": map[string]any{names.HeartbeatIntervalAnnotation: "1s"},
 		},
 		"spec": map[string]any{
 			"runtimeRef": map[string]any{

@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
@@ -76,7 +76,7 @@ func TestScenario9OutageBlastRadius(t *testing.T) {
 
 	tj := bound(trainJob(name, ns)).Queue("user-queue").Obj()
 	suite.create(t, tj)
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	jobID := tj.Annotations[names.JobIDAnnotation]
 	jobName := name + "-node-0"
 
 	// The label travels TrainJob -> JobSet -> trainer pod template (Trainer v2.3: runtimePatches).
@@ -86,14 +86,14 @@ func TestScenario9OutageBlastRadius(t *testing.T) {
 		if err := suite.c.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, js); err != nil {
 			return err
 		}
-		if js.GetLabels()[jobconfig.BindLabel] != "true" {
+		if js.GetLabels()[names.BindLabel] != "true" {
 			return fmt.Errorf("JobSet labels %v", js.GetLabels())
 		}
 		job := &batchv1.Job{}
 		if err := suite.c.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: jobName}, job); err != nil {
 			return err
 		}
-		if job.Spec.Template.Labels[jobconfig.BindLabel] != "true" {
+		if job.Spec.Template.Labels[names.BindLabel] != "true" {
 			return fmt.Errorf("Job %s pod template labels %v", jobName, job.Spec.Template.Labels)
 		}
 		return nil
@@ -221,7 +221,7 @@ func TestScenario9OutageBlastRadius(t *testing.T) {
 		pod.Name, waited.Seconds(), failedDuringOutage, failedCreates(t, ns, jobName, "pods.tether.dev"))
 	for _, p := range suite.trainerPods(t, ns, name) {
 		if p.UID != pod.UID {
-			t.Errorf("another trainer pod %s exists (injected: %v): a bound pod ran without the sidecar", p.Name, p.Annotations[jobconfig.PodStatusAnnotation] != "")
+			t.Errorf("another trainer pod %s exists (injected: %v): a bound pod ran without the sidecar", p.Name, p.Annotations[names.PodStatusAnnotation] != "")
 		}
 	}
 	suite.expectSucceededWithArtifacts(t, pod, name, jobID)
@@ -233,7 +233,7 @@ func TestScenario9OutageBlastRadius(t *testing.T) {
 	for _, n := range created.names {
 		p := suite.injectedPod(t, ns, n, "")
 		tj := suite.getTrainJob(t, ns, n)
-		suite.expectSucceededWithArtifacts(t, p, n, tj.Annotations[jobconfig.JobIDAnnotation])
+		suite.expectSucceededWithArtifacts(t, p, n, tj.Annotations[names.JobIDAnnotation])
 		if c := meta.FindStatusCondition(suite.getTrainJob(t, ns, n).Status.Conditions, "Complete"); c != nil && c.LastTransitionTime.After(lastComplete) {
 			lastComplete = c.LastTransitionTime.Time
 		}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/client"
@@ -77,8 +78,8 @@ func runInstalledJob(t *testing.T, in *localcluster.Installed, ns, imageSetBy st
 		return running(p, mutate.SidecarName, "node")
 	})
 	env := testenv.SidecarEnv(pod)
-	if got := env[binding.EnvServerURL]; got != localcluster.ControlPlaneBindingURL {
-		t.Errorf("sidecar's %s = %q, want the chart's %s", binding.EnvServerURL, got, localcluster.ControlPlaneBindingURL)
+	if got := env[names.EnvServerURL]; got != localcluster.ControlPlaneBindingURL {
+		t.Errorf("sidecar's %s = %q, want the chart's %s", names.EnvServerURL, got, localcluster.ControlPlaneBindingURL)
 	}
 	if got := pod.Spec.InitContainers[len(pod.Spec.InitContainers)-1].Image; got != in.SidecarImage {
 		t.Errorf("injected sidecar image %q, want the one the install set (%s: %s)", got, imageSetBy, in.SidecarImage)
@@ -203,9 +204,9 @@ func createBoundJob(t *testing.T, ns, name string, plan localcluster.TrainerPlan
 	if err := c.Client.Create(ctx, tj); err != nil {
 		t.Fatalf("creating the labeled TrainJob: %v", err)
 	}
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	jobID := tj.Annotations[names.JobIDAnnotation]
 	if jobID == "" {
-		t.Fatalf("the installed webhook admitted the labeled TrainJob without %s: %v", jobconfig.JobIDAnnotation, tj.Annotations)
+		t.Fatalf("the installed webhook admitted the labeled TrainJob without %s: %v", names.JobIDAnnotation, tj.Annotations)
 	}
 	return jobID
 }

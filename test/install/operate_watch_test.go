@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactstore/store"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 	"github.com/tether-dev/tether/test/framework/soakcheck"
 )
@@ -56,13 +56,13 @@ func startAdmissionProbe(t *testing.T, ns string) *admissionProbe {
 			case <-tick.C:
 			}
 			labeled := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("labeled-%d", i),
-				Labels: map[string]string{jobconfig.BindLabel: "true"}},
+				Labels: map[string]string{names.BindLabel: "true"}},
 				Spec: trainer.TrainJobSpec{RuntimeRef: trainer.RuntimeRef{Name: localcluster.TorchRuntime}}}
 			p.try("a labeled TrainJob", func() error {
 				if err := cluster.Client.Create(ctx, labeled, crclient.DryRunAll); err != nil {
 					return err
 				}
-				if labeled.Annotations[jobconfig.JobIDAnnotation] == "" {
+				if labeled.Annotations[names.JobIDAnnotation] == "" {
 					return fmt.Errorf("admitted without the webhook's job id")
 				}
 				return nil

@@ -32,8 +32,8 @@ import (
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/test/framework/certs"
 	"github.com/tether-dev/tether/test/framework/localcluster"
@@ -482,11 +482,11 @@ func denyTrainJob(t *testing.T, ns string) time.Time {
 	if tj.Annotations == nil {
 		tj.Annotations = map[string]string{}
 	}
-	tj.Annotations[jobconfig.HeartbeatIntervalAnnotation] = "every now and then"
+	tj.Annotations[names.HeartbeatIntervalAnnotation] = "every now and then"
 	at := time.Now()
 	err := cluster.Client.Create(context.Background(), tj)
 	if err == nil || !strings.Contains(err.Error(), "denied") {
-		t.Fatalf("a TrainJob with %s=%q: want the webhook's denial, got %v", jobconfig.HeartbeatIntervalAnnotation, "every now and then", err)
+		t.Fatalf("a TrainJob with %s=%q: want the webhook's denial, got %v", names.HeartbeatIntervalAnnotation, "every now and then", err)
 	}
 	logf("TrainJob %s/%s denied: %v", ns, tj.Name, err)
 	return at
@@ -530,14 +530,14 @@ func waitInstalledReady(t *testing.T) {
 			return fmt.Errorf("ready endpoints %v (%v)", ips, err)
 		}
 		tj := &trainer.TrainJob{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "prometheus-test-check", Labels: map[string]string{jobconfig.BindLabel: "true"}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "prometheus-test-check", Labels: map[string]string{names.BindLabel: "true"}},
 			Spec:       trainer.TrainJobSpec{RuntimeRef: trainer.RuntimeRef{Name: localcluster.TorchRuntime}},
 		}
 		if err := cluster.Client.Create(ctx, tj, crclient.DryRunAll); err != nil {
 			return err
 		}
-		if tj.Annotations[jobconfig.JobIDAnnotation] == "" {
-			return fmt.Errorf("a labeled TrainJob admitted without %s", jobconfig.JobIDAnnotation)
+		if tj.Annotations[names.JobIDAnnotation] == "" {
+			return fmt.Errorf("a labeled TrainJob admitted without %s", names.JobIDAnnotation)
 		}
 		if cluster.Installed.ReadAPI {
 			if ok, err := cluster.Installed.ReadAPIAvailable(ctx); !ok {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
@@ -72,9 +73,9 @@ func TestNodeLossDuringTwoNodeJob(t *testing.T) {
 	if err := cluster.Client.Create(ctx, tj); err != nil {
 		t.Fatalf("creating the labeled 2-node TrainJob: %v", err)
 	}
-	jobID := tj.Annotations[jobconfig.JobIDAnnotation]
+	jobID := tj.Annotations[names.JobIDAnnotation]
 	if jobID == "" {
-		t.Fatalf("admitted without %s", jobconfig.JobIDAnnotation)
+		t.Fatalf("admitted without %s", names.JobIDAnnotation)
 	}
 
 	// One trainer pod on each real node, both heartbeating, and files of

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
@@ -113,16 +114,16 @@ func registerWithJobToken(ctx context.Context, c *localcluster.Cluster, tether *
 		return http.StatusUnauthorized, client.IgnoreNotFound(err)
 	}
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(s.Data[binding.CABundleKey]) {
-		return 0, fmt.Errorf("the token Secret's %s holds no certificate", binding.CABundleKey)
+	if !pool.AppendCertsFromPEM(s.Data[names.CABundleKey]) {
+		return 0, fmt.Errorf("the token Secret's %s holds no certificate", names.CABundleKey)
 	}
 	body, _ := json.Marshal(binding.RegisterRequest{Pod: binding.PodIdentity{Namespace: j.ns, Name: j.name + "-gone"}})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tether.BindingURL()+binding.PathRegister, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set(binding.HeaderAuthorization, "Bearer "+string(s.Data[binding.TokenKey]))
-	req.Header.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
+	req.Header.Set(binding.HeaderAuthorization, "Bearer "+string(s.Data[names.TokenKey]))
+	req.Header.Set(names.HeaderProtocolVersion, binding.ProtocolVersion)
 	req.Header.Set("Content-Type", "application/json")
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	resp, err := hc.Do(req)

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 	"github.com/tether-dev/tether/test/framework/testobj"
@@ -390,7 +390,7 @@ func (n *nemesis) runningBoundPods(ctx context.Context) ([]corev1.Pod, error) {
 	}
 	var bound []corev1.Pod
 	for _, p := range pods {
-		if p.Annotations[jobconfig.PodStatusAnnotation] != "" {
+		if p.Annotations[names.PodStatusAnnotation] != "" {
 			bound = append(bound, p)
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
@@ -444,7 +445,7 @@ func (w *workload) createOne(ctx context.Context, j job) error {
 		tw = w.onRealNode(tw, j)
 	}
 	if j.labeled {
-		tw = tw.Bound().Annotation(jobconfig.HeartbeatIntervalAnnotation, "1s")
+		tw = tw.Bound().Annotation(names.HeartbeatIntervalAnnotation, "1s")
 	}
 	return retry(ctx, 90*time.Second, func() error { return client.IgnoreAlreadyExists(w.c.Client.Create(ctx, tw.Obj())) })
 }
@@ -461,7 +462,7 @@ func (w *workload) cancelWhenRunning(j job) {
 			if wb.Annotations == nil {
 				wb.Annotations = map[string]string{}
 			}
-			wb.Annotations[tetherv1.CommandAnnotation] = "cancel:soak"
+			wb.Annotations[names.CommandAnnotation] = "cancel:soak"
 			if err := w.c.Client.Patch(ctx, wb, patch); err == nil {
 				logf("soak: sent cancel to %s/%s", j.ns, j.name)
 				return

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -64,7 +65,7 @@ func (b *countingBody) Read(p []byte) (int, error) {
 // record is the access record of rq, answered with status.
 func (rq *request) record(status int, body *countingBody) store.AccessRecord {
 	a := store.AccessRecord{RequestID: rq.id, Method: rq.r.Method, Op: accessOp(rq.r.Method, rq.r.URL.Path), Key: rq.key,
-		Rank: -1, Pod: rq.r.Header.Get(upload.PodHeader), Status: status, Code: rq.code, Duration: time.Since(rq.start)}
+		Rank: -1, Pod: rq.r.Header.Get(names.HeaderArtifactPodUID), Status: status, Code: rq.code, Duration: time.Since(rq.start)}
 	if body != nil {
 		a.BodyBytes = body.n.Load()
 	}

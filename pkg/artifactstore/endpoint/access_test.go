@@ -11,6 +11,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -30,7 +31,7 @@ func TestAccessRecords(t *testing.T) {
 			records = append(records, a)
 		}})
 	})
-	pod := http.Header{upload.PodHeader: {testPod}}
+	pod := http.Header{names.HeaderArtifactPodUID: {testPod}}
 	a := e.minio(tokenA, pod)
 	body := data(4096, 1)
 	if _, err := e.put(a, "job-a/ckpt/step-1.pt", body); err != nil {

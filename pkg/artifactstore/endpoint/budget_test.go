@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -199,8 +200,8 @@ func TestManifestMemoryRefusesBeforeTheBody(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequest(http.MethodPut, e.srv.URL+"/tether-artifacts/job-a/manifest.json", pr)
 		req.ContentLength = upload.MaxManifestSize
-		req.Header.Set(upload.TokenHeader, tokenA)
-		req.Header.Set(upload.PodHeader, testPod)
+		req.Header.Set(names.HeaderArtifactToken, tokenA)
+		req.Header.Set(names.HeaderArtifactPodUID, testPod)
 		resp, err := (&http.Client{Transport: e.transport()}).Do(req)
 		if err != nil {
 			held <- 0

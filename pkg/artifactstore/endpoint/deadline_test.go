@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
-	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // slowReader returns chunk bytes every interval.
@@ -55,8 +55,8 @@ func TestHandlerDeadlines(t *testing.T) {
 	}()
 	req, _ := http.NewRequest("PUT", e.srv.URL+"/tether-artifacts/job-a/stalled.bin", pr)
 	req.ContentLength = 2000
-	req.Header.Set(upload.TokenHeader, tokenA)
-	req.Header.Set(upload.PodHeader, testPod)
+	req.Header.Set(names.HeaderArtifactToken, tokenA)
+	req.Header.Set(names.HeaderArtifactPodUID, testPod)
 	start := time.Now()
 	n := e.started.Load()
 	done := make(chan struct{})

@@ -21,6 +21,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/artifactstore/store"
@@ -179,8 +180,8 @@ type tokenTransport struct {
 func (tt tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	if tt.token != "" {
-		r.Header.Set(upload.TokenHeader, tt.token)
-		r.Header.Set(upload.PodHeader, testPod)
+		r.Header.Set(names.HeaderArtifactToken, tt.token)
+		r.Header.Set(names.HeaderArtifactPodUID, testPod)
 	}
 	for k, vs := range tt.extra {
 		r.Header[k] = vs
@@ -282,8 +283,8 @@ func (e *env) raw(method, path, token string, body io.Reader, size int64, hdr ht
 	}
 	req.ContentLength = size
 	if token != "" {
-		req.Header.Set(upload.TokenHeader, token)
-		req.Header.Set(upload.PodHeader, testPod)
+		req.Header.Set(names.HeaderArtifactToken, token)
+		req.Header.Set(names.HeaderArtifactPodUID, testPod)
 	}
 	for k, vs := range hdr {
 		req.Header[k] = vs

@@ -45,19 +45,6 @@ type Job struct {
 // decide now (answered with 503, the client retries).
 type Authorizer func(ctx context.Context, token binding.Token) (Job, error)
 
-// Response headers beyond S3's.
-const (
-	// HeaderPending is "true" on a HEAD answered with the key's pending
-	// object (the latest upload, not yet promoted).
-	HeaderPending = "X-Tether-Pending"
-	// HeaderManifestVerified is "true" or "false" on a manifest PUT's
-	// response.
-	HeaderManifestVerified = "X-Tether-Manifest-Verified"
-	// HeaderManifestMissing is the first missing entry's path (URL path
-	// escaped) on a manifest PUT's response.
-	HeaderManifestMissing = "X-Tether-Manifest-Missing"
-)
-
 // Handler serves PUT and HEAD of /<upload.Bucket>/<key> (docs/artifacts.md).
 // Mount it with Route in front of an http.ServeMux: a ServeMux redirects
 // paths with "." or ".." segments or doubled slashes to their cleaned form,

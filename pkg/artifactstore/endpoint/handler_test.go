@@ -21,6 +21,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
@@ -187,8 +188,8 @@ func testRefusedBeforeBody(t *testing.T, e *env) {
 			// once the server asks for it, i.e. when the handler reads.
 			req.Header.Set("Expect", "100-continue")
 			if tc.token != "" {
-				req.Header.Set(upload.TokenHeader, tc.token)
-				req.Header.Set(upload.PodHeader, testPod)
+				req.Header.Set(names.HeaderArtifactToken, tc.token)
+				req.Header.Set(names.HeaderArtifactPodUID, testPod)
 			}
 			tr := e.transport()
 			tr.ExpectContinueTimeout = 10 * time.Second
@@ -317,7 +318,7 @@ func testPending(t *testing.T, e *env) {
 	e.wantObject(pkey, v2)
 	// HEAD answers with the latest upload.
 	resp := e.raw("HEAD", "/tether-artifacts/"+key, tokenA, nil, 0, nil)
-	if resp.StatusCode != 200 || resp.Header.Get("ETag") != `"`+md5hex(v2)+`"` || resp.Header.Get(HeaderPending) != "true" {
+	if resp.StatusCode != 200 || resp.Header.Get("ETag") != `"`+md5hex(v2)+`"` || resp.Header.Get(names.HeaderPending) != "true" {
 		t.Fatalf("HEAD: %d %v", resp.StatusCode, resp.Header)
 	}
 
@@ -469,7 +470,7 @@ func testManifest(t *testing.T, e *env) {
 
 	good := manifestJSON(t, files, []string{"ckpt/step-100.pt", "logs/train.log", "config with space.yaml", "replaced.bin"})
 	resp := e.raw("PUT", "/tether-artifacts/job-a/manifest.json", tokenA, bytes.NewReader(good), int64(len(good)), nil)
-	if resp.StatusCode != 200 || resp.Header.Get(HeaderManifestVerified) != "true" || resp.Header.Get("ETag") != `"`+md5hex(good)+`"` {
+	if resp.StatusCode != 200 || resp.Header.Get(names.HeaderManifestVerified) != "true" || resp.Header.Get("ETag") != `"`+md5hex(good)+`"` {
 		t.Fatalf("manifest PUT: %d %v", resp.StatusCode, resp.Header)
 	}
 	e.wantObject("job-a/manifest.json", good)
@@ -497,7 +498,7 @@ func testManifest(t *testing.T, e *env) {
 	files["logs/train.log"] = []byte("rewritten")
 	diff := manifestJSON(t, files, []string{"logs/train.log", "config with space.yaml"})
 	resp = e.raw("PUT", "/tether-artifacts/job-a/manifest.json", tokenA, bytes.NewReader(diff), int64(len(diff)), nil)
-	if resp.StatusCode != 200 || resp.Header.Get(HeaderManifestVerified) != "false" || resp.Header.Get(HeaderManifestMissing) != url.PathEscape("logs/train.log") {
+	if resp.StatusCode != 200 || resp.Header.Get(names.HeaderManifestVerified) != "false" || resp.Header.Get(names.HeaderManifestMissing) != url.PathEscape("logs/train.log") {
 		t.Fatalf("manifest PUT: %d %v", resp.StatusCode, resp.Header)
 	}
 	if r := e.manifests[2]; r.Verified || !slices.Equal(r.Missing, []string{"logs/train.log"}) || !strings.Contains(r.Err, "size") {
@@ -580,8 +581,8 @@ func testBodyFailsMidStream(t *testing.T, e *env) {
 		}
 		req, _ := http.NewRequest("PUT", e.srv.URL+"/tether-artifacts/"+key, &storetest.FailingReader{N: size / 2, Err: errors.New("disk read error")})
 		req.ContentLength = size
-		req.Header.Set(upload.TokenHeader, tokenA)
-		req.Header.Set(upload.PodHeader, testPod)
+		req.Header.Set(names.HeaderArtifactToken, tokenA)
+		req.Header.Set(names.HeaderArtifactPodUID, testPod)
 		n := e.started.Load()
 		_, err := (&http.Client{Transport: e.transport()}).Do(req)
 		if err == nil {
@@ -608,7 +609,7 @@ func testShortBody(t *testing.T, e *env) {
 	// the body end early and answers 400 IncompleteBody.
 	conn := e.rawTLS()
 	u, _ := url.Parse(e.srv.URL)
-	fmt.Fprintf(conn, "PUT /tether-artifacts/job-a/short.bin HTTP/1.1\r\nHost: %s\r\n%s: %s\r\n%s: %s\r\nContent-Length: 1000\r\n\r\n", u.Host, upload.TokenHeader, tokenA, upload.PodHeader, testPod)
+	fmt.Fprintf(conn, "PUT /tether-artifacts/job-a/short.bin HTTP/1.1\r\nHost: %s\r\n%s: %s\r\n%s: %s\r\nContent-Length: 1000\r\n\r\n", u.Host, names.HeaderArtifactToken, tokenA, names.HeaderArtifactPodUID, testPod)
 	_, _ = conn.Write(make([]byte, 500))
 	if err := conn.CloseWrite(); err != nil {
 		t.Fatal(err)
@@ -700,7 +701,7 @@ func testRequestShape(t *testing.T, e *env) {
 	// No Content-Length and no chunking.
 	conn := e.rawTLS()
 	u, _ := url.Parse(e.srv.URL)
-	fmt.Fprintf(conn, "PUT /tether-artifacts/job-a/nolength HTTP/1.1\r\nHost: %s\r\n%s: %s\r\n%s: %s\r\n\r\n", u.Host, upload.TokenHeader, tokenA, upload.PodHeader, testPod)
+	fmt.Fprintf(conn, "PUT /tether-artifacts/job-a/nolength HTTP/1.1\r\nHost: %s\r\n%s: %s\r\n%s: %s\r\n\r\n", u.Host, names.HeaderArtifactToken, tokenA, names.HeaderArtifactPodUID, testPod)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -709,7 +710,7 @@ func testRequestShape(t *testing.T, e *env) {
 
 	// Over 5 GiB: refused from the header alone.
 	conn = e.rawTLS()
-	fmt.Fprintf(conn, "PUT /tether-artifacts/job-a/huge HTTP/1.1\r\nHost: %s\r\n%s: %s\r\n%s: %s\r\nContent-Length: %d\r\n\r\n", u.Host, upload.TokenHeader, tokenA, upload.PodHeader, testPod, upload.MaxObjectSize+1)
+	fmt.Fprintf(conn, "PUT /tether-artifacts/job-a/huge HTTP/1.1\r\nHost: %s\r\n%s: %s\r\n%s: %s\r\nContent-Length: %d\r\n\r\n", u.Host, names.HeaderArtifactToken, tokenA, names.HeaderArtifactPodUID, testPod, upload.MaxObjectSize+1)
 	resp, err = http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -781,7 +782,7 @@ func testManifestVerdictNotRecorded(t *testing.T, e *env) {
 		t.Fatalf("manifest PUT whose verdict was not recorded: %d (Retry-After %q), want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	resp = e.raw("PUT", "/tether-artifacts/job-a/manifest.json", tokenA, bytes.NewReader(m), int64(len(m)), nil)
-	if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderManifestVerified) != "true" {
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(names.HeaderManifestVerified) != "true" {
 		t.Fatalf("manifest PUT again: %d %v", resp.StatusCode, resp.Header)
 	}
 	if len(e.manifests) != 1 || !e.manifests[0].Verified {

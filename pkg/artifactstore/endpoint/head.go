@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -56,7 +57,7 @@ func (h *Handler) head(rq *request, jobID string) {
 	hd.Set("Content-Type", "application/octet-stream")
 	hd.Set("Last-Modified", mod.UTC().Format(http.TimeFormat))
 	if pending {
-		hd.Set(HeaderPending, "true")
+		hd.Set(names.HeaderPending, "true")
 	}
 	rq.w.WriteHeader(http.StatusOK)
 	rq.log.V(1).Info("artifact HEAD", "status", http.StatusOK, "size", info.Size, "etag", info.ETag, "pending", pending)

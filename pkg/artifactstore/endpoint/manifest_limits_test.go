@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -47,8 +48,8 @@ func TestManifestPutsPerJobAreLimited(t *testing.T) {
 		writers[i] = pw
 		req, _ := http.NewRequest(http.MethodPut, e.srv.URL+"/tether-artifacts/job-a/manifest.json", pr)
 		req.ContentLength = int64(len(body))
-		req.Header.Set(upload.TokenHeader, tokenA)
-		req.Header.Set(upload.PodHeader, testPod)
+		req.Header.Set(names.HeaderArtifactToken, tokenA)
+		req.Header.Set(names.HeaderArtifactPodUID, testPod)
 		wg.Go(func() {
 			resp, err := (&http.Client{Transport: e.transport()}).Do(req)
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 )
 
@@ -138,9 +139,9 @@ func (p *putOp) checkManifest() *apiError {
 			"the manifest is stored but its entries could not be checked: " + res.Err}
 	}
 	hd := rq.w.Header()
-	hd.Set(HeaderManifestVerified, strconv.FormatBool(res.Verified))
+	hd.Set(names.HeaderManifestVerified, strconv.FormatBool(res.Verified))
 	if len(res.Missing) > 0 {
-		hd.Set(HeaderManifestMissing, url.PathEscape(res.Missing[0]))
+		hd.Set(names.HeaderManifestMissing, url.PathEscape(res.Missing[0]))
 		rq.log = rq.log.WithValues("firstMissing", res.Missing[0])
 	}
 	return nil

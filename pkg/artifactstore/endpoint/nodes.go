@@ -5,12 +5,13 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // Every rank of a job holds the same token, so the token alone cannot tell
-// one node from another: a write names its pod (upload.PodHeader), and in a
+// one node from another: a write names its pod (names.HeaderArtifactPodUID), and in a
 // multi-node job it may touch only the keys of the rank whose current,
 // registered pod that is (rank 0: the job's prefix outside nodes/; rank r:
 // nodes/<r>/). A manifest must name its pod, that pod must be its node's
@@ -37,10 +38,10 @@ func accessRank(path string, nodes int) int {
 // node r's pod sends it, and otherwise waits for the count: it is rank 0's
 // plain path in a single-node job and node r's in a multi-node one.
 func checkNode(rq *request, job Job, path string) (int, *apiError) {
-	uid := rq.r.Header.Get(upload.PodHeader)
+	uid := rq.r.Header.Get(names.HeaderArtifactPodUID)
 	if uid == "" {
 		return 0, &apiError{http.StatusForbidden, "AccessDenied",
-			"every write names its pod: send " + upload.PodHeader + " with the pod's UID (the sidecar does; upgrade an older one)"}
+			"every write names its pod: send " + names.HeaderArtifactPodUID + " with the pod's UID (the sidecar does; upgrade an older one)"}
 	}
 	rank := upload.KeyRank(path, job.Nodes)
 	if r := upload.KeyRank(path, binding.MaxBoundNodes); job.Nodes == 0 && r > 0 {
@@ -88,9 +89,9 @@ func checkManifestPod(rq *request, job Job, rank int, m *upload.Manifest) *apiEr
 	case m.PodUID == "":
 		return &apiError{http.StatusBadRequest, "MalformedManifest",
 			"the manifest names no podUID: every manifest carries the UID of the pod whose sidecar wrote it (upgrade the sidecar)"}
-	case rq.r.Header.Get(upload.PodHeader) != "" && rq.r.Header.Get(upload.PodHeader) != m.PodUID:
+	case rq.r.Header.Get(names.HeaderArtifactPodUID) != "" && rq.r.Header.Get(names.HeaderArtifactPodUID) != m.PodUID:
 		return &apiError{http.StatusForbidden, "AccessDenied",
-			"the manifest's podUID is not the pod the request names (" + upload.PodHeader + "): a pod uploads only its own manifest"}
+			"the manifest's podUID is not the pod the request names (" + names.HeaderArtifactPodUID + "): a pod uploads only its own manifest"}
 	case want == "":
 		rq.retryAfter = time.Second
 		return &apiError{http.StatusServiceUnavailable, "ServiceUnavailable",

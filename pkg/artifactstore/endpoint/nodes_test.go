@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -43,7 +44,7 @@ func TestCheckNode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r, _ := http.NewRequest(http.MethodPut, "https://tether/tether-artifacts/job/"+tc.path, nil)
 			if tc.pod != "" {
-				r.Header.Set(upload.PodHeader, tc.pod)
+				r.Header.Set(names.HeaderArtifactPodUID, tc.pod)
 			}
 			rq := &request{r: r}
 			rank, e := checkNode(rq, Job{JobID: "job", Nodes: tc.nodes, Pods: tc.pods}, tc.path)

@@ -7,8 +7,8 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // request is one request in flight.
@@ -63,18 +63,18 @@ func (rq *request) fail(e *apiError) {
 	}
 }
 
-// tokenFromHeader returns the request's token: exactly one upload.TokenHeader
+// tokenFromHeader returns the request's token: exactly one names.HeaderArtifactToken
 // value of 64 lowercase hex characters.
 func tokenFromHeader(h http.Header) (binding.Token, *apiError) {
-	vs := h.Values(upload.TokenHeader)
+	vs := h.Values(names.HeaderArtifactToken)
 	if len(vs) == 0 {
 		return "", &apiError{http.StatusUnauthorized, "AccessDenied",
-			"the request has no " + upload.TokenHeader + " header: send the job's token (the token Secret's \"token\" key) in it"}
+			"the request has no " + names.HeaderArtifactToken + " header: send the job's token (the token Secret's \"token\" key) in it"}
 	}
 	token, err := binding.ParseToken(vs[0])
 	if len(vs) > 1 || err != nil {
 		return "", &apiError{http.StatusUnauthorized, "AccessDenied",
-			"the " + upload.TokenHeader + " header must hold exactly one 64-character lowercase hex token"}
+			"the " + names.HeaderArtifactToken + " header must hold exactly one 64-character lowercase hex token"}
 	}
 	return token, nil
 }

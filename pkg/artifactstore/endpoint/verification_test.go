@@ -10,6 +10,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/artifactstore/pending"
@@ -61,7 +62,7 @@ func (e *env) putManifest(raw []byte) (status int, verified string) {
 	e.t.Helper()
 	resp := e.raw("PUT", "/tether-artifacts/job-a/manifest.json", tokenA, bytes.NewReader(raw), int64(len(raw)), nil)
 	defer resp.Body.Close()
-	return resp.StatusCode, resp.Header.Get(HeaderManifestVerified)
+	return resp.StatusCode, resp.Header.Get(names.HeaderManifestVerified)
 }
 
 // putTrailer uploads data as a sidecar streams a large file: aws-chunked,

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
@@ -56,7 +57,7 @@ func (e *env) verifiedManifest(files map[string][]byte, order []string) string {
 	}
 	m := manifestJSON(e.t, files, order)
 	resp := e.raw(http.MethodPut, "/"+upload.Bucket+"/job-a/"+upload.ManifestName, tokenA, bytes.NewReader(m), int64(len(m)), nil)
-	if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderManifestVerified) != "true" {
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(names.HeaderManifestVerified) != "true" {
 		e.t.Fatalf("manifest PUT: %d %v", resp.StatusCode, resp.Header)
 	}
 	e.mu.Lock()

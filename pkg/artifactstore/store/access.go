@@ -18,7 +18,7 @@ type AccessRecord struct {
 	Binding, JobID string
 	// Rank is the node whose keys Key is (-1: not known, e.g. a bad key).
 	Rank int
-	// Pod is the pod UID the request claims (upload.PodHeader).
+	// Pod is the pod UID the request claims (names.HeaderArtifactPodUID).
 	Pod string
 	// Status is the answer's status; Code the S3 error code of a refusal
 	// ("" on success).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	"github.com/tether-dev/tether/pkg/artifactstore/store"
@@ -62,7 +63,7 @@ func newDirectServerOn(t *testing.T, env *s3env, jobID string, b *s3store.S3Back
 	}
 	srv := httptest.NewTLSServer(endpoint.Route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen := r.Method + " " + r.URL.Path
-		if r.Header.Get(binding.HeaderPodToken) != testPodToken {
+		if r.Header.Get(names.HeaderPodToken) != testPodToken {
 			seen += " (without the pod token)"
 		}
 		d.mu.Lock()
@@ -94,7 +95,7 @@ type storePuts struct {
 func (s *storePuts) RoundTrip(r *http.Request) (*http.Response, error) {
 	s.mu.Lock()
 	s.keys = append(s.keys, r.URL.Path)
-	if r.Header.Get(upload.TokenHeader) != "" || r.Header.Get(binding.HeaderPodToken) != "" {
+	if r.Header.Get(names.HeaderArtifactToken) != "" || r.Header.Get(names.HeaderPodToken) != "" {
 		s.leak = true
 	}
 	s.mu.Unlock()

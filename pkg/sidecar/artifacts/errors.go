@@ -10,6 +10,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -81,7 +82,7 @@ func classify(err error, stall time.Duration) (transient bool, hint string) {
 		case "InternalError", "RequestTimeout", "RequestTimeTooSkewed":
 			return true, ""
 		case "EntityTooLarge":
-			return false, fmt.Sprintf("a single PUT is at most %s: exclude the file with the %s annotation", humanBytes(upload.MaxObjectSize), ExcludeAnnotation)
+			return false, fmt.Sprintf("a single PUT is at most %s: exclude the file with the %s annotation", humanBytes(upload.MaxObjectSize), names.ExcludeAnnotation)
 		case "BadDigest":
 			// The body's Content-MD5 or checksum (sent with every PUT) did
 			// not match what arrived: corrupted in transit, or changed

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -51,7 +52,7 @@ func EncodeManifest(m upload.Manifest) ([]byte, error) {
 	}
 	if len(m.Files) > upload.MaxManifestEntries {
 		return nil, fmt.Errorf("manifest: %d files, over the %d one manifest may list; exclude files with the %s annotation or pack small files into fewer",
-			len(m.Files), upload.MaxManifestEntries, ExcludeAnnotation)
+			len(m.Files), upload.MaxManifestEntries, names.ExcludeAnnotation)
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -59,7 +60,7 @@ func EncodeManifest(m upload.Manifest) ([]byte, error) {
 	}
 	if len(b) > upload.MaxManifestSize {
 		return nil, fmt.Errorf("manifest: %d files make %s of JSON, over the %s limit; exclude files with the %s annotation",
-			len(m.Files), humanBytes(int64(len(b))), humanBytes(upload.MaxManifestSize), ExcludeAnnotation)
+			len(m.Files), humanBytes(int64(len(b))), humanBytes(upload.MaxManifestSize), names.ExcludeAnnotation)
 	}
 	return b, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -31,7 +32,7 @@ import (
 func (u *Uploader) UploadFile(ctx context.Context, root *os.Root, rel string) (Result, error) {
 	key := u.Key(rel)
 	if err := checkKey(rel, key); err != nil {
-		return Result{}, &FileError{Path: rel, Permanent: true, Err: err, Hint: "rename the file or exclude it with the " + ExcludeAnnotation + " annotation"}
+		return Result{}, &FileError{Path: rel, Permanent: true, Err: err, Hint: "rename the file or exclude it with the " + names.ExcludeAnnotation + " annotation"}
 	}
 	var res Result
 	attempts, err := u.retry(ctx, rel, func(ctx context.Context, _ int) error {

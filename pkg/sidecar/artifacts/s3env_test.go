@@ -34,6 +34,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/certs"
 	"github.com/tether-dev/tether/test/framework/s3server"
@@ -241,7 +242,7 @@ type counter struct {
 
 func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.mu.Lock()
-	if r.Header.Get(upload.TokenHeader) != testToken {
+	if r.Header.Get(names.HeaderArtifactToken) != testToken {
 		c.bad++
 	}
 	switch r.Method {

@@ -15,14 +15,9 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/upload"
 )
-
-// ExcludeAnnotation is the TrainJob annotation whose globs the sidecar
-// skips; error messages name it. It is jobconfig.ExcludeAnnotation, repeated
-// here to keep this package free of the settings package (a test checks
-// they agree).
-const ExcludeAnnotation = "tether.dev/exclude"
 
 // DefaultSettleTime is how long a file's size and mtime must stay unchanged
 // before a (non-final) sync takes it as finished, when no close event took
@@ -185,7 +180,7 @@ func (s *Scanner) Scan(final bool) (ScanResult, error) {
 			}
 			res.Errors = append(res.Errors, &FileError{Path: p, Permanent: true,
 				Err:  fmt.Errorf("cannot be read, so whatever it holds is not uploaded: %w", err),
-				Hint: "make it readable by the sidecar, or exclude it with the " + ExcludeAnnotation + " annotation"})
+				Hint: "make it readable by the sidecar, or exclude it with the " + names.ExcludeAnnotation + " annotation"})
 			if d != nil && d.IsDir() {
 				return fs.SkipDir
 			}
@@ -251,11 +246,11 @@ func checkFile(p string, info fs.FileInfo) *FileError {
 	case !utf8.ValidString(p):
 		return &FileError{Path: p, Permanent: true,
 			Err:  errors.New("the name is not valid UTF-8, which an object key must be"),
-			Hint: "rename it, or exclude it with the " + ExcludeAnnotation + " annotation"}
+			Hint: "rename it, or exclude it with the " + names.ExcludeAnnotation + " annotation"}
 	case why != "":
 		return &FileError{Path: p, Permanent: true,
 			Err:  errors.New("reserved name: " + why),
-			Hint: "rename or move it, or exclude it with the " + ExcludeAnnotation + " annotation"}
+			Hint: "rename or move it, or exclude it with the " + names.ExcludeAnnotation + " annotation"}
 	case info.Size() > upload.MaxObjectSize:
 		tl := TooLargeError{Path: p, Size: info.Size()}
 		return &FileError{Path: p, Permanent: true, Err: tl, Hint: tl.hint()}

@@ -23,12 +23,6 @@ func paths(fs []LocalFile) []string {
 	return out
 }
 
-func TestExcludeAnnotationIsJobconfigs(t *testing.T) {
-	if ExcludeAnnotation != jobconfig.ExcludeAnnotation {
-		t.Errorf("ExcludeAnnotation = %q, jobconfig has %q", ExcludeAnnotation, jobconfig.ExcludeAnnotation)
-	}
-}
-
 func TestScanSymlinksAreNeverFollowed(t *testing.T) {
 	outside := t.TempDir()
 	writeFile(t, outside, "secret.txt", []byte("secret"))

@@ -3,6 +3,7 @@ package artifacts
 import (
 	"fmt"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -18,7 +19,7 @@ func (e TooLargeError) Error() string {
 
 func (e TooLargeError) hint() string {
 	return fmt.Sprintf("it is never uploaded and the job's artifacts are incomplete: split it, or exclude it with the %s annotation (e.g. %s: %q)",
-		ExcludeAnnotation, ExcludeAnnotation, e.Path)
+		names.ExcludeAnnotation, names.ExcludeAnnotation, e.Path)
 }
 
 func humanBytes(n int64) string {

@@ -10,14 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/sidecar/credentials"
-	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // tokenTransport adds the token, read from its file for every request, the
-// pod's UID (upload.PodHeader) when known, and the pod's token
-// (binding.HeaderPodToken, read from podTokenFile for every request: the
+// pod's UID (names.HeaderArtifactPodUID) when known, and the pod's token
+// (names.HeaderPodToken, read from podTokenFile for every request: the
 // kubelet rotates it), which proves that UID.
 type tokenTransport struct {
 	file         string
@@ -44,13 +44,13 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	r := req.Clone(req.Context())
-	r.Header.Set(upload.TokenHeader, string(token))
+	r.Header.Set(names.HeaderArtifactToken, string(token))
 	if podToken != "" {
-		r.Header.Set(binding.HeaderPodToken, podToken)
+		r.Header.Set(names.HeaderPodToken, podToken)
 	}
 	if t.pod != nil {
 		if uid := t.pod.Load(); uid != nil && *uid != "" {
-			r.Header.Set(upload.PodHeader, *uid)
+			r.Header.Set(names.HeaderArtifactPodUID, *uid)
 		}
 	}
 	if r.Method == http.MethodPut && r.ContentLength >= expectContinueMin {

@@ -60,7 +60,7 @@ type UploaderConfig struct {
 	// TokenHeader header and never logged or put in an error.
 	TokenFile string
 	// PodTokenFile holds the pod's projected ServiceAccount token, sent in
-	// binding.HeaderPodToken with every request (it proves PodUID); read
+	// names.HeaderPodToken with every request (it proves PodUID); read
 	// again for every request, never logged. Empty sends none (the server
 	// refuses the request).
 	PodTokenFile string
@@ -108,7 +108,7 @@ type UploaderConfig struct {
 // else ever counts as verified.
 type Uploader struct {
 	cfg UploaderConfig
-	// podUID is sent with every request (upload.PodHeader).
+	// podUID is sent with every request (names.HeaderArtifactPodUID).
 	podUID atomic.Pointer[string]
 	log    *slog.Logger
 	client *minio.Client

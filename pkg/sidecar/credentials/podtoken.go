@@ -16,7 +16,7 @@ import (
 var ErrMalformedPodToken = errors.New("does not hold a ServiceAccount token (a JWT of at most 8 KiB)")
 
 // ReadPodToken reads the pod's projected ServiceAccount token
-// (binding.HeaderPodToken). The kubelet rotates the file, so it is read for
+// (names.HeaderPodToken). The kubelet rotates the file, so it is read for
 // every request, never cached. Surrounding white space is ignored. An
 // unreadable file is the file system's error (retryable); a malformed one
 // wraps ErrMalformedPodToken. No error ever holds the token.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/test/framework/certs"
 )
@@ -60,7 +61,7 @@ type stubServer struct {
 	registers     int
 	sessions      int
 	registered    []binding.RegisterRequest
-	podTokens     []string            // binding.HeaderPodToken of every request, in arrival order
+	podTokens     []string            // names.HeaderPodToken of every request, in arrival order
 	heartbeats    []binding.Heartbeat // of every session, in arrival order
 	// session serves one upgraded connection; nil means ackAll.
 	session func(ss *stubSession)
@@ -104,15 +105,15 @@ func (s *stubServer) authorize(w http.ResponseWriter, r *http.Request) bool {
 	if r.URL.RawQuery != "" {
 		s.t.Errorf("%s carries a query %q; the token must never be in the URL", r.URL.Path, r.URL.RawQuery)
 	}
-	if v := r.Header.Get(binding.HeaderProtocolVersion); v != binding.ProtocolVersion {
-		s.t.Errorf("%s: %s = %q, want %q", r.URL.Path, binding.HeaderProtocolVersion, v, binding.ProtocolVersion)
+	if v := r.Header.Get(names.HeaderProtocolVersion); v != binding.ProtocolVersion {
+		s.t.Errorf("%s: %s = %q, want %q", r.URL.Path, names.HeaderProtocolVersion, v, binding.ProtocolVersion)
 		s.writeError(w, http.StatusBadRequest, binding.ErrUnsupportedVersion)
 		return false
 	}
 	tok, err := binding.TokenFromHeader(r.Header)
 	s.mu.Lock()
 	want := s.token
-	s.podTokens = append(s.podTokens, r.Header.Get(binding.HeaderPodToken))
+	s.podTokens = append(s.podTokens, r.Header.Get(names.HeaderPodToken))
 	s.mu.Unlock()
 	if err != nil || string(tok) != want {
 		s.writeError(w, http.StatusUnauthorized, binding.ErrUnauthorized)

@@ -45,7 +45,7 @@ type Config struct {
 	// logged.
 	TokenFile string
 	// PodTokenFile holds the pod's projected ServiceAccount token (audience
-	// binding.PodTokenAudience), sent in binding.HeaderPodToken on every
+	// names.PodTokenAudience), sent in names.HeaderPodToken on every
 	// request: it proves the pod the client claims to be (Pod). It is read
 	// again for every request (the kubelet rotates it) and never logged.
 	// Empty sends none, and the server refuses the request.

@@ -10,12 +10,13 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/sidecar/credentials"
 )
 
 // requestCredentials are what one request authenticates with: the job's token and
-// the pod's token (binding.HeaderPodToken), both read from their files for
+// the pod's token (names.HeaderPodToken), both read from their files for
 // the request, as the kubelet may have rotated either.
 type requestCredentials struct {
 	token    binding.Token
@@ -58,9 +59,9 @@ func (c *Client) headers(cr requestCredentials) http.Header {
 	h := http.Header{}
 	h.Set(binding.HeaderAuthorization, cr.token.BearerHeader())
 	if cr.podToken != "" {
-		h.Set(binding.HeaderPodToken, cr.podToken)
+		h.Set(names.HeaderPodToken, cr.podToken)
 	}
-	h.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
+	h.Set(names.HeaderProtocolVersion, binding.ProtocolVersion)
 	ua := "tether-sidecar"
 	if c.cfg.SidecarVersion != "" {
 		ua += "/" + c.cfg.SidecarVersion
@@ -72,11 +73,11 @@ func (c *Client) headers(cr requestCredentials) http.Header {
 // sessionHeaders are headers plus the identity a session must claim.
 func (c *Client) sessionHeaders(cr requestCredentials) http.Header {
 	h := c.headers(cr)
-	h.Set(binding.HeaderJobID, c.cfg.JobID)
-	h.Set(binding.HeaderWorkerID, c.cfg.WorkerID)
-	h.Set(binding.HeaderPodNamespace, c.cfg.Pod.Namespace)
-	h.Set(binding.HeaderPodName, c.cfg.Pod.Name)
-	h.Set(binding.HeaderPodUID, c.cfg.Pod.UID)
+	h.Set(names.HeaderJobID, c.cfg.JobID)
+	h.Set(names.HeaderWorkerID, c.cfg.WorkerID)
+	h.Set(names.HeaderPodNamespace, c.cfg.Pod.Namespace)
+	h.Set(names.HeaderPodName, c.cfg.Pod.Name)
+	h.Set(names.HeaderPodUID, c.cfg.Pod.UID)
 	return h
 }
 

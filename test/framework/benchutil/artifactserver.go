@@ -45,7 +45,7 @@ type ArtifactServer struct {
 // BenchPodUID is the pod the benchmarks' bindings record as node 0's: the
 // endpoint takes a write only from its node's recorded pod, so every
 // uploader, sidecar and floor request of a benchmark names it
-// (upload.PodHeader), as an injected sidecar names its own.
+// (names.HeaderArtifactPodUID), as an injected sidecar names its own.
 const BenchPodUID = "uid-bench"
 
 // ArtifactServerOptions shape an ArtifactServer; the zero value is the plain

@@ -23,10 +23,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/images"
 	"github.com/tether-dev/tether/internal/version"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/testenv"
 )
 
@@ -504,13 +504,13 @@ func (in *Installed) Diagnose(ctx context.Context) string {
 // the answer carries the job ID the webhook stamps.
 func (in *Installed) webhookDryRun(ctx context.Context) error {
 	tj := &trainer.TrainJob{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "tether-install-check", Labels: map[string]string{jobconfig.BindLabel: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "tether-install-check", Labels: map[string]string{names.BindLabel: "true"}},
 		Spec:       trainer.TrainJobSpec{RuntimeRef: trainer.RuntimeRef{Name: TorchRuntime}},
 	}
 	if err := in.c.Client.Create(ctx, tj, client.DryRunAll); err != nil {
 		return fmt.Errorf("dry-run create of a labeled TrainJob: %w", err)
 	}
-	if tj.Annotations[jobconfig.JobIDAnnotation] == "" {
+	if tj.Annotations[names.JobIDAnnotation] == "" {
 		return errors.New("a labeled TrainJob was admitted without a job ID: the webhook did not mutate it")
 	}
 	return nil

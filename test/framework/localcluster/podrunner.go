@@ -17,8 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/test/framework/testenv"
 )
@@ -279,7 +278,7 @@ func (r *PodRunner) sync(ctx context.Context) {
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		// The real nodes' kubelets run their own pods.
-		if pod.Annotations[jobconfig.PodStatusAnnotation] == "" || pod.Spec.NodeName == "" || r.c.RealNodeNamed(pod.Spec.NodeName) != nil {
+		if pod.Annotations[names.PodStatusAnnotation] == "" || pod.Spec.NodeName == "" || r.c.RealNodeNamed(pod.Spec.NodeName) != nil {
 			continue
 		}
 		skip := r.Skip != nil && r.Skip(pod)
@@ -353,15 +352,15 @@ func (r *PodRunner) startPod(ctx context.Context, rp *runningPod, pod *corev1.Po
 	var env []string
 	for k, v := range testenv.SidecarEnv(pod) {
 		switch k {
-		case binding.EnvTokenFile:
+		case names.EnvTokenFile:
 			v = filepath.Join(tokenDir, filepath.Base(v))
-		case binding.EnvCAFile:
+		case names.EnvCAFile:
 			v = filepath.Join(tokenDir, filepath.Base(v))
-		case binding.EnvPodTokenFile:
+		case names.EnvPodTokenFile:
 			v = rp.podTokenFile
-		case binding.EnvArtifactDir:
+		case names.EnvArtifactDir:
 			v = artifacts
-		case binding.EnvServerURL:
+		case names.EnvServerURL:
 			// On the cluster network the injected URL (the Service's DNS
 			// name) is dialed as is, from the kwok pods' namespace; without
 			// it, the binding server's loopback forwarder is the Service.
@@ -607,7 +606,7 @@ func exitCode(p *Process) int32 {
 
 // writePodToken mints what the kubelet projects into the sidecar's
 // tether-pod-token volume (a token of the pod's ServiceAccount, audience
-// binding.PodTokenAudience, bound to the pod) and replaces the file with it
+// names.PodTokenAudience, bound to the pod) and replaces the file with it
 // in one rename, as the kubelet's atomic writer does.
 func (r *PodRunner) writePodToken(ctx context.Context, rp *runningPod, pod *corev1.Pod) error {
 	token, err := testenv.PodToken(ctx, r.c.Clientset, pod)

@@ -11,13 +11,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
 // PodToken mints what the kubelet projects into the sidecar's
 // tether-pod-token volume: a ServiceAccount token of the pod's
-// ServiceAccount, audience binding.PodTokenAudience, bound to the pod
+// ServiceAccount, audience names.PodTokenAudience, bound to the pod
 // (TokenRequest with a Pod boundObjectRef), so the API server's TokenReview
 // names the pod. No kubelet runs in these environments; cs must be allowed
 // to create serviceaccounts/token (the kubelet is).
@@ -27,7 +27,7 @@ func PodToken(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (st
 	}
 	tr, err := cs.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName, &authnv1.TokenRequest{
 		Spec: authnv1.TokenRequestSpec{
-			Audiences:         []string{binding.PodTokenAudience},
+			Audiences:         []string{names.PodTokenAudience},
 			ExpirationSeconds: ptr.To[int64](trainjob.PodTokenExpirationSeconds),
 			BoundObjectRef:    &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
 		}}, metav1.CreateOptions{})

@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -171,14 +171,14 @@ func (w *PodWrapper) RestartAttempt(n int) *PodWrapper {
 // cover the rest of an injection).
 func (w *PodWrapper) Injected() *PodWrapper {
 	const job, worker = "job", "worker"
-	w.Annotation(jobconfig.PodStatusAnnotation, trainjob.InjectionStatus{Version: trainjob.InjectionStatusVersion, JobID: job, WorkerID: worker,
+	w.Annotation(names.PodStatusAnnotation, trainjob.InjectionStatus{Version: trainjob.InjectionStatusVersion, JobID: job, WorkerID: worker,
 		Sidecar: trainjob.SidecarContainer}.String())
 	name, _ := trainjob.IsTrainerPod(&w.Pod)
 	w.Volume(corev1.Volume{Name: trainjob.TokenVolume, VolumeSource: corev1.VolumeSource{
 		Secret: &corev1.SecretVolumeSource{SecretName: binding.TokenSecretName(name)}}})
 	return w.InitContainer(corev1.Container{Name: trainjob.SidecarContainer, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-		Env: []corev1.EnvVar{{Name: binding.EnvJobID, Value: job}, {Name: binding.EnvWorkerID, Value: worker},
-			{Name: binding.EnvServerURL, Value: "https://tether.example"}, {Name: binding.EnvTokenFile, Value: trainjob.SidecarTokenDir + "/" + binding.TokenKey}},
+		Env: []corev1.EnvVar{{Name: names.EnvJobID, Value: job}, {Name: names.EnvWorkerID, Value: worker},
+			{Name: names.EnvServerURL, Value: "https://tether.example"}, {Name: names.EnvTokenFile, Value: trainjob.SidecarTokenDir + "/" + names.TokenKey}},
 		VolumeMounts: []corev1.VolumeMount{{Name: trainjob.TokenVolume, MountPath: trainjob.SidecarTokenDir, ReadOnly: true}}})
 }
 

@@ -6,7 +6,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/api/names"
 )
 
 // TrainJobWrapper builds a Trainer v2.3 TrainJob.
@@ -46,7 +46,7 @@ func (w *TrainJobWrapper) Annotation(k, v string) *TrainJobWrapper {
 
 // Bound adds the bind label.
 func (w *TrainJobWrapper) Bound() *TrainJobWrapper {
-	return w.Label(jobconfig.BindLabel, jobconfig.BindValue)
+	return w.Label(names.BindLabel, names.BindValue)
 }
 
 // Queue adds Kueue's queue-name label.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
@@ -64,7 +65,7 @@ func TestLabeledTrainJobIsStampedAndBound(t *testing.T) {
 	if err := env.Client.Create(ctx, tj); err != nil {
 		t.Fatal(err)
 	}
-	jobID, workerID := tj.Annotations[jobconfig.JobIDAnnotation], tj.Annotations[jobconfig.WorkerIDAnnotation]
+	jobID, workerID := tj.Annotations[names.JobIDAnnotation], tj.Annotations[names.WorkerIDAnnotation]
 	if jobID == "" || workerID == "" {
 		t.Fatalf("TrainJob not stamped: annotations %v", tj.Annotations)
 	}
@@ -119,7 +120,7 @@ func TestLabeledTrainJobIsStampedAndBound(t *testing.T) {
 	waitForEvent(t, ns, "llama", "Bound")
 
 	// The identity is fixed for the job's life.
-	tj.Annotations[jobconfig.JobIDAnnotation] = "another-id"
+	tj.Annotations[names.JobIDAnnotation] = "another-id"
 	err = env.Client.Update(ctx, tj)
 	if err == nil || !strings.Contains(err.Error(), "immutable") {
 		t.Errorf("changing the job id: err = %v, want a denial saying it is immutable", err)
@@ -128,12 +129,12 @@ func TestLabeledTrainJobIsStampedAndBound(t *testing.T) {
 
 func TestInvalidAnnotationIsDeniedWithExample(t *testing.T) {
 	ns := newNamespace(t, nil)
-	tj := testobj.MakeTrainJob("bad", ns).Bound().Annotation(jobconfig.HeartbeatIntervalAnnotation, "soon").Obj()
+	tj := testobj.MakeTrainJob("bad", ns).Bound().Annotation(names.HeartbeatIntervalAnnotation, "soon").Obj()
 	err := env.Client.Create(context.Background(), tj)
 	if err == nil {
 		t.Fatal("TrainJob with an invalid heartbeat interval was admitted")
 	}
-	for _, want := range []string{jobconfig.HeartbeatIntervalAnnotation, `"soon"`, "example"} {
+	for _, want := range []string{names.HeartbeatIntervalAnnotation, `"soon"`, "example"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("denial %q does not mention %s", err, want)
 		}
@@ -147,7 +148,7 @@ func TestDryRunCreatePersistsNothing(t *testing.T) {
 	if err := env.Client.Create(ctx, tj, client.DryRunAll); err != nil {
 		t.Fatal(err)
 	}
-	if tj.Annotations[jobconfig.JobIDAnnotation] == "" {
+	if tj.Annotations[names.JobIDAnnotation] == "" {
 		t.Error("dry-run response was not stamped: the webhook did not run")
 	}
 	consistently(t, 2*time.Second, func() error {
@@ -178,7 +179,7 @@ func TestUnlabeledTrainJobIsUntouched(t *testing.T) {
 	if err := env.Client.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	if len(pod.Spec.InitContainers) != 0 || pod.Annotations[jobconfig.PodStatusAnnotation] != "" {
+	if len(pod.Spec.InitContainers) != 0 || pod.Annotations[names.PodStatusAnnotation] != "" {
 		t.Errorf("pod of an unlabeled TrainJob was mutated: %v", pod.Spec.InitContainers)
 	}
 	consistently(t, 2*time.Second, func() error {
@@ -199,17 +200,17 @@ func TestLabelingAnExistingTrainJobBindsIt(t *testing.T) {
 	if err := env.Client.Create(ctx, tj); err != nil {
 		t.Fatal(err)
 	}
-	tj.Labels = map[string]string{jobconfig.BindLabel: jobconfig.BindValue}
+	tj.Labels = map[string]string{names.BindLabel: names.BindValue}
 	if err := env.Client.Update(ctx, tj); err != nil {
 		t.Fatal(err)
 	}
-	if tj.Annotations[jobconfig.JobIDAnnotation] == "" {
+	if tj.Annotations[names.JobIDAnnotation] == "" {
 		t.Fatalf("UPDATE adding the label did not stamp the job: %v", tj.Annotations)
 	}
 	// Trainer v2.3's CRD (read by the webhook under the shipped RBAC) has
 	// spec.runtimePatches: Tether's entry labels the JobSet, which routes the
 	// job's pods to the pod webhook. Allowed here because the job is suspended.
-	if n := len(tj.Spec.RuntimePatches); n != 1 || tj.Spec.RuntimePatches[0].Manager != mutate.RuntimePatchManager ||
+	if n := len(tj.Spec.RuntimePatches); n != 1 || tj.Spec.RuntimePatches[0].Manager != names.RuntimePatchManager ||
 		tj.Spec.RuntimePatches[0].TrainingRuntimeSpec == nil || tj.Spec.RuntimePatches[0].TrainingRuntimeSpec.Template.Metadata.Labels[mutate.RouteLabel] != "true" {
 		t.Fatalf("runtimePatches after binding = %+v, want Tether's entry labeling the JobSet %s=true", tj.Spec.RuntimePatches, mutate.RouteLabel)
 	}
@@ -247,7 +248,7 @@ func TestPodInRestrictedNamespaceGetsSidecar(t *testing.T) {
 	if sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
 		t.Error("sidecar is not a native sidecar (restartPolicy Always)")
 	}
-	if pod.Annotations[jobconfig.PodStatusAnnotation] == "" {
+	if pod.Annotations[names.PodStatusAnnotation] == "" {
 		t.Error("pod has no tether.dev/status annotation")
 	}
 	// The token Secret volume is the job's own.
@@ -290,7 +291,7 @@ func TestPodsCreatedBeforeBindingAreReported(t *testing.T) {
 	if err := env.Client.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	tj.Labels = map[string]string{jobconfig.BindLabel: jobconfig.BindValue}
+	tj.Labels = map[string]string{names.BindLabel: names.BindValue}
 	if err := env.Client.Update(ctx, tj); err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +323,7 @@ func TestEveryUninjectedPodIsWarned(t *testing.T) {
 	if err := env.Client.Create(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	tj.Labels = map[string]string{jobconfig.BindLabel: jobconfig.BindValue}
+	tj.Labels = map[string]string{names.BindLabel: names.BindValue}
 	if err := env.Client.Update(ctx, tj); err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +355,7 @@ func TestMultiNodeBindsEveryNode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := testobj.MakeTrainJob("multi-"+tc.name, ns).Bound().NumNodes(2)
 			if tc.scope != "" {
-				w = w.Annotation(jobconfig.NodesAnnotation, tc.scope)
+				w = w.Annotation(names.NodesAnnotation, tc.scope)
 			}
 			if err := env.Client.Create(ctx, w.Obj()); err != nil {
 				t.Fatal(err)
@@ -367,7 +368,7 @@ func TestMultiNodeBindsEveryNode(t *testing.T) {
 				}
 				for _, c := range p.Spec.InitContainers {
 					for _, e := range c.Env {
-						if e.Name == binding.EnvNodeRank {
+						if e.Name == names.EnvNodeRank {
 							got = append(got, e.Value)
 						}
 					}
@@ -437,7 +438,7 @@ func TestPodsNotInjectedRemedy(t *testing.T) {
 	}
 	routed := func() bool {
 		for _, p := range tj.Spec.RuntimePatches {
-			if p.Manager == mutate.RuntimePatchManager {
+			if p.Manager == names.RuntimePatchManager {
 				return true
 			}
 		}
@@ -453,7 +454,7 @@ func TestPodsNotInjectedRemedy(t *testing.T) {
 			t.Fatalf("%s: Tether's runtime patch present %v, want %v (runtimePatches %+v)", what, routed(), wantRouted, tj.Spec.RuntimePatches)
 		}
 	}
-	step("bind while running", func() { tj.Labels = map[string]string{jobconfig.BindLabel: jobconfig.BindValue} }, false)
+	step("bind while running", func() { tj.Labels = map[string]string{names.BindLabel: names.BindValue} }, false)
 	step("suspend", func() { tj.Spec.Suspend = ptr.To(true) }, false)
 	step("resume without an update in between", func() { tj.Spec.Suspend = ptr.To(false) }, false)
 	step("suspend again", func() { tj.Spec.Suspend = ptr.To(true) }, false)

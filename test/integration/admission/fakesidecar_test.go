@@ -13,9 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/test/framework/testobj"
@@ -28,13 +27,13 @@ import (
 // user can write, and no token volume.
 func fakeSidecarPod(trainJob, ns, jobID, workerID string) *testobj.PodWrapper {
 	return testobj.MakeTrainerPod(trainJob, ns).
-		Annotation(jobconfig.PodStatusAnnotation, trainjob.InjectionStatus{Version: trainjob.InjectionStatusVersion, JobID: jobID, WorkerID: workerID,
+		Annotation(names.PodStatusAnnotation, trainjob.InjectionStatus{Version: trainjob.InjectionStatusVersion, JobID: jobID, WorkerID: workerID,
 			Sidecar: trainjob.SidecarContainer, ArtifactVolume: mutate.ArtifactVolumeName}.String()).
 		InitContainer(corev1.Container{Name: trainjob.SidecarContainer, Image: "busybox:1.37", Command: []string{"sleep", "infinity"},
 			RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-			Env: []corev1.EnvVar{{Name: binding.EnvJobID, Value: jobID}, {Name: binding.EnvWorkerID, Value: workerID},
-				{Name: binding.EnvServerURL, Value: "https://tether-control-plane.tether-system.svc:8443"},
-				{Name: binding.EnvTokenFile, Value: mutate.SidecarTokenDir + "/" + binding.TokenKey}}})
+			Env: []corev1.EnvVar{{Name: names.EnvJobID, Value: jobID}, {Name: names.EnvWorkerID, Value: workerID},
+				{Name: names.EnvServerURL, Value: "https://tether-control-plane.tether-system.svc:8443"},
+				{Name: names.EnvTokenFile, Value: mutate.SidecarTokenDir + "/" + names.TokenKey}}})
 }
 
 // TestTenantCannotPassAFakeSidecarAsInjected: a tenant's pod that merely
@@ -56,7 +55,7 @@ func TestTenantCannotPassAFakeSidecarAsInjected(t *testing.T) {
 			if err := tenant.Client.Create(ctx, tj); err != nil {
 				t.Fatal(err)
 			}
-			w := fakeSidecarPod(name, ns, tj.Annotations[jobconfig.JobIDAnnotation], tj.Annotations[jobconfig.WorkerIDAnnotation])
+			w := fakeSidecarPod(name, ns, tj.Annotations[names.JobIDAnnotation], tj.Annotations[names.WorkerIDAnnotation])
 			if routed {
 				w = w.Routed()
 			}
@@ -140,7 +139,7 @@ func TestInjectedPodAsStoredIsProven(t *testing.T) {
 	if n := len(copyOf.Spec.InitContainers); n != len(stored.Spec.InitContainers) {
 		t.Errorf("re-injected: %d init containers, want the %d it had", n, len(stored.Spec.InitContainers))
 	}
-	if got, want := copyOf.Annotations[jobconfig.PodStatusAnnotation], stored.Annotations[jobconfig.PodStatusAnnotation]; got != want {
+	if got, want := copyOf.Annotations[names.PodStatusAnnotation], stored.Annotations[names.PodStatusAnnotation]; got != want {
 		t.Errorf("status annotation changed from %s to %s", want, got)
 	}
 }

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/test/framework/testenv"
 	"github.com/tether-dev/tether/test/framework/testobj"
@@ -53,7 +53,7 @@ func installJobSetCRD(t *testing.T) {
 // bind label on the JobSet, one replicated job "node".
 func boundJobSet(ns, name string) *unstructured.Unstructured {
 	js := &unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{jobconfig.BindLabel: jobconfig.BindValue}},
+		"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{names.BindLabel: names.BindValue}},
 		"spec": map[string]any{"replicatedJobs": []any{map[string]any{
 			"name": "node", "replicas": int64(1),
 			"template": map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -65,7 +65,7 @@ func stored(t *testing.T, key string) []byte {
 }
 
 func TestArtifactsVerifiedThenSucceeded(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	files := map[string][]byte{
@@ -98,7 +98,7 @@ func TestArtifactsVerifiedThenSucceeded(t *testing.T) {
 }
 
 func TestFailedTrainerNeverOverwritesGoodArtifacts(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	good := []byte("a good checkpoint")
@@ -153,9 +153,9 @@ func TestCrossJobArtifactTokenRefusedBeforeAnyByte(t *testing.T) {
 	body := &countingBody{r: io.LimitReader(zeroReader{}, size)}
 	req, _ := http.NewRequest(http.MethodPut, env.BindingURL+"/"+upload.Bucket+"/"+bJob+"/stolen.bin", body)
 	req.ContentLength = size
-	req.Header.Set(upload.TokenHeader, string(token))
-	req.Header.Set(upload.PodHeader, string(a.pod.UID))
-	req.Header.Set(binding.HeaderPodToken, a.podToken(t))
+	req.Header.Set(names.HeaderArtifactToken, string(token))
+	req.Header.Set(names.HeaderArtifactPodUID, string(a.pod.UID))
+	req.Header.Set(names.HeaderPodToken, a.podToken(t))
 	req.Header.Set("Expect", "100-continue")
 	resp, err := hc.Do(req)
 	if err != nil {

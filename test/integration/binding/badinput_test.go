@@ -18,9 +18,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/sidecar/session"
 	"github.com/tether-dev/tether/test/framework/testobj"
 )
@@ -51,13 +51,13 @@ func newRawPeer(t *testing.T, j *job) *rawPeer {
 func (p *rawPeer) headers() http.Header {
 	h := http.Header{}
 	h.Set(binding.HeaderAuthorization, "Bearer "+p.token)
-	h.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
-	h.Set(binding.HeaderJobID, p.cfg.JobID)
-	h.Set(binding.HeaderWorkerID, p.cfg.WorkerID)
-	h.Set(binding.HeaderPodNamespace, p.cfg.Pod.Namespace)
-	h.Set(binding.HeaderPodName, p.cfg.Pod.Name)
-	h.Set(binding.HeaderPodUID, p.cfg.Pod.UID)
-	h.Set(binding.HeaderPodToken, p.j.podToken(p.t))
+	h.Set(names.HeaderProtocolVersion, binding.ProtocolVersion)
+	h.Set(names.HeaderJobID, p.cfg.JobID)
+	h.Set(names.HeaderWorkerID, p.cfg.WorkerID)
+	h.Set(names.HeaderPodNamespace, p.cfg.Pod.Namespace)
+	h.Set(names.HeaderPodName, p.cfg.Pod.Name)
+	h.Set(names.HeaderPodUID, p.cfg.Pod.UID)
+	h.Set(names.HeaderPodToken, p.j.podToken(p.t))
 	return h
 }
 
@@ -129,12 +129,12 @@ func closeCode(t *testing.T, conn *websocket.Conn, kind int, raw []byte) int {
 }
 
 func TestBadInputIsRefusedWithoutPhaseChange(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	p := newRawPeer(t, j)
 
 	// HTTP refusals at registration.
 	h := p.headers()
-	h.Set(binding.HeaderProtocolVersion, "v0")
+	h.Set(names.HeaderProtocolVersion, "v0")
 	if code, e := p.register(h, p.registerBody()); code != http.StatusBadRequest || e.Code != binding.ErrUnsupportedVersion {
 		t.Errorf("wrong protocol version: %d %+v", code, e)
 	}
@@ -195,7 +195,7 @@ func TestBadInputIsRefusedWithoutPhaseChange(t *testing.T) {
 
 func TestRevokedAndFinishedBindingsAreRefused(t *testing.T) {
 	ctx := context.Background()
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	_, _, done := runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	// Deleting the TrainJob garbage-collects its binding; this API server runs
@@ -239,7 +239,7 @@ func TestRevokedAndFinishedBindingsAreRefused(t *testing.T) {
 // session (no close frame either way): the client reconnects and its
 // sequence numbers continue.
 func TestConnectionCutWithoutClose(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	proxy := newCutProxy(t, strings.TrimPrefix(env.BindingURL, "https://"))
 	cfg := j.clientConfig()
 	cfg.ServerURL = "https://" + proxy.addr

@@ -19,15 +19,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/bindingserver"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/sidecar/session"
 )
 
 func TestRegisterHeartbeatProgressAndMetrics(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	if err := os.WriteFile(filepath.Join(j.artifactDir, binding.ProgressFile),
 		[]byte(`{"step":10,"loss":1.5}`+"\n"+`{"step":120,"epoch":1.5,"loss":0.25,"fraction":0.4}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestCrossJobTokenIsRefusedOnEveryEndpoint(t *testing.T) {
 }
 
 func TestCommandsAreDeliveredAndAcknowledged(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	var flushes atomic.Int32
 	cfg := j.clientConfig()
 	cfg.OnCommand = func(_ context.Context, cmd binding.Command) error {
@@ -154,7 +154,7 @@ func TestCommandsAreDeliveredAndAcknowledged(t *testing.T) {
 // SessionActive, counted, a Warning Event); the real session goes on, where
 // it used to be closed with 4001 and the sidecar stopped its work.
 func TestTenantCannotTakeTheSidecarsSession(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	sidecar, _, realDone := runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	const refused = `tether_binding_refusals_total{reason="session_active"}`
@@ -190,7 +190,7 @@ func TestTenantCannotTakeTheSidecarsSession(t *testing.T) {
 }
 
 func TestHeartbeatLostThenRecovered(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	_, stop, done := runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	stop()
@@ -227,7 +227,7 @@ func TestTrainerExitCodeFromPodStatus(t *testing.T) {
 		{0, tetherv1.PhaseFailed, tetherv1.ReasonArtifactsIncomplete},
 		{3, tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed},
 	} {
-		j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+		j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 		_, _, done := runningClient(t, j.clientConfig())
 		j.waitPhase(t, tetherv1.PhaseRunning, "")
 		finishTrainer(t, j, tc.code)
@@ -268,7 +268,7 @@ func TestTrainerExitCodeFromPodStatus(t *testing.T) {
 }
 
 func TestServerRestartResumesWithoutRegression(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	c, _, _ := runningClient(t, j.clientConfig())
 	before := j.waitPhase(t, tetherv1.PhaseRunning, "")
 	seq := c.LastAckedSeq()
@@ -299,7 +299,7 @@ func command(t *testing.T, j *job, value string) {
 	if wb.Annotations == nil {
 		wb.Annotations = map[string]string{}
 	}
-	wb.Annotations[tetherv1.CommandAnnotation] = value
+	wb.Annotations[names.CommandAnnotation] = value
 	if err := env.Client.Patch(context.Background(), wb, patch); err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controller"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/testenv"
 	"github.com/tether-dev/tether/test/framework/testobj"
 )
@@ -47,13 +47,13 @@ func leftClaim(t *testing.T, id, ns string, nsUID types.UID, acquired time.Time)
 	at := metav1.NewMicroTime(acquired)
 	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "tether-system", Name: controller.ClaimName(id),
-			Labels: map[string]string{controller.ClaimLabel: "true", controller.ClaimJobIDLabel: id},
-			Annotations: map[string]string{controller.ClaimNamespaceAnnotation: ns, controller.ClaimNameAnnotation: "nightly",
-				controller.ClaimUIDAnnotation: "5c0e9b1e-0000-4000-8000-00000000e001"}},
+			Labels: map[string]string{names.ClaimLabel: "true", names.ClaimJobIDLabel: id},
+			Annotations: map[string]string{names.ClaimNamespaceAnnotation: ns, names.ClaimNameAnnotation: "nightly",
+				names.ClaimUIDAnnotation: "5c0e9b1e-0000-4000-8000-00000000e001"}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &at},
 	}
 	if nsUID != "" {
-		l.Annotations[controller.ClaimNamespaceUIDAnnotation] = string(nsUID)
+		l.Annotations[names.ClaimNamespaceUIDAnnotation] = string(nsUID)
 	}
 	if err := env.Client.Create(context.Background(), l); err != nil {
 		t.Fatal(err)
@@ -115,7 +115,7 @@ func TestClaimOfAnEarlierReleaseStaysItsNamespaces(t *testing.T) {
 	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: controller.ClaimName(id)}, lease); err != nil {
 		t.Fatal(err)
 	}
-	if got := lease.Annotations[controller.ClaimNamespaceUIDAnnotation]; got != string(uid) {
+	if got := lease.Annotations[names.ClaimNamespaceUIDAnnotation]; got != string(uid) {
 		t.Errorf("claim of %q records namespace UID %q, want %q", id, got, uid)
 	}
 }
@@ -131,7 +131,7 @@ func TestScopedIDOfAnEarlierNamespaceIsRefused(t *testing.T) {
 		{binding.ScopedJobID(tn.Namespace, "5c0e9b1e-0000-4000-8000-0000000000bb", "0123456789abcdef"), "earlier namespace"},
 		{tn.Namespace + "_0123456789abcdef", "untagged form"},
 	} {
-		tj := testobj.MakeTrainJob("model", tn.Namespace).Bound().Annotation(jobconfig.JobIDAnnotation, tc.id).Obj()
+		tj := testobj.MakeTrainJob("model", tn.Namespace).Bound().Annotation(names.JobIDAnnotation, tc.id).Obj()
 		err := tn.Client.Create(ctx, tj)
 		if err == nil {
 			j := bound(t, tn, "model")

@@ -18,10 +18,10 @@ import (
 	"github.com/gorilla/websocket"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/bindingserver"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/workerauth"
 )
 
@@ -193,8 +193,8 @@ func flood(t *testing.T, conn *websocket.Conn, next func(i int) []byte) (acks in
 // CloseRateLimited after its burst; the acks cause no API calls; the
 // bystander's every heartbeat is acknowledged.
 func TestFloodIsClosedAndBystanderServed(t *testing.T) {
-	a := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
-	b := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	a := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
+	b := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	by := startBystander(t, b)
 	b.waitPhase(t, tetherv1.PhaseRunning, "")
 
@@ -269,7 +269,7 @@ func TestFloodIsClosedAndBystanderServed(t *testing.T) {
 	// 3. Acks of commands this session was never sent, below the frame
 	// budget so the session stays open: each is dropped before any API call.
 	// (A third job: the flooder's token has spent its session opens.)
-	c := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	c := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	pc := newRawPeer(t, c)
 	if code, e := pc.register(pc.headers(), pc.registerBody()); code != http.StatusOK {
 		t.Fatalf("register: %d %+v", code, e)

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/testenv"
 	"github.com/tether-dev/tether/test/framework/testobj"
 )
@@ -49,8 +49,8 @@ func (j *tenantJob) registerAsPod(t *testing.T, p *corev1.Pod, podToken, workerI
 		t.Fatal(err)
 	}
 	req.Header.Set(binding.HeaderAuthorization, binding.Token(j.token).BearerHeader())
-	req.Header.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
-	req.Header.Set(binding.HeaderPodToken, podToken)
+	req.Header.Set(names.HeaderProtocolVersion, binding.ProtocolVersion)
+	req.Header.Set(names.HeaderPodToken, podToken)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := j.httpClient().Do(req)
 	if err != nil {
@@ -79,7 +79,7 @@ func TestHandMadePodCannotRegisterAsANode(t *testing.T) {
 	if err := tn.Client.Get(ctx, types.NamespacedName{Namespace: tn.Namespace, Name: realJob.podName}, realPod); err != nil {
 		t.Fatal(err)
 	}
-	workerID := realPod.Annotations[jobconfig.PodStatusAnnotation]
+	workerID := realPod.Annotations[names.PodStatusAnnotation]
 	var status struct {
 		WorkerID string `json:"workerID"`
 	}
@@ -90,7 +90,7 @@ func TestHandMadePodCannotRegisterAsANode(t *testing.T) {
 	// The hand-made pod: node 0's labels, the real pod's status annotation,
 	// no tether.dev/bind (so no webhook sees it).
 	w := testobj.MakeTrainerPod("model", tn.Namespace).Name("model-node-0-0-handmade").
-		Annotation(jobconfig.PodStatusAnnotation, realPod.Annotations[jobconfig.PodStatusAnnotation])
+		Annotation(names.PodStatusAnnotation, realPod.Annotations[names.PodStatusAnnotation])
 	handmade := w.Obj()
 	if err := tn.Client.Create(ctx, handmade); err != nil {
 		t.Fatalf("tenant creating its own pod: %v", err)
@@ -110,10 +110,10 @@ func TestHandMadePodCannotRegisterAsANode(t *testing.T) {
 
 	// The label cannot be added afterwards ...
 	patched := handmade.DeepCopy()
-	patched.Labels[jobconfig.BindLabel] = jobconfig.BindValue
+	patched.Labels[names.BindLabel] = names.BindValue
 	err = tn.Client.Update(ctx, patched)
 	if err == nil {
-		t.Fatalf("tenant added %s=%s to its own pod", jobconfig.BindLabel, jobconfig.BindValue)
+		t.Fatalf("tenant added %s=%s to its own pod", names.BindLabel, names.BindValue)
 	}
 	t.Logf("adding the label: %v", err)
 	if !strings.Contains(err.Error(), "never change afterwards") {
@@ -124,7 +124,7 @@ func TestHandMadePodCannotRegisterAsANode(t *testing.T) {
 	routed := testobj.MakeTrainerPod("model", tn.Namespace).Routed().Name("model-node-0-0-routed").Obj()
 	err = tn.Client.Create(ctx, routed)
 	if err == nil {
-		t.Fatalf("tenant created a pod labeled %s=%s", jobconfig.BindLabel, jobconfig.BindValue)
+		t.Fatalf("tenant created a pod labeled %s=%s", names.BindLabel, names.BindValue)
 	}
 	t.Logf("creating a labeled pod: %v", err)
 	if !strings.Contains(err.Error(), "only the Job controller creates") {

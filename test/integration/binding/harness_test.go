@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/sidecar/progress"
@@ -127,11 +128,11 @@ func (j *job) sidecarEnv() map[string]string { return testenv.SidecarEnv(j.pod) 
 // with this test's files in place of the kubelet's mounts.
 func (j *job) clientConfig() session.Config {
 	e := j.sidecarEnv()
-	interval, _ := time.ParseDuration(e[binding.EnvHeartbeatInterval])
+	interval, _ := time.ParseDuration(e[names.EnvHeartbeatInterval])
 	return session.Config{
-		ServerURL: e[binding.EnvServerURL], TokenFile: j.tokenFile, PodTokenFile: j.podTokenFile, CAFile: j.caFile,
-		JobID: e[binding.EnvJobID], WorkerID: e[binding.EnvWorkerID],
-		Pod:               binding.PodIdentity{Namespace: e[binding.EnvPodNamespace], Name: e[binding.EnvPodName], UID: e[binding.EnvPodUID]},
+		ServerURL: e[names.EnvServerURL], TokenFile: j.tokenFile, PodTokenFile: j.podTokenFile, CAFile: j.caFile,
+		JobID: e[names.EnvJobID], WorkerID: e[names.EnvWorkerID],
+		Pod:               binding.PodIdentity{Namespace: e[names.EnvPodNamespace], Name: e[names.EnvPodName], UID: e[names.EnvPodUID]},
 		HeartbeatInterval: interval,
 		BackoffInitial:    50 * time.Millisecond, BackoffMax: 500 * time.Millisecond,
 		Progress: progress.NewReader(j.artifactDir).Progress,

@@ -12,11 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/controlplane"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/sidecar/session"
 )
@@ -103,7 +103,7 @@ func TestHeldWorkerLostWhenItsReplicaDies(t *testing.T) {
 		}
 	}()
 
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: testHeartbeat.String()})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: testHeartbeat.String()})
 	cfg := j.clientConfig()
 	cfg.ServerURL = replica.BindingURL // the worker reaches this replica only
 	c, _, _ := runningClient(t, cfg)
@@ -166,7 +166,7 @@ func TestHeldWorkerLostWhenItsReplicaDies(t *testing.T) {
 // 3 intervals (plus the liveness check), and the binding records the last
 // heartbeat that replica heard, not an older written one.
 func TestSilentWorkerLostOnLiveReplica(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: testHeartbeat.String()})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: testHeartbeat.String()})
 	p := newRawPeer(t, j)
 	if code, e := p.register(p.headers(), p.registerBody()); code != 200 {
 		t.Fatalf("register: %d %+v", code, e)
@@ -234,7 +234,7 @@ func TestSilentWorkerLostOnLiveReplica(t *testing.T) {
 // controller's verdict, however long that takes (e2e scenario 4 saw it go
 // back to Running/HeartbeatLost while the leader was away).
 func TestFinishedWorkersSilenceIsNotLost(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: testHeartbeat.String()})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: testHeartbeat.String()})
 	c, stop, done := runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	finishAndStop(t, c, stop, done)

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controlplane"
@@ -221,9 +222,9 @@ func registeredJob(t *testing.T, tn *testenv.Tenant, name string) *tenantJob {
 			return err
 		}
 		req.Header.Set(binding.HeaderAuthorization, binding.Token(j.token).BearerHeader())
-		req.Header.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
+		req.Header.Set(names.HeaderProtocolVersion, binding.ProtocolVersion)
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(binding.HeaderPodToken, j.podToken)
+		req.Header.Set(names.HeaderPodToken, j.podToken)
 		resp, err := j.httpClient().Do(req)
 		if err != nil {
 			return err
@@ -265,9 +266,9 @@ func startManifestPut(j *tenantJob, body io.Reader, size int64) *heldPut {
 		return p
 	}
 	req.ContentLength = size
-	req.Header.Set(upload.TokenHeader, j.token)
-	req.Header.Set(upload.PodHeader, j.podUID)
-	req.Header.Set(binding.HeaderPodToken, j.podToken)
+	req.Header.Set(names.HeaderArtifactToken, j.token)
+	req.Header.Set(names.HeaderArtifactPodUID, j.podUID)
+	req.Header.Set(names.HeaderPodToken, j.podToken)
 	req.Header.Set("Expect", "100-continue")
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(j.ca)

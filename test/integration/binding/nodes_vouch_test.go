@@ -17,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/testobj"
@@ -43,7 +43,7 @@ func newTwoNodeJobCounted(t *testing.T, count bool) [2]*job {
 	ns, name := fmt.Sprintf("bind-%d", nsCounter), "train"
 	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	mustCreate(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}})
-	mustCreate(t, testobj.MakeTrainJob(name, ns).Bound().NumNodes(2).Annotation(jobconfig.HeartbeatIntervalAnnotation, "1s").Obj())
+	mustCreate(t, testobj.MakeTrainJob(name, ns).Bound().NumNodes(2).Annotation(names.HeartbeatIntervalAnnotation, "1s").Obj())
 	secret := &corev1.Secret{}
 	eventually(t, 15*time.Second, func() error {
 		return env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: binding.TokenSecretName(name)}, secret)
@@ -166,7 +166,7 @@ func (c *tokenClient) putAs(podUID, rel string, body []byte) (int, string) {
 		c.t.Fatal(err)
 	}
 	c.sign(req)
-	req.Header.Set(upload.PodHeader, podUID)
+	req.Header.Set(names.HeaderArtifactPodUID, podUID)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		c.t.Fatalf("PUT %s: %v", rel, err)

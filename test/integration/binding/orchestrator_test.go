@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/binding"
@@ -67,7 +68,7 @@ func readerConfig(t *testing.T, ns, name string, allowed bool) *rest.Config {
 // on the WorkerBinding, a foreign token, or a bad path is refused.
 func TestOrchestratorReadsVerifiedArtifactsWithItsOwnToken(t *testing.T) {
 	ctx := context.Background()
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	files := map[string][]byte{"model.safetensors": bytes.Repeat([]byte("weights"), 100_000), "ckpt/step 10.pt": []byte("ckpt-10")}
@@ -218,8 +219,8 @@ func progressLine(t *testing.T, j *job, step int, fraction float64) {
 // trainer's native report is shown on the binding and never overwritten.
 func TestTrainerStatusFromWorkerProgressAndNative(t *testing.T) {
 	ctx := context.Background()
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
-	off := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s", jobconfig.TrainerStatusAnnotation: jobconfig.TrainerStatusOff})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
+	off := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s", names.TrainerStatusAnnotation: jobconfig.TrainerStatusOff})
 	for _, x := range []*job{j, off} {
 		progressLine(t, x, 10, 0.1)
 		runningClient(t, x.clientConfig())

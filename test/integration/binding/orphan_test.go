@@ -16,9 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/sidecar/session"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -30,9 +30,9 @@ func (p *rawPeer) putProbe(t *testing.T) int {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPut, p.cfg.ServerURL+"/"+upload.Bucket+"/"+p.cfg.JobID+"/probe.txt", strings.NewReader("probe"))
 	req.ContentLength = 5
-	req.Header.Set(upload.TokenHeader, p.token)
-	req.Header.Set(upload.PodHeader, p.cfg.Pod.UID)
-	req.Header.Set(binding.HeaderPodToken, p.j.podToken(t))
+	req.Header.Set(names.HeaderArtifactToken, p.token)
+	req.Header.Set(names.HeaderArtifactPodUID, p.cfg.Pod.UID)
+	req.Header.Set(names.HeaderPodToken, p.j.podToken(t))
 	resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: p.tls}, Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func TestTokenDiesWithTrainJob(t *testing.T) {
 	for _, mode := range []metav1.DeletionPropagation{metav1.DeletePropagationOrphan, metav1.DeletePropagationBackground} {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx := context.Background()
-			j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+			j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 			cfg := j.clientConfig()
 			cfg.ServerURL = replica.BindingURL
 			_, _, done := runningClient(t, cfg)

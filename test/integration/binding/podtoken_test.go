@@ -20,8 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/testenv"
 	"github.com/tether-dev/tether/test/framework/testobj"
@@ -33,7 +33,7 @@ import (
 func tenantTwoNodeJob(t *testing.T, tn *testenv.Tenant, name string) [2]*job {
 	t.Helper()
 	ctx := context.Background()
-	tw := testobj.MakeTrainJob(name, tn.Namespace).Bound().NumNodes(2).Annotation(jobconfig.HeartbeatIntervalAnnotation, "1s")
+	tw := testobj.MakeTrainJob(name, tn.Namespace).Bound().NumNodes(2).Annotation(names.HeartbeatIntervalAnnotation, "1s")
 	if err := tn.Client.Create(ctx, tw.Obj()); err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func tenantTwoNodeJob(t *testing.T, tn *testenv.Tenant, name string) [2]*job {
 }
 
 // registerAs POSTs a registration with j's job token, claiming pod, with
-// podToken in binding.HeaderPodToken (none when empty).
+// podToken in names.HeaderPodToken (none when empty).
 func registerAs(t *testing.T, j *job, podToken string, pod binding.PodIdentity) (int, binding.ErrorResponse) {
 	t.Helper()
 	c := j.tokenClient(t)
@@ -75,10 +75,10 @@ func registerAs(t *testing.T, j *job, podToken string, pod binding.PodIdentity) 
 		t.Fatal(err)
 	}
 	req.Header.Set(binding.HeaderAuthorization, binding.Token(c.token).BearerHeader())
-	req.Header.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
+	req.Header.Set(names.HeaderProtocolVersion, binding.ProtocolVersion)
 	req.Header.Set("Content-Type", "application/json")
 	if podToken != "" {
-		req.Header.Set(binding.HeaderPodToken, podToken)
+		req.Header.Set(names.HeaderPodToken, podToken)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -151,8 +151,8 @@ func TestPodTokenProvesThePod(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, tok := range map[string]string{"rank 1's kube-api-access token": apiToken.Status.Token, "the tenant's own token": tn.Token} {
-		if code, e := registerAs(t, nodes[1], tok, rank1); code != http.StatusUnauthorized || !strings.Contains(e.Message, binding.PodTokenAudience) {
-			t.Errorf("%s as the pod token: %d %s %q, want 401 naming audience %s", name, code, e.Code, e.Message, binding.PodTokenAudience)
+		if code, e := registerAs(t, nodes[1], tok, rank1); code != http.StatusUnauthorized || !strings.Contains(e.Message, names.PodTokenAudience) {
+			t.Errorf("%s as the pod token: %d %s %q, want 401 naming audience %s", name, code, e.Code, e.Message, names.PodTokenAudience)
 		}
 	}
 	// A pod token of a pod in another namespace (another tenant's pod of
@@ -169,13 +169,13 @@ func TestPodTokenProvesThePod(t *testing.T) {
 		t.Errorf("another namespace's pod token: %d %s %q, want 403 naming the namespace", code, e.Code, e.Message)
 	}
 	// No pod token at all.
-	if code, e := registerAs(t, nodes[1], "", rank1); code != http.StatusUnauthorized || !strings.Contains(e.Message, binding.HeaderPodToken) {
-		t.Errorf("no pod token: %d %s %q, want 401 naming %s", code, e.Code, e.Message, binding.HeaderPodToken)
+	if code, e := registerAs(t, nodes[1], "", rank1); code != http.StatusUnauthorized || !strings.Contains(e.Message, names.HeaderPodToken) {
+		t.Errorf("no pod token: %d %s %q, want 401 naming %s", code, e.Code, e.Message, names.HeaderPodToken)
 	}
 	c1 := nodes[1].tokenClient(t)
 	c1.podToken = ""
-	if code, msg := c1.putAs(rank1.UID, "nodes/1/shard.bin", []byte("x")); code != http.StatusUnauthorized || !strings.Contains(msg, binding.HeaderPodToken) {
-		t.Errorf("artifact PUT without a pod token: %d %s, want 401 naming %s", code, msg, binding.HeaderPodToken)
+	if code, msg := c1.putAs(rank1.UID, "nodes/1/shard.bin", []byte("x")); code != http.StatusUnauthorized || !strings.Contains(msg, names.HeaderPodToken) {
+		t.Errorf("artifact PUT without a pod token: %d %s, want 401 naming %s", code, msg, names.HeaderPodToken)
 	}
 
 	// Rank 1 itself, with its own pod token, still registers and writes.

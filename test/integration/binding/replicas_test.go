@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
 // TestTwoReplicasServeOneBinding runs a second control plane (as the
@@ -23,7 +23,7 @@ func TestTwoReplicasServeOneBinding(t *testing.T) {
 	}
 	defer replica.Stop()
 
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	cfg := j.clientConfig()
 	cfg.ServerURL = replica.BindingURL
 	c, _, done := runningClient(t, cfg)

@@ -10,9 +10,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controller"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
@@ -38,7 +38,7 @@ func TestTenantCannotTakeAGeneratedJobID(t *testing.T) {
 	owner.store(t, owner.jobID+"/model.bin", []byte("A's weights"))
 	gone(t, a, "model")
 
-	tj := testobj.MakeTrainJob("model", b.Namespace).Bound().Annotation(jobconfig.JobIDAnnotation, owner.jobID).Obj()
+	tj := testobj.MakeTrainJob("model", b.Namespace).Bound().Annotation(names.JobIDAnnotation, owner.jobID).Obj()
 	err = b.Client.Create(ctx, tj)
 	if err == nil {
 		squatter := bound(t, b, "model")
@@ -50,11 +50,11 @@ func TestTenantCannotTakeAGeneratedJobID(t *testing.T) {
 	}
 	// The label added to an unbound TrainJob that already carries the id
 	// (the webhook sees only bound TrainJobs at CREATE).
-	unbound := testobj.MakeTrainJob("later", b.Namespace).Annotation(jobconfig.JobIDAnnotation, owner.jobID).Obj()
+	unbound := testobj.MakeTrainJob("later", b.Namespace).Annotation(names.JobIDAnnotation, owner.jobID).Obj()
 	if err := b.Client.Create(ctx, unbound); err != nil {
 		t.Fatalf("creating an unbound TrainJob: %v", err)
 	}
-	unbound.SetLabels(map[string]string{jobconfig.BindLabel: jobconfig.BindValue})
+	unbound.SetLabels(map[string]string{names.BindLabel: names.BindValue})
 	if err := b.Client.Update(ctx, unbound); err == nil || !strings.Contains(err.Error(), "scoped to namespace") {
 		t.Errorf("binding an unbound TrainJob that carries A's id: %v, want refused as scoped to another namespace", err)
 	}

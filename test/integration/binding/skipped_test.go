@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
 // TestSkippedEntriesAreNamedOnTheBinding puts a symlink out of the artifact
@@ -19,7 +19,7 @@ import (
 // both, its heartbeats carry them, and the binding names each with its
 // reason.
 func TestSkippedEntriesAreNamedOnTheBinding(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	j.write(t, "model.bin", []byte("weights"))
 	if err := os.Symlink("/etc/passwd", filepath.Join(j.artifactDir, "escape")); err != nil {
 		t.Fatal(err)

@@ -16,10 +16,10 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/bindingserver"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
 // rawSession opens a session as the sidecar's pod with the job's token, as
@@ -37,20 +37,20 @@ func rawSession(t *testing.T, j *job) (*websocket.Conn, error) {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
-	u, err := url.Parse(e[binding.EnvServerURL])
+	u, err := url.Parse(e[names.EnvServerURL])
 	if err != nil {
 		t.Fatal(err)
 	}
 	u.Scheme, u.Path = "wss", strings.TrimSuffix(u.Path, "/")+binding.PathSession
 	h := http.Header{}
 	h.Set(binding.HeaderAuthorization, binding.Token(strings.TrimSpace(string(token))).BearerHeader())
-	h.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
-	h.Set(binding.HeaderJobID, e[binding.EnvJobID])
-	h.Set(binding.HeaderWorkerID, e[binding.EnvWorkerID])
-	h.Set(binding.HeaderPodNamespace, e[binding.EnvPodNamespace])
-	h.Set(binding.HeaderPodName, e[binding.EnvPodName])
-	h.Set(binding.HeaderPodUID, e[binding.EnvPodUID])
-	h.Set(binding.HeaderPodToken, j.podToken(t))
+	h.Set(names.HeaderProtocolVersion, binding.ProtocolVersion)
+	h.Set(names.HeaderJobID, e[names.EnvJobID])
+	h.Set(names.HeaderWorkerID, e[names.EnvWorkerID])
+	h.Set(names.HeaderPodNamespace, e[names.EnvPodNamespace])
+	h.Set(names.HeaderPodName, e[names.EnvPodName])
+	h.Set(names.HeaderPodUID, e[names.EnvPodUID])
+	h.Set(names.HeaderPodToken, j.podToken(t))
 	d := websocket.Dialer{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, HandshakeTimeout: 5 * time.Second}
 	conn, resp, err := d.DialContext(context.Background(), u.String(), h)
 	if resp != nil && resp.Body != nil {
@@ -68,7 +68,7 @@ func rawSession(t *testing.T, j *job) (*websocket.Conn, error) {
 // intervals (the newcomer is refused before), and the replacement is a
 // Warning Event and a metric, not silent.
 func TestSidecarTakesItsSessionBack(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "2s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "2s"})
 	_, stop, done := runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	stop()
@@ -125,7 +125,7 @@ func TestSidecarTakesItsSessionBack(t *testing.T) {
 // it. The binding shows that line, not the last heartbeat's (a 12-step job
 // once showed step 10).
 func TestFinishCarriesTheTrainersLastLine(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	writeProgress := func(step int) {
 		t.Helper()
 		if err := os.WriteFile(filepath.Join(j.artifactDir, binding.ProgressFile), []byte(fmt.Sprintf(`{"step":%d}`+"\n", step)), 0o644); err != nil {

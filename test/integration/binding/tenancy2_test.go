@@ -27,10 +27,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controlplane"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/test/framework/certs"
@@ -121,7 +121,7 @@ func TestDeletedPodsTokenDiesWithItsPod(t *testing.T) {
 func tenantRunningJob(t *testing.T, tn *testenv.Tenant, name string) (*job, *tenantJob) {
 	t.Helper()
 	ctx := context.Background()
-	tw := testobj.MakeTrainJob(name, tn.Namespace).Bound().Annotation(jobconfig.HeartbeatIntervalAnnotation, "1s")
+	tw := testobj.MakeTrainJob(name, tn.Namespace).Bound().Annotation(names.HeartbeatIntervalAnnotation, "1s")
 	if err := tn.Client.Create(ctx, tw.Obj()); err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +137,8 @@ func tenantRunningJob(t *testing.T, tn *testenv.Tenant, name string) (*job, *ten
 	j.writeFiles(t, secret)
 	runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
-	tj := &tenantJob{tenant: tn, name: name, jobID: j.clientConfig().JobID, token: string(secret.Data[binding.TokenKey]),
-		ca: secret.Data[binding.CABundleKey], podUID: string(j.pod.UID), podToken: j.podToken(t)}
+	tj := &tenantJob{tenant: tn, name: name, jobID: j.clientConfig().JobID, token: string(secret.Data[names.TokenKey]),
+		ca: secret.Data[names.CABundleKey], podUID: string(j.pod.UID), podToken: j.podToken(t)}
 	return j, tj
 }
 
@@ -165,7 +165,7 @@ func TestOrchestratorCannotEndARunningJobThroughItsBindingsMetadata(t *testing.T
 		{"ownerReferences removed (merge)", client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"ownerReferences":null}}`)), "ownerReferences"},
 		{"ownerReferences removed (JSON patch)", client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/ownerReferences"}]`)), "ownerReferences"},
 		{"owner's UID changed", client.RawPatch(types.JSONPatchType, []byte(`[{"op":"replace","path":"/metadata/ownerReferences/0/uid","value":"00000000-0000-0000-0000-000000000000"}]`)), "ownerReferences"},
-		{"Tether's label removed", client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+jobconfig.BindLabel+`":null}}}`)), "tether.dev/ domain"},
+		{"Tether's label removed", client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+names.BindLabel+`":null}}}`)), "tether.dev/ domain"},
 		{"a finalizer of Tether's added", client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":["tether.dev/hold"]}}`)), "tether.dev/ domain"},
 	} {
 		err := tn.Client.Patch(ctx, own.DeepCopy(), c.patch)

@@ -20,10 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controller"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/testenv"
 	"github.com/tether-dev/tether/test/framework/testobj"
@@ -67,7 +67,7 @@ func submit(t *testing.T, tn *testenv.Tenant, name, jobID string) {
 	t.Helper()
 	tw := testobj.MakeTrainJob(name, tn.Namespace).Bound()
 	if jobID != "" {
-		tw.Annotation(jobconfig.JobIDAnnotation, jobID)
+		tw.Annotation(names.JobIDAnnotation, jobID)
 	}
 	if err := tn.Client.Create(context.Background(), tw.Obj()); err != nil {
 		t.Fatalf("tenant %s creating TrainJob %s: %v", tn.Namespace, name, err)
@@ -95,7 +95,7 @@ func bound(t *testing.T, tn *testenv.Tenant, name string) *tenantJob {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &tenantJob{tenant: tn, name: name, jobID: wb.Spec.JobID, token: string(secret.Data[binding.TokenKey]), ca: secret.Data[binding.CABundleKey],
+	return &tenantJob{tenant: tn, name: name, jobID: wb.Spec.JobID, token: string(secret.Data[names.TokenKey]), ca: secret.Data[names.CABundleKey],
 		podName: pod.Name, podUID: string(pod.UID), podToken: podToken}
 }
 
@@ -118,9 +118,9 @@ func (j *tenantJob) object(t *testing.T, key string, body []byte) (int, string) 
 		t.Fatal(err)
 	}
 	req.ContentLength = int64(len(body))
-	req.Header.Set(upload.TokenHeader, j.token)
-	req.Header.Set(upload.PodHeader, j.podUID)
-	req.Header.Set(binding.HeaderPodToken, j.podToken)
+	req.Header.Set(names.HeaderArtifactToken, j.token)
+	req.Header.Set(names.HeaderArtifactPodUID, j.podUID)
+	req.Header.Set(names.HeaderPodToken, j.podToken)
 	resp, err := j.httpClient().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -346,7 +346,7 @@ func TestTenantCannotClaimAJobIDAfterItsOwnerIsDeleted(t *testing.T) {
 	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: controller.ClaimName(id)}, lease); err != nil {
 		t.Fatal(err)
 	}
-	if got := lease.Annotations[controller.ClaimNamespaceAnnotation]; got != a.Namespace {
+	if got := lease.Annotations[names.ClaimNamespaceAnnotation]; got != a.Namespace {
 		t.Errorf("claim of %q held by namespace %q, want %q", id, got, a.Namespace)
 	}
 }
@@ -424,7 +424,7 @@ func TestTwoResubmissionsAtOnceTakeTheClaimOnce(t *testing.T) {
 	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: controller.ClaimName(id)}, lease); err != nil {
 		t.Fatal(err)
 	}
-	if got := lease.Annotations[controller.ClaimNameAnnotation]; got != live[0] {
+	if got := lease.Annotations[names.ClaimNameAnnotation]; got != live[0] {
 		t.Errorf("claim held by %q, want the bound %q", got, live[0])
 	}
 }
@@ -454,7 +454,7 @@ func TestBindingWithoutAClaimClaimsItsIDAtStart(t *testing.T) {
 		if err := env.Client.Get(ctx, key, l); err != nil {
 			return err
 		}
-		if ns := l.Annotations[controller.ClaimNamespaceAnnotation]; ns != tn.Namespace {
+		if ns := l.Annotations[names.ClaimNamespaceAnnotation]; ns != tn.Namespace {
 			return fmt.Errorf("claim held by namespace %q, want %q", ns, tn.Namespace)
 		}
 		return nil

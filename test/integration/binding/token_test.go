@@ -11,9 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 )
 
 // TestReissuedTokenOverlap deletes a running job's token Secret. The
@@ -24,7 +24,7 @@ import (
 // heartbeating without a gap in its phase.
 func TestReissuedTokenOverlap(t *testing.T) {
 	ctx := context.Background()
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	_, _, done := runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	oldPeer := newRawPeer(t, j)
@@ -45,10 +45,10 @@ func TestReissuedTokenOverlap(t *testing.T) {
 		if err := env.Client.Get(ctx, key, s); err != nil {
 			return err
 		}
-		if string(s.Data[binding.TokenKey]) == oldPeer.token {
+		if string(s.Data[names.TokenKey]) == oldPeer.token {
 			return fmt.Errorf("token not reissued yet")
 		}
-		newToken = s.Data[binding.TokenKey]
+		newToken = s.Data[names.TokenKey]
 		return nil
 	})
 	seen := time.Now()
@@ -123,14 +123,14 @@ func TestReissuedTokenOverlap(t *testing.T) {
 // without being read first; this is the case where it was there.)
 func TestDeletedBindingKeepsTheRunningToken(t *testing.T) {
 	ctx := context.Background()
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	j.waitPhase(t, tetherv1.PhasePending, "")
 	key := types.NamespacedName{Namespace: j.ns, Name: binding.TokenSecretName(j.name)}
 	before := &corev1.Secret{}
 	if err := env.Client.Get(ctx, key, before); err != nil {
 		t.Fatal(err)
 	}
-	token := binding.Token(before.Data[binding.TokenKey])
+	token := binding.Token(before.Data[names.TokenKey])
 	old := j.binding(t)
 	if old.Spec.TokenSHA256 != token.Hash() {
 		t.Fatalf("binding hash %s, the Secret's token's %s", old.Spec.TokenSHA256, token.Hash())
@@ -155,7 +155,7 @@ func TestDeletedBindingKeepsTheRunningToken(t *testing.T) {
 	if err := env.Client.Get(ctx, key, after); err != nil {
 		t.Fatal(err)
 	}
-	if after.ResourceVersion != before.ResourceVersion || string(after.Data[binding.TokenKey]) != string(token) {
+	if after.ResourceVersion != before.ResourceVersion || string(after.Data[names.TokenKey]) != string(token) {
 		t.Errorf("the token Secret was rewritten (resourceVersion %s, was %s): the running sidecar's token must stay", after.ResourceVersion, before.ResourceVersion)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/pkg/workerauth"
@@ -54,10 +55,10 @@ func TestTenantCannotStarveRegistrationsWithMadeUpTokens(t *testing.T) {
 				if i%2 == 0 {
 					req, _ = http.NewRequestWithContext(ctx, http.MethodPost, p.cfg.ServerURL+binding.PathRegister, strings.NewReader("{}"))
 					req.Header.Set(binding.HeaderAuthorization, tok.BearerHeader())
-					req.Header.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
+					req.Header.Set(names.HeaderProtocolVersion, binding.ProtocolVersion)
 				} else {
 					req, _ = http.NewRequestWithContext(ctx, http.MethodHead, p.cfg.ServerURL+"/"+upload.Bucket+"/"+p.cfg.JobID+"/model.bin", nil)
-					req.Header.Set(upload.TokenHeader, string(tok))
+					req.Header.Set(names.HeaderArtifactToken, string(tok))
 				}
 				resp, err := hc.Do(req)
 				if err != nil {

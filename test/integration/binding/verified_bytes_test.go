@@ -18,10 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/client"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -38,9 +37,9 @@ type tokenClient struct {
 
 // sign sets the job's token and the pod's identity and token on req.
 func (c *tokenClient) sign(req *http.Request) {
-	req.Header.Set(upload.TokenHeader, c.token)
-	req.Header.Set(upload.PodHeader, c.podUID)
-	req.Header.Set(binding.HeaderPodToken, c.podToken)
+	req.Header.Set(names.HeaderArtifactToken, c.token)
+	req.Header.Set(names.HeaderArtifactPodUID, c.podUID)
+	req.Header.Set(names.HeaderPodToken, c.podToken)
 }
 
 func (j *job) tokenClient(t *testing.T) *tokenClient {
@@ -137,7 +136,7 @@ func pendingObjects(t *testing.T, jobID string) []string {
 // what the manifest lists. Once the job's artifacts are final, writes are
 // refused, saying so.
 func TestTokenCannotReplaceAVerifiedArtifact(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	good := bytes.Repeat([]byte("the verified model "), 10_000)
@@ -172,7 +171,7 @@ func TestTokenCannotReplaceAVerifiedArtifact(t *testing.T) {
 // file's next version, not as a new key (begun before the manifest was
 // verified: after, a key the manifest does not list is refused at once).
 func TestTokenCannotLandASlowPutAfterSucceeded(t *testing.T) {
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	good := bytes.Repeat([]byte("the verified model "), 10_000)
@@ -233,7 +232,7 @@ func TestTokenCannotLandASlowPutAfterSucceeded(t *testing.T) {
 // not the one whose digest the binding recorded.
 func TestClientRefusesAManifestRewrittenInTheStore(t *testing.T) {
 	ctx := context.Background()
-	j := newJob(t, map[string]string{jobconfig.HeartbeatIntervalAnnotation: "1s"})
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
 	runningClient(t, j.clientConfig())
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	good := bytes.Repeat([]byte("the verified model "), 10_000)

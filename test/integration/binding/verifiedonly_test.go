@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	tetherclient "github.com/tether-dev/tether/pkg/client"
@@ -74,9 +75,9 @@ func (j *tenantJob) authorize(t *testing.T, key string, size int64) (int, string
 	t.Helper()
 	b, _ := json.Marshal(upload.AuthorizeRequest{Key: key, Size: size})
 	req, _ := http.NewRequest(http.MethodPost, env.BindingURL+upload.PathAuthorize, bytes.NewReader(b))
-	req.Header.Set(upload.TokenHeader, j.token)
-	req.Header.Set(upload.PodHeader, j.podUID)
-	req.Header.Set(binding.HeaderPodToken, j.podToken)
+	req.Header.Set(names.HeaderArtifactToken, j.token)
+	req.Header.Set(names.HeaderArtifactPodUID, j.podUID)
+	req.Header.Set(names.HeaderPodToken, j.podToken)
 	resp, err := j.httpClient().Do(req)
 	if err != nil {
 		t.Fatal(err)

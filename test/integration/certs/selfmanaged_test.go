@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controlplane"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/testenv"
 	"github.com/tether-dev/tether/test/framework/testobj"
 )
@@ -98,7 +98,7 @@ func TestSelfManagedCertificateServesAdmission(t *testing.T) {
 	if err := env.Client.Create(ctx, tj); err != nil {
 		t.Fatalf("creating a labeled TrainJob through the self-managed webhook: %v", err)
 	}
-	if tj.Annotations[jobconfig.JobIDAnnotation] == "" {
+	if tj.Annotations[names.JobIDAnnotation] == "" {
 		t.Fatal("TrainJob was not stamped")
 	}
 

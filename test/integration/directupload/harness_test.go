@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controlplane"
@@ -142,7 +143,7 @@ func (s *suite) newJob(t *testing.T, ns string) *job {
 	}
 	j.caPool = x509.NewCertPool()
 	j.caPool.AppendCertsFromPEM(secret.Data["ca.crt"])
-	j.jobID = testenv.SidecarEnv(j.pod)[binding.EnvJobID]
+	j.jobID = testenv.SidecarEnv(j.pod)[names.EnvJobID]
 	return j
 }
 
@@ -158,9 +159,9 @@ func (j *job) register(t *testing.T) {
 	t.Helper()
 	e := testenv.SidecarEnv(j.pod)
 	c, err := session.NewClient(session.Config{
-		ServerURL: e[binding.EnvServerURL], TokenFile: j.tokenFile, PodTokenFile: j.podTokenFile, CAFile: j.caFile,
-		JobID: e[binding.EnvJobID], WorkerID: e[binding.EnvWorkerID],
-		Pod:               binding.PodIdentity{Namespace: e[binding.EnvPodNamespace], Name: e[binding.EnvPodName], UID: e[binding.EnvPodUID]},
+		ServerURL: e[names.EnvServerURL], TokenFile: j.tokenFile, PodTokenFile: j.podTokenFile, CAFile: j.caFile,
+		JobID: e[names.EnvJobID], WorkerID: e[names.EnvWorkerID],
+		Pod:               binding.PodIdentity{Namespace: e[names.EnvPodNamespace], Name: e[names.EnvPodName], UID: e[names.EnvPodUID]},
 		HeartbeatInterval: time.Second, BackoffInitial: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond,
 	})
 	if err != nil {
@@ -176,7 +177,7 @@ func (j *job) register(t *testing.T) {
 func (j *job) flush(t *testing.T) {
 	t.Helper()
 	e := testenv.SidecarEnv(j.pod)
-	up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: e[binding.EnvServerURL], JobID: j.jobID, TokenFile: j.tokenFile, PodTokenFile: j.podTokenFile, CAFile: j.caFile})
+	up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: e[names.EnvServerURL], JobID: j.jobID, TokenFile: j.tokenFile, PodTokenFile: j.podTokenFile, CAFile: j.caFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func (j *job) flush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := artifacts.NewSyncer(artifacts.SyncerConfig{Scanner: sc, Uploader: up, JobID: j.jobID, PodUID: e[binding.EnvPodUID]})
+	s, err := artifacts.NewSyncer(artifacts.SyncerConfig{Scanner: sc, Uploader: up, JobID: j.jobID, PodUID: e[names.EnvPodUID]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,13 +260,13 @@ func (j *job) askAuthorize(t *testing.T, rel string, size int64) *http.Response 
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(upload.TokenHeader, string(bytes.TrimSpace(j.token)))
-	req.Header.Set(upload.PodHeader, string(j.pod.UID))
+	req.Header.Set(names.HeaderArtifactToken, string(bytes.TrimSpace(j.token)))
+	req.Header.Set(names.HeaderArtifactPodUID, string(j.pod.UID))
 	podToken, err := os.ReadFile(j.podTokenFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(binding.HeaderPodToken, string(bytes.TrimSpace(podToken)))
+	req.Header.Set(names.HeaderPodToken, string(bytes.TrimSpace(podToken)))
 	req.Header.Set("Content-Type", "application/json")
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: j.caPool}}, Timeout: 10 * time.Second}
 	resp, err := c.Do(req)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controlplane"
@@ -88,13 +89,13 @@ func TestSidecarCannotOverwriteTheArchivedLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(secret.Data[binding.CABundleKey])
+	pool.AppendCertsFromPEM(secret.Data[names.CABundleKey])
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 30 * time.Second}
 	put := func(key string, body []byte) (int, string) {
 		req, _ := http.NewRequest(http.MethodPut, env.BindingURL+"/"+upload.Bucket+"/"+key, bytes.NewReader(body))
-		req.Header.Set(upload.TokenHeader, string(secret.Data[binding.TokenKey]))
-		req.Header.Set(upload.PodHeader, string(p.UID))
-		req.Header.Set(binding.HeaderPodToken, podToken)
+		req.Header.Set(names.HeaderArtifactToken, string(secret.Data[names.TokenKey]))
+		req.Header.Set(names.HeaderArtifactPodUID, string(p.UID))
+		req.Header.Set(names.HeaderPodToken, podToken)
 		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
@@ -327,9 +328,9 @@ func startEnv(b *testing.B, ctx context.Context) *testenv.Env {
 		b.Fatal(err)
 	}
 	tj := testobj.MakeTrainJob(trainJobName, namespace).Bound().
-		Annotation(jobconfig.JobIDAnnotation, uuid.NewString()).
-		Annotation(jobconfig.WorkerIDAnnotation, uuid.NewString()).
-		Annotation(jobconfig.IncludeAnnotation, "checkpoints/**,*.safetensors").
+		Annotation(names.JobIDAnnotation, uuid.NewString()).
+		Annotation(names.WorkerIDAnnotation, uuid.NewString()).
+		Annotation(names.IncludeAnnotation, "checkpoints/**,*.safetensors").
 		Obj()
 	// The API server drops the webhook configuration from its informer a
 	// moment after the delete.
@@ -367,7 +368,7 @@ func podHandler(b *testing.B, ctx context.Context, env *testenv.Env) *mutate.Pod
 	if err := trainJobs.Get(ctx, types.NamespacedName{Namespace: namespace, Name: trainJobName}, tj); err != nil {
 		b.Fatal("TrainJob not in the cache:", err)
 	}
-	if !jobconfig.IsBound(tj.Labels) || tj.Annotations[jobconfig.JobIDAnnotation] == "" {
+	if !jobconfig.IsBound(tj.Labels) || tj.Annotations[names.JobIDAnnotation] == "" {
 		b.Fatalf("cached TrainJob is not bound and stamped: labels %v annotations %v", tj.Labels, tj.Annotations)
 	}
 
@@ -569,10 +570,10 @@ func checkOnce(b *testing.B, c *http.Client, p *loadPath, body []byte) {
 			b.Fatal(err)
 		}
 		if !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == mutate.SidecarName }) ||
-			pod.Annotations[jobconfig.PodStatusAnnotation] == "" {
-			b.Fatalf("%s: patched pod has no %s init container or no %s annotation", p.name, mutate.SidecarName, jobconfig.PodStatusAnnotation)
+			pod.Annotations[names.PodStatusAnnotation] == "" {
+			b.Fatalf("%s: patched pod has no %s init container or no %s annotation", p.name, mutate.SidecarName, names.PodStatusAnnotation)
 		}
-		detail = fmt.Sprintf("%d-byte patch adds %s (%s)", len(review.Response.Patch), mutate.SidecarName, pod.Annotations[jobconfig.PodStatusAnnotation])
+		detail = fmt.Sprintf("%d-byte patch adds %s (%s)", len(review.Response.Patch), mutate.SidecarName, pod.Annotations[names.PodStatusAnnotation])
 	}
 	b.Logf("%s: %s, %d-byte response, %s", p.name, resp.Proto, len(out), detail)
 }

@@ -42,11 +42,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/controlplane"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/pkg/replicalease"
 	"github.com/tether-dev/tether/pkg/trainjob"
@@ -383,7 +383,7 @@ func watchReplicaLease(ctx context.Context, env *testenv.Env) (stop func() time.
 		defer t.Stop()
 		for {
 			leases := &coordinationv1.LeaseList{}
-			if err := env.Client.List(ctx, leases, client.MatchingLabels{replicalease.Label: "true"}); err == nil {
+			if err := env.Client.List(ctx, leases, client.MatchingLabels{names.ReplicaLeaseLabel: "true"}); err == nil {
 				for _, l := range leases.Items {
 					if r := l.Spec.RenewTime; r != nil {
 						oldest = max(oldest, time.Since(r.Time))
@@ -567,7 +567,7 @@ func createObjects(b *testing.B, ctx context.Context, env *testenv.Env, n int) [
 		id := &ids[i]
 		status := mutate.InjectionStatus{Version: mutate.StatusVersion, JobID: id.JobID, WorkerID: id.WorkerID,
 			Sidecar: mutate.SidecarName, ArtifactVolume: mutate.ArtifactVolumeName}.String()
-		pod := testobj.MakeTrainerPod(id.Binding, namespace).Routed().Name(id.Pod).Annotation(jobconfig.PodStatusAnnotation, status).Obj()
+		pod := testobj.MakeTrainerPod(id.Binding, namespace).Routed().Name(id.Pod).Annotation(names.PodStatusAnnotation, status).Obj()
 		err := retryCreate(ctx, func() error { return c.Create(ctx, pod) })
 		if apierrors.IsAlreadyExists(err) { // created by an attempt whose answer was lost
 			err = c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: id.Pod}, pod)
@@ -577,9 +577,9 @@ func createObjects(b *testing.B, ctx context.Context, env *testenv.Env, n int) [
 		}
 		// The pod webhook (failurePolicy Fail) was called; with no TrainJob it
 		// must leave the pod alone.
-		if len(pod.Spec.InitContainers) != 0 || pod.Annotations[jobconfig.PodStatusAnnotation] != status {
+		if len(pod.Spec.InitContainers) != 0 || pod.Annotations[names.PodStatusAnnotation] != status {
 			return fmt.Errorf("pod %s was changed at admission: init containers %d, %s=%q", pod.Name,
-				len(pod.Spec.InitContainers), jobconfig.PodStatusAnnotation, pod.Annotations[jobconfig.PodStatusAnnotation])
+				len(pod.Spec.InitContainers), names.PodStatusAnnotation, pod.Annotations[names.PodStatusAnnotation])
 		}
 		id.UID = string(pod.UID)
 		id.PodToken, err = testenv.PodToken(ctx, cs, pod)
@@ -600,7 +600,7 @@ func createObjects(b *testing.B, ctx context.Context, env *testenv.Env, n int) [
 		}
 		sum := sha256.Sum256([]byte(id.Token))
 		wb := &tetherv1.WorkerBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: id.Binding, Namespace: namespace, Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue},
+			ObjectMeta: metav1.ObjectMeta{Name: id.Binding, Namespace: namespace, Labels: map[string]string{names.BindLabel: names.BindValue},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: trainjob.GVK.GroupVersion().String(), Kind: trainjob.GVK.Kind,
 					Name: tj.Name, UID: tj.UID, Controller: ptr.To(true)}}},
 			Spec: tetherv1.WorkerBindingSpec{TrainJobName: id.Binding, JobID: id.JobID, WorkerID: id.WorkerID,
@@ -711,7 +711,7 @@ func waitForCache(b *testing.B, ctx context.Context, env *testenv.Env, ids []ben
 				return err
 			}
 			req.Header = bench.SessionHeader(id)
-			req.Header.Set(binding.HeaderWorkerID, "bench-cache-probe")
+			req.Header.Set(names.HeaderWorkerID, "bench-cache-probe")
 			resp, err := hc.Do(req)
 			if err != nil {
 				return err

@@ -32,10 +32,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controlplane"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/test/framework/benchutil"
@@ -536,8 +536,8 @@ func floorPhase(b *testing.B, ctx context.Context, cl client.WithWatch, ns strin
 				"jobID": "2f0f1f6e-7c4e-4a57-9d63-6f1d5c1f3a11", "workerID": "8a1c0d2e-5b3f-4e6a-9c7d-1e2f3a4b5c6d",
 				"tokenSHA256": strings.Repeat("a", 64), "settings": strings.Repeat("s", 300)}}
 		}
-		return &corev1.Secret{ObjectMeta: meta, Type: binding.TokenSecretType,
-			Data: map[string][]byte{binding.TokenKey: []byte(strings.Repeat("t", 43)), binding.CABundleKey: []byte(ca)}}
+		return &corev1.Secret{ObjectMeta: meta, Type: names.TokenSecretType,
+			Data: map[string][]byte{names.TokenKey: []byte(strings.Repeat("t", 43)), names.CABundleKey: []byte(ca)}}
 	}, cl)
 	return seen(start).all()
 }
@@ -568,7 +568,7 @@ func labeledPhase(b *testing.B, ctx context.Context, cl client.WithWatch, ns str
 	for i := range n {
 		want[fmt.Sprintf("*v1alpha1.TrainJobList/job-%05d", i)] = true
 	}
-	seen := watchAll(b, ctx, cl, want, client.MatchingLabels{jobconfig.BindLabel: jobconfig.BindValue}, ns, &trainer.TrainJobList{})
+	seen := watchAll(b, ctx, cl, want, client.MatchingLabels{names.BindLabel: names.BindValue}, ns, &trainer.TrainJobList{})
 	start := time.Now()
 	createAll(b, ctx, n, clients, func(i int) client.Object {
 		return testobj.MakeTrainJob(fmt.Sprintf("job-%05d", i), ns).Bound().Obj()
@@ -592,7 +592,7 @@ func watchBindings(b *testing.B, ctx context.Context, cl client.WithWatch, ns st
 		name := fmt.Sprintf("job-%05d", first+i)
 		want[bindingKind+"/"+name], want[secretKind+"/"+binding.TokenSecretName(name)], want[bindingKind+"/status/"+name] = true, true, true
 	}
-	return watchAll(b, ctx, cl, want, client.MatchingLabels{jobconfig.BindLabel: jobconfig.BindValue}, ns, &tetherv1.WorkerBindingList{}, &corev1.SecretList{})
+	return watchAll(b, ctx, cl, want, client.MatchingLabels{names.BindLabel: names.BindValue}, ns, &tetherv1.WorkerBindingList{}, &corev1.SecretList{})
 }
 
 // bindPhase creates n labeled TrainJobs (numbered from first) with an
@@ -792,7 +792,7 @@ func verify(b *testing.B, ctx context.Context, cl client.Client, ns string, jobs
 	tjs.SetGroupVersionKind(trainjob.GVK.GroupVersion().WithKind("TrainJobList"))
 	for _, l := range []client.ObjectList{&bindings, &secrets, &tjs} {
 		// The bound ones (the unlabeled TrainJobs of trainJobPhase are not).
-		if err := cl.List(ctx, l, client.InNamespace(ns), client.MatchingLabels{jobconfig.BindLabel: jobconfig.BindValue}); err != nil {
+		if err := cl.List(ctx, l, client.InNamespace(ns), client.MatchingLabels{names.BindLabel: names.BindValue}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -812,10 +812,10 @@ func verify(b *testing.B, ctx context.Context, cl client.Client, ns string, jobs
 			errs = append(errs, fmt.Errorf("%s: binding %v, Secret %v", tj.Name, wb != nil, secret != nil))
 		case !metav1.IsControlledBy(wb, &tj) || !metav1.IsControlledBy(secret, &tj):
 			errs = append(errs, fmt.Errorf("%s: binding or Secret not controlled by the TrainJob", tj.Name))
-		case wb.Spec.JobID == "" || wb.Spec.JobID != tj.Annotations[jobconfig.JobIDAnnotation]:
-			errs = append(errs, fmt.Errorf("%s: binding job id %q, TrainJob's %q", tj.Name, wb.Spec.JobID, tj.Annotations[jobconfig.JobIDAnnotation]))
+		case wb.Spec.JobID == "" || wb.Spec.JobID != tj.Annotations[names.JobIDAnnotation]:
+			errs = append(errs, fmt.Errorf("%s: binding job id %q, TrainJob's %q", tj.Name, wb.Spec.JobID, tj.Annotations[names.JobIDAnnotation]))
 		default:
-			token, err := binding.ParseToken(string(secret.Data[binding.TokenKey]))
+			token, err := binding.ParseToken(string(secret.Data[names.TokenKey]))
 			if err != nil || token.Hash() != wb.Spec.TokenSHA256 {
 				errs = append(errs, fmt.Errorf("%s: the Secret's token does not match the binding's hash (%v)", tj.Name, err))
 			}

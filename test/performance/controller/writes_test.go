@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
@@ -137,12 +138,12 @@ func newStandIn(b *testing.B, i int, ns string, ca []byte, settings tetherv1.Wor
 	uid := types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i))
 	owner := []metav1.OwnerReference{{APIVersion: "trainer.kubeflow.org/v1alpha1", Kind: "TrainJob", Name: name, UID: uid,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
-	labels := map[string]string{jobconfig.BindLabel: jobconfig.BindValue}
+	labels := map[string]string{names.BindLabel: names.BindValue}
 	jobID, workerID := standInIDs(i)
 	return standIn{
 		trainJob: corev1.ObjectReference{APIVersion: "trainer.kubeflow.org/v1alpha1", Kind: "TrainJob", Namespace: ns, Name: name, UID: uid},
 		secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: binding.TokenSecretName(name), Namespace: ns, Labels: labels, OwnerReferences: owner},
-			Type: binding.TokenSecretType, Data: map[string][]byte{binding.TokenKey: []byte(token), binding.CABundleKey: ca}},
+			Type: names.TokenSecretType, Data: map[string][]byte{names.TokenKey: []byte(token), names.CABundleKey: ca}},
 		wb: &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, OwnerReferences: owner},
 			Spec: tetherv1.WorkerBindingSpec{TrainJobName: name, JobID: jobID, WorkerID: workerID, TokenSecretName: binding.TokenSecretName(name),
 				TokenSHA256: token.Hash(), Settings: settings}},
@@ -217,9 +218,9 @@ func matchesBind(b *testing.B, ctx context.Context, cl client.Client, ns string,
 	if len(wb.Spec.JobID) != len(stand.Spec.JobID) || len(wb.Spec.WorkerID) != len(stand.Spec.WorkerID) {
 		diffs = append(diffs, fmt.Sprintf("ids %q and %q: the benchmark's are %q and %q", wb.Spec.JobID, wb.Spec.WorkerID, stand.Spec.JobID, stand.Spec.WorkerID))
 	}
-	if want := stands.secret.Data; len(secret.Data[binding.CABundleKey]) != len(want[binding.CABundleKey]) || len(secret.Data) != len(want) {
+	if want := stands.secret.Data; len(secret.Data[names.CABundleKey]) != len(want[names.CABundleKey]) || len(secret.Data) != len(want) {
 		diffs = append(diffs, fmt.Sprintf("token Secret: %d keys, a CA bundle of %d bytes; the benchmark's: %d keys, %d bytes",
-			len(secret.Data), len(secret.Data[binding.CABundleKey]), len(want), len(want[binding.CABundleKey])))
+			len(secret.Data), len(secret.Data[names.CABundleKey]), len(want), len(want[names.CABundleKey])))
 	}
 	if len(diffs) > 0 {
 		b.Fatalf("the benchmark's stand-in binding writes are not what the control plane writes (update bindingWrites):\n%s", strings.Join(diffs, "\n"))

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/benchutil"
@@ -431,12 +431,12 @@ func BenchmarkSidecarSmallFilesRSS(b *testing.B) {
 			b.Fatal(err)
 		}
 		env := map[string]string{
-			binding.EnvPodTokenFile: podToken,
-			binding.EnvJobID:        s.jobID, binding.EnvWorkerID: "worker-0", binding.EnvTrainJob: "bench",
-			binding.EnvServerURL: s.url, binding.EnvTokenFile: s.tokenFile, binding.EnvCAFile: s.caFile,
-			binding.EnvArtifactDir: dir, binding.EnvHeartbeatInterval: "10s",
-			binding.EnvPodName: "bench-node-0-0", binding.EnvPodNamespace: "tether-bench", binding.EnvPodUID: benchutil.BenchPodUID,
-			binding.EnvFlushBudget: "60s",
+			names.EnvPodTokenFile: podToken,
+			names.EnvJobID:        s.jobID, names.EnvWorkerID: "worker-0", names.EnvTrainJob: "bench",
+			names.EnvServerURL: s.url, names.EnvTokenFile: s.tokenFile, names.EnvCAFile: s.caFile,
+			names.EnvArtifactDir: dir, names.EnvHeartbeatInterval: "10s",
+			names.EnvPodName: "bench-node-0-0", names.EnvPodNamespace: "tether-bench", names.EnvPodUID: benchutil.BenchPodUID,
+			names.EnvFlushBudget: "60s",
 		}
 		cmd := exec.Command(bin)
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -75,7 +76,7 @@ func BenchmarkManifestFlood(b *testing.B) {
 		start := time.Now()
 		resp, err := srv.putAs(b, honest, upload.ManifestName, honestBody)
 		d := time.Since(start)
-		if err != nil || resp.StatusCode != http.StatusOK || resp.Header.Get(endpoint.HeaderManifestVerified) != "true" {
+		if err != nil || resp.StatusCode != http.StatusOK || resp.Header.Get(names.HeaderManifestVerified) != "true" {
 			b.Fatalf("the honest manifest: %v %v", resp, err)
 		}
 		return d

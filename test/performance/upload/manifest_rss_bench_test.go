@@ -21,6 +21,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/artifactstore/store"
@@ -236,8 +237,8 @@ func (s *manifestServer) putAs(b *testing.B, j benchJob, path string, body []byt
 		b.Fatal(err)
 	}
 	req.ContentLength = int64(len(body))
-	req.Header.Set(upload.TokenHeader, j.Token)
-	req.Header.Set(upload.PodHeader, j.Job.Pods[0])
+	req.Header.Set(names.HeaderArtifactToken, j.Token)
+	req.Header.Set(names.HeaderArtifactPodUID, j.Job.Pods[0])
 	req.Header.Set("Expect", "100-continue")
 	resp, err := s.hc.Do(req)
 	if err != nil {

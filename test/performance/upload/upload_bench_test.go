@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -427,8 +428,8 @@ func floorPut(ctx context.Context, tr *http.Transport, serverURL, token, key, pa
 		return err
 	}
 	req.ContentLength = size
-	req.Header.Set(upload.TokenHeader, token)
-	req.Header.Set(upload.PodHeader, benchutil.BenchPodUID)
+	req.Header.Set(names.HeaderArtifactToken, token)
+	req.Header.Set(names.HeaderArtifactPodUID, benchutil.BenchPodUID)
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := tr.RoundTrip(req) // closes the body
 	if err != nil {

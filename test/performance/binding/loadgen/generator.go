@@ -20,6 +20,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/jobconfig"
@@ -200,8 +201,8 @@ func (g *generator) registerOne(ctx context.Context, hc *http.Client, id bench.I
 			return nil, err
 		}
 		req.Header.Set(binding.HeaderAuthorization, "Bearer "+id.Token)
-		req.Header.Set(binding.HeaderPodToken, id.PodToken)
-		req.Header.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
+		req.Header.Set(names.HeaderPodToken, id.PodToken)
+		req.Header.Set(names.HeaderProtocolVersion, binding.ProtocolVersion)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := hc.Do(req)
 		if err != nil {

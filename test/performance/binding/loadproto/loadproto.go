@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
 )
 
@@ -40,7 +41,7 @@ type Identity struct {
 	Pod       string `json:"pod"`
 	UID       string `json:"uid"`
 	// PodToken is the pod's projected ServiceAccount token, as the kubelet
-	// would mount it (binding.HeaderPodToken).
+	// would mount it (names.HeaderPodToken).
 	PodToken string `json:"podToken"`
 }
 
@@ -74,12 +75,12 @@ func TLSConfig(caFile string) (*tls.Config, error) {
 func SessionHeader(id Identity) http.Header {
 	h := http.Header{}
 	h.Set(binding.HeaderAuthorization, "Bearer "+id.Token)
-	h.Set(binding.HeaderProtocolVersion, binding.ProtocolVersion)
-	h.Set(binding.HeaderJobID, id.JobID)
-	h.Set(binding.HeaderWorkerID, id.WorkerID)
-	h.Set(binding.HeaderPodName, id.Pod)
-	h.Set(binding.HeaderPodUID, id.UID)
-	h.Set(binding.HeaderPodToken, id.PodToken)
+	h.Set(names.HeaderProtocolVersion, binding.ProtocolVersion)
+	h.Set(names.HeaderJobID, id.JobID)
+	h.Set(names.HeaderWorkerID, id.WorkerID)
+	h.Set(names.HeaderPodName, id.Pod)
+	h.Set(names.HeaderPodUID, id.UID)
+	h.Set(names.HeaderPodToken, id.PodToken)
 	return h
 }
 
