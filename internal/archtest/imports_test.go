@@ -97,11 +97,12 @@ func controlPlaneOnly(r string) bool {
 }
 
 // The protocol packages are the contracts both halves import: they import
-// neither half (nor anything else of the module but each other's leaves).
+// neither half, nor anything else of the module but the names every side
+// shares (api/names).
 func TestProtocolPackagesImportNoHalf(t *testing.T) {
 	allowed := map[string]map[string]bool{
-		"pkg/binding": {},
-		"pkg/upload":  {},
+		"pkg/binding": {"api/names": true},
+		"pkg/upload":  {"api/names": true},
 	}
 	for _, p := range list(t, "./pkg/binding", "./pkg/upload") {
 		ok, checked := allowed[rel(p.ImportPath)]
@@ -112,6 +113,16 @@ func TestProtocolPackagesImportNoHalf(t *testing.T) {
 			if internal(imp) && !ok[rel(imp)] {
 				t.Errorf("%s imports %s", rel(p.ImportPath), rel(imp))
 			}
+		}
+	}
+}
+
+// api/names is linked by every side, the sidecar included: it imports
+// nothing at all, not even the standard library.
+func TestNamesImportNothing(t *testing.T) {
+	for _, p := range list(t, "./api/names") {
+		if rel(p.ImportPath) == "api/names" && len(p.Imports) > 0 {
+			t.Errorf("api/names imports %v: it holds names only, so that every binary can link it", p.Imports)
 		}
 	}
 }
