@@ -11,7 +11,7 @@ import (
 )
 
 // The whole phase machine is driven through histories in
-// pkg/controller/history_test.go; these are the rules one at a time.
+// pkg/controller/workerbinding/history_test.go; these are the rules one at a time.
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 

@@ -14,7 +14,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/controller"
+	"github.com/tether-dev/tether/pkg/controller/workerbinding/jobidclaim"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/test/framework/testenv"
 	"github.com/tether-dev/tether/test/framework/testobj"
@@ -47,14 +47,14 @@ func leftClaim(t *testing.T, id, ns string, nsUID types.UID, acquired time.Time)
 	holder := ns + "/nightly"
 	at := metav1.NewMicroTime(acquired)
 	l := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "tether-system", Name: controller.ClaimName(id),
-			Labels: map[string]string{controller.ClaimLabel: "true", controller.ClaimJobIDLabel: id},
-			Annotations: map[string]string{controller.ClaimNamespaceAnnotation: ns, controller.ClaimNameAnnotation: "nightly",
-				controller.ClaimUIDAnnotation: "5c0e9b1e-0000-4000-8000-00000000e001"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "tether-system", Name: jobidclaim.ClaimName(id),
+			Labels: map[string]string{jobidclaim.ClaimLabel: "true", jobidclaim.ClaimJobIDLabel: id},
+			Annotations: map[string]string{jobidclaim.ClaimNamespaceAnnotation: ns, jobidclaim.ClaimNameAnnotation: "nightly",
+				jobidclaim.ClaimUIDAnnotation: "5c0e9b1e-0000-4000-8000-00000000e001"}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &at},
 	}
 	if nsUID != "" {
-		l.Annotations[controller.ClaimNamespaceUIDAnnotation] = string(nsUID)
+		l.Annotations[jobidclaim.ClaimNamespaceUIDAnnotation] = string(nsUID)
 	}
 	if err := env.Client.Create(context.Background(), l); err != nil {
 		t.Fatal(err)
@@ -113,10 +113,10 @@ func TestClaimOfAnEarlierReleaseStaysItsNamespaces(t *testing.T) {
 		t.Fatalf("bound as %q, want %q", j.jobID, id)
 	}
 	lease := &coordinationv1.Lease{}
-	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: controller.ClaimName(id)}, lease); err != nil {
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: jobidclaim.ClaimName(id)}, lease); err != nil {
 		t.Fatal(err)
 	}
-	if got := lease.Annotations[controller.ClaimNamespaceUIDAnnotation]; got != string(uid) {
+	if got := lease.Annotations[jobidclaim.ClaimNamespaceUIDAnnotation]; got != string(uid) {
 		t.Errorf("claim of %q records namespace UID %q, want %q", id, got, uid)
 	}
 }

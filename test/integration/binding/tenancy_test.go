@@ -22,7 +22,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/controller"
+	"github.com/tether-dev/tether/pkg/controller/workerbinding/jobidclaim"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/testenv"
@@ -341,10 +341,10 @@ func TestTenantCannotClaimAJobIDAfterItsOwnerIsDeleted(t *testing.T) {
 	}
 	// The claim still names A's TrainJob.
 	lease := &coordinationv1.Lease{}
-	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: controller.ClaimName(id)}, lease); err != nil {
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: jobidclaim.ClaimName(id)}, lease); err != nil {
 		t.Fatal(err)
 	}
-	if got := lease.Annotations[controller.ClaimNamespaceAnnotation]; got != a.Namespace {
+	if got := lease.Annotations[jobidclaim.ClaimNamespaceAnnotation]; got != a.Namespace {
 		t.Errorf("claim of %q held by namespace %q, want %q", id, got, a.Namespace)
 	}
 }
@@ -419,10 +419,10 @@ func TestTwoResubmissionsAtOnceTakeTheClaimOnce(t *testing.T) {
 		t.Fatalf("job id %q has %d live bindings after two takeovers at once (%v), want exactly 1", id, len(live), live)
 	}
 	lease := &coordinationv1.Lease{}
-	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: controller.ClaimName(id)}, lease); err != nil {
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: jobidclaim.ClaimName(id)}, lease); err != nil {
 		t.Fatal(err)
 	}
-	if got := lease.Annotations[controller.ClaimNameAnnotation]; got != live[0] {
+	if got := lease.Annotations[jobidclaim.ClaimNameAnnotation]; got != live[0] {
 		t.Errorf("claim held by %q, want the bound %q", got, live[0])
 	}
 }
@@ -436,7 +436,7 @@ func TestBindingWithoutAClaimClaimsItsIDAtStart(t *testing.T) {
 	id := uniq("before-claims")
 	submit(t, tn, "old", id)
 	bound(t, tn, "old")
-	key := types.NamespacedName{Namespace: "tether-system", Name: controller.ClaimName(id)}
+	key := types.NamespacedName{Namespace: "tether-system", Name: jobidclaim.ClaimName(id)}
 	lease := &coordinationv1.Lease{}
 	if err := env.Client.Get(ctx, key, lease); err != nil {
 		t.Fatal(err)
@@ -452,7 +452,7 @@ func TestBindingWithoutAClaimClaimsItsIDAtStart(t *testing.T) {
 		if err := env.Client.Get(ctx, key, l); err != nil {
 			return err
 		}
-		if ns := l.Annotations[controller.ClaimNamespaceAnnotation]; ns != tn.Namespace {
+		if ns := l.Annotations[jobidclaim.ClaimNamespaceAnnotation]; ns != tn.Namespace {
 			return fmt.Errorf("claim held by namespace %q, want %q", ns, tn.Namespace)
 		}
 		return nil

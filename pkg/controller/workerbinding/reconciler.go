@@ -1,0 +1,478 @@
+package workerbinding
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/controller/internal/keys"
+	"github.com/tether-dev/tether/pkg/controller/internal/ownwrites"
+	"github.com/tether-dev/tether/pkg/controller/workerbinding/jobidclaim"
+	"github.com/tether-dev/tether/pkg/controller/workerbinding/logarchive"
+	"github.com/tether-dev/tether/pkg/controller/workerbinding/replicaleases"
+	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/trainjob"
+)
+
+// conflictRetry is how soon a reconcile that lost a write race runs again.
+const conflictRetry = 100 * time.Millisecond
+
+// DefaultBindingWorkers is how many TrainJobs the binding controller
+// reconciles at once. A reconcile mostly waits on the API server (the live
+// Secret and JobSet reads, the binding and Secret creates, the status write),
+// so one worker bound a burst of TrainJobs at one API round trip at a time
+// (test/performance/controller: 1,271 of 2,000 in 6 minutes). 16 saturated the test API
+// server there; 64 bound no faster and only queued longer. Reconciles of
+// different TrainJobs share nothing but thread-safe clients, the recorder and
+// the log archiver (locked).
+const DefaultBindingWorkers = 16
+
+// BindingReconciler creates and maintains the token Secret and WorkerBinding
+// of every bound TrainJob.
+type BindingReconciler struct {
+	// Client reads from the manager's cache (TrainJob metadata, WorkerBindings, trainer pods).
+	Client client.Client
+	// Secrets reads Secrets straight from the API server by name: token
+	// Secrets are never cached, so the control plane needs no list/watch on them.
+	Secrets client.Reader
+	// Live reads from the API server what is never cached: a bound
+	// TrainJob's JobSet, once, to count its nodes (nil: counted from pods).
+	Live   client.Reader
+	Scheme *runtime.Scheme
+	// CABundle returns the PEM the sidecar must trust to reach the binding server.
+	CABundle func() ([]byte, error)
+	Events   events.EventRecorder
+	// StatusInterval and MissedHeartbeats are the binding server's: a
+	// worker whose replica vouched for it under a Lease is lost
+	// MissedHeartbeats intervals after that Lease's last renewal (Leases);
+	// one recorded without a Lease, when silent for StatusInterval +
+	// MissedHeartbeats×interval.
+	StatusInterval   time.Duration
+	MissedHeartbeats int
+	// Leases are the binding-server replicas' Leases (nil: not consulted).
+	Leases *replicaleases.ReplicaLeases
+	// ArtifactGrace is how long after the bound pod ended the controller
+	// waits for the manifest's verdict before declaring the artifacts
+	// incomplete (the sidecar uploads the manifest just before it exits).
+	ArtifactGrace time.Duration
+	// Logs archives terminated trainers' logs next to the artifacts (nil: off).
+	Logs *logarchive.LogArchiver
+	// Pending settles uploads that would have replaced an earlier object:
+	// promoted when the binding succeeds, dropped when it fails (nil: off).
+	Pending PendingArtifacts
+	// Manifests reads back a stored manifest whose verdict the binding
+	// lacks (nil: not checked).
+	Manifests StoredManifests
+	// TokenOverlap is how long a reissued token's predecessor stays valid:
+	// running pods hold the old token until the kubelet refreshes their
+	// Secret volume (its pod sync, about a minute by default). 0: none.
+	TokenOverlap time.Duration
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+	// Workers is how many TrainJobs are reconciled at once (0: DefaultBindingWorkers).
+	Workers int
+	// Claims claims each job id for good for the TrainJob that binds it
+	// (package jobidclaim; nil: not claimed, tests of other parts only).
+	Claims *jobidclaim.JobIDClaims
+
+	failedCreates failedCreateReads
+	scopedIDs     scopedIDHolders
+	written       ownwrites.Tracker
+}
+
+func (r *BindingReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// SetupWithManager registers the reconciler, its index and its watches.
+func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tetherv1.WorkerBinding{}, keys.JobIDIndex, keys.IndexJobID); err != nil {
+		return err
+	}
+	workers := r.Workers
+	if workers <= 0 {
+		workers = DefaultBindingWorkers
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("workerbinding").
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		For(trainjob.New(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return jobconfig.IsBound(o.GetLabels())
+		}))).
+		// A WorkerBinding is named after its TrainJob. (Owns() cannot be used:
+		// it needs the owner's Go type, and TrainJobs are watched as metadata.)
+		Watches(&tetherv1.WorkerBinding{}, r.written.EventHandler()).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(trainJobOfPod))
+	if r.Leases != nil {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tetherv1.WorkerBinding{}, replicaleases.SessionReplicaIndex,
+			replicaleases.IndexSessionReplica); err != nil {
+			return err
+		}
+		if err := mgr.Add(r.Leases); err != nil {
+			return err
+		}
+		// A binding whose replica's Lease expired.
+		b = b.WatchesRawSource(source.Channel(r.Leases.Events(), &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
+}
+
+// trainJobOfPod maps a trainer pod to its TrainJob (= JobSet name).
+func trainJobOfPod(_ context.Context, o client.Object) []reconcile.Request {
+	pod, ok := o.(*corev1.Pod)
+	if !ok {
+		return nil
+	}
+	name, ok := trainjob.IsTrainerPod(pod)
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: name}}}
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	if apierrors.IsConflict(err) {
+		// Another writer (the binding server, another reconcile) was first:
+		// the normal race of optimistic concurrency, retried shortly, once
+		// the cache has the other write.
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return res, err
+}
+
+func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	tj, err := trainjob.Get(ctx, r.Client, req.NamespacedName)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			if r.Claims != nil {
+				r.Claims.Forget(req.NamespacedName)
+			}
+			r.scopedIDs.forget(req.NamespacedName)
+			r.written.Forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !jobconfig.IsBound(tj.GetLabels()) || tj.GetDeletionTimestamp() != nil {
+		return ctrl.Result{}, nil
+	}
+	jobID, workerID := tj.GetAnnotations()[jobconfig.JobIDAnnotation], tj.GetAnnotations()[jobconfig.WorkerIDAnnotation]
+	if jobID == "" || workerID == "" {
+		r.warn(tj, lifecycle.ReasonNotStamped, "TrainJob is labeled %s=%s but has no %s/%s annotations (Tether's TrainJob webhook did not see it); remove and re-add the label",
+			jobconfig.BindLabel, jobconfig.BindValue, jobconfig.JobIDAnnotation, jobconfig.WorkerIDAnnotation)
+		return ctrl.Result{}, nil
+	}
+
+	wb := &tetherv1.WorkerBinding{}
+	err = r.Client.Get(ctx, req.NamespacedName, wb)
+	switch {
+	case apierrors.IsNotFound(err):
+		// The cache may not have this reconciler's own create yet (the
+		// first status follows the create at once when nothing else
+		// waits): read your writes.
+		wb = r.written.Created(req.NamespacedName, tj.GetUID(), r.now())
+	case err != nil:
+		return ctrl.Result{}, err
+	case !metav1.IsControlledBy(wb, tj):
+		// Left from an earlier TrainJob of the same name; garbage collection
+		// removes it, then we bind this one.
+		log.Info("waiting for a stale WorkerBinding to be garbage-collected", "uid", wb.GetUID())
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	default:
+		wb = r.written.Latest(wb, r.now())
+	}
+
+	if res, refused, err := r.checkIdentity(ctx, tj, wb, jobID, workerID); refused || err != nil {
+		return res, err
+	}
+
+	ca, err := r.CABundle()
+	if err != nil || len(ca) == 0 {
+		log.Info("CA bundle not available yet; retrying", "error", err)
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	// The binding is written before its Secret: once a sidecar can mount
+	// the token, the binding server can already find the binding by it.
+	// A TrainJob not bound yet has no Secret in all likelihood: it is not
+	// read (an uncached read per new job, in a burst of them), and the
+	// Secret is created; one that exists after all is read then (secretExists).
+	fresh := wb == nil
+	var secret *corev1.Secret
+	var token binding.Token
+	if !fresh {
+		if secret, token, err = r.loadToken(ctx, tj); err != nil {
+			r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
+			return ctrl.Result{}, err
+		}
+	}
+	issue := token == ""
+	if issue {
+		if token, err = binding.NewToken(); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if wb, err = r.writeSpec(ctx, tj, wb, jobID, workerID, token.Hash(), issue); wb == nil || err != nil {
+		// No binding: another reconcile created it first; the next one,
+		// once the cache has it, writes its Secret. (Its create's echo is
+		// enqueued behind every token to issue: not soon enough here.)
+		if err == nil {
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	err = r.writeSecret(ctx, tj, secret, token, ca)
+	if fresh && apierrors.IsAlreadyExists(err) {
+		wb, err = r.secretExists(ctx, tj, wb, token, ca)
+	}
+	if err != nil {
+		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
+		return ctrl.Result{}, err
+	}
+	if fresh {
+		// The token first: the first status after every other token in a
+		// burst (ownwrites.FirstStatusNext).
+		r.written.AwaitFirstStatus(req.NamespacedName)
+		return ownwrites.FirstStatusNext(), nil
+	}
+	first := wb.Status.Phase == ""
+	requeue, err := r.updateStatus(ctx, tj, wb)
+	var after *int
+	if err == nil {
+		// Bound is announced with the binding's first status, written
+		// here (also for a binding another replica created), or found
+		// written by the binding server (a sidecar registered first): in a
+		// burst, after every token, as the status (test/performance/controller: each
+		// Event costs the API server about a plain create).
+		if created := r.written.FirstStatusWritten(req.NamespacedName, r.now()); first || created {
+			r.normal(tj, lifecycle.ReasonBound, "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
+		}
+		if first {
+			// The binding's later rechecks at a new TrainJob's priority,
+			// not its first status's (the queue keeps a request's).
+			after = ptr.To(0)
+		}
+	}
+	if p := wb.Spec.PreviousToken; p != nil && err == nil {
+		// Back when the previous token expires, to clear it.
+		if until := p.ValidUntil.Sub(r.now()) + time.Second; requeue == 0 || until < requeue {
+			requeue = max(until, time.Second)
+		}
+	}
+	return ctrl.Result{RequeueAfter: requeue, Priority: after}, err
+}
+
+// writeSpec creates the binding (wb nil), or brings its spec up to date:
+// the token's hash, the previous one kept for the overlap when the token was
+// reissued, an expired previous token cleared, and settings recorded once
+// valid. issued says the token was issued in this reconcile. It returns the
+// binding as written, or nil without an error when another reconcile
+// created it first.
+func (r *BindingReconciler) writeSpec(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, jobID, workerID, hash string, issued bool) (*tetherv1.WorkerBinding, error) {
+	switch {
+	case wb == nil:
+		wb = &tetherv1.WorkerBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: tj.GetName(), Namespace: tj.GetNamespace(), Labels: map[string]string{jobconfig.BindLabel: jobconfig.BindValue}},
+			Spec: tetherv1.WorkerBindingSpec{TrainJobName: tj.GetName(), JobID: jobID, WorkerID: workerID,
+				TokenSecretName: binding.TokenSecretName(tj.GetName()), TokenSHA256: hash},
+		}
+		wb.Spec.Settings = r.settings(ctx, tj)
+		if err := ctrl.SetControllerReference(tj, wb, r.Scheme); err != nil {
+			return nil, err
+		}
+		if err := r.Client.Create(ctx, wb); err != nil {
+			return nil, client.IgnoreAlreadyExists(err)
+		}
+		r.written.Wrote(wb, r.now())
+	default:
+		rehashed := wb.Spec.TokenSHA256 != hash
+		expired := wb.Spec.PreviousToken != nil && !r.now().Before(wb.Spec.PreviousToken.ValidUntil.Time)
+		recorded := false
+		if !lifecycle.SettingsRecorded(&wb.Spec) {
+			// A binding whose settings were invalid so far.
+			if s := r.settings(ctx, tj); s != (tetherv1.WorkerBindingSettings{}) {
+				wb.Spec.Settings, recorded = s, true
+			}
+		}
+		if !rehashed && !recorded && !expired {
+			break
+		}
+		switch {
+		case rehashed && wb.Spec.TokenSHA256 != "" && r.TokenOverlap > 0:
+			wb.Spec.PreviousToken = &tetherv1.PreviousToken{SHA256: wb.Spec.TokenSHA256,
+				ValidUntil: metav1.NewTime(r.now().Add(r.TokenOverlap))}
+		case rehashed, expired:
+			wb.Spec.PreviousToken = nil
+		}
+		wb.Spec.TokenSHA256 = hash
+		if err := r.Client.Update(ctx, wb); err != nil {
+			return nil, err
+		}
+		r.written.Wrote(wb, r.now())
+		if issued && rehashed {
+			overlap := "the previous token is refused from now on (--token-overlap=0)"
+			if wb.Spec.PreviousToken != nil {
+				overlap = "the previous token stays valid for " + r.TokenOverlap.String() + ", while the kubelet updates the running pod's token volume"
+			}
+			r.warn(tj, lifecycle.ReasonTokenReissued, "token Secret %s was missing or malformed and was issued anew; %s", wb.Spec.TokenSecretName, overlap)
+		}
+	}
+	return wb, nil
+}
+
+// settings parses the TrainJob's settings for the binding to record. Invalid
+// ones are not recorded (the pod webhook denies the job's pods meanwhile, with
+// the reason): the next reconcile records them once they are fixed.
+func (r *BindingReconciler) settings(ctx context.Context, tj *unstructured.Unstructured) tetherv1.WorkerBindingSettings {
+	s, err := jobconfig.Parse(tj.GetAnnotations())
+	if err != nil {
+		logf.FromContext(ctx).Info("settings not recorded on the binding yet: the TrainJob's settings annotations are invalid", "error", err.Error())
+		return tetherv1.WorkerBindingSettings{}
+	}
+	return lifecycle.RecordSettings(s)
+}
+
+// jobIDOwner returns the namespace/name of another live binding that holds
+// jobID, or "" when none does.
+func (r *BindingReconciler) jobIDOwner(ctx context.Context, jobID string, tj *unstructured.Unstructured) (string, error) {
+	var list tetherv1.WorkerBindingList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{keys.JobIDIndex: jobID}); err != nil {
+		return "", err
+	}
+	for _, b := range list.Items {
+		if b.DeletionTimestamp == nil && !(b.Namespace == tj.GetNamespace() && b.Name == tj.GetName()) {
+			return b.Namespace + "/" + b.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// updateStatus sets the phase and conditions the admission stage knows about:
+// the token is issued, and whether the job's trainer pods carry the sidecar.
+func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding) (requeue time.Duration, err error) {
+	before := wb.Status.DeepCopy()
+	lifecycle.Initial(&wb.Status)
+	wb.Status.ObservedGeneration = wb.Generation
+	meta.SetStatusCondition(&wb.Status.Conditions, metav1.Condition{Type: tetherv1.ConditionTokenIssued, Status: metav1.ConditionTrue,
+		Reason: tetherv1.ReasonTokenIssued, Message: "token Secret " + wb.Spec.TokenSecretName, ObservedGeneration: wb.Generation})
+
+	pods, err := r.trainerPods(ctx, tj)
+	if err != nil {
+		return 0, err
+	}
+	cond := podsInjectedCondition(pods, lifecycle.Settings(&wb.Spec).Nodes)
+	cond.ObservedGeneration = wb.Generation
+	// A copy: SetStatusCondition below overwrites the condition in place, and
+	// the Warning compares with what it was (an alias would compare the new
+	// message with itself and never warn).
+	var prev *metav1.Condition
+	if c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionPodsInjected); c != nil {
+		prev = c.DeepCopy()
+	}
+	if prev != nil && prev.Status == metav1.ConditionFalse && cond.Reason == tetherv1.ReasonNoPods {
+		// The evidence outlives the pods: uninjected pods that ended still
+		// ran unbound (a job that finishes so is NeverBound, saying so).
+		cond = *prev
+	}
+	meta.SetStatusCondition(&wb.Status.Conditions, cond)
+	if cond.Reason == tetherv1.ReasonPodsNotInjected && (prev == nil || prev.Message != cond.Message) {
+		r.warn(tj, tetherv1.ReasonPodsNotInjected, "%s", cond.Message)
+	}
+	now := r.now()
+	requeue, observed := r.observe(ctx, tj, wb, pods, now)
+	if waitsForPods(&wb.Status, pods) {
+		// Admitted, no pod: say why when the Job says so (FailedCreate).
+		// Not in a new binding's first reconciles: its Jobs have hardly had
+		// a chance to fail, and the uncached read of the namespace's Events
+		// is what a burst of new TrainJobs would pay several times each.
+		recheck := createFailureRecheck
+		if age := now.Sub(wb.CreationTimestamp.Time); age < createFailureFirstLook {
+			recheck = createFailureFirstLook - age
+		} else if msg, err := r.createFailure(ctx, tj); err != nil {
+			logf.FromContext(ctx).Info("cannot read the trainer Jobs' FailedCreate Events", "error", err.Error())
+		} else if msg != "" {
+			lifecycle.PodCreateFailed(&wb.Status, msg)
+		}
+		if requeue == 0 || requeue > recheck {
+			requeue = recheck
+		}
+	}
+	// A final binding's pending artifacts are dropped here (a failed job's
+	// outputs, a late upload of a succeeded one), after its status write;
+	// a store that refused is tried again.
+	defer func() {
+		if retry := r.settlePending(ctx, wb); retry > 0 && err == nil && (requeue == 0 || retry < requeue) {
+			requeue = retry
+		}
+	}()
+	if retry := r.archiveLogs(ctx, wb, pods); retry > 0 && (requeue == 0 || retry < requeue) {
+		requeue = retry
+	}
+	if equalStatus(before, &wb.Status) {
+		return requeue, nil
+	}
+	if err := r.Client.Status().Update(ctx, wb); err != nil {
+		return 0, err
+	}
+	r.written.Wrote(wb, now)
+	if r.Events != nil {
+		// Announced once written: a write that lost a race is re-observed,
+		// and announced, by the next reconcile.
+		ref := trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID())
+		for _, o := range observed {
+			r.Events.Eventf(ref, nil, o.eventType, o.reason, lifecycle.EventAction, "%s", o.note)
+		}
+		// A new binding's first status (Pending, TokenIssued) is what its
+		// Bound Event announces (reconcile): one Event per fact (a burst of
+		// new bindings paid two creates each, test/performance/controller).
+		announced := before.Phase == "" && wb.Status.Reason == tetherv1.ReasonTokenIssued
+		if lifecycle.Transitioned(before.Phase, before.Reason, &wb.Status) && !announced {
+			eventType, reason, note := lifecycle.TransitionEvent(&wb.Status)
+			r.Events.Eventf(ref, nil, eventType, reason, lifecycle.EventAction, "%s", note)
+		}
+	}
+	return requeue, nil
+}
+
+func (r *BindingReconciler) trainerPods(ctx context.Context, tj *unstructured.Unstructured) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	err := r.Client.List(ctx, &pods, client.InNamespace(tj.GetNamespace()), client.MatchingLabels(trainjob.TrainerPodLabels(tj.GetName())))
+	return pods.Items, err
+}
+
+func (r *BindingReconciler) normal(tj *unstructured.Unstructured, reason, note string, args ...any) {
+	if r.Events != nil {
+		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, corev1.EventTypeNormal, reason, lifecycle.EventAction, note, args...)
+	}
+}
+
+func (r *BindingReconciler) warn(tj *unstructured.Unstructured, reason, note string, args ...any) {
+	if r.Events != nil {
+		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, corev1.EventTypeWarning, reason, lifecycle.EventAction, note, args...)
+	}
+}
