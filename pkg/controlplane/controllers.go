@@ -5,6 +5,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/pkg/controller/artifactsettle"
 	"github.com/tether-dev/tether/pkg/controller/orphan"
 	"github.com/tether-dev/tether/pkg/controller/trainerstatus"
 	"github.com/tether-dev/tether/pkg/controller/uploadsweep"
@@ -22,9 +23,10 @@ func (a *assembly) injectionReporter() error {
 	return a.mgr.Add(&mutate.InjectionReporter{Cache: a.mgr.GetCache(), TrainJobs: a.mgr.GetClient(), Recorder: a.recorder})
 }
 
-// bindingController runs the binding controller: it binds TrainJobs, keeps
-// their bindings' phases, promotes or drops their artifacts and archives
-// their trainer logs.
+// bindingController runs the binding controller, which binds TrainJobs,
+// keeps their bindings' phases, promotes their verified artifacts and
+// archives their trainer logs, and the controller that drops a final
+// binding's leftover pending artifacts.
 func (a *assembly) bindingController() error {
 	opts, mgr := a.opts, a.mgr
 	logSource := opts.LogSource
@@ -51,6 +53,12 @@ func (a *assembly) bindingController() error {
 		Claims:        &jobidclaim.JobIDClaims{Namespace: opts.Namespace, Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the binding controller: %w", err)
+	}
+	// A final binding's leftover pending artifacts, dropped once the
+	// binding controller wrote the final phase.
+	if err := (&artifactsettle.Reconciler{Client: mgr.GetClient(), Pending: a.artifactStore, Manifests: a.artifactStore}).
+		SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the artifact settlement controller: %w", err)
 	}
 	return nil
 }

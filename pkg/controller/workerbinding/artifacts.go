@@ -1,10 +1,8 @@
 package workerbinding
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -30,17 +28,17 @@ type StoredManifests interface {
 	StoredManifest(ctx context.Context, jobID string, rank int) (verify.ManifestResult, bool, error)
 }
 
-// recheckStoredManifests records the store's verdict on the stored manifest
-// of each node whose verdict the binding lacks once the grace is over: the
-// manifest may have been stored while its verdict could not be written
-// (the apiserver away when the job ended, the sidecar's retries spent).
-func (r *BindingReconciler) recheckStoredManifests(ctx context.Context, wb *tetherv1.WorkerBinding) {
-	if r.Manifests == nil {
-		return
-	}
+// storedManifests reads the store's verdict on the stored manifest of each
+// node of ranks (those whose verdict the binding lacks once the grace is
+// over): the manifest may have been stored while its verdict could not be
+// written (the apiserver away when the job ended, the sidecar's retries
+// spent). A node whose manifest is not stored, or could not be read, is
+// absent.
+func (r *BindingReconciler) storedManifests(ctx context.Context, jobID string, ranks []int32) map[int32]lifecycle.StoredManifest {
 	log := logf.FromContext(ctx)
-	for _, rank := range lifecycle.UnverifiedRanks(&wb.Status) {
-		res, found, err := r.Manifests.StoredManifest(ctx, wb.Spec.JobID, int(rank))
+	out := map[int32]lifecycle.StoredManifest{}
+	for _, rank := range ranks {
+		res, found, err := r.Manifests.StoredManifest(ctx, jobID, int(rank))
 		if err != nil {
 			log.Info("cannot check the stored manifest", "node", rank, "error", err.Error())
 			continue
@@ -48,10 +46,10 @@ func (r *BindingReconciler) recheckStoredManifests(ctx context.Context, wb *teth
 		if !found {
 			continue
 		}
-		if lifecycle.ArtifactsRecorded(&wb.Status, rank, res.PodUID, res.Artifacts()) {
-			log.Info("recorded the verdict on a stored manifest the binding lacked", "node", rank, "verified", res.Verified, "files", res.Files)
-		}
+		log.Info("read the store's verdict on a stored manifest the binding lacked", "node", rank, "verified", res.Verified, "files", res.Files)
+		out[rank] = lifecycle.StoredManifest{PodUID: res.PodUID, Artifacts: res.Artifacts()}
 	}
+	return out
 }
 
 // promotionRetry is how soon a failed promotion is tried again.
@@ -84,75 +82,4 @@ func (r *BindingReconciler) promote(ctx context.Context, wb *tetherv1.WorkerBind
 		logf.FromContext(ctx).Info("promoted verified artifacts", "objects", n)
 	}
 	return nil
-}
-
-// settlePending drops what is still pending once the binding is final: a
-// failed job's outputs never replace good ones, and a succeeded job's
-// verified versions were promoted before it said Succeeded, so what is
-// pending then is a late write no manifest lists. Idempotent. It returns
-// how soon to try again when the store refused: a final binding may see no
-// other reconcile (a soak run under a store outage left a pending object
-// behind when the retry relied on the echo of the binding's final status).
-func (r *BindingReconciler) settlePending(ctx context.Context, wb *tetherv1.WorkerBinding) (retry time.Duration) {
-	if r.Pending == nil || !lifecycle.IsFinal(wb.Status.Phase) {
-		return 0
-	}
-	n, err := r.Pending.DropPending(ctx, wb.Spec.JobID)
-	log := logf.FromContext(ctx)
-	if err != nil {
-		log.Error(err, "settling pending artifacts; retrying", "phase", wb.Status.Phase, "after", promotionRetry.String())
-		return promotionRetry
-	}
-	if n > 0 {
-		log.Info("dropped pending artifacts no verified manifest lists", "phase", wb.Status.Phase, "objects", n)
-	}
-	// Checked on every reconcile of such a binding, not only the one that
-	// dropped: that one's status write may lose a race with the binding
-	// server's, and the next reconcile drops nothing.
-	if wb.Status.Phase == tetherv1.PhaseSucceeded || !r.retractDroppedVerdicts(ctx, wb) {
-		return 0
-	}
-	if err := r.Client.Status().Update(ctx, wb); err != nil {
-		// A conflict brings the binding's next version, and its reconcile.
-		log.Error(err, "recording the verdicts the dropped versions took back; retrying", "after", promotionRetry.String())
-		return promotionRetry
-	}
-	r.written.Wrote(wb, r.now())
-	return 0
-}
-
-// retractDroppedVerdicts takes back the verdict of each node of a binding
-// that ended without succeeding whose verified manifest listed versions
-// just dropped (they waited to be promoted over an earlier version, which
-// only success does): its manifest no longer describes the store, which
-// keeps the earlier versions, and the binding must not call it verified.
-// The soak found it: a job cancelled after its sidecar flushed a rewritten
-// checkpoint kept "verified" on a manifest whose file held other bytes.
-func (r *BindingReconciler) retractDroppedVerdicts(ctx context.Context, wb *tetherv1.WorkerBinding) bool {
-	if r.Manifests == nil {
-		return false
-	}
-	log := logf.FromContext(ctx)
-	changed := false
-	for _, rank := range lifecycle.VerifiedRanks(&wb.Status) {
-		res, found, err := r.Manifests.StoredManifest(ctx, wb.Spec.JobID, int(rank))
-		if err != nil {
-			log.Info("cannot check the stored manifest after dropping pending versions", "node", rank, "error", err.Error())
-			continue
-		}
-		if found && res.Verified {
-			continue
-		}
-		var a tetherv1.NodeArtifacts
-		if found {
-			a = res.Artifacts()
-		}
-		a.LastError = fmt.Sprintf("the job ended %s/%s, so the versions this node's manifest lists that replaced earlier ones were dropped, not promoted: the store keeps the earlier versions (%s)",
-			wb.Status.Phase, wb.Status.Reason, cmp.Or(a.LastError, "the manifest is no longer stored"))
-		if lifecycle.VerdictRetracted(&wb.Status, rank, a) {
-			log.Info("took back a node's verdict: the versions its manifest lists were dropped", "node", rank, "missing", a.MissingCount)
-			changed = true
-		}
-	}
-	return changed
 }

@@ -357,10 +357,10 @@ func TestPhaseMachineHistories(t *testing.T) {
 					for i, p := range s.pods {
 						pods[i] = *p.Obj()
 					}
-					_, obs := r.observe(context.Background(), tj, wb, pods, now)
+					_, obs := r.decideEvents(context.Background(), tj, wb, pods, now)
 					for _, o := range obs {
-						events.add(o.reason)
-						events.notes = append(events.notes, o.note)
+						events.add(o.Reason)
+						events.notes = append(events.notes, o.Note)
 					}
 				}
 				if lifecycle.Transitioned(before.Phase, before.Reason, &wb.Status) {
@@ -465,4 +465,11 @@ func (r jobSetReader) Get(_ context.Context, key client.ObjectKey, obj client.Ob
 
 func (jobSetReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
 	return errors.New("jobSetReader lists nothing")
+}
+
+// decideEvents is decide as the tests drive it: when to look again, and
+// what it announces beyond a phase transition.
+func (r *BindingReconciler) decideEvents(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, pods []corev1.Pod, now time.Time) (time.Duration, []lifecycle.Event) {
+	out, requeue := r.decide(ctx, tj, wb, pods, now)
+	return requeue, out.Events
 }

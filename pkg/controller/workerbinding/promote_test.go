@@ -44,28 +44,6 @@ func (f *fakePending) DropPending(_ context.Context, jobID string) (int, error) 
 	return 0, nil
 }
 
-// A final binding's pending artifacts the store could not drop are tried
-// again by a requeue of the binding's own, not left to whatever reconcile
-// comes next (a final binding may see none: a soak run under a store
-// outage left a pending object behind).
-func TestSettlePendingRetriesARefusedDrop(t *testing.T) {
-	wb := &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Name: "tj", Namespace: "ns"}}
-	wb.Spec.JobID = "job-1"
-	store := &fakePending{dropFail: errors.New("S3 DELETE: 503 SlowDown")}
-	r := &BindingReconciler{Pending: store}
-	lifecycle.Initial(&wb.Status)
-	if retry := r.settlePending(context.Background(), wb); retry != 0 || len(store.dropped) != 0 {
-		t.Fatalf("a binding not final: retry %s, dropped %v; want nothing done", retry, store.dropped)
-	}
-	wb.Status.Phase = tetherv1.PhaseFailed
-	if retry := r.settlePending(context.Background(), wb); retry != promotionRetry {
-		t.Fatalf("a refused drop: retry %s, want %s", retry, promotionRetry)
-	}
-	store.dropFail = nil
-	if retry := r.settlePending(context.Background(), wb); retry != 0 || len(store.dropped) != 1 {
-		t.Fatalf("a drop the store took: retry %s, dropped %v; want no retry, one drop", retry, store.dropped)
-	}
-}
 
 // A binding whose every artifact is verified says Succeeded only after its
 // latest versions were promoted over their final keys: an orchestrator that
@@ -82,7 +60,7 @@ func TestSucceededOnlyAfterPromotion(t *testing.T) {
 	manifest(0, true)(&wb.Status, at(20))
 	pods := []corev1.Pod{*pod(0, "a", 1).Exited(0, at(19)).Obj()}
 
-	requeue, _ := r.observe(context.Background(), trainJob(complete(21)), wb, pods, at(22))
+	requeue, _ := r.decideEvents(context.Background(), trainJob(complete(21)), wb, pods, at(22))
 	if wb.Status.Phase != tetherv1.PhaseFinishing || wb.Status.Reason != tetherv1.ReasonPromotingArtifacts {
 		t.Fatalf("with the promotion failing: %s/%s, want Finishing/PromotingArtifacts", wb.Status.Phase, wb.Status.Reason)
 	}
@@ -94,7 +72,7 @@ func TestSucceededOnlyAfterPromotion(t *testing.T) {
 	}
 
 	store.fail = nil
-	r.observe(context.Background(), trainJob(complete(21)), wb, pods, at(27))
+	r.decideEvents(context.Background(), trainJob(complete(21)), wb, pods, at(27))
 	if wb.Status.Phase != tetherv1.PhaseSucceeded || wb.Status.Reason != tetherv1.ReasonTrainerSucceeded {
 		t.Fatalf("after the promotion: %s/%s (%s), want Succeeded/TrainerSucceeded", wb.Status.Phase, wb.Status.Reason, wb.Status.Message)
 	}
@@ -119,7 +97,7 @@ func TestPromotionOfAChangedArtifactTakesTheVerdictBack(t *testing.T) {
 	wb.Status.Nodes[0].Artifacts.ManifestSHA256 = strings.Repeat("ab", 32)
 	pods := []corev1.Pod{*pod(0, "a", 1).Exited(0, at(19)).Obj()}
 
-	r.observe(context.Background(), trainJob(complete(21)), wb, pods, at(22))
+	r.decideEvents(context.Background(), trainJob(complete(21)), wb, pods, at(22))
 	if got := fake.manifests; len(got) != 1 || len(got[0]) != 1 || got[0][0] != (pending.VerifiedManifest{Rank: 0, SHA256: strings.Repeat("ab", 32)}) {
 		t.Fatalf("Promote was given %+v, want node 0's recorded digest", got)
 	}
@@ -129,7 +107,7 @@ func TestPromotionOfAChangedArtifactTakesTheVerdictBack(t *testing.T) {
 	if a := wb.Status.Nodes[0].Artifacts; a.Verified || len(a.Missing) != 1 || a.Missing[0] != "model.bin" {
 		t.Errorf("node 0's artifacts %+v, want unverified naming model.bin", a)
 	}
-	r.observe(context.Background(), trainJob(complete(21)), wb, pods, at(52))
+	r.decideEvents(context.Background(), trainJob(complete(21)), wb, pods, at(52))
 	if wb.Status.Phase != tetherv1.PhaseFailed || wb.Status.Reason != tetherv1.ReasonArtifactsIncomplete || !strings.Contains(wb.Status.Message, "model.bin") {
 		t.Errorf("after the grace: %s/%s (%s), want Failed/ArtifactsIncomplete naming model.bin", wb.Status.Phase, wb.Status.Reason, wb.Status.Message)
 	}
@@ -169,11 +147,11 @@ func TestStoredManifestVerdictBeforeArtifactsIncomplete(t *testing.T) {
 				Live: jobSetReader{nodes: 1}, Pending: &fakePending{}, Manifests: tc.stored}
 			register(0, "a")(&wb.Status, at(1))
 			pods := []corev1.Pod{*pod(0, "a", 1).Exited(0, at(19)).Obj()}
-			r.observe(context.Background(), trainJob(complete(21)), wb, pods, at(22))
+			r.decideEvents(context.Background(), trainJob(complete(21)), wb, pods, at(22))
 			if wb.Status.Reason != tetherv1.ReasonAwaitingArtifacts {
 				t.Fatalf("within the grace: %s/%s, want AwaitingArtifacts", wb.Status.Phase, wb.Status.Reason)
 			}
-			r.observe(context.Background(), trainJob(complete(21)), wb, pods, at(52))
+			r.decideEvents(context.Background(), trainJob(complete(21)), wb, pods, at(52))
 			if wb.Status.Phase != tc.wantPhase || wb.Status.Reason != tc.wantReason {
 				t.Errorf("after the grace: %s/%s (%s), want %s/%s", wb.Status.Phase, wb.Status.Reason, wb.Status.Message, tc.wantPhase, tc.wantReason)
 			}
@@ -181,46 +159,3 @@ func TestStoredManifestVerdictBeforeArtifactsIncomplete(t *testing.T) {
 	}
 }
 
-// A job that ended without succeeding (here: cancelled after its sidecar
-// flushed a rewritten checkpoint) loses the versions that waited to be
-// promoted; the binding then takes back each verdict whose manifest the
-// store no longer matches, and keeps one it still matches.
-func TestDroppedVersionsTakeTheVerdictBack(t *testing.T) {
-	wb := &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Name: "tj", Namespace: "ns"}}
-	wb.Spec.JobID = "job-1"
-	wb.Spec.Settings = lifecycle.RecordSettings(jobconfig.Settings{HeartbeatInterval: 10 * time.Second, TrainerContainer: "node", Nodes: jobconfig.NodesAll})
-	lifecycle.Initial(&wb.Status)
-	register(0, "a")(&wb.Status, at(1))
-	register(1, "b")(&wb.Status, at(1))
-	manifest(0, true)(&wb.Status, at(20))
-	manifest(1, true)(&wb.Status, at(20))
-	r := &BindingReconciler{Manifests: fakeManifests{
-		0: {Key: "job-1/manifest.json", PodUID: "a", Files: 3, Missing: []string{"checkpoints/latest.pt"}, MissingCount: 1, Err: "checkpoints/latest.pt: MD5 differs"},
-		1: {Key: "job-1/nodes/1/manifest.json", PodUID: "b", Verified: true, Files: 2},
-	}}
-	if r.retractDroppedVerdicts(context.Background(), wb) {
-		t.Fatal("a running binding's verdicts were taken back")
-	}
-	lifecycle.Cancelled(&wb.Status, "cancelled by the orchestrator (command c1)")
-	if !r.retractDroppedVerdicts(context.Background(), wb) {
-		t.Fatal("the cancelled binding kept calling node 0's manifest verified")
-	}
-	a0, a1 := wb.Status.Nodes[0].Artifacts, wb.Status.Nodes[1].Artifacts
-	if a0.Verified || !strings.Contains(a0.LastError, "dropped, not promoted") || !strings.Contains(a0.LastError, "MD5 differs") || len(a0.Missing) != 1 {
-		t.Errorf("node 0: %+v, want unverified, naming the dropped versions and the file", a0)
-	}
-	if !a1.Verified {
-		t.Errorf("node 1, whose manifest the store still matches, lost its verdict: %+v", a1)
-	}
-	if r.retractDroppedVerdicts(context.Background(), wb) {
-		t.Error("taken back twice")
-	}
-
-	// A binding that succeeded had its versions promoted: nothing to take back.
-	ok := wb.DeepCopy()
-	ok.Status.Phase, ok.Status.Reason = tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded
-	r.Manifests = fakeManifests{1: {Key: "job-1/nodes/1/manifest.json", PodUID: "b", Files: 2, Missing: []string{"model.bin"}, MissingCount: 1}}
-	if r.retractDroppedVerdicts(context.Background(), ok) || !ok.Status.Nodes[1].Artifacts.Verified {
-		t.Error("a Succeeded binding's verdict was taken back")
-	}
-}

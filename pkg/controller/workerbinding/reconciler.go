@@ -5,8 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -78,8 +78,9 @@ type BindingReconciler struct {
 	ArtifactGrace time.Duration
 	// Logs archives terminated trainers' logs next to the artifacts (nil: off).
 	Logs *logarchive.LogArchiver
-	// Pending settles uploads that would have replaced an earlier object:
-	// promoted when the binding succeeds, dropped when it fails (nil: off).
+	// Pending holds uploads that would have replaced an earlier object:
+	// promoted before the binding says Succeeded (nil: off). What is left
+	// once the binding is final is dropped by package artifactsettle.
 	Pending PendingArtifacts
 	// Manifests reads back a stored manifest whose verdict the binding
 	// lacks (nil: not checked).
@@ -372,68 +373,25 @@ func (r *BindingReconciler) jobIDOwner(ctx context.Context, jobID string, tj *un
 	return "", nil
 }
 
-// updateStatus sets the phase and conditions the admission stage knows about:
-// the token is issued, and whether the job's trainer pods carry the sidecar.
-func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding) (requeue time.Duration, err error) {
-	before := wb.Status.DeepCopy()
-	lifecycle.Initial(&wb.Status)
-	wb.Status.ObservedGeneration = wb.Generation
-	meta.SetStatusCondition(&wb.Status.Conditions, metav1.Condition{Type: tetherv1.ConditionTokenIssued, Status: metav1.ConditionTrue,
-		Reason: tetherv1.ReasonTokenIssued, Message: "token Secret " + wb.Spec.TokenSecretName, ObservedGeneration: wb.Generation})
-
+// updateStatus gathers what the binding's status depends on, derives the
+// new status (decide), archives the ended trainers' logs onto it and writes
+// it when it changed, then announces what changed. It returns when to look
+// again.
+func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding) (time.Duration, error) {
 	pods, err := r.trainerPods(ctx, tj)
 	if err != nil {
 		return 0, err
 	}
-	cond := podsInjectedCondition(pods, lifecycle.Settings(&wb.Spec).Nodes)
-	cond.ObservedGeneration = wb.Generation
-	// A copy: SetStatusCondition below overwrites the condition in place, and
-	// the Warning compares with what it was (an alias would compare the new
-	// message with itself and never warn).
-	var prev *metav1.Condition
-	if c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionPodsInjected); c != nil {
-		prev = c.DeepCopy()
-	}
-	if prev != nil && prev.Status == metav1.ConditionFalse && cond.Reason == tetherv1.ReasonNoPods {
-		// The evidence outlives the pods: uninjected pods that ended still
-		// ran unbound (a job that finishes so is NeverBound, saying so).
-		cond = *prev
-	}
-	meta.SetStatusCondition(&wb.Status.Conditions, cond)
-	if cond.Reason == tetherv1.ReasonPodsNotInjected && (prev == nil || prev.Message != cond.Message) {
-		r.warn(tj, tetherv1.ReasonPodsNotInjected, "%s", cond.Message)
-	}
+	before := wb.Status.DeepCopy()
 	now := r.now()
-	requeue, observed := r.observe(ctx, tj, wb, pods, now)
-	if waitsForPods(&wb.Status, pods) {
-		// Admitted, no pod: say why when the Job says so (FailedCreate).
-		// Not in a new binding's first reconciles: its Jobs have hardly had
-		// a chance to fail, and the uncached read of the namespace's Events
-		// is what a burst of new TrainJobs would pay several times each.
-		recheck := createFailureRecheck
-		if age := now.Sub(wb.CreationTimestamp.Time); age < createFailureFirstLook {
-			recheck = createFailureFirstLook - age
-		} else if msg, err := r.createFailure(ctx, tj); err != nil {
-			logf.FromContext(ctx).Info("cannot read the trainer Jobs' FailedCreate Events", "error", err.Error())
-		} else if msg != "" {
-			lifecycle.PodCreateFailed(&wb.Status, msg)
-		}
-		if requeue == 0 || requeue > recheck {
-			requeue = recheck
-		}
+	out, requeue := r.decide(ctx, tj, wb, pods, now)
+	for _, w := range out.Warnings {
+		r.warn(tj, w.Reason, "%s", w.Note)
 	}
-	// A final binding's pending artifacts are dropped here (a failed job's
-	// outputs, a late upload of a succeeded one), after its status write;
-	// a store that refused is tried again.
-	defer func() {
-		if retry := r.settlePending(ctx, wb); retry > 0 && err == nil && (requeue == 0 || retry < requeue) {
-			requeue = retry
-		}
-	}()
 	if retry := r.archiveLogs(ctx, wb, pods); retry > 0 && (requeue == 0 || retry < requeue) {
 		requeue = retry
 	}
-	if equalStatus(before, &wb.Status) {
+	if equality.Semantic.DeepEqual(before, &wb.Status) {
 		return requeue, nil
 	}
 	if err := r.Client.Status().Update(ctx, wb); err != nil {
@@ -444,8 +402,8 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 		// Announced once written: a write that lost a race is re-observed,
 		// and announced, by the next reconcile.
 		ref := trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID())
-		for _, o := range observed {
-			r.Events.Eventf(ref, nil, o.eventType, o.reason, lifecycle.EventAction, "%s", o.note)
+		for _, e := range out.Events {
+			r.Events.Eventf(ref, nil, e.Type, e.Reason, lifecycle.EventAction, "%s", e.Note)
 		}
 		// A new binding's first status (Pending, TokenIssued) is what its
 		// Bound Event announces (reconcile): one Event per fact (a burst of

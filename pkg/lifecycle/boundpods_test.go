@@ -1,4 +1,4 @@
-package workerbinding
+package lifecycle
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package workerbinding
+package lifecycle
 
 import (
 	"fmt"
@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
@@ -14,11 +13,11 @@ import (
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
-// podsInjectedCondition tells whether the job's bound trainer pods (every
+// PodsInjectedCondition tells whether the job's bound trainer pods (every
 // node's, or node 0's with nodes=primary) carry the sidecar. A pod that
 // existed before the job was bound runs without it; the binding says so and
 // names the pods, never half-binds.
-func podsInjectedCondition(pods []corev1.Pod, nodes string) metav1.Condition {
+func PodsInjectedCondition(pods []corev1.Pod, nodes string) metav1.Condition {
 	var missing, injected []string
 	for i := range pods {
 		p := &pods[i]
@@ -71,10 +70,4 @@ func joinBounded(names []string, n int) string {
 		return strings.Join(names, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
-}
-
-// equalStatus compares statuses ignoring condition transition times, which
-// SetStatusCondition keeps when a condition's status did not change.
-func equalStatus(a, b *tetherv1.WorkerBindingStatus) bool {
-	return equality.Semantic.DeepEqual(a, b)
 }
