@@ -1,23 +1,16 @@
-package workerbinding
+package lifecycle
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/jobconfig"
-	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/testobj"
@@ -34,8 +27,8 @@ var h0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 // at is a time in a history: seconds after h0.
 func at(s int) time.Time { return h0.Add(time.Duration(s) * time.Second) }
 
-// pod is a trainer pod of job "tj", rank and uid given, injected, created at t.
-func pod(rank int, uid string, created int) *testobj.PodWrapper {
+// tpod is a trainer pod of job "tj", rank and uid given, injected, created at t.
+func tpod(rank int, uid string, created int) *testobj.PodWrapper {
 	return testobj.MakeTrainerPod("tj", "ns").CompletionIndex(fmt.Sprint(rank)).UID(uid).Created(at(created)).
 		RestartPolicy(corev1.RestartPolicyOnFailure).Injected()
 }
@@ -59,8 +52,8 @@ func register(rank int, uid string) func(*tetherv1.WorkerBindingStatus, time.Tim
 // registerIn registers a pod of JobSet restart attempt ra.
 func registerIn(ra int32, rank int, uid string) func(*tetherv1.WorkerBindingStatus, time.Time) {
 	return func(st *tetherv1.WorkerBindingStatus, now time.Time) {
-		lifecycle.PodSeen(st, lifecycle.Pod{Rank: int32(rank), Name: uid, UID: uid, RestartAttempt: ra}, true, now)
-		lifecycle.Heartbeat(st, int32(rank), uid, now, 1, nil)
+		PodSeen(st, Pod{Rank: int32(rank), Name: uid, UID: uid, RestartAttempt: ra}, true, now)
+		Heartbeat(st, int32(rank), uid, now, 1, nil)
 	}
 }
 
@@ -75,7 +68,7 @@ func registerAll(ra int32, uids ...string) func(*tetherv1.WorkerBindingStatus, t
 
 func heartbeat(rank int, uid string, seq int64, step int64) func(*tetherv1.WorkerBindingStatus, time.Time) {
 	return func(st *tetherv1.WorkerBindingStatus, now time.Time) {
-		lifecycle.Heartbeat(st, int32(rank), uid, now, seq, &tetherv1.Progress{Step: &step})
+		Heartbeat(st, int32(rank), uid, now, seq, &tetherv1.Progress{Step: &step})
 	}
 }
 
@@ -86,10 +79,10 @@ func manifest(rank int, verified bool) func(*tetherv1.WorkerBindingStatus, time.
 			a.Missing, a.MissingCount, a.LastError = []string{"ckpt/shard.pt"}, 1, "1 of 2 files missing or different"
 		}
 		uid := ""
-		if n := lifecycle.Node(st, int32(rank)); n != nil {
+		if n := Node(st, int32(rank)); n != nil {
 			uid = n.PodUID
 		}
-		lifecycle.ArtifactsRecorded(st, int32(rank), uid, a)
+		ArtifactsRecorded(st, int32(rank), uid, a)
 	}
 }
 
@@ -143,73 +136,73 @@ func TestPhaseMachineHistories(t *testing.T) {
 	}{{
 		name: "one node: exit 0 alone is no verdict; Complete plus the verified manifest is",
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
-			{t: 20, pods: ps(pod(0, "a", 1).Exited(0, at(19))), conds: admitted, server: manifest(0, true)},
+			{t: 1, pods: ps(tpod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
+			{t: 20, pods: ps(tpod(0, "a", 1).Exited(0, at(19))), conds: admitted, server: manifest(0, true)},
 		},
 		want: want{phase: tetherv1.PhaseRunning, reason: tetherv1.ReasonHeartbeating, attempt: 1, startedBy: tetherv1.AttemptAdmission,
 			trainerExits: 1, lastExitCode: code(0), nodeCount: 1},
 	}, {
 		name: "one node: happy path",
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
-			{t: 20, pods: ps(pod(0, "a", 1).Exited(0, at(19))), conds: admitted, server: manifest(0, true)},
-			{t: 22, pods: ps(pod(0, "a", 1).Exited(0, at(19))), conds: complete(21)},
+			{t: 1, pods: ps(tpod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
+			{t: 20, pods: ps(tpod(0, "a", 1).Exited(0, at(19))), conds: admitted, server: manifest(0, true)},
+			{t: 22, pods: ps(tpod(0, "a", 1).Exited(0, at(19))), conds: complete(21)},
 		},
 		want: want{phase: tetherv1.PhaseSucceeded, reason: tetherv1.ReasonTrainerSucceeded, attempt: 1, trainerExits: 1, lastExitCode: code(0),
 			events: []string{tetherv1.ReasonHeartbeating, tetherv1.ReasonTrainerExited, tetherv1.ReasonTrainerSucceeded}},
 	}, {
 		name: "in place (OnFailure): the trainer fails, the kubelet restarts it, it succeeds",
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
-			{t: 10, pods: ps(pod(0, "a", 1).Exited(1, at(9))), conds: admitted, server: heartbeat(0, "a", 5, 100)},
-			{t: 21, pods: ps(pod(0, "a", 1).Running(1).LastExit(1, at(9))), conds: admitted, server: heartbeat(0, "a", 9, 40)},
-			{t: 40, pods: ps(pod(0, "a", 1).Exited(0, at(39)).LastExit(1, at(9))), conds: admitted, server: manifest(0, true)},
-			{t: 42, pods: ps(pod(0, "a", 1).Exited(0, at(39)).LastExit(1, at(9))), conds: complete(41)},
+			{t: 1, pods: ps(tpod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
+			{t: 10, pods: ps(tpod(0, "a", 1).Exited(1, at(9))), conds: admitted, server: heartbeat(0, "a", 5, 100)},
+			{t: 21, pods: ps(tpod(0, "a", 1).Running(1).LastExit(1, at(9))), conds: admitted, server: heartbeat(0, "a", 9, 40)},
+			{t: 40, pods: ps(tpod(0, "a", 1).Exited(0, at(39)).LastExit(1, at(9))), conds: admitted, server: manifest(0, true)},
+			{t: 42, pods: ps(tpod(0, "a", 1).Exited(0, at(39)).LastExit(1, at(9))), conds: complete(41)},
 		},
 		want: want{phase: tetherv1.PhaseSucceeded, attempt: 2, startedBy: tetherv1.AttemptTrainerRestarted, trainerExits: 2, lastExitCode: code(0),
 			events: []string{tetherv1.ReasonHeartbeating, tetherv1.ReasonTrainerExited, tetherv1.ReasonAttemptStarted, tetherv1.ReasonTrainerExited, tetherv1.ReasonTrainerSucceeded}},
 	}, {
 		name: "in place: the binding stays live while the trainer is down, and progress may go backwards",
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
-			{t: 10, pods: ps(pod(0, "a", 1).Exited(1, at(9))), conds: admitted, server: heartbeat(0, "a", 5, 100)},
-			{t: 21, pods: ps(pod(0, "a", 1).Running(1).LastExit(1, at(9))), conds: admitted, server: heartbeat(0, "a", 9, 40)},
+			{t: 1, pods: ps(tpod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
+			{t: 10, pods: ps(tpod(0, "a", 1).Exited(1, at(9))), conds: admitted, server: heartbeat(0, "a", 5, 100)},
+			{t: 21, pods: ps(tpod(0, "a", 1).Running(1).LastExit(1, at(9))), conds: admitted, server: heartbeat(0, "a", 9, 40)},
 		},
 		want: want{phase: tetherv1.PhaseRunning, reason: tetherv1.ReasonHeartbeating, attempt: 2, startedBy: tetherv1.AttemptTrainerRestarted,
 			trainerExits: 1, lastExitCode: code(1)},
 	}, {
 		name: "in place: retries exhausted: the TrainJob fails and the verdict names the last exit and the history",
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
-			{t: 10, pods: ps(pod(0, "a", 1).Running(1).LastExit(1, at(9))), conds: admitted},
-			{t: 30, pods: ps(pod(0, "a", 1).Running(2).LastExit(2, at(29))), conds: admitted},
-			{t: 50, pods: ps(pod(0, "a", 1).Running(2).LastExit(2, at(29)).Exited(3, at(49))), conds: failed(51)},
+			{t: 1, pods: ps(tpod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
+			{t: 10, pods: ps(tpod(0, "a", 1).Running(1).LastExit(1, at(9))), conds: admitted},
+			{t: 30, pods: ps(tpod(0, "a", 1).Running(2).LastExit(2, at(29))), conds: admitted},
+			{t: 50, pods: ps(tpod(0, "a", 1).Running(2).LastExit(2, at(29)).Exited(3, at(49))), conds: failed(51)},
 		},
 		want: want{phase: tetherv1.PhaseFailed, reason: tetherv1.ReasonTrainerFailed, attempt: 3, trainerExits: 3, lastExitCode: code(3),
 			messageHas: []string{"BackoffLimitExceeded", "exited with code 3", "3 trainer exits in 3 attempts"}},
 	}, {
 		name: "replacement pod (restartPolicy Never): a new pod of rank 0 starts attempt 2",
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "a", 1).RestartPolicy(corev1.RestartPolicyNever).Running(0)), conds: admitted, server: register(0, "a")},
-			{t: 10, pods: ps(pod(0, "a", 1).RestartPolicy(corev1.RestartPolicyNever).Exited(1, at(9))), conds: admitted},
-			{t: 12, pods: ps(pod(0, "a", 1).RestartPolicy(corev1.RestartPolicyNever).Exited(1, at(9)),
-				pod(0, "b", 11).RestartPolicy(corev1.RestartPolicyNever).Running(0)), conds: admitted, server: register(0, "b")},
-			{t: 30, pods: ps(pod(0, "a", 1).RestartPolicy(corev1.RestartPolicyNever).Exited(1, at(9)),
-				pod(0, "b", 11).RestartPolicy(corev1.RestartPolicyNever).Exited(0, at(29))), conds: admitted, server: manifest(0, true)},
-			{t: 32, pods: ps(pod(0, "b", 11).RestartPolicy(corev1.RestartPolicyNever).Exited(0, at(29))), conds: complete(31)},
+			{t: 1, pods: ps(tpod(0, "a", 1).RestartPolicy(corev1.RestartPolicyNever).Running(0)), conds: admitted, server: register(0, "a")},
+			{t: 10, pods: ps(tpod(0, "a", 1).RestartPolicy(corev1.RestartPolicyNever).Exited(1, at(9))), conds: admitted},
+			{t: 12, pods: ps(tpod(0, "a", 1).RestartPolicy(corev1.RestartPolicyNever).Exited(1, at(9)),
+				tpod(0, "b", 11).RestartPolicy(corev1.RestartPolicyNever).Running(0)), conds: admitted, server: register(0, "b")},
+			{t: 30, pods: ps(tpod(0, "a", 1).RestartPolicy(corev1.RestartPolicyNever).Exited(1, at(9)),
+				tpod(0, "b", 11).RestartPolicy(corev1.RestartPolicyNever).Exited(0, at(29))), conds: admitted, server: manifest(0, true)},
+			{t: 32, pods: ps(tpod(0, "b", 11).RestartPolicy(corev1.RestartPolicyNever).Exited(0, at(29))), conds: complete(31)},
 		},
 		want: want{phase: tetherv1.PhaseSucceeded, attempt: 2, startedBy: tetherv1.AttemptPodReplaced, trainerExits: 2, lastExitCode: code(0)},
 	}, {
 		name:  "node lost: rank 1's pod never exits, its replacement is seen before it registers; the attempt's Event names the lost pod",
 		nodes: 2,
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "a", 1).NodeName("n0").Running(0), pod(1, "b", 1).NodeName("n1").Running(0)), conds: admitted,
+			{t: 1, pods: ps(tpod(0, "a", 1).NodeName("n0").Running(0), tpod(1, "b", 1).NodeName("n1").Running(0)), conds: admitted,
 				server: func(st *tetherv1.WorkerBindingStatus, now time.Time) {
 					register(0, "a")(st, now)
 					register(1, "b")(st, now)
 				}},
-			{t: 40, pods: ps(pod(0, "a", 1).NodeName("n0").Running(0), pod(1, "b", 1).NodeName("n1").Running(0).Deleting(at(35)),
-				pod(1, "c", 39).NodeName("n0").Running(0)), conds: admitted},
+			{t: 40, pods: ps(tpod(0, "a", 1).NodeName("n0").Running(0), tpod(1, "b", 1).NodeName("n1").Running(0).Deleting(at(35)),
+				tpod(1, "c", 39).NodeName("n0").Running(0)), conds: admitted},
 		},
 		want: want{phase: tetherv1.PhaseRunning, attempt: 2, startedBy: tetherv1.AttemptPodReplaced,
 			eventNoteHas: "attempt 2 started: PodReplaced (node 1), in place of pod b on node n1"},
@@ -217,11 +210,11 @@ func TestPhaseMachineHistories(t *testing.T) {
 		name:  "JobSet restart (failurePolicy RestartJobSet): every pod recreated, attempt 2 for the whole job",
 		nodes: 2,
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "a0", 1).Running(0), pod(1, "a1", 1).Running(0)), conds: admitted, server: registerAll(0, "a0", "a1")},
-			{t: 10, pods: ps(pod(0, "a0", 1).Running(0), pod(1, "a1", 1).Exited(1, at(9))), conds: admitted},
-			{t: 15, pods: ps(pod(0, "b0", 14).RestartAttempt(1).Running(0), pod(1, "b1", 14).RestartAttempt(1).Running(0)), conds: admitted,
+			{t: 1, pods: ps(tpod(0, "a0", 1).Running(0), tpod(1, "a1", 1).Running(0)), conds: admitted, server: registerAll(0, "a0", "a1")},
+			{t: 10, pods: ps(tpod(0, "a0", 1).Running(0), tpod(1, "a1", 1).Exited(1, at(9))), conds: admitted},
+			{t: 15, pods: ps(tpod(0, "b0", 14).RestartAttempt(1).Running(0), tpod(1, "b1", 14).RestartAttempt(1).Running(0)), conds: admitted,
 				server: registerAll(1, "b0", "b1")},
-			{t: 40, pods: ps(pod(0, "b0", 14).RestartAttempt(1).Exited(0, at(39)), pod(1, "b1", 14).RestartAttempt(1).Exited(0, at(39))),
+			{t: 40, pods: ps(tpod(0, "b0", 14).RestartAttempt(1).Exited(0, at(39)), tpod(1, "b1", 14).RestartAttempt(1).Exited(0, at(39))),
 				conds: admitted, server: manifests(2)},
 			{t: 42, pods: ps(), conds: complete(41)},
 		},
@@ -230,24 +223,24 @@ func TestPhaseMachineHistories(t *testing.T) {
 	}, {
 		name: "a JobSet recreated after its TTL (trainer#3737) does not reset a final binding",
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
-			{t: 10, pods: ps(pod(0, "a", 1).RestartPolicy(corev1.RestartPolicyNever).Exited(1, at(9))), conds: failed(11)},
-			{t: 100, pods: ps(pod(0, "z", 99).Running(0)), conds: admitted, server: register(0, "z")},
+			{t: 1, pods: ps(tpod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
+			{t: 10, pods: ps(tpod(0, "a", 1).RestartPolicy(corev1.RestartPolicyNever).Exited(1, at(9))), conds: failed(11)},
+			{t: 100, pods: ps(tpod(0, "z", 99).Running(0)), conds: admitted, server: register(0, "z")},
 		},
 		want: want{phase: tetherv1.PhaseFailed, reason: tetherv1.ReasonTrainerFailed, attempt: 1, trainerExits: 1, lastExitCode: code(1)},
 	}, {
 		name: "Kueue re-admission: preempted, admitted again, attempt 2; the SIGTERM exit of the deleted pod is no verdict",
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
-			{t: 10, pods: ps(pod(0, "a", 1).Deleting(at(9)).Exited(143, at(10))), conds: suspended},
-			{t: 20, pods: ps(pod(0, "b", 19).Running(0)), conds: admitted, server: register(0, "b")},
+			{t: 1, pods: ps(tpod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
+			{t: 10, pods: ps(tpod(0, "a", 1).Deleting(at(9)).Exited(143, at(10))), conds: suspended},
+			{t: 20, pods: ps(tpod(0, "b", 19).Running(0)), conds: admitted, server: register(0, "b")},
 		},
 		want: want{phase: tetherv1.PhaseRunning, attempt: 2, startedBy: tetherv1.AttemptReadmission, trainerExits: 0},
 	}, {
 		name:  "four nodes: complete once every node's manifest is verified",
 		nodes: 4,
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "p0", 1).Running(0), pod(1, "p1", 1).Running(0), pod(2, "p2", 1).Running(0), pod(3, "p3", 1).Running(0)),
+			{t: 1, pods: ps(tpod(0, "p0", 1).Running(0), tpod(1, "p1", 1).Running(0), tpod(2, "p2", 1).Running(0), tpod(3, "p3", 1).Running(0)),
 				conds: admitted, server: registerAll(0, "p0", "p1", "p2", "p3")},
 			{t: 30, pods: ps(), conds: complete(30), server: manifests(3)},
 		},
@@ -256,7 +249,7 @@ func TestPhaseMachineHistories(t *testing.T) {
 		name:  "four nodes: the last manifest completes the binding",
 		nodes: 4,
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "p0", 1).Running(0), pod(1, "p1", 1).Running(0), pod(2, "p2", 1).Running(0), pod(3, "p3", 1).Running(0)),
+			{t: 1, pods: ps(tpod(0, "p0", 1).Running(0), tpod(1, "p1", 1).Running(0), tpod(2, "p2", 1).Running(0), tpod(3, "p3", 1).Running(0)),
 				conds: admitted, server: registerAll(0, "p0", "p1", "p2", "p3")},
 			{t: 30, pods: ps(), conds: complete(30), server: manifests(3)},
 			{t: 31, server: manifest(3, true)},       // the server: PromotingArtifacts
@@ -267,7 +260,7 @@ func TestPhaseMachineHistories(t *testing.T) {
 		name:  "four nodes: the last manifest verified by the server is not Succeeded before the controller promoted it",
 		nodes: 4,
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "p0", 1).Running(0), pod(1, "p1", 1).Running(0), pod(2, "p2", 1).Running(0), pod(3, "p3", 1).Running(0)),
+			{t: 1, pods: ps(tpod(0, "p0", 1).Running(0), tpod(1, "p1", 1).Running(0), tpod(2, "p2", 1).Running(0), tpod(3, "p3", 1).Running(0)),
 				conds: admitted, server: registerAll(0, "p0", "p1", "p2", "p3")},
 			{t: 30, pods: ps(), conds: complete(30), server: manifests(3)},
 			{t: 31, server: manifest(3, true)},
@@ -277,7 +270,7 @@ func TestPhaseMachineHistories(t *testing.T) {
 		name:  "four nodes: a node without a verified manifest after the grace fails the binding, naming the node",
 		nodes: 4,
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "p0", 1).Running(0), pod(1, "p1", 1).Running(0), pod(2, "p2", 1).Running(0), pod(3, "p3", 1).Running(0)),
+			{t: 1, pods: ps(tpod(0, "p0", 1).Running(0), tpod(1, "p1", 1).Running(0), tpod(2, "p2", 1).Running(0), tpod(3, "p3", 1).Running(0)),
 				conds: admitted, server: registerAll(0, "p0", "p1", "p2", "p3")},
 			{t: 30, pods: ps(), conds: complete(30), server: func(st *tetherv1.WorkerBindingStatus, now time.Time) {
 				manifest(0, true)(st, now)
@@ -293,14 +286,14 @@ func TestPhaseMachineHistories(t *testing.T) {
 		name:  "four nodes: node 2 silent past the heartbeat budget is HeartbeatLost, named",
 		nodes: 4,
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "p0", 1).Running(0), pod(1, "p1", 1).Running(0), pod(2, "p2", 1).Running(0), pod(3, "p3", 1).Running(0)),
+			{t: 1, pods: ps(tpod(0, "p0", 1).Running(0), tpod(1, "p1", 1).Running(0), tpod(2, "p2", 1).Running(0), tpod(3, "p3", 1).Running(0)),
 				conds: admitted, server: registerAll(0, "p0", "p1", "p2", "p3")},
 			{t: 50, server: func(st *tetherv1.WorkerBindingStatus, now time.Time) {
 				for _, r := range []int{0, 1, 3} {
 					heartbeat(r, fmt.Sprintf("p%d", r), 5, 10)(st, now)
 				}
 			}},
-			{t: 60, pods: ps(pod(0, "p0", 1).Running(0), pod(1, "p1", 1).Running(0), pod(2, "p2", 1).Running(0), pod(3, "p3", 1).Running(0)),
+			{t: 60, pods: ps(tpod(0, "p0", 1).Running(0), tpod(1, "p1", 1).Running(0), tpod(2, "p2", 1).Running(0), tpod(3, "p3", 1).Running(0)),
 				conds: admitted},
 		},
 		want: want{phase: tetherv1.PhaseRunning, reason: tetherv1.ReasonHeartbeatLost, nodeCount: 4,
@@ -308,11 +301,11 @@ func TestPhaseMachineHistories(t *testing.T) {
 	}, {
 		name: "Kueue preemption: the deleted pod of the suspended job starts no attempt, however often it is seen",
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
-			{t: 10, pods: ps(pod(0, "a", 1).Deleting(at(9)).Running(0)), conds: suspended},
-			{t: 11, pods: ps(pod(0, "a", 1).Deleting(at(9)).Exited(143, at(11))), conds: suspended},
-			{t: 12, pods: ps(pod(0, "a", 1).Deleting(at(9)).Exited(143, at(11))), conds: suspended},
-			{t: 13, pods: ps(pod(0, "a", 1).Exited(143, at(11))), conds: suspended},
+			{t: 1, pods: ps(tpod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
+			{t: 10, pods: ps(tpod(0, "a", 1).Deleting(at(9)).Running(0)), conds: suspended},
+			{t: 11, pods: ps(tpod(0, "a", 1).Deleting(at(9)).Exited(143, at(11))), conds: suspended},
+			{t: 12, pods: ps(tpod(0, "a", 1).Deleting(at(9)).Exited(143, at(11))), conds: suspended},
+			{t: 13, pods: ps(tpod(0, "a", 1).Exited(143, at(11))), conds: suspended},
 		},
 		want: want{phase: tetherv1.PhasePending, reason: tetherv1.ReasonPreempted, attempt: 1, trainerExits: 0},
 	}, {
@@ -326,24 +319,24 @@ func TestPhaseMachineHistories(t *testing.T) {
 		name:  "nodes=primary: node 0 alone is bound, the others' pods are not the binding's",
 		nodes: 4, scope: jobconfig.NodesPrimary,
 		steps: []step{
-			{t: 1, pods: ps(pod(0, "p0", 1).Running(0), pod(1, "p1", 1).Exited(1, at(1))), conds: admitted, server: register(0, "p0")},
-			{t: 30, pods: ps(pod(0, "p0", 1).Exited(0, at(29))), conds: complete(30), server: manifest(0, true)},
+			{t: 1, pods: ps(tpod(0, "p0", 1).Running(0), tpod(1, "p1", 1).Exited(1, at(1))), conds: admitted, server: register(0, "p0")},
+			{t: 30, pods: ps(tpod(0, "p0", 1).Exited(0, at(29))), conds: complete(30), server: manifest(0, true)},
 		},
 		want: want{phase: tetherv1.PhaseSucceeded, nodeCount: 1, trainerExits: 1, lastExitCode: code(0)},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			wb := &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Name: "tj", Namespace: "ns"}}
-			wb.Spec.Settings = lifecycle.RecordSettings(jobconfig.Settings{HeartbeatInterval: 10 * time.Second, TrainerContainer: "node", Nodes: jobconfig.NodesAll})
+			wb.Spec.Settings = RecordSettings(jobconfig.Settings{HeartbeatInterval: 10 * time.Second, TrainerContainer: "node", Nodes: jobconfig.NodesAll})
 			if tc.scope != "" {
 				wb.Spec.Settings.Nodes = tc.scope
 			}
-			lifecycle.Initial(&wb.Status)
+			Initial(&wb.Status)
 			events := &eventLog{}
-			r := &BindingReconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
-				Live: jobSetReader{nodes: tc.nodes}}
-			if tc.nodes == 0 {
-				r.Live = jobSetReader{nodes: 1}
+			p := Policy{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second}
+			nodes := tc.nodes
+			if nodes == 0 {
+				nodes = 1
 			}
 			for _, s := range tc.steps {
 				now := at(s.t)
@@ -352,18 +345,25 @@ func TestPhaseMachineHistories(t *testing.T) {
 					s.server(&wb.Status, now)
 				}
 				if s.pods != nil {
-					tj := trainJob(s.conds)
 					pods := make([]corev1.Pod, len(s.pods))
 					for i, p := range s.pods {
 						pods[i] = *p.Obj()
 					}
-					_, obs := r.decideEvents(context.Background(), tj, wb, pods, now)
-					for _, o := range obs {
-						events.add(o.Reason)
-						events.notes = append(events.notes, o.Note)
+					o := Observation{Now: now, Conditions: s.conds, Pods: pods}
+					if NeedsNodeCount(wb, pods) {
+						o.NodeCount = nodes // the JobSet's count
+					}
+					out := Derive(wb, p, o)
+					wb.Status = out.Status
+					if out.Want.Promote {
+						ArtifactsPromoted(&wb.Status) // the store took the promotion
+					}
+					for _, e := range out.Events {
+						events.add(e.Reason)
+						events.notes = append(events.notes, e.Note)
 					}
 				}
-				if lifecycle.Transitioned(before.Phase, before.Reason, &wb.Status) {
+				if Transitioned(before.Phase, before.Reason, &wb.Status) {
 					events.add(wb.Status.Reason)
 				}
 			}
@@ -398,7 +398,7 @@ func checkStatus(t *testing.T, st *tetherv1.WorkerBindingStatus, w want, events 
 		}
 	}
 	if w.heartbeatLostHas != "" {
-		if !lifecycle.IsHeartbeatLost(st) {
+		if !IsHeartbeatLost(st) {
 			t.Errorf("HeartbeatLost is not True")
 		} else if c := findCondition(st, tetherv1.ConditionHeartbeatLost); !strings.Contains(c.Message, w.heartbeatLostHas) {
 			t.Errorf("HeartbeatLost message %q does not contain %q", c.Message, w.heartbeatLostHas)
@@ -431,45 +431,3 @@ func ps(ws ...*testobj.PodWrapper) []*testobj.PodWrapper {
 type eventLog struct{ reasons, notes []string }
 
 func (e *eventLog) add(r string) { e.reasons = append(e.reasons, r) }
-
-func trainJob(conds []metav1.Condition) *unstructured.Unstructured {
-	tj := trainjob.New()
-	tj.SetName("tj")
-	tj.SetNamespace("ns")
-	raw := make([]any, 0, len(conds))
-	for _, c := range conds {
-		raw = append(raw, map[string]any{"type": c.Type, "status": string(c.Status), "reason": c.Reason, "message": c.Message,
-			"lastTransitionTime": c.LastTransitionTime.UTC().Format(time.RFC3339)})
-	}
-	_ = unstructured.SetNestedSlice(tj.Object, raw, "status", "conditions")
-	return tj
-}
-
-// jobSetReader answers the controller's one read of the TrainJob's JobSet
-// with a JobSet of nodes trainer nodes, as Trainer's runtimes shape it: one
-// indexed Job with that many completions.
-type jobSetReader struct{ nodes int }
-
-func (r jobSetReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok || u.GroupVersionKind() != trainjob.JobSetGVK {
-		return errors.New("jobSetReader reads JobSets only")
-	}
-	if r.nodes == 0 {
-		return apierrors.NewNotFound(schema.GroupResource{Group: "jobset.x-k8s.io", Resource: "jobsets"}, key.Name)
-	}
-	u.SetName(key.Name)
-	return unstructured.SetNestedSlice(u.Object, []any{map[string]any{"name": "node", "replicas": int64(1),
-		"template": map[string]any{"spec": map[string]any{"completions": int64(r.nodes), "parallelism": int64(r.nodes)}}}}, "spec", "replicatedJobs")
-}
-
-func (jobSetReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
-	return errors.New("jobSetReader lists nothing")
-}
-
-// decideEvents is decide as the tests drive it: when to look again, and
-// what it announces beyond a phase transition.
-func (r *BindingReconciler) decideEvents(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, pods []corev1.Pod, now time.Time) (time.Duration, []lifecycle.Event) {
-	out, requeue := r.decide(ctx, tj, wb, pods, now)
-	return requeue, out.Events
-}
