@@ -33,7 +33,7 @@ func (a *assembly) bindingController() error {
 	if logSource == nil {
 		logSource = logarchive.KubeletLogs(a.clientset)
 	}
-	if err := (&workerbinding.BindingReconciler{
+	if err := (&workerbinding.Reconciler{
 		Client:   mgr.GetClient(),
 		Secrets:  mgr.GetAPIReader(),
 		Live:     mgr.GetAPIReader(),
@@ -65,7 +65,7 @@ func (a *assembly) bindingController() error {
 
 // orphanController finalizes bindings whose TrainJob is gone.
 func (a *assembly) orphanController() error {
-	if err := (&orphan.OrphanReconciler{Client: a.mgr.GetClient(), Live: a.mgr.GetAPIReader(), Events: a.recorder, Pending: a.artifactStore}).
+	if err := (&orphan.Reconciler{Client: a.mgr.GetClient(), Live: a.mgr.GetAPIReader(), Events: a.recorder, Pending: a.artifactStore}).
 		SetupWithManager(a.mgr); err != nil {
 		return fmt.Errorf("setting up the orphaned-binding controller: %w", err)
 	}
@@ -86,9 +86,9 @@ func (a *assembly) uploadSweeper() error {
 }
 
 // trainerStatus puts a bound job's progress in TrainJob.status.trainerStatus
-// and the trainer's own report on the binding (TrainerStatusReconciler).
+// and the trainer's own report on the binding (trainerstatus.Reconciler).
 func (a *assembly) trainerStatus() error {
-	if err := (&trainerstatus.TrainerStatusReconciler{Client: a.mgr.GetClient(), Live: a.mgr.GetAPIReader(), Off: a.opts.TrainerStatus == "off"}).
+	if err := (&trainerstatus.Reconciler{Client: a.mgr.GetClient(), Live: a.mgr.GetAPIReader(), Off: a.opts.TrainerStatus == "off"}).
 		SetupWithManager(a.mgr); err != nil {
 		return fmt.Errorf("setting up the trainer-status controller: %w", err)
 	}

@@ -75,9 +75,9 @@ type Options struct {
 	// ReplicaName names this replica's Lease (default: from the host name,
 	// with a random suffix per process).
 	ReplicaName string
-	// ArtifactGrace: see workerbinding.BindingReconciler.ArtifactGrace.
+	// ArtifactGrace: see workerbinding.Reconciler.ArtifactGrace.
 	ArtifactGrace time.Duration
-	// TokenOverlap: see workerbinding.BindingReconciler.TokenOverlap.
+	// TokenOverlap: see workerbinding.Reconciler.TokenOverlap.
 	TokenOverlap time.Duration
 
 	// Artifact storage (docs/artifacts.md): ArtifactBackend is "fs" (a

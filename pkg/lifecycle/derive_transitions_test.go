@@ -23,7 +23,7 @@ func TestDeriveTransitions(t *testing.T) {
 	lease := func(renewed, expires int) map[string]ReplicaLease {
 		return map[string]ReplicaLease{"replica-a": {Found: true, Renewed: at(renewed), Expires: at(expires)}}
 	}
-	running := func(st *tetherv1.WorkerBindingStatus, now time.Time) {
+	running := func(st *tetherv1.WorkerBindingStatus, _ time.Time) {
 		Initial(st)
 		register(0, "a")(st, at(1))
 		SessionHeld(st, 0, "a", "replica-a")

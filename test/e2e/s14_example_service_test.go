@@ -221,12 +221,12 @@ func (e *env) waitTrainerStatus(ns, name string, timeout time.Duration) error {
 			last = fmt.Errorf("trainerStatus %v lacks progressPercentage, estimatedRemainingSeconds (from the step rate) or metrics", ts)
 		} else {
 			for _, mf := range tj.GetManagedFields() {
-				if mf.Manager == trainerstatus.TrainerStatusFieldManager && mf.Subresource == "status" {
+				if mf.Manager == trainerstatus.FieldManager && mf.Subresource == "status" {
 					logf("scenario 14: TrainJob %s status.trainerStatus %v", name, ts)
 					return nil
 				}
 			}
-			last = fmt.Errorf("trainerStatus %v not managed by %s", ts, trainerstatus.TrainerStatusFieldManager)
+			last = fmt.Errorf("trainerStatus %v not managed by %s", ts, trainerstatus.FieldManager)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}

@@ -31,7 +31,7 @@ import (
 // garbage collector, then is gone.
 const terminatingRecheck = 2 * time.Second
 
-// OrphanReconciler finalizes a binding whose TrainJob is gone: any cascade
+// Reconciler finalizes a binding whose TrainJob is gone: any cascade
 // mode can leave it behind (--cascade=orphan keeps the WorkerBinding and its
 // token Secret with their ownerReferences removed; a background delete keeps
 // them until the garbage collector gets to them). The binding becomes
@@ -45,7 +45,7 @@ const terminatingRecheck = 2 * time.Second
 // (restoreOwner). The admission policy refuses its removal by anyone but
 // the control plane and the garbage collector; this covers an install
 // without the policy.
-type OrphanReconciler struct {
+type Reconciler struct {
 	// Client reads WorkerBindings and TrainJob metadata from the cache and
 	// writes status and deletes Secrets.
 	Client client.Client
@@ -66,7 +66,7 @@ type PendingArtifacts interface {
 
 // SetupWithManager watches WorkerBindings and TrainJob metadata (a deleted
 // TrainJob enqueues the binding of the same name).
-func (r *OrphanReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	tj := &metav1.PartialObjectMetadata{}
 	tj.SetGroupVersionKind(trainjob.GVK)
 	return ctrl.NewControllerManagedBy(mgr).
@@ -77,7 +77,7 @@ func (r *OrphanReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // Reconcile implements reconcile.Reconciler.
-func (r *OrphanReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	wb := &tetherv1.WorkerBinding{}
 	if err := r.Client.Get(ctx, req.NamespacedName, wb); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -138,7 +138,7 @@ func (r *OrphanReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 // reference for --cascade=orphan, but so can anyone holding patch on
 // WorkerBindings, and a live TrainJob the binding was made for is not gone.
 // restore is that TrainJob when its reference is to be put back.
-func (r *OrphanReconciler) trainJobState(ctx context.Context, wb *tetherv1.WorkerBinding) (state lifecycle.TrainJobState, restore *metav1.PartialObjectMetadata, err error) {
+func (r *Reconciler) trainJobState(ctx context.Context, wb *tetherv1.WorkerBinding) (state lifecycle.TrainJobState, restore *metav1.PartialObjectMetadata, err error) {
 	tj := &metav1.PartialObjectMetadata{}
 	tj.SetGroupVersionKind(trainjob.GVK)
 	key := types.NamespacedName{Namespace: wb.Namespace, Name: wb.Spec.TrainJobName}
@@ -167,7 +167,7 @@ func (r *OrphanReconciler) trainJobState(ctx context.Context, wb *tetherv1.Worke
 // Other owner references stay, but none may claim to be its controller.
 // The write carries the binding's resourceVersion: a change meanwhile (the
 // garbage collector's own) wins, and the binding is looked at again.
-func (r *OrphanReconciler) restoreOwner(ctx context.Context, wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) error {
+func (r *Reconciler) restoreOwner(ctx context.Context, wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) error {
 	orig := wb.DeepCopy()
 	refs := []metav1.OwnerReference{{APIVersion: trainjob.GVK.GroupVersion().String(), Kind: trainjob.GVK.Kind,
 		Name: tj.Name, UID: tj.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
@@ -190,7 +190,7 @@ func (r *OrphanReconciler) restoreOwner(ctx context.Context, wb *tetherv1.Worker
 
 // deleteSecret deletes the binding's token Secret unless a live TrainJob
 // owns it (a new TrainJob of the same name has its own).
-func (r *OrphanReconciler) deleteSecret(ctx context.Context, wb *tetherv1.WorkerBinding) error {
+func (r *Reconciler) deleteSecret(ctx context.Context, wb *tetherv1.WorkerBinding) error {
 	name := wb.Spec.TokenSecretName
 	if name == "" {
 		name = binding.TokenSecretName(wb.Spec.TrainJobName)

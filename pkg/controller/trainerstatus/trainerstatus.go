@@ -27,13 +27,13 @@ import (
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
-// TrainerStatusFieldManager is the field manager of Tether's writes of
+// FieldManager is the field manager of Tether's writes of
 // TrainJob.status.trainerStatus (server-side apply on trainjobs/status):
 // Trainer's controller updates status by merge patch, so the field survives
 // its writes, and a trainer reporting natively owns it under another
 // manager, which is how Tether tells the two apart: a field another manager
 // owns is the trainer's, and Tether leaves it alone.
-const TrainerStatusFieldManager = "tether-progress"
+const FieldManager = "tether-progress"
 
 // trainJobCRD is the CRD whose schema says whether trainerStatus exists
 // (Trainer v2.3 has it; v2.0 does not).
@@ -44,13 +44,13 @@ const crdRecheck = time.Minute
 
 var crdGVK = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}
 
-// TrainerStatusReconciler puts a bound job's progress where Kubeflow's
+// Reconciler puts a bound job's progress where Kubeflow's
 // tools look for it: it writes the worker's progress (status.progress of
 // the WorkerBinding, reported by node 0) into TrainJob.status.trainerStatus
 // when the trainer does not report natively, and, when it does, copies the
 // trainer's own report into the binding's status.progress, so the binding,
 // kubectl tether and the metrics show progress either way.
-type TrainerStatusReconciler struct {
+type Reconciler struct {
 	Client client.Client
 	// Live reads the TrainJob (its status and managedFields, which the
 	// metadata cache does not hold) and the CRD.
@@ -76,7 +76,7 @@ type sample struct {
 	t       time.Time
 }
 
-func (r *TrainerStatusReconciler) now() time.Time {
+func (r *Reconciler) now() time.Time {
 	if r.Now != nil {
 		return r.Now()
 	}
@@ -85,7 +85,7 @@ func (r *TrainerStatusReconciler) now() time.Time {
 
 // SetupWithManager watches WorkerBindings and the metadata of bound
 // TrainJobs (a trainer's native report changes their resourceVersion).
-func (r *TrainerStatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.first = map[types.NamespacedName]sample{}
 	tj := &metav1.PartialObjectMetadata{}
 	tj.SetGroupVersionKind(trainjob.GVK)
@@ -98,7 +98,7 @@ func (r *TrainerStatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // Reconcile implements reconcile.Reconciler.
-func (r *TrainerStatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	wb := &tetherv1.WorkerBinding{}
 	if err := r.Client.Get(ctx, req.NamespacedName, wb); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -143,7 +143,7 @@ func (r *TrainerStatusReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	}}
 	// No Force: a conflict means another manager (the trainer) owns the
 	// field, and its report wins.
-	err = r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(apply), client.FieldOwner(TrainerStatusFieldManager))
+	err = r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(apply), client.FieldOwner(FieldManager))
 	if apierrors.IsConflict(err) {
 		logf.FromContext(ctx).V(1).Info("trainerStatus is owned by another field manager; leaving it", "trainjob", tj.GetName())
 		return ctrl.Result{}, nil
@@ -155,7 +155,7 @@ func lifecycleFinal(p tetherv1.WorkerBindingPhase) bool {
 	return p == tetherv1.PhaseSucceeded || p == tetherv1.PhaseFailed
 }
 
-func (r *TrainerStatusReconciler) forget(key types.NamespacedName) {
+func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.first, key)
@@ -165,7 +165,7 @@ func (r *TrainerStatusReconciler) forget(key types.NamespacedName) {
 // status.trainerStatus: the trainer reported natively.
 func ownedByOther(tj *unstructured.Unstructured) bool {
 	for _, mf := range tj.GetManagedFields() {
-		if mf.Manager == TrainerStatusFieldManager || mf.FieldsV1 == nil {
+		if mf.Manager == FieldManager || mf.FieldsV1 == nil {
 			continue
 		}
 		if bytes.Contains(mf.FieldsV1.GetRawBytes(), []byte(`"f:trainerStatus"`)) {
@@ -177,7 +177,7 @@ func ownedByOther(tj *unstructured.Unstructured) bool {
 
 // crdHasField reports whether the served TrainJob schema has
 // status.trainerStatus (cached for crdRecheck).
-func (r *TrainerStatusReconciler) crdHasField(ctx context.Context) (bool, error) {
+func (r *Reconciler) crdHasField(ctx context.Context) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.checkedAt.IsZero() && r.now().Sub(r.checkedAt) < crdRecheck {
@@ -212,7 +212,7 @@ func CRDHasTrainerStatus(crd *unstructured.Unstructured) bool {
 }
 
 // trainerStatus is the trainerStatus to write for wb's progress, or nil.
-func (r *TrainerStatusReconciler) trainerStatus(wb *tetherv1.WorkerBinding, now time.Time) map[string]any {
+func (r *Reconciler) trainerStatus(wb *tetherv1.WorkerBinding, now time.Time) map[string]any {
 	p := wb.Status.Progress
 	t := now
 	if p.UpdatedTime != nil {
@@ -232,14 +232,14 @@ func (r *TrainerStatusReconciler) trainerStatus(wb *tetherv1.WorkerBinding, now 
 		first = cur
 	}
 	r.mu.Unlock()
-	return TrainerStatusFor(p, first.step, first.t, t)
+	return Value(p, first.step, first.t, t)
 }
 
-// TrainerStatusFor turns a worker's progress into a trainerStatus:
+// Value turns a worker's progress into a trainerStatus:
 // progressPercentage from the fraction; estimatedRemainingSeconds from the
 // step rate since (step0, t0) and the total the fraction implies (total =
 // step / fraction); metrics step, epoch and loss. Nil without anything to say.
-func TrainerStatusFor(p *tetherv1.Progress, step0 float64, t0, t time.Time) map[string]any {
+func Value(p *tetherv1.Progress, step0 float64, t0, t time.Time) map[string]any {
 	out := map[string]any{}
 	var metrics []any
 	add := func(name, value string) {
@@ -291,7 +291,7 @@ func sameTrainerStatus(have, want map[string]any) bool {
 
 // showNative copies a trainer's native trainerStatus into the binding's
 // status.progress, unless the worker reported something newer.
-func (r *TrainerStatusReconciler) showNative(ctx context.Context, wb *tetherv1.WorkerBinding, native map[string]any) error {
+func (r *Reconciler) showNative(ctx context.Context, wb *tetherv1.WorkerBinding, native map[string]any) error {
 	p := ProgressFromTrainerStatus(native)
 	if p == nil {
 		return nil

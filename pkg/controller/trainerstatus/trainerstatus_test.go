@@ -16,12 +16,12 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 )
 
-func TestTrainerStatusForETAFromStepRate(t *testing.T) {
+func TestValueETAFromStepRate(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	// 50 steps in 100 s since the attempt's first sample at step 25, half
 	// done at step 75: 150 steps in all, 75 to go at 0.5 steps/s = 150 s.
 	p := &tetherv1.Progress{Step: ptr.To[int64](75), Fraction: "0.5", Epoch: "1.5", Loss: "0.25"}
-	got := TrainerStatusFor(p, 25, t0, t0.Add(100*time.Second))
+	got := Value(p, 25, t0, t0.Add(100*time.Second))
 	want := map[string]any{
 		"progressPercentage": int64(50), "estimatedRemainingSeconds": int64(150),
 		"metrics": []any{
@@ -32,11 +32,11 @@ func TestTrainerStatusForETAFromStepRate(t *testing.T) {
 		"lastUpdatedTime": "2026-12-01T12:01:40Z",
 	}
 	if a, b := mustJSON(t, got), mustJSON(t, want); a != b {
-		t.Errorf("TrainerStatusFor = %s\nwant %s", a, b)
+		t.Errorf("Value = %s\nwant %s", a, b)
 	}
 }
 
-func TestTrainerStatusForWithoutRateOrTotal(t *testing.T) {
+func TestValueWithoutRateOrTotal(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	cases := []struct {
 		name string
@@ -49,7 +49,7 @@ func TestTrainerStatusForWithoutRateOrTotal(t *testing.T) {
 		{"fraction out of range is ignored", &tetherv1.Progress{Step: ptr.To[int64](10), Fraction: "1.5"}, []string{"metrics"}, []string{"progressPercentage"}},
 	}
 	for _, c := range cases {
-		got := TrainerStatusFor(c.p, 10, t0, t0)
+		got := Value(c.p, 10, t0, t0)
 		for _, k := range c.has {
 			if _, ok := got[k]; !ok {
 				t.Errorf("%s: no %s in %v", c.name, k, got)
@@ -61,7 +61,7 @@ func TestTrainerStatusForWithoutRateOrTotal(t *testing.T) {
 			}
 		}
 	}
-	if got := TrainerStatusFor(&tetherv1.Progress{}, -1, t0, t0); got != nil {
+	if got := Value(&tetherv1.Progress{}, -1, t0, t0); got != nil {
 		t.Errorf("empty progress gave %v, want nil (nothing to write)", got)
 	}
 }
@@ -85,7 +85,7 @@ func TestProgressFromNativeTrainerStatus(t *testing.T) {
 func TestOwnedByOther(t *testing.T) {
 	tj := &unstructured.Unstructured{Object: map[string]any{}}
 	status := metav1.NewFieldsV1(`{"f:status":{"f:trainerStatus":{"f:progressPercentage":{}}}}`)
-	tj.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: TrainerStatusFieldManager, Subresource: "status", FieldsV1: status},
+	tj.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: FieldManager, Subresource: "status", FieldsV1: status},
 		{Manager: "trainer", FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:conditions":{}}}`)}})
 	if ownedByOther(tj) {
 		t.Error("Tether's own trainerStatus counted as a native report")

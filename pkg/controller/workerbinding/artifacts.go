@@ -34,7 +34,7 @@ type StoredManifests interface {
 // written (the apiserver away when the job ended, the sidecar's retries
 // spent). A node whose manifest is not stored, or could not be read, is
 // absent.
-func (r *BindingReconciler) storedManifests(ctx context.Context, jobID string, ranks []int32) map[int32]lifecycle.StoredManifest {
+func (r *Reconciler) storedManifests(ctx context.Context, jobID string, ranks []int32) map[int32]lifecycle.StoredManifest {
 	log := logf.FromContext(ctx)
 	out := map[int32]lifecycle.StoredManifest{}
 	for _, rank := range ranks {
@@ -60,7 +60,7 @@ const promotionRetry = 5 * time.Second
 // verdict. A listed file or manifest no longer stored as listed takes its
 // node's verdict back: the binding awaits artifacts again instead of
 // succeeding over the wrong bytes.
-func (r *BindingReconciler) promote(ctx context.Context, wb *tetherv1.WorkerBinding) error {
+func (r *Reconciler) promote(ctx context.Context, wb *tetherv1.WorkerBinding) error {
 	if r.Pending == nil {
 		return nil
 	}

@@ -12,24 +12,15 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
-// createFailureRecheck is how often a binding whose admitted job has no
-// trainer pod looks again for the Job's FailedCreate Events.
-const createFailureRecheck = 15 * time.Second
-
-// createFailureFirstLook is how old a binding is when the controller first
-// looks for FailedCreate Events: the Job controller reports a refused pod
-// within a second or two of the Job's creation, which follows the binding.
-const createFailureFirstLook = 5 * time.Second
-
 // failedCreateShare is how long one read of a namespace's FailedCreate
 // Events answers every binding of that namespace: a burst of new TrainJobs
-// (test/performance/controller: 2,000 in one namespace, none with a pod yet) would
-// otherwise list the namespace's Events once per binding every
-// createFailureRecheck, each LIST filtering all of them in the API server.
+// (test/performance/controller: 2,000 in one namespace, none with a pod
+// yet) would otherwise list the namespace's Events once per binding every
+// 15 s (lifecycle's createFailureRecheck), each LIST filtering all of them
+// in the API server.
 // Well under the recheck, so a FailedCreate is reported at most this much
 // later than a read of its own would have.
 const failedCreateShare = 5 * time.Second
@@ -41,7 +32,7 @@ const failedCreateShare = 5 * time.Second
 // there is none. Events are read uncached, only for such a binding, at
 // most 100 of the namespace's FailedCreate Events, and one read is shared
 // by the namespace's bindings for failedCreateShare.
-func (r *BindingReconciler) createFailure(ctx context.Context, tj *unstructured.Unstructured) (string, error) {
+func (r *Reconciler) createFailure(ctx context.Context, tj *unstructured.Unstructured) (string, error) {
 	if r.Live == nil {
 		return "", nil
 	}
@@ -152,22 +143,4 @@ func eventTime(e *corev1.Event) time.Time {
 		return e.EventTime.Time
 	}
 	return e.CreationTimestamp.Time
-}
-
-// waitsForPods reports whether the binding waits for its first pod of an
-// admitted job (Pending, not suspended or preempted) and none exists.
-func waitsForPods(st *tetherv1.WorkerBindingStatus, pods []corev1.Pod) bool {
-	if st.Phase != tetherv1.PhasePending || st.Attempt > 0 {
-		return false
-	}
-	switch st.Reason {
-	case tetherv1.ReasonSuspended, tetherv1.ReasonPreempted:
-		return false
-	}
-	for i := range pods {
-		if pods[i].DeletionTimestamp == nil {
-			return false
-		}
-	}
-	return true
 }

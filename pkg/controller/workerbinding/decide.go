@@ -28,7 +28,7 @@ import (
 const nodeCountRetry = 5 * time.Second
 
 // policy is what of the reconciler's configuration Derive applies.
-func (r *BindingReconciler) policy() lifecycle.Policy {
+func (r *Reconciler) policy() lifecycle.Policy {
 	return lifecycle.Policy{StatusInterval: r.StatusInterval, MissedHeartbeats: r.MissedHeartbeats, ArtifactGrace: r.ArtifactGrace,
 		StoreChecked: r.Manifests != nil, CreateFailuresRead: r.Live != nil}
 }
@@ -37,7 +37,7 @@ func (r *BindingReconciler) policy() lifecycle.Policy {
 // puts the verified artifacts in place when the derived status asks for
 // it, before the binding may say Succeeded. It sets wb.Status and returns
 // when to look again and what to announce once the status is written.
-func (r *BindingReconciler) decide(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, pods []corev1.Pod, now time.Time) (lifecycle.Outcome, time.Duration) {
+func (r *Reconciler) decide(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, pods []corev1.Pod, now time.Time) (lifecycle.Outcome, time.Duration) {
 	o := r.gather(ctx, tj, wb, pods, now)
 	out := lifecycle.Derive(wb, r.policy(), o)
 	if out.Want.Provisional() {
@@ -67,7 +67,7 @@ func (r *BindingReconciler) decide(ctx context.Context, tj *unstructured.Unstruc
 // its trainer pods (read by the caller), the JobSet's node count (once,
 // lifecycle.NeedsNodeCount) and the Leases of the replicas holding its
 // nodes' sessions.
-func (r *BindingReconciler) gather(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, pods []corev1.Pod, now time.Time) lifecycle.Observation {
+func (r *Reconciler) gather(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, pods []corev1.Pod, now time.Time) lifecycle.Observation {
 	o := lifecycle.Observation{Now: now, Conditions: trainjob.Conditions(tj), Pods: pods}
 	if r.Live != nil && lifecycle.NeedsNodeCount(wb, pods) {
 		o.NodeCount, o.Retry = r.countNodes(ctx, tj)
@@ -83,7 +83,7 @@ func (r *BindingReconciler) gather(ctx context.Context, tj *unstructured.Unstruc
 // until the count is known the artifact endpoint cannot tell whose a key
 // under nodes/<r>/ is, and nothing else may bring the binding back soon (a
 // quiet job's pods change rarely).
-func (r *BindingReconciler) countNodes(ctx context.Context, tj *unstructured.Unstructured) (int, time.Duration) {
+func (r *Reconciler) countNodes(ctx context.Context, tj *unstructured.Unstructured) (int, time.Duration) {
 	n, err := trainjob.NodeCount(ctx, r.Live, types.NamespacedName{Namespace: tj.GetNamespace(), Name: tj.GetName()})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -102,7 +102,7 @@ func (r *BindingReconciler) countNodes(ctx context.Context, tj *unstructured.Uns
 
 // leaseView reads the replicas' Leases the binding's nodes name (from the
 // cache), unless the view is stale.
-func (r *BindingReconciler) leaseView(ctx context.Context, st *tetherv1.WorkerBindingStatus, now time.Time) *lifecycle.LeaseView {
+func (r *Reconciler) leaseView(ctx context.Context, st *tetherv1.WorkerBindingStatus, now time.Time) *lifecycle.LeaseView {
 	v := &lifecycle.LeaseView{}
 	if v.Trusted, v.TrustWait = r.Leases.Trusted(now); !v.Trusted {
 		return v
@@ -120,7 +120,7 @@ func (r *BindingReconciler) leaseView(ctx context.Context, st *tetherv1.WorkerBi
 }
 
 // gatherWanted makes the reads Derive asked for.
-func (r *BindingReconciler) gatherWanted(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, o *lifecycle.Observation, want lifecycle.Wants) {
+func (r *Reconciler) gatherWanted(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, o *lifecycle.Observation, want lifecycle.Wants) {
 	if len(want.StoredManifests) > 0 {
 		o.StoredManifests = r.storedManifests(ctx, wb.Spec.JobID, want.StoredManifests)
 	}

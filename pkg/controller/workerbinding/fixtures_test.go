@@ -29,9 +29,9 @@ var h0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 // at is a time in a history: seconds after h0.
 func at(s int) time.Time { return h0.Add(time.Duration(s) * time.Second) }
 
-// pod is a trainer pod of job "tj", rank and uid given, injected, created at t.
-func pod(rank int, uid string, created int) *testobj.PodWrapper {
-	return testobj.MakeTrainerPod("tj", "ns").CompletionIndex(fmt.Sprint(rank)).UID(uid).Created(at(created)).
+// pod is a trainer pod of job "tj", rank and uid given, injected, created at 1 s.
+func pod(rank int, uid string) *testobj.PodWrapper {
+	return testobj.MakeTrainerPod("tj", "ns").CompletionIndex(fmt.Sprint(rank)).UID(uid).Created(at(1)).
 		RestartPolicy(corev1.RestartPolicyOnFailure).Injected()
 }
 
@@ -108,9 +108,8 @@ func (jobSetReader) List(context.Context, client.ObjectList, ...client.ListOptio
 	return errors.New("jobSetReader lists nothing")
 }
 
-// decideEvents is decide as the tests drive it: when to look again, and
-// what it announces beyond a phase transition.
-func (r *BindingReconciler) decideEvents(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, pods []corev1.Pod, now time.Time) (time.Duration, []lifecycle.Event) {
-	out, requeue := r.decide(ctx, tj, wb, pods, now)
-	return requeue, out.Events
+// decideRequeue is decide as the tests drive it: when to look again.
+func (r *Reconciler) decideRequeue(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, pods []corev1.Pod, now time.Time) time.Duration {
+	_, requeue := r.decide(ctx, tj, wb, pods, now)
+	return requeue
 }

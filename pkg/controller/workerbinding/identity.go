@@ -25,7 +25,7 @@ const conflictRecheck = time.Minute
 // a binding whose recorded ids are not the TrainJob's annotations. A refused
 // TrainJob gets a Warning and nothing else: no binding, no token, no status
 // write. refused is false when the reconcile goes on.
-func (r *BindingReconciler) checkIdentity(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding,
+func (r *Reconciler) checkIdentity(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding,
 	jobID, workerID string) (res ctrl.Result, refused bool, err error) {
 	if wb != nil && (wb.Spec.JobID != jobID || wb.Spec.WorkerID != workerID) {
 		// The binding's ids are immutable (CRD) and the annotations are too
@@ -102,7 +102,7 @@ func (r *BindingReconciler) checkIdentity(ctx context.Context, tj *unstructured.
 // namespaceOf reads tj's namespace's identity from the API server. A
 // namespace being deleted binds nothing new (refused, looked at again
 // later, by when the TrainJob is most likely gone with it).
-func (r *BindingReconciler) namespaceOf(ctx context.Context, tj *unstructured.Unstructured) (namespaceid.Identity, ctrl.Result, bool, error) {
+func (r *Reconciler) namespaceOf(ctx context.Context, tj *unstructured.Unstructured) (namespaceid.Identity, ctrl.Result, bool, error) {
 	ns, err := namespaceid.Get(ctx, r.Live, tj.GetNamespace())
 	var terminating *namespaceid.TerminatingError
 	if errors.As(err, &terminating) {

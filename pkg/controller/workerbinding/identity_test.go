@@ -22,7 +22,7 @@ import (
 // Warning names both, and the reconcile stops.
 func TestBindingWhoseIDsAreNotItsTrainJobsIsRefused(t *testing.T) {
 	rec := events.NewFakeRecorder(4)
-	r := &BindingReconciler{Events: rec}
+	r := &Reconciler{Events: rec}
 	tj := &unstructured.Unstructured{Object: map[string]any{}}
 	tj.SetGroupVersionKind(trainjob.GVK)
 	tj.SetNamespace("team")
@@ -48,7 +48,7 @@ func TestBindingWhoseIDsAreNotItsTrainJobsIsRefused(t *testing.T) {
 // read or written: it has no claim that would refuse it.
 func TestForeignScopedJobIDIsRefused(t *testing.T) {
 	rec := events.NewFakeRecorder(4)
-	r := &BindingReconciler{Events: rec, Claims: &jobidclaim.JobIDClaims{}} // nil clients: any read or write would panic
+	r := &Reconciler{Events: rec, Claims: &jobidclaim.JobIDClaims{}} // nil clients: any read or write would panic
 	tj := &unstructured.Unstructured{Object: map[string]any{}}
 	tj.SetGroupVersionKind(trainjob.GVK)
 	tj.SetNamespace("team")

@@ -14,7 +14,7 @@ import (
 // archiveLogs archives the trainer logs of the binding's ended trainer
 // instances onto its status, and returns when to try again a log that
 // could not be copied (0: none to retry).
-func (r *BindingReconciler) archiveLogs(ctx context.Context, wb *tetherv1.WorkerBinding, pods []corev1.Pod) time.Duration {
+func (r *Reconciler) archiveLogs(ctx context.Context, wb *tetherv1.WorkerBinding, pods []corev1.Pod) time.Duration {
 	_, retry, err := r.Logs.Archive(ctx, &wb.Status, wb.Spec.JobID, lifecycle.Settings(&wb.Spec).TrainerContainer, pods)
 	if err != nil {
 		// Bounded: each log is retried with backoff, then given up (said so).

@@ -34,10 +34,10 @@ func TestNodeCountReadRetried(t *testing.T) {
 	wb := &tetherv1.WorkerBinding{ObjectMeta: metav1.ObjectMeta{Name: "tj", Namespace: "ns"}}
 	wb.Spec.Settings = lifecycle.RecordSettings(jobconfig.Settings{HeartbeatInterval: 10 * time.Second, TrainerContainer: "node", Nodes: jobconfig.NodesAll})
 	lifecycle.Initial(&wb.Status)
-	r := &BindingReconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
+	r := &Reconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
 		Live: failingJobSetReader{err: errors.New("connection refused")}}
-	pods := []corev1.Pod{*pod(0, "p0", 1).Obj(), *pod(1, "p1", 1).Obj()}
-	requeue, _ := r.decideEvents(context.Background(), trainJob(nil), wb, pods, at(2))
+	pods := []corev1.Pod{*pod(0, "p0").Obj(), *pod(1, "p1").Obj()}
+	requeue := r.decideRequeue(context.Background(), trainJob(nil), wb, pods, at(2))
 	if wb.Status.NodeCount != 0 {
 		t.Fatalf("node count %d recorded from a failed read", wb.Status.NodeCount)
 	}
@@ -45,7 +45,7 @@ func TestNodeCountReadRetried(t *testing.T) {
 		t.Fatalf("requeue after %v, want within %v (the read is retried)", requeue, nodeCountRetry)
 	}
 	r.Live = jobSetReader{nodes: 4}
-	requeue, _ = r.decideEvents(context.Background(), trainJob(nil), wb, pods, at(3))
+	requeue = r.decideRequeue(context.Background(), trainJob(nil), wb, pods, at(3))
 	if wb.Status.NodeCount != 4 {
 		t.Fatalf("node count %d after the retry, want 4", wb.Status.NodeCount)
 	}

@@ -44,7 +44,6 @@ func (f *fakePending) DropPending(_ context.Context, jobID string) (int, error) 
 	return 0, nil
 }
 
-
 // A binding whose every artifact is verified says Succeeded only after its
 // latest versions were promoted over their final keys: an orchestrator that
 // reads the final keys on Succeeded must get what the manifest lists.
@@ -54,13 +53,13 @@ func TestSucceededOnlyAfterPromotion(t *testing.T) {
 	wb.Spec.Settings = lifecycle.RecordSettings(jobconfig.Settings{HeartbeatInterval: 10 * time.Second, TrainerContainer: "node", Nodes: jobconfig.NodesAll})
 	lifecycle.Initial(&wb.Status)
 	store := &fakePending{fail: errors.New("S3 COPY: 503 SlowDown")}
-	r := &BindingReconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
+	r := &Reconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
 		Live: jobSetReader{nodes: 1}, Pending: store}
 	register(0, "a")(&wb.Status, at(1))
 	manifest(0, true)(&wb.Status, at(20))
-	pods := []corev1.Pod{*pod(0, "a", 1).Exited(0, at(19)).Obj()}
+	pods := []corev1.Pod{*pod(0, "a").Exited(0, at(19)).Obj()}
 
-	requeue, _ := r.decideEvents(context.Background(), trainJob(complete(21)), wb, pods, at(22))
+	requeue := r.decideRequeue(context.Background(), trainJob(complete(21)), wb, pods, at(22))
 	if wb.Status.Phase != tetherv1.PhaseFinishing || wb.Status.Reason != tetherv1.ReasonPromotingArtifacts {
 		t.Fatalf("with the promotion failing: %s/%s, want Finishing/PromotingArtifacts", wb.Status.Phase, wb.Status.Reason)
 	}
@@ -72,7 +71,7 @@ func TestSucceededOnlyAfterPromotion(t *testing.T) {
 	}
 
 	store.fail = nil
-	r.decideEvents(context.Background(), trainJob(complete(21)), wb, pods, at(27))
+	r.decideRequeue(context.Background(), trainJob(complete(21)), wb, pods, at(27))
 	if wb.Status.Phase != tetherv1.PhaseSucceeded || wb.Status.Reason != tetherv1.ReasonTrainerSucceeded {
 		t.Fatalf("after the promotion: %s/%s (%s), want Succeeded/TrainerSucceeded", wb.Status.Phase, wb.Status.Reason, wb.Status.Message)
 	}
@@ -90,14 +89,14 @@ func TestPromotionOfAChangedArtifactTakesTheVerdictBack(t *testing.T) {
 	wb.Spec.Settings = lifecycle.RecordSettings(jobconfig.Settings{HeartbeatInterval: 10 * time.Second, TrainerContainer: "node", Nodes: jobconfig.NodesAll})
 	lifecycle.Initial(&wb.Status)
 	fake := &fakePending{fail: &pending.NotAsListedError{Rank: 0, Path: "model.bin", Why: "the key holds 3 bytes with MD5 x"}}
-	r := &BindingReconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
+	r := &Reconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
 		Live: jobSetReader{nodes: 1}, Pending: fake}
 	register(0, "a")(&wb.Status, at(1))
 	manifest(0, true)(&wb.Status, at(20))
 	wb.Status.Nodes[0].Artifacts.ManifestSHA256 = strings.Repeat("ab", 32)
-	pods := []corev1.Pod{*pod(0, "a", 1).Exited(0, at(19)).Obj()}
+	pods := []corev1.Pod{*pod(0, "a").Exited(0, at(19)).Obj()}
 
-	r.decideEvents(context.Background(), trainJob(complete(21)), wb, pods, at(22))
+	r.decideRequeue(context.Background(), trainJob(complete(21)), wb, pods, at(22))
 	if got := fake.manifests; len(got) != 1 || len(got[0]) != 1 || got[0][0] != (pending.VerifiedManifest{Rank: 0, SHA256: strings.Repeat("ab", 32)}) {
 		t.Fatalf("Promote was given %+v, want node 0's recorded digest", got)
 	}
@@ -107,7 +106,7 @@ func TestPromotionOfAChangedArtifactTakesTheVerdictBack(t *testing.T) {
 	if a := wb.Status.Nodes[0].Artifacts; a.Verified || len(a.Missing) != 1 || a.Missing[0] != "model.bin" {
 		t.Errorf("node 0's artifacts %+v, want unverified naming model.bin", a)
 	}
-	r.decideEvents(context.Background(), trainJob(complete(21)), wb, pods, at(52))
+	r.decideRequeue(context.Background(), trainJob(complete(21)), wb, pods, at(52))
 	if wb.Status.Phase != tetherv1.PhaseFailed || wb.Status.Reason != tetherv1.ReasonArtifactsIncomplete || !strings.Contains(wb.Status.Message, "model.bin") {
 		t.Errorf("after the grace: %s/%s (%s), want Failed/ArtifactsIncomplete naming model.bin", wb.Status.Phase, wb.Status.Reason, wb.Status.Message)
 	}
@@ -143,19 +142,18 @@ func TestStoredManifestVerdictBeforeArtifactsIncomplete(t *testing.T) {
 			wb.Spec.JobID = "job-1"
 			wb.Spec.Settings = lifecycle.RecordSettings(jobconfig.Settings{HeartbeatInterval: 10 * time.Second, TrainerContainer: "node", Nodes: jobconfig.NodesAll})
 			lifecycle.Initial(&wb.Status)
-			r := &BindingReconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
+			r := &Reconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
 				Live: jobSetReader{nodes: 1}, Pending: &fakePending{}, Manifests: tc.stored}
 			register(0, "a")(&wb.Status, at(1))
-			pods := []corev1.Pod{*pod(0, "a", 1).Exited(0, at(19)).Obj()}
-			r.decideEvents(context.Background(), trainJob(complete(21)), wb, pods, at(22))
+			pods := []corev1.Pod{*pod(0, "a").Exited(0, at(19)).Obj()}
+			r.decideRequeue(context.Background(), trainJob(complete(21)), wb, pods, at(22))
 			if wb.Status.Reason != tetherv1.ReasonAwaitingArtifacts {
 				t.Fatalf("within the grace: %s/%s, want AwaitingArtifacts", wb.Status.Phase, wb.Status.Reason)
 			}
-			r.decideEvents(context.Background(), trainJob(complete(21)), wb, pods, at(52))
+			r.decideRequeue(context.Background(), trainJob(complete(21)), wb, pods, at(52))
 			if wb.Status.Phase != tc.wantPhase || wb.Status.Reason != tc.wantReason {
 				t.Errorf("after the grace: %s/%s (%s), want %s/%s", wb.Status.Phase, wb.Status.Reason, wb.Status.Message, tc.wantPhase, tc.wantReason)
 			}
 		})
 	}
 }
-

@@ -48,9 +48,9 @@ const conflictRetry = 100 * time.Millisecond
 // the log archiver (locked).
 const DefaultBindingWorkers = 16
 
-// BindingReconciler creates and maintains the token Secret and WorkerBinding
+// Reconciler creates and maintains the token Secret and WorkerBinding
 // of every bound TrainJob.
-type BindingReconciler struct {
+type Reconciler struct {
 	// Client reads from the manager's cache (TrainJob metadata, WorkerBindings, trainer pods).
 	Client client.Client
 	// Secrets reads Secrets straight from the API server by name: token
@@ -102,7 +102,7 @@ type BindingReconciler struct {
 	written       ownwrites.Tracker
 }
 
-func (r *BindingReconciler) now() time.Time {
+func (r *Reconciler) now() time.Time {
 	if r.Now != nil {
 		return r.Now()
 	}
@@ -110,7 +110,7 @@ func (r *BindingReconciler) now() time.Time {
 }
 
 // SetupWithManager registers the reconciler, its index and its watches.
-func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &tetherv1.WorkerBinding{}, keys.JobIDIndex, keys.IndexJobID); err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func trainJobOfPod(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 // Reconcile implements reconcile.Reconciler.
-func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	res, err := r.reconcile(ctx, req)
 	if apierrors.IsConflict(err) {
 		// Another writer (the binding server, another reconcile) was first:
@@ -167,7 +167,7 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	return res, err
 }
 
-func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 	tj, err := trainjob.Get(ctx, r.Client, req.NamespacedName)
 	if err != nil {
@@ -294,7 +294,7 @@ func (r *BindingReconciler) reconcile(ctx context.Context, req ctrl.Request) (ct
 // valid. issued says the token was issued in this reconcile. It returns the
 // binding as written, or nil without an error when another reconcile
 // created it first.
-func (r *BindingReconciler) writeSpec(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, jobID, workerID, hash string, issued bool) (*tetherv1.WorkerBinding, error) {
+func (r *Reconciler) writeSpec(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, jobID, workerID, hash string, issued bool) (*tetherv1.WorkerBinding, error) {
 	switch {
 	case wb == nil:
 		wb = &tetherv1.WorkerBinding{
@@ -349,7 +349,7 @@ func (r *BindingReconciler) writeSpec(ctx context.Context, tj *unstructured.Unst
 // settings parses the TrainJob's settings for the binding to record. Invalid
 // ones are not recorded (the pod webhook denies the job's pods meanwhile, with
 // the reason): the next reconcile records them once they are fixed.
-func (r *BindingReconciler) settings(ctx context.Context, tj *unstructured.Unstructured) tetherv1.WorkerBindingSettings {
+func (r *Reconciler) settings(ctx context.Context, tj *unstructured.Unstructured) tetherv1.WorkerBindingSettings {
 	s, err := jobconfig.Parse(tj.GetAnnotations())
 	if err != nil {
 		logf.FromContext(ctx).Info("settings not recorded on the binding yet: the TrainJob's settings annotations are invalid", "error", err.Error())
@@ -360,7 +360,7 @@ func (r *BindingReconciler) settings(ctx context.Context, tj *unstructured.Unstr
 
 // jobIDOwner returns the namespace/name of another live binding that holds
 // jobID, or "" when none does.
-func (r *BindingReconciler) jobIDOwner(ctx context.Context, jobID string, tj *unstructured.Unstructured) (string, error) {
+func (r *Reconciler) jobIDOwner(ctx context.Context, jobID string, tj *unstructured.Unstructured) (string, error) {
 	var list tetherv1.WorkerBindingList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{keys.JobIDIndex: jobID}); err != nil {
 		return "", err
@@ -377,7 +377,7 @@ func (r *BindingReconciler) jobIDOwner(ctx context.Context, jobID string, tj *un
 // new status (decide), archives the ended trainers' logs onto it and writes
 // it when it changed, then announces what changed. It returns when to look
 // again.
-func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding) (time.Duration, error) {
+func (r *Reconciler) updateStatus(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding) (time.Duration, error) {
 	pods, err := r.trainerPods(ctx, tj)
 	if err != nil {
 		return 0, err
@@ -417,19 +417,19 @@ func (r *BindingReconciler) updateStatus(ctx context.Context, tj *unstructured.U
 	return requeue, nil
 }
 
-func (r *BindingReconciler) trainerPods(ctx context.Context, tj *unstructured.Unstructured) ([]corev1.Pod, error) {
+func (r *Reconciler) trainerPods(ctx context.Context, tj *unstructured.Unstructured) ([]corev1.Pod, error) {
 	var pods corev1.PodList
 	err := r.Client.List(ctx, &pods, client.InNamespace(tj.GetNamespace()), client.MatchingLabels(trainjob.TrainerPodLabels(tj.GetName())))
 	return pods.Items, err
 }
 
-func (r *BindingReconciler) normal(tj *unstructured.Unstructured, reason, note string, args ...any) {
+func (r *Reconciler) normal(tj *unstructured.Unstructured, reason, note string, args ...any) {
 	if r.Events != nil {
 		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, corev1.EventTypeNormal, reason, lifecycle.EventAction, note, args...)
 	}
 }
 
-func (r *BindingReconciler) warn(tj *unstructured.Unstructured, reason, note string, args ...any) {
+func (r *Reconciler) warn(tj *unstructured.Unstructured, reason, note string, args ...any) {
 	if r.Events != nil {
 		r.Events.Eventf(trainjob.Ref(tj.GetNamespace(), tj.GetName(), tj.GetUID()), nil, corev1.EventTypeWarning, reason, lifecycle.EventAction, note, args...)
 	}

@@ -21,7 +21,7 @@ import (
 // loadToken reads the TrainJob's token Secret. It returns the Secret (nil
 // when absent) and its token ("" when absent or malformed); a Secret of that
 // name that the TrainJob does not own is an error.
-func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unstructured) (*corev1.Secret, binding.Token, error) {
+func (r *Reconciler) loadToken(ctx context.Context, tj *unstructured.Unstructured) (*corev1.Secret, binding.Token, error) {
 	key := types.NamespacedName{Namespace: tj.GetNamespace(), Name: tj.GetName()}
 	secret := r.written.FreshSecret(key, r.now())
 	var err error
@@ -46,7 +46,7 @@ func (r *BindingReconciler) loadToken(ctx context.Context, tj *unstructured.Unst
 
 // writeSecret creates the token Secret, or updates it when its token or CA
 // bundle differ from what they should be.
-func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Unstructured, secret *corev1.Secret, token binding.Token, ca []byte) error {
+func (r *Reconciler) writeSecret(ctx context.Context, tj *unstructured.Unstructured, secret *corev1.Secret, token binding.Token, ca []byte) error {
 	if secret == nil {
 		secret = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: binding.TokenSecretName(tj.GetName()), Namespace: tj.GetNamespace(),
@@ -82,7 +82,7 @@ func (r *BindingReconciler) writeSecret(ctx context.Context, tj *unstructured.Un
 // this one): as if it had been read first. Its token, when valid, stays the
 // job's (running sidecars hold it): the binding takes its hash back. A
 // malformed one is replaced by token, which the binding already holds.
-func (r *BindingReconciler) secretExists(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, token binding.Token, ca []byte) (*tetherv1.WorkerBinding, error) {
+func (r *Reconciler) secretExists(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, token binding.Token, ca []byte) (*tetherv1.WorkerBinding, error) {
 	secret, existing, err := r.loadToken(ctx, tj)
 	switch {
 	case err != nil:

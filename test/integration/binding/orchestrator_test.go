@@ -241,11 +241,11 @@ func TestTrainerStatusFromWorkerProgressAndNative(t *testing.T) {
 			return fmt.Errorf("trainerStatus %v, want progressPercentage 40 and an ETA", ts)
 		}
 		for _, mf := range tj.GetManagedFields() {
-			if mf.Manager == trainerstatus.TrainerStatusFieldManager && mf.Subresource == "status" && mf.Operation == metav1.ManagedFieldsOperationApply {
+			if mf.Manager == trainerstatus.FieldManager && mf.Subresource == "status" && mf.Operation == metav1.ManagedFieldsOperationApply {
 				return nil
 			}
 		}
-		return fmt.Errorf("no server-side apply by %s on status", trainerstatus.TrainerStatusFieldManager)
+		return fmt.Errorf("no server-side apply by %s on status", trainerstatus.FieldManager)
 	})
 	// 30 steps in at least 3 s: at most 10 steps/s, so 60 steps to go take at least 6 s.
 	if eta, _ := ts["estimatedRemainingSeconds"].(int64); eta < 6 || fmt.Sprint(ts["metrics"]) != "[map[name:step value:40] map[name:epoch value:0.5] map[name:loss value:1.25]]" {
@@ -276,7 +276,7 @@ func TestTrainerStatusFromWorkerProgressAndNative(t *testing.T) {
 	})
 	consistently(t, 3*time.Second, func() error {
 		for _, mf := range getTrainJob(t, native).GetManagedFields() {
-			if mf.Manager == trainerstatus.TrainerStatusFieldManager {
+			if mf.Manager == trainerstatus.FieldManager {
 				return errors.New("Tether wrote trainerStatus over the trainer's native report")
 			}
 		}

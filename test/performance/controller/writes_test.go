@@ -149,7 +149,7 @@ func standInIDs(i int) (jobID, workerID string) {
 }
 
 // firstStatus is a new binding's first status as the binding controller
-// writes it for a TrainJob with no pod yet (BindingReconciler.updateStatus);
+// writes it for a TrainJob with no pod yet (workerbinding.Reconciler.updateStatus);
 // matchesBind holds the two together.
 func firstStatus(wb *tetherv1.WorkerBinding) {
 	lifecycle.Initial(&wb.Status)

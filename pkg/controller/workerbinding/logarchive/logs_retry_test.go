@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"fmt"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/testobj"
@@ -36,7 +35,7 @@ func TestLogArchiverRetriesWithBackoffThenGivesUp(t *testing.T) {
 			calls++
 			return nil, errors.New("node gone")
 		}}
-	pods := []corev1.Pod{*pod(0, "a", 0).RestartPolicy(corev1.RestartPolicyNever).Exited(1, at(1)).Obj()}
+	pods := []corev1.Pod{*pod("a").RestartPolicy(corev1.RestartPolicyNever).Exited(1, at(1)).Obj()}
 	st := &tetherv1.WorkerBindingStatus{}
 	var waits []time.Duration
 	for range 20 {
@@ -81,7 +80,7 @@ func TestLogArchiverKeepsEachRestartsLog(t *testing.T) {
 	}}
 	st := &tetherv1.WorkerBindingStatus{}
 	// Restarted once in place, the second run done; an uninjected pod is no log of the binding's.
-	pods := []corev1.Pod{*pod(0, "a", 0).Running(1).LastExit(3, at(5)).Exited(0, at(20)).Obj(),
+	pods := []corev1.Pod{*pod("a").Running(1).LastExit(3, at(5)).Exited(0, at(20)).Obj(),
 		*testobj.MakeTrainerPod("tj", "ns").CompletionIndex("1").UID("b").Exited(1, at(3)).Obj()}
 	if changed, _, err := a.Archive(context.Background(), st, "job", "node", pods); err != nil || !changed {
 		t.Fatalf("archive: changed %v, err %v", changed, err)
@@ -114,15 +113,15 @@ func TestLogArchiverWaitsOutAnInPlaceRestart(t *testing.T) {
 		return io.NopCloser(strings.NewReader("run 2: resuming after step 12\n")), nil // the kubelet is ahead
 	}}
 	st := &tetherv1.WorkerBindingStatus{}
-	exited := []corev1.Pod{*pod(0, "a", 0).Exited(3, at(5)).Obj()}
+	exited := []corev1.Pod{*pod("a").Exited(3, at(5)).Obj()}
 	if changed, retry, err := a.Archive(context.Background(), st, "job", "node", exited); err != nil || changed || retry != 0 || len(reads) != 0 {
 		t.Fatalf("run 1 exited, restart due: changed %v, retry %s, err %v, reads %v; want no read yet", changed, retry, err, reads)
 	}
 	// The same exit in a pod that can no longer restart it: read at once.
 	for name, p := range map[string]*testobj.PodWrapper{
-		"deleted":  pod(0, "b", 0).Exited(3, at(5)).Deleting(at(6)),
-		"Never":    pod(0, "c", 0).RestartPolicy(corev1.RestartPolicyNever).Exited(3, at(5)),
-		"exited 0": pod(0, "d", 0).Exited(0, at(5)),
+		"deleted":  pod("b").Exited(3, at(5)).Deleting(at(6)),
+		"Never":    pod("c").RestartPolicy(corev1.RestartPolicyNever).Exited(3, at(5)),
+		"exited 0": pod("d").Exited(0, at(5)),
 	} {
 		reads = nil
 		if _, _, err := a.Archive(context.Background(), &tetherv1.WorkerBindingStatus{}, "job", "node", []corev1.Pod{*p.Obj()}); err != nil || len(reads) != 1 || reads[0] {
@@ -130,7 +129,7 @@ func TestLogArchiverWaitsOutAnInPlaceRestart(t *testing.T) {
 		}
 	}
 	reads = nil
-	restarted := []corev1.Pod{*pod(0, "a", 0).Running(1).LastExit(3, at(5)).Obj()}
+	restarted := []corev1.Pod{*pod("a").Running(1).LastExit(3, at(5)).Obj()}
 	if changed, _, err := a.Archive(context.Background(), st, "job", "node", restarted); err != nil || !changed {
 		t.Fatalf("after the restart: changed %v, err %v", changed, err)
 	}
@@ -150,13 +149,13 @@ func TestRestartMayFollow(t *testing.T) {
 		exit int32
 		want bool
 	}{
-		{"OnFailure, failed", pod(0, "a", 0).Running(0), 3, true},
-		{"OnFailure, succeeded", pod(0, "a", 0).Running(0), 0, false},
-		{"Never", pod(0, "a", 0).RestartPolicy(corev1.RestartPolicyNever).Running(0), 3, false},
-		{"Always", pod(0, "a", 0).RestartPolicy(corev1.RestartPolicyAlways).Running(0), 0, true},
-		{"pod Failed", pod(0, "a", 0).Phase(corev1.PodFailed), 3, false},
-		{"pod deleted", pod(0, "a", 0).Running(0).Deleting(at(1)), 3, false},
-		{"container policy over the pod's", pod(0, "a", 0).RestartPolicy(corev1.RestartPolicyNever).Running(0).TrainerRestartPolicy(always), 0, true},
+		{"OnFailure, failed", pod("a").Running(0), 3, true},
+		{"OnFailure, succeeded", pod("a").Running(0), 0, false},
+		{"Never", pod("a").RestartPolicy(corev1.RestartPolicyNever).Running(0), 3, false},
+		{"Always", pod("a").RestartPolicy(corev1.RestartPolicyAlways).Running(0), 0, true},
+		{"pod Failed", pod("a").Phase(corev1.PodFailed), 3, false},
+		{"pod deleted", pod("a").Running(0).Deleting(at(1)), 3, false},
+		{"container policy over the pod's", pod("a").RestartPolicy(corev1.RestartPolicyNever).Running(0).TrainerRestartPolicy(always), 0, true},
 	} {
 		if got := restartMayFollow(tc.pod.Obj(), "node", tc.exit); got != tc.want {
 			t.Errorf("%s: restartMayFollow = %v, want %v", tc.name, got, tc.want)
@@ -170,8 +169,8 @@ var h0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 // at is a time in a history: seconds after h0.
 func at(s int) time.Time { return h0.Add(time.Duration(s) * time.Second) }
 
-// pod is a trainer pod of job "tj", rank and uid given, injected, created at t.
-func pod(rank int, uid string, created int) *testobj.PodWrapper {
-	return testobj.MakeTrainerPod("tj", "ns").CompletionIndex(fmt.Sprint(rank)).UID(uid).Created(at(created)).
+// pod is node 0's trainer pod of job "tj", uid given, injected, created at h0.
+func pod(uid string) *testobj.PodWrapper {
+	return testobj.MakeTrainerPod("tj", "ns").CompletionIndex("0").UID(uid).Created(h0).
 		RestartPolicy(corev1.RestartPolicyOnFailure).Injected()
 }
