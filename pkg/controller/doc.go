@@ -3,10 +3,12 @@
 // (pkg/controlplane/controllers.go).
 //
 //   - workerbinding binds TrainJobs (token Secret, WorkerBinding) and keeps
-//     their bindings' phases; below it are its parts that are packages of
-//     their own: jobidclaim (who holds a job id), replicaleases (which
-//     binding-server replica still vouches for a session) and logarchive
-//     (trainer logs copied next to the artifacts).
+//     their bindings' phases (gather, lifecycle.Derive, write); below it
+//     are its parts that are packages of their own: jobidclaim (who holds
+//     a job id), replicaleases (which binding-server replica still vouches
+//     for a session) and logarchive (trainer logs copied next to the
+//     artifacts).
+//   - artifactsettle drops what a final binding left pending in the store.
 //   - orphan finalizes bindings whose TrainJob is gone.
 //   - trainerstatus reports a bound job's progress on its TrainJob.
 //   - uploadsweep removes what direct uploads wrote after their job ended.
