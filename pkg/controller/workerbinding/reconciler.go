@@ -190,23 +190,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 
-	wb := &tetherv1.WorkerBinding{}
-	err = r.Client.Get(ctx, req.NamespacedName, wb)
-	switch {
-	case apierrors.IsNotFound(err):
-		// The cache may not have this reconciler's own create yet (the
-		// first status follows the create at once when nothing else
-		// waits): read your writes.
-		wb = r.written.Created(req.NamespacedName, tj.GetUID(), r.now())
-	case err != nil:
-		return ctrl.Result{}, err
-	case !metav1.IsControlledBy(wb, tj):
-		// Left from an earlier TrainJob of the same name; garbage collection
-		// removes it, then we bind this one.
-		log.Info("waiting for a stale WorkerBinding to be garbage-collected", "uid", wb.GetUID())
-		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-	default:
-		wb = r.written.Latest(wb, r.now())
+	wb, res, err := r.currentBinding(ctx, tj, req.NamespacedName)
+	if res != nil || err != nil {
+		return ptr.Deref(res, ctrl.Result{}), err
 	}
 
 	if res, refused, err := r.checkIdentity(ctx, tj, wb, jobID, workerID); refused || err != nil {
@@ -218,6 +204,68 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		log.Info("CA bundle not available yet; retrying", "error", err)
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
+	fresh := wb == nil
+	var pods []corev1.Pod
+	if !fresh {
+		if pods, err = r.trainerPods(ctx, tj); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if wb, res, err = r.issue(ctx, tj, wb, jobID, workerID, ca, pods); res != nil || err != nil {
+		return ptr.Deref(res, ctrl.Result{}), err
+	}
+	if fresh {
+		// The token first: the first status after every other token in a
+		// burst (ownwrites.FirstStatusNext).
+		r.written.AwaitFirstStatus(req.NamespacedName)
+		return ownwrites.FirstStatusNext(), nil
+	}
+	return r.status(ctx, tj, wb, jobID, workerID, pods)
+}
+
+// currentBinding returns the TrainJob's binding (nil when there is none yet), or
+// the result to return at once (res non-nil) when its name is held by a
+// stale binding.
+func (r *Reconciler) currentBinding(ctx context.Context, tj *unstructured.Unstructured, key types.NamespacedName) (*tetherv1.WorkerBinding, *ctrl.Result, error) {
+	wb := &tetherv1.WorkerBinding{}
+	err := r.Client.Get(ctx, key, wb)
+	switch {
+	case apierrors.IsNotFound(err):
+		// The cache may not have this reconciler's own create yet (the
+		// first status follows the create at once when nothing else
+		// waits): read your writes.
+		wb = r.written.Created(key, tj.GetUID(), r.now())
+	case err != nil:
+		return nil, nil, err
+	case !metav1.IsControlledBy(wb, tj):
+		// Left from an earlier TrainJob of the same name; garbage collection
+		// removes it, then we bind this one.
+		logf.FromContext(ctx).Info("waiting for a stale WorkerBinding to be garbage-collected", "uid", wb.GetUID())
+		return nil, &ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	default:
+		wb = r.written.Latest(wb, r.now())
+	}
+	return wb, nil, nil
+}
+
+// issue writes the binding's spec and its token Secret: a binding not
+// there yet (wb nil) is created with a new token; an existing one keeps the
+// token its Secret holds, or gets a new one when the Secret is missing or
+// malformed. It returns the binding as written, or the result to return at
+// once (res non-nil: another reconcile created the binding first). pods
+// are the job's trainer pods (none read for a new binding).
+func (r *Reconciler) issue(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, jobID, workerID string, ca []byte, pods []corev1.Pod) (*tetherv1.WorkerBinding, *ctrl.Result, error) {
+	key := client.ObjectKeyFromObject(tj)
+	if wb != nil && lifecycle.WaitsForPods(&wb.Status, pods) && r.written.SecretStands(key, wb.Spec.TokenSHA256, ca, r.now()) {
+		// A recheck of a binding waiting for its first pods (the FailedCreate
+		// look): its Secret, read or written moments ago, is not read from
+		// the API server again (ownwrites' secretVerifiedFor says how long).
+		// The reconcile a new binding's create starts with reads nothing
+		// either (fresh); a binding found without this mark (a restart, a
+		// TrainJob created while another replica led) reads it once.
+		wb, err := r.writeSpec(ctx, tj, wb, jobID, workerID, wb.Spec.TokenSHA256, false)
+		return wb, nil, err
+	}
 	// The binding is written before its Secret: once a sidecar can mount
 	// the token, the binding server can already find the binding by it.
 	// A TrainJob not bound yet has no Secret in all likelihood: it is not
@@ -226,26 +274,27 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	fresh := wb == nil
 	var secret *corev1.Secret
 	var token binding.Token
+	var err error
 	if !fresh {
 		if secret, token, err = r.loadToken(ctx, tj); err != nil {
 			r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
-			return ctrl.Result{}, err
+			return nil, nil, err
 		}
 	}
-	issue := token == ""
-	if issue {
+	issued := token == ""
+	if issued {
 		if token, err = binding.NewToken(); err != nil {
-			return ctrl.Result{}, err
+			return nil, nil, err
 		}
 	}
-	if wb, err = r.writeSpec(ctx, tj, wb, jobID, workerID, token.Hash(), issue); wb == nil || err != nil {
+	if wb, err = r.writeSpec(ctx, tj, wb, jobID, workerID, token.Hash(), issued); wb == nil || err != nil {
 		// No binding: another reconcile created it first; the next one,
 		// once the cache has it, writes its Secret. (Its create's echo is
 		// enqueued behind every token to issue: not soon enough here.)
 		if err == nil {
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+			return nil, &ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
-		return ctrl.Result{}, err
+		return nil, nil, err
 	}
 	err = r.writeSecret(ctx, tj, secret, token, ca)
 	if fresh && apierrors.IsAlreadyExists(err) {
@@ -253,16 +302,20 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if err != nil {
 		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
-		return ctrl.Result{}, err
+		return nil, nil, err
 	}
-	if fresh {
-		// The token first: the first status after every other token in a
-		// burst (ownwrites.FirstStatusNext).
-		r.written.AwaitFirstStatus(req.NamespacedName)
-		return ownwrites.FirstStatusNext(), nil
-	}
+	// The Secret holds the binding's token and ca now (written, or read
+	// and left as it was).
+	r.written.SecretVerified(key, wb.Spec.TokenSHA256, ca, r.now())
+	return wb, nil, nil
+}
+
+// status derives and writes the binding's status (updateStatus), and
+// announces the binding with its first status.
+func (r *Reconciler) status(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, jobID, workerID string, pods []corev1.Pod) (ctrl.Result, error) {
+	key := client.ObjectKeyFromObject(tj)
 	first := wb.Status.Phase == ""
-	requeue, err := r.updateStatus(ctx, tj, wb)
+	requeue, err := r.updateStatus(ctx, tj, wb, pods)
 	var after *int
 	if err == nil {
 		// Bound is announced with the binding's first status, written
@@ -270,7 +323,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// written by the binding server (a sidecar registered first): in a
 		// burst, after every token, as the status (test/performance/controller: each
 		// Event costs the API server about a plain create).
-		if created := r.written.FirstStatusWritten(req.NamespacedName, r.now()); first || created {
+		if created := r.written.FirstStatusWritten(key, r.now()); first || created {
 			r.normal(tj, lifecycle.ReasonBound, "bound as job %s, worker %s; token Secret %s", jobID, workerID, wb.Spec.TokenSecretName)
 		}
 		if first {
@@ -375,13 +428,9 @@ func (r *Reconciler) jobIDOwner(ctx context.Context, jobID string, tj *unstructu
 
 // updateStatus gathers what the binding's status depends on, derives the
 // new status (decide), archives the ended trainers' logs onto it and writes
-// it when it changed, then announces what changed. It returns when to look
-// again.
-func (r *Reconciler) updateStatus(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding) (time.Duration, error) {
-	pods, err := r.trainerPods(ctx, tj)
-	if err != nil {
-		return 0, err
-	}
+// it when it changed, then announces what changed. pods are the job's
+// trainer pods. It returns when to look again.
+func (r *Reconciler) updateStatus(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, pods []corev1.Pod) (time.Duration, error) {
 	before := wb.Status.DeepCopy()
 	now := r.now()
 	out, requeue := r.decide(ctx, tj, wb, pods, now)

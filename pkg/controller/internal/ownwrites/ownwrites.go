@@ -39,6 +39,9 @@ type Tracker struct {
 	// secrets are the token Secrets this reconciler wrote, by TrainJob:
 	// see secretFreshFor.
 	secrets map[types.NamespacedName]ownWrite
+	// verified marks the token Secrets last read or written, by TrainJob:
+	// see secretVerifiedFor.
+	verified map[types.NamespacedName]secretMark
 	// ca is the CA bundle of the last Secret remembered, shared by the
 	// others that carry the same (never written to: freshSecret copies).
 	ca []byte
@@ -64,6 +67,11 @@ func (o *Tracker) prune(now time.Time) {
 	for k, w := range o.secrets {
 		if !w.fresh(now) {
 			delete(o.secrets, k)
+		}
+	}
+	for k, m := range o.verified {
+		if now.Sub(m.at) >= secretVerifiedFor {
+			delete(o.verified, k)
 		}
 	}
 }
@@ -182,6 +190,7 @@ func (o *Tracker) Forget(key types.NamespacedName) {
 	defer o.mu.Unlock()
 	delete(o.m, key)
 	delete(o.secrets, key)
+	delete(o.verified, key)
 }
 
 // WroteSecret records the token Secret of TrainJob key as written now:

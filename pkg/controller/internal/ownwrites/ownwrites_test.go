@@ -214,3 +214,33 @@ func TestOwnWritesCreatedBeforeTheCacheHasIt(t *testing.T) {
 }
 
 func ptrTrue() *bool { b := true; return &b }
+
+// A verified token Secret stands for secretVerifiedFor, for the token and
+// CA bundle it was verified with only, and not once its TrainJob is
+// forgotten.
+func TestSecretStands(t *testing.T) {
+	var o Tracker
+	t0 := time.Unix(1000, 0)
+	key := types.NamespacedName{Namespace: "ns", Name: "tj"}
+	ca := []byte("-----BEGIN CERTIFICATE-----")
+	if o.SecretStands(key, "h1", ca, t0) {
+		t.Fatal("a Secret never verified stands")
+	}
+	o.SecretVerified(key, "h1", ca, t0)
+	if !o.SecretStands(key, "h1", ca, t0.Add(secretVerifiedFor-time.Second)) {
+		t.Error("a Secret verified within the window does not stand")
+	}
+	if o.SecretStands(key, "h1", ca, t0.Add(secretVerifiedFor)) {
+		t.Error("a Secret stands past the window")
+	}
+	if o.SecretStands(key, "h2", ca, t0) {
+		t.Error("a Secret stands for a token the binding no longer holds")
+	}
+	if o.SecretStands(key, "h1", []byte("rotated"), t0) {
+		t.Error("a Secret stands for a CA bundle rotated since")
+	}
+	o.Forget(key)
+	if o.SecretStands(key, "h1", ca, t0) {
+		t.Error("a forgotten TrainJob's Secret stands")
+	}
+}
