@@ -304,9 +304,12 @@ func (r *Reconciler) issue(ctx context.Context, tj *unstructured.Unstructured, w
 		r.warn(tj, tetherv1.ReasonTokenSecretError, "token Secret %s: %v", binding.TokenSecretName(tj.GetName()), err)
 		return nil, nil, err
 	}
-	// The Secret holds the binding's token and ca now (written, or read
-	// and left as it was).
-	r.written.SecretVerified(key, wb.Spec.TokenSHA256, ca, r.now())
+	if fresh || lifecycle.WaitsForPods(&wb.Status, pods) {
+		// The Secret holds the binding's token and ca now (written, or
+		// read and left as it was); remembered for the bindings whose
+		// rechecks need no read (above), not for every running one.
+		r.written.SecretVerified(key, wb.Spec.TokenSHA256, ca, r.now())
+	}
 	return wb, nil, nil
 }
 
