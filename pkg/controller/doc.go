@@ -1,9 +1,19 @@
-// Package controller reconciles bound TrainJobs into the objects Tether owns
-// for them: a token Secret (the job's credential towards the binding server,
-// with the CA bundle that lets the sidecar trust it) and a WorkerBinding (the
-// durable record of the binding). Both carry an ownerReference to the TrainJob,
-// so deleting the job deletes them.
+// Package controller holds no code: its folders are the control plane's
+// controllers, one per package, each run on the manager by the wiring
+// (pkg/controlplane/controllers.go).
 //
-// The controller never writes a TrainJob and never lists Secrets: it reads and
-// writes its own token Secrets by name.
+//   - workerbinding binds TrainJobs (token Secret, WorkerBinding) and keeps
+//     their bindings' phases (gather, lifecycle.Derive, write); below it
+//     are its parts that are packages of their own: jobidclaim (who holds
+//     a job id), replicaleases (which binding-server replica still vouches
+//     for a session) and logarchive (trainer logs copied next to the
+//     artifacts).
+//   - artifactsettle drops what a final binding left pending in the store.
+//   - orphan finalizes bindings whose TrainJob is gone.
+//   - trainerstatus reports a bound job's progress on its TrainJob.
+//   - uploadsweep removes what direct uploads wrote after their job ended.
+//   - bindingmetrics reports every binding's phase to Prometheus.
+//
+// What several of them share sits in internal/ (the job-id index, the
+// binding's own-write bookkeeping). No controller imports another.
 package controller

@@ -9,14 +9,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
-	"github.com/tether-dev/tether/pkg/controller"
+	"github.com/tether-dev/tether/pkg/controller/bindingmetrics"
 	"github.com/tether-dev/tether/pkg/mutate"
 )
 
 // metrics registers the control plane's collectors while it runs, so a
 // control plane restarted in the same process (tests) exports its own.
 func (a *assembly) metrics() error {
-	collectors := append(append(mutate.Collectors(), a.binding.Metrics().Collectors()...), &controller.PhaseCollector{Cache: a.mgr.GetCache(), Elected: a.mgr.Elected()},
+	collectors := append(append(mutate.Collectors(), a.binding.Metrics().Collectors()...), &bindingmetrics.PhaseCollector{Cache: a.mgr.GetCache(), Elected: a.mgr.Elected()},
 		&CertExpiryCollector{CertDir: a.opts.CertDir}, a.eventSink.dropped)
 	if a.probesStore {
 		collectors = append(collectors, newCapabilityCollector(&a.storeCaps))

@@ -16,7 +16,8 @@ import (
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/bindingserver"
-	"github.com/tether-dev/tether/pkg/controller"
+	"github.com/tether-dev/tether/pkg/controller/uploadsweep"
+	"github.com/tether-dev/tether/pkg/controller/workerbinding/logarchive"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/pkg/replicalease"
@@ -75,9 +76,9 @@ type Options struct {
 	// ReplicaName names this replica's Lease (default: from the host name,
 	// with a random suffix per process).
 	ReplicaName string
-	// ArtifactGrace: see controller.BindingReconciler.ArtifactGrace.
+	// ArtifactGrace: see workerbinding.Reconciler.ArtifactGrace.
 	ArtifactGrace time.Duration
-	// TokenOverlap: see controller.BindingReconciler.TokenOverlap.
+	// TokenOverlap: see workerbinding.Reconciler.TokenOverlap.
 	TokenOverlap time.Duration
 
 	// Artifact storage (docs/artifacts.md): ArtifactBackend is "fs" (a
@@ -100,7 +101,7 @@ type Options struct {
 	// PresignTTL is how long a presigned artifact URL lives: the read
 	// endpoint's and the direct uploads'.
 	PresignTTL time.Duration
-	// UploadSweepMargin: see controller.UploadSweeper.Margin.
+	// UploadSweepMargin: see uploadsweep.UploadSweeper.Margin.
 	UploadSweepMargin time.Duration
 	// ArtifactDirectUpload lets sidecars PUT artifact bodies straight to a
 	// store that can presign (the s3 backend), the control plane only
@@ -125,7 +126,7 @@ type Options struct {
 	ReadAPI bool
 	// LogSource replaces reading logs through the API server (pods/log):
 	// tests without a kubelet use it. Nil in production.
-	LogSource controller.LogSource
+	LogSource logarchive.LogSource
 
 	MetricsAddr string
 	// MetricsSecure serves /metrics over HTTPS (a self-signed certificate)
@@ -173,7 +174,7 @@ func DefaultOptions() Options {
 		LogCapBytes:           10 << 20,
 		TrainerStatus:         "auto",
 		PresignTTL:            5 * time.Minute,
-		UploadSweepMargin:     controller.DefaultUploadSweepMargin,
+		UploadSweepMargin:     uploadsweep.DefaultUploadSweepMargin,
 		ArtifactDirectUpload:  true,
 		ArtifactReadRedirect:  true,
 		ArtifactAccessLog:     true,

@@ -7,8 +7,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -23,8 +23,8 @@ func TestBindingOwner(t *testing.T) {
 	tj := func(mod func(*metav1.PartialObjectMetadata)) *metav1.PartialObjectMetadata {
 		o := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "llm", UID: "tj-1",
 			CreationTimestamp: metav1.NewTime(created.Add(-time.Second)),
-			Labels:            map[string]string{jobconfig.BindLabel: jobconfig.BindValue},
-			Annotations:       map[string]string{jobconfig.JobIDAnnotation: wb.Spec.JobID, jobconfig.WorkerIDAnnotation: wb.Spec.WorkerID}}}
+			Labels:            map[string]string{names.BindLabel: names.BindValue},
+			Annotations:       map[string]string{names.JobIDAnnotation: wb.Spec.JobID, names.WorkerIDAnnotation: wb.Spec.WorkerID}}}
 		if mod != nil {
 			mod(o)
 		}
@@ -44,8 +44,8 @@ func TestBindingOwner(t *testing.T) {
 		{"orphaned by the collector, its TrainJob terminating", nil, tj(func(o *metav1.PartialObjectMetadata) { o.DeletionTimestamp = &created }), "tj-1", TrainJobTerminating},
 		{"orphaned, none of that name", nil, nil, "", TrainJobOrphaned},
 		{"orphaned, a later TrainJob of that name", nil, tj(func(o *metav1.PartialObjectMetadata) { o.CreationTimestamp = metav1.NewTime(created.Add(time.Second)) }), "", TrainJobOrphaned},
-		{"orphaned, another worker id", nil, tj(func(o *metav1.PartialObjectMetadata) { o.Annotations[jobconfig.WorkerIDAnnotation] = "w-2" }), "", TrainJobOrphaned},
-		{"orphaned, another job id", nil, tj(func(o *metav1.PartialObjectMetadata) { o.Annotations[jobconfig.JobIDAnnotation] = "other" }), "", TrainJobOrphaned},
+		{"orphaned, another worker id", nil, tj(func(o *metav1.PartialObjectMetadata) { o.Annotations[names.WorkerIDAnnotation] = "w-2" }), "", TrainJobOrphaned},
+		{"orphaned, another job id", nil, tj(func(o *metav1.PartialObjectMetadata) { o.Annotations[names.JobIDAnnotation] = "other" }), "", TrainJobOrphaned},
 		{"orphaned, an unbound TrainJob", nil, tj(func(o *metav1.PartialObjectMetadata) { o.Labels = nil }), "", TrainJobOrphaned},
 	} {
 		wb.OwnerReferences = c.refs

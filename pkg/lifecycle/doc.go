@@ -10,4 +10,9 @@
 // current attempt: the binding goes back to Pending with reason Preempted and
 // the next registration starts a new attempt; within an attempt the phase
 // never moves backwards.
+//
+// Derive is the controller's whole decision for one reconcile: from the
+// binding and one Observation (the pods, the TrainJob's conditions, the
+// replicas' Leases, ...) it returns the new status, the Events and the
+// actions wanted; the controller gathers before and writes after.
 package lifecycle

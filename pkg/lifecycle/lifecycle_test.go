@@ -11,7 +11,7 @@ import (
 )
 
 // The whole phase machine is driven through histories in
-// pkg/controller/history_test.go; these are the rules one at a time.
+// pkg/controller/workerbinding/history_test.go; these are the rules one at a time.
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
@@ -29,7 +29,7 @@ func running() *tetherv1.WorkerBindingStatus {
 	return st
 }
 
-func verified(rank int32) tetherv1.NodeArtifacts {
+func verified() tetherv1.NodeArtifacts {
 	return tetherv1.NodeArtifacts{Manifest: "j/manifest.json", Verified: true, Files: 2}
 }
 
@@ -46,7 +46,7 @@ func TestHappyPath(t *testing.T) {
 		{"heartbeat", func() bool { return Heartbeat(st, 0, "a", t0, 1, nil) }, tetherv1.PhaseRunning},
 		{"finishing", func() bool { return Finishing(st, 0, "a", "SIGTERM") }, tetherv1.PhaseFinishing},
 		{"exit 0", func() bool { c, _ := TrainerExited(st, 0, "a", Exit{FinishedAt: t0.Add(time.Minute)}, 0, t0); return c }, tetherv1.PhaseFinishing},
-		{"manifest", func() bool { return ArtifactsRecorded(st, 0, "a", verified(0)) }, tetherv1.PhaseFinishing},
+		{"manifest", func() bool { return ArtifactsRecorded(st, 0, "a", verified()) }, tetherv1.PhaseFinishing},
 		{"complete", func() bool { return JobCompleted(st) }, tetherv1.PhaseFinishing},
 		{"promoted", func() bool { return ArtifactsPromoted(st) }, tetherv1.PhaseSucceeded},
 	}
@@ -86,7 +86,7 @@ func TestNoRegression(t *testing.T) {
 func TestFinalPhasesAreFinal(t *testing.T) {
 	for _, final := range []func(*tetherv1.WorkerBindingStatus){
 		func(st *tetherv1.WorkerBindingStatus) {
-			ArtifactsRecorded(st, 0, "a", verified(0))
+			ArtifactsRecorded(st, 0, "a", verified())
 			JobCompleted(st)
 			ArtifactsPromoted(st)
 		},
@@ -246,10 +246,10 @@ func TestPreemptionStartsANewAttempt(t *testing.T) {
 func TestAManifestDoesNotOutliveItsAttempt(t *testing.T) {
 	st := running()
 	UploadReported(st, 0, "a", 100, "")
-	ArtifactsRecorded(st, 0, "a", verified(0))
+	ArtifactsRecorded(st, 0, "a", verified())
 	Suspended(st, "evicted")
 	// The preempted sidecar's flush lands after the suspension.
-	ArtifactsRecorded(st, 0, "a", verified(0))
+	ArtifactsRecorded(st, 0, "a", verified())
 	if ManifestVerified(st) {
 		t.Fatal("a manifest recorded between attempts counts as verified")
 	}
@@ -320,10 +320,10 @@ func TestAReplacedPodsManifestIsNotTheNodes(t *testing.T) {
 		t.Fatalf("replacement: changed %v, started %q, attempt %d", c, started, st.Attempt)
 	}
 	// The old pod's final flush lands after its replacement registered.
-	if ArtifactsRecorded(st, 0, "a", verified(0)) || ManifestVerified(st) {
+	if ArtifactsRecorded(st, 0, "a", verified()) || ManifestVerified(st) {
 		t.Fatal("the replaced pod's manifest was taken as the node's")
 	}
-	if !ArtifactsRecorded(st, 0, "b", verified(0)) || !ManifestVerified(st) {
+	if !ArtifactsRecorded(st, 0, "b", verified()) || !ManifestVerified(st) {
 		t.Fatal("the current pod's manifest was not recorded")
 	}
 }
@@ -338,7 +338,7 @@ func TestAManifestDoesNotOverrideTheNodesOwnReport(t *testing.T) {
 		SetNodeCount(st, 2)
 		PodSeen(st, podOf(0, "a"), true, t0)
 		PodSeen(st, podOf(1, "b"), true, t0)
-		ArtifactsRecorded(st, 0, "a", verified(0))
+		ArtifactsRecorded(st, 0, "a", verified())
 		return st
 	}
 	empty := tetherv1.NodeArtifacts{Manifest: "j/nodes/1/manifest.json", ManifestSHA256: strings.Repeat("e", 64), Verified: true}
@@ -417,7 +417,7 @@ func TestAReplacedPodsReportIsNotTheNodes(t *testing.T) {
 	if FlushUnverified(st, 0, []string{"ckpt.pt"}, 1, "store down") {
 		t.Fatal("the replaced pod's report was recorded on its successor")
 	}
-	if !ArtifactsRecorded(st, 0, "b", verified(0)) || !ManifestVerified(st) {
+	if !ArtifactsRecorded(st, 0, "b", verified()) || !ManifestVerified(st) {
 		t.Fatal("the new pod's manifest was not recorded")
 	}
 	// A new attempt forgets a report.
@@ -425,7 +425,7 @@ func TestAReplacedPodsReportIsNotTheNodes(t *testing.T) {
 	Finishing(st, 0, "a", "SIGTERM")
 	FlushUnverified(st, 0, []string{"ckpt.pt"}, 1, "store down")
 	PodSeen(st, pod("c"), true, t0.Add(time.Minute))
-	if !ArtifactsRecorded(st, 0, "c", verified(0)) {
+	if !ArtifactsRecorded(st, 0, "c", verified()) {
 		t.Fatal("the next attempt's manifest was held back by the last attempt's report")
 	}
 }
@@ -439,7 +439,7 @@ func TestVerifiedNodes(t *testing.T) {
 	if got := VerifiedNodes(st); got != nil {
 		t.Fatalf("VerifiedNodes before any manifest = %v", got)
 	}
-	a := verified(0)
+	a := verified()
 	a.ManifestSHA256 = strings.Repeat("1", 64)
 	ArtifactsRecorded(st, 1, "b", a)
 	if got := VerifiedNodes(st); len(got) != 1 || got[1] != a.ManifestSHA256 {

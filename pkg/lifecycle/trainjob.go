@@ -4,6 +4,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
@@ -83,7 +84,7 @@ func BindingOwner(wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) 
 func MadeFor(wb *tetherv1.WorkerBinding, tj *metav1.PartialObjectMetadata) bool {
 	return tj.Name == wb.Spec.TrainJobName && tj.Namespace == wb.Namespace &&
 		jobconfig.IsBound(tj.Labels) &&
-		tj.Annotations[jobconfig.JobIDAnnotation] == wb.Spec.JobID && tj.Annotations[jobconfig.WorkerIDAnnotation] == wb.Spec.WorkerID &&
+		tj.Annotations[names.JobIDAnnotation] == wb.Spec.JobID && tj.Annotations[names.WorkerIDAnnotation] == wb.Spec.WorkerID &&
 		!tj.CreationTimestamp.After(wb.CreationTimestamp.Time)
 }
 

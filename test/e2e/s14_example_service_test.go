@@ -30,7 +30,7 @@ import (
 	"github.com/tether-dev/tether/examples/training-service/service"
 	"github.com/tether-dev/tether/internal/plugin"
 	"github.com/tether-dev/tether/pkg/client"
-	"github.com/tether-dev/tether/pkg/controller"
+	"github.com/tether-dev/tether/pkg/controller/trainerstatus"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
@@ -221,12 +221,12 @@ func (e *env) waitTrainerStatus(ns, name string, timeout time.Duration) error {
 			last = fmt.Errorf("trainerStatus %v lacks progressPercentage, estimatedRemainingSeconds (from the step rate) or metrics", ts)
 		} else {
 			for _, mf := range tj.GetManagedFields() {
-				if mf.Manager == controller.TrainerStatusFieldManager && mf.Subresource == "status" {
+				if mf.Manager == trainerstatus.FieldManager && mf.Subresource == "status" {
 					logf("scenario 14: TrainJob %s status.trainerStatus %v", name, ts)
 					return nil
 				}
 			}
-			last = fmt.Errorf("trainerStatus %v not managed by %s", ts, controller.TrainerStatusFieldManager)
+			last = fmt.Errorf("trainerStatus %v not managed by %s", ts, trainerstatus.FieldManager)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}

@@ -14,7 +14,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/bindingserver"
-	"github.com/tether-dev/tether/pkg/controller"
+	"github.com/tether-dev/tether/pkg/controller/bindingmetrics"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/pkg/mutate"
 )
@@ -38,7 +38,7 @@ func collectors(t *testing.T) []prometheus.Collector {
 	dir := t.TempDir()
 	writeCert(t, filepath.Join(dir, "tls.crt"), time.Now().Add(90*24*time.Hour))
 	all := append(append(mutate.Collectors(), srv.Metrics().Collectors()...),
-		&controller.PhaseCollector{Cache: c, Elected: elected}, &controlplane.CertExpiryCollector{CertDir: dir}, controlplane.NewEventsDroppedCounter())
+		&bindingmetrics.PhaseCollector{Cache: c, Elected: elected}, &controlplane.CertExpiryCollector{CertDir: dir}, controlplane.NewEventsDroppedCounter())
 	// A vector has no series until a label set is used: give each one.
 	for _, col := range all {
 		switch v := col.(type) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/controller"
+	"github.com/tether-dev/tether/pkg/controller/workerbinding/jobidclaim"
 	"github.com/tether-dev/tether/test/framework/testenv"
 	"github.com/tether-dev/tether/test/framework/testobj"
 )
@@ -46,7 +46,7 @@ func leftClaim(t *testing.T, id, ns string, nsUID types.UID, acquired time.Time)
 	holder := ns + "/nightly"
 	at := metav1.NewMicroTime(acquired)
 	l := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "tether-system", Name: controller.ClaimName(id),
+		ObjectMeta: metav1.ObjectMeta{Namespace: "tether-system", Name: jobidclaim.ClaimName(id),
 			Labels: map[string]string{names.ClaimLabel: "true", names.ClaimJobIDLabel: id},
 			Annotations: map[string]string{names.ClaimNamespaceAnnotation: ns, names.ClaimNameAnnotation: "nightly",
 				names.ClaimUIDAnnotation: "5c0e9b1e-0000-4000-8000-00000000e001"}},
@@ -112,7 +112,7 @@ func TestClaimOfAnEarlierReleaseStaysItsNamespaces(t *testing.T) {
 		t.Fatalf("bound as %q, want %q", j.jobID, id)
 	}
 	lease := &coordinationv1.Lease{}
-	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: controller.ClaimName(id)}, lease); err != nil {
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: jobidclaim.ClaimName(id)}, lease); err != nil {
 		t.Fatal(err)
 	}
 	if got := lease.Annotations[names.ClaimNamespaceUIDAnnotation]; got != string(uid) {

@@ -32,7 +32,7 @@ const (
 	missed         = 3
 	testHeartbeat  = time.Second
 	testLease      = 6 * time.Second
-	leasePoll      = time.Second // pkg/controller's replicaLeasePoll
+	leasePoll      = time.Second // replicaleases' replicaLeasePoll
 	livenessPeriod = time.Second // pkg/bindingserver's liveness check
 	// detectionSlack covers a reconcile, a status write and the test's
 	// polling on a shared machine; the bound itself is what docs promise.

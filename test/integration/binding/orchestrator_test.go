@@ -31,7 +31,7 @@ import (
 	"github.com/tether-dev/tether/pkg/artifactstore/fsstore"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/client"
-	"github.com/tether-dev/tether/pkg/controller"
+	"github.com/tether-dev/tether/pkg/controller/trainerstatus"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -242,11 +242,11 @@ func TestTrainerStatusFromWorkerProgressAndNative(t *testing.T) {
 			return fmt.Errorf("trainerStatus %v, want progressPercentage 40 and an ETA", ts)
 		}
 		for _, mf := range tj.GetManagedFields() {
-			if mf.Manager == controller.TrainerStatusFieldManager && mf.Subresource == "status" && mf.Operation == metav1.ManagedFieldsOperationApply {
+			if mf.Manager == trainerstatus.FieldManager && mf.Subresource == "status" && mf.Operation == metav1.ManagedFieldsOperationApply {
 				return nil
 			}
 		}
-		return fmt.Errorf("no server-side apply by %s on status", controller.TrainerStatusFieldManager)
+		return fmt.Errorf("no server-side apply by %s on status", trainerstatus.FieldManager)
 	})
 	// 30 steps in at least 3 s: at most 10 steps/s, so 60 steps to go take at least 6 s.
 	if eta, _ := ts["estimatedRemainingSeconds"].(int64); eta < 6 || fmt.Sprint(ts["metrics"]) != "[map[name:step value:40] map[name:epoch value:0.5] map[name:loss value:1.25]]" {
@@ -277,7 +277,7 @@ func TestTrainerStatusFromWorkerProgressAndNative(t *testing.T) {
 	})
 	consistently(t, 3*time.Second, func() error {
 		for _, mf := range getTrainJob(t, native).GetManagedFields() {
-			if mf.Manager == controller.TrainerStatusFieldManager {
+			if mf.Manager == trainerstatus.FieldManager {
 				return errors.New("Tether wrote trainerStatus over the trainer's native report")
 			}
 		}

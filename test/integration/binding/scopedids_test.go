@@ -12,7 +12,7 @@ import (
 
 	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/controller"
+	"github.com/tether-dev/tether/pkg/controller/workerbinding/jobidclaim"
 	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
@@ -31,7 +31,7 @@ func TestTenantCannotTakeAGeneratedJobID(t *testing.T) {
 		t.Fatalf("generated job id %q is not scoped to %s", owner.jobID, a.Namespace)
 	}
 	// No claim: the id is A's by its form.
-	err := env.Client.Get(ctx, types.NamespacedName{Namespace: "tether-system", Name: controller.ClaimName(owner.jobID)}, &coordinationv1.Lease{})
+	err := env.Client.Get(ctx, types.NamespacedName{Namespace: "tether-system", Name: jobidclaim.ClaimName(owner.jobID)}, &coordinationv1.Lease{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("claim Lease of the scoped id %q: %v, want none", owner.jobID, err)
 	}

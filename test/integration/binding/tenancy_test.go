@@ -23,7 +23,7 @@ import (
 	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/controller"
+	"github.com/tether-dev/tether/pkg/controller/workerbinding/jobidclaim"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/testenv"
 	"github.com/tether-dev/tether/test/framework/testobj"
@@ -343,7 +343,7 @@ func TestTenantCannotClaimAJobIDAfterItsOwnerIsDeleted(t *testing.T) {
 	}
 	// The claim still names A's TrainJob.
 	lease := &coordinationv1.Lease{}
-	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: controller.ClaimName(id)}, lease); err != nil {
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: jobidclaim.ClaimName(id)}, lease); err != nil {
 		t.Fatal(err)
 	}
 	if got := lease.Annotations[names.ClaimNamespaceAnnotation]; got != a.Namespace {
@@ -421,7 +421,7 @@ func TestTwoResubmissionsAtOnceTakeTheClaimOnce(t *testing.T) {
 		t.Fatalf("job id %q has %d live bindings after two takeovers at once (%v), want exactly 1", id, len(live), live)
 	}
 	lease := &coordinationv1.Lease{}
-	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: controller.ClaimName(id)}, lease); err != nil {
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: "tether-system", Name: jobidclaim.ClaimName(id)}, lease); err != nil {
 		t.Fatal(err)
 	}
 	if got := lease.Annotations[names.ClaimNameAnnotation]; got != live[0] {
@@ -438,7 +438,7 @@ func TestBindingWithoutAClaimClaimsItsIDAtStart(t *testing.T) {
 	id := uniq("before-claims")
 	submit(t, tn, "old", id)
 	bound(t, tn, "old")
-	key := types.NamespacedName{Namespace: "tether-system", Name: controller.ClaimName(id)}
+	key := types.NamespacedName{Namespace: "tether-system", Name: jobidclaim.ClaimName(id)}
 	lease := &coordinationv1.Lease{}
 	if err := env.Client.Get(ctx, key, lease); err != nil {
 		t.Fatal(err)

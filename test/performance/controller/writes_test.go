@@ -69,7 +69,7 @@ func bindingWrites(b *testing.B, ctx context.Context, cl client.WithWatch, cfg *
 			for i := range n {
 				want[fmt.Sprintf("%T/%s", list, key(i))] = true
 			}
-			seen = watchAll(b, ctx, cl, want, client.MatchingLabels{jobconfig.BindLabel: jobconfig.BindValue}, writesNamespace, list)
+			seen = watchAll(b, ctx, cl, want, client.MatchingLabels{names.BindLabel: names.BindValue}, writesNamespace, list)
 		}
 		var profiled func()
 		if dir := os.Getenv("TETHER_BENCH_WRITES_CPUPROFILE"); dir != "" {
@@ -168,7 +168,7 @@ func standInIDs(i int) (jobID, workerID string) {
 }
 
 // firstStatus is a new binding's first status as the binding controller
-// writes it for a TrainJob with no pod yet (BindingReconciler.updateStatus);
+// writes it for a TrainJob with no pod yet (workerbinding.Reconciler.updateStatus);
 // matchesBind holds the two together.
 func firstStatus(wb *tetherv1.WorkerBinding) {
 	lifecycle.Initial(&wb.Status)

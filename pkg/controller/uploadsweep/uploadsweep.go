@@ -1,0 +1,334 @@
+package uploadsweep
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/pending"
+	"github.com/tether-dev/tether/pkg/controller/internal/keys"
+	"github.com/tether-dev/tether/pkg/lifecycle"
+)
+
+// DefaultUploadSweepMargin is how long after its URLs expire a job's
+// pending-upload prefix is swept a last time: clock skew between the store
+// and the control plane and a replica's cache lagging behind the end of the
+// binding (one minute), plus the longest a body the store accepted just
+// before the URL expired may take to land: a 5 GiB single PUT at
+// upload.MinCopyRate (640 s, the rate the commit's copy is given).
+const DefaultUploadSweepMargin = time.Minute + 640*time.Second
+
+// sweepPageRetry is how soon a sweep that left a full page comes back for
+// the next one.
+const sweepPageRetry = time.Second
+
+// DirectUploads is the artifact store's part of the sweep (endpoint.Handler).
+type DirectUploads interface {
+	// DirectTTL is the presigned URLs' lifetime, 0 if the store presigns none.
+	DirectTTL() time.Duration
+	SweepUploads(ctx context.Context, jobID string, limit int) (int, bool, error)
+	UploadJobs(ctx context.Context, fn func(jobID string) error) error
+}
+
+// UploadSweeper removes what presigned direct-upload URLs write after their
+// job's binding ended (Succeeded, Failed, or the binding deleted): until
+// every URL presigned for the job has expired, then once more, then never
+// again. Requests are keyed by job id (Name; Namespace empty), so one
+// sweep of a job runs at a time. The deadline is kept on the binding
+// (status.directUploads), so it survives a restart and a change of elected
+// replica; a deleted binding's is kept in memory, and after a restart the
+// store's listing of job ids under upload.UploadsPrefix stands for it
+// (swept at the start and once more a full TTL plus margin later).
+type UploadSweeper struct {
+	// Client reads WorkerBindings from the cache (by keys.JobIDIndex) and
+	// patches their status.
+	Client  client.Client
+	Uploads DirectUploads
+	// Margin is added to the URLs' TTL (0: DefaultUploadSweepMargin).
+	Margin time.Duration
+	// Workers is how many jobs are swept at once (0: 2).
+	Workers int
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+
+	mu sync.Mutex
+	// gone holds the deadline of job ids no live binding holds any more.
+	gone map[string]time.Time
+	scan chan event.GenericEvent
+}
+
+func (s *UploadSweeper) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// window is how long after a binding's end its job's prefix is swept.
+func (s *UploadSweeper) window() time.Duration {
+	m := s.Margin
+	if m <= 0 {
+		m = DefaultUploadSweepMargin
+	}
+	return s.Uploads.DirectTTL() + m
+}
+
+// SetupWithManager registers the sweeper: WorkerBindings that end or go
+// enqueue their job id, and so does the elected replica's scan of the
+// store. It needs the binding controller's keys.JobIDIndex.
+func (s *UploadSweeper) SetupWithManager(mgr ctrl.Manager) error {
+	if s.Uploads == nil || s.Uploads.DirectTTL() == 0 {
+		return nil // the store presigns nothing
+	}
+	s.gone = map[string]time.Time{}
+	s.scan = make(chan event.GenericEvent, 64)
+	if err := mgr.Add(manager.RunnableFunc(s.scanStore)); err != nil {
+		return err
+	}
+	workers := s.Workers
+	if workers <= 0 {
+		workers = 2
+	}
+	ended := predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool { return endedBinding(e.Object) },
+		// The end itself: the sweeper's own status patches come back as
+		// updates of an ended binding, and need no sweep of their own.
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			old, ok := e.ObjectOld.(*tetherv1.WorkerBinding)
+			return ok && !lifecycle.IsFinal(old.Status.Phase) && endedBinding(e.ObjectNew)
+		},
+		// A binding swept for good is gone with nothing left to sweep.
+		DeleteFunc:  func(e event.DeleteEvent) bool { return !sweptBinding(e.Object) },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("upload-sweep").
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Watches(&tetherv1.WorkerBinding{}, handler.EnqueueRequestsFromMapFunc(jobIDOf), builder.WithPredicates(ended)).
+		WatchesRawSource(source.Channel(s.scan, handler.EnqueueRequestsFromMapFunc(
+			func(_ context.Context, o client.Object) []reconcile.Request {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
+			}))).
+		Complete(s)
+}
+
+func endedBinding(o client.Object) bool {
+	wb, ok := o.(*tetherv1.WorkerBinding)
+	return ok && lifecycle.IsFinal(wb.Status.Phase) && !sweptBinding(wb)
+}
+
+func sweptBinding(o client.Object) bool {
+	wb, ok := o.(*tetherv1.WorkerBinding)
+	return ok && wb.Status.DirectUploads != nil && wb.Status.DirectUploads.SweptTime != nil
+}
+
+func jobIDOf(_ context.Context, o client.Object) []reconcile.Request {
+	wb, ok := o.(*tetherv1.WorkerBinding)
+	if !ok || wb.Spec.JobID == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: wb.Spec.JobID}}}
+}
+
+// scanStore enqueues every job id with objects under the uploads prefix,
+// when this replica is elected and again once every URL presigned before
+// has expired: a binding deleted while no replica was elected left no
+// other trace, and its URLs may still write.
+func (s *UploadSweeper) scanStore(ctx context.Context) error {
+	log := logf.FromContext(ctx).WithName("upload-sweep")
+	for pass := 0; pass < 2; pass++ {
+		if pass == 1 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(s.window()):
+			}
+		}
+		err := s.Uploads.UploadJobs(ctx, func(jobID string) error {
+			o := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: jobID}}
+			select {
+			case s.scan <- event.GenericEvent{Object: o}:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		if err != nil && ctx.Err() == nil {
+			// The bindings that exist are swept anyway; only a binding
+			// deleted while no replica was elected waits for the backstop.
+			log.Error(err, "listing the jobs with direct uploads in the store", "pass", pass)
+		}
+	}
+	return nil
+}
+
+// Reconcile sweeps one job's pending-upload prefix (req.Name is the job id).
+func (s *UploadSweeper) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	jobID := req.Name
+	var list tetherv1.WorkerBindingList
+	if err := s.Client.List(ctx, &list, client.MatchingFields{keys.JobIDIndex: jobID}); err != nil {
+		return ctrl.Result{}, err
+	}
+	now := s.now()
+	s.mu.Lock()
+	gone, known := s.gone[jobID]
+	s.mu.Unlock()
+	plan := planSweep(list.Items, now, s.window(), gone, known)
+	log := logf.FromContext(ctx).WithValues("jobID", jobID)
+	switch plan.action {
+	case sweepNone:
+		s.forget(jobID)
+		return ctrl.Result{}, nil
+	case sweepGone:
+		if !known {
+			s.mu.Lock()
+			s.gone[jobID] = plan.deadline
+			s.mu.Unlock()
+		}
+	}
+	for _, wb := range plan.record {
+		if err := s.patchStatus(ctx, wb, &tetherv1.DirectUploadsStatus{ExpireTime: metav1.NewTime(plan.deadline)}); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	n, more, err := s.Uploads.SweepUploads(ctx, jobID, pending.UploadSweepPage)
+	if n > 0 {
+		log.Info("removed direct uploads of a job whose binding ended", "objects", n, "until", plan.deadline.UTC().Format(time.RFC3339))
+	}
+	switch {
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("sweeping the direct uploads of job %s: %w", jobID, err)
+	case more:
+		return ctrl.Result{RequeueAfter: sweepPageRetry}, nil
+	case now.Before(plan.deadline):
+		// Back at the deadline for the last sweep.
+		return ctrl.Result{RequeueAfter: plan.deadline.Sub(now) + time.Second}, nil
+	}
+	// This sweep began after the deadline: nothing can land any more.
+	s.forget(jobID)
+	swept := metav1.NewTime(s.now())
+	for _, wb := range plan.final {
+		st := &tetherv1.DirectUploadsStatus{ExpireTime: metav1.NewTime(plan.deadline), SweptTime: &swept}
+		if d := wb.Status.DirectUploads; d != nil {
+			if d.SweptTime != nil {
+				continue
+			}
+			st.ExpireTime = d.ExpireTime
+		}
+		if err := s.patchStatus(ctx, wb, st); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	log.V(1).Info("direct uploads swept for good", "deadline", plan.deadline.UTC().Format(time.RFC3339))
+	return ctrl.Result{}, nil
+}
+
+func (s *UploadSweeper) forget(jobID string) {
+	s.mu.Lock()
+	delete(s.gone, jobID)
+	s.mu.Unlock()
+}
+
+// patchStatus merge-patches status.directUploads alone: the other writers
+// of the status (the binding controller, the binding server) are not
+// overwritten, and theirs, from an older copy, conflict with this one.
+func (s *UploadSweeper) patchStatus(ctx context.Context, wb *tetherv1.WorkerBinding, st *tetherv1.DirectUploadsStatus) error {
+	patched := wb.DeepCopy()
+	patched.Status.DirectUploads = st
+	if err := s.Client.Status().Patch(ctx, patched, client.MergeFrom(wb)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}
+
+// sweepAction is what planSweep decided for a job id.
+type sweepAction int
+
+const (
+	// sweepNone: nothing to do (a live binding may still commit uploads,
+	// or the ended binding's last sweep is done).
+	sweepNone sweepAction = iota
+	// sweepEnded: the job's live bindings have all ended.
+	sweepEnded
+	// sweepGone: no live binding holds the job id any more.
+	sweepGone
+)
+
+// sweepPlan is planSweep's answer.
+type sweepPlan struct {
+	action sweepAction
+	// deadline is when the last sweep may begin.
+	deadline time.Time
+	// record are the ended bindings whose deadline is not recorded yet;
+	// final all the ended bindings (their sweep is recorded on each).
+	record, final []*tetherv1.WorkerBinding
+}
+
+// planSweep decides from the bindings that hold a job id whether its
+// pending uploads may be swept, and until when. A binding being deleted is
+// gone. Any other binding not yet Succeeded or Failed may still commit: no
+// sweep. Ended bindings keep their deadline in status.directUploads, set
+// the first time (now + window: no URL is presigned after the binding
+// ended, which happened before now); done once every one records its last
+// sweep. With no binding left the deadline is goneAt if known, else now +
+// window (the binding went before now).
+func planSweep(bindings []tetherv1.WorkerBinding, now time.Time, window time.Duration, goneAt time.Time, known bool) sweepPlan {
+	var p sweepPlan
+	done := true
+	for i := range bindings {
+		wb := &bindings[i]
+		if wb.DeletionTimestamp != nil {
+			continue
+		}
+		if !lifecycle.IsFinal(wb.Status.Phase) {
+			return sweepPlan{action: sweepNone}
+		}
+		p.final = append(p.final, wb)
+		d := wb.Status.DirectUploads
+		if d == nil {
+			p.record = append(p.record, wb)
+			done = false
+			p.deadline = later(p.deadline, now.Add(window))
+			continue
+		}
+		done = done && d.SweptTime != nil
+		p.deadline = later(p.deadline, d.ExpireTime.Time)
+	}
+	switch {
+	case len(p.final) > 0 && done:
+		return sweepPlan{action: sweepNone}
+	case len(p.final) > 0:
+		p.action = sweepEnded
+		if known {
+			// A binding deleted meanwhile held the id too.
+			p.deadline = later(p.deadline, goneAt)
+		}
+		return p
+	case known:
+		return sweepPlan{action: sweepGone, deadline: goneAt}
+	}
+	return sweepPlan{action: sweepGone, deadline: now.Add(window)}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
