@@ -12,7 +12,7 @@ import (
 // Sweeping a job's pending uploads (upload.UploadsPrefix/<job-id>/) once its
 // binding has ended: a presigned URL stays valid for its TTL whatever the
 // binding does, so bytes can land there after the binding's own cleanup.
-// The controller decides when (pkg/controller, uploadsweep.go); these do
+// The controller decides when (pkg/controller/uploadsweep); these do
 // the store's part, a bounded amount of work per call.
 
 // UploadSweepPage bounds one sweep call: at most this many keys are listed
