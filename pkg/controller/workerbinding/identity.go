@@ -99,11 +99,14 @@ func (r *Reconciler) checkIdentity(ctx context.Context, tj *unstructured.Unstruc
 	return ctrl.Result{}, false, nil
 }
 
-// namespaceOf reads tj's namespace's identity from the API server. A
-// namespace being deleted binds nothing new (refused, looked at again
-// later, by when the TrainJob is most likely gone with it).
+// namespaceOf reads tj's namespace's identity from the API server, in a
+// read that began after this reconcile asked (namespaceid.Shared: in a
+// burst, the reconciles asking at once share it). A namespace being
+// deleted binds nothing new (refused, looked at again later, by when the
+// TrainJob is most likely gone with it).
 func (r *Reconciler) namespaceOf(ctx context.Context, tj *unstructured.Unstructured) (namespaceid.Identity, ctrl.Result, bool, error) {
-	ns, err := namespaceid.Get(ctx, r.Live, tj.GetNamespace())
+	r.namespacesOnce.Do(func() { r.namespaces.Live = r.Live })
+	ns, err := r.namespaces.Get(ctx, tj.GetNamespace())
 	var terminating *namespaceid.TerminatingError
 	if errors.As(err, &terminating) {
 		return ns, ctrl.Result{RequeueAfter: conflictRecheck}, true, nil

@@ -2,6 +2,7 @@ package workerbinding
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +34,7 @@ import (
 	"github.com/tether-dev/tether/pkg/controller/workerbinding/replicaleases"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
+	"github.com/tether-dev/tether/pkg/namespaceid"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -101,6 +103,11 @@ type Reconciler struct {
 	failedCreates failedCreateReads
 	scopedIDs     scopedIDHolders
 	written       ownwrites.Tracker
+	// namespaces reads a TrainJob's namespace from the API server (Live)
+	// before its binding is first written, one read for the reconciles
+	// that ask at once.
+	namespaces     namespaceid.Shared
+	namespacesOnce sync.Once
 }
 
 func (r *Reconciler) now() time.Time {
