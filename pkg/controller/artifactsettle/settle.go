@@ -13,23 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/artifactstore/pending"
-	"github.com/tether-dev/tether/pkg/artifactstore/verify"
+	"github.com/tether-dev/tether/pkg/controller/internal/storeops"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 )
-
-// PendingArtifacts is the artifact store's handling of deferred overwrites
-// (the binding controller's, by the same name): a final binding's pending
-// objects are dropped.
-type PendingArtifacts interface {
-	Promote(ctx context.Context, jobID string, manifests []pending.VerifiedManifest) (int, error)
-	DropPending(ctx context.Context, jobID string) (int, error)
-}
-
-// StoredManifests checks a node's manifest as the artifact store holds it.
-type StoredManifests interface {
-	StoredManifest(ctx context.Context, jobID string, rank int) (verify.ManifestResult, bool, error)
-}
 
 // settleRetry is how soon a drop or a status write that failed is tried
 // again.
@@ -43,9 +29,9 @@ type Reconciler struct {
 	// Client reads WorkerBindings from the cache and writes their status.
 	Client client.Client
 	// Pending drops what waited to be promoted (nil: off).
-	Pending PendingArtifacts
+	Pending storeops.PendingArtifacts
 	// Manifests reads back a stored manifest (nil: verdicts not checked).
-	Manifests StoredManifests
+	Manifests storeops.StoredManifests
 }
 
 // SetupWithManager watches final WorkerBindings.

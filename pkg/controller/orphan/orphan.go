@@ -20,9 +20,9 @@ import (
 
 	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
-	"github.com/tether-dev/tether/pkg/artifactstore/pending"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controller/internal/keys"
+	"github.com/tether-dev/tether/pkg/controller/internal/storeops"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
@@ -54,15 +54,7 @@ type Reconciler struct {
 	// confirmed gone there, and token Secrets are never cached.
 	Live    client.Reader
 	Events  events.EventRecorder
-	Pending PendingArtifacts
-}
-
-// PendingArtifacts is the artifact store's handling of deferred overwrites
-// (the binding controller's, by the same name): a gone TrainJob's pending
-// objects are dropped.
-type PendingArtifacts interface {
-	Promote(ctx context.Context, jobID string, manifests []pending.VerifiedManifest) (int, error)
-	DropPending(ctx context.Context, jobID string) (int, error)
+	Pending storeops.PendingArtifacts
 }
 
 // SetupWithManager watches WorkerBindings and TrainJob metadata (a deleted

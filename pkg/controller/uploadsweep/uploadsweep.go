@@ -23,6 +23,7 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactstore/pending"
 	"github.com/tether-dev/tether/pkg/controller/internal/keys"
+	"github.com/tether-dev/tether/pkg/controller/internal/storeops"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 )
 
@@ -38,14 +39,6 @@ const DefaultUploadSweepMargin = time.Minute + 640*time.Second
 // the next one.
 const sweepPageRetry = time.Second
 
-// DirectUploads is the artifact store's part of the sweep (endpoint.Handler).
-type DirectUploads interface {
-	// DirectTTL is the presigned URLs' lifetime, 0 if the store presigns none.
-	DirectTTL() time.Duration
-	SweepUploads(ctx context.Context, jobID string, limit int) (int, bool, error)
-	UploadJobs(ctx context.Context, fn func(jobID string) error) error
-}
-
 // UploadSweeper removes what presigned direct-upload URLs write after their
 // job's binding ended (Succeeded, Failed, or the binding deleted): until
 // every URL presigned for the job has expired, then once more, then never
@@ -59,7 +52,7 @@ type UploadSweeper struct {
 	// Client reads WorkerBindings from the cache (by keys.JobIDIndex) and
 	// patches their status.
 	Client  client.Client
-	Uploads DirectUploads
+	Uploads storeops.DirectUploads
 	// Margin is added to the URLs' TTL (0: DefaultUploadSweepMargin).
 	Margin time.Duration
 	// Workers is how many jobs are swept at once (0: 2).

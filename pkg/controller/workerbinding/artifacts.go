@@ -10,23 +10,11 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactstore/pending"
-	"github.com/tether-dev/tether/pkg/artifactstore/verify"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 )
 
 // The artifact store's work the binding reconciler delegates: it decides
 // (from the binding's status) when, these helpers do it in the store.
-
-// PendingArtifacts is the artifact store's handling of deferred overwrites.
-type PendingArtifacts interface {
-	Promote(ctx context.Context, jobID string, manifests []pending.VerifiedManifest) (int, error)
-	DropPending(ctx context.Context, jobID string) (int, error)
-}
-
-// StoredManifests checks a node's manifest as the artifact store holds it.
-type StoredManifests interface {
-	StoredManifest(ctx context.Context, jobID string, rank int) (verify.ManifestResult, bool, error)
-}
 
 // storedManifests reads the store's verdict on the stored manifest of each
 // node of ranks (those whose verdict the binding lacks once the grace is

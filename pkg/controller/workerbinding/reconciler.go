@@ -29,6 +29,7 @@ import (
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/controller/internal/keys"
 	"github.com/tether-dev/tether/pkg/controller/internal/ownwrites"
+	"github.com/tether-dev/tether/pkg/controller/internal/storeops"
 	"github.com/tether-dev/tether/pkg/controller/workerbinding/jobidclaim"
 	"github.com/tether-dev/tether/pkg/controller/workerbinding/logarchive"
 	"github.com/tether-dev/tether/pkg/controller/workerbinding/replicaleases"
@@ -84,10 +85,10 @@ type Reconciler struct {
 	// Pending holds uploads that would have replaced an earlier object:
 	// promoted before the binding says Succeeded (nil: off). What is left
 	// once the binding is final is dropped by package artifactsettle.
-	Pending PendingArtifacts
+	Pending storeops.PendingArtifacts
 	// Manifests reads back a stored manifest whose verdict the binding
 	// lacks (nil: not checked).
-	Manifests StoredManifests
+	Manifests storeops.StoredManifests
 	// TokenOverlap is how long a reissued token's predecessor stays valid:
 	// running pods hold the old token until the kubelet refreshes their
 	// Secret volume (its pod sync, about a minute by default). 0: none.
