@@ -9,8 +9,13 @@ import (
 const (
 	// Bucket is the path-style bucket name of the binding server's endpoint.
 	Bucket = "tether-artifacts"
-	// MaxObjectSize is S3's single-PUT limit (5 GiB).
-	MaxObjectSize int64 = 5 << 30
+	// MaxObjectSize is S3's object limit (5 TiB): 10,000 parts of at most
+	// 5 GiB (multipart.go).
+	MaxObjectSize int64 = 5 << 40
+	// MaxSinglePutSize is S3's single-PUT limit (5 GiB): a larger object is
+	// stored as a multipart upload, and a server-side copy of one takes
+	// parts too.
+	MaxSinglePutSize int64 = 5 << 30
 	// ManifestName is the manifest's name under the job's prefix.
 	ManifestName = "manifest.json"
 	// MaxManifestSize bounds a manifest.

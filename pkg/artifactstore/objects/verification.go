@@ -39,12 +39,13 @@ func (v Verification) What() string {
 // Holds says whether info is the content of size bytes with MD5 md5 (hex)
 // and CRC-64/NVME crc (S3's form); either digest may be unknown (""). A
 // checksum both sides know must match; then the ETag must be the MD5, or
-// (ByChecksum) the store's checksum the CRC.
+// (ByChecksum, or an object stored in parts, whose ETag is never its MD5)
+// the store's checksum the CRC.
 func (v Verification) Holds(info upload.ObjectInfo, size int64, md5, crc string) bool {
 	if info.Size != size || info.CRC64NVME != "" && crc != "" && info.CRC64NVME != crc {
 		return false
 	}
-	if v.ByChecksum {
+	if v.ByChecksum || upload.IsMultipartETag(info.ETag) {
 		return crc != "" && info.CRC64NVME == crc
 	}
 	return md5 != "" && info.ETag == md5
@@ -56,7 +57,9 @@ func (v Verification) Same(a, b upload.ObjectInfo) bool {
 	if a.Size != b.Size || a.CRC64NVME != "" && b.CRC64NVME != "" && a.CRC64NVME != b.CRC64NVME {
 		return false
 	}
-	if v.ByChecksum {
+	// A copy of an object stored in parts may be stored in other parts (a
+	// different ETag) or in one: its checksum says whether it is the same.
+	if v.ByChecksum || upload.IsMultipartETag(a.ETag) || upload.IsMultipartETag(b.ETag) {
 		return a.CRC64NVME != "" && a.CRC64NVME == b.CRC64NVME
 	}
 	return a.ETag == b.ETag
