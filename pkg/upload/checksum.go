@@ -1,7 +1,9 @@
 package upload
 
 import (
+	"encoding"
 	"encoding/base64"
+	"errors"
 	"hash"
 
 	"github.com/minio/crc64nvme"
@@ -25,4 +27,29 @@ func CRC64NVMEOf(b []byte) string {
 	h := crc64nvme.New()
 	_, _ = h.Write(b)
 	return EncodeChecksum(h.Sum(nil))
+}
+
+// ContinueCRC64NVME is a CRC-64/NVME hash that continues from prefix, the
+// checksum (S3's form) of the bytes before the ones it will be written: its
+// Sum is the checksum of the prefix and what was written. An upload that
+// resumes after stored parts goes on from their checksum this way.
+func ContinueCRC64NVME(prefix string) (hash.Hash64, error) {
+	h := crc64nvme.New()
+	if prefix == "" {
+		return h, nil
+	}
+	b, err := base64.StdEncoding.DecodeString(prefix)
+	if err != nil || len(b) != 8 {
+		return nil, errors.New("a CRC-64/NVME is the base64 of 8 bytes")
+	}
+	state, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	// The state is a header (magic and table sum) and the 8-byte value.
+	state = append(state[:len(state)-8], b...)
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(state); err != nil {
+		return nil, err
+	}
+	return h, nil
 }
