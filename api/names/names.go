@@ -128,6 +128,14 @@ const (
 	// HeaderManifestMissing is the first missing entry's path (URL path
 	// escaped) on a manifest PUT's response.
 	HeaderManifestMissing = "X-Tether-Manifest-Missing"
+	// HeaderResumeOffset on a PUT says its body is the object's bytes from
+	// this offset on: the stored parts of the key's open upload hold the
+	// bytes before it (the resume exchange, upload.PathResume).
+	HeaderResumeOffset = "X-Tether-Resume-Offset"
+	// HeaderResumeCRC64NVME on a resumed PUT is the CRC-64/NVME (S3's form)
+	// of the bytes before HeaderResumeOffset, as the resume exchange gave it
+	// and the sidecar found it in its file.
+	HeaderResumeCRC64NVME = "X-Tether-Resume-Crc64nvme"
 )
 
 // Headers of the orchestrators' read endpoint (docs/orchestrator.md).

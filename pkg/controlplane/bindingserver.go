@@ -93,8 +93,9 @@ func (a *assembly) artifacts() error {
 	// controllers (controllers.go) take the same Store, so promotion holds
 	// the key locks the endpoint's PUTs hold.
 	storeOpts := store.Options{
-		Direct: store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL},
-		Ready:  probed,
+		Direct:    store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL},
+		Multipart: a.opts.ArtifactMultipart,
+		Ready:     probed,
 		Log:    a.mgr.GetLogger().WithName("binding").WithName("artifacts"),
 	}
 	if a.opts.ArtifactAccessLog {

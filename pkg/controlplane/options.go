@@ -14,6 +14,7 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/internal/version"
 	"github.com/tether-dev/tether/pkg/artifactstore/endpoint"
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/bindingserver"
 	"github.com/tether-dev/tether/pkg/controller/uploadsweep"
@@ -21,6 +22,7 @@ import (
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/mutate"
 	"github.com/tether-dev/tether/pkg/replicalease"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // Certificate modes.
@@ -107,6 +109,9 @@ type Options struct {
 	// store that can presign (the s3 backend), the control plane only
 	// authorizing and verifying them; false sends every body through it.
 	ArtifactDirectUpload bool
+	// ArtifactMultipart configures how bodies past its threshold are
+	// stored in parts (store.MultipartOptions).
+	ArtifactMultipart store.MultipartOptions
 	// ArtifactReadRedirect answers an artifact read with a redirect to a
 	// presigned URL of a store that can presign (the s3 backend); false
 	// streams every object through the control plane, for a store that
@@ -176,8 +181,10 @@ func DefaultOptions() Options {
 		PresignTTL:            5 * time.Minute,
 		UploadSweepMargin:     uploadsweep.DefaultUploadSweepMargin,
 		ArtifactDirectUpload:  true,
-		ArtifactReadRedirect:  true,
-		ArtifactAccessLog:     true,
+		ArtifactMultipart: store.MultipartOptions{Threshold: upload.DefaultMultipartThreshold, PartSize: upload.DefaultPartSize,
+			MaxConcurrent: store.DefaultMaxLargeUploads},
+		ArtifactReadRedirect: true,
+		ArtifactAccessLog:    true,
 		// A quarter: 230 MiB of the chart's 1Gi (GOMEMLIMIT 921.6 MiB),
 		// beside the 640 MiB of 10,000 bindings and sessions.
 		ArtifactManifestMemoryRatio: endpoint.DefaultManifestMemoryRatio,
@@ -229,6 +236,9 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.S3.Insecure, "s3-insecure", o.S3.Insecure, "use plain HTTP to the S3 endpoint (tests only)")
 	fs.StringVar(&o.S3.PublicEndpoint, "s3-public-endpoint", o.S3.PublicEndpoint, "S3 endpoint host[:port] as sidecars reach it, if not --s3-endpoint: the presigned URLs of direct uploads name it (needs --s3-region)")
 	fs.BoolVar(&o.ArtifactDirectUpload, "artifact-direct-upload", o.ArtifactDirectUpload, "let sidecars PUT artifacts straight to the s3 store through presigned URLs (the control plane authorizes and verifies each one); false: every body goes through the control plane. Sidecars must reach the store's endpoint (--s3-public-endpoint)")
+	fs.Int64Var(&o.ArtifactMultipart.Threshold, "artifact-multipart-threshold", o.ArtifactMultipart.Threshold, "bytes from which an artifact is stored as a multipart upload of the s3 store (resumable; the only way past 5 GiB), below it in one PUT")
+	fs.Int64Var(&o.ArtifactMultipart.PartSize, "artifact-part-size", o.ArtifactMultipart.PartSize, "bytes of each part of a multipart upload (at least 5 MiB; raised for files too large for 10,000 parts of it)")
+	fs.IntVar(&o.ArtifactMultipart.MaxConcurrent, "artifact-max-large-uploads", o.ArtifactMultipart.MaxConcurrent, "multipart uploads one replica streams at once; one more is answered 503 SlowDown with Retry-After and the sidecar retries")
 	fs.BoolVar(&o.ArtifactReadRedirect, "artifact-read-redirect", o.ArtifactReadRedirect, "answer artifact reads with a redirect to a presigned URL of the s3 store (readers must reach its endpoint); false: stream every object through the control plane, for a store only the control plane reaches")
 	fs.BoolVar(&o.ArtifactAccessLog, "artifact-access-log", o.ArtifactAccessLog, "log one line per artifact request (logger artifact-access: binding, job id, rank, pod, key, operation, status and outcome, body bytes, duration; never the token)")
 	fs.Float64Var(&o.ArtifactManifestMemoryRatio, "artifact-manifest-memory-ratio", o.ArtifactManifestMemoryRatio, "share of the Go memory limit (GOMEMLIMIT: 90% of the container's) that manifest uploads being read and checked may hold at once on a replica, each estimated from its Content-Length before its body is read (one of 16 MiB: 25.4 MiB); one namespace may hold an eighth of it, and both at least one such manifest. Past it a manifest upload is answered 503 SlowDown with Retry-After, unread")
@@ -264,6 +274,12 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 // Validate reports the first option that cannot work, naming the flag.
 func (o *Options) Validate() error {
 	switch {
+	case o.ArtifactMultipart.Threshold < upload.MinPartSize || o.ArtifactMultipart.Threshold > upload.MaxSinglePutSize:
+		return fmt.Errorf("--artifact-multipart-threshold=%d: must be between %d (5 MiB) and %d (5 GiB)", o.ArtifactMultipart.Threshold, upload.MinPartSize, upload.MaxSinglePutSize)
+	case o.ArtifactMultipart.PartSize < upload.MinPartSize || o.ArtifactMultipart.PartSize > upload.MaxPartSize:
+		return fmt.Errorf("--artifact-part-size=%d: must be between %d (5 MiB) and %d (5 GiB)", o.ArtifactMultipart.PartSize, upload.MinPartSize, upload.MaxPartSize)
+	case o.ArtifactMultipart.MaxConcurrent < 1:
+		return fmt.Errorf("--artifact-max-large-uploads=%d: must be at least 1", o.ArtifactMultipart.MaxConcurrent)
 	case o.CertMode != CertModeSelfManaged && o.CertMode != CertModeExternal:
 		return fmt.Errorf("--cert-mode=%q: must be %q or %q", o.CertMode, CertModeSelfManaged, CertModeExternal)
 	case o.Namespace == "":

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -73,6 +74,15 @@ func (h *Handler) serveDirect(rq *request) {
 		h.authorizeDirect(rq, req)
 		return
 	}
+	if r.URL.Path == upload.PathResume {
+		var req upload.ResumeRequest
+		if err := json.Unmarshal(raw, &req); err != nil {
+			rq.fail(&apiError{http.StatusBadRequest, "MalformedJSON", "the body is not a resume request ({\"key\":…,\"size\":…}): " + err.Error()})
+			return
+		}
+		h.resume(rq, req)
+		return
+	}
 	var req upload.CommitRequest
 	if err := json.Unmarshal(raw, &req); err != nil {
 		rq.fail(&apiError{http.StatusBadRequest, "MalformedJSON", "the body is not a commit request ({\"key\":…,\"size\":…,\"md5\":…,\"upload\":…}): " + err.Error()})
@@ -105,9 +115,8 @@ func (h *Handler) directJob(rq *request, key string, size int64) (*Job, string, 
 	if e := h.checkListed(rq, job, node, path); e != nil {
 		return &job, "", e
 	}
-	if size < 0 || size > upload.MaxObjectSize {
-		return &job, "", &apiError{http.StatusBadRequest, "EntityTooLarge",
-			fmt.Sprintf("the object is %d bytes; a single PUT is 0 to %d bytes (5 GiB): split the artifact into smaller files", size, upload.MaxObjectSize)}
+	if err := upload.CheckObjectSize(size); err != nil {
+		return &job, "", &apiError{http.StatusBadRequest, "EntityTooLarge", err.Error() + ": exclude the file with the " + names.ExcludeAnnotation + " annotation"}
 	}
 	return &job, path, nil
 }
@@ -121,6 +130,16 @@ func (h *Handler) authorizeDirect(rq *request, req upload.AuthorizeRequest) {
 	p := h.Store.Presigner()
 	// Manifests go through the server: their verdict is recorded as they
 	// are stored.
+	if req.Size > upload.MaxSinglePutSize {
+		// A presigned URL is one PUT: a larger body goes through the
+		// endpoint, which stores it in parts (multipart.go).
+		if objects.MultipartOf(h.Store.Backend()) == nil {
+			rq.fail(tooLargeForStore(req.Size))
+			return
+		}
+		writeJSON(rq, upload.AuthorizeResponse{Mode: upload.ModeProxy})
+		return
+	}
 	if _, isManifest := upload.ManifestRank(path, job.Nodes); p == nil || isManifest {
 		writeJSON(rq, upload.AuthorizeResponse{Mode: upload.ModeProxy})
 		return

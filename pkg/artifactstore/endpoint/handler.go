@@ -90,6 +90,7 @@ type Handler struct {
 	OnDirect func(info upload.ObjectInfo)
 
 	manifests manifestSlots
+	large     largeSlots
 	// listed keeps what verified manifests list (verifiedonly.go).
 	listed pending.Listed
 }
@@ -196,7 +197,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) *request {
 	return rq
 }
 
-func isDirectPath(p string) bool { return p == upload.PathAuthorize || p == upload.PathCommit }
+func isDirectPath(p string) bool {
+	return p == upload.PathAuthorize || p == upload.PathCommit || p == upload.PathResume
+}
 
 // authorize checks the token and that the key is under the job's prefix.
 func (h *Handler) authorize(rq *request, jobID string) (Job, *apiError) {

@@ -92,6 +92,15 @@ type putOp struct {
 	// body equals the key's.
 	etag, crc   string
 	dropPending bool
+
+	// multipart: the body is stored in parts (multipart.go). sent is the
+	// body's size; size the object's, which is more when the PUT resumes
+	// an upload after the offset its stored parts cover (resumeCRC: their
+	// bytes' CRC-64/NVME as the client found them).
+	multipart bool
+	sent      int64
+	offset    int64
+	resumeCRC string
 }
 
 func (h *Handler) put(rq *request, jobID, path string) {
@@ -123,7 +132,7 @@ func (h *Handler) put(rq *request, jobID, path string) {
 	if p.chunked != nil {
 		src = p.chunked
 	}
-	p.body = &bodyReader{r: src, remaining: p.size, rc: rq.rc, idle: h.idleTimeout(), last: func() *apiError { return h.recheck(rq, p.job) }}
+	p.body = &bodyReader{r: src, remaining: p.sent, rc: rq.rc, idle: h.idleTimeout(), last: func() *apiError { return h.recheck(rq, p.job) }}
 	if p.isManifest {
 		p.body.w = p.dig.writer(true)
 	}
@@ -138,7 +147,11 @@ func (h *Handler) put(rq *request, jobID, path string) {
 		defer unlock()
 	}
 
-	for _, step := range []func() *apiError{p.chooseTarget, p.storeBody, p.keep} {
+	store := p.storeBody
+	if p.multipart {
+		store = p.storeParts
+	}
+	for _, step := range []func() *apiError{p.chooseTarget, store, p.keep} {
 		if e := step(); e != nil {
 			rq.fail(e)
 			return
@@ -198,21 +211,20 @@ func (h *Handler) admitPut(rq *request, jobID, path string) (*putOp, *apiError) 
 		size = decoded
 	}
 	rank, isManifest := upload.ManifestRank(path, job.Nodes)
-	switch {
-	case isManifest && size > upload.MaxManifestSize:
+	if isManifest && size > upload.MaxManifestSize {
 		return nil, &apiError{http.StatusBadRequest, "EntityTooLarge",
 			fmt.Sprintf("the manifest is %d bytes; manifests are at most %d bytes", size, upload.MaxManifestSize)}
-	case size > upload.MaxObjectSize:
-		return nil, &apiError{http.StatusBadRequest, "EntityTooLarge",
-			fmt.Sprintf("the object is %d bytes; a single PUT is at most %d bytes (5 GiB): split the artifact into smaller files", size, upload.MaxObjectSize)}
 	}
 	dig, e := parseDigests(r.Header, trailers)
 	if e != nil {
 		return nil, e
 	}
-	rq.log = rq.log.WithValues("size", size)
-	p := &putOp{h: h, rq: rq, job: job, path: path, size: size, dig: dig, isManifest: isManifest, rank: rank,
+	p := &putOp{h: h, rq: rq, job: job, path: path, size: size, sent: size, dig: dig, isManifest: isManifest, rank: rank,
 		known: dig.contentMD5, knownCRC: dig.claimedCRC(), verif: objects.VerificationOf(h.Store.Backend())}
+	if e := p.admitSize(); e != nil {
+		return nil, e
+	}
+	rq.log = rq.log.WithValues("size", p.size)
 	if chunked {
 		p.chunked = newChunkedReader(r.Body)
 	}
@@ -304,7 +316,7 @@ func (p *putOp) storeBody() *apiError {
 	}
 	if !p.isManifest && body.err != nil {
 		h.cleanup(p.after, rq, p.target, p.prior)
-		return bodyError(body, p.size)
+		return bodyError(body, p.sent)
 	}
 	if err != nil {
 		h.cleanup(p.after, rq, p.target, p.prior)
@@ -356,9 +368,9 @@ func hexOrEmpty(b []byte) string {
 // digests the client claimed (its MD5 from the backend, backendMD5, if the
 // backend hashed it).
 func (p *putOp) checkStreamed(backendMD5 bool, stored upload.ObjectInfo) *apiError {
-	if p.body.n != p.size {
+	if p.body.n != p.sent {
 		return &apiError{http.StatusInternalServerError, "InternalError",
-			fmt.Sprintf("the store read %d of %d bytes without an error; nothing was kept: retry", p.body.n, p.size)}
+			fmt.Sprintf("the store read %d of %d bytes without an error; nothing was kept: retry", p.body.n, p.sent)}
 	}
 	if backendMD5 && !p.dig.useSum(stored.ETag) {
 		return &apiError{http.StatusInternalServerError, "InternalError",

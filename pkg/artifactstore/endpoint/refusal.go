@@ -34,7 +34,7 @@ const reasonStoreNotProbed = "store_not_probed"
 
 // ownReasons are the reasons the endpoint gives a refusal instead of its
 // code's (request.reason).
-var ownReasons = []string{"key_changed", "rate_limited", "manifest_rate_limited", reasonStoreNotProbed}
+var ownReasons = []string{"key_changed", "rate_limited", "manifest_rate_limited", reasonStoreNotProbed, reasonLargeUploads}
 
 // RefusalReasons are the reasons OnRefused can be given for the endpoint's
 // own refusals: its error codes' and its own reasons. A counter by reason starts each of them at zero: the

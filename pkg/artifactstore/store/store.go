@@ -12,6 +12,9 @@ type Options struct {
 	// Direct configures direct uploads (direct.go): bodies PUT straight to
 	// a backend that can presign, then committed through the endpoint.
 	Direct DirectOptions
+	// Multipart configures how large bodies are stored in parts
+	// (multipart.go).
+	Multipart MultipartOptions
 	// Ready, if set, is closed once the backend may be used (an S3 store's
 	// start-up probe chose how: s3store.S3Backend.Probed). WaitReady waits
 	// for it.

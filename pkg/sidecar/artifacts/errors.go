@@ -11,7 +11,6 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/tether-dev/tether/api/names"
-	"github.com/tether-dev/tether/pkg/upload"
 )
 
 var (
@@ -82,7 +81,11 @@ func classify(err error, stall time.Duration) (transient bool, hint string) {
 		case "InternalError", "RequestTimeout", "RequestTimeTooSkewed":
 			return true, ""
 		case "EntityTooLarge":
-			return false, fmt.Sprintf("a single PUT is at most %s: exclude the file with the %s annotation", humanBytes(upload.MaxObjectSize), names.ExcludeAnnotation)
+			return false, fmt.Sprintf("the binding server cannot store a file this large (its message says why): exclude the file with the %s annotation", names.ExcludeAnnotation)
+		case "InvalidUpload":
+			// A resumed PUT whose stored parts changed since it asked (another
+			// upload of the key): the next attempt asks again.
+			return true, "the upload it resumed was replaced; the next attempt starts from what is stored"
 		case "BadDigest":
 			// The body's Content-MD5 or checksum (sent with every PUT) did
 			// not match what arrived: corrupted in transit, or changed

@@ -136,7 +136,7 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 		// A checksum the server reports must match too: on a store whose
 		// ETags are not MD5s (SSE-KMS) the ETag never does, and the file
 		// is sent again (the server then keeps one copy).
-		if strings.EqualFold(trimETag(info.ETag), sum) && (info.ChecksumCRC64NVME == "" || info.ChecksumCRC64NVME == crc) {
+		if storedIs(info.ETag, info.ChecksumCRC64NVME, sum, crc) {
 			return u.verifiedAs(rel, size, mtime, sum, crc, AlreadyPresent), nil
 		}
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
@@ -147,11 +147,28 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 		return Result{}, fmt.Errorf("HEAD %s: %w", key, err)
 	}
 
+	// A large file whose upload stored parts before it was cut short goes
+	// on after them (resume.go).
+	res, err := u.resumePoint(ctx, key, size)
+	if err != nil {
+		return Result{}, err
+	}
+	prefix, err := readPrefix(f, st, res)
+	if err != nil {
+		return Result{}, err
+	}
 	// The file is checked again before its last bytes are handed to the
 	// request (lastBytesGuard): a file that changed while it was read is
 	// never sent whole, so the server refuses the short body and keeps
 	// nothing, instead of storing a mix as the final object.
-	sum, crc, err := u.send(ctx, key, &lastBytesGuard{r: f, remaining: size, check: func() error { return unchanged(f, st) }}, size)
+	guard := &lastBytesGuard{r: f, remaining: size, check: func() error { return unchanged(f, st) }}
+	var sum, crc string
+	if prefix != nil {
+		guard.remaining = size - prefix.offset
+		sum, crc, err = u.putResumed(ctx, key, guard, size, prefix)
+	} else {
+		sum, crc, err = u.send(ctx, key, guard, size)
+	}
 	if err != nil {
 		if errors.Is(err, errChanged) {
 			return Result{}, fmt.Errorf("PUT %s: %w", key, errChanged)
@@ -162,7 +179,22 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 	if err := unchanged(f, st); err != nil {
 		return Result{}, err
 	}
-	return u.verifiedAs(rel, size, mtime, sum, crc, Uploaded), nil
+	r := u.verifiedAs(rel, size, mtime, sum, crc, Uploaded)
+	if prefix != nil {
+		r.Resumed = prefix.offset
+	}
+	return r, nil
+}
+
+// storedIs says whether a stored object (its ETag and CRC-64/NVME) is the
+// file with MD5 sum and CRC crc: by its ETag, and its checksum if it has
+// one; an object stored in parts, whose ETag is not an MD5, by its checksum
+// alone.
+func storedIs(etag, storedCRC, sum, crc string) bool {
+	if upload.IsMultipartETag(trimETag(etag)) {
+		return storedCRC != "" && storedCRC == crc
+	}
+	return strings.EqualFold(trimETag(etag), sum) && (storedCRC == "" || storedCRC == crc)
 }
 
 // verifiedAs records rel, of size and mtime, as verified with MD5 sum and
@@ -224,11 +256,30 @@ func (u *Uploader) put(ctx context.Context, key string, body io.Reader, size int
 // are sent as Content-MD5 and x-amz-checksum-crc64nvme instead of hashing
 // the body on the way (uploadSmall, the manifest).
 func (u *Uploader) putSum(ctx context.Context, key string, body io.Reader, size int64, contentMD5 []byte, crc string) (string, string, error) {
-	h, c := md5.New(), upload.NewCRC64NVME()
 	src := io.LimitReader(body, size)
-	if contentMD5 == nil {
-		src = io.TeeReader(src, io.MultiWriter(h, c))
+	if contentMD5 != nil {
+		sum := hex.EncodeToString(contentMD5)
+		return u.putBody(ctx, key, src, size, contentMD5, crc, func() (string, string) { return sum, crc })
 	}
+	h, c := md5.New(), upload.NewCRC64NVME()
+	return u.putBody(ctx, key, io.TeeReader(src, io.MultiWriter(h, c)), size, nil, "", func() (string, string) {
+		return hex.EncodeToString(h.Sum(nil)), upload.EncodeChecksum(c.Sum(nil))
+	})
+}
+
+// putHashed is putBody for a body whose digests are computed as it is read
+// (put, a resumed PUT).
+func (u *Uploader) putHashed(ctx context.Context, key string, src io.Reader, size int64, digests func() (string, string)) (string, string, error) {
+	return u.putBody(ctx, key, src, size, nil, "", digests)
+}
+
+// putBody sends size bytes of src as one PUT to key. contentMD5 and crc,
+// if known before (the body's), are sent as Content-MD5 and
+// x-amz-checksum-crc64nvme; otherwise the CRC goes in a trailer. digests
+// gives, once the body was sent, the MD5 and CRC-64/NVME the object must
+// have (of the whole file for a resumed PUT): the server's answer must
+// match them.
+func (u *Uploader) putBody(ctx context.Context, key string, src io.Reader, size int64, contentMD5 []byte, crc string, digests func() (string, string)) (string, string, error) {
 	pr, actx, stop := u.stallWatched(ctx, src)
 	defer stop()
 
@@ -241,7 +292,7 @@ func (u *Uploader) putSum(ctx context.Context, key string, body io.Reader, size 
 		opts.UserMetadata = map[string]string{upload.ChecksumHeader: crc}
 	case size > 0 && !u.noTrailer.Load():
 		// minio-go computes it again as it sends: the trailer is what it
-		// sent; c is checked against the server's answer below.
+		// sent; the digests are checked against the server's answer below.
 		opts.Checksum = minio.ChecksumCRC64NVME
 		trailer = true
 	}
@@ -259,17 +310,27 @@ func (u *Uploader) putSum(ctx context.Context, key string, body io.Reader, size 
 	if n := pr.n.Load(); n != size {
 		return "", "", fmt.Errorf("PUT %s: %w (sent %d of %d bytes)", key, errChanged, n, size)
 	}
-	sum := hex.EncodeToString(contentMD5)
-	if contentMD5 == nil {
-		sum, crc = hex.EncodeToString(h.Sum(nil)), upload.EncodeChecksum(c.Sum(nil))
-	}
-	if err := checkSum(key, sum, info.ETag); err != nil {
-		return "", "", err
-	}
-	if err := checkCRC(key, crc, info.ChecksumCRC64NVME); err != nil {
+	sum, crc := digests()
+	if err := checkAnswer(key, sum, crc, info.ETag, info.ChecksumCRC64NVME); err != nil {
 		return "", "", err
 	}
 	return sum, crc, nil
+}
+
+// checkAnswer: the server's answer must be the bytes sent (MD5 sum,
+// CRC-64/NVME crc). An object stored in parts has an ETag that is not its
+// MD5: its checksum, which the server must then report, verifies it.
+func checkAnswer(key, sum, crc, etag, gotCRC string) error {
+	if upload.IsMultipartETag(trimETag(etag)) {
+		if gotCRC == "" {
+			return fmt.Errorf("PUT %s: %w: %w", key, errETagMismatch, errNoChecksum)
+		}
+		return checkCRC(key, crc, gotCRC)
+	}
+	if err := checkSum(key, sum, etag); err != nil {
+		return err
+	}
+	return checkCRC(key, crc, gotCRC)
 }
 
 // checkSum: the server's ETag must be sum, the MD5 of the bytes sent.

@@ -174,7 +174,7 @@ func TestScanTooLargeFile(t *testing.T) {
 		t.Fatalf("errors %v", res.Errors)
 	}
 	msg := res.Errors[0].Error()
-	for _, want := range []string{`"huge.bin"`, "5 GiB", "tether.dev/exclude"} {
+	for _, want := range []string{`"huge.bin"`, "5 TiB", "tether.dev/exclude"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("%q does not mention %q", msg, want)
 		}

@@ -7,14 +7,14 @@ import (
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
-// TooLargeError is a file over MaxObjectSize: a single PUT cannot carry it.
+// TooLargeError is a file over MaxObjectSize: S3 cannot store it.
 type TooLargeError struct {
 	Path string
 	Size int64
 }
 
 func (e TooLargeError) Error() string {
-	return fmt.Sprintf("its size %d bytes (%s) is over the %s limit of a single PUT (upload.MaxObjectSize)", e.Size, humanBytes(e.Size), humanBytes(upload.MaxObjectSize))
+	return fmt.Sprintf("its size %d bytes (%s) is over S3's object limit of %s (upload.MaxObjectSize)", e.Size, humanBytes(e.Size), humanBytes(upload.MaxObjectSize))
 }
 
 func (e TooLargeError) hint() string {
@@ -24,6 +24,10 @@ func (e TooLargeError) hint() string {
 
 func humanBytes(n int64) string {
 	switch {
+	case n >= 1<<40 && n%(1<<40) == 0:
+		return fmt.Sprintf("%d TiB", n>>40)
+	case n >= 1<<40:
+		return fmt.Sprintf("%.2f TiB", float64(n)/(1<<40))
 	case n >= 1<<30 && n%(1<<30) == 0:
 		return fmt.Sprintf("%d GiB", n>>30)
 	case n >= 1<<30:

@@ -53,6 +53,7 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			r.Header.Set(names.HeaderArtifactPodUID, *uid)
 		}
 	}
+	setResumeHeaders(r)
 	if r.Method == http.MethodPut && r.ContentLength >= expectContinueMin {
 		r.Header.Set("Expect", "100-continue")
 	}

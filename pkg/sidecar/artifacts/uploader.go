@@ -90,6 +90,10 @@ type UploaderConfig struct {
 	// artifact store when the binding server offers it (direct mode); 0
 	// means DefaultDirectMinSize, negative always sends through the server.
 	DirectMinSize int64
+	// ResumeMinSize: before a file of at least this many bytes is sent
+	// through the binding server, the Uploader asks where its upload may
+	// resume (resume.go); 0 means DefaultResumeMinSize, negative never.
+	ResumeMinSize int64
 
 	// Logger receives debug logs of retries; nil discards them.
 	Logger *slog.Logger
@@ -123,6 +127,8 @@ type Uploader struct {
 	direct  direct
 	// noTrailer: the server refused an aws-chunked trailer (put).
 	noTrailer atomic.Bool
+	// noResume: the server has no resume exchange (an older server).
+	noResume atomic.Bool
 }
 
 // verifiedFile is what the Uploader knows of a file it verified: while its
@@ -160,6 +166,9 @@ type Result struct {
 	CRC64NVME string
 	How       How
 	Attempts  int
+	// Resumed is how many of the file's first bytes were not sent again:
+	// the stored parts of an upload cut short held them.
+	Resumed int64
 }
 
 // FileError says why a file is not verified and what to do about it.

@@ -365,10 +365,10 @@ func TestBackoffIsBoundedFullJitter(t *testing.T) {
 }
 
 func ExampleFileError() {
-	err := &FileError{Path: "ckpt/huge.bin", Permanent: true, Err: TooLargeError{Path: "ckpt/huge.bin", Size: 6 << 30},
+	err := &FileError{Path: "ckpt/huge.bin", Permanent: true, Err: TooLargeError{Path: "ckpt/huge.bin", Size: 6 << 40},
 		Hint: TooLargeError{Path: "ckpt/huge.bin"}.hint()}
 	fmt.Println(err)
-	// Output: "ckpt/huge.bin": not uploaded: its size 6442450944 bytes (6 GiB) is over the 5 GiB limit of a single PUT (upload.MaxObjectSize); it is never uploaded and the job's artifacts are incomplete: split it, or exclude it with the tether.dev/exclude annotation (e.g. tether.dev/exclude: "ckpt/huge.bin")
+	// Output: "ckpt/huge.bin": not uploaded: its size 6597069766656 bytes (6 TiB) is over S3's object limit of 5 TiB (upload.MaxObjectSize); it is never uploaded and the job's artifacts are incomplete: split it, or exclude it with the tether.dev/exclude annotation (e.g. tether.dev/exclude: "ckpt/huge.bin")
 }
 
 // The server stored the file but its answer was lost: the next attempt's
