@@ -96,7 +96,7 @@ func (a *assembly) artifacts() error {
 		Direct:    store.DirectOptions{Disabled: !a.opts.ArtifactDirectUpload, TTL: a.opts.PresignTTL},
 		Multipart: a.opts.ArtifactMultipart,
 		Ready:     probed,
-		Log:    a.mgr.GetLogger().WithName("binding").WithName("artifacts"),
+		Log:       a.mgr.GetLogger().WithName("binding").WithName("artifacts"),
 	}
 	if a.opts.ArtifactAccessLog {
 		storeOpts.OnAccess = accessLog(a.mgr.GetLogger().WithName("artifact-access"))
