@@ -367,6 +367,9 @@ type faultyBackend struct {
 	puts atomic.Int64
 	// lieETag makes Put report a wrong ETag.
 	lieETag atomic.Bool
+	// failParts, liePart, partsPut: multipart_env_test.go.
+	failParts, partsPut atomic.Int64
+	liePart             atomic.Bool
 }
 
 func (f *faultyBackend) Put(ctx context.Context, key string, body io.Reader, size int64) (upload.ObjectInfo, error) {

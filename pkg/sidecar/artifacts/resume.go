@@ -42,7 +42,10 @@ func (u *Uploader) resumeMinSize() int64 {
 // parts).
 func (u *Uploader) resumePoint(ctx context.Context, key string, size int64) (upload.ResumeResponse, error) {
 	var r upload.ResumeResponse
-	if u.noResume.Load() || u.cfg.ResumeMinSize < 0 || size < u.resumeMinSize() {
+	// Only a body sent through the server is stored in parts by it: a
+	// direct upload (at most a single PUT) never resumes.
+	throughServer := size > upload.MaxSinglePutSize || !u.direct.wants(size)
+	if u.noResume.Load() || u.cfg.ResumeMinSize < 0 || size < u.resumeMinSize() || !throughServer {
 		return r, nil
 	}
 	status, err := u.postJSON(ctx, u.direct.api, upload.PathResume, upload.ResumeRequest{Key: key, Size: size}, &r)

@@ -1,0 +1,137 @@
+package artifacts
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tether-dev/tether/pkg/artifactstore/store"
+	"github.com/tether-dev/tether/pkg/upload"
+)
+
+// cutBody ends the first PUT of a body after limit bytes, as a sidecar
+// killed mid-file or a connection lost does; it counts every PUT body byte.
+type cutBody struct {
+	next  http.RoundTripper
+	limit int64
+	cut   atomic.Bool
+	sent  atomic.Int64
+}
+
+func (c *cutBody) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPut && r.Body != nil {
+		var body io.Reader = r.Body
+		if c.cut.CompareAndSwap(false, true) {
+			body = &failAfter{r: r.Body, n: c.limit}
+		}
+		r.Body = io.NopCloser(&countReader{r: body, n: &c.sent})
+	}
+	return c.next.RoundTrip(r)
+}
+
+type failAfter struct {
+	r io.Reader
+	n int64
+}
+
+func (f *failAfter) Read(p []byte) (int, error) {
+	if f.n <= 0 {
+		return 0, errors.New("connection cut by the test")
+	}
+	if int64(len(p)) > f.n {
+		p = p[:f.n]
+	}
+	n, err := f.r.Read(p)
+	f.n -= int64(n)
+	return n, err
+}
+
+type countReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// A large file whose PUT was cut after its first parts were stored is
+// resumed by the next Uploader (a restarted sidecar): only the rest is sent,
+// and the object is the file, verified by its checksum. A file rewritten
+// since is sent whole.
+func TestUploaderMultipartResume(t *testing.T) { eachS3(t, testUploaderMultipartResume) }
+
+func testUploaderMultipartResume(t *testing.T, env *s3env) {
+	const part = upload.MinPartSize
+	jobID := newJobID()
+	d := newDirectServer(t, env, jobID)
+	d.h.Store = store.New(d.s3, store.Options{Multipart: store.MultipartOptions{Threshold: part, PartSize: part}})
+	cut := &cutBody{limit: part + part/2}
+	newU := func() *Uploader {
+		u, _ := newTestUploader(t, env, jobID, uploaderOpts{url: d.url, caPEM: d.caPEM, wrap: func(rt http.RoundTripper) http.RoundTripper {
+			cut.next = rt
+			return cut
+		}, cfg: func(c *UploaderConfig) {
+			c.DirectMinSize, c.ResumeMinSize, c.MaxAttempts = -1, part, 1
+		}})
+		return u
+	}
+	dir := t.TempDir()
+	big := randBytes(t, int(3*part+77))
+	writeFile(t, dir, "ckpt/model.bin", big)
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+
+	if _, err := newU().UploadFile(t.Context(), root, "ckpt/model.bin"); err == nil {
+		t.Fatal("the cut PUT verified the file")
+	}
+	before := cut.sent.Load()
+	res, err := newU().UploadFile(t.Context(), root, "ckpt/model.bin")
+	if err != nil || res.How != Uploaded || res.MD5 != md5hex(big) || res.CRC64NVME != upload.CRC64NVMEOf(big) {
+		t.Fatalf("resumed upload: %+v %v", res, err)
+	}
+	if res.Resumed != part {
+		t.Fatalf("resumed after %d bytes, want the stored part's %d", res.Resumed, part)
+	}
+	if sent := cut.sent.Load() - before; sent != int64(len(big))-part {
+		t.Fatalf("the resumed upload sent %d bytes, want %d", sent, int64(len(big))-part)
+	}
+	info, ok := env.stat(t, jobID+"/ckpt/model.bin")
+	if !ok || info.Size != int64(len(big)) || info.ChecksumCRC64NVME != upload.CRC64NVMEOf(big) || !upload.IsMultipartETag(trimETag(info.ETag)) {
+		t.Fatalf("stored: %+v %v", info, ok)
+	}
+	if got := env.get(t, jobID+"/ckpt/model.bin"); md5hex(got) != md5hex(big) {
+		t.Fatal("the stored object is not the file")
+	}
+	// A restarted sidecar finds the stored object is the file (by its
+	// checksum: its ETag is not an MD5) and sends nothing.
+	before = cut.sent.Load()
+	if res, err := newU().UploadFile(t.Context(), root, "ckpt/model.bin"); err != nil || res.How != AlreadyPresent || cut.sent.Load() != before {
+		t.Fatalf("present object: %+v %v, sent %d", res, err, cut.sent.Load()-before)
+	}
+
+	// Cut again on a new file, then rewrite its first bytes: sent whole.
+	cut.cut.Store(false)
+	other := randBytes(t, len(big))
+	writeFile(t, dir, "ckpt/opt.bin", other)
+	if _, err := newU().UploadFile(t.Context(), root, "ckpt/opt.bin"); err == nil {
+		t.Fatal("the cut PUT verified the file")
+	}
+	rewritten := randBytes(t, len(big))
+	writeFile(t, dir, "ckpt/opt.bin", rewritten)
+	res, err = newU().UploadFile(t.Context(), root, "ckpt/opt.bin")
+	if err != nil || res.Resumed != 0 || res.CRC64NVME != upload.CRC64NVMEOf(rewritten) {
+		t.Fatalf("rewritten file: %+v %v", res, err)
+	}
+	if got := env.get(t, jobID+"/ckpt/opt.bin"); md5hex(got) != md5hex(rewritten) {
+		t.Fatal("the stored object is not the rewritten file")
+	}
+}
