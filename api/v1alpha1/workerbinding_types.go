@@ -287,25 +287,29 @@ type WorkerBindingStatus struct {
 	LastCommand *CommandStatus `json:"lastCommand,omitempty"`
 
 	// DirectUploads is the controller's sweep of the job's pending direct
-	// uploads once the binding has ended: a presigned upload URL outlives
-	// its binding by up to its TTL (docs/artifacts.md).
+	// uploads and open multipart uploads once the binding has ended: a
+	// presigned upload URL outlives its binding by up to its TTL, and an
+	// upload never completed is billed until it is aborted
+	// (docs/artifacts.md).
 	// +optional
 	DirectUploads *DirectUploadsStatus `json:"directUploads,omitempty"`
 }
 
 // DirectUploadsStatus records, on an ended binding, until when the
 // controller removes what lands under the job's pending-upload prefix
-// (.tether-uploads/<job-id>/), so that the deadline survives a restart and
-// a change of elected replica.
+// (.tether-uploads/<job-id>/) and aborts the job's open multipart uploads,
+// so that the deadline survives a restart and a change of elected replica.
 type DirectUploadsStatus struct {
 	// ExpireTime is when every upload URL presigned for the job has expired
 	// and a body sent through one before that has landed: when the
-	// controller saw the binding end, plus --presign-ttl, plus
-	// --upload-sweep-margin. No URL is presigned once the binding ended.
+	// controller saw the binding end, plus --presign-ttl (none when the
+	// store presigns nothing), plus --upload-sweep-margin. No URL is
+	// presigned, and no multipart upload started, once the binding ended.
 	// +required
 	ExpireTime metav1.Time `json:"expireTime"`
 	// SweptTime is when the controller's last sweep, begun after
-	// ExpireTime, left the prefix empty; no sweep runs after it.
+	// ExpireTime, left the prefix empty and no multipart upload of the job
+	// open; no sweep runs after it.
 	// +optional
 	SweptTime *metav1.Time `json:"sweptTime,omitempty"`
 }

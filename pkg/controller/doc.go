@@ -11,7 +11,8 @@
 //   - artifactsettle drops what a final binding left pending in the store.
 //   - orphan finalizes bindings whose TrainJob is gone.
 //   - trainerstatus reports a bound job's progress on its TrainJob.
-//   - uploadsweep removes what direct uploads wrote after their job ended.
+//   - uploadsweep removes what direct uploads wrote after their job ended
+//     and aborts its open multipart uploads.
 //   - bindingmetrics reports every binding's phase to Prometheus.
 //
 // What several of them share sits in internal/ (the job-id index, the

@@ -73,7 +73,9 @@ func (a *assembly) orphanController() error {
 }
 
 // uploadSweeper removes what presigned direct-upload URLs write after their
-// binding ended (UploadSweeper); nothing with a store that cannot presign.
+// binding ended and aborts the job's open multipart uploads
+// (UploadSweeper); nothing with a store that neither presigns nor stores
+// in parts.
 func (a *assembly) uploadSweeper() error {
 	if a.artifactStore == nil {
 		return nil

@@ -27,6 +27,7 @@ import (
 
 	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/pkg/upload"
@@ -609,6 +610,20 @@ func (s s3Store) List(ctx context.Context, prefix string) ([]string, error) {
 		keys = append(keys, k)
 	}
 	return keys, nil
+}
+
+// ListMultipartUploads lists the bucket's open multipart uploads under
+// prefix: the checker reports any as left behind
+// (soakcheck.MultipartLister).
+func (s s3Store) ListMultipartUploads(ctx context.Context, prefix string) ([]objects.MultipartUpload, error) {
+	var out []objects.MultipartUpload
+	for u := range s.s.Admin.ListIncompleteUploads(ctx, s.s.Bucket, prefix, true) {
+		if u.Err != nil {
+			return nil, u.Err
+		}
+		out = append(out, objects.MultipartUpload{Key: u.Key, ID: u.UploadID, Initiated: u.Initiated})
+	}
+	return out, nil
 }
 
 func (s s3Store) Open(ctx context.Context, key string) (io.ReadCloser, error) {

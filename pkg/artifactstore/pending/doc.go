@@ -5,7 +5,9 @@
 // moves over the final keys exactly what the job's verified manifests list,
 // after checking each manifest against the SHA-256 its verdict recorded;
 // Store.DropPending drops them when the binding fails; Store.SweepUploads
-// removes, page by page, direct uploads never committed.
+// removes, page by page, direct uploads never committed and aborts the
+// job's open multipart uploads; Store.AbortUnownedUploads aborts, at
+// start-up, the uploads of jobs no live binding holds.
 //
 // Promotion takes the artifact store's per-key locks (objects.KeyLocks,
 // held by store.Store), the ones the endpoint's PUTs take, so a PUT that

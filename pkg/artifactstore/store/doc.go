@@ -7,8 +7,8 @@
 // S3-compatible endpoint the sidecars upload to (pkg/artifactstore/endpoint)
 // for its PUTs, HEADs and commits, and the controllers for what a binding's
 // end decides (Promote, DropPending), for the verdict on a stored manifest
-// nobody recorded (StoredManifest) and for the sweep of direct uploads
-// (SweepUploads, UploadJobs). The controllers therefore never hold the
+// nobody recorded (StoredManifest) and for the sweep of direct uploads and
+// open multipart uploads (SweepUploads, UploadJobs, AbortUnownedUploads). The controllers therefore never hold the
 // endpoint's HTTP handler, and promotion still takes the same key locks as
 // the PUTs it must not interleave with.
 //

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/artifactstore/pending"
 )
 
@@ -28,14 +29,28 @@ func (s *Store) DropPending(ctx context.Context, jobID string) (int, error) {
 	return s.pending().DropPending(ctx, jobID)
 }
 
-// SweepUploads deletes up to limit of job jobID's direct uploads
-// (pending.Store.SweepUploads).
+// SweepUploads deletes up to limit of job jobID's direct uploads and
+// aborts its open multipart uploads (pending.Store.SweepUploads).
 func (s *Store) SweepUploads(ctx context.Context, jobID string, limit int) (int, bool, error) {
 	return s.pending().SweepUploads(ctx, jobID, limit)
 }
 
-// UploadJobs calls fn with every job id that has direct uploads
-// (pending.Store.UploadJobs).
+// UploadJobs calls fn with every job id that has direct uploads or
+// multipart state records (pending.Store.UploadJobs).
 func (s *Store) UploadJobs(ctx context.Context, fn func(jobID string) error) error {
 	return s.pending().UploadJobs(ctx, fn)
+}
+
+// StoresInParts says whether the backend takes multipart uploads: then
+// the sweep has uploads to abort even where it has no presigned URL to
+// wait out.
+func (s *Store) StoresInParts() bool {
+	_, ok := s.backend.(objects.Multiparter)
+	return ok
+}
+
+// AbortUnownedUploads aborts the open multipart uploads of job ids owned
+// says no live binding holds (pending.Store.AbortUnownedUploads).
+func (s *Store) AbortUnownedUploads(ctx context.Context, owned func(jobID string) (bool, error)) (int, error) {
+	return s.pending().AbortUnownedUploads(ctx, owned)
 }

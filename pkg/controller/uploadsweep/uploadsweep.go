@@ -3,9 +3,11 @@ package uploadsweep
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -40,14 +42,17 @@ const DefaultUploadSweepMargin = time.Minute + 640*time.Second
 const sweepPageRetry = time.Second
 
 // UploadSweeper removes what presigned direct-upload URLs write after their
-// job's binding ended (Succeeded, Failed, or the binding deleted): until
-// every URL presigned for the job has expired, then once more, then never
-// again. Requests are keyed by job id (Name; Namespace empty), so one
-// sweep of a job runs at a time. The deadline is kept on the binding
-// (status.directUploads), so it survives a restart and a change of elected
-// replica; a deleted binding's is kept in memory, and after a restart the
-// store's listing of job ids under upload.UploadsPrefix stands for it
-// (swept at the start and once more a full TTL plus margin later).
+// job's binding ended (Succeeded, Failed, or the binding deleted), and
+// aborts the job's open multipart uploads: until every URL presigned for
+// the job has expired, then once more, then never again. Requests are
+// keyed by job id (Name; Namespace empty), so one sweep of a job runs at a
+// time. The deadline is kept on the binding (status.directUploads), so it
+// survives a restart and a change of elected replica; a deleted binding's
+// is kept in memory, and after a restart the store's listing of job ids
+// under upload.UploadsPrefix (direct uploads and multipart state records)
+// stands for it (swept at the start and once more a full TTL plus margin
+// later), and the store's open multipart uploads of jobs no live binding
+// holds are aborted once.
 type UploadSweeper struct {
 	// Client reads WorkerBindings from the cache (by keys.JobIDIndex) and
 	// patches their status.
@@ -73,7 +78,8 @@ func (s *UploadSweeper) now() time.Time {
 	return time.Now()
 }
 
-// window is how long after a binding's end its job's prefix is swept.
+// window is how long after a binding's end its job's prefix is swept: the
+// margin alone on a store that presigns nothing (SetupWithManager).
 func (s *UploadSweeper) window() time.Duration {
 	m := s.Margin
 	if m <= 0 {
@@ -85,9 +91,23 @@ func (s *UploadSweeper) window() time.Duration {
 // SetupWithManager registers the sweeper: WorkerBindings that end or go
 // enqueue their job id, and so does the elected replica's scan of the
 // store. It needs the binding controller's keys.JobIDIndex.
+//
+// A store that takes multipart uploads is swept even when it presigns
+// nothing: an upload the endpoint started that nobody will complete is
+// billed until it is aborted. Its bindings are swept as a presigning
+// store's are, at their end and once more after the deadline, which is
+// then the margin alone: a replica whose cache still saw the binding
+// writable may start an upload, or write its record, after the first
+// sweep. That keeps status.directUploads as the one truthful record of
+// the sweep and costs each job two sweeps (a LIST of objects and a LIST of
+// uploads each) and two status patches, once; a marker per upload would
+// cost a write on every upload, and an upload whose marker was never
+// written (a crash) would still need the sweep. On a presigning store only
+// the LIST of uploads is new: every ended binding was swept already,
+// whether or not it had direct uploads.
 func (s *UploadSweeper) SetupWithManager(mgr ctrl.Manager) error {
-	if s.Uploads == nil || s.Uploads.DirectTTL() == 0 {
-		return nil // the store presigns nothing
+	if s.Uploads == nil || (s.Uploads.DirectTTL() == 0 && !s.Uploads.StoresInParts()) {
+		return nil // the store presigns nothing and stores nothing in parts
 	}
 	s.gone = map[string]time.Time{}
 	s.scan = make(chan event.GenericEvent, 64)
@@ -142,9 +162,12 @@ func jobIDOf(_ context.Context, o client.Object) []reconcile.Request {
 // scanStore enqueues every job id with objects under the uploads prefix,
 // when this replica is elected and again once every URL presigned before
 // has expired: a binding deleted while no replica was elected left no
-// other trace, and its URLs may still write.
+// other trace, and its URLs may still write. On the first pass (the
+// second too if that failed) it aborts the uploads no live binding holds
+// (abortUnownedUploads).
 func (s *UploadSweeper) scanStore(ctx context.Context) error {
 	log := logf.FromContext(ctx).WithName("upload-sweep")
+	aborted := false
 	for pass := 0; pass < 2; pass++ {
 		if pass == 1 {
 			select {
@@ -167,11 +190,44 @@ func (s *UploadSweeper) scanStore(ctx context.Context) error {
 			// deleted while no replica was elected waits for the backstop.
 			log.Error(err, "listing the jobs with direct uploads in the store", "pass", pass)
 		}
+		if !aborted {
+			aborted = s.abortUnownedUploads(ctx, log)
+		}
 	}
 	return nil
 }
 
-// Reconcile sweeps one job's pending-upload prefix (req.Name is the job id).
+// abortUnownedUploads aborts the store's open multipart uploads whose job
+// no live binding holds, and says whether it could list them: an upload
+// the endpoint started and crashed before recording leaves no trace under
+// the uploads prefix, and a binding deleted (or ended and swept) while no
+// replica was elected is never swept again. A binding neither final nor
+// being deleted may still write: its uploads stay.
+func (s *UploadSweeper) abortUnownedUploads(ctx context.Context, log logr.Logger) bool {
+	if !s.Uploads.StoresInParts() {
+		return true
+	}
+	n, err := s.Uploads.AbortUnownedUploads(ctx, func(jobID string) (bool, error) {
+		var list tetherv1.WorkerBindingList
+		if err := s.Client.List(ctx, &list, client.MatchingFields{keys.JobIDIndex: jobID}); err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(list.Items, func(wb tetherv1.WorkerBinding) bool {
+			return wb.DeletionTimestamp == nil && !lifecycle.IsFinal(wb.Status.Phase)
+		}), nil
+	})
+	if n > 0 {
+		log.Info("aborted open multipart uploads no live binding holds", "uploads", n)
+	}
+	if err != nil && ctx.Err() == nil {
+		log.Error(err, "aborting the open multipart uploads no live binding holds")
+		return false
+	}
+	return true
+}
+
+// Reconcile sweeps one job's pending-upload prefix and open multipart
+// uploads (req.Name is the job id).
 func (s *UploadSweeper) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	jobID := req.Name
 	var list tetherv1.WorkerBindingList
@@ -202,7 +258,7 @@ func (s *UploadSweeper) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	n, more, err := s.Uploads.SweepUploads(ctx, jobID, pending.UploadSweepPage)
 	if n > 0 {
-		log.Info("removed direct uploads of a job whose binding ended", "objects", n, "until", plan.deadline.UTC().Format(time.RFC3339))
+		log.Info("removed direct uploads and aborted multipart uploads of a job whose binding ended", "count", n, "until", plan.deadline.UTC().Format(time.RFC3339))
 	}
 	switch {
 	case err != nil:
@@ -228,7 +284,7 @@ func (s *UploadSweeper) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 			return ctrl.Result{}, err
 		}
 	}
-	log.V(1).Info("direct uploads swept for good", "deadline", plan.deadline.UTC().Format(time.RFC3339))
+	log.V(1).Info("direct and multipart uploads swept for good", "deadline", plan.deadline.UTC().Format(time.RFC3339))
 	return ctrl.Result{}, nil
 }
 

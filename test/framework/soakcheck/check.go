@@ -10,8 +10,10 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -63,6 +65,14 @@ type Store interface {
 	List(ctx context.Context, prefix string) ([]string, error)
 	// Open reads key's bytes (upload.ErrNotFound when there is none).
 	Open(ctx context.Context, key string) (io.ReadCloser, error)
+}
+
+// MultipartLister is a Store that also lists the store's open multipart
+// uploads (an objects.Multiparter does): nothing left behind then covers
+// them, whose parts the store bills until they are aborted.
+type MultipartLister interface {
+	// ListMultipartUploads returns the open uploads of keys under prefix.
+	ListMultipartUploads(ctx context.Context, prefix string) ([]objects.MultipartUpload, error)
 }
 
 // Input is everything the checker reads.
@@ -166,6 +176,7 @@ func Check(ctx context.Context, in Input) Report {
 	}
 	c.lost(byID)
 	c.isolation(byID)
+	c.openUploads(byID)
 	for _, l := range in.Leftovers {
 		c.violate(NothingLeftBehind, Job{}, l, "still in the cluster after every job ended")
 	}
@@ -431,5 +442,32 @@ func (c *checker) leftBehind(j Job) {
 	}
 	for _, k := range keys {
 		c.violate(NothingLeftBehind, j, k, "a pending object of an ended job")
+	}
+}
+
+// openUploads: no multipart upload is left open, when the store lists
+// them (MultipartLister): every one Tether starts is completed or aborted.
+// An upload of a job that has not ended may still be completed (that the
+// job never ended is truthful end's); any other, of an ended job or of no
+// job the run knows, is left behind.
+func (c *checker) openUploads(byID map[string]Job) {
+	ml, ok := c.in.Store.(MultipartLister)
+	if !ok {
+		return
+	}
+	c.check(NothingLeftBehind)
+	ups, err := ml.ListMultipartUploads(c.ctx, "")
+	if err != nil {
+		c.violate(NothingLeftBehind, Job{}, "", "listing the open multipart uploads: %v", err)
+		return
+	}
+	for _, u := range ups {
+		jobID, _, _ := strings.Cut(u.Key, "/")
+		j, known := byID[jobID]
+		if known && !j.Ended {
+			continue
+		}
+		c.violate(NothingLeftBehind, j, u.Key, "an open multipart upload (id %s, started %s): the store bills its parts until it is aborted",
+			u.ID, u.Initiated.UTC().Format(time.RFC3339))
 	}
 }

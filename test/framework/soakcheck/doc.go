@@ -11,7 +11,8 @@
 // lost (every key a request stored is still there, in a version the trainer
 // wrote); a truthful end (every job ended, Succeeded only with every node
 // verified); isolation (no request succeeded on another job's keys, no
-// unlabeled job was bound); nothing left behind (no pending objects, and
-// no other leftovers the runner found). Report prints a table per
-// invariant and every violation with the faults around it.
+// unlabeled job was bound); nothing left behind (no pending objects, no
+// open multipart upload when the store lists them, and no other leftovers
+// the runner found). Report prints a table per invariant and every
+// violation with the faults around it.
 package soakcheck

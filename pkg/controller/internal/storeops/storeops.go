@@ -21,10 +21,14 @@ type StoredManifests interface {
 	StoredManifest(ctx context.Context, jobID string, rank int) (verify.ManifestResult, bool, error)
 }
 
-// DirectUploads is the store's part of the direct-upload sweep.
+// DirectUploads is the store's part of the sweep of what uploads leave:
+// direct uploads' objects and open multipart uploads.
 type DirectUploads interface {
 	// DirectTTL is the presigned URLs' lifetime, 0 if the store presigns none.
 	DirectTTL() time.Duration
+	// StoresInParts says whether the store takes multipart uploads.
+	StoresInParts() bool
 	SweepUploads(ctx context.Context, jobID string, limit int) (int, bool, error)
 	UploadJobs(ctx context.Context, fn func(jobID string) error) error
+	AbortUnownedUploads(ctx context.Context, owned func(jobID string) (bool, error)) (int, error)
 }
