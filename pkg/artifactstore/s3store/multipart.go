@@ -154,18 +154,27 @@ func (b *S3Backend) complete(ctx context.Context, key, id string, parts []object
 	if err != nil {
 		return upload.ObjectInfo{}, err
 	}
-	stored := make(map[int]minio.ObjectPart, len(listed))
+	// By number and ETag: SeaweedFS lists every upload of a part number.
+	type version struct {
+		n    int
+		etag string
+	}
+	stored := make(map[version]minio.ObjectPart, len(listed))
 	for _, p := range listed {
-		stored[p.PartNumber] = p
+		stored[version{p.PartNumber, partETag(p.ETag)}] = p
 	}
 	cps := make([]minio.CompletePart, len(parts))
 	var size int64
 	for i, p := range parts {
 		cps[i] = minio.CompletePart{PartNumber: p.Number, ETag: p.ETag}
-		if s, ok := stored[p.Number]; ok && partETag(s.ETag) == p.ETag {
-			cps[i].ChecksumCRC64NVME = s.ChecksumCRC64NVME
+		s, ok := stored[version{p.Number, p.ETag}]
+		if !ok {
+			// Not stored as named: the store refuses the completion.
+			size += p.Size
+			continue
 		}
-		size += p.Size
+		cps[i].ChecksumCRC64NVME = s.ChecksumCRC64NVME
+		size += s.Size
 	}
 	opts := minio.PutObjectOptions{}
 	if crc != "" {

@@ -147,6 +147,12 @@ func TestAwaitProbe(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("a Put before the probe: %v, want it held until its context ended", err)
 		}
+		ctx, cancel = context.WithTimeout(t.Context(), 300*time.Millisecond)
+		_, err = b.CreateMultipart(ctx, "job/early-parts")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a CreateMultipart before the probe: %v, want it held until its context ended", err)
+		}
 		start := time.Now()
 		if _, err := b.Head(t.Context(), "job/early"); !errors.Is(err, s3store.ErrNotProbed) {
 			t.Fatalf("a Head before the probe: %v, want ErrNotProbed", err)
@@ -171,6 +177,9 @@ func TestAwaitProbe(t *testing.T) {
 		<-b.Probed()
 		if keys, err := bucket.List(t.Context(), "job/"); err != nil || len(keys) != 0 {
 			t.Fatalf("the store holds %v (%v) after the refused writes", keys, err)
+		}
+		if ups, err := bucket.ListMultipartUploads(t.Context(), "job/"); err != nil || len(ups) != 0 {
+			t.Fatalf("the store holds uploads %+v (%v) after the refused writes", ups, err)
 		}
 		if _, err := b.Put(t.Context(), "job/late", bytes.NewReader(body), int64(len(body))); err != nil {
 			t.Fatalf("a Put after Use: %v", err)
