@@ -56,7 +56,7 @@ func probeStore(ctx context.Context, b *s3store.S3Backend, log logr.Logger) (s3s
 		verify = "crc64nvme"
 	}
 	log.Info("artifact verification chosen", "verify", verify, "why", choice.Why, "directUploads", choice.Direct,
-		"conditionalPut", choice.ConditionalPut, "conditionalCopy", choice.ConditionalCopy)
+		"conditionalPut", choice.ConditionalPut, "conditionalCopy", choice.ConditionalCopy, "multipart", choice.Multipart)
 	if !choice.Direct {
 		log.Info("direct uploads are off: the store cannot verify a presigned PUT (every file goes through the control plane)",
 			"presignedPut", caps.PresignedPut, "etagMD5", caps.ETagMD5, "defaultChecksum", caps.DefaultChecksum)
@@ -73,7 +73,7 @@ type capabilityCollector struct {
 
 func newCapabilityCollector(caps *atomic.Pointer[s3store.Capabilities]) *capabilityCollector {
 	return &capabilityCollector{caps: caps, desc: prometheus.NewDesc("tether_artifact_store_capability",
-		"What the artifact store showed the control plane's start-up probe (1: it does it): etag_md5, checksum_crc64nvme, presigned_put, copy, put_if_none_match, ...",
+		"What the artifact store showed the control plane's start-up probe (1: it does it): etag_md5, checksum_crc64nvme, presigned_put, copy, put_if_none_match, multipart_checksum, ...",
 		[]string{"capability"}, nil)}
 }
 

@@ -86,6 +86,15 @@ func TestProbeStore(t *testing.T) {
 				if m.GetLabel()[0].GetValue() == "etag_md5" && m.GetGauge().GetValue() != want {
 					t.Errorf("etag_md5 %v, want %v", m.GetGauge().GetValue(), want)
 				}
+				// The front cannot fake an SSE-KMS store's multipart
+				// uploads (s3store's TestProbe): only the plain store's
+				// is known.
+				if m.GetLabel()[0].GetValue() == "multipart_checksum" && tc.fault == s3server.FaultNone && m.GetGauge().GetValue() != 1 {
+					t.Errorf("multipart_checksum %v, want 1", m.GetGauge().GetValue())
+				}
+			}
+			if tc.fault == s3server.FaultNone && (!b.MultipartCapable() || !strings.Contains(logs.String(), `"multipart"=true`)) {
+				t.Errorf("multipart uploads not chosen on a store that keeps their checksum; log:\n%s", logs.String())
 			}
 		})
 	}

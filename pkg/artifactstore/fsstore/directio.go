@@ -2,7 +2,6 @@ package fsstore
 
 import (
 	"errors"
-	"hash"
 	"io"
 	"os"
 	"sync"
@@ -42,12 +41,12 @@ var directBuffers = sync.Pool{New: func() any {
 	return &b
 }}
 
-// copyDirect copies src to f, opened with oDirect, hashing what it writes
-// into h: whole aligned chunks directly, the last partial chunk through the
-// page cache (direct I/O cannot write it). Reading the next chunk (and
-// hashing it) overlaps the write of the one before. It returns the bytes
-// read from src.
-func copyDirect(f *os.File, src io.Reader, h hash.Hash) (int64, error) {
+// copyDirect copies src to f, opened with oDirect, from f's offset (a
+// multiple of directIOAlign), and into h (its hashes): whole aligned
+// chunks directly, the last partial chunk through the page cache (direct
+// I/O cannot write it). Reading the next chunk (and hashing it) overlaps
+// the write of the one before. It returns the bytes read from src.
+func copyDirect(f *os.File, src io.Reader, h io.Writer) (int64, error) {
 	free := make(chan *[]byte, 2)
 	for range 2 {
 		free <- directBuffers.Get().(*[]byte)
@@ -82,7 +81,7 @@ func copyDirect(f *os.File, src io.Reader, h hash.Hash) (int64, error) {
 		buf := <-free
 		m, err := io.ReadFull(src, *buf)
 		if m > 0 {
-			h.Write((*buf)[:m])
+			_, _ = h.Write((*buf)[:m])
 			n += int64(m)
 			work <- chunk{buf, m}
 		} else {

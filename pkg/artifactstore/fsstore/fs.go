@@ -15,6 +15,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,7 +34,8 @@ import (
 // in a small metadata file .tether/meta/<key> (stores written before the
 // attribute was used have those too, and are read as they are). The backend
 // keeps its own data under Root/.tether (a key may not start with
-// ".tether/"); temporary files are in .tether/tmp.
+// ".tether/"); temporary files are in .tether/tmp, the open multipart
+// uploads in .tether/multipart (multipart.go).
 //
 // Put writes a temporary file while computing its MD5, records the metadata,
 // fsyncs the file and renames it into place, then fsyncs the directory: a
@@ -104,8 +106,29 @@ var errNoXattr = errors.New("no user extended attributes on this file system")
 
 // fsMeta is the metadata of an object.
 type fsMeta struct {
+	// MD5 is the object's MD5, or for an object stored in parts the MD5
+	// of its parts' MD5s (its ETag without "-<parts>").
 	MD5 string `json:"md5"`
+	// Parts is the number of parts of an object stored in parts, 0 for
+	// one stored by Put.
+	Parts int `json:"parts,omitempty"`
+	// CRC64NVME is the CRC-64/NVME (S3's form) of an object stored in
+	// parts, which the completion checked.
+	CRC64NVME string `json:"crc64nvme,omitempty"`
 	fsFingerprint
+}
+
+// etag is the object's ETag, as S3 would give it.
+func (m fsMeta) etag() string {
+	if m.Parts > 0 {
+		return m.MD5 + "-" + strconv.Itoa(m.Parts)
+	}
+	return m.MD5
+}
+
+// info is the object as Head reports it, the data file fi.
+func (m fsMeta) info(fi os.FileInfo) upload.ObjectInfo {
+	return upload.ObjectInfo{Size: fi.Size(), ETag: m.etag(), CRC64NVME: m.CRC64NVME}
 }
 
 // fsFingerprint identifies the data file a metadata file describes.
@@ -237,17 +260,8 @@ func (b FSBackend) Put(ctx context.Context, key string, body io.Reader, size int
 		return upload.ObjectInfo{}, err
 	}
 	defer b.release(root)
-	direct := haveDirectIO && size >= directIOMinSize
-	var tmp string
-	var f *os.File
-	if direct {
-		tmp, f, err = createTemp(root, oDirect)
-		// A file system without direct I/O (tmpfs) refuses the flag.
-		direct = err == nil
-	}
-	if !direct {
-		tmp, f, err = createTemp(root)
-	}
+	h := md5.New()
+	tmp, f, err := writeBody(ctx, root, body, size, 0, h)
 	if err != nil {
 		return upload.ObjectInfo{}, err
 	}
@@ -258,22 +272,6 @@ func (b FSBackend) Put(ctx context.Context, key string, body io.Reader, size int
 			_ = root.Remove(tmp)
 		}
 	}()
-	h := md5.New()
-	src := io.LimitReader(ctxReader{ctx, body}, size+1)
-	var n int64
-	if direct {
-		n, err = copyDirect(f, src, h)
-	} else {
-		buf := copyBuffers.Get().(*[]byte)
-		n, err = io.CopyBuffer(io.MultiWriter(f, h), src, *buf)
-		copyBuffers.Put(buf)
-	}
-	if err != nil {
-		return upload.ObjectInfo{}, err
-	}
-	if n != size {
-		return upload.ObjectInfo{}, fmt.Errorf("the body has %d bytes, not the %d announced", n, size)
-	}
 	meta, inXattr, err := b.finishTemp(f, h)
 	if err != nil {
 		return upload.ObjectInfo{}, err
@@ -285,16 +283,62 @@ func (b FSBackend) Put(ctx context.Context, key string, body io.Reader, size int
 	return upload.ObjectInfo{Size: meta.Size, ETag: meta.MD5}, nil
 }
 
+// writeBody writes exactly size bytes of body to a new temporary file,
+// from offset on, and into h as they are written: directly (O_DIRECT) if
+// the body is large, offset aligned and the file system takes it. On
+// success the caller closes f and removes tmp unless it renamed it.
+func writeBody(ctx context.Context, root *os.Root, body io.Reader, size, offset int64, h io.Writer) (tmp string, f *os.File, err error) {
+	direct := haveDirectIO && size >= directIOMinSize && offset%directIOAlign == 0
+	if direct {
+		tmp, f, err = createTemp(root, oDirect)
+		// A file system without direct I/O (tmpfs) refuses the flag.
+		direct = err == nil
+	}
+	if !direct {
+		tmp, f, err = createTemp(root)
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	n, err := f.Seek(offset, io.SeekStart)
+	if err == nil {
+		src := io.LimitReader(ctxReader{ctx, body}, size+1)
+		if direct {
+			n, err = copyDirect(f, src, h)
+		} else {
+			buf := copyBuffers.Get().(*[]byte)
+			n, err = io.CopyBuffer(io.MultiWriter(f, h), src, *buf)
+			copyBuffers.Put(buf)
+		}
+	}
+	if err == nil && n != size {
+		err = fmt.Errorf("the body has %d bytes, not the %d announced", n, size)
+	}
+	if err != nil {
+		_ = f.Close()
+		_ = root.Remove(tmp)
+		return "", nil, err
+	}
+	return tmp, f, nil
+}
+
 // finishTemp records the metadata of a written temporary file on it (if the
 // file system takes extended attributes: inXattr) and fsyncs it.
 func (b FSBackend) finishTemp(f *os.File, h hash.Hash) (meta fsMeta, inXattr bool, err error) {
+	return b.recordTemp(f, fsMeta{MD5: hex.EncodeToString(h.Sum(nil))})
+}
+
+// recordTemp records meta, with the fingerprint of the written temporary
+// file f, on f (if the file system takes extended attributes: inXattr) and
+// fsyncs it.
+func (b FSBackend) recordTemp(f *os.File, meta fsMeta) (_ fsMeta, inXattr bool, err error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return fsMeta{}, false, err
 	}
 	// Setting an extended attribute changes the ctime, not the mtime the
 	// fingerprint holds.
-	meta = fsMeta{MD5: hex.EncodeToString(h.Sum(nil)), fsFingerprint: fingerprint(fi)}
+	meta.fsFingerprint = fingerprint(fi)
 	switch err := b.setXattr(f, meta); {
 	case err == nil:
 		inXattr = true
@@ -450,7 +494,7 @@ func (b FSBackend) Stat(_ context.Context, key string) (upload.ObjectInfo, time.
 	if err != nil {
 		return upload.ObjectInfo{}, time.Time{}, err
 	}
-	return upload.ObjectInfo{Size: fi.Size(), ETag: m.MD5}, fi.ModTime(), nil
+	return m.info(fi), fi.ModTime(), nil
 }
 
 // Copy replaces dst with src: a hard link when the file system allows it
@@ -498,10 +542,17 @@ func (b FSBackend) Copy(ctx context.Context, src, dst string) error {
 		// src was replaced since it was opened: copy the opened file.
 		_ = root.Remove(tmp)
 	}
+	return b.copyData(ctx, root, f, meta, src, dp)
+}
+
+// copyData copies the open data file f of src, whose metadata is meta, to
+// dp, checking the copy as it is made: by its MD5, or for an object stored
+// in parts by its CRC-64/NVME (the metadata's MD5 is then not the data's).
+func (b FSBackend) copyData(ctx context.Context, root *os.Root, f *os.File, meta fsMeta, src, dp string) error {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	tmp, tf, err = createTemp(root)
+	tmp, tf, err := createTemp(root)
 	if err != nil {
 		return err
 	}
@@ -512,16 +563,25 @@ func (b FSBackend) Copy(ctx context.Context, src, dst string) error {
 			_ = root.Remove(tmp)
 		}
 	}()
-	h := md5.New()
-	if _, err := io.Copy(io.MultiWriter(tf, h), ctxReader{ctx, f}); err != nil {
+	h, crc := md5.New(), upload.NewCRC64NVME()
+	if _, err := io.Copy(io.MultiWriter(tf, h, crc), ctxReader{ctx, f}); err != nil {
 		return err
 	}
-	cmeta, cInXattr, err := b.finishTemp(tf, h)
+	cmeta := fsMeta{MD5: hex.EncodeToString(h.Sum(nil))}
+	if meta.Parts > 0 {
+		if got := upload.EncodeChecksum(crc.Sum(nil)); got != meta.CRC64NVME {
+			return fmt.Errorf("copying %s: the copy's CRC-64/NVME %s differs from the source's %s", src, got, meta.CRC64NVME)
+		}
+		cmeta = fsMeta{MD5: meta.MD5, Parts: meta.Parts, CRC64NVME: meta.CRC64NVME}
+	} else if cmeta.MD5 != meta.MD5 {
+		return fmt.Errorf("copying %s: the copy's MD5 %s differs from the source's %s", src, cmeta.MD5, meta.MD5)
+	}
+	cmeta, cInXattr, err := b.recordTemp(tf, cmeta)
 	if err != nil {
 		return err
 	}
-	if cmeta.MD5 != meta.MD5 || cmeta.Size != meta.Size {
-		return fmt.Errorf("copying %s: the copy's MD5 %s differs from the source's %s", src, cmeta.MD5, meta.MD5)
+	if cmeta.Size != meta.Size {
+		return fmt.Errorf("copying %s: the copy has %d bytes, the source %d", src, cmeta.Size, meta.Size)
 	}
 	if err := commit(root, tmp, dp, cmeta, !cInXattr); err != nil {
 		return err
@@ -618,22 +678,23 @@ func (b FSBackend) List(_ context.Context, prefix string) ([]string, error) {
 }
 
 // RemoveStaleTemp removes temporary files older than age, left behind by a
-// process that crashed while writing.
+// process that crashed while writing, and what a crash left of a
+// multipart upload's directory (open uploads stay until aborted).
 func (b FSBackend) RemoveStaleTemp(age time.Duration) error {
 	root, err := b.open()
 	if err != nil {
 		return err
 	}
 	defer b.release(root)
+	cutoff := time.Now().Add(-age)
+	errs := []error{removeStaleUploadDirs(root, cutoff)}
 	entries, err := fs.ReadDir(root.FS(), fsTmpDir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return errors.Join(errs...)
 	}
 	if err != nil {
 		return err
 	}
-	cutoff := time.Now().Add(-age)
-	var errs []error
 	for _, e := range entries {
 		if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) {
 			if err := root.Remove(path.Join(fsTmpDir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -11,12 +11,15 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tether-dev/tether/pkg/artifactstore/internal/storetest"
+	"github.com/tether-dev/tether/pkg/upload"
 )
 
 // xattrOf is the metadata attribute of a file, "" if it has none.
 func xattrOf(t *testing.T, path string) string {
 	t.Helper()
-	var b [xattrSize + 1]byte
+	var b [xattrPartsSize + 1]byte
 	n, err := unix.Getxattr(path, metaXattr, b[:])
 	if errors.Is(err, unix.ENODATA) {
 		return ""
@@ -102,5 +105,46 @@ func TestFSBackendReadsMetadataFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, ".tether", "meta", "job", "x")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("metadata file after Delete: %v", err)
+	}
+}
+
+// TestFSBackendMultipartXattr: an object stored in parts keeps its part
+// count and CRC-64/NVME in its attribute (no metadata file), a hard-linked
+// copy shares them, and an object stored by Put keeps the short form.
+func TestFSBackendMultipartXattr(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	b := FSBackend{Root: root}
+	parts := storetest.Parts{data(int(upload.MinPartSize), 1), data(10, 2)}
+	id, stored := storeParts(t, b, "job/.tether/pending/x", parts)
+	want, err := b.CompleteMultipart(ctx, "job/.tether/pending/x", id, stored, upload.CRC64NVMEOf(parts.Whole()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	attr := xattrOf(t, filepath.Join(root, "job", ".tether", "pending", "x"))
+	if attr == "" {
+		t.Skip("the test directory's file system takes no user extended attributes")
+	}
+	if len(attr) != xattrPartsSize || attr[0] != xattrPartsVersion {
+		t.Fatalf("the attribute of an object stored in parts: %d bytes, version %d", len(attr), attr[0])
+	}
+	if err := b.Copy(ctx, "job/.tether/pending/x", "job/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(ctx, "job/.tether/pending/x"); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := b.Head(ctx, "job/x"); err != nil || info != want {
+		t.Fatalf("Head of the copy: %+v %v, want %+v", info, err, want)
+	}
+	if _, err := os.Stat(filepath.Join(root, ".tether", "meta")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a metadata file was written next to the attribute: %v", err)
+	}
+	body := data(10, 3)
+	if _, err := b.Put(ctx, "job/y", bytes.NewReader(body), int64(len(body))); err != nil {
+		t.Fatal(err)
+	}
+	if attr := xattrOf(t, filepath.Join(root, "job", "y")); len(attr) != xattrSize || attr[0] != xattrVersion {
+		t.Fatalf("the attribute of an object stored by Put: %d bytes", len(attr))
 	}
 }

@@ -35,5 +35,5 @@ func (b FSBackend) Open(_ context.Context, key string) (io.ReadCloser, upload.Ob
 		_ = f.Close()
 		return nil, upload.ObjectInfo{}, err
 	}
-	return f, upload.ObjectInfo{Size: fi.Size(), ETag: m.MD5}, nil
+	return f, m.info(fi), nil
 }

@@ -24,17 +24,6 @@ func (b *S3Backend) put(ctx context.Context, key string, body io.Reader, size in
 	if err := b.awaitProbed(ctx); err != nil {
 		return upload.ObjectInfo{}, err
 	}
-	pb := &putBody{r: body, size: size}
-	// The request must not see ctx's cancellation: net/http would close the
-	// connection cleanly. pb.abort resets it first, then cancels.
-	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() {
-		pb.abort(context.Cause(ctx))
-		cancel()
-	})
-	defer stop()
-	pctx = httptrace.WithClientTrace(pctx, &httptrace.ClientTrace{GotConn: pb.gotConn})
 	opts := minio.PutObjectOptions{
 		DisableMultipart: true,
 		// The body is verified by its MD5 against the ETag (or its
@@ -47,23 +36,54 @@ func (b *S3Backend) put(ctx context.Context, key string, body io.Reader, size in
 		opts.Checksum = minio.ChecksumCRC64NVME
 	}
 	for _, c := range cond {
-		for k, v := range c {
-			switch k {
-			case "If-None-Match":
-				opts.SetMatchETagExcept(strings.Trim(v, `"`))
-			case "If-Match":
-				opts.SetMatchETag(strings.Trim(v, `"`))
-			}
-		}
+		setConditions(&opts, c)
 	}
-	info, err := minio.Core{Client: b.Client}.PutObject(pctx, b.Bucket, b.name(key), pb, size, "", "", opts)
-	if aerr := pb.abortErr(); aerr != nil {
-		return upload.ObjectInfo{}, fmt.Errorf("S3 PUT %s: %w", b.name(key), aerr)
+	var info minio.UploadInfo
+	bodyErr, err := streamed(ctx, body, size, func(pctx context.Context, r io.Reader) error {
+		var err error
+		info, err = minio.Core{Client: b.Client}.PutObject(pctx, b.Bucket, b.name(key), r, size, "", "", opts)
+		return err
+	})
+	if bodyErr != nil {
+		return upload.ObjectInfo{}, fmt.Errorf("S3 PUT %s: %w", b.name(key), bodyErr)
 	}
 	if err != nil {
 		return upload.ObjectInfo{}, fmt.Errorf("S3 PUT %s: %w", b.name(key), markPrecondition(markSlowDown(err)))
 	}
 	return upload.ObjectInfo{Size: info.Size, ETag: strings.ToLower(info.ETag), CRC64NVME: info.ChecksumCRC64NVME}, nil
+}
+
+// setConditions sets the write conditions in c (If-None-Match, If-Match)
+// on opts.
+func setConditions(opts *minio.PutObjectOptions, c map[string]string) {
+	for k, v := range c {
+		switch k {
+		case "If-None-Match":
+			opts.SetMatchETagExcept(strings.Trim(v, `"`))
+		case "If-Match":
+			opts.SetMatchETag(strings.Trim(v, `"`))
+		}
+	}
+}
+
+// streamed runs send with body as its request body: size bytes, an early
+// end an error, and on a failure of body (bodyErr) or the end of ctx while
+// the request is in flight, its connection reset, so the store keeps
+// nothing of it (S3Backend.Put).
+func streamed(ctx context.Context, body io.Reader, size int64, send func(ctx context.Context, r io.Reader) error) (bodyErr, err error) {
+	pb := &putBody{r: body, size: size}
+	// The request must not see ctx's cancellation: net/http would close the
+	// connection cleanly. pb.abort resets it first, then cancels.
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		pb.abort(context.Cause(ctx))
+		cancel()
+	})
+	defer stop()
+	pctx = httptrace.WithClientTrace(pctx, &httptrace.ClientTrace{GotConn: pb.gotConn})
+	err = send(pctx, pb)
+	return pb.abortErr(), err
 }
 
 // presignWith signs a PUT of key of exactly size bytes with client.
@@ -155,9 +175,13 @@ func (b *S3Backend) PutIfAbsent(ctx context.Context, key string, body io.Reader,
 // CopyIf is Copy under c: the source condition always (every S3 checks
 // x-amz-copy-source-if-match), the destination's where the probe found
 // the store honours it (versitygw v1.8.0 does not: its copies overwrite).
+// An object over 5 GiB is copied in parts (copy_parts.go).
 func (b *S3Backend) CopyIf(ctx context.Context, src, dst string, c objects.CopyCond) error {
 	chosen, err := b.chosen(ctx)
 	if err != nil {
+		return err
+	}
+	if done, err := b.copyLarge(ctx, src, dst, c); done || err != nil {
 		return err
 	}
 	cond := map[string]string{}

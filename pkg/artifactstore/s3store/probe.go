@@ -50,6 +50,18 @@ type Capabilities struct {
 	// If-Match another ETag, is refused (412). CopyIfNoneMatch,
 	// CopyIfMatch: the same conditions on a copy's destination.
 	IfNoneMatch, IfMatch, CopyIfNoneMatch, CopyIfMatch bool
+	// MultipartChecksum: a multipart upload (a 5 MiB part and a small one)
+	// that asked for a full-object CRC-64/NVME is refused at completion
+	// with a wrong one, leaving nothing at its key, and completed with the
+	// right one keeps it and returns it with HEAD (probe_multipart.go).
+	MultipartChecksum bool
+	// MultipartDefaultChecksum: a multipart upload that asked for no
+	// checksum gets the full-object CRC-64/NVME the store computed.
+	MultipartDefaultChecksum bool
+	// MultipartIfNoneMatch, MultipartIfMatch: a completion with
+	// If-None-Match: * over an object, or If-Match another ETag, is
+	// refused (412), the object left as it was.
+	MultipartIfNoneMatch, MultipartIfMatch bool
 }
 
 // Each is every capability by its metric name, in a fixed order.
@@ -65,6 +77,8 @@ func (c Capabilities) Each() []struct {
 		{"default_checksum", c.DefaultChecksum}, {"presigned_put", c.PresignedPut}, {"copy", c.Copy},
 		{"copy_keeps_checksum", c.CopyKeepsChecksum}, {"put_if_none_match", c.IfNoneMatch}, {"put_if_match", c.IfMatch},
 		{"copy_if_none_match", c.CopyIfNoneMatch}, {"copy_if_match", c.CopyIfMatch},
+		{"multipart_checksum", c.MultipartChecksum}, {"multipart_default_checksum", c.MultipartDefaultChecksum},
+		{"multipart_if_none_match", c.MultipartIfNoneMatch}, {"multipart_if_match", c.MultipartIfMatch},
 	}
 }
 
@@ -89,6 +103,20 @@ type Choice struct {
 	// NoTrailer: the store refuses a checksum in an aws-chunked trailer;
 	// PUTs go without one (verified by the ETag alone).
 	NoTrailer bool
+	// Multipart: objects may be stored in parts (objects.Multiparter),
+	// each verified by the full-object CRC-64/NVME the store checked and
+	// keeps (Capabilities.MultipartChecksum); without it every object is
+	// a single PUT, at most 5 GiB.
+	Multipart bool
+	// CopyPartsUnasked: a copy in parts (of an object over 5 GiB) asks
+	// for no checksum and takes the full-object CRC-64/NVME the store
+	// computes (Capabilities.MultipartDefaultChecksum): versitygw v1.8.0
+	// records a copied part's checksum as the whole source's when one is
+	// asked, and then refuses the right one at completion.
+	CopyPartsUnasked bool
+	// ConditionalComplete: a copy in parts is completed under the
+	// destination's conditions (If-Match, If-None-Match: *).
+	ConditionalComplete bool
 	// Why says, for the log, what the choice rests on.
 	Why string
 }
@@ -120,7 +148,20 @@ func (c Capabilities) Choose() (Choice, error) {
 	ch.NoTrailer = !c.TrailerAccepted
 	ch.ConditionalPut = c.IfNoneMatch
 	ch.ConditionalCopy = c.CopyIfMatch && c.CopyIfNoneMatch
+	ch.chooseMultipart(c)
 	return ch, nil
+}
+
+// chooseMultipart sets what the choice does with multipart uploads.
+func (ch *Choice) chooseMultipart(c Capabilities) {
+	ch.Multipart = c.MultipartChecksum
+	ch.CopyPartsUnasked = c.MultipartDefaultChecksum
+	ch.ConditionalComplete = c.MultipartIfNoneMatch && c.MultipartIfMatch
+	if ch.Multipart {
+		ch.Why += "; large objects are stored in parts, verified by the full-object CRC-64/NVME the store checks and keeps"
+	} else {
+		ch.Why += "; every object is one PUT of at most 5 GiB: the store did not check and keep the full-object CRC-64/NVME of a multipart upload"
+	}
 }
 
 func (c Capabilities) missingChecksum() string {
@@ -228,19 +269,16 @@ func (b *S3Backend) Probe(ctx context.Context, client *http.Client) (Capabilitie
 
 	// 6. Conditional writes: each must be refused with 412, the object
 	// left as it was.
-	precond := func(err error) bool {
-		return errors.Is(err, ErrPrecondition) || minio.ToErrorResponse(err).StatusCode == http.StatusPreconditionFailed
-	}
 	other := []byte("a second version, which no condition here lets in\n")
 	_, err = b.rawPut(ctx, obj, other, map[string]string{"If-None-Match": "*"})
-	c.IfNoneMatch = precond(err)
+	c.IfNoneMatch = refusedPrecondition(err)
 	_, err = b.rawPut(ctx, obj, other, map[string]string{"If-Match": `"` + strings.Repeat("0", 32) + `"`})
-	c.IfMatch = precond(err)
+	c.IfMatch = refusedPrecondition(err)
 	if c.Copy {
 		err = b.copyIf(ctx, plain, cp, map[string]string{"If-None-Match": "*"})
-		c.CopyIfNoneMatch = precond(err)
+		c.CopyIfNoneMatch = refusedPrecondition(err)
 		err = b.copyIf(ctx, plain, cp, map[string]string{"If-Match": `"` + strings.Repeat("0", 32) + `"`})
-		c.CopyIfMatch = precond(err)
+		c.CopyIfMatch = refusedPrecondition(err)
 	}
 	if h, err := b.Head(ctx, obj); err != nil || h.Size != int64(len(body)) {
 		// A store that let a conditional PUT through: not conditional.
@@ -249,7 +287,15 @@ func (b *S3Backend) Probe(ctx context.Context, client *http.Client) (Capabilitie
 	if h, err := b.Head(ctx, cp); c.Copy && (err != nil || h.ETag != head.ETag && !(h.CRC64NVME != "" && h.CRC64NVME == head.CRC64NVME)) {
 		c.CopyIfNoneMatch, c.CopyIfMatch = false, false
 	}
+
+	// 7. Multipart uploads.
+	b.probeMultipart(ctx, key("multipart"), &c)
 	return c, nil
+}
+
+// refusedPrecondition says whether err is a store's 412.
+func refusedPrecondition(err error) bool {
+	return errors.Is(err, ErrPrecondition) || minio.ToErrorResponse(err).StatusCode == http.StatusPreconditionFailed
 }
 
 // rawPut is one PUT of body with extra headers (a checksum, a condition).

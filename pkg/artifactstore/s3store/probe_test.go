@@ -36,23 +36,48 @@ func TestProbe(t *testing.T) {
 			if want := v.Impl == s3server.VersityGW; caps.DefaultChecksum != want || caps.CopyIfMatch == want || caps.CopyIfNoneMatch == want {
 				t.Errorf("%+v: default checksum %v, copy conditions %v", caps, want, !want)
 			}
+			// docs/artifacts.md: both keep and check a multipart upload's
+			// full-object CRC-64/NVME and honour a completion's
+			// conditions; versitygw adds one to an upload that asked for
+			// none, SeaweedFS does not.
+			if !caps.MultipartChecksum || !caps.MultipartIfNoneMatch || !caps.MultipartIfMatch || caps.MultipartDefaultChecksum != (v.Impl == s3server.VersityGW) {
+				t.Errorf("%+v: want multipart checksums and conditions, a default multipart checksum on versitygw only", caps)
+			}
 			ch, err := caps.Choose()
 			if err != nil || ch.Verification.ByChecksum || !ch.Direct || !ch.ConditionalPut {
 				t.Errorf("choice %+v, %v: want the MD5, direct uploads, conditional PUTs", ch, err)
 			}
+			if !ch.Multipart || !ch.ConditionalComplete || ch.CopyPartsUnasked != caps.MultipartDefaultChecksum || !strings.Contains(ch.Why, "stored in parts") {
+				t.Errorf("choice %+v: want multipart uploads, conditional completions, copies in parts unasked where the store adds a checksum", ch)
+			}
+			if b.MultipartCapable() {
+				t.Error("MultipartCapable before Use")
+			}
+			b.Use(ch)
+			if !b.MultipartCapable() {
+				t.Error("MultipartCapable is false after Use of a choice with multipart uploads")
+			}
 			if keys, err := b.List(t.Context(), s3store.ProbePrefix); err != nil || len(keys) != 0 {
 				t.Errorf("the probe left %q (%v)", keys, err)
+			}
+			if ups, err := b.ListMultipartUploads(t.Context(), s3store.ProbePrefix); err != nil || len(ups) != 0 {
+				t.Errorf("the probe left multipart uploads %+v (%v)", ups, err)
 			}
 		})
 		for _, tc := range []struct {
 			fault s3server.Fault
 			// byChecksum is the verification chosen; refused: none is left.
 			byChecksum, refused, etagMD5, checksums bool
+			// noMultipart: a store that keeps or returns no true checksum
+			// stores nothing in parts. (The front cannot fake an SSE-KMS
+			// store's multipart uploads: it rewrites the parts' ETags but
+			// not the completion's list of them.)
+			noMultipart bool
 		}{
 			{fault: s3server.FaultRandomETag, byChecksum: true, checksums: true},
 			{fault: s3server.FaultRandomETag | s3server.FaultNoChecksums, refused: true},
-			{fault: s3server.FaultNoChecksums, etagMD5: true},
-			{fault: s3server.FaultWrongChecksum, etagMD5: true},
+			{fault: s3server.FaultNoChecksums, etagMD5: true, noMultipart: true},
+			{fault: s3server.FaultWrongChecksum, etagMD5: true, noMultipart: true},
 			{fault: s3server.FaultWrongETag | s3server.FaultWrongChecksum, refused: true},
 		} {
 			t.Run(tc.fault.String(), func(t *testing.T) {
@@ -63,6 +88,9 @@ func TestProbe(t *testing.T) {
 				}
 				if caps.ETagMD5 != tc.etagMD5 || caps.Checksums != tc.checksums {
 					t.Errorf("%+v: want ETag = MD5 %v, checksums %v", caps, tc.etagMD5, tc.checksums)
+				}
+				if tc.noMultipart && caps.MultipartChecksum {
+					t.Errorf("%+v: want no multipart checksum", caps)
 				}
 				ch, err := caps.Choose()
 				switch {
@@ -82,6 +110,8 @@ func TestProbe(t *testing.T) {
 					t.Errorf("choice %+v, want by checksum %v", ch, tc.byChecksum)
 				case tc.byChecksum && ch.Direct != caps.DefaultChecksum:
 					t.Errorf("choice %+v: direct uploads only where the store checksums a PUT made without one (%v)", ch, caps.DefaultChecksum)
+				case tc.noMultipart && (ch.Multipart || !strings.Contains(ch.Why, "every object is one PUT")):
+					t.Errorf("choice %+v: want no multipart uploads, and why", ch)
 				}
 			})
 		}
@@ -117,6 +147,12 @@ func TestAwaitProbe(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("a Put before the probe: %v, want it held until its context ended", err)
 		}
+		ctx, cancel = context.WithTimeout(t.Context(), 300*time.Millisecond)
+		_, err = b.CreateMultipart(ctx, "job/early-parts")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a CreateMultipart before the probe: %v, want it held until its context ended", err)
+		}
 		start := time.Now()
 		if _, err := b.Head(t.Context(), "job/early"); !errors.Is(err, s3store.ErrNotProbed) {
 			t.Fatalf("a Head before the probe: %v, want ErrNotProbed", err)
@@ -141,6 +177,9 @@ func TestAwaitProbe(t *testing.T) {
 		<-b.Probed()
 		if keys, err := bucket.List(t.Context(), "job/"); err != nil || len(keys) != 0 {
 			t.Fatalf("the store holds %v (%v) after the refused writes", keys, err)
+		}
+		if ups, err := bucket.ListMultipartUploads(t.Context(), "job/"); err != nil || len(ups) != 0 {
+			t.Fatalf("the store holds uploads %+v (%v) after the refused writes", ups, err)
 		}
 		if _, err := b.Put(t.Context(), "job/late", bytes.NewReader(body), int64(len(body))); err != nil {
 			t.Fatalf("a Put after Use: %v", err)

@@ -22,10 +22,11 @@ import (
 )
 
 // S3Backend stores objects in an S3 bucket through minio-go: key k is the
-// object Prefix+k of Bucket. Every object is a single PUT with its size
-// known (no multipart), so its ETag is its MD5; the bucket must not use
-// SSE-KMS or SSE-C, whose ETags are not MD5s (every PUT would then fail the
-// ETag check).
+// object Prefix+k of Bucket. Put is a single PUT with its size known, so
+// its ETag is its MD5 where the bucket does not use SSE-KMS or SSE-C
+// (there the store's CRC-64/NVME verifies it: Choice.Verification). A
+// larger object is stored in parts (objects.Multiparter, multipart.go)
+// where the probe found the store keeps their full-object CRC-64/NVME.
 type S3Backend struct {
 	Client *minio.Client
 	Bucket string
@@ -255,10 +256,13 @@ func (b *S3Backend) Stat(ctx context.Context, key string) (upload.ObjectInfo, ti
 	return upload.ObjectInfo{Size: oi.Size, ETag: strings.ToLower(oi.ETag), CRC64NVME: oi.ChecksumCRC64NVME}, oi.LastModified, nil
 }
 
-// Copy replaces dst with src by a server-side copy (at most 5 GiB, which is
-// also the largest object the endpoint accepts).
+// Copy replaces dst with src by a server-side copy: one request up to
+// 5 GiB, a copy in parts above (copy_parts.go).
 func (b *S3Backend) Copy(ctx context.Context, src, dst string) error {
 	if err := b.awaitProbed(ctx); err != nil {
+		return err
+	}
+	if done, err := b.copyLarge(ctx, src, dst, objects.CopyCond{}); done || err != nil {
 		return err
 	}
 	_, err := b.Client.CopyObject(ctx,
