@@ -237,10 +237,16 @@ func (h *Handler) resumable(rq *request, mp objects.Multiparter, st *objects.Mul
 		rq.log.Error(err, "backend ListParts")
 		return 0, backendReadError(err)
 	}
+	// A store may list several uploads of one part number (SeaweedFS
+	// does): a recorded part counts if any of them is it.
+	stored := make(map[objects.Part]bool, len(listed))
+	for _, lp := range listed {
+		stored[lp] = true
+	}
 	k := 0
-	for k < len(st.Parts) && k < len(listed) {
-		sp, lp := st.Parts[k], listed[k]
-		if lp.Number != sp.Number || lp.ETag != sp.MD5 || lp.Size != sp.Size {
+	for k < len(st.Parts) {
+		sp := st.Parts[k]
+		if !stored[objects.Part{Number: sp.Number, Size: sp.Size, ETag: sp.MD5}] {
 			break
 		}
 		k++
