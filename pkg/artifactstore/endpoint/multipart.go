@@ -92,20 +92,20 @@ func (p *putOp) storeParts() *apiError {
 	}
 	whole, err := upload.ContinueCRC64NVME(prefix)
 	if err != nil {
-		return p.dropParts(mp, st, &apiError{http.StatusInternalServerError, "InternalError", "the upload's record is damaged; nothing was kept: upload the file again"})
+		return p.dropParts(st, &apiError{http.StatusInternalServerError, "InternalError", "the upload's record is damaged; nothing was kept: upload the file again"})
 	}
 	p.body.w = p.dig.writer(p.known != nil)
 	if e := p.streamParts(mp, st, whole); e != nil {
 		return e
 	}
 	if e := p.readTrailer(); e != nil {
-		return p.dropParts(mp, st, e)
+		return p.dropParts(st, e)
 	}
 	p.rq.bodyRead = p.body.remaining == 0
 	if e := p.checkStreamed(false, upload.ObjectInfo{}); e != nil {
 		// The bytes sent are not what was claimed: the parts they went to
 		// are not kept, so no later PUT resumes after them.
-		return p.dropParts(mp, st, e)
+		return p.dropParts(st, e)
 	}
 	return p.completeParts(mp, st, upload.EncodeChecksum(whole.Sum(nil)))
 }
@@ -255,7 +255,7 @@ func (h *Handler) resumable(rq *request, mp objects.Multiparter, st *objects.Mul
 }
 
 // dropParts aborts st's upload and forgets it, then returns e.
-func (p *putOp) dropParts(mp objects.Multiparter, st *objects.MultipartState, e *apiError) *apiError {
+func (p *putOp) dropParts(st *objects.MultipartState, e *apiError) *apiError {
 	p.h.forgetParts(p, st)
 	return e
 }

@@ -14,12 +14,11 @@ import (
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	"github.com/tether-dev/tether/pkg/upload"
-	"github.com/tether-dev/tether/test/framework/s3multipart"
 )
 
-// Multipart uploads are real ones on the S3 servers (s3multipart stands in
-// for the s3 backend's own Multiparter); a part stored in each makes it
-// one the store bills until it is aborted.
+// Multipart uploads are real ones on the S3 servers, through the s3
+// backend's Multiparter; a part stored in each makes it one the store bills
+// until it is aborted.
 
 // multipartBackend is what these tests sweep: a backend with uploads, and
 // the raw bucket to see past its key prefix.
@@ -33,15 +32,15 @@ func newMultipartBackends(t *testing.T, v *storetest.S3) []struct {
 	name string
 	b    multipartBackend
 } {
-	withPrefix := &s3multipart.Backend{S3Backend: v.NewBackend(t, "pre/")}
-	plain := &s3multipart.Backend{S3Backend: v.NewBackend(t, "")}
+	withPrefix := v.NewBackend(t, "pre/")
+	plain := v.NewBackend(t, "")
 	return []struct {
 		name string
 		b    multipartBackend
 	}{
-		{"S3", multipartBackend{withPrefix, withPrefix, withPrefix.S3Backend}},
+		{"S3", multipartBackend{withPrefix, withPrefix, withPrefix}},
 		// Without paged and delimiter listings (the generic fallback).
-		{"ListFallback", multipartBackend{listOnlyMultipart{plain, plain, plain}, plain, plain.S3Backend}},
+		{"ListFallback", multipartBackend{listOnlyMultipart{plain, plain, plain}, plain, plain}},
 	}
 }
 
@@ -184,7 +183,7 @@ func testSweepUploadsAbortsMultipart(t *testing.T, b multipartBackend) {
 		t.Fatalf("left after the sweep: %q, want %q", left, want)
 	}
 	if b.raw.Prefix != "" {
-		raw := &s3multipart.Backend{S3Backend: &s3store.S3Backend{Client: b.raw.Client, Bucket: b.raw.Bucket}}
+		raw := &s3store.S3Backend{Client: b.raw.Client, Bucket: b.raw.Bucket}
 		if got := openUploads(t, raw, "job-a/"); !slices.Equal(got, []string{outside}) {
 			t.Fatalf("open uploads of the bucket's own job-a/: %q, want %q (outside the backend's prefix)", got, outside)
 		}
@@ -195,7 +194,7 @@ func testSweepUploadsAbortsMultipart(t *testing.T, b multipartBackend) {
 // recorded or not, and deletes the records.
 func TestDropPendingAbortsMultipart(t *testing.T) {
 	storetest.EachS3(t, func(t *testing.T, v *storetest.S3) {
-		b := &s3multipart.Backend{S3Backend: v.NewBackend(t, "pre/")}
+		b := v.NewBackend(t, "pre/")
 		h := &Store{Backend: b, Locks: &objects.KeyLocks{}}
 		const key = "job-c/nodes/0/big.bin"
 		id := startUpload(t, b, objects.PendingKey(key))
@@ -220,7 +219,7 @@ func TestDropPendingAbortsMultipart(t *testing.T) {
 func TestAbortUnownedUploadsMultipart(t *testing.T) {
 	storetest.EachS3(t, func(t *testing.T, v *storetest.S3) {
 		ctx := context.Background()
-		b := &s3multipart.Backend{S3Backend: v.NewBackend(t, "pre/")}
+		b := v.NewBackend(t, "pre/")
 		h := &Store{Backend: b, Locks: &objects.KeyLocks{}}
 		live := startUpload(t, b, "job-live/nodes/0/big.bin")
 		startUpload(t, b, "job-gone/nodes/0/a.bin")

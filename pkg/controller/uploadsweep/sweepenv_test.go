@@ -31,15 +31,14 @@ import (
 	"github.com/tether-dev/tether/pkg/controller/internal/keys"
 	"github.com/tether-dev/tether/pkg/controller/internal/storeops"
 	"github.com/tether-dev/tether/pkg/controller/uploadsweep"
-	"github.com/tether-dev/tether/test/framework/s3multipart"
 	"github.com/tether-dev/tether/test/framework/s3server"
 	"github.com/tether-dev/tether/test/framework/testenv"
 )
 
 // The sweeper on a real API server (envtest, the WorkerBinding CRD as
-// shipped) and a real versitygw, whose multipart uploads s3multipart
-// reaches until the s3 backend has its own. The binding controller does
-// not run: the tests write the phases it would.
+// shipped) and a real versitygw, whose multipart uploads the s3 backend
+// makes. The binding controller does not run: the tests write the phases
+// it would.
 
 const (
 	s3Access = "tether-sweep-access"
@@ -62,7 +61,7 @@ const namespace = "sweep"
 type sweepEnv struct {
 	cfg *rest.Config
 	c   client.Client
-	b   *s3multipart.Backend
+	b   *s3store.S3Backend
 }
 
 // newSweepEnv starts versitygw (a bucket whose keys the backend prefixes
@@ -93,7 +92,7 @@ func newSweepEnv(t *testing.T) *sweepEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &s3multipart.Backend{S3Backend: s3b}
+	b := s3b
 
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, tetherv1.AddToScheme} {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -33,6 +34,8 @@ type directServer struct {
 
 	mu    sync.Mutex
 	paths []string // requests the endpoint saw: "METHOD path"
+	// handled counts the requests the endpoint finished.
+	handled atomic.Int64
 }
 
 func newDirectServer(t *testing.T, env *s3env, jobID string) *directServer {
@@ -70,6 +73,7 @@ func newDirectServerOn(t *testing.T, env *s3env, jobID string, b *s3store.S3Back
 		d.paths = append(d.paths, seen)
 		d.mu.Unlock()
 		d.h.ServeHTTP(w, r)
+		d.handled.Add(1)
 	}), http.NotFoundHandler()))
 	t.Cleanup(srv.Close)
 	d.url = srv.URL

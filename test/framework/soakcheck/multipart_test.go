@@ -11,16 +11,15 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
-	"github.com/tether-dev/tether/test/framework/s3multipart"
 	"github.com/tether-dev/tether/test/framework/s3server"
 )
 
-// s3Store reads a real versitygw bucket, whose multipart uploads
-// s3multipart lists, as the soak reads its store.
-type s3Store struct{ *s3multipart.Backend }
+// s3Store reads a real versitygw bucket and lists its multipart uploads
+// through the s3 backend, as the soak reads its store.
+type s3Store struct{ *s3store.S3Backend }
 
 func (s s3Store) Open(ctx context.Context, key string) (io.ReadCloser, error) {
-	rc, _, err := s.Backend.Open(ctx, key)
+	rc, _, err := s.S3Backend.Open(ctx, key)
 	return rc, err
 }
 
@@ -43,7 +42,7 @@ func newS3Store(t *testing.T) s3Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s3Store{&s3multipart.Backend{S3Backend: b}}
+	return s3Store{b}
 }
 
 // TestCheckMultipartUploadsLeftBehind: on a store that lists its open
