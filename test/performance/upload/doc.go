@@ -112,6 +112,24 @@
 // Peak disk: the file, plus 8 objects and, while they are committed, their
 // copies (about 17 GiB at 1 GiB).
 //
+// BenchmarkLargeFile (large_bench_test.go): one file of
+// TETHER_BENCH_LARGE_SIZE (default 6 GiB; same format as
+// TETHER_BENCH_UPLOAD_SIZE) that the endpoint stores as an S3 multipart
+// upload on versitygw, in one run: a hash pass (MD5 + CRC-64/NVME over the
+// file's bytes in memory, the hashing's CPU alone), the floor (minio-go's
+// multipart upload straight to the store: Content-MD5 per part, full-object
+// CRC-64/NVME, the endpoint's part size), proxy (the Uploader in a child
+// process through the endpoint in a server child, S3 backend probed and
+// used) and resume (the Uploader's PUT cut at 60%, then a new Uploader).
+// Reported: floor-mib-per-s, proxy-mib-per-s, large-proxy-x-floor,
+// large-proxy-cp-cpu-x-hash (the server child's CPU over the hash pass's),
+// large-sidecar-rss-mib (the Uploader child's VmHWM),
+// large-resume-resent-parts (bytes of the first 60% sent again, in parts)
+// and large-peak-disk-mib (versitygw's directory, sampled). At smoke size
+// the file is 16 MiB and the endpoint's threshold and part size 5 MiB.
+// Peak disk: the file, plus what versitygw holds at once (1.5 x the size
+// at 256 MiB: an upload's parts while it completes).
+//
 // BenchmarkManifestPutRSS (manifest_rss_bench_test.go) sends ten 16 MiB
 // manifest PUTs of one token at once to the artifact endpoint served by a
 // child process (TETHER_BENCH_UPLOAD_CHILD=manifest-server) and reports that

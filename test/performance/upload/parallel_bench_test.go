@@ -43,8 +43,8 @@ const (
 )
 
 // configureDirect sets a server child's direct-upload options (the direct
-// phase's file sets it); nil: the handler has none (proxy only).
-var configureDirect func(h *endpoint.Handler, enabled bool)
+// phase's file sets it); nil: the store has none (proxy only).
+var configureDirect func(o *store.Options, enabled bool)
 
 // parallelEnv is versitygw (TLS, its own process) and what every phase shares.
 type parallelEnv struct {
@@ -88,30 +88,7 @@ func BenchmarkParallel8x1GiB(b *testing.B) {
 			b.Fatalf("TETHER_BENCH_UPLOAD_SIDECARS=%q: want 1 to 64", v)
 		}
 	}
-	e := &parallelEnv{dir: b.TempDir(), sidecars: n, fx: getFixture(b, cfg.size)}
-	certPEM, keyPEM := benchutil.SelfSignedCert(b) // 127.0.0.1: the store and the control plane
-	e.certFile, e.keyFile, e.caFile = filepath.Join(e.dir, "tls.crt"), filepath.Join(e.dir, "tls.key"), filepath.Join(e.dir, "ca.crt")
-	for f, data := range map[string][]byte{e.certFile: certPEM, e.keyFile: keyPEM, e.caFile: certPEM} {
-		if err := os.WriteFile(f, data, 0o600); err != nil {
-			b.Fatal(err)
-		}
-	}
-	e.roots = x509.NewCertPool()
-	e.roots.AppendCertsFromPEM(certPEM)
-	data := filepath.Join(e.dir, "s3")
-	if err := os.Mkdir(data, 0o700); err != nil {
-		b.Fatal(err)
-	}
-	s, err := s3server.Start(b.Context(), s3server.Options{Dir: data, AccessKey: s3Access, SecretKey: s3Secret,
-		CertFile: e.certFile, KeyFile: e.keyFile, CAPEM: certPEM})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(s.Stop)
-	e.s3 = s
-	if err := s.MakeBucket(b.Context(), s3Bucket, false); err != nil {
-		b.Fatal(err)
-	}
+	e := startParallelEnv(b, n, getFixture(b, cfg.size))
 
 	// TETHER_BENCH_UPLOAD_PHASES (e.g. "plain-put,direct") runs only those.
 	run := func(phase string) bool {
@@ -156,6 +133,37 @@ func BenchmarkParallel8x1GiB(b *testing.B) {
 		b.ReportMetric(d.perGiB(d.cpCPU), "direct-cp-cpu-s-per-gib")
 		b.ReportMetric(d.perGiB(d.storeCPU), "direct-store-cpu-s-per-gib")
 	}
+}
+
+// startParallelEnv starts versitygw (TLS, its own process, stopped when b
+// ends) with an empty bucket, for sidecars uploading fx.
+func startParallelEnv(b *testing.B, sidecars int, fx *fixture) *parallelEnv {
+	b.Helper()
+	e := &parallelEnv{dir: b.TempDir(), sidecars: sidecars, fx: fx}
+	certPEM, keyPEM := benchutil.SelfSignedCert(b) // 127.0.0.1: the store and the control plane
+	e.certFile, e.keyFile, e.caFile = filepath.Join(e.dir, "tls.crt"), filepath.Join(e.dir, "tls.key"), filepath.Join(e.dir, "ca.crt")
+	for f, data := range map[string][]byte{e.certFile: certPEM, e.keyFile: keyPEM, e.caFile: certPEM} {
+		if err := os.WriteFile(f, data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	e.roots = x509.NewCertPool()
+	e.roots.AppendCertsFromPEM(certPEM)
+	data := filepath.Join(e.dir, "s3")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	s, err := s3server.Start(b.Context(), s3server.Options{Dir: data, AccessKey: s3Access, SecretKey: s3Secret,
+		CertFile: e.certFile, KeyFile: e.keyFile, CAPEM: certPEM})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Stop)
+	e.s3 = s
+	if err := s.MakeBucket(b.Context(), s3Bucket, false); err != nil {
+		b.Fatal(err)
+	}
+	return e
 }
 
 // phase runs put for every sidecar at once, measuring the control plane
@@ -322,7 +330,8 @@ type serverChild struct {
 	done  chan error
 }
 
-func startServerChild(b *testing.B, e *parallelEnv, direct bool) *serverChild {
+// extraEnv are more childEnv+"_*" settings (runServerChild reads them).
+func startServerChild(b *testing.B, e *parallelEnv, direct bool, extraEnv ...string) *serverChild {
 	b.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -332,6 +341,7 @@ func startServerChild(b *testing.B, e *parallelEnv, direct bool) *serverChild {
 	cmd.Env = append(os.Environ(), childEnv+"=server",
 		childEnv+"_S3="+e.s3.Endpoint, childEnv+"_CERT="+e.certFile, childEnv+"_KEY_FILE="+e.keyFile,
 		childEnv+"_SIDECARS="+strconv.Itoa(e.sidecars), childEnv+"_DIRECT="+strconv.FormatBool(direct))
+	cmd.Env = append(cmd.Env, extraEnv...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -396,8 +406,15 @@ func runServerChild() int {
 		jobs[tokenOf(i)] = endpoint.Job{Namespace: "tether-bench", Name: jobOf(phase, i), JobID: jobOf(phase, i), Writable: true,
 			Nodes: 1, Pods: map[int]string{0: benchutil.BenchPodUID}}
 	}
+	opts, err := childStoreOptions(backend, roots)
+	if err != nil {
+		return fail(err)
+	}
+	if configureDirect != nil {
+		configureDirect(&opts, direct)
+	}
 	h := &endpoint.Handler{
-		Store: store.New(backend, store.Options{}),
+		Store: store.New(backend, opts),
 		Authorize: func(_ context.Context, token binding.Token) (endpoint.Job, error) {
 			if j, ok := jobs[string(token)]; ok {
 				return j, nil
@@ -406,13 +423,50 @@ func runServerChild() int {
 		},
 		Log: logr.Discard(),
 	}
-	if configureDirect != nil {
-		configureDirect(h, direct)
-	}
 	if err := serveChild(h, cert); err != nil {
 		return fail(err)
 	}
 	return 0
+}
+
+// childStoreOptions are a server child's store options: with
+// childEnv_MULTIPART=true, bodies from childEnv_MP_THRESHOLD bytes are stored
+// in parts of childEnv_MP_PART (either empty: the endpoint's default), the
+// backend probed and its choice used, as the binding server does at start.
+func childStoreOptions(backend *s3store.S3Backend, roots *x509.CertPool) (store.Options, error) {
+	env := func(k string) string { return os.Getenv(childEnv + "_" + k) }
+	if env("MULTIPART") != "true" {
+		return store.Options{}, nil
+	}
+	var o store.MultipartOptions
+	for _, v := range []struct {
+		name string
+		to   *int64
+	}{{"MP_THRESHOLD", &o.Threshold}, {"MP_PART", &o.PartSize}} {
+		if s := env(v.name); s != "" {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return store.Options{}, fmt.Errorf("%s_%s=%q: want a byte count", childEnv, v.name, s)
+			}
+			*v.to = n
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, DisableCompression: true}}
+	caps, err := backend.Probe(ctx, client)
+	if err != nil {
+		return store.Options{}, fmt.Errorf("probing the store: %w", err)
+	}
+	ch, err := caps.Choose()
+	if err != nil {
+		return store.Options{}, fmt.Errorf("choosing how to verify uploads: %w", err)
+	}
+	if !ch.Multipart {
+		return store.Options{}, fmt.Errorf("the probe says the store cannot verify multipart objects (%s)", ch.Why)
+	}
+	backend.Use(ch)
+	return store.Options{Multipart: o}, nil
 }
 
 // serveChild serves h over TLS on a loopback port a child announces on

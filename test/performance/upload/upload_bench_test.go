@@ -903,7 +903,8 @@ func childUpload(mode string, rep *childReport) error {
 	switch mode {
 	case "upload", "upload-no-crc":
 		up, err := artifacts.NewUploader(artifacts.UploaderConfig{ServerURL: env("URL"), JobID: env("JOB"), TokenFile: env("TOKEN_FILE"), CAFile: env("CA_FILE"),
-			NoTrailer: mode == "upload-no-crc", PodUID: benchutil.BenchPodUID})
+			NoTrailer: mode == "upload-no-crc", PodUID: benchutil.BenchPodUID, DirectMinSize: envInt64(env("DIRECT_MIN")),
+			ResumeMinSize: envInt64(env("RESUME_MIN"))})
 		if err != nil {
 			return err
 		}
@@ -959,6 +960,13 @@ func childUpload(mode string, rep *childReport) error {
 	io1 := readProcIO()
 	rep.Rchar, rep.ReadB = io1.rchar-io0.rchar, io1.readBytes-io0.readBytes
 	return err
+}
+
+// envInt64 is a child's optional integer setting; "" (or not a number)
+// is 0, the Uploader's default.
+func envInt64(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }
 
 // procStatusKiB reads a "kB" field of /proc/self/status.
