@@ -39,6 +39,9 @@ const (
 type AuthorizeRequest struct {
 	Key  string `json:"key"`
 	Size int64  `json:"size"`
+	// Restart: the parts the store holds of the key's upload in parts are
+	// not the file's (it changed): start a new upload.
+	Restart bool `json:"restart,omitempty"`
 }
 
 // AuthorizeResponse says how to send the body. In ModeDirect, URL is a
@@ -57,6 +60,12 @@ type AuthorizeResponse struct {
 	// are not MD5s (SSE-KMS, SSE-C): the sidecar ignores the ETag and the
 	// commit checks the store's CRC-64/NVME against the claimed one.
 	Verify Verify `json:"verify,omitempty"`
+	// In ModeDirectParts: PartSize is every part's size but the last's,
+	// Parts the first part URLs (more from PathParts), Stored the parts the
+	// store already holds of this upload (it resumes).
+	PartSize int64        `json:"partSize,omitempty"`
+	Parts    []PartURL    `json:"parts,omitempty"`
+	Stored   []StoredPart `json:"stored,omitempty"`
 }
 
 // Verify names what proves that a stored object holds the bytes sent.
@@ -80,6 +89,9 @@ type CommitRequest struct {
 	MD5       string `json:"md5"`
 	CRC64NVME string `json:"crc64nvme,omitempty"`
 	Upload    string `json:"upload"`
+	// Parts, for an upload in parts, are its parts in order, each with
+	// the MD5 of the bytes sent for it; CRC64NVME is then required.
+	Parts []CommitPart `json:"parts,omitempty"`
 }
 
 // CommitResponse is a committed object: verified in the store and stored

@@ -19,6 +19,10 @@ func accessOp(method, path string) string {
 		return "authorize"
 	case path == upload.PathCommit:
 		return "commit"
+	case path == upload.PathParts:
+		return "parts"
+	case path == upload.PathResume:
+		return "resume"
 	case method == http.MethodHead:
 		return "head"
 	case method == http.MethodPut:

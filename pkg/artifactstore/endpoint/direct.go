@@ -74,6 +74,15 @@ func (h *Handler) serveDirect(rq *request) {
 		h.authorizeDirect(rq, req)
 		return
 	}
+	if r.URL.Path == upload.PathParts {
+		var req upload.PartsRequest
+		if err := json.Unmarshal(raw, &req); err != nil {
+			rq.fail(&apiError{http.StatusBadRequest, "MalformedJSON", "the body is not a parts request ({\"key\":…,\"size\":…,\"upload\":…,\"from\":…}): " + err.Error()})
+			return
+		}
+		h.parts(rq, req)
+		return
+	}
 	if r.URL.Path == upload.PathResume {
 		var req upload.ResumeRequest
 		if err := json.Unmarshal(raw, &req); err != nil {
@@ -128,6 +137,11 @@ func (h *Handler) authorizeDirect(rq *request, req upload.AuthorizeRequest) {
 		return
 	}
 	p := h.Store.Presigner()
+	_, isManifest := upload.ManifestRank(path, job.Nodes)
+	if mp, pp := h.partsDirect(req.Size); p != nil && mp != nil && !isManifest {
+		h.authorizeParts(rq, job, req, mp, pp)
+		return
+	}
 	// Manifests go through the server: their verdict is recorded as they
 	// are stored.
 	if req.Size > upload.MaxSinglePutSize {
@@ -140,7 +154,7 @@ func (h *Handler) authorizeDirect(rq *request, req upload.AuthorizeRequest) {
 		writeJSON(rq, upload.AuthorizeResponse{Mode: upload.ModeProxy})
 		return
 	}
-	if _, isManifest := upload.ManifestRank(path, job.Nodes); p == nil || isManifest {
+	if p == nil || isManifest {
 		writeJSON(rq, upload.AuthorizeResponse{Mode: upload.ModeProxy})
 		return
 	}
@@ -179,6 +193,10 @@ func (h *Handler) commitDirect(rq *request, req upload.CommitRequest) {
 	after, cancel := context.WithTimeout(context.WithoutCancel(rq.r.Context()), upload.CommitTimeout(h.callbackTimeout(), max(req.Size, 0)))
 	defer cancel()
 	_ = rq.rc.SetWriteDeadline(time.Now().Add(upload.CommitTimeout(h.callbackTimeout(), max(req.Size, 0)) + h.idleTimeout()))
+	if len(req.Parts) > 0 {
+		h.commitParts(after, rq, req)
+		return
+	}
 	job, e := h.admitCommit(after, rq, req)
 	if e != nil {
 		rq.fail(e)

@@ -198,7 +198,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) *request {
 }
 
 func isDirectPath(p string) bool {
-	return p == upload.PathAuthorize || p == upload.PathCommit || p == upload.PathResume
+	return p == upload.PathAuthorize || p == upload.PathCommit || p == upload.PathResume || p == upload.PathParts
 }
 
 // authorize checks the token and that the key is under the job's prefix.

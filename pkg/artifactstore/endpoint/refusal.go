@@ -23,7 +23,7 @@ func refusalReason(code string) string {
 // its own and objects.CheckKey's (TestErrorCodesListed keeps the list whole).
 var errorCodes = []string{
 	"AccessDenied", "BadDigest", "EntityTooLarge", "IncompleteBody", "InternalError", "InvalidArgument",
-	"InvalidDigest", "InvalidRequest", "InvalidUpload", "KeyConflict", "KeyTooLongError", "MalformedJSON", "MalformedManifest",
+	"InvalidDigest", "InvalidPart", "InvalidRequest", "InvalidUpload", "KeyConflict", "KeyTooLongError", "MalformedJSON", "MalformedManifest",
 	"MethodNotAllowed", "MissingContentLength", "NoSuchBucket", "NoSuchKey", "NoSuchUpload", "NotImplemented",
 	"ServiceUnavailable", "SlowDown", "XAmzContentSHA256Mismatch",
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/tether-dev/tether/pkg/upload"
@@ -66,8 +68,17 @@ type Multiparter interface {
 // MultipartOf is b as a Multiparter that can verify what it stores in
 // parts, or nil.
 func MultipartOf(b upload.Backend) Multiparter {
-	if m, ok := b.(Multiparter); ok && m.MultipartCapable() {
+	// A store whose ETags are not MD5s (SSE-KMS, SSE-C) cannot have its
+	// parts checked.
+	if m, ok := b.(Multiparter); ok && m.MultipartCapable() && !VerificationOf(b).ByChecksum {
 		return m
 	}
 	return nil
+}
+
+// PartPresigner is a backend that can sign a PUT of one part (exactly size
+// bytes) of multipart upload id of key: the URL writes nothing but that
+// part of that upload. The URL carries a signature: never log it.
+type PartPresigner interface {
+	PresignPart(ctx context.Context, key, id string, n int, size int64, ttl time.Duration) (*url.URL, http.Header, error)
 }

@@ -30,10 +30,14 @@ type MultipartState struct {
 	UploadID string `json:"uploadID"`
 	// Size is the whole object's size, PartSize the size of every part
 	// but the last.
-	Size     int64       `json:"size"`
-	PartSize int64       `json:"partSize"`
-	Parts    []StatePart `json:"parts"`
-	Created  time.Time   `json:"created"`
+	Size     int64 `json:"size"`
+	PartSize int64 `json:"partSize"`
+	// Token is the id a direct upload in parts was authorized with (the
+	// sidecar's parts and commit name it); empty for a proxied body, whose
+	// Parts the server streamed (a direct upload's parts are the store's).
+	Token   string      `json:"token,omitempty"`
+	Parts   []StatePart `json:"parts"`
+	Created time.Time   `json:"created"`
 }
 
 // StatePart is one stored part as the server streamed it.

@@ -53,3 +53,26 @@ func publicClient(o S3Options, lookup minio.BucketLookupType) (*minio.Client, er
 		Transport:    o.Transport,
 	})
 }
+
+var _ objects.PartPresigner = (*S3Backend)(nil)
+
+// PresignPart signs a PUT of part n of upload id of key whose
+// Content-Length must be size (the upload id and part number are in the
+// signed query, so the URL writes nothing else).
+func (b *S3Backend) PresignPart(ctx context.Context, key, id string, n int, size int64, ttl time.Duration) (*url.URL, http.Header, error) {
+	if ttl < time.Second || ttl > MaxPresignTTL {
+		return nil, nil, fmt.Errorf("presigned URL lifetime %s: must be in [1s, %s]", ttl, MaxPresignTTL)
+	}
+	signed := http.Header{}
+	signed.Set("Content-Length", strconv.FormatInt(size, 10))
+	c := b.Client
+	if b.Public != nil {
+		c = b.Public
+	}
+	q := url.Values{"partNumber": {strconv.Itoa(n)}, "uploadId": {id}}
+	u, err := c.PresignHeader(ctx, http.MethodPut, b.Bucket, b.name(key), ttl, q, signed)
+	if err != nil {
+		return nil, nil, fmt.Errorf("presigning part %d of %s: %w", n, b.name(key), err)
+	}
+	return u, http.Header{}, nil
+}

@@ -110,22 +110,36 @@ func (u *Uploader) dialStoreTLS(ctx context.Context, network, addr string) (net.
 	return dialVerified(ctx, network, addr, pool)
 }
 
+// sent is what an upload verified: the body's MD5 and CRC-64/NVME, and how
+// many of its bytes were found stored (read, not sent).
+type sent struct {
+	md5, crc string
+	resumed  int64
+}
+
 // send sends size bytes of body to key, in direct mode if the server offers
 // it, and returns their MD5 and CRC-64/NVME once the server verified them.
-func (u *Uploader) send(ctx context.Context, key string, body io.Reader, size int64) (string, string, error) {
+func (u *Uploader) send(ctx context.Context, key string, body io.Reader, size int64) (sent, error) {
 	d := &u.direct
 	if !d.wants(size) {
-		return u.put(ctx, key, body, size)
+		sum, crc, err := u.put(ctx, key, body, size)
+		return sent{md5: sum, crc: crc}, err
 	}
 	a, err := u.authorize(ctx, key, size)
 	if err != nil {
-		return "", "", err
+		return sent{}, err
 	}
-	if a.Mode != upload.ModeDirect {
+	var res sent
+	switch a.Mode {
+	case upload.ModeDirect:
+		res.md5, res.crc, err = u.putDirect(ctx, key, a, body, size)
+	case upload.ModeDirectParts:
+		res, err = u.putDirectParts(ctx, key, a, body, size)
+	default:
 		d.proxyFor(proxyRecheck)
-		return u.put(ctx, key, body, size)
+		res.md5, res.crc, err = u.put(ctx, key, body, size)
+		return res, err
 	}
-	sum, crc, err := u.putDirect(ctx, key, a, body, size)
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "dial" {
 		// The store cannot be reached from here: the next attempts go
@@ -134,7 +148,7 @@ func (u *Uploader) send(ctx context.Context, key string, body io.Reader, size in
 		u.log.Warn("the artifact store cannot be reached for direct uploads; uploading through the binding server",
 			"error", err, "for", proxyRecheck.String())
 	}
-	return sum, crc, err
+	return res, err
 }
 
 // postJSON posts v to the binding server's path and decodes the answer into
@@ -183,7 +197,8 @@ func s3Error(resp *http.Response, raw []byte) error {
 
 func (u *Uploader) authorize(ctx context.Context, key string, size int64) (upload.AuthorizeResponse, error) {
 	var a upload.AuthorizeResponse
-	status, err := u.postJSON(ctx, u.direct.api, upload.PathAuthorize, upload.AuthorizeRequest{Key: key, Size: size}, &a)
+	_, restart := u.restartParts.LoadAndDelete(key)
+	status, err := u.postJSON(ctx, u.direct.api, upload.PathAuthorize, upload.AuthorizeRequest{Key: key, Size: size, Restart: restart}, &a)
 	switch {
 	case status == http.StatusNotFound || status == http.StatusMethodNotAllowed:
 		// A server without direct uploads.
@@ -192,6 +207,8 @@ func (u *Uploader) authorize(ctx context.Context, key string, size int64) (uploa
 		return a, fmt.Errorf("authorizing %s: %w", key, err)
 	case a.Mode == upload.ModeDirect && (a.URL == "" || a.Upload == ""):
 		return a, fmt.Errorf("authorizing %s: the server answered direct mode without a URL or upload id", key)
+	case a.Mode == upload.ModeDirectParts && a.Upload == "":
+		return a, fmt.Errorf("authorizing %s: the server answered an upload in parts without its id", key)
 	}
 	return a, nil
 }

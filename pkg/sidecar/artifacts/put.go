@@ -162,13 +162,15 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 	// never sent whole, so the server refuses the short body and keeps
 	// nothing, instead of storing a mix as the final object.
 	guard := &lastBytesGuard{r: f, remaining: size, check: func() error { return unchanged(f, st) }}
-	var sum, crc string
+	var out sent
 	if prefix != nil {
 		guard.remaining = size - prefix.offset
-		sum, crc, err = u.putResumed(ctx, key, guard, size, prefix)
+		out.md5, out.crc, err = u.putResumed(ctx, key, guard, size, prefix)
+		out.resumed = prefix.offset
 	} else {
-		sum, crc, err = u.send(ctx, key, guard, size)
+		out, err = u.send(ctx, key, guard, size)
 	}
+	sum, crc := out.md5, out.crc
 	if err != nil {
 		if errors.Is(err, errChanged) {
 			return Result{}, fmt.Errorf("PUT %s: %w", key, errChanged)
@@ -180,9 +182,7 @@ func (u *Uploader) uploadOnce(ctx context.Context, root *os.Root, rel, key strin
 		return Result{}, err
 	}
 	r := u.verifiedAs(rel, size, mtime, sum, crc, Uploaded)
-	if prefix != nil {
-		r.Resumed = prefix.offset
-	}
+	r.Resumed = out.resumed
 	return r, nil
 }
 

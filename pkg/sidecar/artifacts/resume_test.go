@@ -15,9 +15,11 @@ import (
 
 // cutBody ends the first PUT of a body after limit bytes, as a sidecar
 // killed mid-file or a connection lost does; it counts every PUT body byte.
+// skip PUTs pass whole before the one that is cut.
 type cutBody struct {
 	next  http.RoundTripper
 	limit int64
+	skip  atomic.Int64
 	cut   atomic.Bool
 	sent  atomic.Int64
 }
@@ -25,7 +27,7 @@ type cutBody struct {
 func (c *cutBody) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.Method == http.MethodPut && r.Body != nil {
 		var body io.Reader = r.Body
-		if c.cut.CompareAndSwap(false, true) {
+		if !c.cut.Load() && c.skip.Add(-1) < 0 && c.cut.CompareAndSwap(false, true) {
 			body = &failAfter{r: r.Body, n: c.limit}
 		}
 		r.Body = io.NopCloser(&countReader{r: body, n: &c.sent})

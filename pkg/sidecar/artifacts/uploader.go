@@ -129,6 +129,9 @@ type Uploader struct {
 	noTrailer atomic.Bool
 	// noResume: the server has no resume exchange (an older server).
 	noResume atomic.Bool
+	// restartParts: keys whose stored parts were found to be other bytes
+	// than the file's; their next authorize asks for a new upload.
+	restartParts sync.Map
 }
 
 // verifiedFile is what the Uploader knows of a file it verified: while its
