@@ -128,6 +128,11 @@ const (
 	// HeaderManifestMissing is the first missing entry's path (URL path
 	// escaped) on a manifest PUT's response.
 	HeaderManifestMissing = "X-Tether-Manifest-Missing"
+	// HeaderMultipart ("1") on a PUT says the client verifies an object
+	// stored in parts by its CRC-64/NVME (its ETag is not the MD5): only then
+	// does the endpoint store a body under 5 GiB in parts. A sidecar from
+	// before objects were stored in parts sends none, and gets single PUTs.
+	HeaderMultipart = "X-Tether-Multipart"
 	// HeaderResumeOffset on a PUT says its body is the object's bytes from
 	// this offset on: the stored parts of the key's open upload hold the
 	// bytes before it (the resume exchange, upload.PathResume).

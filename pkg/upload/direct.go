@@ -42,6 +42,9 @@ type AuthorizeRequest struct {
 	// Restart: the parts the store holds of the key's upload in parts are
 	// not the file's (it changed): start a new upload.
 	Restart bool `json:"restart,omitempty"`
+	// Parts: the sidecar takes a ModeDirectParts answer (a sidecar from
+	// before uploads in parts sends none and gets ModeDirect or ModeProxy).
+	Parts bool `json:"parts,omitempty"`
 }
 
 // AuthorizeResponse says how to send the body. In ModeDirect, URL is a

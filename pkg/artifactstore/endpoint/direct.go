@@ -138,7 +138,7 @@ func (h *Handler) authorizeDirect(rq *request, req upload.AuthorizeRequest) {
 	}
 	p := h.Store.Presigner()
 	_, isManifest := upload.ManifestRank(path, job.Nodes)
-	if mp, pp := h.partsDirect(req.Size); p != nil && mp != nil && !isManifest {
+	if mp, pp := h.partsDirect(req.Size); p != nil && mp != nil && !isManifest && req.Parts {
 		h.authorizeParts(rq, job, req, mp, pp)
 		return
 	}

@@ -49,7 +49,10 @@ func (p *putOp) admitSize() *apiError {
 	case p.size > upload.MaxObjectSize || p.size < 0:
 		return &apiError{http.StatusBadRequest, "EntityTooLarge",
 			fmt.Sprintf("the object is %d bytes; S3 stores objects of at most %d bytes (5 TiB): exclude the file with the %s annotation", p.size, upload.MaxObjectSize, names.ExcludeAnnotation)}
-	case !p.isManifest && mp != nil && p.size >= h.multipartThreshold():
+	case !p.isManifest && mp != nil && p.size >= h.multipartThreshold() && (hd.Get(names.HeaderMultipart) != "" || p.size > upload.MaxSinglePutSize):
+		// A client that does not say it verifies objects in parts (an
+		// older sidecar) gets single PUTs below 5 GiB: it would take the
+		// multipart ETag for a wrong MD5.
 		p.multipart = true
 	case p.offset > 0:
 		return &apiError{http.StatusBadRequest, "InvalidArgument",

@@ -83,7 +83,7 @@ func testMultipartDirect(t *testing.T, e *env) {
 	}
 	authorize := func() upload.AuthorizeResponse {
 		var a upload.AuthorizeResponse
-		if resp := e.postInto(upload.PathAuthorize, tokenA, upload.AuthorizeRequest{Key: key, Size: int64(len(body))}, &a); resp.StatusCode != http.StatusOK {
+		if resp := e.postInto(upload.PathAuthorize, tokenA, upload.AuthorizeRequest{Key: key, Size: int64(len(body)), Parts: true}, &a); resp.StatusCode != http.StatusOK {
 			wantError(t, resp, http.StatusOK, "")
 		}
 		if a.Mode != upload.ModeDirectParts || len(a.Parts) != 3 || a.PartSize != testPart || a.Parts[2].Size != 1 {
@@ -94,6 +94,11 @@ func testMultipartDirect(t *testing.T, e *env) {
 	commit := func(token string, a upload.AuthorizeResponse, crc string, parts []upload.CommitPart) *http.Response {
 		return e.postJSON(upload.PathCommit, token, upload.CommitRequest{Key: key, Size: int64(len(body)), MD5: md5Of(body),
 			CRC64NVME: crc, Upload: a.Upload, Parts: parts})
+	}
+	// A sidecar that does not take uploads in parts gets a single URL.
+	var single upload.AuthorizeResponse
+	if resp := e.postInto(upload.PathAuthorize, tokenA, upload.AuthorizeRequest{Key: key, Size: int64(len(body))}, &single); resp.StatusCode != http.StatusOK || single.Mode != upload.ModeDirect {
+		t.Fatalf("an older sidecar's authorize: %d %+v", resp.StatusCode, single)
 	}
 	a := authorize()
 	if st := putPart(t, a.Parts[0], part(1)); st != http.StatusOK {

@@ -148,10 +148,21 @@ func (e *env) wantNoOpenUploads(prefix string) {
 	}
 }
 
+// inParts is the header of a client that verifies objects in parts.
+var inParts = http.Header{names.HeaderMultipart: {"1"}}
+
+// putInParts PUTs b as the sidecar does: one streaming PUT, its
+// CRC-64/NVME in an aws-chunked trailer, saying it verifies objects in
+// parts.
+func (e *env) putInParts(key string, b []byte) (minio.UploadInfo, error) {
+	return minio.Core{Client: e.minio(tokenA, inParts)}.PutObject(context.Background(), upload.Bucket, key, bytes.NewReader(b), int64(len(b)), "", "",
+		minio.PutObjectOptions{DisableMultipart: true, Checksum: minio.ChecksumCRC64NVME})
+}
+
 func testMultipartRoundTrip(t *testing.T, e *env) {
 	const key = "job-a/model/shard-00001.safetensors"
 	b := bigData(int(2*testPart+7000), 1)
-	info, err := e.putTrailer(key, b)
+	info, err := e.putInParts(key, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +173,11 @@ func testMultipartRoundTrip(t *testing.T, e *env) {
 		t.Fatalf("answer's ETag %q is neither a multipart ETag nor the MD5", info.ETag)
 	}
 	e.wantStoredInParts(key, b)
+	// A client that does not say it verifies objects in parts (a sidecar
+	// from before them) gets a single PUT whose ETag is the MD5.
+	old := bigData(int(2*testPart+1), 15)
+	e.mustPut("job-a/old-sidecar.bin", old)
+	e.wantObject("job-a/old-sidecar.bin", old)
 	// A body under the threshold is one PUT, as always.
 	small := bigData(int(testPart-1), 2)
 	e.mustPut("job-a/small.bin", small)
@@ -191,6 +207,7 @@ func (e *env) putCut(key string, b []byte, n int) {
 	u := strings.TrimPrefix(e.srv.URL, "https://")
 	head := "PUT /" + upload.Bucket + "/" + key + " HTTP/1.1\r\nHost: " + u + "\r\n" +
 		names.HeaderArtifactToken + ": " + tokenA + "\r\n" + names.HeaderArtifactPodUID + ": " + testPod + "\r\n" +
+		names.HeaderMultipart + ": 1\r\n" +
 		"Content-Length: " + strconv.Itoa(len(b)) + "\r\n\r\n"
 	if _, err := io.WriteString(conn, head); err != nil {
 		e.t.Fatal(err)
@@ -206,6 +223,7 @@ func (e *env) putCut(key string, b []byte, n int) {
 func (e *env) putResumed(key string, b []byte, offset int64, crc string) *http.Response {
 	e.t.Helper()
 	hd := http.Header{}
+	hd.Set(names.HeaderMultipart, "1")
 	hd.Set(names.HeaderResumeOffset, strconv.FormatInt(offset, 10))
 	hd.Set(names.HeaderResumeCRC64NVME, crc)
 	rest := b[offset:]
@@ -276,7 +294,7 @@ func testMultipartStartsOver(t *testing.T, e *env) {
 	// The file was rewritten and is sent whole: the old parts are dropped,
 	// the object is the new file alone.
 	b := bigData(len(old), 7)
-	if _, err := e.putTrailer(key, b); err != nil {
+	if _, err := e.putInParts(key, b); err != nil {
 		t.Fatal(err)
 	}
 	e.wantStoredInParts(key, b)
@@ -286,7 +304,7 @@ func testMultipartBadChecksum(t *testing.T, e *env) {
 	const key = "job-a/ckpt/bad.bin"
 	b := bigData(int(2*testPart+5), 8)
 	other := bigData(len(b), 9)
-	_, err := e.put(e.minio(tokenA, nil), key, b, func(o *minio.PutObjectOptions) {
+	_, err := e.put(e.minio(tokenA, inParts), key, b, func(o *minio.PutObjectOptions) {
 		o.UserMetadata = map[string]string{upload.ChecksumHeader: upload.CRC64NVMEOf(other)}
 	})
 	wantMinioError(t, err, http.StatusBadRequest, "BadDigest")
@@ -302,7 +320,7 @@ func testMultipartPartETagMismatch(t *testing.T, e *env) {
 	const key = "job-a/ckpt/lying.bin"
 	b := bigData(int(2*testPart+5), 10)
 	e.backend.liePart.Store(true)
-	_, err := e.putTrailer(key, b)
+	_, err := e.putInParts(key, b)
 	wantMinioError(t, err, http.StatusInternalServerError, "InternalError")
 	e.wantAbsent(key)
 	e.backend.liePart.Store(false)
@@ -310,7 +328,7 @@ func testMultipartPartETagMismatch(t *testing.T, e *env) {
 	if r, _ := e.resumePoint(tokenA, key, int64(len(b))); r.Offset != 0 {
 		t.Fatalf("resume after a mismatched part answered %+v", r)
 	}
-	if _, err := e.putTrailer(key, b); err != nil {
+	if _, err := e.putInParts(key, b); err != nil {
 		t.Fatal(err)
 	}
 	e.wantStoredInParts(key, b)
@@ -321,7 +339,7 @@ func testMultipartStoreUnavailable(t *testing.T, e *env) {
 	b := bigData(int(3*testPart+5), 11)
 	// The store stores two parts, then answers 503.
 	e.backend.failParts.Store(2)
-	_, err := e.putTrailer(key, b)
+	_, err := e.putInParts(key, b)
 	wantMinioError(t, err, http.StatusServiceUnavailable, "SlowDown")
 	e.backend.failParts.Store(0)
 	r, _ := e.resumePoint(tokenA, key, int64(len(b)))
@@ -345,6 +363,7 @@ func testMultipartBound(t *testing.T, e *env) {
 		req.ContentLength = int64(len(b))
 		req.Header.Set(names.HeaderArtifactToken, tokenA)
 		req.Header.Set(names.HeaderArtifactPodUID, testPod)
+		req.Header.Set(names.HeaderMultipart, "1")
 		resp, err := (&http.Client{Transport: e.transport()}).Do(req)
 		if err != nil {
 			done <- nil
@@ -361,7 +380,7 @@ func testMultipartBound(t *testing.T, e *env) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	resp := e.raw("PUT", "/"+upload.Bucket+"/job-a/second.bin", tokenA, bytes.NewReader(b), int64(len(b)), nil)
+	resp := e.raw("PUT", "/"+upload.Bucket+"/job-a/second.bin", tokenA, bytes.NewReader(b), int64(len(b)), inParts)
 	wantError(t, resp, http.StatusServiceUnavailable, "SlowDown")
 	if resp.Header.Get("Retry-After") == "" {
 		t.Fatal("no Retry-After")
@@ -379,7 +398,7 @@ func testMultipartBound(t *testing.T, e *env) {
 func testMultipartManifest(t *testing.T, e *env) {
 	const path = "model/model-00001-of-00002.safetensors"
 	b := bigData(int(2*testPart+3), 13)
-	if _, err := e.putTrailer("job-a/"+path, b); err != nil {
+	if _, err := e.putInParts("job-a/"+path, b); err != nil {
 		t.Fatal(err)
 	}
 	sum := md5.Sum(b)

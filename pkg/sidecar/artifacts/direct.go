@@ -198,7 +198,7 @@ func s3Error(resp *http.Response, raw []byte) error {
 func (u *Uploader) authorize(ctx context.Context, key string, size int64) (upload.AuthorizeResponse, error) {
 	var a upload.AuthorizeResponse
 	_, restart := u.restartParts.LoadAndDelete(key)
-	status, err := u.postJSON(ctx, u.direct.api, upload.PathAuthorize, upload.AuthorizeRequest{Key: key, Size: size, Restart: restart}, &a)
+	status, err := u.postJSON(ctx, u.direct.api, upload.PathAuthorize, upload.AuthorizeRequest{Key: key, Size: size, Restart: restart, Parts: true}, &a)
 	switch {
 	case status == http.StatusNotFound || status == http.StatusMethodNotAllowed:
 		// A server without direct uploads.

@@ -54,6 +54,10 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	setResumeHeaders(r)
+	if r.Method == http.MethodPut {
+		// This sidecar verifies an object stored in parts by its checksum.
+		r.Header.Set(names.HeaderMultipart, "1")
+	}
 	if r.Method == http.MethodPut && r.ContentLength >= expectContinueMin {
 		r.Header.Set("Expect", "100-continue")
 	}
