@@ -98,7 +98,10 @@
 // minio-go SigV4 PUT of the file straight to the store: the floor), proxy
 // (artifacts.Uploader through the artifact endpoint with the S3 backend,
 // direct uploads off) and direct (the same, direct uploads on: authorize,
-// presigned PUT, commit with its server-side copy). The control plane runs in
+// presigned PUT, commit with its server-side copy). Its server child does
+// not probe the store, so no phase stores in parts at any size (the direct
+// phase is one PUT and a copy even at 1 GiB, past the multipart threshold);
+// BenchmarkLargeFile measures uploads in parts. The control plane runs in
 // a child process (this test binary with TETHER_BENCH_UPLOAD_CHILD=server),
 // so its CPU is that process's utime+stime from /proc/<pid>/stat, taken around
 // the phase; versitygw's is read the same way from its pid; the sidecars'
@@ -120,10 +123,18 @@
 // multipart upload straight to the store: Content-MD5 per part, full-object
 // CRC-64/NVME, the endpoint's part size), proxy (the Uploader in a child
 // process through the endpoint in a server child, S3 backend probed and
-// used) and resume (the Uploader's PUT cut at 60%, then a new Uploader).
+// used), direct (the same children with direct uploads on: authorize
+// answers "direct-parts", the Uploader sends the parts straight to
+// versitygw at their presigned URLs and commits with their MD5s, the server
+// child completes the upload, no copy) and resume (the Uploader's PUT cut
+// at 60%, then a new Uploader). Whether the body went through the server
+// child is checked on its rchar (/proc/<pid>/io) during the upload: at
+// least the file in proxy, less than one part in direct.
 // Reported: floor-mib-per-s, proxy-mib-per-s, large-proxy-x-floor,
 // large-proxy-cp-cpu-x-hash (the server child's CPU over the hash pass's),
-// large-sidecar-rss-mib (the Uploader child's VmHWM),
+// direct-mib-per-s, large-direct-x-floor (direct over floor),
+// large-direct-cp-cpu-s-per-gib (the server child's CPU during the direct
+// upload, per GiB), large-sidecar-rss-mib (the proxy Uploader child's VmHWM),
 // large-resume-resent-parts (bytes of the first 60% sent again, in parts)
 // and large-peak-disk-mib (versitygw's directory, sampled). At smoke size
 // the file is 16 MiB and the endpoint's threshold and part size 5 MiB.

@@ -67,42 +67,59 @@ type largeBench struct {
 //     itself in a child process (its CPU, from /proc/<pid>/stat, is the
 //     control plane's) with the S3 backend probed and used, which stores it
 //     in parts;
+//   - direct: the same children with direct uploads on (the Uploader's
+//     DirectMinSize default): authorize answers "direct-parts", the Uploader
+//     sends the parts to their presigned URLs on versitygw and commits with
+//     their MD5s, and the server child completes the upload.
+//     direct-mib-per-s, large-direct-x-floor (direct over floor) and
+//     large-direct-cp-cpu-s-per-gib (the server child's CPU during the
+//     upload per GiB of the file);
 //   - resume: the Uploader's PUT cut after 60% of the file, then a new
-//     Uploader sending it again: what it re-sends of the first 60% (cut point
-//   - Result.Resumed) in parts is large-resume-resent-parts (the part in
-//     flight at the cut, so below 1 when resuming works).
+//     Uploader sending it again: what it re-sends of the first 60% (the cut
+//     point less Result.Resumed) in parts is large-resume-resent-parts (the
+//     part in flight at the cut, so below 1 when resuming works).
 //
 // Every stored object is checked (size, CRC-64/NVME, part 1 of the part size) and
 // the bucket emptied after each measurement; the file is removed at the end.
+// That the body went through the endpoint in proxy and not in direct is
+// checked on the server child's rchar (/proc/<pid>/io) during the upload:
+// at least the file's size in proxy, less than one part in direct.
 func BenchmarkLargeFile(b *testing.B) {
 	lb := setupLargeBench(b)
 	ctx := b.Context()
 	var (
 		hashCPU           time.Duration
 		crc               string
-		floor, proxy      time.Duration
-		cpCPU             time.Duration
-		sidecarHWMKiB     int64
+		floor             time.Duration
+		proxy, direct     childPut
 		resumed, cutPoint int64
 	)
 	for b.Loop() {
 		hashCPU, crc = lb.hashPass(b)
 		floor = lb.floorPut(b, ctx, crc)
-		proxy, cpCPU, sidecarHWMKiB = lb.proxyPut(b, crc)
+		proxy = lb.sidecarPut(b, crc, false)
+		direct = lb.sidecarPut(b, crc, true)
 		resumed, cutPoint = lb.resumePut(b, ctx, crc)
 	}
 	b.StopTimer()
 	size := lb.fx.size
-	floorRate, proxyRate := mibPerSec(size, floor), mibPerSec(size, proxy)
+	floorRate, proxyRate, directRate := mibPerSec(size, floor), mibPerSec(size, proxy.elapsed), mibPerSec(size, direct.elapsed)
 	resentParts := float64(cutPoint-resumed) / float64(lb.partSize)
-	b.Logf("large file %d bytes in parts of %d: hash pass %.2f CPU-s; floor %.2fs (%.1f MiB/s); proxy %.2fs (%.1f MiB/s, control plane %.2f CPU-s = %.2fx the hash pass, sidecar peak RSS %.1f MiB); resume: cut at %d, resumed at %d, %d bytes (%.2f parts) sent again",
-		size, lb.partSize, hashCPU.Seconds(), floor.Seconds(), floorRate, proxy.Seconds(), proxyRate, cpCPU.Seconds(),
-		cpCPU.Seconds()/hashCPU.Seconds(), float64(sidecarHWMKiB)/1024, cutPoint, resumed, cutPoint-resumed, resentParts)
+	gibs := float64(size) / gib
+	b.Logf("large file %d bytes in parts of %d: hash pass %.2f CPU-s; floor %.2fs (%.1f MiB/s)", size, lb.partSize, hashCPU.Seconds(), floor.Seconds(), floorRate)
+	b.Logf("proxy %.2fs (%.1f MiB/s, control plane %.2f CPU-s = %.2fx the hash pass, read %d bytes; sidecar peak RSS %.1f MiB)",
+		proxy.elapsed.Seconds(), proxyRate, proxy.cpCPU.Seconds(), proxy.cpCPU.Seconds()/hashCPU.Seconds(), proxy.cpRead, float64(proxy.hwmKiB)/1024)
+	b.Logf("direct %.2fs (%.1f MiB/s, control plane %.2f CPU-s, read %d bytes; sidecar peak RSS %.1f MiB)",
+		direct.elapsed.Seconds(), directRate, direct.cpCPU.Seconds(), direct.cpRead, float64(direct.hwmKiB)/1024)
+	b.Logf("resume: cut at %d, resumed at %d, %d bytes (%.2f parts) sent again", cutPoint, resumed, cutPoint-resumed, resentParts)
 	b.ReportMetric(floorRate, "floor-mib-per-s")
 	b.ReportMetric(proxyRate, "proxy-mib-per-s")
 	b.ReportMetric(proxyRate/floorRate, "large-proxy-x-floor")
-	b.ReportMetric(cpCPU.Seconds()/hashCPU.Seconds(), "large-proxy-cp-cpu-x-hash")
-	b.ReportMetric(float64(sidecarHWMKiB)/1024, "large-sidecar-rss-mib")
+	b.ReportMetric(proxy.cpCPU.Seconds()/hashCPU.Seconds(), "large-proxy-cp-cpu-x-hash")
+	b.ReportMetric(directRate, "direct-mib-per-s")
+	b.ReportMetric(directRate/floorRate, "large-direct-x-floor")
+	b.ReportMetric(direct.cpCPU.Seconds()/gibs, "large-direct-cp-cpu-s-per-gib")
+	b.ReportMetric(float64(proxy.hwmKiB)/1024, "large-sidecar-rss-mib")
 	b.ReportMetric(resentParts, "large-resume-resent-parts")
 	b.ReportMetric(float64(lb.disk.peak.Load())/mib, "large-peak-disk-mib")
 }
@@ -215,12 +232,29 @@ func (lb *largeBench) floorPut(b *testing.B, ctx context.Context, crc string) ti
 	return elapsed
 }
 
-// proxyPut sends the file with the Uploader in a child process through the
-// endpoint in a server child: the upload's time, the control plane's CPU
-// and the sidecar's peak RSS (KiB).
-func (lb *largeBench) proxyPut(b *testing.B, crc string) (time.Duration, time.Duration, int64) {
+// childPut is one upload of the file by the Uploader in a child process,
+// with the endpoint in a server child.
+type childPut struct {
+	elapsed time.Duration
+	cpCPU   time.Duration // the server child's CPU during the upload
+	cpRead  int64         // the server child's rchar during the upload
+	hwmKiB  int64         // the Uploader child's peak RSS
+}
+
+// sidecarPut sends the file with the Uploader in a child process to the
+// endpoint in a server child: through it (proxy), or with direct uploads
+// on (direct: the server child presigns the parts, the Uploader sends them
+// straight to the store). The server child's rchar (/proc/<pid>/io: every
+// byte its read(2) calls returned, its sockets included) says whether the
+// body went through it: the proxied upload must read at least the file, the
+// direct one less than one part.
+func (lb *largeBench) sidecarPut(b *testing.B, crc string, direct bool) childPut {
 	b.Helper()
-	cp := lb.startServer(b)
+	name, directMin := "proxy", "-1"
+	if direct {
+		name, directMin = "direct", "0" // 0: the Uploader's DirectMinSize default
+	}
+	cp := lb.startServer(b, direct)
 	defer cp.stop()
 	exe, err := os.Executable()
 	if err != nil {
@@ -231,40 +265,52 @@ func (lb *largeBench) proxyPut(b *testing.B, crc string) (time.Duration, time.Du
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Env = append(os.Environ(), childEnv+"=upload",
-		childEnv+"_URL="+cp.url, childEnv+"_JOB="+jobOf("proxy", 0), childEnv+"_TOKEN_FILE="+lb.tokenFile,
+		childEnv+"_URL="+cp.url, childEnv+"_JOB="+jobOf(name, 0), childEnv+"_TOKEN_FILE="+lb.tokenFile,
 		childEnv+"_CA_FILE="+lb.e.caFile, childEnv+"_DIR="+lb.fx.dir, childEnv+"_REL="+lb.fx.rel,
 		childEnv+"_SIZE="+strconv.FormatInt(lb.fx.size, 10), childEnv+"_MD5="+lb.fx.md5, childEnv+"_TIMEOUT="+timeout.String(),
-		childEnv+"_DIRECT_MIN=-1", childEnv+"_RESUME_MIN="+strconv.FormatInt(lb.resumeMinSize(), 10))
+		childEnv+"_DIRECT_MIN="+directMin, childEnv+"_RESUME_MIN="+strconv.FormatInt(lb.resumeMinSize(), 10))
 	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cp0 := procCPU(cp.cmd.Process.Pid)
+	pid := cp.cmd.Process.Pid
+	ioFile := "/proc/" + strconv.Itoa(pid) + "/io"
+	cp0, io0 := procCPU(pid), readProcIOFile(ioFile)
 	err = cmd.Run()
-	cpCPU := procCPU(cp.cmd.Process.Pid) - cp0
+	cpCPU, io1 := procCPU(pid)-cp0, readProcIOFile(ioFile)
 	if err != nil {
-		b.Fatalf("sidecar child: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+		b.Fatalf("%s: sidecar child: %v\nstdout: %s\nstderr: %s", name, err, stdout.String(), stderr.String())
 	}
 	var rep childReport
 	if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &rep); err != nil {
-		b.Fatalf("sidecar child: %v in its output %q (stderr %q)", err, stdout.String(), stderr.String())
+		b.Fatalf("%s: sidecar child: %v in its output %q (stderr %q)", name, err, stdout.String(), stderr.String())
 	}
 	if rep.Err != "" {
-		b.Fatalf("sidecar child: %s", rep.Err)
+		b.Fatalf("%s: sidecar child: %s", name, rep.Err)
 	}
 	if err := checkResult(rep.Result, lb.fx); err != nil {
-		b.Fatalf("sidecar child: %v", err)
+		b.Fatalf("%s: sidecar child: %v", name, err)
 	}
-	progress("large proxy: %d bytes in %.2fs (%.1f MiB/s), control plane CPU %.2fs, sidecar peak RSS %d KiB",
-		lb.fx.size, rep.Elapsed.Seconds(), mibPerSec(lb.fx.size, rep.Elapsed), cpCPU.Seconds(), rep.HWM)
-	lb.checkAndEmpty(b, "proxy", jobOf("proxy", 0)+"/"+lb.fx.rel, crc)
-	return rep.Elapsed, cpCPU, rep.HWM
+	if io0.rchar < 0 || io1.rchar < 0 {
+		b.Fatalf("%s: cannot read %s (the server child's I/O counters): run the benchmark as the user that can read its children's /proc/<pid>/io", name, ioFile)
+	}
+	cpRead := io1.rchar - io0.rchar
+	switch {
+	case !direct && cpRead < lb.fx.size:
+		b.Fatalf("proxy: the server child read %d bytes during the upload, less than the %d-byte file it carried: its rchar does not count the body", cpRead, lb.fx.size)
+	case direct && cpRead >= lb.partSize:
+		b.Fatalf("direct: the server child read %d bytes during the upload, a part (%d bytes) or more: the body went through the endpoint, not straight to the store", cpRead, lb.partSize)
+	}
+	progress("large %s: %d bytes in %.2fs (%.1f MiB/s), control plane CPU %.2fs, read %d bytes; sidecar peak RSS %d KiB",
+		name, lb.fx.size, rep.Elapsed.Seconds(), mibPerSec(lb.fx.size, rep.Elapsed), cpCPU.Seconds(), cpRead, rep.HWM)
+	lb.checkAndEmpty(b, name, jobOf(name, 0)+"/"+lb.fx.rel, crc)
+	return childPut{elapsed: rep.Elapsed, cpCPU: cpCPU, cpRead: cpRead, hwmKiB: rep.HWM}
 }
 
 // resumePut cuts the Uploader's PUT after largeCutPercent of the file, then
 // sends the file again with a new Uploader: where it resumed, and the cut.
 func (lb *largeBench) resumePut(b *testing.B, ctx context.Context, crc string) (resumed, cutPoint int64) {
 	b.Helper()
-	cp := lb.startServer(b)
+	cp := lb.startServer(b, false)
 	defer cp.stop()
 	cutPoint = lb.fx.size * largeCutPercent / 100
 	cut := &largeCut{limit: cutPoint}
@@ -310,9 +356,11 @@ func (lb *largeBench) resumeMinSize() int64 {
 	return cmpOr(lb.threshold, artifacts.DefaultResumeMinSize)
 }
 
-func (lb *largeBench) startServer(b *testing.B) *serverChild {
+// startServer starts a server child whose store is probed and stores
+// bodies in parts from lb.threshold; direct: with direct uploads on.
+func (lb *largeBench) startServer(b *testing.B, direct bool) *serverChild {
 	b.Helper()
-	return startServerChild(b, lb.e, false, childEnv+"_MULTIPART=true",
+	return startServerChild(b, lb.e, direct, childEnv+"_MULTIPART=true",
 		childEnv+"_MP_THRESHOLD="+strconv.FormatInt(lb.threshold, 10), childEnv+"_MP_PART="+strconv.FormatInt(lb.partBase, 10))
 }
 

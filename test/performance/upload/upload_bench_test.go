@@ -498,8 +498,12 @@ func (s *server) measure(f func() error) (sample, error) {
 type procIO struct{ rchar, readBytes int64 }
 
 // readProcIO reads this process's I/O counters (all threads).
-func readProcIO() procIO {
-	raw, err := os.ReadFile("/proc/self/io")
+func readProcIO() procIO { return readProcIOFile("/proc/self/io") }
+
+// readProcIOFile reads the I/O counters of /proc/<pid>/io; -1 each if it
+// cannot be read.
+func readProcIOFile(file string) procIO {
+	raw, err := os.ReadFile(file)
 	if err != nil {
 		return procIO{-1, -1}
 	}
