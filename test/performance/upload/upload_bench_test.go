@@ -138,6 +138,9 @@ type fixture struct {
 	dir, rel, path string
 	size           int64
 	md5            string
+	// crc is the file's CRC-64/NVME (S3's form): what verifies a copy of it
+	// stored in parts, whose ETag is not its MD5.
+	crc string
 }
 
 var fixtures struct {
@@ -172,12 +175,12 @@ func getFixture(b *testing.B, size int64) *fixture {
 	}
 	written := time.Since(start)
 	io0 := readProcIO()
-	sum, err := md5File(fx.path)
+	sum, crc, err := digestFile(fx.path)
 	if err != nil {
 		b.Fatal(err)
 	}
 	io1 := readProcIO()
-	fx.md5 = sum
+	fx.md5, fx.crc = sum, crc
 	fixtures.m[size] = fx
 	progress("file %s: %d bytes, md5 %s; written and fsynced in %s, read once in %s (storage reads %d bytes: the page cache holds it)",
 		fx.path, size, sum, written.Round(time.Millisecond), (time.Since(start) - written).Round(time.Millisecond), io1.readBytes-io0.readBytes)
@@ -212,17 +215,18 @@ func writeFixture(path string, size int64) error {
 	return f.Close()
 }
 
-func md5File(path string) (string, error) {
+// digestFile is the file's MD5 (hex) and CRC-64/NVME (S3's form).
+func digestFile(path string) (string, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer f.Close()
-	h := md5.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
+	h, c := md5.New(), upload.NewCRC64NVME()
+	if _, err := io.Copy(io.MultiWriter(h, c), f); err != nil {
+		return "", "", err
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return hex.EncodeToString(h.Sum(nil)), upload.EncodeChecksum(c.Sum(nil)), nil
 }
 
 func removeFixtures() {
