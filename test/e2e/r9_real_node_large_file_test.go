@@ -18,6 +18,8 @@ import (
 	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 
@@ -47,14 +49,18 @@ import (
 // takes (node, store with its multipart staging, download) is sampled and
 // logged.
 //
-// The trainer requests memory only: Kueue admits it by a covered resource
-// (memory) while the real nodes' queue, 2 CPUs, still holds the other
-// shared real-node jobs' eight quarter CPUs, so it runs beside them; with
-// no CPU limit its 5 GiB are not written at a quarter core. A final model
-// of 5 GiB may still be uploading when the trainer exits: the flush that
-// follows has the pod's terminationGracePeriodSeconds (here 10 minutes)
-// less 5s as its budget (TETHER_FLUSH_BUDGET), as a job writing large
-// files at its end must give it.
+// The model is still uploading when the trainer exits: the sidecar's final
+// flush has the pod's terminationGracePeriodSeconds less 5s, so the job
+// runs on Trainer's torch-distributed runtime copied into a TrainingRuntime
+// of its namespace with 10 minutes of grace, as a platform whose jobs save
+// large files at their end would ship it. (The same grace set by the
+// TrainJob's runtime patch, Trainer v2.3, does not survive Kueue v0.17,
+// whose TrainJob types, Trainer v2.2's, drop it on its update; JobSet then
+// refuses the changed pod template.) The trainer requests memory only:
+// Kueue admits it by a covered resource while the real nodes' queue, 2
+// CPUs, still holds the other shared real-node jobs' eight quarter CPUs,
+// so it runs beside them; with no CPU limit its 5 GiB are not written at a
+// quarter core.
 func TestRealNode9LargeFile(t *testing.T) {
 	shared(t)
 	needRealNode(t)
@@ -63,18 +69,19 @@ func TestRealNode9LargeFile(t *testing.T) {
 	ctx := context.Background()
 	ns := suite.realNodeNamespace(t, "real-large")
 	const name = "real-large-file"
-	const modelRel = "model/final.safetensors"
+	const largeRel = "model/final.safetensors"
 	const largeBytes = upload.MaxSinglePutSize + upload.DefaultPartSize
 	partSize := upload.PartSize(largeBytes, upload.DefaultPartSize)
 	parts := int((largeBytes + partSize - 1) / partSize)
 	plan := localcluster.TrainerPlan{Steps: 2, CheckpointEvery: 2, StepInterval: time.Second,
 		CheckpointBytes: 2 << 20, ModelBytes: int(largeBytes), SmallFiles: 2}
 	tj := bound(realTrainJob(name, ns, plan)).
-		ResourcesPerNode(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}).
-		NodePatch(trainer.PodSpecPatch{TerminationGracePeriodSeconds: ptr.To[int64](600)}).Obj()
+		ResourcesPerNode(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}).Obj()
+	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: suite.torchRuntimeWithGrace(t, ns, 600), Kind: ptr.To(trainer.TrainingRuntimeKind)}
+	before := suite.s3Traffic(t)
 	suite.create(t, tj)
 	jobID := tj.Annotations[names.JobIDAnnotation]
-	key := jobID + "/" + modelRel
+	key := jobID + "/" + largeRel
 	storePath := "/" + suite.tether.S3.Bucket + "/" + key
 	// The store's copy of the model is removed when the test ends: 5 GiB
 	// the scenarios after it need not keep.
@@ -84,15 +91,14 @@ func TestRealNode9LargeFile(t *testing.T) {
 
 	pod := suite.waitRunningOnRealNode(t, suite.injectedPod(t, ns, name, ""))
 	if got := injectedEnv(pod, names.EnvFlushBudget); got != "9m55s" {
-		t.Fatalf("the sidecar's flush budget is %q, want the pod's 10 minutes of grace less 5s (9m55s)", got)
+		t.Fatalf("the sidecar's flush budget is %q, want the runtime's 10 minutes of grace less 5s (9m55s)", got)
 	}
 	downloads := t.TempDir()
 	disk := sampleDisk(suite.c.Dir, hostArtifactDir(t, pod), filepath.Join(suite.c.Dir, "s3-data"), downloads)
 	defer func() { logf("real node 9: disk: %s", disk.end()) }()
-	before := suite.s3Traffic(t)
 
 	// Succeeded, the model in the verified manifest.
-	wb := suite.waitBinding(t, ns, name, 12*time.Minute, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
+	wb := suite.waitBinding(t, ns, name, 10*time.Minute, "Succeeded", phaseIs(tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded))
 	succeeded := time.Since(start)
 	a := wb.Status.Artifacts
 	if a == nil || !a.ManifestVerified || ptr.Deref(wb.Status.TrainerExitCode, -1) != 0 {
@@ -100,11 +106,11 @@ func TestRealNode9LargeFile(t *testing.T) {
 	}
 	pod = suite.waitPodSucceeded(t, pod)
 	files := standinFiles(suite.podLog(t, pod, "node", false))
-	trainerMD5 := files[modelRel]
+	trainerMD5 := files[largeRel]
 	if trainerMD5 == "" || len(files) != 5 {
 		t.Fatalf("trainer's file list %v: want the model and four more", files)
 	}
-	entry := manifestEntry(t, jobID, modelRel)
+	entry := manifestEntry(t, jobID, largeRel)
 	if entry.Size != largeBytes || entry.MD5 != trainerMD5 || entry.CRC64NVME == "" {
 		t.Fatalf("the manifest lists %+v, want %d bytes with the trainer's MD5 %s and a CRC-64/NVME", entry, int64(largeBytes), trainerMD5)
 	}
@@ -124,7 +130,7 @@ func TestRealNode9LargeFile(t *testing.T) {
 	}
 	small := map[string]string{}
 	for rel, sum := range files {
-		if rel != modelRel {
+		if rel != largeRel {
 			small[rel] = sum
 		}
 	}
@@ -136,12 +142,12 @@ func TestRealNode9LargeFile(t *testing.T) {
 		t.Fatalf("the store got %+v for %s: want a multipart upload of at least %d parts, %d bytes", traffic, key, parts, int64(largeBytes))
 	}
 	logf("real node 9: %s (%d bytes) stored in %d part PUTs of %d uploads (%d bytes re-sent), Succeeded %.1fs after the TrainJob was created",
-		modelRel, int64(largeBytes), traffic.Parts, traffic.Uploads, traffic.Bytes-largeBytes, succeeded.Seconds())
+		largeRel, int64(largeBytes), traffic.Parts, traffic.Uploads, traffic.Bytes-largeBytes, succeeded.Seconds())
 
 	// kubectl tether artifacts get, then the file hashed again from disk.
 	dest := filepath.Join(downloads, "final.safetensors")
 	got := time.Now()
-	pluginGet(t, ns, name, modelRel, dest)
+	pluginGet(t, ns, name, largeRel, dest)
 	downloaded := time.Since(got)
 	sum, crc, n := hashFile(t, dest)
 	if err := os.Remove(dest); err != nil {
@@ -151,7 +157,7 @@ func TestRealNode9LargeFile(t *testing.T) {
 		t.Fatalf("downloaded %d bytes, MD5 %s, CRC-64/NVME %s; the manifest lists %d bytes, %s, %s", n, sum, crc, entry.Size, entry.MD5, entry.CRC64NVME)
 	}
 	logf("real node 9: kubectl tether artifacts get wrote %s in %.1fs, hashed again (MD5, CRC-64/NVME) in %.1fs; the scenario took %.1fs",
-		modelRel, downloaded.Seconds(), time.Since(got).Seconds()-downloaded.Seconds(), time.Since(start).Seconds())
+		largeRel, downloaded.Seconds(), time.Since(got).Seconds()-downloaded.Seconds(), time.Since(start).Seconds())
 }
 
 // manifestEntry is rel's entry in the job's (single-node) manifest, read
@@ -223,4 +229,29 @@ func hashFile(t *testing.T, path string) (md5hex, crc string, n int64) {
 		t.Fatalf("reading %s: %v", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), upload.EncodeChecksum(c.Sum(nil)), n
+}
+
+// torchRuntimeWithGrace copies Trainer's torch-distributed runtime as
+// installed into a TrainingRuntime of ns whose trainer pods have grace
+// seconds of termination grace, and returns its name.
+func (e *env) torchRuntimeWithGrace(t *testing.T, ns string, grace int64) string {
+	t.Helper()
+	shipped := &trainer.ClusterTrainingRuntime{}
+	if err := e.c.Client.Get(context.Background(), types.NamespacedName{Name: localcluster.TorchRuntime}, shipped); err != nil {
+		t.Fatal(err)
+	}
+	rt := &trainer.TrainingRuntime{ObjectMeta: metav1.ObjectMeta{Name: localcluster.TorchRuntime + "-long-grace", Namespace: ns, Labels: shipped.Labels},
+		Spec: *shipped.Spec.DeepCopy()}
+	found := false
+	for i := range rt.Spec.Template.Spec.ReplicatedJobs {
+		if rj := &rt.Spec.Template.Spec.ReplicatedJobs[i]; rj.Name == "node" {
+			rj.Template.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(grace)
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("Trainer's %s runtime has no replicated job \"node\"", localcluster.TorchRuntime)
+	}
+	e.create(t, rt)
+	return rt.Name
 }
