@@ -70,12 +70,15 @@ func replicaKilledMidUpload(t *testing.T, mode string) {
 	// replica 0, in parts, in proxy mode; straight to the store in direct
 	// mode, replica 0 then holding the session and the upload's commit).
 	path := suite.waitStorePut(t, before, checkpointBytes, killAt, 60*time.Second, jobID)
+	// What had reached the store when the kill began (KillReplica takes
+	// the replica out of the Services, then kills it and waits for it to
+	// end, the upload going on until the kill and resuming meanwhile).
+	atKill := suite.s3Traffic(t).Since(before).ByPath[path]
 	if err := suite.tether.KillReplica(0); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
 	suite.tether.PreferBindingReplica(-1)
-	atKill := suite.s3Traffic(t).Since(before).ByPath[path]
 	logf("scenario 18 (%s): replica 0 SIGKILLed with %d of %d checkpoint bytes PUT to %s (%d parts)", mode, atKill.Bytes, checkpointBytes, path, atKill.Parts)
 
 	eventually(t, 60*time.Second, "the session on replica 1", func() error {
