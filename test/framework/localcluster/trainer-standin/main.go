@@ -330,9 +330,9 @@ func writeFile(path string, n int, perm os.FileMode) error {
 
 // writeRandom writes n bytes of ChaCha8 from a random seed: incompressible
 // as weights are, every file and every stretch of one different (a part of
-// a file stored in parts put in another's place is caught), and several
-// times faster than crypto/rand, for the files past 5 GiB some scenarios
-// write.
+// a file stored in parts put in another's place is caught), and over twice
+// as fast as crypto/rand (1.2 against 0.5 GiB/s on a CI core), for the
+// files past 5 GiB some scenarios write.
 func writeRandom(w io.Writer, n int64) error {
 	var seed [32]byte
 	if _, err := rand.Read(seed[:]); err != nil {
