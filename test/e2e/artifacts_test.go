@@ -57,7 +57,8 @@ func localFiles(t *testing.T, dir string, skip ...func(rel string) bool) map[str
 
 // stored lists a job's stored objects (its manifest and the server's
 // .tether/ keys, archived logs included, left out) with the MD5 of their content: the ETag
-// from S3, or the file's MD5 in the fs backend (<dir>/<job-id>/<path>).
+// from S3 (of an object stored in parts, the MD5 of the bytes read: its
+// ETag is not one), or the file's MD5 in the fs backend (<dir>/<job-id>/<path>).
 func (e *env) stored(t *testing.T, jobID string) map[string]string {
 	t.Helper()
 	if e.tether.S3 == nil {
@@ -78,13 +79,24 @@ func (e *env) stored(t *testing.T, jobID string) map[string]string {
 		if skipServerKeys(rel) {
 			continue
 		}
-		_, etag, err := e.tether.S3.Get(ctx, key)
+		body, etag, err := e.tether.S3.Get(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[rel] = strings.Trim(etag, `"`)
+		out[rel] = contentMD5(body, etag)
 	}
 	return out
+}
+
+// contentMD5 is the MD5 of a stored object read whole: its ETag, unless it
+// is a multipart ETag (an object stored in parts).
+func contentMD5(body []byte, etag string) string {
+	etag = strings.Trim(etag, `"`)
+	if !upload.IsMultipartETag(etag) {
+		return etag
+	}
+	sum := md5.Sum(body)
+	return hex.EncodeToString(sum[:])
 }
 
 // storedLatest is stored with each file's latest verified version: its
@@ -104,11 +116,11 @@ func (e *env) storedLatest(t *testing.T, jobID string) map[string]string {
 		t.Fatal(err)
 	}
 	for key := range keys {
-		_, etag, err := e.tether.S3.Get(ctx, key)
+		body, etag, err := e.tether.S3.Get(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[strings.TrimPrefix(key, prefix)] = strings.Trim(etag, `"`)
+		out[strings.TrimPrefix(key, prefix)] = contentMD5(body, etag)
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/pkg/artifactstore/objects"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
@@ -34,9 +35,13 @@ func (e *env) s3Traffic(t *testing.T) localcluster.S3Traffic {
 // (checkpoints/ and model/: each is written once and renamed into place, so
 // any second PUT of one is a retry).
 type storeCost struct {
-	Files      int   // distinct files PUT
-	Puts       int   // PUTs of them
-	Bytes      int64 // body bytes of those PUTs
+	Files int // distinct files PUT
+	// Puts are the uploads of them: whole-object PUTs and multipart
+	// uploads (a file stored in parts through the binding server is one,
+	// however many parts, a resumed PUT going on in the same upload).
+	Puts       int
+	Parts      int   // part PUTs of those multipart uploads
+	Bytes      int64 // body bytes of those PUTs and parts
 	LocalBytes int64 // the files' sizes
 	// GonePuts and GoneBytes are PUTs never kept: of files the trainer
 	// renamed or removed afterwards (a checkpoint's temporary file), and
@@ -54,9 +59,9 @@ type storeCost struct {
 }
 
 func (c storeCost) String() string {
-	return fmt.Sprintf("%d files of checkpoints/model (%d bytes) took %d PUTs (%d retried, %d bytes re-sent); "+
+	return fmt.Sprintf("%d files of checkpoints/model (%d bytes) took %d uploads (%d parts; %d retried, %d bytes re-sent); "+
 		"%d PUTs (%d bytes) never kept (cut off, refused, or of files the trainer renamed); %d other PUTs (%d bytes); %d requests refused by the store",
-		c.Files, c.LocalBytes, c.Puts, c.RetriedPuts, c.ResentBytes, c.GonePuts, c.GoneBytes, c.OtherPuts, c.OtherBytes, c.Refused)
+		c.Files, c.LocalBytes, c.Puts, c.Parts, c.RetriedPuts, c.ResentBytes, c.GonePuts, c.GoneBytes, c.OtherPuts, c.OtherBytes, c.Refused)
 }
 
 // jobStoreCost sums the store traffic since before for job jobID, whose
@@ -83,6 +88,11 @@ func jobStoreCost(t *testing.T, since localcluster.S3Traffic, jobID, dir string)
 		rel := immutableRel(target)
 		_, exists := sizes[rel]
 		switch {
+		case strings.Contains(path, "/"+objects.MultipartStatePrefix(jobID)):
+			// The binding server's record of a multipart upload, written
+			// after each part.
+			c.OtherPuts += pt.Puts
+			c.OtherBytes += pt.Bytes
 		case strings.Contains(path, "/"+upload.UploadsPrefix) && pt.CopiedTo == "" && !strings.HasSuffix(path, ".committed"):
 			c.GonePuts += pt.Puts
 			c.GoneBytes += pt.Bytes
@@ -94,7 +104,8 @@ func jobStoreCost(t *testing.T, since localcluster.S3Traffic, jobID, dir string)
 			c.GoneBytes += pt.Bytes
 		default:
 			files[rel] = true
-			c.Puts += pt.Puts
+			c.Puts += pt.Puts - pt.Parts + pt.Uploads
+			c.Parts += pt.Parts
 			c.Bytes += pt.Bytes
 		}
 	}
@@ -140,20 +151,25 @@ func localSizes(t *testing.T, dir string) map[string]int64 {
 	return out
 }
 
-// waitStorePut polls (every 10ms, up to timeout) until a PUT of size bytes
-// to a key of job jobID (the file's own key, pending key, or direct upload)
-// has carried at least n bytes since before; it returns that path.
+// waitStorePut polls (every 10ms, up to timeout) until an upload of size
+// bytes to a key of job jobID (the file's own key, pending key, or direct
+// upload) has carried at least n bytes since before; it returns that path.
+// An upload of size bytes is a PUT of that size or, from the binding
+// server's multipart threshold on, the parts of the key (whose PUTs do not
+// tell the object's size): the only files stored in parts in a job must
+// then be of size bytes.
 func (e *env) waitStorePut(t *testing.T, before localcluster.S3Traffic, size, n int64, timeout time.Duration, jobID string) string {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		for path, pt := range e.s3Traffic(t).Since(before).ByPath {
-			if strings.Contains(path, "/"+jobID+"/") && pt.Size == size && pt.Bytes >= n {
+			inParts := pt.Parts > 0 && size >= upload.DefaultMultipartThreshold
+			if strings.Contains(path, "/"+jobID+"/") && (pt.Size == size || inParts) && pt.Bytes >= n {
 				return path
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %s: no PUT of %d bytes of job %s has carried %d yet", timeout, size, jobID, n)
+			t.Fatalf("after %s: no upload of %d bytes of job %s has carried %d yet", timeout, size, jobID, n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

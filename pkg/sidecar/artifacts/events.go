@@ -132,6 +132,7 @@ func (s *Syncer) uploadClosed(ctx context.Context, paths []string) {
 			case res.How == Uploaded:
 				s.noteVerified(f.Path, time.Now())
 				s.uploadedOnClose.Add(1)
+				s.resumedOnClose.Add(res.Resumed)
 				s.log.Debug("artifact uploaded on close", "path", f.Path, "size", res.Size,
 					"duration", time.Since(start).Round(time.Millisecond).String())
 			}

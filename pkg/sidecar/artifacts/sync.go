@@ -74,10 +74,12 @@ type Syncer struct {
 	lastEvent map[string]time.Time // per path, when a file event last verified it
 	// eventWorkers bounds the uploads file events have started (Workers);
 	// eventsRunning is how many still run; uploadedOnClose counts those
-	// that sent a file, for the next round's log line.
+	// that sent a file, and resumedOnClose the bytes they did not send
+	// again (Result.Resumed), for the next round's log line.
 	eventWorkers    chan struct{}
 	eventsRunning   sync.WaitGroup
 	uploadedOnClose atomic.Int64
+	resumedOnClose  atomic.Int64
 
 	logMu         sync.Mutex
 	lastLoggedErr map[string]string // per path, the error last logged: not repeated every round
@@ -98,6 +100,9 @@ type Report struct {
 	// found stored, and UploadedBytes the bytes sent.
 	Uploaded, AlreadyPresent int
 	UploadedBytes            int64
+	// ResumedBytes are the bytes of the files sent that were not sent
+	// again: an earlier PUT cut short had stored them in parts.
+	ResumedBytes int64
 	// Failed are the files that could not be verified, with why.
 	Failed []*FileError
 	// Missing lists every artifact that is not verified: failed, refused by
@@ -275,9 +280,9 @@ func (s *Syncer) logRound(what string, rep *Report) {
 	}
 	s.lastLoggedErr = failed
 	s.noteSkipped(rep.Skipped)
-	onClose := s.uploadedOnClose.Swap(0)
+	onClose, resumedOnClose := s.uploadedOnClose.Swap(0), s.resumedOnClose.Swap(0)
 	attrs := []any{"verified", len(rep.Verified), "uploaded", rep.Uploaded, "uploadedOnClose", onClose, "alreadyPresent", rep.AlreadyPresent,
-		"uploadedBytes", rep.UploadedBytes, "missing", len(rep.Missing), "pending", len(rep.Pending),
+		"uploadedBytes", rep.UploadedBytes, "resumedBytes", rep.ResumedBytes + resumedOnClose, "missing", len(rep.Missing), "pending", len(rep.Pending),
 		"skipped", len(rep.Skipped), "duration", rep.Duration.Round(time.Millisecond).String()}
 	incomplete := len(rep.Missing) > 0 || rep.ManifestErr != nil
 	warning := ""
@@ -453,6 +458,7 @@ func (s *Syncer) tally(ctx context.Context, rep *Report, todo []LocalFile, resul
 			case Uploaded:
 				rep.Uploaded++
 				rep.UploadedBytes += o.res.Size
+				rep.ResumedBytes += o.res.Resumed
 			case AlreadyPresent:
 				rep.AlreadyPresent++
 			}

@@ -58,7 +58,13 @@ type S3Traffic struct {
 type PathTraffic struct {
 	Puts  int
 	Bytes int64
-	// Size is the Content-Length of the path's last PUT.
+	// Parts is how many of Puts were parts of a multipart upload
+	// (?partNumber=&uploadId=: the binding server stores a large body in
+	// parts), and Uploads how many multipart uploads of the path were
+	// started (POST ?uploads).
+	Parts, Uploads int
+	// Size is the Content-Length of the path's last PUT of a whole object
+	// (a part's is not the object's size).
 	Size int64
 	// CopiedTo is where the object was copied server-side (a direct
 	// upload's object committed to its key), if it was.
@@ -71,8 +77,9 @@ func (t S3Traffic) Since(before S3Traffic) S3Traffic {
 		Refused: t.Refused - before.Refused, Stalled: t.Stalled - before.Stalled, ByPath: map[string]PathTraffic{}}
 	for p, pt := range t.ByPath {
 		b := before.ByPath[p]
-		if pt.Puts != b.Puts || pt.Bytes != b.Bytes || pt.CopiedTo != b.CopiedTo {
-			d.ByPath[p] = PathTraffic{Puts: pt.Puts - b.Puts, Bytes: pt.Bytes - b.Bytes, Size: pt.Size, CopiedTo: pt.CopiedTo}
+		if pt.Puts != b.Puts || pt.Bytes != b.Bytes || pt.Uploads != b.Uploads || pt.CopiedTo != b.CopiedTo {
+			d.ByPath[p] = PathTraffic{Puts: pt.Puts - b.Puts, Bytes: pt.Bytes - b.Bytes, Parts: pt.Parts - b.Parts, Uploads: pt.Uploads - b.Uploads,
+				Size: pt.Size, CopiedTo: pt.CopiedTo}
 		}
 	}
 	return d
@@ -170,19 +177,30 @@ func (f *s3Front) handler(next http.Handler) http.Handler {
 				f.traffic.ByPath[src] = pt
 			}
 			f.mu.Unlock()
+		case r.Method == http.MethodPost && r.URL.Query().Has("uploads"):
+			f.mu.Lock()
+			pt := f.traffic.ByPath[r.URL.Path]
+			pt.Uploads++
+			f.traffic.ByPath[r.URL.Path] = pt
+			f.mu.Unlock()
 		case r.Method == http.MethodPut && r.ContentLength != 0 && r.Body != nil:
 			f.mu.Lock()
 			f.traffic.Puts++
 			pt := f.traffic.ByPath[r.URL.Path]
 			pt.Puts++
-			pt.Size = r.ContentLength
 			// An aws-chunked body (a streamed PUT with a trailing
 			// checksum) is longer than the object by its framing: the
 			// object's size is the decoded length, and only chunk data
 			// counts as the object's bytes.
 			chunked := r.Header.Get("X-Amz-Decoded-Content-Length") != ""
+			size := r.ContentLength
 			if chunked {
-				pt.Size, _ = strconv.ParseInt(r.Header.Get("X-Amz-Decoded-Content-Length"), 10, 64)
+				size, _ = strconv.ParseInt(r.Header.Get("X-Amz-Decoded-Content-Length"), 10, 64)
+			}
+			if q := r.URL.Query(); q.Has("partNumber") && q.Has("uploadId") {
+				pt.Parts++
+			} else {
+				pt.Size = size
 			}
 			f.traffic.ByPath[r.URL.Path] = pt
 			f.mu.Unlock()

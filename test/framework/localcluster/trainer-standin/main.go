@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	mrand "math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -298,8 +299,12 @@ func writeFile(path string, n int, perm os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	h := md5.New()
-	if _, err := io.CopyN(io.MultiWriter(f, h), rand.Reader, int64(n)); err != nil {
+	// The MD5 only for the record: the closing list reads every file again.
+	w, h := io.Writer(f), md5.New()
+	if recordPath != "" {
+		w = io.MultiWriter(f, h)
+	}
+	if err := writeRandom(w, int64(n)); err != nil {
 		_ = f.Close()
 		return err
 	}
@@ -321,6 +326,29 @@ func writeFile(path string, n int, perm os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// writeRandom writes n bytes of ChaCha8 from a random seed: incompressible
+// as weights are, every file and every stretch of one different (a part of
+// a file stored in parts put in another's place is caught), and over twice
+// as fast as crypto/rand (1.2 against 0.5 GiB/s on a CI core), for the
+// files past 5 GiB some scenarios write.
+func writeRandom(w io.Writer, n int64) error {
+	var seed [32]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return err
+	}
+	src := mrand.NewChaCha8(seed)
+	buf := make([]byte, 1<<20)
+	for n > 0 {
+		b := buf[:min(int64(len(buf)), n)]
+		_, _ = src.Read(b) // never fails
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		n -= int64(len(b))
+	}
+	return nil
 }
 
 func appendLine(path, line string) error {
