@@ -39,9 +39,10 @@ import (
 // its progress file. The real nodes' default setup is the s3 store
 // (versitygw) with direct uploads on, the sidecars reaching the store: the
 // checkpoint goes as one presigned PUT, the small files through the binding
-// server, and the model, past 5 GiB, is answered "proxy" by authorize and
-// streams as one PUT through the binding Service to a replica, which
-// stores it as a multipart upload. The job ends Succeeded with the model
+// server, and the model, past the multipart threshold, straight to the
+// store in parts: authorize creates the multipart upload and signs its
+// parts, the sidecar streams the file to them, and a replica completes the
+// upload once every part is the one the sidecar sent. The job ends Succeeded with the model
 // in the verified manifest, stored in parts with the trainer's bytes (the
 // MD5 the trainer computed, the store's CRC-64/NVME the manifest's); then
 // kubectl tether artifacts get downloads it to disk, where it is hashed
@@ -138,8 +139,8 @@ func TestRealNode9LargeFile(t *testing.T) {
 	if err := sameAsStored(small, stored); err != nil {
 		t.Fatalf("stored artifacts differ from the trainer's files: %v", err)
 	}
-	// The model in parts through the binding server; the 2 MiB checkpoint
-	// as a direct upload (a presigned PUT, committed to its key).
+	// The model in parts straight to the store; the 2 MiB checkpoint as a
+	// direct upload (a presigned PUT, committed to its key).
 	since := suite.s3Traffic(t).Since(before)
 	traffic := since.ByPath[storePath]
 	if traffic.Uploads < 1 || traffic.Parts < parts || traffic.Bytes < largeBytes {

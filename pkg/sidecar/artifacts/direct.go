@@ -140,10 +140,12 @@ func (u *Uploader) send(ctx context.Context, key string, body io.Reader, size in
 		res.md5, res.crc, err = u.put(ctx, key, body, size)
 		return res, err
 	}
-	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Op == "dial" {
+	var unreachable *storeUnreachableError
+	if errors.As(err, &unreachable) {
 		// The store cannot be reached from here: the next attempts go
-		// through the server.
+		// through the server. (A binding server that cannot be reached,
+		// for a commit, is no reason to: another replica answers the next
+		// attempt.)
 		d.proxyFor(proxyRecheck)
 		u.log.Warn("the artifact store cannot be reached for direct uploads; uploading through the binding server",
 			"error", err, "for", proxyRecheck.String())
@@ -249,7 +251,7 @@ func (u *Uploader) putDirect(ctx context.Context, key string, a upload.Authorize
 		if stalled(ctx, actx) {
 			return "", "", fmt.Errorf("direct PUT %s: %w for %s", key, errStalled, u.cfg.StallTimeout)
 		}
-		return "", "", fmt.Errorf("direct PUT %s: %w", key, redact(err))
+		return "", "", fmt.Errorf("direct PUT %s: %w", key, storeRequestError(err))
 	}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
@@ -303,4 +305,22 @@ func redact(err error) error {
 		c.URL = "<presigned URL>"
 	}
 	return &c
+}
+
+// storeUnreachableError is a request to the artifact store that could not
+// connect: direct uploads are then left for a while (proxyFor).
+type storeUnreachableError struct{ err error }
+
+func (e *storeUnreachableError) Error() string { return e.err.Error() }
+func (e *storeUnreachableError) Unwrap() error { return e.err }
+
+// storeRequestError is the error of a request to the store, its URL's
+// signature dropped, marked unreachable if it could not connect.
+func storeRequestError(err error) error {
+	err = redact(err)
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return &storeUnreachableError{err}
+	}
+	return err
 }

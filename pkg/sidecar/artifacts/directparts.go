@@ -134,7 +134,7 @@ func (p *partsUpload) send(ctx context.Context, i int, size int64, src io.Reader
 		if stalled(ctx, actx) {
 			return fmt.Errorf("direct PUT of part %d of %s: %w for %s", i, p.key, errStalled, p.u.cfg.StallTimeout)
 		}
-		return fmt.Errorf("direct PUT of part %d of %s: %w", i, p.key, redact(err))
+		return fmt.Errorf("direct PUT of part %d of %s: %w", i, p.key, storeRequestError(err))
 	}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
