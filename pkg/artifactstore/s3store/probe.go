@@ -189,7 +189,9 @@ func (b *S3Backend) Probe(ctx context.Context, client *http.Client) (Capabilitie
 	var c Capabilities
 	var r [8]byte
 	_, _ = rand.Read(r[:])
-	base := ProbePrefix + time.Now().UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(r[:]) + "/"
+	now := time.Now().UTC()
+	b.abortStaleProbes(ctx, now)
+	base := ProbePrefix + now.Format("20060102T150405Z") + "-" + hex.EncodeToString(r[:]) + "/"
 	var keys []string
 	key := func(name string) string { k := base + name; keys = append(keys, k); return k }
 	defer func() {

@@ -96,3 +96,24 @@ func crcOfParts(parts ...[]byte) string {
 	}
 	return upload.EncodeChecksum(h.Sum(nil))
 }
+
+// staleProbeAge is how old a probe's upload must be for a later probe to
+// abort it: far longer than a probe takes (the control plane bounds one to a
+// minute), so another replica's probe in flight is never touched.
+const staleProbeAge = 10 * time.Minute
+
+// abortStaleProbes aborts the uploads earlier probes left open (their
+// replica killed mid-probe): their keys name when they began.
+func (b *S3Backend) abortStaleProbes(ctx context.Context, now time.Time) {
+	ups, err := b.ListMultipartUploads(ctx, ProbePrefix)
+	if err != nil {
+		return
+	}
+	for _, u := range ups {
+		stamp, _, _ := strings.Cut(strings.TrimPrefix(u.Key, ProbePrefix), "-")
+		began, err := time.Parse("20060102T150405Z", stamp)
+		if err == nil && now.Sub(began) > staleProbeAge {
+			_ = b.AbortMultipart(ctx, u.Key, u.ID)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactstore/objects"
+	"github.com/tether-dev/tether/pkg/artifactstore/s3store"
 	"github.com/tether-dev/tether/pkg/artifactstore/store"
 	"github.com/tether-dev/tether/pkg/upload"
 )
@@ -449,7 +450,10 @@ func (c *checker) leftBehind(j Job) {
 // them (MultipartLister): every one Tether starts is completed or aborted.
 // An upload of a job that has not ended may still be completed (that the
 // job never ended is truthful end's); any other, of an ended job or of no
-// job the run knows, is left behind.
+// job the run knows, is left behind; but the start-up probe's own (under
+// s3store.ProbePrefix): a probe cut short (its replica killed mid-probe)
+// leaves its upload for a later start-up's probe to abort, as it leaves its
+// objects.
 func (c *checker) openUploads(byID map[string]Job) {
 	ml, ok := c.in.Store.(MultipartLister)
 	if !ok {
@@ -462,6 +466,9 @@ func (c *checker) openUploads(byID map[string]Job) {
 		return
 	}
 	for _, u := range ups {
+		if strings.HasPrefix(u.Key, s3store.ProbePrefix) {
+			continue
+		}
 		jobID, _, _ := strings.Cut(u.Key, "/")
 		j, known := byID[jobID]
 		if known && !j.Ended {

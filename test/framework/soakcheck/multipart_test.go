@@ -65,6 +65,8 @@ func TestCheckMultipartUploadsLeftBehind(t *testing.T) {
 	endedKey, endedID := start("job-a/nodes/0/big.bin")
 	strayKey, strayID := start("job-x/nodes/0/big.bin")
 	start("job-r/nodes/0/big.bin")
+	// A start-up probe cut short: a later probe aborts it, not a job's.
+	start(s3store.ProbePrefix + "20261207T000000Z-0123456789abcdef/multipart")
 	jobs := []Job{
 		{Namespace: "ns", Name: "a", Labeled: true, JobID: "job-a", Nodes: 1, Ended: true, Binding: binding("a", "job-a", tetherv1.PhaseFailed)},
 		{Namespace: "ns", Name: "r", Labeled: true, JobID: "job-r", Nodes: 1, Binding: binding("r", "job-r", tetherv1.PhaseRunning)},
