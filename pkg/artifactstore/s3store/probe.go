@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -187,11 +186,7 @@ func (b *S3Backend) Probe(ctx context.Context, client *http.Client) (Capabilitie
 	// The probe's requests go through a backend that awaits it.
 	ctx = probing(ctx)
 	var c Capabilities
-	var r [8]byte
-	_, _ = rand.Read(r[:])
-	now := time.Now().UTC()
-	b.abortStaleProbes(ctx, now)
-	base := ProbePrefix + now.Format("20060102T150405Z") + "-" + hex.EncodeToString(r[:]) + "/"
+	base := b.probeBase(ctx)
 	var keys []string
 	key := func(name string) string { k := base + name; keys = append(keys, k); return k }
 	defer func() {

@@ -3,6 +3,8 @@ package s3store
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"time"
@@ -116,4 +118,14 @@ func (b *S3Backend) abortStaleProbes(ctx context.Context, now time.Time) {
 			_ = b.AbortMultipart(ctx, u.Key, u.ID)
 		}
 	}
+}
+
+// probeBase is a new probe's key prefix (its start time and a random part),
+// once stale probes' uploads are aborted.
+func (b *S3Backend) probeBase(ctx context.Context) string {
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	now := time.Now().UTC()
+	b.abortStaleProbes(ctx, now)
+	return ProbePrefix + now.Format("20060102T150405Z") + "-" + hex.EncodeToString(r[:]) + "/"
 }
