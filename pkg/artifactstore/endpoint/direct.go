@@ -170,12 +170,7 @@ func (h *Handler) authorizeDirect(rq *request, req upload.AuthorizeRequest) {
 	if objects.VerificationOf(h.Store.Backend()).ByChecksum {
 		res.Verify = upload.VerifyCRC64NVME
 	}
-	if len(hd) > 0 {
-		res.Headers = map[string]string{}
-		for k := range hd {
-			res.Headers[k] = hd.Get(k)
-		}
-	}
+	res.Headers = headerMap(hd)
 	writeJSON(rq, res)
 	// The URL carries a signature: it is not logged.
 	rq.log.V(1).Info("direct upload authorized", "upload", id, "ttl", ttl.String())

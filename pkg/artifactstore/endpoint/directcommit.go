@@ -77,9 +77,7 @@ func (h *Handler) commitParts(after context.Context, rq *request, req upload.Com
 		rq.fail(e)
 		return
 	}
-	if err := h.Store.Backend().Delete(after, stateKey); err != nil && !errors.Is(err, upload.ErrNotFound) {
-		rq.log.Error(err, "deleting a multipart record", "object", stateKey)
-	}
+	h.dropRecorded(after, rq, nil, nil, stateKey)
 	if h.OnVerified != nil {
 		h.OnVerified(after, job, req.Key, got)
 	}
@@ -104,10 +102,7 @@ func (h *Handler) checkParts(rq *request, mp objects.Multiparter, st *objects.Mu
 		rq.log.Error(err, "backend ListParts")
 		return nil, backendReadError(err)
 	}
-	stored := make(map[objects.Part]bool, len(listed))
-	for _, p := range listed {
-		stored[p] = true
-	}
+	stored := partSet(listed)
 	parts := make([]objects.Part, n)
 	for i, c := range claimed {
 		size := min(st.PartSize, st.Size-int64(i)*st.PartSize)

@@ -133,14 +133,7 @@ func (h *Handler) presignParts(rq *request, pp objects.PartPresigner, st *object
 			rq.log.Error(err, "presigning a part")
 			return nil, time.Time{}, &apiError{http.StatusServiceUnavailable, "ServiceUnavailable", "the server cannot presign an upload now; retry with backoff"}
 		}
-		pu := upload.PartURL{Number: i, Size: size, URL: u.String()}
-		if len(hd) > 0 {
-			pu.Headers = map[string]string{}
-			for k := range hd {
-				pu.Headers[k] = hd.Get(k)
-			}
-		}
-		urls = append(urls, pu)
+		urls = append(urls, upload.PartURL{Number: i, Size: size, URL: u.String(), Headers: headerMap(hd)})
 	}
 	return urls, expires, nil
 }
@@ -186,11 +179,5 @@ func (h *Handler) directRecord(rq *request, job *Job, key string, size int64, to
 
 // abortRecorded aborts st's upload and deletes its record.
 func (h *Handler) abortRecorded(rq *request, mp objects.Multiparter, st *objects.MultipartState, stateKey string) {
-	ctx := context.WithoutCancel(rq.r.Context())
-	if err := mp.AbortMultipart(ctx, st.Target, st.UploadID); err != nil {
-		rq.log.Error(err, "aborting a multipart upload", "object", st.Target)
-	}
-	if err := h.Store.Backend().Delete(ctx, stateKey); err != nil && !errors.Is(err, upload.ErrNotFound) {
-		rq.log.Error(err, "deleting a multipart record", "object", stateKey)
-	}
+	h.dropRecorded(context.WithoutCancel(rq.r.Context()), rq, mp, st, stateKey)
 }

@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"context"
 	"crypto/md5"
 	"encoding/hex"
 	"errors"
@@ -240,12 +241,8 @@ func (h *Handler) resumable(rq *request, mp objects.Multiparter, st *objects.Mul
 		rq.log.Error(err, "backend ListParts")
 		return 0, backendReadError(err)
 	}
-	// A store may list several uploads of one part number (SeaweedFS
-	// does): a recorded part counts if any of them is it.
-	stored := make(map[objects.Part]bool, len(listed))
-	for _, lp := range listed {
-		stored[lp] = true
-	}
+	// A recorded part counts if any listed upload of its number is it.
+	stored := partSet(listed)
 	k := 0
 	for k < len(st.Parts) {
 		sp := st.Parts[k]
@@ -264,20 +261,49 @@ func (p *putOp) dropParts(st *objects.MultipartState, e *apiError) *apiError {
 }
 
 // forgetParts aborts st's upload (if it is still open) and deletes its
-// record; failures are logged: the sweep of the job's uploads finds both.
+// record.
 func (h *Handler) forgetParts(p *putOp, st *objects.MultipartState) {
-	if mp := objects.MultipartOf(h.Store.Backend()); mp != nil {
-		if err := mp.AbortMultipart(p.after, st.Target, st.UploadID); err != nil {
-			p.rq.log.Error(err, "aborting a multipart upload", "object", st.Target)
-		}
-	}
-	h.deleteRecord(p)
+	h.dropRecorded(p.after, p.rq, objects.MultipartOf(h.Store.Backend()), st, objects.MultipartStateKey(p.job.JobID, p.rq.key))
 }
 
 // deleteRecord deletes the record of p's key's upload.
 func (h *Handler) deleteRecord(p *putOp) {
-	stateKey := objects.MultipartStateKey(p.job.JobID, p.rq.key)
-	if err := h.Store.Backend().Delete(p.after, stateKey); err != nil && !errors.Is(err, upload.ErrNotFound) {
-		p.rq.log.Error(err, "deleting a multipart record", "object", stateKey)
+	h.dropRecorded(p.after, p.rq, nil, nil, objects.MultipartStateKey(p.job.JobID, p.rq.key))
+}
+
+// dropRecorded aborts st's upload (unless mp or st is nil: it was
+// completed) and deletes its record at stateKey. Failures are logged: the
+// sweep of the job's uploads finds both.
+func (h *Handler) dropRecorded(ctx context.Context, rq *request, mp objects.Multiparter, st *objects.MultipartState, stateKey string) {
+	if mp != nil && st != nil {
+		if err := mp.AbortMultipart(ctx, st.Target, st.UploadID); err != nil {
+			rq.log.Error(err, "aborting a multipart upload", "object", st.Target)
+		}
 	}
+	if err := h.Store.Backend().Delete(ctx, stateKey); err != nil && !errors.Is(err, upload.ErrNotFound) {
+		rq.log.Error(err, "deleting a multipart record", "object", stateKey)
+	}
+}
+
+// partSet is the parts a store listed, to look one up by number, size and
+// ETag (a store may list several uploads of one part number: SeaweedFS
+// does).
+func partSet(listed []objects.Part) map[objects.Part]bool {
+	set := make(map[objects.Part]bool, len(listed))
+	for _, p := range listed {
+		set[p] = true
+	}
+	return set
+}
+
+// headerMap is hd as a presigned request's headers in a JSON answer.
+func headerMap(hd http.Header) map[string]string {
+	if len(hd) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(hd))
+	for k := range hd {
+		m[k] = hd.Get(k)
+	}
+	return m
 }
