@@ -228,46 +228,25 @@ func (u *Uploader) authorize(ctx context.Context, key string, size int64) (uploa
 // versitygw do for every PUT): the commit compares it with the claim.
 func (u *Uploader) putDirect(ctx context.Context, key string, a upload.AuthorizeResponse, body io.Reader, size int64) (string, string, error) {
 	h, c := md5.New(), upload.NewCRC64NVME()
-	pr, actx, stop := u.stallWatched(ctx, io.TeeReader(io.LimitReader(body, size), io.MultiWriter(h, c)))
-	defer stop()
-
-	req, err := http.NewRequestWithContext(actx, http.MethodPut, a.URL, io.NopCloser(pr))
-	if err != nil {
-		return "", "", fmt.Errorf("direct PUT %s: the server's URL: %w", key, redact(err))
-	}
-	req.ContentLength = size
-	if size == 0 {
-		req.Body = http.NoBody
-	}
+	hd := http.Header{}
 	for k, v := range a.Headers {
-		req.Header.Set(k, v)
+		hd.Set(k, v)
 	}
-	req.Header.Set("Content-Type", "application/octet-stream")
+	hd.Set("Content-Type", "application/octet-stream")
 	if size >= expectContinueMin {
-		req.Header.Set("Expect", "100-continue")
+		hd.Set("Expect", "100-continue")
 	}
-	resp, err := u.direct.store.Do(req)
+	resp, err := u.storePut(ctx, "direct PUT "+key, a.URL, hd, io.TeeReader(io.LimitReader(body, size), io.MultiWriter(h, c)), size)
 	if err != nil {
-		if stalled(ctx, actx) {
-			return "", "", fmt.Errorf("direct PUT %s: %w for %s", key, errStalled, u.cfg.StallTimeout)
-		}
-		return "", "", fmt.Errorf("direct PUT %s: %w", key, storeRequestError(err))
-	}
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", "", fmt.Errorf("direct PUT %s: %w", key, &storeError{err: s3Error(resp, raw).(minio.ErrorResponse)})
-	}
-	if n := pr.n.Load(); n != size {
-		return "", "", fmt.Errorf("direct PUT %s: %w (sent %d of %d bytes)", key, errChanged, n, size)
+		return "", "", err
 	}
 	sum, crc := hex.EncodeToString(h.Sum(nil)), upload.EncodeChecksum(c.Sum(nil))
 	if a.Verify != upload.VerifyCRC64NVME {
-		if err := checkSum(key, sum, resp.Header.Get("ETag")); err != nil {
+		if err := checkSum(key, sum, resp.Get("ETag")); err != nil {
 			return "", "", err
 		}
 	}
-	if err := checkCRC(key, crc, resp.Header.Get(upload.ChecksumHeader)); err != nil {
+	if err := checkCRC(key, crc, resp.Get(upload.ChecksumHeader)); err != nil {
 		return "", "", err
 	}
 	var cr upload.CommitResponse
@@ -323,4 +302,39 @@ func storeRequestError(err error) error {
 		return &storeUnreachableError{err}
 	}
 	return err
+}
+
+// storePut PUTs size bytes of src to a presigned URL of the artifact store
+// with the headers hd, watching for a stall, and returns the answer's
+// headers once the store took every byte; what names the request in errors.
+func (u *Uploader) storePut(ctx context.Context, what, url string, hd http.Header, src io.Reader, size int64) (http.Header, error) {
+	pr, actx, stop := u.stallWatched(ctx, src)
+	defer stop()
+	req, err := http.NewRequestWithContext(actx, http.MethodPut, url, io.NopCloser(pr))
+	if err != nil {
+		return nil, fmt.Errorf("%s: the server's URL: %w", what, redact(err))
+	}
+	req.ContentLength = size
+	if size == 0 {
+		req.Body = http.NoBody
+	}
+	for k := range hd {
+		req.Header.Set(k, hd.Get(k))
+	}
+	resp, err := u.direct.store.Do(req)
+	if err != nil {
+		if stalled(ctx, actx) {
+			return nil, fmt.Errorf("%s: %w for %s", what, errStalled, u.cfg.StallTimeout)
+		}
+		return nil, fmt.Errorf("%s: %w", what, storeRequestError(err))
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %w", what, &storeError{err: s3Error(resp, raw).(minio.ErrorResponse)})
+	}
+	if n := pr.n.Load(); n != size {
+		return nil, fmt.Errorf("%s: %w (sent %d of %d bytes)", what, errChanged, n, size)
+	}
+	return resp.Header, nil
 }

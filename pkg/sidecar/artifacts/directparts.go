@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/minio/minio-go/v7"
-
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -119,33 +117,16 @@ func (p *partsUpload) send(ctx context.Context, i int, size int64, src io.Reader
 	if pu.Size != size {
 		return fmt.Errorf("part %d of %s: the server signed %d bytes, the part has %d", i, p.key, pu.Size, size)
 	}
-	pr, actx, stop := p.u.stallWatched(ctx, src)
-	defer stop()
-	req, err := http.NewRequestWithContext(actx, http.MethodPut, pu.URL, io.NopCloser(pr))
-	if err != nil {
-		return fmt.Errorf("direct PUT of part %d of %s: the server's URL: %w", i, p.key, redact(err))
-	}
-	req.ContentLength = size
+	hd := http.Header{}
 	for k, v := range pu.Headers {
-		req.Header.Set(k, v)
+		hd.Set(k, v)
 	}
-	resp, err := p.u.direct.store.Do(req)
+	resp, err := p.u.storePut(ctx, fmt.Sprintf("direct PUT of part %d of %s", i, p.key), pu.URL, hd, src, size)
 	if err != nil {
-		if stalled(ctx, actx) {
-			return fmt.Errorf("direct PUT of part %d of %s: %w for %s", i, p.key, errStalled, p.u.cfg.StallTimeout)
-		}
-		return fmt.Errorf("direct PUT of part %d of %s: %w", i, p.key, storeRequestError(err))
-	}
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("direct PUT of part %d of %s: %w", i, p.key, &storeError{err: s3Error(resp, raw).(minio.ErrorResponse)})
-	}
-	if n := pr.n.Load(); n != size {
-		return fmt.Errorf("direct PUT of part %d of %s: %w (sent %d of %d bytes)", i, p.key, errChanged, n, size)
+		return err
 	}
 	got := hex.EncodeToString(sum.Sum(nil))
-	if err := checkSum(p.key, got, resp.Header.Get("ETag")); err != nil {
+	if err := checkSum(p.key, got, resp.Get("ETag")); err != nil {
 		return fmt.Errorf("part %d: %w", i, err)
 	}
 	p.parts = append(p.parts, upload.CommitPart{Number: i, MD5: got})
