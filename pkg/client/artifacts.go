@@ -6,11 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -37,11 +35,6 @@ type Artifact struct {
 	// manifest and did not name this file missing.
 	Verified bool `json:"verified"`
 }
-
-// ErrNoReadAPI is returned by reads through the API server when it serves
-// no read API.
-var ErrNoReadAPI = errors.New("the API server serves no " + tetherv1.ReadAPIService +
-	": install Tether with the read API (chart value readAPI.enabled=true, or the read-api kustomize component), or read from inside the cluster through the binding Service (Options.ReadURL, --tether-url or TETHER_URL)")
 
 // ManifestDigestError is a stored manifest that is not the one the binding
 // server verified: its SHA-256 is not the one the binding recorded, or the
@@ -215,97 +208,35 @@ func LogPods(wb *tetherv1.WorkerBinding) []string {
 	return pods
 }
 
-// ReadError is the read endpoint's refusal.
-type ReadError struct {
-	Status  int
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-}
-
-func (e *ReadError) Error() string {
-	return fmt.Sprintf("read endpoint: %d %s: %s", e.Status, e.Reason, e.Message)
-}
-
-// open reads the stored object at rel (relative to the job's prefix)
-// through the read endpoint, following a presigned redirect to the store.
+// open reads the stored object at rel (relative to the job's prefix).
+// Through the API server the control plane streams it (names.HeaderStream
+// asks control planes that predate that rule to stream too): the API
+// server passes no redirect on, and the caller may not reach the store.
+// From the binding Service, a redirect to a presigned URL of the store is
+// followed, without the caller's token.
 func (c *Client) open(ctx context.Context, wb *tetherv1.WorkerBinding, rel string) (io.ReadCloser, error) {
-	body, loc, err := c.get(ctx, wb, rel, false)
-	if err != nil || loc == "" {
-		return body, err
-	}
-	presigned, err := c.openPresigned(ctx, loc)
-	var netErr net.Error
-	if err != nil && c.viaAPIServer && errors.As(err, &netErr) {
-		// A caller outside the cluster may not reach a store only the
-		// cluster reaches (the quick start's, by its Service name): ask
-		// the control plane to stream the object instead.
-		body, _, err = c.get(ctx, wb, rel, true)
-		return body, err
-	}
-	return presigned, err
-}
-
-// get asks the read endpoint for rel: the body, or a presigned URL to
-// fetch (loc). stream asks for the body even where the store could presign.
-func (c *Client) get(ctx context.Context, wb *tetherv1.WorkerBinding, rel string, stream bool) (body io.ReadCloser, loc string, err error) {
 	u := *c.read
 	u.Path = c.readPrefix + wb.Namespace + "/workerbindings/" + wb.Name + "/objects/" + rel
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	if stream {
+	if c.viaAPIServer {
 		req.Header.Set(names.HeaderStream, "true")
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return resp.Body, "", nil
-	case http.StatusTemporaryRedirect:
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return resp.Body, nil
+	case resp.StatusCode == http.StatusTemporaryRedirect && !c.viaAPIServer:
 		_ = resp.Body.Close()
-		return nil, resp.Header.Get("Location"), nil
+		return c.openPresigned(ctx, resp.Header.Get("Location"))
 	}
 	defer resp.Body.Close()
-	var answer struct {
-		Kind    string `json:"kind"` // "Status": the API server's own answer
-		Reason  string `json:"reason"`
-		Message string `json:"message"`
-	}
-	re := &ReadError{Status: resp.StatusCode}
-	decodeErr := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&answer)
-	if decodeErr != nil || answer.Kind != "Status" && answer.Reason == "" {
-		re.Reason, re.Message = http.StatusText(resp.StatusCode), "no error body (is --tether-url the binding Service?)"
-		if c.viaAPIServer {
-			re.Message = "the API server answered with no error body; check that " + tetherv1.ReadAPIService +
-				" is Available (kubectl get apiservice " + tetherv1.ReadAPIService + ")"
-		}
-		return nil, "", re
-	}
-	re.Reason, re.Message = answer.Reason, answer.Message
-	if answer.Kind == "Status" {
-		// The API server's own answer: its reason is a StatusReason
-		// ("NotFound", "Forbidden", or none).
-		if re.Reason == "" {
-			re.Reason = http.StatusText(resp.StatusCode)
-		}
-		switch resp.StatusCode {
-		case http.StatusNotFound:
-			return nil, "", fmt.Errorf("%w (the API server answered: %s)", ErrNoReadAPI, answer.Message)
-		case http.StatusServiceUnavailable:
-			re.Message = "the API server cannot reach the read API (no control-plane replica ready? kubectl get apiservice " +
-				tetherv1.ReadAPIService + "): " + answer.Message
-		case http.StatusBadGateway:
-			re.Message = "the API server got no usable answer from the read API (a control plane older than this client " +
-				"answers reads of an own bucket with a redirect, which the API server refuses; read through the binding Service " +
-				"with --tether-url, or upgrade Tether): " + answer.Message
-		case http.StatusForbidden:
-			re.Message += " (grant ClusterRole tether-artifact-reader in the namespace)"
-		}
-	}
-	return nil, "", re
+	return nil, c.readFailure(resp, wb.Namespace)
 }
 
 func (c *Client) openPresigned(ctx context.Context, loc string) (io.ReadCloser, error) {
