@@ -20,8 +20,9 @@ import (
 // permission (SubjectAccessReview: delegated authorization, as any
 // aggregated API server does), and answers the discovery documents the
 // aggregator asks for. Objects are streamed, never redirected to the
-// store: the API server refuses an aggregated API's redirects. Mount it on "/apis/" of a listener that requests
-// client certificates (tls.RequestClientCert).
+// store, whatever --artifact-read-redirect says: the API server refuses an
+// aggregated API's redirects. Mount it on "/apis/" of a listener that
+// requests client certificates (tls.RequestClientCert).
 func NewAggregated(opts Options, fp *FrontProxy) http.Handler {
 	h := newHandler(opts)
 	h.route = route{

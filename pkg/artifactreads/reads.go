@@ -88,8 +88,9 @@ func (k KubeReviewer) Authorize(ctx context.Context, u authnv1.UserInfo, attrs a
 
 // Options are the read endpoint's dependencies.
 type Options struct {
-	// Backend holds the objects: a read is redirected to a presigned URL
-	// when it is a objects.Presigner, else streamed when it is a objects.Opener.
+	// Backend holds the objects: a read of the binding Service's path is
+	// redirected to a presigned URL when it is an objects.Presigner, and
+	// streamed when it is an objects.Opener (always through the API server).
 	Backend upload.Backend
 	// Reviewer authenticates and authorizes the callers.
 	Reviewer Reviewer
@@ -106,8 +107,9 @@ type Options struct {
 }
 
 // Handler serves the orchestrator read endpoint: a caller allowed to read a
-// WorkerBinding's objects reads that job's stored objects, through a
-// presigned URL (a redirect) when the backend can sign one, else streamed.
+// WorkerBinding's objects reads that job's stored objects: streamed through
+// the API server, and on the binding Service's path through a presigned URL
+// (a redirect) when the backend can sign one, else streamed.
 // New answers paths under tetherv1.ReadPathPrefix for callers with a
 // Kubernetes bearer token; NewAggregated those under
 // tetherv1.ReadAPIPathPrefix that the kube-apiserver proxies.

@@ -61,13 +61,18 @@ type readAnswer struct {
 // readFailure names the cause of a read of an object of a binding in
 // namespace ns that was not answered 200, and what to do about it.
 func (c *Client) readFailure(resp *http.Response, ns string) error {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var answer readAnswer
-	decodeErr := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&answer)
+	if err := json.Unmarshal(raw, &answer); err != nil {
+		// The API server answers some refusals in plain text: a group it
+		// does not serve ("404 page not found"), a backend's redirect.
+		answer = readAnswer{Message: truncate(strings.TrimSpace(string(raw)), 300)}
+	}
 	re := &ReadError{Status: resp.StatusCode, Reason: answer.Reason, Message: answer.Message, viaAPIServer: c.viaAPIServer}
 	if re.Reason == "" {
 		re.Reason = http.StatusText(resp.StatusCode)
 	}
-	fromControlPlane := decodeErr == nil && answer.Kind != "Status" && answer.Reason != ""
+	fromControlPlane := answer.Kind != "Status" && answer.Reason != ""
 	switch {
 	case resp.StatusCode == http.StatusTemporaryRedirect:
 		re.Reason, re.Cause = "Redirect", ErrReadRedirected
@@ -80,7 +85,7 @@ func (c *Client) readFailure(resp *http.Response, ns string) error {
 	case c.viaAPIServer:
 		apiServerFailure(re, ns)
 	default:
-		re.Message = "no error body: the answer is not the control plane's (is --tether-url the binding Service?)"
+		re.Message = "the answer is not the control plane's (is --tether-url the binding Service?): " + re.Message
 	}
 	return re
 }

@@ -43,9 +43,11 @@ func TestReadsThroughTheAPIServerNameTheCause(t *testing.T) {
 		"plain404":     {status: http.StatusNotFound, body: "404 page not found\n"},
 		"forbidden": {status: http.StatusForbidden, body: `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"workerbindings.artifacts.tether.dev \"llm\" is forbidden: ` +
 			`User \"system:serviceaccount:team-a:tenant\" cannot get resource \"workerbindings/objects\" in API group \"artifacts.tether.dev\" in the namespace \"team-a\"","reason":"Forbidden","code":403}`},
-		"store":      {status: http.StatusServiceUnavailable, body: `{"reason":"store","message":"the artifact store failed: retry (the control plane's log has the error)"}`},
-		"noreplica":  {status: http.StatusServiceUnavailable, body: `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"service unavailable","reason":"ServiceUnavailable","code":503}`},
-		"rejected":   {status: http.StatusBadGateway, body: `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the backend attempted to redirect this request, which is not permitted","code":502}`},
+		"store":     {status: http.StatusServiceUnavailable, body: `{"reason":"store","message":"the artifact store failed: retry (the control plane's log has the error)"}`},
+		"noreplica": {status: http.StatusServiceUnavailable, body: `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"service unavailable","reason":"ServiceUnavailable","code":503}`},
+		// kube-apiserver's own words, in plain text, for an aggregated
+		// API's redirect.
+		"rejected":   {status: http.StatusBadGateway, body: "the backend attempted to redirect this request, which is not permitted"},
 		"redirected": {status: http.StatusTemporaryRedirect, location: store.URL + "/bucket/job-1/x?X-Amz-Signature=x"},
 	}
 	prefix := tetherv1.ReadAPIPathPrefix + "team-a/workerbindings/llm/objects/" + upload.LogsDir

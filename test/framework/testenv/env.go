@@ -78,6 +78,10 @@ type Options struct {
 	// AsAdmin runs the control plane with the test's admin credentials instead
 	// of as its ServiceAccount under the RBAC that manifests/ ships.
 	AsAdmin bool
+	// FrontProxy starts the API server with a front-proxy client
+	// certificate and the --requestheader-* flags, so it proxies aggregated
+	// APIs (the read API) as a real cluster's does.
+	FrontProxy bool
 }
 
 // Env is a running local control plane.
@@ -102,6 +106,8 @@ type Env struct {
 	// cpConfig and cpOpts start the control plane again on restart.
 	cpConfig *rest.Config
 	cpOpts   Options
+	// frontProxyDir holds the front proxy's certificate (Options.FrontProxy).
+	frontProxyDir string
 }
 
 // RestartControlPlane stops the in-process control plane and starts it again
@@ -158,8 +164,22 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if err := trainer.AddToScheme(e.env.Scheme); err != nil {
 		return nil, err
 	}
+	if opts.FrontProxy {
+		dir, err := os.MkdirTemp("", "tether-front-proxy-")
+		if err != nil {
+			return nil, err
+		}
+		e.frontProxyDir = dir
+		if err := configureFrontProxy(e.env.ControlPlane.GetAPIServer(), dir); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
 	cfg, err := e.env.Start()
 	if err != nil {
+		if e.frontProxyDir != "" {
+			_ = os.RemoveAll(e.frontProxyDir)
+		}
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
 	}
 	e.Config = cfg
@@ -290,6 +310,9 @@ func (e *Env) Stop() error {
 	}
 	if e.ArtifactDir != "" {
 		_ = os.RemoveAll(e.ArtifactDir)
+	}
+	if e.frontProxyDir != "" {
+		_ = os.RemoveAll(e.frontProxyDir)
 	}
 	return errors.Join(errs...)
 }

@@ -41,17 +41,29 @@ const (
 	bucket   = "tether-artifacts"
 )
 
-// suite is a control plane storing into a versitygw bucket.
+// suite is a control plane storing into a bucket of a real S3 server
+// (versitygw unless a test picks another).
 type suite struct {
 	env *testenv.Env
 	s3  *s3server.Server
+	// creds is the directory of the bucket's credentials files.
+	creds string
 }
 
 // start runs versitygw and a control plane with the s3 backend, modified by mod.
 func start(t *testing.T, mod func(*controlplane.Options)) *suite {
 	t.Helper()
+	s := startStore(t, s3server.VersityGW)
+	s.env = testenv.StartForTest(t, testenv.Options{ControlPlane: s.controlPlane(mod)})
+	return s
+}
+
+// startStore runs S3 server impl with the suite's bucket; the control plane
+// is the caller's to start (controlPlane configures it).
+func startStore(t *testing.T, impl s3server.Impl) *suite {
+	t.Helper()
 	ctx := context.Background()
-	s3, err := s3server.Start(ctx, s3server.Options{Dir: t.TempDir(), AccessKey: s3Access, SecretKey: s3Secret})
+	s3, err := s3server.Start(ctx, s3server.Options{Impl: impl, Dir: t.TempDir(), AccessKey: s3Access, SecretKey: s3Secret})
 	if errors.Is(err, s3server.ErrNoBinary) && os.Getenv("CI") == "" {
 		t.Skip(err)
 	}
@@ -61,7 +73,7 @@ func start(t *testing.T, mod func(*controlplane.Options)) *suite {
 	t.Cleanup(func() {
 		s3.Stop()
 		if t.Failed() {
-			t.Logf("versitygw output:\n%s", s3.Output())
+			t.Logf("%s output:\n%s", impl, s3.Output())
 		}
 	})
 	if err := s3.MakeBucket(ctx, bucket, false); err != nil {
@@ -73,12 +85,16 @@ func start(t *testing.T, mod func(*controlplane.Options)) *suite {
 			t.Fatal(err)
 		}
 	}
-	env := testenv.StartForTest(t, testenv.Options{ControlPlane: func(o *controlplane.Options) {
+	return &suite{s3: s3, creds: creds}
+}
+
+// controlPlane configures the s3 backend on the suite's bucket, then mod.
+func (s *suite) controlPlane(mod func(*controlplane.Options)) func(*controlplane.Options) {
+	return func(o *controlplane.Options) {
 		o.ArtifactBackend = "s3"
-		o.S3 = controlplane.S3Options{Endpoint: s3.Endpoint, Bucket: bucket, Region: "us-east-1", Insecure: true, CredentialsDir: creds}
+		o.S3 = controlplane.S3Options{Endpoint: s.s3.Endpoint, Bucket: bucket, Region: "us-east-1", Insecure: true, CredentialsDir: s.creds}
 		mod(o)
-	}})
-	return &suite{env: env, s3: s3}
+	}
 }
 
 // keys lists the bucket's keys under prefix.
