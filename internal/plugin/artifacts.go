@@ -7,10 +7,24 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 )
 
 func (o *options) artifactsCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "artifacts", Short: "List and download a job's artifacts"}
+	cmd := &cobra.Command{
+		Use:   "artifacts",
+		Short: "List and download a job's artifacts",
+		Long: "List and download a job's artifacts, each file checked against its node's manifest.\n\n" +
+			"Without --tether-url the reads go through your kubeconfig's API server to Tether's read API\n" +
+			"(APIService " + tetherv1.ReadAPIService + "; the chart's readAPI.enabled=true or the component\n" +
+			"manifests/overlays/read-api): you need get on " + tetherv1.ReadAPIResource + "/" + tetherv1.ReadAPISubresource + "\n" +
+			"in the API group " + tetherv1.ReadAPIGroup + " in the job's namespace (ClusterRole tether-artifact-reader,\n" +
+			"bound there), and the control plane streams every object through the API server, whatever\n" +
+			"its store. With --tether-url (inside the cluster) the binding Service answers instead, and may\n" +
+			"redirect to a presigned URL of the store.\n" +
+			"A failed read says why: the read API not installed, the permission missing, the store unavailable.",
+	}
 	ls := &cobra.Command{
 		Use:               "ls NAME",
 		Short:             "List the artifacts of every node's manifest (path, size, MD5, verified)",
