@@ -37,7 +37,8 @@ type Options struct {
 	// certificate names, e.g. tether-control-plane.tether-system.svc.
 	// Empty: ReadURL's host.
 	ReadServerName string
-	// StoreTransport fetches presigned URLs from the store (default: a
+	// StoreTransport fetches the presigned URLs the binding Service
+	// redirects to (ReadURL set) from the store (default: a
 	// plain transport with the system roots). It never carries the
 	// caller's Kubernetes credentials.
 	StoreTransport http.RoundTripper
@@ -128,8 +129,8 @@ func (c *Client) throughAPIServer(cfg *rest.Config) error {
 	c.read = base
 	c.readPrefix = strings.TrimSuffix(base.Path, "/") + tetherv1.ReadAPIPathPrefix
 	c.viaAPIServer = true
-	// Redirects are followed by hand here too: the presigned URL must be
-	// fetched without the caller's credentials.
+	// No redirect is followed: reads through the API server are streamed,
+	// and a redirect met there is an error naming its cause (open).
 	c.http = &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return nil
 }

@@ -8,9 +8,11 @@
 // (Log), and sends flush, drain and cancel commands and waits for every
 // node to acknowledge them (Send, WaitCommand).
 //
-// Artifacts are read through the control plane's read endpoint
-// (docs/orchestrator.md) with the caller's own Kubernetes credentials: the
-// endpoint checks that the caller may get the WorkerBinding, then redirects
-// to a short-lived presigned URL (S3 store) or streams the object (fs
-// store). An orchestrator never holds the store's credentials.
+// Artifacts are read with the caller's own Kubernetes credentials
+// (docs/orchestrator.md), never the store's: by default through the API
+// server's read API (artifacts.tether.dev), which authorizes the caller and
+// whose objects the control plane always streams; with Options.ReadURL from
+// the binding Service, which may redirect to a short-lived presigned URL of
+// an S3 store. A failed read is a *ReadError naming its cause (ErrNoReadAPI,
+// ErrReadForbidden, ErrStoreUnavailable, ErrReadRedirected) and what to do.
 package client
