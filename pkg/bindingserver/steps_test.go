@@ -10,7 +10,9 @@ import (
 func TestStepClockMedian(t *testing.T) {
 	var c stepClock
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	beat := func(s int, step int64) { c.observe(&binding.Progress{Step: &step}, t0.Add(time.Duration(s)*time.Second)) }
+	beat := func(s int, step int64) {
+		c.observe(&binding.Progress{Step: &step}, t0.Add(time.Duration(s)*time.Second))
+	}
 	beat(0, 10)
 	if c.median() != 0 {
 		t.Fatalf("median %s after one step, want none", c.median())
