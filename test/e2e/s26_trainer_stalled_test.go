@@ -10,6 +10,7 @@ import (
 
 	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
+	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/test/framework/localcluster"
 )
 
@@ -18,7 +19,8 @@ import (
 // TrainerStalled once its step stood still for the job's stall window:
 // the binding's Progressing condition, a Warning Event, the
 // tether_job_stalled gauge. When its steps resume, all three say so by
-// themselves, and the job succeeds.
+// themselves, and the job succeeds. Meanwhile the checkpoint of step 4,
+// verified, is the binding's lastCheckpoint.
 func TestScenario26TrainerStalled(t *testing.T) {
 	shared(t)
 	timed(t)
@@ -27,7 +29,10 @@ func TestScenario26TrainerStalled(t *testing.T) {
 	// The stall lasts 100 s against the shortest window a TrainJob can set
 	// (1m): long enough that the controller, asked back at the window's
 	// end, declares it well before the steps resume.
-	setPlans(ns, name, localcluster.TrainerPlan{Steps: 8, CheckpointEvery: 2, StepInterval: time.Second, StallAtStep: 4, StallFor: 100 * time.Second})
+	// The stand-in writes each checkpoint as one file, checkpoints/step-NNNN.pt:
+	// a layout the sidecar is told (the default finds directories).
+	setPlans(ns, name, localcluster.TrainerPlan{Steps: 8, CheckpointEvery: 2, StepInterval: time.Second, StallAtStep: 4, StallFor: 100 * time.Second,
+		SidecarEnv: []string{binding.EnvCheckpointPattern + "=checkpoints/step-{step}.pt"}})
 	tj := bound(trainJob(name, ns)).Annotation(names.StallAfterAnnotation, "1m").Queue("user-queue").Obj()
 	suite.create(t, tj)
 
@@ -57,7 +62,18 @@ func TestScenario26TrainerStalled(t *testing.T) {
 	if wb.Status.Phase != tetherv1.PhaseRunning || wb.Status.Reason != tetherv1.ReasonHeartbeating {
 		t.Errorf("a stalled job's phase %s/%s, want Running/Heartbeating (its sidecar is fine)", wb.Status.Phase, wb.Status.Reason)
 	}
-	eventually(t, 20*time.Second, "TrainerStalled Event and gauge", func() error {
+	// The checkpoint of step 4 was written before the stall: verified, it is
+	// the job's last checkpoint while the trainer stands still.
+	wb = suite.waitBinding(t, ns, name, 30*time.Second, "lastCheckpoint at step 4", func(wb *tetherv1.WorkerBinding) error {
+		if c := wb.Status.LastCheckpoint; c == nil || c.Step != 4 || c.Path != "checkpoints/step-0004.pt" || c.Files != 1 || c.Bytes != 256<<10 {
+			return fmt.Errorf("lastCheckpoint %+v", c)
+		}
+		return nil
+	})
+	eventually(t, 20*time.Second, "TrainerStalled Event and gauges", func() error {
+		if v, ok := suite.metricValue(t, "tether_job_last_checkpoint_timestamp_seconds", jobLabels(ns, name)...); !ok || int64(v) != wb.Status.LastCheckpoint.Time.Unix() {
+			return fmt.Errorf("tether_job_last_checkpoint_timestamp_seconds=%v (present %v), want %d", v, ok, wb.Status.LastCheckpoint.Time.Unix())
+		}
 		if err := hasAll(suite.eventReasons(t, ns, name), tetherv1.ReasonTrainerStalled); err != nil {
 			return err
 		}
