@@ -56,7 +56,7 @@ test: testbin
 FUZZTIME ?= 100000x
 FUZZ_TARGETS ?= ./pkg/binding:FuzzDecodeFrame ./pkg/binding:FuzzTokenFromHeader \
 	./pkg/artifactstore/objects:FuzzCheckKey ./pkg/artifactstore/verify:FuzzParseManifest \
-	./pkg/sidecar/progress:FuzzLastProgressLine ./pkg/jobconfig:FuzzParse \
+	./pkg/sidecar/progress:FuzzLastProgressLine ./pkg/jobconfig:FuzzParse ./pkg/checkpoint:FuzzParsePattern \
 	./pkg/mutate:FuzzPodHandler ./pkg/mutate:FuzzTrainJobHandler
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \

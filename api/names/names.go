@@ -37,6 +37,9 @@ const (
 	// TrainerStatusAnnotation says whether Tether writes the worker's
 	// progress into TrainJob.status.trainerStatus.
 	TrainerStatusAnnotation = "tether.dev/trainer-status"
+	// StallAfterAnnotation is how long the trainer's step may stand still
+	// before the binding says TrainerStalled.
+	StallAfterAnnotation = "tether.dev/stall-after"
 
 	// RuntimePatchManager names Tether's spec.runtimePatches entry on a
 	// TrainJob (Trainer v2.2+ requires a domain-prefixed manager and keys

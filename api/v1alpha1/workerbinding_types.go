@@ -32,6 +32,9 @@ const (
 	// ConditionPodsInjected is False when trainer pods of the job run without the sidecar
 	// (they existed before the job was bound); it names them.
 	ConditionPodsInjected = "PodsInjected"
+	// ConditionProgressing is False with reason TrainerStalled while the
+	// trainer's step stands still past the job's stall window.
+	ConditionProgressing = "Progressing"
 )
 
 // Reasons used in conditions, phases and Events.
@@ -67,6 +70,11 @@ const (
 	ReasonAttemptStarted     = "AttemptStarted"
 	ReasonNeverBound         = "NeverBound"
 	ReasonPodCreateFailed    = "PodCreateFailed"
+	// ReasonTrainerStalled: heartbeats arrive but the trainer's step has
+	// not advanced for the job's stall window (condition Progressing).
+	ReasonTrainerStalled = "TrainerStalled"
+	// ReasonStepsResumed: a stalled trainer's step advanced again.
+	ReasonStepsResumed = "StepsResumed"
 )
 
 // What started an attempt (status.attemptStartedBy). Every one of them
@@ -177,6 +185,13 @@ type WorkerBindingSettings struct {
 	// +optional
 	// +kubebuilder:validation:Enum=all;primary
 	Nodes string `json:"nodes,omitempty"`
+
+	// StallAfter is how long the trainer's step may stand still, while
+	// its heartbeats go on, before the binding says TrainerStalled
+	// (annotation tether.dev/stall-after). Unset: the larger of 15 minutes
+	// and 10 times the median step interval seen.
+	// +optional
+	StallAfter *metav1.Duration `json:"stallAfter,omitempty"`
 }
 
 // WorkerBindingStatus is the observed state of a bound job.
@@ -281,6 +296,12 @@ type WorkerBindingStatus struct {
 	// Artifacts is what the binding server verified of the job's artifacts.
 	// +optional
 	Artifacts *ArtifactsStatus `json:"artifacts,omitempty"`
+
+	// LastCheckpoint is the newest checkpoint node 0's sidecar found in
+	// the artifact directory with every file verified: what a preempted
+	// or restarted job can resume from.
+	// +optional
+	LastCheckpoint *CheckpointStatus `json:"lastCheckpoint,omitempty"`
 
 	// LastCommand is the last command pushed to the worker and its outcome.
 	// +optional
@@ -463,6 +484,34 @@ type Progress struct {
 	// UpdatedTime is when the trainer last wrote progress.
 	// +optional
 	UpdatedTime *metav1.Time `json:"updatedTime,omitempty"`
+	// LastStepTime is when Step last changed: the trainer's time of the
+	// progress line that changed it, else when the binding server heard it.
+	// +optional
+	LastStepTime *metav1.Time `json:"lastStepTime,omitempty"`
+	// StepInterval is the median time per step over the recent steps the
+	// binding server heard of (the default stall window is 10 times it).
+	// +optional
+	StepInterval *metav1.Duration `json:"stepInterval,omitempty"`
+}
+
+// CheckpointStatus is a checkpoint whose every file is verified.
+type CheckpointStatus struct {
+	// Path is the checkpoint relative to the job's prefix (a directory
+	// ends in "/"), as node 0's files are stored.
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	Path string `json:"path"`
+	// Step is the training step its name carries.
+	// +required
+	Step int64 `json:"step"`
+	// Time is when its last file was verified.
+	// +required
+	Time metav1.Time `json:"time"`
+	// Files and Bytes count its files.
+	// +optional
+	Files int32 `json:"files,omitempty"`
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // ArtifactsStatus summarises a job's artifacts in bounded form.

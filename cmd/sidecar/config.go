@@ -12,6 +12,7 @@ import (
 
 	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/checkpoint"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/sidecar/artifacts"
 	"github.com/tether-dev/tether/pkg/sidecar/credentials"
@@ -69,6 +70,9 @@ type config struct {
 	// nodeRank is the pod's node rank (TETHER_NODE_RANK; 0 when unset, as
 	// from a webhook that bound node 0 only).
 	nodeRank int
+	// checkpoints finds the checkpoint heartbeats report: the pattern of
+	// TETHER_CHECKPOINT_PATTERN, if set, then the default patterns.
+	checkpoints *checkpoint.Detector
 }
 
 // loadConfig reads and checks the environment. Every error names the
@@ -91,6 +95,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	cfg.client = r.sessionConfig()
 	cfg.nodeRank = r.intIn(names.EnvNodeRank, 0, 0, binding.MaxBoundNodes-1, "the node rank")
+	cfg.checkpoints = r.checkpoints(binding.EnvCheckpointPattern)
 	if v := getenv(EnvLogLevel); v != "" {
 		if err := cfg.logLevel.UnmarshalText([]byte(v)); err != nil {
 			r.fail("%s=%q: want debug, info, warn or error", EnvLogLevel, v)
@@ -210,6 +215,21 @@ func (r *envReader) positiveDuration(name, v string, example, orElse time.Durati
 		return d
 	}
 	return orElse
+}
+
+// checkpoints is the detector of an optional checkpoint pattern, ahead of
+// the default patterns; the defaults alone when unset or wrong.
+func (r *envReader) checkpoints(name string) *checkpoint.Detector {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return checkpoint.NewDetector()
+	}
+	p, err := checkpoint.ParsePattern(v)
+	if err != nil {
+		r.fail("%s: %w", name, err)
+		return checkpoint.NewDetector()
+	}
+	return checkpoint.NewDetector(append([]checkpoint.Pattern{p}, checkpoint.Default()...)...)
 }
 
 // onOff is an optional switch, on when unset.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tether-dev/tether/api/names"
 	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/checkpoint"
 )
 
 const testToken = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -71,6 +72,9 @@ func TestLoadConfig(t *testing.T) {
 		cfg.trainJob != "mnist" || cfg.logLevel != slog.LevelDebug {
 		t.Errorf("config = %+v", cfg)
 	}
+	if ps := cfg.checkpoints.Patterns(); len(ps) != len(checkpoint.Default()) || ps[0].String() != checkpoint.Default()[0].String() {
+		t.Errorf("checkpoint patterns %v, want the defaults", ps)
+	}
 	if cfg.include != nil || cfg.exclude != nil || cfg.flushBudget != 25*time.Second ||
 		cfg.syncInterval != 10*time.Second || cfg.settleTime != 10*time.Second || !cfg.fileEvents || cfg.uploadWorkers != 8 || !cfg.directUpload {
 		t.Errorf("defaults: %+v", cfg)
@@ -79,16 +83,20 @@ func TestLoadConfig(t *testing.T) {
 	env[names.EnvExclude] = "ckpt/tmp/**"
 	env[EnvFlushBudget], env[EnvSyncInterval], env[EnvSettleTime] = "55s", "3s", "1m"
 	env[EnvFileEvents], env[EnvUploadWorkers], env[EnvDirectUpload] = "off", "3", "off"
+	env[binding.EnvCheckpointPattern] = " dcp "
 	cfg, err = loadConfig(getenv(env))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ps := cfg.checkpoints.Patterns(); len(ps) != 1+len(checkpoint.Default()) || ps[0].String() != checkpoint.DCP.String() || len(ps[0].Required()) != 1 {
+		t.Errorf("checkpoint patterns %v, want the DCP preset, then the defaults", ps)
 	}
 	if !slices.Equal(cfg.include, []string{"ckpt/**", "*.{safetensors,json}"}) || !slices.Equal(cfg.exclude, []string{"ckpt/tmp/**"}) ||
 		cfg.flushBudget != 55*time.Second || cfg.syncInterval != 3*time.Second || cfg.settleTime != time.Minute ||
 		cfg.fileEvents || cfg.uploadWorkers != 3 || cfg.directUpload {
 		t.Errorf("config = %+v", cfg)
 	}
-	for _, k := range []string{names.EnvInclude, names.EnvExclude, EnvFlushBudget, EnvSyncInterval, EnvSettleTime, EnvFileEvents, EnvUploadWorkers, EnvDirectUpload} {
+	for _, k := range []string{names.EnvInclude, names.EnvExclude, EnvFlushBudget, EnvSyncInterval, EnvSettleTime, EnvFileEvents, EnvUploadWorkers, EnvDirectUpload, binding.EnvCheckpointPattern} {
 		delete(env, k)
 	}
 	delete(env, names.EnvNodeName) // optional
@@ -140,6 +148,8 @@ func TestLoadConfigNamesTheVariable(t *testing.T) {
 		{"file events", func(_ *testing.T, env map[string]string) { env[EnvFileEvents] = "yes" }, EnvFileEvents + `="yes": want on or off`},
 		{"upload workers", func(_ *testing.T, env map[string]string) { env[EnvUploadWorkers] = "0" }, EnvUploadWorkers + `="0"`},
 		{"too many workers", func(_ *testing.T, env map[string]string) { env[EnvUploadWorkers] = "65" }, "1 to 64"},
+		{"checkpoint pattern", func(_ *testing.T, env map[string]string) { env[binding.EnvCheckpointPattern] = "checkpoint/" },
+			binding.EnvCheckpointPattern + `: checkpoint pattern "checkpoint/": 0 {step} placeholders, want exactly one`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := testEnv(t, "https://tether.example:8443", ca)

@@ -17,7 +17,9 @@
 // (TETHER_SETTLE_TIME): files never closed, or every file when file events
 // are unavailable (the per-uid inotify limits used up: the log says so).
 // Each file is one PUT verified by its ETag, TETHER_UPLOAD_WORKERS (8) at
-// once. Commands:
+// once. Heartbeats also carry the newest checkpoint whose every file is
+// verified (pkg/checkpoint: checkpoint* and step* directories, and the
+// layout TETHER_CHECKPOINT_PATTERN names). Commands:
 // flush uploads the finished files now; drain and cancel upload every file
 // and then the manifest. The command is acknowledged OK only when every file
 // it covered was verified.
@@ -96,6 +98,7 @@ func run(getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, st
 	cc.UploadedBytes = syncer.UploadedBytes
 	cc.ArtifactError = syncer.LastError
 	cc.Skipped = syncer.Skipped
+	cc.Checkpoint = syncer.Checkpoint
 	cc.OnCommand = func(ctx context.Context, cmd binding.Command) error {
 		return execute(ctx, syncer, cmd)
 	}
@@ -211,14 +214,15 @@ func newSyncer(cfg config, log *slog.Logger) (*artifacts.Syncer, *artifacts.Scan
 		return nil, nil, err
 	}
 	sy, err := artifacts.NewSyncer(artifacts.SyncerConfig{
-		Scanner:    sc,
-		Uploader:   up,
-		JobID:      cfg.client.JobID,
-		PodUID:     cfg.client.Pod.UID,
-		Interval:   cfg.syncInterval,
-		Workers:    cfg.uploadWorkers,
-		FileEvents: cfg.fileEvents,
-		Logger:     log,
+		Scanner:     sc,
+		Uploader:    up,
+		JobID:       cfg.client.JobID,
+		PodUID:      cfg.client.Pod.UID,
+		Interval:    cfg.syncInterval,
+		Workers:     cfg.uploadWorkers,
+		FileEvents:  cfg.fileEvents,
+		Checkpoints: cfg.checkpoints,
+		Logger:      log,
 	})
 	if err != nil {
 		sc.Close()

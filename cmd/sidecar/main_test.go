@@ -424,7 +424,7 @@ func checkManifest(t *testing.T, s *stub, files map[string]string) {
 }
 
 // The periodic sync uploads settled files; heartbeats carry the verified
-// bytes; drain uploads everything and the manifest; SIGTERM does it again.
+// bytes and the checkpoint; drain uploads everything and the manifest; SIGTERM does it again.
 func TestSidecarSyncsArtifacts(t *testing.T) {
 	s, ca := newStub(t, nil)
 	env := testEnv(t, s.srv.URL, ca)
@@ -470,6 +470,22 @@ func TestSidecarSyncsArtifacts(t *testing.T) {
 		}
 		if hb.UploadedBytes > want || time.Now().After(deadline) {
 			t.Fatalf("heartbeat uploadedBytes %d, want %d", hb.UploadedBytes, want)
+		}
+	}
+	// "ckpt/step 100/" is a checkpoint by the default patterns, its one
+	// file verified: heartbeats report it once a round has seen it so.
+	wantCkpt := binding.Checkpoint{Path: "ckpt/step 100/", Step: 100, Files: 1, Bytes: int64(len("optimizer state"))}
+	for {
+		hb := s.waitFrame(t, binding.FrameHeartbeat).Heartbeat
+		if cp := hb.Checkpoint; cp != nil && !cp.VerifiedAt.IsZero() {
+			cp.VerifiedAt = time.Time{}
+			if *cp != wantCkpt {
+				t.Fatalf("heartbeat checkpoint %+v, want %+v", *cp, wantCkpt)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no heartbeat carried the checkpoint %+v", wantCkpt)
 		}
 	}
 	for _, k := range s.putKeys() {

@@ -168,6 +168,10 @@ type Heartbeat struct {
 	// upload by policy; SkippedCount counts them all (skipped.go).
 	Skipped      []SkippedEntry `json:"skipped,omitempty"`
 	SkippedCount int            `json:"skippedCount,omitempty"`
+	// Checkpoint is the newest checkpoint in the artifact directory whose
+	// every file the sidecar has had verified (checkpoint.go); nil until
+	// there is one.
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 }
 
 // MaxArtifactErrorLength bounds Heartbeat.ArtifactError.
@@ -306,6 +310,9 @@ func DecodeFrame(b []byte) (Frame, error) {
 			return bad("artifactError longer than %d bytes", MaxArtifactErrorLength)
 		}
 		if err := checkSkipped(f.Heartbeat.Skipped, f.Heartbeat.SkippedCount); err != nil {
+			return bad("heartbeat: %v", err)
+		}
+		if err := f.Heartbeat.Checkpoint.check(); err != nil {
 			return bad("heartbeat: %v", err)
 		}
 	case FrameAck:

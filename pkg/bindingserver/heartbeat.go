@@ -2,6 +2,7 @@ package bindingserver
 
 import (
 	"context"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -30,6 +31,10 @@ func (s *Server) heartbeat(sess *session, hb *binding.Heartbeat) (string, int) {
 		}
 		if hb.Progress != nil {
 			st.progress = hb.Progress
+		}
+		st.steps.observe(hb.Progress, now)
+		if !sameCheckpoint(st.checkpoint, hb.Checkpoint) {
+			st.checkpoint, changed = hb.Checkpoint, true
 		}
 		changed = changed || hb.UploadedBytes != st.uploadedBytes
 		st.uploadedBytes = hb.UploadedBytes
@@ -96,7 +101,7 @@ func (s *Server) markLost(ctx context.Context, key workerKey, msg string) {
 		}
 		if n := lifecycle.Node(st, key.rank); n != nil && !last.lastHeartbeat.IsZero() &&
 			(n.LastHeartbeatTime == nil || last.lastHeartbeat.After(n.LastHeartbeatTime.Time)) {
-			lifecycle.Heartbeat(st, key.rank, last.podUID, last.lastHeartbeat, int64(last.lastSeq), toAPIProgress(last.progress))
+			lifecycle.Heartbeat(st, key.rank, last.podUID, last.lastHeartbeat, int64(last.lastSeq), apiProgress(&last))
 		}
 		marked = lifecycle.HeartbeatLost(st, key.rank, msg)
 		return marked
@@ -118,7 +123,10 @@ func (s *Server) markLost(ctx context.Context, key workerKey, msg string) {
 	s.log.Info("heartbeat lost", "binding", key.binding.String(), "node", key.rank, "why", msg)
 }
 
-func toAPIProgress(p *binding.Progress) *tetherv1.Progress {
+// apiProgress is a worker's last progress as the binding shows it, with
+// its median step interval.
+func apiProgress(st *workerState) *tetherv1.Progress {
+	p := st.progress
 	if p == nil {
 		return nil
 	}
@@ -128,5 +136,20 @@ func toAPIProgress(p *binding.Progress) *tetherv1.Progress {
 		t := metav1.NewTime(p.UpdatedAt)
 		out.UpdatedTime = &t
 	}
+	if d := st.steps.median(); d > 0 {
+		out.StepInterval = &metav1.Duration{Duration: d}
+	}
 	return out
+}
+
+// apiCheckpoint is a worker's reported checkpoint as the binding shows it.
+func apiCheckpoint(c *binding.Checkpoint) *tetherv1.CheckpointStatus {
+	if c == nil {
+		return nil
+	}
+	return &tetherv1.CheckpointStatus{Path: c.Path, Step: c.Step, Time: metav1.NewTime(c.VerifiedAt.Truncate(time.Second)), Files: int32(min(c.Files, 1<<31-1)), Bytes: c.Bytes}
+}
+
+func sameCheckpoint(a, b *binding.Checkpoint) bool {
+	return (a == nil) == (b == nil) && (a == nil || a.Path == b.Path && a.Step == b.Step && a.VerifiedAt.Equal(b.VerifiedAt) && a.Files == b.Files && a.Bytes == b.Bytes)
 }

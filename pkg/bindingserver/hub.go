@@ -29,6 +29,8 @@ type workerState struct {
 	lastHeartbeat time.Time
 	lastSeq       uint64
 	progress      *binding.Progress
+	steps         stepClock
+	checkpoint    *binding.Checkpoint
 	uploadedBytes int64
 	artifactError string
 	phase         string

@@ -120,7 +120,7 @@ func (s *Server) finishing(ctx context.Context, sess *session, fin *binding.Fini
 	})
 	if _, err := s.updateStatus(ctx, sess.key.binding, func(st *tetherv1.WorkerBindingStatus) bool {
 		progressed := fin.Progress != nil && ws.podUID == sess.podUID &&
-			lifecycle.Heartbeat(st, sess.key.rank, sess.podUID, s.opts.Now(), int64(ws.lastSeq), toAPIProgress(ws.progress))
+			lifecycle.Heartbeat(st, sess.key.rank, sess.podUID, s.opts.Now(), int64(ws.lastSeq), apiProgress(&ws))
 		finishing := lifecycle.Finishing(st, sess.key.rank, sess.podUID, fin.Reason) || progressed
 		// The first finishing frame (the signal) carries no scan.
 		skipped := fin.SkippedCount > 0 && lifecycle.SkippedReported(st, fin.Skipped, fin.SkippedCount)

@@ -77,7 +77,10 @@ func (s *Server) writeHeartbeatStatus(ctx context.Context, key types.NamespacedN
 	wb, err := s.updateStatus(ctx, key, func(status *tetherv1.WorkerBindingStatus) bool {
 		changed := false
 		for _, b := range beats {
-			if lifecycle.Heartbeat(status, b.rank, b.podUID, b.lastHeartbeat, int64(b.lastSeq), toAPIProgress(b.progress)) {
+			if lifecycle.Heartbeat(status, b.rank, b.podUID, b.lastHeartbeat, int64(b.lastSeq), apiProgress(&b.workerState)) {
+				changed = true
+			}
+			if lifecycle.CheckpointReported(status, b.rank, b.podUID, apiCheckpoint(b.checkpoint)) {
 				changed = true
 			}
 			if lifecycle.SessionHeld(status, b.rank, b.podUID, replica) {

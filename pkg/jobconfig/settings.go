@@ -23,6 +23,11 @@ const (
 
 	MinHeartbeatInterval = time.Second
 	MaxHeartbeatInterval = 5 * time.Minute
+
+	// A stall window shorter than a minute would call every slow
+	// evaluation pass a stall; one past a week never fires in a job's life.
+	MinStallAfter = time.Minute
+	MaxStallAfter = 7 * 24 * time.Hour
 )
 
 // Settings are a bound job's per-job settings, parsed and defaulted.
@@ -38,6 +43,9 @@ type Settings struct {
 	Nodes string
 	// TrainerStatus is TrainerStatusAuto or TrainerStatusOff.
 	TrainerStatus string
+	// StallAfter is the stall window the TrainJob sets (0: the default,
+	// derived from the steps seen).
+	StallAfter time.Duration
 	// SidecarRequests and SidecarLimits are nil unless the TrainJob
 	// overrides the control plane's (per resource; see MergeResources).
 	// Values are validated quantities (ParseResourceList).
@@ -151,6 +159,13 @@ func parse(annotations map[string]string) (Settings, []error) {
 			s.HeartbeatInterval = d
 		}
 	}
+	if v, ok := annotations[names.StallAfterAnnotation]; ok {
+		if d, err := parseStallAfter(v); err != nil {
+			errs = append(errs, err)
+		} else {
+			s.StallAfter = d
+		}
+	}
 	if v, ok := annotations[names.TrainerContainerAnnotation]; ok {
 		if !dnsLabel.MatchString(v) {
 			errs = append(errs, &InvalidAnnotationError{Key: names.TrainerContainerAnnotation, Value: v,
@@ -191,6 +206,18 @@ func parse(annotations map[string]string) (Settings, []error) {
 		}
 	}
 	return s, errs
+}
+
+func parseStallAfter(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return 0, &InvalidAnnotationError{Key: names.StallAfterAnnotation, Value: v, Problem: "not a duration", Example: "45m"}
+	case d < MinStallAfter || d > MaxStallAfter:
+		return 0, &InvalidAnnotationError{Key: names.StallAfterAnnotation, Value: v,
+			Problem: fmt.Sprintf("must be between %s and %s", shortDuration(MinStallAfter), shortDuration(MaxStallAfter)), Example: "45m"}
+	}
+	return d, nil
 }
 
 // reservedPrefix is where the sidecar keeps its own mounts; an artifact path

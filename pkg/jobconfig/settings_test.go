@@ -77,6 +77,9 @@ func TestParseValid(t *testing.T) {
 		{names.NodesAnnotation, NodesAll, func(s *Settings) {}},
 		{names.TrainerStatusAnnotation, TrainerStatusOff, func(s *Settings) { s.TrainerStatus = TrainerStatusOff }},
 		{names.TrainerStatusAnnotation, TrainerStatusAuto, func(s *Settings) {}},
+		{names.StallAfterAnnotation, "45m", func(s *Settings) { s.StallAfter = 45 * time.Minute }},
+		{names.StallAfterAnnotation, "1m", func(s *Settings) { s.StallAfter = time.Minute }},
+		{names.StallAfterAnnotation, "168h", func(s *Settings) { s.StallAfter = 168 * time.Hour }},
 		{names.SidecarImageAnnotation, "ghcr.io/tether-dev/tether-sidecar@sha256:" + strings.Repeat("ab", 32), func(s *Settings) {
 			s.SidecarImage = "ghcr.io/tether-dev/tether-sidecar@sha256:" + strings.Repeat("ab", 32)
 		}},
@@ -111,6 +114,9 @@ func TestParseInvalid(t *testing.T) {
 		{names.NodesAnnotation, "Primary", "must be all"},
 		{names.TrainerStatusAnnotation, "on", "must be auto (Tether writes TrainJob.status.trainerStatus unless the trainer reports it) or off"},
 		{names.TrainerStatusAnnotation, "", "must be auto"},
+		{names.StallAfterAnnotation, "an hour", "not a duration"},
+		{names.StallAfterAnnotation, "59s", "must be between 1m and 168h"},
+		{names.StallAfterAnnotation, "169h", "must be between 1m and 168h"},
 		{names.ArtifactPathAnnotation, "workspace/artifacts", "absolute"},
 		{names.ArtifactPathAnnotation, "/workspace/../etc", "clean"},
 		{names.ArtifactPathAnnotation, "/workspace/./artifacts", "clean"},

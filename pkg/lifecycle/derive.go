@@ -244,7 +244,8 @@ func observeStatus(wb *tetherv1.WorkerBinding, st *tetherv1.WorkerBindingStatus,
 			Resumed(st)
 		}
 	}
-	return minWait(checkHeartbeats(st, settings, p, o.Leases, o.Now), o.Retry)
+	requeue := minWait(checkHeartbeats(st, settings, p, o.Leases, o.Now), o.Retry)
+	return minWait(requeue, checkStall(st, settings, o.Now, out))
 }
 
 func awaitingArtifacts(st *tetherv1.WorkerBindingStatus) bool {

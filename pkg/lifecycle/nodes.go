@@ -194,7 +194,7 @@ func Heartbeat(st *tetherv1.WorkerBindingStatus, rank int32, podUID string, at t
 	if rank == 0 {
 		st.LastSeq = max(st.LastSeq, seq)
 		if progress != nil {
-			st.Progress = progress
+			st.Progress = MergeProgress(st.Progress, progress, at)
 		}
 	}
 	if n.HeartbeatLost {

@@ -9,8 +9,12 @@ import (
 
 // RecordSettings is what a WorkerBinding records of a job's parsed settings.
 func RecordSettings(s jobconfig.Settings) tetherv1.WorkerBindingSettings {
-	return tetherv1.WorkerBindingSettings{HeartbeatInterval: metav1.Duration{Duration: s.HeartbeatInterval}, TrainerContainer: s.TrainerContainer,
+	out := tetherv1.WorkerBindingSettings{HeartbeatInterval: metav1.Duration{Duration: s.HeartbeatInterval}, TrainerContainer: s.TrainerContainer,
 		Nodes: s.Nodes}
+	if s.StallAfter > 0 {
+		out.StallAfter = &metav1.Duration{Duration: s.StallAfter}
+	}
+	return out
 }
 
 // SettingsRecorded reports whether the binding carries its settings.

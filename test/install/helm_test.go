@@ -187,7 +187,7 @@ func checkSucceededAndStored(t *testing.T, in *localcluster.Installed, ns, name,
 // labeled TrainJob name on Trainer's torch-distributed runtime as shipped
 // (one node, the trainer stand-in running plan), and returns the job id the
 // installed webhook stamped on it.
-func createBoundJob(t *testing.T, ns, name string, plan localcluster.TrainerPlan) string {
+func createBoundJob(t *testing.T, ns, name string, plan localcluster.TrainerPlan, with ...func(*testobj.TrainJobWrapper)) string {
 	t.Helper()
 	ctx := context.Background()
 	c := cluster
@@ -197,10 +197,14 @@ func createBoundJob(t *testing.T, ns, name string, plan localcluster.TrainerPlan
 	if err := c.RealNodeQueue(ctx, ns, "real-node-queue"); err != nil {
 		t.Fatal(err)
 	}
-	tj := testobj.MakeTrainJob(name, ns).Runtime(localcluster.TorchRuntime).Bound().
+	w := testobj.MakeTrainJob(name, ns).Runtime(localcluster.TorchRuntime).Bound().
 		ResourcesPerNode(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")}).
 		Image(c.RealNodes()[0].Image("tether-trainer-standin")).Command("/trainer-standin").
-		Args(plan.Args(jobconfig.DefaultArtifactPath)...).Queue("real-node-queue").Obj()
+		Args(plan.Args(jobconfig.DefaultArtifactPath)...).Queue("real-node-queue")
+	for _, f := range with {
+		f(w)
+	}
+	tj := w.Obj()
 	if err := c.Client.Create(ctx, tj); err != nil {
 		t.Fatalf("creating the labeled TrainJob: %v", err)
 	}

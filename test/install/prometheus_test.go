@@ -75,6 +75,9 @@ const (
 //     tether.dev/heartbeat-interval, denied by the TrainJob webhook;
 //   - TetherHeartbeatLost: the job's session black-holed in its pod's
 //     network namespace (localcluster.RealNode.BlackholePod), then healed;
+//   - TetherTrainerStalled: a second job whose trainer stands still after
+//     step 3 while its sidecar heartbeats (tether.dev/stall-after: 1m);
+//     deleting the job resolves it;
 //   - TetherCertificateExpiresSoon: a serving certificate valid 3 days put
 //     in the Secret while an admission policy keeps the control plane's
 //     rotator from replacing it (the rotation failure the alert is for);
@@ -138,7 +141,7 @@ func TestPrometheusScrapesAndAlerts(t *testing.T) {
 	}
 	shipped := slices.Sorted(maps.Keys(w.exprs))
 	// The alerts this test causes; a new rule must be given a scenario here.
-	caused := []string{"TetherAdmissionDenied", "TetherCertificateExpiresSoon", "TetherHeartbeatLost", "TetherNoReadyReplica", "TetherUploadFailures"}
+	caused := []string{"TetherAdmissionDenied", "TetherCertificateExpiresSoon", "TetherHeartbeatLost", "TetherNoReadyReplica", "TetherTrainerStalled", "TetherUploadFailures"}
 	if !slices.Equal(shipped, caused) {
 		t.Fatalf("the chart ships alerts %v; this test causes %v: give each new one a scenario", shipped, caused)
 	}
@@ -163,6 +166,19 @@ func TestPrometheusScrapesAndAlerts(t *testing.T) {
 	checkTargets(t, prom, mon.ServiceMonitor)
 	w.quiet(t, 90*time.Second)
 	logf("prometheus: both replicas scraped, no alert active, %.1fs into the test", time.Since(start).Seconds())
+
+	// A stalled trainer: after step 3 it stands still for longer than the
+	// test runs while its sidecar heartbeats, under the shortest stall
+	// window a TrainJob can set. Its alert is checked after the others'
+	// causes, by when it has long fired.
+	const stallNS, stallName = "prometheus-stalled", "stalled-finetune"
+	createBoundJob(t, stallNS, stallName, localcluster.TrainerPlan{Steps: 10, StepInterval: time.Second, StallAtStep: 3, StallFor: time.Hour},
+		func(w *testobj.TrainJobWrapper) { w.Annotation(names.StallAfterAnnotation, "1m") })
+	stallFrom := time.Now()
+	t.Cleanup(func() {
+		_ = cluster.Client.Delete(context.Background(), &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Namespace: stallNS, Name: stallName}},
+			crclient.PropagationPolicy(metav1.DeletePropagationBackground))
+	})
 
 	// Upload failures: the store goes away under the job's uploads. One
 	// TrainJob denied meanwhile (the TrainJob webhook answers at once).
@@ -245,6 +261,18 @@ func TestPrometheusScrapesAndAlerts(t *testing.T) {
 		}
 		return nil
 	})
+
+	stalledLabels := map[string]string{"namespace": stallNS, "trainjob": stallName}
+	w.firing(t, "TetherTrainerStalled", stalledLabels, stallFrom, 5*time.Minute)
+	waitBinding(t, stallNS, stallName, 10*time.Second, "Progressing=False/TrainerStalled", func(wb *tetherv1.WorkerBinding) error {
+		c := meta.FindStatusCondition(wb.Status.Conditions, tetherv1.ConditionProgressing)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tetherv1.ReasonTrainerStalled {
+			return fmt.Errorf("condition Progressing %+v (phase %s/%s)", c, wb.Status.Phase, wb.Status.Reason)
+		}
+		return nil
+	})
+	deleteJob(t, stallNS, stallName)
+	w.resolved(t, "TetherTrainerStalled", stalledLabels, time.Now(), 3*time.Minute)
 
 	w.firing(t, "TetherCertificateExpiresSoon", nil, cert.writtenAt, 4*time.Minute)
 	renewedAt := cert.release(t)

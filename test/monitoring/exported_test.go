@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -28,7 +29,10 @@ func collectors(t *testing.T) []prometheus.Collector {
 	wb := &tetherv1.WorkerBinding{}
 	wb.Name, wb.Namespace, wb.Spec.TrainJobName = "wb", "ml", "llama"
 	step := int64(5)
-	wb.Status.Progress = &tetherv1.Progress{Step: &step, Fraction: "0.5"} // for the progress gauges
+	now := metav1.Now()
+	// For the progress, step and checkpoint gauges.
+	wb.Status.Progress = &tetherv1.Progress{Step: &step, Fraction: "0.5", LastStepTime: &now}
+	wb.Status.LastCheckpoint = &tetherv1.CheckpointStatus{Path: "checkpoint-5/", Step: 5, Time: now, Files: 3, Bytes: 1 << 20}
 	if err := c.Create(t.Context(), wb); err != nil {
 		t.Fatal(err)
 	}

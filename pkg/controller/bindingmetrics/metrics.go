@@ -37,7 +37,7 @@ type PhaseCollector struct {
 
 // Describe implements prometheus.Collector.
 func (c *PhaseCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPhase, descAttempt, descTrainerExits, descNodes, descProgressFraction, descProgressStatusStep} {
+	for _, d := range append([]*prometheus.Desc{descPhase, descAttempt, descTrainerExits, descNodes}, progressDescs...) {
 		ch <- d
 	}
 }

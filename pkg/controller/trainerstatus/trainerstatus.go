@@ -25,6 +25,7 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/controller/internal/keys"
 	"github.com/tether-dev/tether/pkg/jobconfig"
+	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
 )
 
@@ -301,7 +302,7 @@ func (r *Reconciler) showNative(ctx context.Context, wb *tetherv1.WorkerBinding,
 		return nil
 	}
 	patch := client.MergeFrom(wb.DeepCopy())
-	wb.Status.Progress = p
+	wb.Status.Progress = lifecycle.MergeProgress(wb.Status.Progress, p, r.now())
 	return r.Client.Status().Patch(ctx, wb, patch)
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/pkg/binding"
+	"github.com/tether-dev/tether/pkg/checkpoint"
 	"github.com/tether-dev/tether/pkg/upload"
 )
 
@@ -51,6 +52,9 @@ type SyncerConfig struct {
 	// closed. When events are unavailable (the per-uid inotify limits used
 	// up, no inotify) Run says so and the settle rule alone decides (Mode).
 	FileEvents bool
+	// Checkpoints finds the newest verified checkpoint after each round
+	// (Checkpoint); nil means checkpoint.NewDetector(), the default patterns.
+	Checkpoints *checkpoint.Detector
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -87,6 +91,9 @@ type Syncer struct {
 	lastRoundWarn string            // the round-level warning last logged: logged again only when it changes
 	skipped       []SkippedFile     // the last round's (skipped.go)
 	loggedSkipped map[string]string // per path, the reason last logged
+
+	detector   *checkpoint.Detector
+	checkpoint atomic.Pointer[binding.Checkpoint] // the last round's (checkpoint.go)
 }
 
 // Report is the outcome of a round.
@@ -166,6 +173,9 @@ func NewSyncer(cfg SyncerConfig) (*Syncer, error) {
 	s := &Syncer{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, 1), lastLoggedErr: map[string]string{},
 		slots: make(chan struct{}, cfg.Workers), eventWorkers: make(chan struct{}, cfg.Workers), kick: make(chan struct{}, 1), lastEvent: map[string]time.Time{}}
 	s.mode.Store(ModeSettle)
+	if s.detector = cfg.Checkpoints; s.detector == nil {
+		s.detector = checkpoint.NewDetector()
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -352,6 +362,7 @@ func (s *Syncer) round(ctx context.Context, final, flush bool) (*Report, error) 
 			}
 		}
 	}
+	s.noteCheckpoint(&scan)
 	slices.SortFunc(rep.Verified, func(a, b upload.ManifestFile) int { return strings.Compare(a.Path, b.Path) })
 	slices.Sort(rep.Missing)
 	slices.Sort(rep.Pending)

@@ -141,6 +141,7 @@ type verifiedFile struct {
 	mtime time.Time
 	md5   string
 	crc   string
+	at    time.Time // when it was verified (checkpoint.go)
 }
 
 // How says how a file came to be verified.
@@ -322,7 +323,19 @@ func (u *Uploader) VerifiedFile(rel string, size int64, mtime time.Time) (upload
 func (u *Uploader) remember(rel string, size int64, mtime time.Time, sum, crc string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.verified[rel] = verifiedFile{size: size, mtime: mtime, md5: sum, crc: crc}
+	u.verified[rel] = verifiedFile{size: size, mtime: mtime, md5: sum, crc: crc, at: time.Now()}
+}
+
+// VerifiedAt returns when rel was verified, if its size and mtime are still
+// size and mtime: a file changed since it was verified is not.
+func (u *Uploader) VerifiedAt(rel string, size int64, mtime time.Time) (time.Time, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	v, ok := u.verified[rel]
+	if !ok || v.size != size || !v.mtime.Equal(mtime) {
+		return time.Time{}, false
+	}
+	return v.at, true
 }
 
 func (u *Uploader) forget(rel string) {

@@ -53,6 +53,7 @@ type progressSample struct {
 	artifactError string
 	skipped       []binding.SkippedEntry
 	skippedCount  int
+	checkpoint    *binding.Checkpoint
 }
 
 type commandRequest struct {

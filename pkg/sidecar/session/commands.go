@@ -66,6 +66,9 @@ func (c *Client) sampleLoop(ctx context.Context) {
 			smp.skipped, _ = binding.BoundSkipped(list)
 			smp.skippedCount = max(n, len(smp.skipped))
 		}
+		if c.cfg.Checkpoint != nil {
+			smp.checkpoint = c.cfg.Checkpoint()
+		}
 		c.sample.Store(smp)
 		if retry.Sleep(ctx, c.HeartbeatInterval()) != nil {
 			return

@@ -93,6 +93,10 @@ type Config struct {
 	// policy and how many in all; heartbeats carry the first
 	// binding.MaxReportedSkipped so the binding names them.
 	Skipped func() ([]binding.SkippedEntry, int)
+	// Checkpoint, if set, returns the newest checkpoint whose every file is
+	// verified (nil: none yet); heartbeats carry it. It should be cheap: the
+	// artifact syncer computes it once per round and keeps it.
+	Checkpoint func() *binding.Checkpoint
 
 	// OnCommand, if set, executes a command the server pushed; its result
 	// becomes the CommandAck (OK when it returns nil, else Error is its

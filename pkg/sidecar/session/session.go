@@ -107,7 +107,7 @@ func (c *Client) Run(ctx context.Context) error {
 	defer wg.Wait() // after cancel, below
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if c.cfg.Progress != nil || c.cfg.UploadedBytes != nil || c.cfg.ArtifactError != nil || c.cfg.Skipped != nil {
+	if c.cfg.Progress != nil || c.cfg.UploadedBytes != nil || c.cfg.ArtifactError != nil || c.cfg.Skipped != nil || c.cfg.Checkpoint != nil {
 		go c.sampleLoop(ctx) // not waited for: see Config.Progress
 	}
 	c.cmds = make(chan commandRequest, commandQueue)
@@ -325,7 +325,7 @@ func (c *Client) startReader(ctx context.Context, s *session, acked *atomic.Bool
 	return errc, done
 }
 
-// heartbeatFrame builds the next heartbeat. Progress the protocol would
+// heartbeatFrame builds the next heartbeat. Progress or a checkpoint the protocol would
 // reject (DecodeFrame is the server's check) is left out rather than
 // breaking the session.
 func (c *Client) heartbeatFrame() ([]byte, uint64) {
@@ -335,6 +335,7 @@ func (c *Client) heartbeatFrame() ([]byte, uint64) {
 		hb.UploadedBytes = max(smp.uploaded, 0)
 		hb.ArtifactError = smp.artifactError
 		hb.Skipped, hb.SkippedCount = smp.skipped, smp.skippedCount
+		hb.Checkpoint = smp.checkpoint
 	}
 	f := binding.Frame{Type: binding.FrameHeartbeat, Heartbeat: hb}
 	b, err := json.Marshal(f)
@@ -342,8 +343,8 @@ func (c *Client) heartbeatFrame() ([]byte, uint64) {
 		_, err = binding.DecodeFrame(b)
 	}
 	if err != nil {
-		c.log.Warn("leaving invalid progress out of the heartbeat", "error", err)
-		hb.Progress = nil
+		c.log.Warn("leaving invalid progress and checkpoint out of the heartbeat", "error", err)
+		hb.Progress, hb.Checkpoint = nil, nil
 		b, _ = json.Marshal(f) // cannot fail: no floats left
 	}
 	return b, hb.Seq

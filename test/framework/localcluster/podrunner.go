@@ -55,6 +55,10 @@ type TrainerPlan struct {
 	// Record is a file (outside the pod) where the run appends every file
 	// version it closes, synced (soakcheck.ReadRecord reads it).
 	Record string
+	// StallAtStep and StallFor make the trainer stand still after that
+	// step for that long (heartbeats go on), then go on.
+	StallAtStep int
+	StallFor    time.Duration
 	// SidecarEnv, in PodRunner, is added to the environment of the pod's
 	// sidecar (optional settings, e.g. TETHER_DIRECT_UPLOAD=off).
 	SidecarEnv []string
@@ -108,6 +112,9 @@ func (p TrainerPlan) Args(dir string) []string {
 	}
 	if p.RewriteLatest {
 		args = append(args, "--rewrite-latest")
+	}
+	if p.StallAtStep > 0 && p.StallFor > 0 {
+		args = append(args, fmt.Sprintf("--stall-at-step=%d", p.StallAtStep), "--stall-for="+p.StallFor.String())
 	}
 	if p.CheckpointMode != "" {
 		args = append(args, "--checkpoint-mode="+p.CheckpointMode)

@@ -46,6 +46,8 @@ type options struct {
 	exitCode, failRuns, failAfter            int
 	corrupt, resume, shards, latest          bool
 	rank, smallFiles                         int
+	stallAt                                  int
+	stallFor                                 time.Duration
 	checkpointPerm, modelPerm                os.FileMode
 }
 
@@ -70,6 +72,8 @@ func parseFlags() *options {
 	flag.StringVar(&recordPath, "record", "", "append \"<path> <md5> <size>\" of every file version closed, synced, to this file (outside the pod: the soak's checker reads it after a kill)")
 	flag.BoolVar(&o.latest, "rewrite-latest", false, "at every checkpoint also replace checkpoints/latest.pt (a new version of the same file, often while the sidecar still uploads the one before)")
 	flag.IntVar(&o.smallFiles, "small-files", 0, "after the first step, write this many small files (4 KiB each) under small/, as logs and metrics files accumulate")
+	flag.IntVar(&o.stallAt, "stall-at-step", 0, "after this step, stand still for --stall-for (no progress line, no file), as a hung collective would, then go on")
+	flag.DurationVar(&o.stallFor, "stall-for", 0, "how long to stand still at --stall-at-step")
 	flag.Parse()
 	if o.dir == "" {
 		fmt.Fprintln(os.Stderr, "trainer-standin: --artifacts is required")
@@ -104,6 +108,15 @@ func main() {
 		case <-time.After(o.interval):
 		}
 		o.trainStep(step)
+		if step == o.stallAt && o.stallFor > 0 {
+			fmt.Println("trainer-standin: standing still after step", step, "for", o.stallFor)
+			select {
+			case <-term:
+				fmt.Println("trainer-standin: SIGTERM while standing still at step", step)
+				exit(143)
+			case <-time.After(o.stallFor):
+			}
+		}
 	}
 	if o.exitCode != 0 {
 		if o.corrupt {
