@@ -37,6 +37,10 @@ const (
 	// TrainerStatusAnnotation says whether Tether writes the worker's
 	// progress into TrainJob.status.trainerStatus.
 	TrainerStatusAnnotation = "tether.dev/trainer-status"
+	// RequireAnnotation is comma-separated globs, relative to the job's
+	// artifact prefix, each of which must match a verified file of the job's
+	// final manifests for its binding to succeed.
+	RequireAnnotation = "tether.dev/require"
 
 	// RuntimePatchManager names Tether's spec.runtimePatches entry on a
 	// TrainJob (Trainer v2.2+ requires a domain-prefixed manager and keys
