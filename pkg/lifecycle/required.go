@@ -70,7 +70,7 @@ func requireOutputs(wb *tetherv1.WorkerBinding, st *tetherv1.WorkerBindingStatus
 	if !Promoting(st) {
 		return false, 0
 	}
-	require := wb.Spec.Settings.Require
+	require := Settings(&wb.Spec).Require
 	if len(require) == 0 {
 		return true, 0
 	}
