@@ -40,6 +40,10 @@ const (
 	// StallAfterAnnotation is how long the trainer's step may stand still
 	// before the binding says TrainerStalled.
 	StallAfterAnnotation = "tether.dev/stall-after"
+	// RequireAnnotation is comma-separated globs, relative to the job's
+	// artifact prefix, each of which must match a verified file of the job's
+	// final manifests for its binding to succeed.
+	RequireAnnotation = "tether.dev/require"
 
 	// RuntimePatchManager names Tether's spec.runtimePatches entry on a
 	// TrainJob (Trainer v2.2+ requires a domain-prefixed manager and keys

@@ -75,6 +75,9 @@ const (
 	ReasonTrainerStalled = "TrainerStalled"
 	// ReasonStepsResumed: a stalled trainer's step advanced again.
 	ReasonStepsResumed = "StepsResumed"
+	// ReasonRequiredOutputsMissing: every manifest was verified, but a glob
+	// of spec.settings.require matched no file of the final manifests.
+	ReasonRequiredOutputsMissing = "RequiredOutputsMissing"
 )
 
 // What started an attempt (status.attemptStartedBy). Every one of them
@@ -192,6 +195,17 @@ type WorkerBindingSettings struct {
 	// and 10 times the median step interval seen.
 	// +optional
 	StallAfter *metav1.Duration `json:"stallAfter,omitempty"`
+	// Require are the job's required outputs (annotation
+	// tether.dev/require): doublestar globs on the paths of its final
+	// verified manifests, relative to the job's prefix (nodes/<r>/... for
+	// node r > 0). The binding succeeds only when each matches a verified
+	// file; else it fails with reason RequiredOutputsMissing.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	// +listType=atomic
+	Require []string `json:"require,omitempty"`
 }
 
 // WorkerBindingStatus is the observed state of a bound job.

@@ -49,6 +49,7 @@ func (a *assembly) bindingController() error {
 		TokenOverlap:  opts.TokenOverlap,
 		Pending:       a.artifactStore,
 		Manifests:     a.artifactStore,
+		Paths:         a.artifactStore,
 		Logs:          &logarchive.LogArchiver{Source: logSource, Store: a.backend, MaxBytes: opts.LogCapBytes},
 		Claims:        &jobidclaim.JobIDClaims{Namespace: opts.Namespace, Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
 	}).SetupWithManager(mgr); err != nil {

@@ -2,8 +2,11 @@ package jobconfig
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/bmatcuk/doublestar/v4"
 
 	"github.com/tether-dev/tether/api/names"
 )
@@ -12,12 +15,14 @@ import (
 // bounds, or one *InvalidAnnotationError per bad annotation, each naming the
 // annotation, its value and an example.
 func FuzzParse(f *testing.F) {
-	f.Add("/workspace/artifacts", "**/*.pt", "*.tmp", "10s", "node", "ghcr.io/tether-dev/tether-sidecar:v0.1.0", "llama-0042")
-	f.Add("relative", "[", "{a,b", "0s", "Node_1", "UPPER:tag", "bad id!")
-	f.Add("/var/run/tether/x", "", ",", "5m1s", "", "", "")
-	f.Fuzz(func(t *testing.T, path, include, exclude, interval, container, image, jobID string) {
+	f.Add("/workspace/artifacts", "**/*.pt", "*.tmp", "10s", "node", "ghcr.io/tether-dev/tether-sidecar:v0.1.0", "llama-0042", "model/*.safetensors,config.json")
+	f.Add("relative", "[", "{a,b", "0s", "Node_1", "UPPER:tag", "bad id!", "../x,/abs,a//b,./c,")
+	f.Add("/var/run/tether/x", "", ",", "5m1s", "", "", "", "")
+	f.Add("/out", "*", "x", "1s", "node", "busybox", "a", "nodes/1/**/*.{pt,bin}, [,;]x")
+	f.Fuzz(func(t *testing.T, path, include, exclude, interval, container, image, jobID, require string) {
 		ann := map[string]string{names.ArtifactPathAnnotation: path, names.IncludeAnnotation: include, names.ExcludeAnnotation: exclude,
-			names.HeartbeatIntervalAnnotation: interval, names.TrainerContainerAnnotation: container, names.SidecarImageAnnotation: image, names.JobIDAnnotation: jobID}
+			names.HeartbeatIntervalAnnotation: interval, names.TrainerContainerAnnotation: container, names.SidecarImageAnnotation: image, names.JobIDAnnotation: jobID,
+			names.RequireAnnotation: require}
 		s, err := Parse(ann)
 		if err != nil {
 			var joined interface{ Unwrap() []error }
@@ -40,6 +45,14 @@ func FuzzParse(f *testing.F) {
 		}
 		if s.ArtifactPath != path || s.TrainerContainer != container || s.SidecarImage != image {
 			t.Fatalf("settings %+v do not hold the annotations' values", s)
+		}
+		if len(s.Require) == 0 || len(s.Require) > MaxRequireGlobs {
+			t.Fatalf("require %q accepted as %d globs", require, len(s.Require))
+		}
+		for _, g := range s.Require {
+			if g == "" || len(g) > MaxRequireGlobBytes || strings.HasPrefix(g, "/") || slices.Contains(strings.Split(g, "/"), "..") || !doublestar.ValidatePattern(g) {
+				t.Fatalf("required glob %q accepted", g)
+			}
 		}
 		if again, err := Parse(ann); err != nil || again.HeartbeatInterval != s.HeartbeatInterval {
 			t.Fatalf("Parse is not deterministic: %v", err)

@@ -50,6 +50,10 @@ type Settings struct {
 	// overrides the control plane's (per resource; see MergeResources).
 	// Values are validated quantities (ParseResourceList).
 	SidecarRequests, SidecarLimits map[string]string
+	// Require are the job's required outputs (names.RequireAnnotation):
+	// globs on the final manifests' paths, relative to the job's prefix;
+	// nil when the TrainJob requires none.
+	Require []string
 }
 
 // InvalidAnnotationError says which annotation is wrong, what it holds and what
@@ -143,6 +147,9 @@ func parse(annotations map[string]string) (Settings, []error) {
 		errs = append(errs, err)
 	}
 	if s.Exclude, err = parseGlobs(names.ExcludeAnnotation, annotations); err != nil {
+		errs = append(errs, err)
+	}
+	if s.Require, err = parseRequire(annotations); err != nil {
 		errs = append(errs, err)
 	}
 	if v, ok := annotations[names.HeartbeatIntervalAnnotation]; ok {

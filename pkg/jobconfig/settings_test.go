@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +89,16 @@ func TestParseValid(t *testing.T) {
 		{names.JobIDAnnotation, "run_7.v2", func(s *Settings) {}},
 		{names.JobIDAnnotation, strings.Repeat("a", 63), func(s *Settings) {}},
 		{names.WorkerIDAnnotation, "00000000-0000-4000-8000-000000000002", func(s *Settings) {}},
+		{names.RequireAnnotation, "model/*.safetensors,config.json", func(s *Settings) { s.Require = []string{"model/*.safetensors", "config.json"} }},
+		{names.RequireAnnotation, " nodes/1/**/*.pt , {model,tokenizer}/config.json", func(s *Settings) {
+			s.Require = []string{"nodes/1/**/*.pt", "{model,tokenizer}/config.json"}
+		}},
+		{names.RequireAnnotation, "**", func(s *Settings) { s.Require = []string{"**"} }},
+		{names.RequireAnnotation, "a..b/c..", func(s *Settings) { s.Require = []string{"a..b/c.."} }},
+		{names.RequireAnnotation, strings.Repeat("a", MaxRequireGlobBytes), func(s *Settings) { s.Require = []string{strings.Repeat("a", MaxRequireGlobBytes)} }},
+		{names.RequireAnnotation, strings.TrimSuffix(strings.Repeat("f,", MaxRequireGlobs), ","), func(s *Settings) {
+			s.Require = slices.Repeat([]string{"f"}, MaxRequireGlobs)
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+truncate(tt.value), func(t *testing.T) {
@@ -166,6 +177,20 @@ func TestParseInvalid(t *testing.T) {
 		{names.JobIDAnnotation, "llama/0042", "lowercase"},
 		{names.JobIDAnnotation, strings.Repeat("a", 64), "1-63"},
 		{names.WorkerIDAnnotation, "Worker 1", "lowercase"},
+		{names.RequireAnnotation, "", "empty glob"},
+		{names.RequireAnnotation, "model/*.safetensors,,config.json", "empty glob"},
+		{names.RequireAnnotation, "config.json,", "empty glob"},
+		{names.RequireAnnotation, "model/[abc", `glob "model/[abc" is malformed`},
+		{names.RequireAnnotation, "model/{a,b", `glob "model/{a,b" is malformed`},
+		{names.RequireAnnotation, "/workspace/artifacts/config.json", "must be relative"},
+		{names.RequireAnnotation, "../other-job/config.json", "must not contain '..'"},
+		{names.RequireAnnotation, "model/../config.json", "must not contain '..'"},
+		{names.RequireAnnotation, "./config.json", "clean path"},
+		{names.RequireAnnotation, "model//config.json", "clean path"},
+		{names.RequireAnnotation, "model/", "clean path"},
+		{names.RequireAnnotation, strings.Repeat("a", MaxRequireGlobBytes+1), "at most 256 are allowed"},
+		{names.RequireAnnotation, strings.TrimSuffix(strings.Repeat("f,", MaxRequireGlobs+1), ","), "33 globs; at most 32 are allowed"},
+		{names.RequireAnnotation, strings.Repeat("a", MaxRequireGlobs*(MaxRequireGlobBytes+1)+1), "at most 32 globs of at most 256 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+truncate(tt.value), func(t *testing.T) {

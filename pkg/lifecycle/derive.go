@@ -39,6 +39,10 @@ type Observation struct {
 	// ("": no such Event), read when Outcome.Want.CreateFailure asked.
 	CreateFailure     string
 	CreateFailureRead bool
+	// ListedPaths are the paths the verified manifests
+	// Outcome.Want.ListedPaths named list (nil: not read), for the
+	// required-outputs check.
+	ListedPaths *ListedPaths
 	// Retry is how soon reads that failed are tried again (0: none failed).
 	Retry time.Duration
 }
@@ -98,13 +102,20 @@ type Wants struct {
 	// again (the Outcome that asks for them is provisional).
 	StoredManifests []int32
 	CreateFailure   bool
-	// Promote: every artifact is verified; put the verified versions in
-	// place, then ArtifactsPromoted (or PromotionFailed) before the write.
+	// ListedPaths are the verified manifests (rank and recorded SHA-256)
+	// whose listed paths the required-outputs check needs before the
+	// artifacts are promoted (nil: none).
+	ListedPaths map[int32]string
+	// Promote: every artifact is verified (and the required outputs are
+	// there); put the verified versions in place, then ArtifactsPromoted
+	// (or PromotionFailed) before the write.
 	Promote bool
 }
 
 // Provisional says the Outcome waits for reads: derive again with them.
-func (w Wants) Provisional() bool { return len(w.StoredManifests) > 0 || w.CreateFailure }
+func (w Wants) Provisional() bool {
+	return len(w.StoredManifests) > 0 || w.CreateFailure || w.ListedPaths != nil
+}
 
 // Outcome is what Derive decided.
 type Outcome struct {
@@ -162,8 +173,9 @@ func Derive(wb *tetherv1.WorkerBinding, p Policy, o Observation) Outcome {
 		}
 		requeue = minWait(requeue, recheck)
 	}
-	out.Want.Promote = Promoting(st)
-	out.Requeue = requeue
+	promote, wait := requireOutputs(wb, st, o, &out)
+	out.Want.Promote = promote
+	out.Requeue = minWait(requeue, wait)
 	return out
 }
 

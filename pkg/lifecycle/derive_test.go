@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,13 @@ import (
 // conditions) and what the binding server records (registrations,
 // heartbeats, manifest verdicts), applied in order to one binding; the row's
 // checks run on the status after the last step.
+
+// Digests of manifests the store holds, in histories with required outputs.
+var (
+	shaCheckpoint = strings.Repeat("c", 64)
+	shaFinal      = strings.Repeat("f", 64)
+	shaNode1      = strings.Repeat("1", 64)
+)
 
 var h0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
@@ -42,6 +50,9 @@ type step struct {
 	conds []metav1.Condition
 	// server is what binding servers record at this step.
 	server func(st *tetherv1.WorkerBindingStatus, now time.Time)
+	// stored are manifests the store holds from this step on: the paths
+	// each lists (relative to its node's prefix), by its SHA-256.
+	stored map[string][]string
 }
 
 // register is a sidecar's registration and first heartbeat.
@@ -84,6 +95,32 @@ func manifest(rank int, verified bool) func(*tetherv1.WorkerBindingStatus, time.
 		}
 		ArtifactsRecorded(st, int32(rank), uid, a)
 	}
+}
+
+// verifiedManifest is node rank's manifest of digest sha, verified.
+func verifiedManifest(rank int, sha string) func(*tetherv1.WorkerBindingStatus, time.Time) {
+	return func(st *tetherv1.WorkerBindingStatus, _ time.Time) {
+		a := tetherv1.NodeArtifacts{Manifest: upload.ManifestKey("job", rank), ManifestSHA256: sha, Verified: true, Files: 2, Bytes: 10}
+		if n := Node(st, int32(rank)); n != nil {
+			ArtifactsRecorded(st, int32(rank), n.PodUID, a)
+		}
+	}
+}
+
+// listedIn is what the store's manifests list for the ones wanted, as
+// the controller reads them (relative to the job's prefix).
+func listedIn(stored map[string][]string, wanted map[int32]string) *ListedPaths {
+	lp := &ListedPaths{}
+	for rank, sha := range wanted {
+		paths, ok := stored[sha]
+		if !ok {
+			return &ListedPaths{Err: "no manifest " + sha + " stored"}
+		}
+		for _, p := range paths {
+			lp.Paths = append(lp.Paths, upload.NodePrefix(int(rank))+p)
+		}
+	}
+	return lp
 }
 
 func manifests(n int) func(*tetherv1.WorkerBindingStatus, time.Time) {
@@ -131,8 +168,10 @@ func TestPhaseMachineHistories(t *testing.T) {
 		name  string
 		nodes int    // the JobSet's trainer nodes (0: no JobSet)
 		scope string // annotation tether.dev/nodes
-		steps []step
-		want  want
+		// require is annotation tether.dev/require, parsed.
+		require []string
+		steps   []step
+		want    want
 	}{{
 		name: "one node: exit 0 alone is no verdict; Complete plus the verified manifest is",
 		steps: []step{
@@ -323,6 +362,74 @@ func TestPhaseMachineHistories(t *testing.T) {
 			{t: 30, pods: ps(tpod(0, "p0", 1).Exited(0, at(29))), conds: complete(30), server: manifest(0, true)},
 		},
 		want: want{phase: tetherv1.PhaseSucceeded, nodeCount: 1, trainerExits: 1, lastExitCode: code(0)},
+	}, {
+		name:    "required outputs: every glob matches a file of the final manifest: Succeeded",
+		require: []string{"model/*.safetensors", "config.json"},
+		steps: []step{
+			{t: 1, pods: ps(tpod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
+			{t: 20, pods: ps(tpod(0, "a", 1).Exited(0, at(19))), conds: admitted, server: verifiedManifest(0, shaFinal),
+				stored: map[string][]string{shaFinal: {"model/model-00001-of-00002.safetensors", "model/model-00002-of-00002.safetensors", "config.json"}}},
+			{t: 22, pods: ps(tpod(0, "a", 1).Exited(0, at(19))), conds: complete(21)},
+		},
+		want: want{phase: tetherv1.PhaseSucceeded, reason: tetherv1.ReasonTrainerSucceeded, trainerExits: 1,
+			events: []string{tetherv1.ReasonHeartbeating, tetherv1.ReasonTrainerExited, tetherv1.ReasonTrainerSucceeded}},
+	}, {
+		name:    "required outputs: a glob that matches nothing fails the job, naming it and the closest verified paths",
+		require: []string{"model/*.safetensors", "config.json", "tokenizer.json"},
+		steps: []step{
+			{t: 1, pods: ps(tpod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
+			{t: 20, pods: ps(tpod(0, "a", 1).Exited(0, at(19))), conds: admitted, server: verifiedManifest(0, shaFinal),
+				stored: map[string][]string{shaFinal: {"model/pytorch_model.bin", "configs/config.json", "tokenizer.json", "logs/train.log"}}},
+			{t: 22, pods: ps(tpod(0, "a", 1).Exited(0, at(19))), conds: complete(21)},
+		},
+		want: want{phase: tetherv1.PhaseFailed, reason: tetherv1.ReasonRequiredOutputsMissing, trainerExits: 1,
+			messageHas: []string{`"model/*.safetensors" matched no verified file (closest verified: model/pytorch_model.bin`,
+				`"config.json" matched no verified file (closest verified: configs/config.json`, "(4 files)", "tether.dev/require"},
+			events: []string{tetherv1.ReasonHeartbeating, tetherv1.ReasonTrainerExited, tetherv1.ReasonRequiredOutputsMissing}},
+	}, {
+		name:    "required outputs: a checkpoint's manifest matched, the final manifest does not: Failed",
+		require: []string{"model/*.safetensors"},
+		steps: []step{
+			{t: 1, pods: ps(tpod(0, "a", 1).Running(0)), conds: admitted, server: register(0, "a")},
+			{t: 10, pods: ps(tpod(0, "a", 1).Running(0)), conds: admitted, server: verifiedManifest(0, shaCheckpoint),
+				stored: map[string][]string{shaCheckpoint: {"model/model.safetensors", "ckpt/step-10.pt"}}},
+			{t: 20, pods: ps(tpod(0, "a", 1).Exited(0, at(19))), conds: admitted, server: verifiedManifest(0, shaFinal),
+				stored: map[string][]string{shaFinal: {"ckpt/step-20.pt"}}},
+			{t: 22, pods: ps(tpod(0, "a", 1).Exited(0, at(19))), conds: complete(21)},
+		},
+		want: want{phase: tetherv1.PhaseFailed, reason: tetherv1.ReasonRequiredOutputsMissing, trainerExits: 1,
+			messageHas: []string{`"model/*.safetensors" matched no verified file (closest verified: ckpt/step-20.pt)`, "(1 files)"}},
+	}, {
+		name:    "required outputs: another node's files are matched under nodes/<rank>/",
+		nodes:   2,
+		require: []string{"model/*.safetensors", "nodes/1/shard-*.pt"},
+		steps: []step{
+			{t: 1, pods: ps(tpod(0, "a0", 1).Running(0), tpod(1, "a1", 1).Running(0)), conds: admitted, server: registerAll(0, "a0", "a1")},
+			{t: 20, pods: ps(tpod(0, "a0", 1).Exited(0, at(19)), tpod(1, "a1", 1).Exited(0, at(19))), conds: admitted,
+				server: func(st *tetherv1.WorkerBindingStatus, now time.Time) {
+					verifiedManifest(0, shaFinal)(st, now)
+					verifiedManifest(1, shaNode1)(st, now)
+				},
+				stored: map[string][]string{shaFinal: {"model/model.safetensors"}, shaNode1: {"shard-1.pt"}}},
+			{t: 22, pods: ps(), conds: complete(21)},
+		},
+		want: want{phase: tetherv1.PhaseSucceeded, reason: tetherv1.ReasonTrainerSucceeded, trainerExits: 2, nodeCount: 2},
+	}, {
+		name:    "required outputs: a rank-0 glob is not satisfied by another node's file",
+		nodes:   2,
+		require: []string{"shard-*.pt"},
+		steps: []step{
+			{t: 1, pods: ps(tpod(0, "a0", 1).Running(0), tpod(1, "a1", 1).Running(0)), conds: admitted, server: registerAll(0, "a0", "a1")},
+			{t: 20, pods: ps(tpod(0, "a0", 1).Exited(0, at(19)), tpod(1, "a1", 1).Exited(0, at(19))), conds: admitted,
+				server: func(st *tetherv1.WorkerBindingStatus, now time.Time) {
+					verifiedManifest(0, shaFinal)(st, now)
+					verifiedManifest(1, shaNode1)(st, now)
+				},
+				stored: map[string][]string{shaFinal: {"model/model.safetensors"}, shaNode1: {"shard-1.pt"}}},
+			{t: 22, pods: ps(), conds: complete(21)},
+		},
+		want: want{phase: tetherv1.PhaseFailed, reason: tetherv1.ReasonRequiredOutputsMissing, trainerExits: 2, nodeCount: 2,
+			messageHas: []string{`"shard-*.pt" matched no verified file (closest verified: nodes/1/shard-1.pt`}},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -331,6 +438,8 @@ func TestPhaseMachineHistories(t *testing.T) {
 			if tc.scope != "" {
 				wb.Spec.Settings.Nodes = tc.scope
 			}
+			wb.Spec.Settings.Require = tc.require
+			stored := map[string][]string{}
 			Initial(&wb.Status)
 			events := &eventLog{}
 			p := Policy{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second}
@@ -341,6 +450,7 @@ func TestPhaseMachineHistories(t *testing.T) {
 			for _, s := range tc.steps {
 				now := at(s.t)
 				before := wb.Status.DeepCopy()
+				maps.Copy(stored, s.stored)
 				if s.server != nil {
 					s.server(&wb.Status, now)
 				}
@@ -354,6 +464,10 @@ func TestPhaseMachineHistories(t *testing.T) {
 						o.NodeCount = nodes // the JobSet's count
 					}
 					out := Derive(wb, p, o)
+					if out.Want.ListedPaths != nil {
+						o.ListedPaths = listedIn(stored, out.Want.ListedPaths)
+						out = Derive(wb, p, o)
+					}
 					wb.Status = out.Status
 					if out.Want.Promote {
 						ArtifactsPromoted(&wb.Status) // the store took the promotion

@@ -28,6 +28,7 @@ func TestTransitionEventType(t *testing.T) {
 		{tetherv1.PhaseRunning, tetherv1.ReasonHeartbeating, corev1.EventTypeNormal},
 		{tetherv1.PhaseSucceeded, tetherv1.ReasonTrainerSucceeded, corev1.EventTypeNormal},
 		{tetherv1.PhaseFailed, tetherv1.ReasonTrainerFailed, corev1.EventTypeWarning},
+		{tetherv1.PhaseFailed, tetherv1.ReasonRequiredOutputsMissing, corev1.EventTypeWarning},
 		{tetherv1.PhaseRunning, tetherv1.ReasonHeartbeatLost, corev1.EventTypeWarning},
 	} {
 		st := &tetherv1.WorkerBindingStatus{Phase: c.phase, Reason: c.reason, Message: "m"}

@@ -1,6 +1,8 @@
 package lifecycle
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
@@ -10,7 +12,7 @@ import (
 // RecordSettings is what a WorkerBinding records of a job's parsed settings.
 func RecordSettings(s jobconfig.Settings) tetherv1.WorkerBindingSettings {
 	out := tetherv1.WorkerBindingSettings{HeartbeatInterval: metav1.Duration{Duration: s.HeartbeatInterval}, TrainerContainer: s.TrainerContainer,
-		Nodes: s.Nodes}
+		Nodes: s.Nodes, Require: slices.Clone(s.Require)}
 	if s.StallAfter > 0 {
 		out.StallAfter = &metav1.Duration{Duration: s.StallAfter}
 	}

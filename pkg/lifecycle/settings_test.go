@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -23,5 +24,17 @@ func TestSettingsRecordedOrDefaults(t *testing.T) {
 	// Recorded without Nodes: the default, as for every other field.
 	if s := Settings(&spec); s.HeartbeatInterval.Duration != 3*time.Second || s.TrainerContainer != "trainer" || s.Nodes != jobconfig.NodesAll {
 		t.Errorf("recorded: %+v", s)
+	}
+	if s := Settings(&spec); s.Require != nil {
+		t.Errorf("a job requiring nothing recorded %q", s.Require)
+	}
+	parsed, err := jobconfig.Parse(map[string]string{"tether.dev/require": "model/*.safetensors, config.json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Settings = RecordSettings(parsed)
+	parsed.Require[0] = "changed"
+	if s := Settings(&spec); !slices.Equal(s.Require, []string{"model/*.safetensors", "config.json"}) {
+		t.Errorf("required outputs recorded as %q", s.Require)
 	}
 }

@@ -23,6 +23,12 @@ func (s *Store) Promote(ctx context.Context, jobID string, manifests []pending.V
 	return s.pending().Promote(ctx, jobID, manifests)
 }
 
+// VerifiedPaths are the paths job jobID's verified manifests list
+// (pending.Store.VerifiedPaths).
+func (s *Store) VerifiedPaths(ctx context.Context, jobID string, manifests []pending.VerifiedManifest) ([]string, error) {
+	return s.pending().VerifiedPaths(ctx, jobID, manifests)
+}
+
 // DropPending deletes every pending object of job jobID
 // (pending.Store.DropPending).
 func (s *Store) DropPending(ctx context.Context, jobID string) (int, error) {

@@ -71,3 +71,29 @@ func (r *Reconciler) promote(ctx context.Context, wb *tetherv1.WorkerBinding) er
 	}
 	return nil
 }
+
+// listedPaths reads what the verified manifests (rank and recorded
+// SHA-256) list, for the required-outputs check: the same versions
+// promotion reads and puts in place.
+func (r *Reconciler) listedPaths(ctx context.Context, jobID string, manifests map[int32]string) *lifecycle.ListedPaths {
+	if r.Paths == nil {
+		return &lifecycle.ListedPaths{Err: "the controller has no artifact store to read the manifests from"}
+	}
+	var vms []pending.VerifiedManifest
+	for rank, sum := range manifests {
+		vms = append(vms, pending.VerifiedManifest{Rank: int(rank), SHA256: sum})
+	}
+	slices.SortFunc(vms, func(a, b pending.VerifiedManifest) int { return a.Rank - b.Rank })
+	paths, err := r.Paths.VerifiedPaths(ctx, jobID, vms)
+	var nl *pending.NotAsListedError
+	switch {
+	case errors.As(err, &nl):
+		logf.FromContext(ctx).Info("a verified manifest changed before its required outputs were checked: the node's verdict is taken back",
+			"node", nl.Rank, "path", nl.Path, "why", nl.Why)
+		return &lifecycle.ListedPaths{Changed: &lifecycle.ChangedManifest{Rank: int32(nl.Rank), Path: nl.Path, Why: nl.Error()}}
+	case err != nil:
+		logf.FromContext(ctx).Info("cannot read the verified manifests to check the required outputs; will retry", "error", err.Error())
+		return &lifecycle.ListedPaths{Err: err.Error()}
+	}
+	return &lifecycle.ListedPaths{Paths: paths}
+}

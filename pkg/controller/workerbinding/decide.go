@@ -27,6 +27,10 @@ import (
 // nodeCountRetry is how soon a failed read of the JobSet is retried.
 const nodeCountRetry = 5 * time.Second
 
+// maxProvisionalReads bounds the rounds of reads Derive may ask for in
+// one reconcile: one per kind of read (lifecycle.Wants).
+const maxProvisionalReads = 3
+
 // policy is what of the reconciler's configuration Derive applies.
 func (r *Reconciler) policy() lifecycle.Policy {
 	return lifecycle.Policy{StatusInterval: r.StatusInterval, MissedHeartbeats: r.MissedHeartbeats, ArtifactGrace: r.ArtifactGrace,
@@ -40,7 +44,13 @@ func (r *Reconciler) policy() lifecycle.Policy {
 func (r *Reconciler) decide(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, pods []corev1.Pod, now time.Time) (lifecycle.Outcome, time.Duration) {
 	o := r.gather(ctx, tj, wb, pods, now)
 	out := lifecycle.Derive(wb, r.policy(), o)
-	if out.Want.Provisional() {
+	// A read can make the next one worth its cost (the store's verdict
+	// on a manifest completes the gate, whose required outputs then need
+	// the manifests' paths); each read is made once, so this ends.
+	for range maxProvisionalReads {
+		if !out.Want.Provisional() {
+			break
+		}
 		r.gatherWanted(ctx, tj, wb, &o, out.Want)
 		out = lifecycle.Derive(wb, r.policy(), o)
 	}
@@ -123,6 +133,9 @@ func (r *Reconciler) leaseView(ctx context.Context, st *tetherv1.WorkerBindingSt
 func (r *Reconciler) gatherWanted(ctx context.Context, tj *unstructured.Unstructured, wb *tetherv1.WorkerBinding, o *lifecycle.Observation, want lifecycle.Wants) {
 	if len(want.StoredManifests) > 0 {
 		o.StoredManifests = r.storedManifests(ctx, wb.Spec.JobID, want.StoredManifests)
+	}
+	if want.ListedPaths != nil && o.ListedPaths == nil {
+		o.ListedPaths = r.listedPaths(ctx, wb.Spec.JobID, want.ListedPaths)
 	}
 	if want.CreateFailure {
 		o.CreateFailureRead = true

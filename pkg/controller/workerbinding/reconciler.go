@@ -89,6 +89,10 @@ type Reconciler struct {
 	// Manifests reads back a stored manifest whose verdict the binding
 	// lacks (nil: not checked).
 	Manifests storeops.StoredManifests
+	// Paths reads what the verified manifests list, for a job that
+	// requires outputs (nil: such a job is never promoted, its binding
+	// says why).
+	Paths storeops.VerifiedPaths
 	// TokenOverlap is how long a reissued token's predecessor stays valid:
 	// running pods hold the old token until the kubelet refreshes their
 	// Secret volume (its pod sync, about a minute by default). 0: none.
@@ -367,7 +371,7 @@ func (r *Reconciler) writeSpec(ctx context.Context, tj *unstructured.Unstructure
 			Spec: tetherv1.WorkerBindingSpec{TrainJobName: tj.GetName(), JobID: jobID, WorkerID: workerID,
 				TokenSecretName: binding.TokenSecretName(tj.GetName()), TokenSHA256: hash},
 		}
-		wb.Spec.Settings = r.settings(ctx, tj)
+		wb.Spec.Settings, _ = r.settings(ctx, tj)
 		if err := ctrl.SetControllerReference(tj, wb, r.Scheme); err != nil {
 			return nil, err
 		}
@@ -381,7 +385,7 @@ func (r *Reconciler) writeSpec(ctx context.Context, tj *unstructured.Unstructure
 		recorded := false
 		if !lifecycle.SettingsRecorded(&wb.Spec) {
 			// A binding whose settings were invalid so far.
-			if s := r.settings(ctx, tj); s != (tetherv1.WorkerBindingSettings{}) {
+			if s, valid := r.settings(ctx, tj); valid {
 				wb.Spec.Settings, recorded = s, true
 			}
 		}
@@ -413,14 +417,15 @@ func (r *Reconciler) writeSpec(ctx context.Context, tj *unstructured.Unstructure
 
 // settings parses the TrainJob's settings for the binding to record. Invalid
 // ones are not recorded (the pod webhook denies the job's pods meanwhile, with
-// the reason): the next reconcile records them once they are fixed.
-func (r *Reconciler) settings(ctx context.Context, tj *unstructured.Unstructured) tetherv1.WorkerBindingSettings {
+// the reason): the next reconcile records them once they are fixed. valid
+// says whether they were.
+func (r *Reconciler) settings(ctx context.Context, tj *unstructured.Unstructured) (settings tetherv1.WorkerBindingSettings, valid bool) {
 	s, err := jobconfig.Parse(tj.GetAnnotations())
 	if err != nil {
 		logf.FromContext(ctx).Info("settings not recorded on the binding yet: the TrainJob's settings annotations are invalid", "error", err.Error())
-		return tetherv1.WorkerBindingSettings{}
+		return tetherv1.WorkerBindingSettings{}, false
 	}
-	return lifecycle.RecordSettings(s)
+	return lifecycle.RecordSettings(s), true
 }
 
 // jobIDOwner returns the namespace/name of another live binding that holds

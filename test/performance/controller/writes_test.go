@@ -212,7 +212,7 @@ func matchesBind(b *testing.B, ctx context.Context, cl client.Client, ns string,
 	if !equality.Semantic.DeepEqual(got, want) {
 		diffs = append(diffs, fmt.Sprintf("first status: the control plane wrote %+v, the benchmark %+v", *got, *want))
 	}
-	if wb.Spec.Settings != stand.Spec.Settings || wb.Spec.TokenSecretName != stand.Spec.TokenSecretName || wb.Spec.PreviousToken != nil {
+	if !equality.Semantic.DeepEqual(wb.Spec.Settings, stand.Spec.Settings) || wb.Spec.TokenSecretName != stand.Spec.TokenSecretName || wb.Spec.PreviousToken != nil {
 		diffs = append(diffs, fmt.Sprintf("spec: the control plane wrote %+v, the benchmark %+v", wb.Spec, stand.Spec))
 	}
 	if len(wb.Spec.JobID) != len(stand.Spec.JobID) || len(wb.Spec.WorkerID) != len(stand.Spec.WorkerID) {

@@ -16,6 +16,12 @@ type PendingArtifacts interface {
 	DropPending(ctx context.Context, jobID string) (int, error)
 }
 
+// VerifiedPaths reads what verified manifests list, for the
+// required-outputs check.
+type VerifiedPaths interface {
+	VerifiedPaths(ctx context.Context, jobID string, manifests []pending.VerifiedManifest) ([]string, error)
+}
+
 // StoredManifests checks a node's manifest as the store holds it.
 type StoredManifests interface {
 	StoredManifest(ctx context.Context, jobID string, rank int) (verify.ManifestResult, bool, error)
