@@ -88,7 +88,7 @@ func (s Stop) String() string {
 	return fmt.Sprintf("TrainJob %s/%s deleted", s.Namespace, s.Name)
 }
 
-// PermissionError: the caller may not do what stopping the job needs.
+// PermissionError is a permission the caller lacks to stop the job.
 // Cancel checks before it sends anything, so nothing was sent.
 type PermissionError struct {
 	Verb, Resource, Namespace, Name string
@@ -107,7 +107,7 @@ func (e *PermissionError) Error() string {
 
 func (e *PermissionError) Unwrap() error { return e.Err }
 
-// CancelFlushError: the job was stopped, but its final flush failed or was
+// CancelFlushError says the job was stopped, but its final flush failed or was
 // not acknowledged in time, so some files may not be stored. Result says
 // which are not verified.
 type CancelFlushError struct {
@@ -321,7 +321,7 @@ func (c *Client) applyStop(ctx context.Context, s *plannedStop, dryRun bool) err
 	if err == nil {
 		return nil
 	}
-	if apierrors.IsForbidden(err) {
+	if dryRun && apierrors.IsForbidden(err) {
 		return denied(err, s.Verb, s.Resource, s.Namespace, s.Name)
 	}
 	what := fmt.Sprintf("%s %s %s/%s", s.Verb, s.Resource, s.Namespace, s.Name)
