@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,6 +21,7 @@ import (
 	"github.com/tether-dev/tether/pkg/client"
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/test/framework/testenv"
+	"github.com/tether-dev/tether/test/framework/testobj"
 )
 
 // workloadRules are Kueue's Workloads with verbs: what a cancel of a job
@@ -196,5 +198,40 @@ func TestCancelWithoutKueueSuspendsTheTrainJobEvenWhenTheFlushTimesOut(t *testin
 	}
 	if v := j.binding(t).Annotations[names.CommandAnnotation]; !strings.HasPrefix(v, binding.CommandCancel+":") {
 		t.Errorf("command annotation %q, want the cancel sent", v)
+	}
+}
+
+// TestCancelledJobResumedStartsANewAttempt: after a cancel whose pods are
+// gone (Failed/Cancelled), the job is resumed: its new pod's sidecar
+// registers (the binding server admits it for a cancelled binding), and
+// the binding runs attempt 2, started by readmission, on the same token.
+func TestCancelledJobResumedStartsANewAttempt(t *testing.T) {
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
+	_, stop, done := runningClient(t, j.clientConfig())
+	j.waitPhase(t, tetherv1.PhaseRunning, "")
+	command(t, j, "cancel:1")
+	j.waitPhase(t, tetherv1.PhaseFinishing, tetherv1.ReasonCancelling)
+	if err := env.Client.Delete(context.Background(), j.pod, crclient.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	j.waitPhase(t, tetherv1.PhaseFailed, tetherv1.ReasonCancelled)
+	stop()
+	<-done
+
+	// Resumed: the Job controller creates the node's pod again.
+	secret := &corev1.Secret{}
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: j.ns, Name: binding.TokenSecretName(j.name)}, secret); err != nil {
+		t.Fatal(err)
+	}
+	j.pod = testobj.MakeTrainerPod(j.name, j.ns).Routed().Obj()
+	mustCreate(t, j.pod)
+	j.writeFiles(t, secret)
+	runningClient(t, j.clientConfig())
+	wb := j.waitPhase(t, tetherv1.PhaseRunning, "")
+	if wb.Status.Attempt != 2 || wb.Status.AttemptStartedBy != tetherv1.AttemptReadmission {
+		t.Errorf("resumed job: attempt %d started by %q, want 2 by %s", wb.Status.Attempt, wb.Status.AttemptStartedBy, tetherv1.AttemptReadmission)
+	}
+	if n := wb.Status.Nodes; len(n) == 0 || n[0].PodUID != string(j.pod.UID) {
+		t.Errorf("resumed job's node 0 is %+v, want pod %s", n, j.pod.Name)
 	}
 }
