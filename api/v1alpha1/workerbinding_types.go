@@ -80,6 +80,12 @@ const (
 	ReasonRequiredOutputsMissing = "RequiredOutputsMissing"
 )
 
+// ReasonCancelling: the orchestrator's cancel was answered (every node
+// flushed, or the flush failed) and trainer pods remain until its stop
+// (Kueue Workload deactivated, TrainJob suspended or deleted) ends them;
+// Failed/Cancelled follows once none remains.
+const ReasonCancelling = "Cancelling"
+
 // What started an attempt (status.attemptStartedBy). Every one of them
 // starts a new attempt, numbered by status.attempt.
 const (

@@ -58,7 +58,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.AddCommand(o.getCmd(), o.describeCmd(), o.logsCmd(), o.artifactsCmd(), o.waitCmd(),
 		o.commandCmd(client.Flush, "Upload every artifact now (training goes on)"),
 		o.commandCmd(client.Drain, "Flush, then have the worker wrap up"),
-		o.commandCmd(client.Cancel, "Flush and stop the trainer"))
+		o.cancelCmd())
 	return root
 }
 

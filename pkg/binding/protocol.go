@@ -135,7 +135,7 @@ const (
 // Commands the server can push.
 const (
 	CommandFlush  = "flush"  // upload every finished artifact now
-	CommandCancel = "cancel" // the orchestrator cancelled the job: flush and stop
+	CommandCancel = "cancel" // the orchestrator is cancelling the job: a final flush (as drain); the orchestrator stops the job after it
 	CommandDrain  = "drain"  // the worker should wrap up: flush, then report Finishing
 )
 

@@ -11,7 +11,6 @@ import (
 	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
-	"github.com/tether-dev/tether/pkg/lifecycle"
 )
 
 // parseCommand reads names.CommandAnnotation; ok is false when absent or malformed.
@@ -94,8 +93,9 @@ func (s *Server) pushPendingCommand(ctx context.Context, key workerKey, wb *teth
 
 // commandAcked records a node's answer to a command. The command is
 // Acknowledged once every node it was sent to answered OK, Failed as soon
-// as one answered with an error; an acknowledged cancel ends the binding as
-// Cancelled (every node flushed).
+// as one answered with an error. An answered cancel ends nothing here: the
+// orchestrator stops the job, and the controller says Cancelling, then
+// Cancelled once it sees no trainer pod left (lifecycle, cancel.go).
 func (s *Server) commandAcked(ctx context.Context, sess *session, ack *binding.CommandAck) {
 	now := metav1.NewTime(s.opts.Now())
 	var name, state string
@@ -121,9 +121,6 @@ func (s *Server) commandAcked(ctx context.Context, sess *session, ack *binding.C
 		slices.Sort(c.AckedNodes)
 		if len(c.AckedNodes) >= len(c.SentNodes) {
 			c.State, c.Message = tetherv1.CommandAcknowledged, ""
-			if c.Name == binding.CommandCancel {
-				lifecycle.Cancelled(st, "cancelled by the orchestrator (command "+c.ID+")")
-			}
 		}
 		state = c.State
 		return true

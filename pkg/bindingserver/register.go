@@ -32,7 +32,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, workerauth.Refuse(http.StatusBadRequest, binding.ErrBadRequest, "bad_request", "invalid registration body (at most %d bytes of JSON): %v", binding.MaxRegisterBody, err), nil)
 		return
 	}
-	worker, ref := s.gate.Admit(ctx, r, workerauth.Claim{Namespace: req.Pod.Namespace, JobID: req.JobID, WorkerID: req.WorkerID, Pod: req.Pod})
+	worker, ref := s.gate.Admit(ctx, r, workerauth.Claim{Namespace: req.Pod.Namespace, JobID: req.JobID, WorkerID: req.WorkerID, Pod: req.Pod, Registering: true})
 	if ref != nil {
 		s.reject(w, r, ref, worker.Binding)
 		return

@@ -22,7 +22,9 @@ const (
 	Flush = binding.CommandFlush
 	// Drain asks the worker to wrap up: flush, then report Finishing.
 	Drain = binding.CommandDrain
-	// Cancel stops the trainer after a final flush.
+	// Cancel is the command of Client.Cancel: every node runs a final
+	// flush, as for Drain. Sent alone (Send) it stops nothing: Client.Cancel
+	// stops the trainer after it, with the caller's credentials.
 	Cancel = binding.CommandCancel
 )
 

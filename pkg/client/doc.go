@@ -8,6 +8,16 @@
 // (Log), and sends flush, drain and cancel commands and waits for every
 // node to acknowledge them (Send, WaitCommand).
 //
+// Cancel stops the trainer: it checks (a server-side dry run) that the
+// caller may stop the job, sends the cancel command (every node runs a
+// final flush) and waits for its acknowledgement, then stops the job with
+// the caller's own credentials: the Kueue Workload of a job Kueue manages
+// is deactivated (spec.active=false; Kueue evicts it and frees its quota),
+// any other TrainJob suspended (spec.suspend=true), or, with
+// CancelOptions.Delete, the TrainJob deleted. The control plane itself
+// never writes TrainJobs. A failed or timed-out flush still stops the job,
+// and the error names the files not verified.
+//
 // Artifacts are read with the caller's own Kubernetes credentials
 // (docs/orchestrator.md), never the store's: by default through the API
 // server's read API (artifacts.tether.dev), which authorizes the caller and

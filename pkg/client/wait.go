@@ -31,7 +31,10 @@ func (e *PhaseError) Error() string {
 	return fmt.Sprintf("WorkerBinding %s ended %s (%s: %s), not %s", e.Binding, e.Got, e.Reason, e.Message, e.Want)
 }
 
-// Final reports whether a binding's phase is one it never leaves.
+// Final reports whether a binding's phase is final: Succeeded or Failed.
+// Only Failed/Cancelled is ever left, by a cancelled job that is resumed
+// (its Workload activated again, its TrainJob unsuspended), which starts a
+// new attempt.
 func Final(p tetherv1.WorkerBindingPhase) bool {
 	return p == tetherv1.PhaseSucceeded || p == tetherv1.PhaseFailed
 }

@@ -218,7 +218,9 @@ func observeStatus(wb *tetherv1.WorkerBinding, st *tetherv1.WorkerBindingStatus,
 		SetNodeCount(st, o.NodeCount)
 	}
 	conds := o.Conditions
-	out.Events = append(out.Events, observePods(st, settings, o.Pods, meta.IsStatusConditionTrue(conds, trainjob.ConditionSuspended), o.Now)...)
+	suspended := meta.IsStatusConditionTrue(conds, trainjob.ConditionSuspended)
+	out.Events = append(out.Events, observePods(st, settings, o.Pods, suspended, o.Now)...)
+	observeCancel(st, o.Pods, suspended)
 	for _, typ := range []string{trainjob.ConditionComplete, trainjob.ConditionFailed} {
 		if c := meta.FindStatusCondition(conds, typ); c != nil && c.Status == metav1.ConditionTrue {
 			NeverBound(st, neverBoundMessage(st, typ))

@@ -26,7 +26,8 @@ func observePods(st *tetherv1.WorkerBindingStatus, settings tetherv1.WorkerBindi
 		// replaced) only has its exits recorded while it is still the node's.
 		// A pod being deleted or disrupted, or of a suspended job, is on its
 		// way out: it starts no attempt (a preempted job's pods are).
-		if p.newest && !suspended && !disrupted(p.pod) {
+		// A cancelled binding is resumed only by a live pod (cancel.go).
+		if p.newest && !suspended && !disrupted(p.pod) && !(Resumable(st) && leaving(p.pod)) {
 			// An attempt that moved the phase to Pending/AttemptStarted is
 			// announced by that transition's Event; one that did not (a
 			// replaced pod beside running nodes) needs its own.

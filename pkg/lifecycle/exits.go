@@ -97,7 +97,7 @@ func ExitEvent(st *tetherv1.WorkerBindingStatus, rank int32) (eventType, note st
 // the last trainer exit named (TrainerFailed) or, when no failing exit was
 // seen, as JobFailed.
 func JobFailed(st *tetherv1.WorkerBindingStatus, msg string) bool {
-	if IsFinal(st.Phase) {
+	if IsFinal(st.Phase) || Cancelling(st) {
 		return false
 	}
 	x := st.LastTrainerExit
@@ -125,7 +125,7 @@ func NeverBound(st *tetherv1.WorkerBindingStatus, why string) bool {
 // succeeds once every bound node's manifest is verified, and until then is
 // Finishing, awaiting its artifacts.
 func JobCompleted(st *tetherv1.WorkerBindingStatus) bool {
-	if IsFinal(st.Phase) {
+	if IsFinal(st.Phase) || Cancelling(st) {
 		return false
 	}
 	return gate(st)

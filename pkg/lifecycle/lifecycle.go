@@ -41,6 +41,8 @@ func held(st *tetherv1.WorkerBindingStatus) bool {
 		return true
 	case st.Phase == tetherv1.PhaseFinishing && (st.Reason == tetherv1.ReasonAwaitingArtifacts || st.Reason == tetherv1.ReasonPromotingArtifacts):
 		return true
+	case Cancelling(st):
+		return true
 	}
 	return false
 }
@@ -118,9 +120,10 @@ func finish(st *tetherv1.WorkerBindingStatus, phase tetherv1.WorkerBindingPhase,
 }
 
 // Suspended: the TrainJob is suspended (Kueue holds it, or evicted it). A
-// live attempt ends as Preempted; a binding that never ran stays Pending.
+// live attempt ends as Preempted; a binding that never ran stays Pending. A
+// cancelled job's suspension is its stop: Cancelling goes on (cancel.go).
 func Suspended(st *tetherv1.WorkerBindingStatus, msg string) bool {
-	if IsFinal(st.Phase) {
+	if IsFinal(st.Phase) || Cancelling(st) {
 		return false
 	}
 	switch {
@@ -162,7 +165,8 @@ func PodCreateFailed(st *tetherv1.WorkerBindingStatus, msg string) bool {
 	return set(st, tetherv1.PhasePending, tetherv1.ReasonPodCreateFailed, msg)
 }
 
-// Cancelled: the orchestrator cancelled the job and the worker acknowledged.
+// Cancelled: the orchestrator cancelled the job and no trainer pod remains
+// (observeCancel).
 func Cancelled(st *tetherv1.WorkerBindingStatus, msg string) bool {
 	return finish(st, tetherv1.PhaseFailed, tetherv1.ReasonCancelled, msg)
 }

@@ -99,11 +99,17 @@ func InPlaceOf(n *tetherv1.NodeStatus, uid string) string {
 // in the pod list. The pod of an attempt's first sight starts the attempt;
 // a newer JobSet restart attempt starts one for the whole job; another pod
 // of a rank that had one (a replacement) starts one for that node. A pod of
-// an older JobSet restart attempt changes nothing. It reports whether
-// anything changed and, when an attempt started, what started it.
+// an older JobSet restart attempt changes nothing, and so does any pod while
+// the binding is final or Cancelling, except that a pod a Failed/Cancelled
+// binding has not seen resumes it (cancel.go). It reports whether anything
+// changed and, when an attempt started, what started it.
 func PodSeen(st *tetherv1.WorkerBindingStatus, p Pod, registered bool, now time.Time) (changed bool, started string) {
-	if IsFinal(st.Phase) || p.RestartAttempt < st.JobSetRestartAttempt {
+	if p.RestartAttempt < st.JobSetRestartAttempt {
 		return false, ""
+	}
+	resumed := resumeCancelled(st, p.UID)
+	if IsFinal(st.Phase) || Cancelling(st) {
+		return resumed, ""
 	}
 	switch {
 	case st.Attempt == 0:

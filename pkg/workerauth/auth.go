@@ -122,6 +122,11 @@ type Claim struct {
 	// PodInBindingNamespace takes Pod.Namespace from the binding: a session
 	// open names its namespace as a lookup hint only.
 	PodInBindingNamespace bool
+	// Registering: a registration, which a cancelled binding admits (the
+	// job may have been resumed: lifecycle.Resumable); the registration
+	// itself reopens it, or leaves it final for a pod of the cancelled
+	// attempt, whose session is then refused.
+	Registering bool
 }
 
 // Worker is an admitted request's worker.
@@ -141,6 +146,9 @@ func (g *Gate) Admit(ctx context.Context, r *http.Request, c Claim) (Worker, *Re
 	wb, ref := g.authenticate(ctx, r, c.Namespace)
 	if ref != nil {
 		return Worker{}, ref
+	}
+	if lifecycle.IsFinal(wb.Status.Phase) && !(c.Registering && lifecycle.Resumable(&wb.Status)) {
+		return Worker{Binding: wb}, finished(wb)
 	}
 	pod := c.Pod
 	if c.PodInBindingNamespace {
@@ -194,9 +202,8 @@ func (g *Gate) authenticate(ctx context.Context, r *http.Request, namespace stri
 			"no binding holds this token (the TrainJob was deleted or its token reissued)")
 	case wb.DeletionTimestamp != nil:
 		return nil, Refuse(http.StatusUnauthorized, binding.ErrUnauthorized, "revoked", "the binding is being deleted")
-	case lifecycle.IsFinal(wb.Status.Phase):
-		return nil, Refuse(http.StatusGone, binding.ErrBindingFinished, "finished",
-			"binding %s/%s is %s (%s)", wb.Namespace, wb.Name, wb.Status.Phase, wb.Status.Reason)
+	case lifecycle.IsFinal(wb.Status.Phase) && !lifecycle.Resumable(&wb.Status):
+		return nil, finished(wb)
 	}
 	if ref := g.trainJobRefusal(ctx, wb); ref != nil {
 		return nil, ref
@@ -315,4 +322,10 @@ func boundRank(wb *tetherv1.WorkerBinding, pod *corev1.Pod) (int32, *Refusal) {
 			"pod %s is node %d of a job of %d nodes", pod.Name, r, wb.Status.NodeCount)
 	}
 	return int32(r), nil
+}
+
+// finished refuses a request for a final binding.
+func finished(wb *tetherv1.WorkerBinding) *Refusal {
+	return Refuse(http.StatusGone, binding.ErrBindingFinished, "finished",
+		"binding %s/%s is %s (%s)", wb.Namespace, wb.Name, wb.Status.Phase, wb.Status.Reason)
 }

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
@@ -36,9 +37,11 @@ import (
 
 // Scenario 14: an orchestrator with nothing but a namespaced ServiceAccount
 // (get/list/watch/patch on WorkerBindings, create/get on TrainJobs, list on
-// Events) runs the example training service: a job through Kueue
-// admission to Succeeded, its verified artifacts downloaded through the
-// read endpoint (presigned S3 URLs), a second job flushed and cancelled.
+// Events, list/patch on Kueue Workloads) runs the example training service:
+// a job through Kueue admission to Succeeded, its verified artifacts
+// downloaded through the read endpoint (presigned S3 URLs), a second job
+// flushed and cancelled (client.Cancel: its Workload deactivated, the quota
+// freed, no trainer pod left, the binding Failed/Cancelled).
 // While the first one trains, Tether writes its progress into
 // TrainJob.status.trainerStatus. Then kubectl tether, as the same
 // ServiceAccount: get, describe, artifacts ls|get (a tampered object is
@@ -87,8 +90,15 @@ func TestScenario14ExampleServiceAndPlugin(t *testing.T) {
 		}
 	}
 	stored := suite.stored(t, res.Cancelled.Spec.JobID)
-	if st := res.Cancelled.Status; st.Reason != tetherv1.ReasonCancelled || len(stored) == 0 {
-		t.Errorf("cancelled job: reason %q (want Cancelled), %d objects stored by its flush", st.Reason, len(stored))
+	if st := res.Cancelled.Status; st.Phase != tetherv1.PhaseFailed || st.Reason != tetherv1.ReasonCancelled || len(stored) == 0 {
+		t.Errorf("cancelled job: %s/%s (want Failed/Cancelled), %d objects stored by its flush", st.Phase, st.Reason, len(stored))
+	}
+	// The cancel stopped the job, with the service's own credentials: its
+	// Workload deactivated and no longer admitted (the quota is free), and
+	// no trainer pod left (the binding said Cancelled only once none was).
+	suite.waitWorkloadReleased(t, ns, cancelJob, 30*time.Second)
+	if pods := suite.trainerPods(t, ns, cancelJob); len(pods) != 0 {
+		t.Errorf("cancelled job still has %d trainer pod(s), e.g. %s (%s)", len(pods), pods[0].Name, pods[0].Status.Phase)
 	}
 
 	// kubectl tether as the orchestrator.
@@ -181,6 +191,8 @@ func (e *env) orchestratorConfig(t *testing.T, ns, name string, rbac bool) *rest
 			{APIGroups: []string{"tether.dev"}, Resources: []string{"workerbindings"}, Verbs: []string{"get", "list", "watch", "patch"}},
 			{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainjobs"}, Verbs: []string{"get", "create"}},
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"list"}},
+			// client.Cancel stops a job Kueue manages: finds its Workload, deactivates it.
+			{APIGroups: []string{"kueue.x-k8s.io"}, Resources: []string{"workloads"}, Verbs: []string{"list", "patch"}},
 		}})
 		e.create(t, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
@@ -195,6 +207,37 @@ func (e *env) orchestratorConfig(t *testing.T, ns, name string, rbac bool) *rest
 		t.Fatal(err)
 	}
 	return &rest.Config{Host: e.c.Config.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: e.c.Config.CAData}}
+}
+
+// waitWorkloadReleased waits until the Kueue Workload of TrainJob name is
+// deactivated (spec.active=false) and no longer admitted.
+func (e *env) waitWorkloadReleased(t *testing.T, ns, name string, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, fmt.Sprintf("the Workload of %s deactivated and not admitted", name), func() error {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(kueueGroup.WithKind("WorkloadList"))
+		if err := e.c.Client.List(context.Background(), list, crclient.InNamespace(ns)); err != nil {
+			return err
+		}
+		for i := range list.Items {
+			wl := &list.Items[i]
+			for _, o := range wl.GetOwnerReferences() {
+				if o.Kind != "TrainJob" || o.Name != name {
+					continue
+				}
+				if active, found, _ := unstructured.NestedBool(wl.Object, "spec", "active"); !found || active {
+					return fmt.Errorf("Workload %s: spec.active is not false", wl.GetName())
+				}
+				if conditionStatus(wl, "Admitted") == "True" || conditionStatus(wl, "QuotaReserved") == "True" {
+					return fmt.Errorf("Workload %s: still admitted (Admitted %q, QuotaReserved %q)", wl.GetName(),
+						conditionStatus(wl, "Admitted"), conditionStatus(wl, "QuotaReserved"))
+				}
+				logf("scenario 14: Workload %s deactivated; Evicted: %s", wl.GetName(), conditionMessage(wl, "Evicted"))
+				return nil
+			}
+		}
+		return fmt.Errorf("no Workload owned by TrainJob %s", name)
+	})
 }
 
 // bindingCA is the CA of the control plane's serving certificate: the

@@ -126,17 +126,23 @@ func Run(ctx context.Context, c *client.Client, cfg Config, out io.Writer) (*Res
 		return nil, err
 	}
 	say("%s is running; flushing", cfg.CancelJob)
-	for _, cmd := range []string{client.Flush, client.Cancel} {
-		id, err := c.Send(wctx2, cfg.Namespace, cfg.CancelJob, cmd)
-		if err != nil {
-			return nil, err
-		}
-		st, err := c.WaitCommand(wctx2, cfg.Namespace, cfg.CancelJob, id)
-		if err != nil {
-			return nil, err
-		}
-		say("%s:%s acknowledged by nodes %v", cmd, id, st.AckedNodes)
+	id, err := c.Send(wctx2, cfg.Namespace, cfg.CancelJob, client.Flush)
+	if err != nil {
+		return nil, err
 	}
+	st, err := c.WaitCommand(wctx2, cfg.Namespace, cfg.CancelJob, id)
+	if err != nil {
+		return nil, err
+	}
+	say("flush:%s acknowledged by nodes %v", id, st.AckedNodes)
+	// Cancel: a final flush, then the job stopped with this service's own
+	// credentials (its Kueue Workload deactivated: Kueue evicts it and
+	// frees the quota).
+	cres, err := c.Cancel(wctx2, cfg.Namespace, cfg.CancelJob, client.CancelOptions{Timeout: cfg.Timeout})
+	if err != nil {
+		return nil, err
+	}
+	say("cancel:%s acknowledged by nodes %v; %s", cres.CommandID, cres.Command.AckedNodes, cres.Stop)
 	if res.Cancelled, err = c.WaitFor(wctx2, cfg.Namespace, cfg.CancelJob, tetherv1.PhaseFailed); err != nil {
 		return nil, err
 	}

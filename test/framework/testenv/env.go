@@ -155,7 +155,9 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	e := &Env{Assets: assets}
 	e.env = &envtest.Environment{
 		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{crds, filepath.Join(RepoRoot(), "manifests", "base", "crd")},
+		CRDDirectoryPaths: []string{crds, filepath.Join(RepoRoot(), "manifests", "base", "crd"),
+			// Kueue's Workload, which client.Cancel deactivates.
+			filepath.Join(RepoRoot(), "test", "framework", "testenv", "crds")},
 		ErrorIfCRDPathMissing: true,
 		WebhookInstallOptions: envtest.WebhookInstallOptions{MutatingWebhooks: hooks, LocalServingHost: "127.0.0.1",
 			LocalServingHostExternalName: opts.WebhookHostName},

@@ -131,11 +131,17 @@ func TestCommandsAreDeliveredAndAcknowledged(t *testing.T) {
 		t.Errorf("worker ran flush %d times, want 1", flushes.Load())
 	}
 
+	// An acknowledged cancel alone ends nothing: the trainer pod remains
+	// until the orchestrator stops the job; Cancelled once it is gone.
 	command(t, j, "cancel:2")
-	wb := j.waitPhase(t, tetherv1.PhaseFailed, tetherv1.ReasonCancelled)
+	wb := j.waitPhase(t, tetherv1.PhaseFinishing, tetherv1.ReasonCancelling)
 	if wb.Status.LastCommand.State != tetherv1.CommandAcknowledged {
 		t.Errorf("cancel command state %s", wb.Status.LastCommand.State)
 	}
+	if err := env.Client.Delete(context.Background(), j.pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	j.waitPhase(t, tetherv1.PhaseFailed, tetherv1.ReasonCancelled)
 	// A finished binding ends the session for good.
 	select {
 	case err := <-done:
