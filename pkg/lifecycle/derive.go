@@ -141,7 +141,8 @@ func NeedsNodeCount(wb *tetherv1.WorkerBinding, pods []corev1.Pod) bool {
 // admission conditions (token issued, pods injected), each bound pod's
 // attempts and trainer exits (the sidecar never learns them), the
 // TrainJob's conditions, which alone make the binding final (with the
-// artifact gate), lost heartbeats and pods that cannot be created. wb is
+// artifact gate), lost heartbeats and pods that cannot be created, and the
+// outcome conditions that restate the phase (SetOutcomeConditions). wb is
 // not changed.
 func Derive(wb *tetherv1.WorkerBinding, p Policy, o Observation) Outcome {
 	out := Outcome{Status: *wb.Status.DeepCopy()}
@@ -164,6 +165,7 @@ func Derive(wb *tetherv1.WorkerBinding, p Policy, o Observation) Outcome {
 	}
 	out.Want.Promote = Promoting(st)
 	out.Requeue = requeue
+	SetOutcomeConditions(st, wb.Generation)
 	return out
 }
 
