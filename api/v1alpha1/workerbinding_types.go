@@ -59,6 +59,12 @@ const (
 	ConditionStalled = "Stalled"
 )
 
+// OutcomeConditionTypes are the types of the outcome conditions. They are
+// fixed once the binding is final.
+func OutcomeConditionTypes() []string {
+	return []string{ConditionReady, ConditionSucceeded, ConditionFailed, ConditionProgressing, ConditionReconciling, ConditionStalled}
+}
+
 // Reasons used in conditions, phases and Events.
 const (
 	ReasonTokenIssued      = "TokenIssued"

@@ -38,16 +38,6 @@ import (
 // copies of the phase's message go into the one status object.
 const MaxConditionMessageBytes = 1024
 
-// outcomeConditionTypes are the conditions OutcomeConditions derives, in
-// the order they are first added.
-var outcomeConditionTypes = []string{
-	tetherv1.ConditionReady, tetherv1.ConditionSucceeded, tetherv1.ConditionFailed,
-	tetherv1.ConditionProgressing, tetherv1.ConditionReconciling, tetherv1.ConditionStalled,
-}
-
-// OutcomeConditionTypes returns the types of the outcome conditions.
-func OutcomeConditionTypes() []string { return append([]string(nil), outcomeConditionTypes...) }
-
 // notProgressing are the reasons of a live binding that waits on something
 // outside it: Kueue holds the job, its pods cannot be created, its worker
 // is silent.

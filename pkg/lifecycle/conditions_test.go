@@ -127,6 +127,11 @@ func TestOutcomeConditionsForEveryPhaseAndReason(t *testing.T) {
 				tetherv1.ConditionStalled:     is(phase == tetherv1.PhaseFailed),
 			}
 			have := statuses(t, got)
+			for _, typ := range tetherv1.OutcomeConditionTypes() {
+				if _, ok := want[typ]; !ok {
+					t.Fatalf("outcome condition %s has no expectation in this test", typ)
+				}
+			}
 			if len(have) != len(want) {
 				t.Errorf("%s: %d conditions %v, want the %d outcome conditions", name, len(have), have, len(want))
 			}
