@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -158,6 +159,12 @@ func TestConditionsFollowThePhaseForKubectlWait(t *testing.T) {
 	}
 	if got := kstatusOf(t, j); got != status.InProgressStatus {
 		t.Errorf("kstatus of a Running binding: %s, want InProgress", got)
+	}
+	// The printer column: PHASE, then READY.
+	out, err := exec.Command(env.Kubectl(), "--kubeconfig", kubeconfig, "-n", j.ns, "get", "workerbinding", j.name, "--no-headers=false").CombinedOutput()
+	if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); err != nil || len(lines) != 2 ||
+		!regexp.MustCompile(`PHASE\s+READY\s`).MatchString(lines[0]) || !regexp.MustCompile(`Running\s+True\s`).MatchString(lines[1]) {
+		t.Errorf("kubectl get workerbinding: %v\n%s", err, out)
 	}
 	// Not met yet: both waits time out, saying so as kubectl does.
 	if code, out := kubectlWait(kubeconfig, j, "--for=condition=Succeeded", "--timeout=1s"); code == 0 || !strings.Contains(out, "timed out waiting for the condition on workerbindings/"+j.name) {
