@@ -40,7 +40,9 @@ const MaxConditionMessageBytes = 1024
 
 // notProgressing are the reasons of a live binding that waits on something
 // outside it: Kueue holds the job, its pods cannot be created, its worker
-// is silent.
+// is silent. Preempted is not among them: it stays the reason after Kueue
+// admits the job again (until the next attempt starts), so it cannot tell
+// a held job from one on its way back.
 var notProgressing = map[string]bool{
 	tetherv1.ReasonSuspended:       true,
 	tetherv1.ReasonPodCreateFailed: true,
