@@ -32,10 +32,38 @@ const (
 	// ConditionPodsInjected is False when trainer pods of the job run without the sidecar
 	// (they existed before the job was bound); it names them.
 	ConditionPodsInjected = "PodsInjected"
-	// ConditionProgressing is False with reason TrainerStalled while the
-	// trainer's step stands still past the job's stall window.
+
+	// The outcome conditions, derived from the phase by every status writer
+	// (lifecycle.SetOutcomeConditions) so that kubectl wait, kstatus and
+	// other generic tools can tell where a binding is. Each carries the
+	// phase's reason and message, whatever its status; docs/orchestrator.md
+	// lists when each is True.
+
+	// ConditionReady is True while the job's sidecars are registered and
+	// heartbeating (Running, reason Heartbeating), and once Succeeded (a
+	// final binding with Ready False reads as in progress to kstatus).
+	ConditionReady = "Ready"
+	// ConditionSucceeded is True once the binding is Succeeded, False before
+	// and when it failed.
+	ConditionSucceeded = "Succeeded"
+	// ConditionFailed is True once the binding is Failed, False otherwise.
+	ConditionFailed = "Failed"
+	// ConditionProgressing is True while the binding is live and moving:
+	// False once final, and while Kueue holds the job, its pods cannot be
+	// created, its worker is silent or its trainer stalled.
 	ConditionProgressing = "Progressing"
+	// ConditionReconciling is True until the binding is final (kstatus:
+	// InProgress).
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True once the binding is Failed (kstatus: Failed).
+	ConditionStalled = "Stalled"
 )
+
+// OutcomeConditionTypes are the types of the outcome conditions. They are
+// fixed once the binding is final.
+func OutcomeConditionTypes() []string {
+	return []string{ConditionReady, ConditionSucceeded, ConditionFailed, ConditionProgressing, ConditionReconciling, ConditionStalled}
+}
 
 // Reasons used in conditions, phases and Events.
 const (
@@ -70,8 +98,8 @@ const (
 	ReasonAttemptStarted     = "AttemptStarted"
 	ReasonNeverBound         = "NeverBound"
 	ReasonPodCreateFailed    = "PodCreateFailed"
-	// ReasonTrainerStalled: heartbeats arrive but the trainer's step has
-	// not advanced for the job's stall window (condition Progressing).
+	// ReasonTrainerStalled: the trainer's step stopped advancing while the
+	// job is live (condition Progressing only; lifecycle.ConditionSignals).
 	ReasonTrainerStalled = "TrainerStalled"
 	// ReasonStepsResumed: a stalled trainer's step advanced again.
 	ReasonStepsResumed = "StepsResumed"
@@ -624,6 +652,7 @@ type CommandStatus struct {
 // +kubebuilder:printcolumn:name="Job ID",type=string,JSONPath=`.spec.jobID`
 // +kubebuilder:printcolumn:name="Worker",type=string,JSONPath=`.spec.workerID`,priority=1
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Attempt",type=integer,JSONPath=`.status.attempt`
 // +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.nodeCount`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`

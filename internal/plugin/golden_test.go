@@ -135,8 +135,9 @@ func TestDescribeTimeline(t *testing.T) {
 
 func TestCommandLineErrors(t *testing.T) {
 	for _, args := range [][]string{
-		{"wait", "x", "--for=condition=Ready"},
+		{"wait", "x", "--for=condition="},
 		{"wait", "x", "--for=phase=Done"},
+		{"wait", "x", "--for=jsonpath={.status.phase"},
 		{"get", "a", "b"},
 		{"artifacts", "get", "x"},
 	} {

@@ -52,7 +52,10 @@ func (s *Server) updateStatusFrom(ctx context.Context, r client.Reader, key type
 		// announces it, or the job's TokenIssued Event would never be sent.
 		initialized := lifecycle.Initial(&wb.Status)
 		initial := wb.Status // that first status, when this write makes it
-		if !change(&wb.Status) && !initialized {
+		changed := change(&wb.Status)
+		// The outcome conditions follow the phase on every write (and a
+		// binding written before they existed gets them on its next one).
+		if !lifecycle.SetOutcomeConditions(&wb.Status, wb.Generation) && !changed && !initialized {
 			return wb, nil
 		}
 		err := s.writer.Status().Update(ctx, wb)

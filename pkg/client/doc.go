@@ -2,11 +2,11 @@
 // submit bound TrainJobs and collect their results (a training service, a
 // queue UI, kubectl tether).
 //
-// It reads WorkerBindings (Get, List, WaitFor), lists a job's artifacts from
-// every node's manifest (Artifacts) and downloads them with their MD5
-// checked on the way (Download, DownloadFile), reads archived trainer logs
-// (Log), and sends flush, drain and cancel commands and waits for every
-// node to acknowledge them (Send, WaitCommand).
+// It reads WorkerBindings (Get, List, WaitFor, WaitCondition), lists a
+// job's artifacts from every node's manifest (Artifacts) and downloads them
+// with their MD5 checked on the way (Download, DownloadFile), reads archived
+// trainer logs (Log), and sends flush, drain and cancel commands and waits
+// for every node to acknowledge them (Send, WaitCommand).
 //
 // Cancel stops the trainer: it checks (a server-side dry run) that the
 // caller may stop the job, sends the cancel command (every node runs a

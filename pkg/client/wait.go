@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +31,10 @@ func (e *PhaseError) Error() string {
 	}
 	return fmt.Sprintf("WorkerBinding %s ended %s (%s: %s), not %s", e.Binding, e.Got, e.Reason, e.Message, e.Want)
 }
+
+// ErrBindingNotFound is wrapped by a wait that ended before the binding
+// waited for existed.
+var ErrBindingNotFound = errors.New("which does not exist (is its TrainJob labeled tether.dev/bind=true?)")
 
 // Final reports whether a binding's phase is final: Succeeded or Failed.
 // Only Failed/Cancelled is ever left, by a cancelled job that is resumed
@@ -84,7 +89,7 @@ func (c *Client) WaitUntil(ctx context.Context, namespace, name string, done fun
 		}
 		if ctx.Err() != nil {
 			if wb == nil {
-				return nil, fmt.Errorf("waiting for WorkerBinding %s/%s, which does not exist (is its TrainJob labeled tether.dev/bind=true?): %w", namespace, name, ctx.Err())
+				return nil, fmt.Errorf("waiting for WorkerBinding %s/%s, %w: %w", namespace, name, ErrBindingNotFound, ctx.Err())
 			}
 			return nil, fmt.Errorf("waiting for WorkerBinding %s/%s (phase %s): %w", namespace, name, wb.Status.Phase, ctx.Err())
 		}

@@ -152,7 +152,8 @@ func NeedsNodeCount(wb *tetherv1.WorkerBinding, pods []corev1.Pod) bool {
 // admission conditions (token issued, pods injected), each bound pod's
 // attempts and trainer exits (the sidecar never learns them), the
 // TrainJob's conditions, which alone make the binding final (with the
-// artifact gate), lost heartbeats and pods that cannot be created. wb is
+// artifact gate), lost heartbeats and pods that cannot be created, and the
+// outcome conditions that restate the phase (SetOutcomeConditions). wb is
 // not changed.
 func Derive(wb *tetherv1.WorkerBinding, p Policy, o Observation) Outcome {
 	out := Outcome{Status: *wb.Status.DeepCopy()}
@@ -176,6 +177,7 @@ func Derive(wb *tetherv1.WorkerBinding, p Policy, o Observation) Outcome {
 	promote, wait := requireOutputs(wb, st, o, &out)
 	out.Want.Promote = promote
 	out.Requeue = minWait(requeue, wait)
+	SetOutcomeConditions(st, wb.Generation)
 	return out
 }
 

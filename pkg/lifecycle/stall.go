@@ -15,9 +15,10 @@ import (
 // fine) but its step stands still: a hung collective, a dead data loader, a
 // deadlock. HeartbeatLost cannot see that; the step's clock can.
 //
-// Only the controller declares a stall (Derive, on its own clock, so the
-// Warning is announced once); every writer keeps the declaration until the
-// step moves past it (StillStalled), and then any writer clears it.
+// Only the controller declares a stall and clears it (Derive, on its own
+// clock, so each Event is sent once); every other writer keeps what the
+// status says (signalsOf). A status write that carries a new step wakes
+// the controller, which clears the stall at once.
 const (
 	// MinStallWindow is the shortest default window: a checkpoint save or
 	// an evaluation pass can hold the step for minutes.
@@ -93,7 +94,7 @@ func checkStall(st *tetherv1.WorkerBindingStatus, settings tetherv1.WorkerBindin
 	was := Stalled(st)
 	if !stallWatched(st) {
 		if was {
-			clearStall(st, "the job is "+string(st.Phase)+" ("+st.Reason+"): its step is not watched")
+			clearStall(st, "the job is "+string(st.Phase)+" ("+st.Reason+"): its step is not watched", now)
 		}
 		return 0
 	}
@@ -111,14 +112,15 @@ func checkStall(st *tetherv1.WorkerBindingStatus, settings tetherv1.WorkerBindin
 		return 0
 	case was:
 		msg := fmt.Sprintf("the trainer's step advanced again (step %d)", *st.Progress.Step)
-		clearStall(st, msg)
+		clearStall(st, msg, now)
 		out.Events = append(out.Events, Event{corev1.EventTypeNormal, tetherv1.ReasonStepsResumed, msg})
 	}
 	return window - still + time.Second
 }
 
-// clearStall marks the binding progressing again.
-func clearStall(st *tetherv1.WorkerBindingStatus, msg string) {
+// clearStall marks the binding progressing again (SetOutcomeConditions
+// then gives the condition the phase's reason and message).
+func clearStall(st *tetherv1.WorkerBindingStatus, msg string, now time.Time) {
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: tetherv1.ConditionProgressing, Status: metav1.ConditionTrue,
-		Reason: tetherv1.ReasonStepsResumed, Message: msg})
+		Reason: tetherv1.ReasonStepsResumed, Message: msg, LastTransitionTime: metav1.NewTime(now)})
 }

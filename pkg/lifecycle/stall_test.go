@@ -94,8 +94,8 @@ func TestStallDeclaredOnceAndClearedWhenStepsResume(t *testing.T) {
 		t.Fatal("StillStalled after a new step")
 	}
 	r.reconcile(131)
-	if c := r.progressing(); c.Status != metav1.ConditionTrue || c.Reason != tetherv1.ReasonStepsResumed {
-		t.Fatalf("after the step moved: Progressing %+v, want True/StepsResumed", c)
+	if c := r.progressing(); c.Status != metav1.ConditionTrue || c.Reason != tetherv1.ReasonHeartbeating || !c.LastTransitionTime.Time.Equal(at(131)) {
+		t.Fatalf("after the step moved: Progressing %+v, want True with the phase's reason since 131s", c)
 	}
 	want := []string{corev1.EventTypeWarning + "/" + tetherv1.ReasonTrainerStalled, corev1.EventTypeNormal + "/" + tetherv1.ReasonStepsResumed}
 	if got := r.eventReasons(); strings.Join(got, ",") != strings.Join(want, ",") {

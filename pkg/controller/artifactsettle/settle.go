@@ -80,6 +80,7 @@ func (r *Reconciler) settlePending(ctx context.Context, wb *tetherv1.WorkerBindi
 	if wb.Status.Phase == tetherv1.PhaseSucceeded || !r.retractDroppedVerdicts(ctx, wb) {
 		return 0
 	}
+	lifecycle.SetOutcomeConditions(&wb.Status, wb.Generation)
 	if err := r.Client.Status().Update(ctx, wb); err != nil {
 		// A conflict brings the binding's next version, and its reconcile.
 		log.Error(err, "recording the verdicts the dropped versions took back; retrying", "after", settleRetry.String())

@@ -101,6 +101,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			wb = fresh
 			return nil
 		}
+		lifecycle.SetOutcomeConditions(&fresh.Status, fresh.Generation)
 		if err := r.Client.Status().Update(ctx, fresh); err != nil {
 			return err
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/tether-dev/tether/api/names"
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/controller/internal/keys"
+	"github.com/tether-dev/tether/pkg/controller/internal/statuspatch"
 	"github.com/tether-dev/tether/pkg/jobconfig"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 	"github.com/tether-dev/tether/pkg/trainjob"
@@ -301,9 +302,9 @@ func (r *Reconciler) showNative(ctx context.Context, wb *tetherv1.WorkerBinding,
 	if have := wb.Status.Progress; have != nil && have.UpdatedTime != nil && p.UpdatedTime != nil && !p.UpdatedTime.After(have.UpdatedTime.Time) {
 		return nil
 	}
-	patch := client.MergeFrom(wb.DeepCopy())
+	before := wb.DeepCopy()
 	wb.Status.Progress = lifecycle.MergeProgress(wb.Status.Progress, p, r.now())
-	return r.Client.Status().Patch(ctx, wb, patch)
+	return r.Client.Status().Patch(ctx, wb, statuspatch.For(before, wb))
 }
 
 // ProgressFromTrainerStatus reads a native trainerStatus as a binding's

@@ -25,6 +25,7 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/artifactstore/pending"
 	"github.com/tether-dev/tether/pkg/controller/internal/keys"
+	"github.com/tether-dev/tether/pkg/controller/internal/statuspatch"
 	"github.com/tether-dev/tether/pkg/controller/internal/storeops"
 	"github.com/tether-dev/tether/pkg/lifecycle"
 )
@@ -300,7 +301,7 @@ func (s *UploadSweeper) forget(jobID string) {
 func (s *UploadSweeper) patchStatus(ctx context.Context, wb *tetherv1.WorkerBinding, st *tetherv1.DirectUploadsStatus) error {
 	patched := wb.DeepCopy()
 	patched.Status.DirectUploads = st
-	if err := s.Client.Status().Patch(ctx, patched, client.MergeFrom(wb)); err != nil {
+	if err := s.Client.Status().Patch(ctx, patched, statuspatch.For(wb, patched)); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	return nil

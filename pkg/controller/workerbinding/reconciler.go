@@ -457,6 +457,9 @@ func (r *Reconciler) updateStatus(ctx context.Context, tj *unstructured.Unstruct
 	if retry := r.archiveLogs(ctx, wb, pods); retry > 0 && (requeue == 0 || retry < requeue) {
 		requeue = retry
 	}
+	// Again after Derive: promoting the artifacts may have made the binding
+	// Succeeded since.
+	lifecycle.SetOutcomeConditions(&wb.Status, wb.Generation)
 	if equality.Semantic.DeepEqual(before, &wb.Status) {
 		return requeue, nil
 	}
