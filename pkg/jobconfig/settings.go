@@ -153,16 +153,9 @@ func parse(annotations map[string]string) (Settings, []error) {
 		errs = append(errs, err)
 	}
 	if v, ok := annotations[names.HeartbeatIntervalAnnotation]; ok {
-		d, perr := time.ParseDuration(v)
-		switch {
-		case perr != nil:
-			errs = append(errs, &InvalidAnnotationError{Key: names.HeartbeatIntervalAnnotation, Value: v,
-				Problem: "not a duration", Example: "10s"})
-		case d < MinHeartbeatInterval || d > MaxHeartbeatInterval:
-			errs = append(errs, &InvalidAnnotationError{Key: names.HeartbeatIntervalAnnotation, Value: v,
-				Problem: fmt.Sprintf("must be between %s and %s", shortDuration(MinHeartbeatInterval), shortDuration(MaxHeartbeatInterval)),
-				Example: "10s"})
-		default:
+		if d, err := parseHeartbeatInterval(v); err != nil {
+			errs = append(errs, err)
+		} else {
 			s.HeartbeatInterval = d
 		}
 	}
@@ -213,6 +206,19 @@ func parse(annotations map[string]string) (Settings, []error) {
 		}
 	}
 	return s, errs
+}
+
+func parseHeartbeatInterval(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return 0, &InvalidAnnotationError{Key: names.HeartbeatIntervalAnnotation, Value: v, Problem: "not a duration", Example: "10s"}
+	case d < MinHeartbeatInterval || d > MaxHeartbeatInterval:
+		return 0, &InvalidAnnotationError{Key: names.HeartbeatIntervalAnnotation, Value: v,
+			Problem: fmt.Sprintf("must be between %s and %s", shortDuration(MinHeartbeatInterval), shortDuration(MaxHeartbeatInterval)),
+			Example: "10s"}
+	}
+	return d, nil
 }
 
 func parseStallAfter(v string) (time.Duration, error) {

@@ -35,17 +35,11 @@ func pod(rank int, uid string) *testobj.PodWrapper {
 		RestartPolicy(corev1.RestartPolicyOnFailure).Injected()
 }
 
-// register is a sidecar's registration and first heartbeat.
-func register(rank int, uid string) func(*tetherv1.WorkerBindingStatus, time.Time) {
-	return registerIn(0, rank, uid)
-}
-
-// registerIn registers a pod of JobSet restart attempt ra.
-func registerIn(ra int32, rank int, uid string) func(*tetherv1.WorkerBindingStatus, time.Time) {
-	return func(st *tetherv1.WorkerBindingStatus, now time.Time) {
-		lifecycle.PodSeen(st, lifecycle.Pod{Rank: int32(rank), Name: uid, UID: uid, RestartAttempt: ra}, true, now)
-		lifecycle.Heartbeat(st, int32(rank), uid, now, 1, nil)
-	}
+// register is the registration and first heartbeat of node 0's sidecar,
+// in pod "a".
+func register(st *tetherv1.WorkerBindingStatus, now time.Time) {
+	lifecycle.PodSeen(st, lifecycle.Pod{Name: "a", UID: "a"}, true, now)
+	lifecycle.Heartbeat(st, 0, "a", now, 1, nil)
 }
 
 func manifest(rank int, verified bool) func(*tetherv1.WorkerBindingStatus, time.Time) {

@@ -55,7 +55,7 @@ func TestSucceededOnlyAfterPromotion(t *testing.T) {
 	store := &fakePending{fail: errors.New("S3 COPY: 503 SlowDown")}
 	r := &Reconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
 		Live: jobSetReader{nodes: 1}, Pending: store}
-	register(0, "a")(&wb.Status, at(1))
+	register(&wb.Status, at(1))
 	manifest(0, true)(&wb.Status, at(20))
 	pods := []corev1.Pod{*pod(0, "a").Exited(0, at(19)).Obj()}
 
@@ -91,7 +91,7 @@ func TestPromotionOfAChangedArtifactTakesTheVerdictBack(t *testing.T) {
 	fake := &fakePending{fail: &pending.NotAsListedError{Rank: 0, Path: "model.bin", Why: "the key holds 3 bytes with MD5 x"}}
 	r := &Reconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
 		Live: jobSetReader{nodes: 1}, Pending: fake}
-	register(0, "a")(&wb.Status, at(1))
+	register(&wb.Status, at(1))
 	manifest(0, true)(&wb.Status, at(20))
 	wb.Status.Nodes[0].Artifacts.ManifestSHA256 = strings.Repeat("ab", 32)
 	pods := []corev1.Pod{*pod(0, "a").Exited(0, at(19)).Obj()}
@@ -144,7 +144,7 @@ func TestStoredManifestVerdictBeforeArtifactsIncomplete(t *testing.T) {
 			lifecycle.Initial(&wb.Status)
 			r := &Reconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
 				Live: jobSetReader{nodes: 1}, Pending: &fakePending{}, Manifests: tc.stored}
-			register(0, "a")(&wb.Status, at(1))
+			register(&wb.Status, at(1))
 			pods := []corev1.Pod{*pod(0, "a").Exited(0, at(19)).Obj()}
 			r.decideRequeue(context.Background(), trainJob(complete(21)), wb, pods, at(22))
 			if wb.Status.Reason != tetherv1.ReasonAwaitingArtifacts {

@@ -76,7 +76,7 @@ func TestRequiredOutputsCheckedBeforePromotion(t *testing.T) {
 			lifecycle.Initial(&wb.Status)
 			r := &Reconciler{StatusInterval: 10 * time.Second, MissedHeartbeats: 3, ArtifactGrace: 30 * time.Second,
 				Live: jobSetReader{nodes: 1}, Pending: st, Paths: st}
-			register(0, "a")(&wb.Status, at(1))
+			register(&wb.Status, at(1))
 			lifecycle.ArtifactsRecorded(&wb.Status, 0, "a", tetherv1.NodeArtifacts{Manifest: "job-1/manifest.json", ManifestSHA256: verify.ManifestDigest(buf),
 				Verified: true, Files: 2})
 			pods := []corev1.Pod{*pod(0, "a").Exited(0, at(19)).Obj()}
