@@ -235,3 +235,56 @@ func TestCancelledJobResumedStartsANewAttempt(t *testing.T) {
 		t.Errorf("resumed job's node 0 is %+v, want pod %s", n, j.pod.Name)
 	}
 }
+
+// TestCancelWithDeleteDeletesTheTrainJob: with CancelOptions.Delete the
+// stop is the TrainJob's deletion, with the orchestrator's credentials: a
+// caller who may only patch it is refused before anything is sent, one who
+// may delete it has every node flush, then the TrainJob is gone.
+func TestCancelWithDeleteDeletesTheTrainJob(t *testing.T) {
+	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
+	runningClient(t, j.clientConfig())
+	j.waitPhase(t, tetherv1.PhaseRunning, "")
+	trainJobs := func(verbs ...string) []rbacv1.PolicyRule {
+		return append(workloadRules("list"), rbacv1.PolicyRule{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainjobs"}, Verbs: verbs})
+	}
+
+	_, err := orchestrator(t, j, trainJobs("patch")).Cancel(context.Background(), j.ns, j.name, client.CancelOptions{Timeout: 10 * time.Second, Delete: true})
+	var pe *client.PermissionError
+	if !errors.As(err, &pe) || pe.Verb != "delete" || pe.Resource != "trainjobs.trainer.kubeflow.org" || pe.Namespace != j.ns {
+		t.Fatalf("cancel --delete without delete on trainjobs: %v, want a PermissionError for delete trainjobs.trainer.kubeflow.org in %s", err, j.ns)
+	}
+	if wb := j.binding(t); wb.Status.LastCommand != nil || wb.Annotations[names.CommandAnnotation] != "" {
+		t.Fatalf("a refused cancel --delete sent a command: %+v", wb.Status.LastCommand)
+	}
+
+	role := &rbacv1.Role{}
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: j.ns, Name: "tenant"}, role); err != nil {
+		t.Fatal(err)
+	}
+	role.Rules = trainJobs("delete")
+	if err := env.Client.Update(context.Background(), role); err != nil {
+		t.Fatal(err)
+	}
+	c := orchestrator(t, j, trainJobs("delete"))
+	var res *client.CancelResult
+	testenv.Eventually(t, 10*time.Second, func() error {
+		res, err = c.Cancel(context.Background(), j.ns, j.name, client.CancelOptions{Timeout: 20 * time.Second, Delete: true})
+		if errors.As(err, &pe) {
+			return err // the Role's update not yet in the authorizer's cache
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("cancel --delete: %v", err)
+	}
+	if res.Command == nil || res.Command.State != tetherv1.CommandAcknowledged || res.Stop.Action != client.StopDeleteTrainJob {
+		t.Errorf("cancel --delete result: command %+v, stop %+v; want acknowledged, then the TrainJob deleted", res.Command, res.Stop)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: j.ns, Name: j.name}, trainjob.New())
+		if err == nil {
+			return errors.New("the TrainJob still exists")
+		}
+		return crclient.IgnoreNotFound(err)
+	})
+}
