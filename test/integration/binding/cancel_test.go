@@ -242,7 +242,9 @@ func TestCancelledJobResumedStartsANewAttempt(t *testing.T) {
 // may delete it has every node flush, then the TrainJob is gone.
 func TestCancelWithDeleteDeletesTheTrainJob(t *testing.T) {
 	j := newJob(t, map[string]string{names.HeartbeatIntervalAnnotation: "1s"})
-	runningClient(t, j.clientConfig())
+	cfg := j.clientConfig()
+	cfg.OnCommand = func(context.Context, binding.Command) error { return nil } // the flush
+	runningClient(t, cfg)
 	j.waitPhase(t, tetherv1.PhaseRunning, "")
 	trainJobs := func(verbs ...string) []rbacv1.PolicyRule {
 		return append(workloadRules("list"), rbacv1.PolicyRule{APIGroups: []string{"trainer.kubeflow.org"}, Resources: []string{"trainjobs"}, Verbs: verbs})

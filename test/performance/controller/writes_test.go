@@ -180,6 +180,7 @@ func firstStatus(wb *tetherv1.WorkerBinding) {
 		{Type: tetherv1.ConditionPodsInjected, Status: metav1.ConditionUnknown, Reason: tetherv1.ReasonNoPods,
 			Message: "no running trainer pod yet", ObservedGeneration: wb.Generation, LastTransitionTime: now},
 	}
+	lifecycle.SetOutcomeConditions(&wb.Status, wb.Generation)
 }
 
 // matchesBind fails the run when the benchmark's stand-in writes differ from
