@@ -640,6 +640,10 @@ type CommandStatus struct {
 	Message string `json:"message,omitempty"`
 	// +optional
 	Time *metav1.Time `json:"time,omitempty"`
+	// Attempt is the binding's attempt when the command was first sent: a
+	// cancel ends only that attempt (a job resumed after it runs on).
+	// +optional
+	Attempt int32 `json:"attempt,omitempty"`
 }
 
 // WorkerBinding binds one Kubeflow TrainJob to Tether: the job's identity, its

@@ -63,7 +63,8 @@ func (s *Server) pushPendingCommand(ctx context.Context, key workerKey, wb *teth
 	if _, err := s.updateStatus(ctx, key.binding, func(st *tetherv1.WorkerBindingStatus) bool {
 		c := st.LastCommand
 		if c == nil || c.ID != cmd.ID {
-			st.LastCommand = &tetherv1.CommandStatus{ID: cmd.ID, Name: cmd.Name, State: tetherv1.CommandSent, Time: &now, SentNodes: []int32{key.rank}}
+			st.LastCommand = &tetherv1.CommandStatus{ID: cmd.ID, Name: cmd.Name, State: tetherv1.CommandSent, Time: &now, SentNodes: []int32{key.rank},
+				Attempt: st.Attempt}
 			return true
 		}
 		if slices.Contains(c.SentNodes, key.rank) {

@@ -27,8 +27,8 @@ import (
 // status.lastCommand is a cancel every node answered (acknowledged, or
 // failed: the stop follows a failed flush too), or one still unanswered
 // while the TrainJob is suspended (the orchestrator stopped the job when the
-// answer did not come in time); and it was recorded after the attempt
-// started (an earlier attempt's cancel, resumed since, ends nothing now).
+// answer did not come in time); and it was sent in the current attempt (an
+// earlier attempt's cancel, resumed since, ends nothing now).
 func cancelOf(st *tetherv1.WorkerBindingStatus, suspended bool) *tetherv1.CommandStatus {
 	c := st.LastCommand
 	if c == nil || c.Name != binding.CommandCancel {
@@ -37,7 +37,13 @@ func cancelOf(st *tetherv1.WorkerBindingStatus, suspended bool) *tetherv1.Comman
 	if c.State == tetherv1.CommandSent && !suspended {
 		return nil
 	}
-	if c.Time != nil && st.AttemptStartTime != nil && c.Time.Before(st.AttemptStartTime) {
+	switch {
+	case c.Attempt > 0 && c.Attempt < st.Attempt:
+		return nil
+	case c.Attempt == 0 && c.Time != nil && st.AttemptStartTime != nil && !c.Time.After(st.AttemptStartTime.Time):
+		// Recorded without its attempt (before the job's first pod, or by
+		// an older binding server): times are kept to the second, so one
+		// in the attempt's first second is taken for the attempt before.
 		return nil
 	}
 	return c

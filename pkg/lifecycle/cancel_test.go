@@ -14,11 +14,11 @@ import (
 )
 
 // answer is the binding server recording the nodes' answer to a command
-// (state Sent: sent, no answer yet).
+// sent in the current attempt (state Sent: sent, no answer yet).
 func answer(name, id string, state string) func(*tetherv1.WorkerBindingStatus, time.Time) {
 	return func(st *tetherv1.WorkerBindingStatus, now time.Time) {
 		t := metav1.NewTime(now)
-		c := &tetherv1.CommandStatus{ID: id, Name: name, State: state, Time: &t, SentNodes: []int32{0}}
+		c := &tetherv1.CommandStatus{ID: id, Name: name, State: state, Time: &t, SentNodes: []int32{0}, Attempt: st.Attempt}
 		switch state {
 		case tetherv1.CommandAcknowledged:
 			c.AckedNodes = []int32{0}
@@ -121,6 +121,15 @@ func TestCancelHistories(t *testing.T) {
 		},
 		want: want{phase: tetherv1.PhaseRunning, reason: tetherv1.ReasonHeartbeating, attempt: 2, startedBy: tetherv1.AttemptReadmission,
 			events: []string{tetherv1.ReasonHeartbeating, tetherv1.ReasonCancelling, tetherv1.ReasonCancelled, tetherv1.ReasonAttemptStarted, tetherv1.ReasonHeartbeating}},
+	}, {
+		name: "resumed within the second the cancel was answered: the cancel ends only the attempt it was sent in",
+		steps: []step{running,
+			{t: 10, pods: ps(tpod(0, "a", 1).Running(0)), conds: admitted, server: acked},
+			{t: 10, pods: ps(), conds: suspended},
+			{t: 10, pods: ps(tpod(0, "b", 10).Running(0)), conds: admitted, server: register(0, "b")},
+			{t: 11, pods: ps(tpod(0, "b", 10).Running(0)), conds: admitted},
+		},
+		want: want{phase: tetherv1.PhaseRunning, reason: tetherv1.ReasonHeartbeating, attempt: 2, startedBy: tetherv1.AttemptReadmission},
 	}, {
 		name: "resumed: the new attempt's sidecar registers before the controller sees its pod",
 		steps: []step{running,
