@@ -8,6 +8,7 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/kube-openapi/pkg/handler3"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 )
@@ -18,8 +19,8 @@ import (
 // before it proxies the read here; the handler trusts only requests with
 // the API server's front-proxy certificate (fp), asks again for the same
 // permission (SubjectAccessReview: delegated authorization, as any
-// aggregated API server does), and answers the discovery documents the
-// aggregator asks for. Objects are streamed, never redirected to the
+// aggregated API server does), and answers the discovery documents and
+// the OpenAPI v3 document (openapi.go) the aggregator asks for. Objects are streamed, never redirected to the
 // store, whatever --artifact-read-redirect says: the API server refuses an
 // aggregated API's redirects. Mount it on "/apis/" of a listener that
 // requests client certificates (tls.RequestClientCert).
@@ -42,12 +43,13 @@ func NewAggregated(opts Options, fp *FrontProxy) http.Handler {
 		forbidden:  "grant get on workerbindings/objects in API group " + tetherv1.ReadAPIGroup + " (ClusterRole tether-artifact-reader, bound in the namespace)",
 		streamOnly: true,
 	}
-	return &aggregated{reads: h, fp: fp}
+	return &aggregated{reads: h, fp: fp, openapi: newOpenAPIService()}
 }
 
 type aggregated struct {
-	reads *Handler
-	fp    *FrontProxy
+	reads   *Handler
+	fp      *FrontProxy
+	openapi *handler3.OpenAPIService
 }
 
 // notProxied refuses a request without the front proxy's certificate.
@@ -91,13 +93,18 @@ func (a *aggregated) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		a.reads.ServeHTTP(w, req)
 		return
 	}
-	doc, ok := discovery[strings.TrimSuffix(req.URL.Path, "/")]
+	p := strings.TrimSuffix(req.URL.Path, "/")
+	doc, ok := discovery[p]
 	switch {
 	case !a.fp.Proxied(req):
 		a.reads.notProxied(w, a.fp)
+	case req.Method == http.MethodGet && p == "/openapi/v3":
+		a.openapi.HandleDiscovery(w, req)
+	case req.Method == http.MethodGet && p == "/openapi/v3/"+OpenAPIGroupVersion:
+		a.openapi.HandleGroupVersion(w, req)
 	case !ok:
-		// OpenAPI (/openapi/v2, /openapi/v3) included: the aggregator
-		// takes a 404 as "no spec".
+		// /openapi/v2 included: the aggregator takes its 404 as "no v2
+		// spec" and publishes the v3 document only.
 		a.reads.fail(w, http.StatusNotFound, "not_found", "%q is not served: reads are under %s", truncate(req.URL.Path, 200), tetherv1.ReadAPIPathPrefix)
 	case req.Method != http.MethodGet:
 		w.Header().Set("Allow", http.MethodGet)

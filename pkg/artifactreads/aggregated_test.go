@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/kube-openapi/pkg/handler3"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
@@ -205,7 +206,21 @@ func TestAggregatedReads(t *testing.T) {
 		t.Errorf("discovery: %d %s", code, body)
 	}
 	if code, _, _ := get(proxy, "/openapi/v2", nil); code != http.StatusNotFound {
-		t.Errorf("/openapi/v2: %d, want 404 (no spec)", code)
+		t.Errorf("/openapi/v2: %d, want 404 (no v2 spec: the aggregator publishes the v3 one)", code)
+	}
+	// OpenAPI v3 as the aggregator asks it: the discovery document names
+	// the group version's document, which the URL it gives serves.
+	code, _, body = get(proxy, "/openapi/v3", nil)
+	var v3 handler3.OpenAPIV3Discovery
+	if err := json.Unmarshal(body, &v3); code != http.StatusOK || err != nil || v3.Paths[OpenAPIGroupVersion].ServerRelativeURL == "" {
+		t.Fatalf("/openapi/v3: %d %s, want a discovery document naming %s", code, body, OpenAPIGroupVersion)
+	}
+	code, _, body = get(proxy, v3.Paths[OpenAPIGroupVersion].ServerRelativeURL, nil)
+	if code != http.StatusOK || !strings.Contains(string(body), `"`+ObjectsPathTemplate+`"`) {
+		t.Errorf("%s: %d %.300s, want the document with %s", v3.Paths[OpenAPIGroupVersion].ServerRelativeURL, code, body, ObjectsPathTemplate)
+	}
+	if code, reason, _ := get(clientWith(), "/openapi/v3", nil); code != http.StatusUnauthorized || reason != "not_proxied" {
+		t.Errorf("/openapi/v3 without the front proxy's certificate: %d %s, want 401 not_proxied", code, reason)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -19,6 +19,7 @@ import (
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/binding"
 	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/test/framework/manifestschema"
 )
 
 // localFiles lists the files of a directory with their MD5, relative paths
@@ -196,7 +197,38 @@ func (e *env) expectSucceededWithArtifacts(t *testing.T, pod *corev1.Pod, name, 
 	if _, ok := local["model/final.safetensors"]; !ok {
 		t.Errorf("no final model among %v", local)
 	}
+	e.expectManifestsMatchSchema(t, wb)
 	return wb, local
+}
+
+// expectManifestsMatchSchema checks every node's stored manifest against
+// the published schema (docs/manifest.schema.json): what a reader in any
+// language is promised is what the sidecar in the image writes.
+func (e *env) expectManifestsMatchSchema(t *testing.T, wb *tetherv1.WorkerBinding) {
+	t.Helper()
+	checked := 0
+	for _, n := range wb.Status.Nodes {
+		if n.Artifacts == nil || n.Artifacts.Manifest == "" {
+			continue
+		}
+		var raw []byte
+		var err error
+		if e.tether.S3 == nil {
+			raw, err = os.ReadFile(filepath.Join(e.tether.ArtifactDir, filepath.FromSlash(n.Artifacts.Manifest)))
+		} else {
+			raw, _, err = e.tether.S3.Get(context.Background(), n.Artifacts.Manifest)
+		}
+		if err != nil {
+			t.Fatalf("reading node %d's manifest %s: %v", n.Rank, n.Artifacts.Manifest, err)
+		}
+		if err := manifestschema.Validate(raw); err != nil {
+			t.Errorf("node %d's manifest %s: %v\n%.2000s", n.Rank, n.Artifacts.Manifest, err, raw)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Errorf("no node of %s/%s records a manifest to check against the schema: nodes %+v", wb.Namespace, wb.Name, wb.Status.Nodes)
+	}
 }
 
 // expectOnlyChangedSent checks what a resumed attempt sent: at least its new

@@ -327,7 +327,8 @@ func newTestScanner(t *testing.T, dir string, mod func(*ScannerConfig)) *Scanner
 
 func newTestSyncer(t *testing.T, sc *Scanner, u *Uploader, jobID string) *Syncer {
 	t.Helper()
-	s, err := NewSyncer(SyncerConfig{Scanner: sc, Uploader: u, JobID: jobID, Interval: 20 * time.Millisecond,
+	// A pod UID, as cmd/sidecar always sets: the manifest requires one.
+	s, err := NewSyncer(SyncerConfig{Scanner: sc, Uploader: u, JobID: jobID, PodUID: "pod-uid-" + jobID, Interval: 20 * time.Millisecond,
 		Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/test/framework/manifestschema"
 )
 
 // tree writes files named by size and returns path → MD5.
@@ -44,10 +45,16 @@ func checkStored(t *testing.T, env *s3env, job string, rep *Report, sums map[str
 	}
 }
 
+// readManifest reads the manifest the Syncer stored, which must match the
+// published schema (docs/manifest.schema.json).
 func readManifest(t *testing.T, env *s3env, job string) upload.Manifest {
 	t.Helper()
+	raw := env.get(t, job+"/"+upload.ManifestName)
+	if err := manifestschema.Validate(raw); err != nil {
+		t.Errorf("the Syncer's manifest: %v", err)
+	}
 	var m upload.Manifest
-	if err := json.Unmarshal(env.get(t, job+"/"+upload.ManifestName), &m); err != nil {
+	if err := json.Unmarshal(raw, &m); err != nil {
 		t.Fatal(err)
 	}
 	return m

@@ -16,6 +16,8 @@ import (
 
 	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/client"
+	"github.com/tether-dev/tether/pkg/upload"
+	"github.com/tether-dev/tether/test/framework/manifestschema"
 	"github.com/tether-dev/tether/test/framework/s3server"
 )
 
@@ -79,6 +81,16 @@ func readAPIFromAnOwnBucket(t *testing.T, impl s3server.Impl) {
 	if code != http.StatusOK || location != "" || !bytes.Equal(body, written["model/final.safetensors"]) {
 		t.Fatalf("GET through the API server: %d (Location %q), %d bytes %.200q; want 200 and the %d bytes the trainer wrote, streamed",
 			code, location, len(body), body, len(written["model/final.safetensors"]))
+	}
+
+	// The manifest the sidecar's Syncer stored, as a reader in any
+	// language gets it: what the published schema says.
+	code, body, _ = rawReadAPIGet(t, readerConfig, ns+"/workerbindings/"+j.name+"/objects/"+upload.ManifestName)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s through the API server: %d %.300s", upload.ManifestName, code, body)
+	}
+	if err := manifestschema.Validate(body); err != nil {
+		t.Errorf("the stored manifest: %v\n%s", err, body)
 	}
 
 	list, err := reader.Artifacts(ctx, wb)
