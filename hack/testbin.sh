@@ -369,7 +369,7 @@ python_deps() {
   done
 }
 python_tools() {
-  local pkgs d path="" version
+  local pkgs roots p d path="" version
   command -v apt-cache >/dev/null || { log "python: apt-cache not found: the Python client's tests need Debian's python3-kubernetes (run on Debian 12)"; exit 1; }
   [[ -x /usr/bin/python3 ]] || { log "python: /usr/bin/python3 not found (Debian's python3)"; exit 1; }
   version=$(apt-cache policy python3-kubernetes 2>/dev/null | awk '/Candidate:/ {print $2}')
@@ -379,7 +379,8 @@ python_tools() {
   fi
   local dir="$ROOT/python-${version//[:~+]/_}"
   if [[ ! -x "$dir/python3" ]]; then
-    mapfile -t pkgs < <(python_deps $DEBIAN_PYTHON_ROOTS)
+    read -ra roots <<<"$DEBIAN_PYTHON_ROOTS"
+    mapfile -t pkgs < <(python_deps "${roots[@]}")
     for p in "${pkgs[@]}"; do
       d=$(debian_pkg "$p")
       [[ -d "$d/usr/lib/python3/dist-packages" ]] && path="$path${path:+:}$d/usr/lib/python3/dist-packages"
