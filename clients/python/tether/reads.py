@@ -164,14 +164,20 @@ class ServiceReader:
                 f"read URL {read_url!r}: want https://host[:port] of the control plane's binding Service")
         self.base = read_url.rstrip("/")
         self.token_source = token_source
-        kw: dict[str, Any] = {"cert_reqs": ssl.CERT_REQUIRED}
-        if read_ca:
-            if not os.path.exists(read_ca):
-                raise errors.ReadEndpointConfig(f"read CA {read_ca}: no such file (the control plane's CA bundle, PEM)")
-            kw["ca_certs"] = read_ca
-        else:
+        if read_ca and not os.path.exists(read_ca):
+            raise errors.ReadEndpointConfig(f"read CA {read_ca}: no such file (the control plane's CA bundle, PEM)")
+        if not read_ca:
             import certifi
-            kw["ca_certs"] = certifi.where()
+            read_ca = certifi.where()
+        ctx = ssl.create_default_context(cafile=read_ca)
+        # Every certificate of the bundle is a trust anchor, as for Go's
+        # verifier (pkg/client's ReadCA): a bundle may hold the serving
+        # certificate itself rather than its issuer.
+        ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+        # urllib3 matches the name itself (IP addresses included, which the
+        # ssl module's check cannot be given without SNI).
+        ctx.check_hostname = False
+        kw: dict[str, Any] = {"ssl_context": ctx, "cert_reqs": ssl.CERT_REQUIRED}
         if read_server_name:
             kw["server_hostname"] = read_server_name
             kw["assert_hostname"] = read_server_name
@@ -187,8 +193,16 @@ class ServiceReader:
                 "the kubeconfig has no bearer token, and the read endpoint authenticates Kubernetes bearer tokens: "
                 "use a kubeconfig user with a token (kubectl create token <serviceaccount>) or run in a pod")
         url = self.base + object_path(names.READ_PATH_PREFIX, namespace, name, rel)
-        r = self.pool.request("GET", url, headers={"Authorization": "Bearer " + token},
-                              preload_content=False, redirect=False)
+        try:
+            r = self.pool.request("GET", url, headers={"Authorization": "Bearer " + token},
+                                  preload_content=False, redirect=False, retries=False)
+        except urllib3.exceptions.SSLError as e:
+            raise errors.ReadEndpointConfig(
+                f"read endpoint {self.base}: {e}: read_ca must be the control plane's CA bundle (the ca.crt of a "
+                f"job's token Secret), and read_server_name the name its certificate carries if read_url uses another"
+            ) from None
+        except urllib3.exceptions.HTTPError as e:
+            raise errors.TetherError(f"read endpoint {self.base}: {e} (is read_url the binding Service?)") from None
         if r.status == 200:
             return r  # type: ignore[no-any-return]
         if r.status == 307:
@@ -202,7 +216,10 @@ class ServiceReader:
     def _presigned(self, loc: str) -> Body:
         if urlsplit(loc).scheme not in ("http", "https"):
             raise errors.TetherError(f"read endpoint redirected to {loc!r}: not an http(s) URL")
-        r = self.store.request("GET", loc, preload_content=False, redirect=False)
+        try:
+            r = self.store.request("GET", loc, preload_content=False, redirect=False, retries=False)
+        except urllib3.exceptions.HTTPError as e:
+            raise errors.TetherError(f"fetching the presigned URL from the store: {e}") from None
         if r.status != 200:
             b = r.read(1024)
             r.release_conn()

@@ -77,6 +77,10 @@ func TestPythonClient(t *testing.T) {
 		"TETHER_IT_TAMPERED":           "tampered.bin",
 		"TETHER_IT_TAMPERED_MD5":       hex.EncodeToString(forgedSum[:]),
 		"TETHER_IT_VENV":               venv,
+		// In-cluster reads: the binding Service and the control plane's CA
+		// (as a job's token Secret carries it).
+		"TETHER_IT_READ_URL": env.BindingURL,
+		"TETHER_IT_READ_CA":  done.caFile,
 	}
 	runPytest(t, venv, pythonPath, pyEnv)
 }

@@ -108,6 +108,16 @@ def test_an_object_overwritten_in_the_store_is_refused(c, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_download_from_the_binding_service_with_the_token(tmp_path):
+    c = tether.Client(os.environ["TETHER_IT_KUBECONFIG"], read_url=os.environ["TETHER_IT_READ_URL"],
+                      read_ca=os.environ["TETHER_IT_READ_CA"])
+    path, md5 = next((p, m) for p, m in files().items() if p != TAMPERED)
+    c.artifacts.download(NS, DONE, path, str(tmp_path / "f"))
+    assert hashlib.md5((tmp_path / "f").read_bytes()).hexdigest() == md5
+    with pytest.raises(tether.ArtifactDigestMismatch):
+        c.artifacts.download(NS, DONE, TAMPERED, str(tmp_path / "t"))
+
+
 def test_a_reader_without_the_grant_is_told_which(limited):
     with pytest.raises(tether.ReadForbidden) as e:
         limited.artifacts.list(NS, DONE)
