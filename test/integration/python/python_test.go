@@ -25,7 +25,8 @@ import (
 // TestPythonClient runs clients/python/tests/integration, with the package
 // installed into a venv of Debian's Python, against a real API server and
 // control plane: a tenant's kubeconfig (its namespace's Role only, plus the
-// shipped tether-artifact-reader) resumes a watch, waits with a callback,
+// shipped tether-artifact-reader) resumes a watch, survives an expired
+// one (the API server's 410, answered by re-listing), waits with a callback,
 // cancels a running job (refused first for a caller that may not stop it,
 // nothing sent), downloads a finished job's verified files through the
 // read API and is refused a file overwritten in the store.

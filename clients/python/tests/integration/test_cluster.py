@@ -67,6 +67,18 @@ def test_watch_resumes_from_a_resource_version(c):
     assert int(seen[0].resource_version) > int(before)
 
 
+def test_watch_survives_an_expired_resource_version(c):
+    # Older than anything the API server's watch cache holds: its 410 Gone
+    # (too old resource version) is answered by re-listing.
+    current = c.get(NS, RUNNING)
+    for ev in c.watch(NS, RUNNING, resource_version="1", timeout=30):
+        assert ev.type == "MODIFIED" and ev.binding["metadata"]["uid"] == current["metadata"]["uid"]
+        assert int(ev.resource_version) >= int(current["metadata"]["resourceVersion"])
+        break
+    else:
+        pytest.fail("the watch from an expired resource version delivered nothing")
+
+
 def test_cancel_then_wait_with_a_callback(c):
     res = c.cancel(NS, RUNNING, timeout=30)
     assert res.stop.action == tether.STOP_SUSPEND_TRAINJOB and res.stop.name == RUNNING
