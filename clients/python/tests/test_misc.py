@@ -87,3 +87,30 @@ def test_logs_by_rank_and_the_only_one():
     assert b"".join(c.logs("team", "job").stream()) == b"hello\n"
     with pytest.raises(tether.LogNotFound, match="no archived log of pod other"):
         c.logs("team", "job", pod="other")
+
+
+def test_logs_of_an_earlier_attempt_by_the_exit_that_ended_it():
+    k = FakeKube()
+    wb = binding(attempt=2, nodes=[{"rank": 1, "podName": "job-node-1-b",
+                                    "lastExit": {"rank": 1, "attempt": 1, "podName": "job-node-1-a", "exitCode": 1}}],
+                 artifacts={"logs": ["jid/.tether/logs/job-node-1-a.log"]})
+    k.on("GET", "/apis/tether.dev/v1alpha1/namespaces/team/workerbindings/job", wb)
+    c = client(k, FakeReader({".tether/logs/job-node-1-a.log": b"attempt one\n"}))
+    assert b"".join(c.logs("team", "job", rank=1, attempt=1).stream()) == b"attempt one\n"
+    with pytest.raises(tether.LogNotFound, match="no archived log of pod job-node-1-b"):
+        c.logs("team", "job", rank=1, attempt=2)
+    with pytest.raises(tether.LogNotFound, match="records no pod of node 1 in attempt 0"):
+        c.logs("team", "job", rank=1, attempt=0)
+
+
+def test_the_token_for_the_binding_service_from_either_scheme():
+    from tether.reads import token_of
+
+    class Cfg:
+        def __init__(self, key):
+            self.api_key, self.refresh_api_key_hook = {"authorization": key}, None
+
+    class Api:
+        def __init__(self, key):
+            self.configuration = Cfg(key)
+    assert token_of(Api("Bearer abc"))() == "abc" and token_of(Api("bearer abc"))() == "abc"

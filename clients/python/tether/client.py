@@ -320,17 +320,17 @@ class Client:
             pods.append(p.removesuffix(".log"))
         return pods
 
-    def logs(self, namespace: str, name: str, pod: Optional[str] = None, rank: Optional[int] = None) -> Body:
-        """Opens the archived trainer log of pod, or of node rank's current
-        pod, or the only one archived (status.artifacts.logs); a streamed
-        body (``.stream()``, ``.read()``, ``.release_conn()``)."""
+    def logs(self, namespace: str, name: str, pod: Optional[str] = None, rank: Optional[int] = None,
+             attempt: Optional[int] = None) -> Body:
+        """Opens an archived trainer log (status.artifacts.logs): of pod, of
+        node rank's pod (its current one, or with attempt the pod whose exit
+        ended that attempt, as status.nodes[].lastExit and
+        status.lastTrainerExit record it), or the only one archived. A
+        streamed body (``.stream()``, ``.read()``, ``.release_conn()``)."""
         wb = self.get(namespace, name)
         pods = self.log_pods(wb)
         if pod is None and rank is not None:
-            node = next((n for n in _status(wb).get("nodes") or [] if n.get("rank", 0) == rank), None)
-            if node is None or not node.get("podName"):
-                raise errors.LogNotFound(f"{namespace}/{name} has no node {rank} with a pod (status.nodes)")
-            pod = node["podName"]
+            pod = _pod_of(wb, rank, attempt, f"{namespace}/{name}")
         if pod is None:
             if len(pods) != 1:
                 raise errors.LogNotFound(
@@ -345,6 +345,22 @@ class Client:
                 f"no archived log of pod {pod} in {namespace}/{name} (status.artifacts.logs lists them; a log is "
                 f"archived once the trainer container terminated)")
         return self.reader.open(namespace, name, key.removeprefix(job + "/"))
+
+
+def _pod_of(wb: Binding, rank: int, attempt: Optional[int], ref: str) -> str:
+    """The pod of node rank: the current one, or the one that ended attempt."""
+    st = _status(wb)
+    node = next((n for n in st.get("nodes") or [] if n.get("rank", 0) == rank), None)
+    if attempt is None or attempt == st.get("attempt"):
+        if node is None or not node.get("podName"):
+            raise errors.LogNotFound(f"{ref} has no node {rank} with a pod (status.nodes)")
+        return str(node["podName"])
+    for ex in ((node or {}).get("lastExit"), st.get("lastTrainerExit")):
+        if ex and ex.get("rank", 0) == rank and ex.get("attempt") == attempt and ex.get("podName"):
+            return str(ex["podName"])
+    raise errors.LogNotFound(
+        f"{ref} records no pod of node {rank} in attempt {attempt} (only the current attempt's pods and the last exits "
+        f"are recorded): name the pod (pod=), one of client.log_pods(binding)")
 
 
 def _base36(n: int) -> str:

@@ -238,7 +238,9 @@ def token_of(api_client: Any) -> Callable[[], str]:
             refresh(cfg)
         key = (getattr(cfg, "api_key", None) or {}).get("authorization", "")
         if key:
-            return str(key).removeprefix("Bearer ").strip()
+            # "Bearer <token>" from a kubeconfig, "bearer <token>" in-cluster.
+            scheme, _, rest = str(key).strip().partition(" ")
+            return rest.strip() if scheme.lower() == "bearer" and rest else str(key).strip()
         if os.path.exists(SERVICE_ACCOUNT_TOKEN):
             with open(SERVICE_ACCOUNT_TOKEN) as f:
                 return f.read().strip()
