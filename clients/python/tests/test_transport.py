@@ -47,6 +47,15 @@ def test_reads_through_the_api_server_stream_and_ask_for_streaming():
     assert kw["_preload_content"] is False and kw["auth_settings"] == ["BearerToken"]
 
 
+def test_a_redirect_followed_by_the_kubernetes_client_is_refused():
+    from urllib3.util.retry import RequestHistory, Retry
+    body = FakeBody(b"store bytes")
+    body.retries = Retry(history=(RequestHistory("GET", "https://apiserver/x", None, 307, "https://store/presigned"),))
+    with pytest.raises(tether.ReadRedirected, match="https://store/presigned") as e:
+        APIServerReader(FakeApiClient(answer=body)).open("team", "job", "model.pt")
+    assert e.value.status == 307 and body.released
+
+
 def test_a_refused_read_names_its_cause():
     api = FakeApiClient(error=refusal(404, b"404 page not found"))
     with pytest.raises(tether.ReadAPINotInstalled, match="APIService v1alpha1.artifacts.tether.dev is absent"):

@@ -140,13 +140,22 @@ class APIServerReader:
         from kubernetes.client.rest import ApiException
         path = object_path(names.READ_API_PATH_PREFIX, namespace, name, rel)
         try:
-            return self.api_client.call_api(  # type: ignore[no-any-return]
+            r = self.api_client.call_api(
                 path, "GET", header_params={names.HEADER_STREAM: "true", "Accept": "*/*"},
                 auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True)
         except ApiException as e:
             headers = e.headers or {}
             body = e.body if isinstance(e.body, bytes) else (e.body or "").encode()
             raise read_failure(e.status, body, headers.get("Location", ""), namespace, True) from None
+        # The kubernetes client's urllib3 follows redirects; a read through
+        # the API server is always streamed, so one followed is refused as
+        # the Go client refuses it (ErrReadRedirected).
+        history = getattr(getattr(r, "retries", None), "history", None) or ()
+        redirects = [h for h in history if getattr(h, "redirect_location", None)]
+        if redirects:
+            r.release_conn()
+            raise read_failure(307, b"", str(redirects[0].redirect_location), namespace, True)
+        return r  # type: ignore[no-any-return]
 
 
 class ServiceReader:
