@@ -18,7 +18,7 @@ IMAGE_PLATFORMS ?= linux/$(shell $(GO) env GOARCH)
 # make bench-smoke keeps the smoke size's own).
 TETHER_BENCH_DURATION ?= 20s
 
-.PHONY: all build images test unit integration fuzz bench bench-smoke soak soak-ci demo e2e e2e-monitoring lint generate verify-generate testbin clean
+.PHONY: all build images test python-test unit integration fuzz bench bench-smoke soak soak-ci demo e2e e2e-monitoring lint generate verify-generate testbin clean
 
 all: build
 
@@ -32,14 +32,22 @@ build:
 images:
 	$(GO) run ./hack/images -out bin/images -version $(VERSION) -platforms $(IMAGE_PLATFORMS)
 
-## testbin: build kube-apiserver, etcd, kubectl, versitygw and SeaweedFS (the two S3 servers of the store suites) and helm from the Go module proxy, promtool from Debian (cached)
+## testbin: build kube-apiserver, etcd, kubectl, versitygw and SeaweedFS (the two S3 servers of the store suites) and helm from the Go module proxy, promtool and the Python client's tools (python3-kubernetes, pytest, flake8, mypy) from Debian (cached)
 testbin:
-	bash hack/testbin.sh kube-apiserver etcd kubectl versitygw seaweedfs helm promtool
+	bash hack/testbin.sh kube-apiserver etcd kubectl versitygw seaweedfs helm promtool python
 
-## test: unit tests, golden files, the envtest integration suites, and a short fuzz run
+## test: unit tests, golden files, the envtest integration suites (test/integration/python runs the
+## Python client's integration tests), the Python client's unit tests, and a short fuzz run
 test: testbin
 	$(GO) test -count=1 ./...
+	$(MAKE) python-test
 	$(MAKE) fuzz FUZZTIME=100000x
+
+## python-test: the Python client's unit tests (clients/python/tests; no cluster) with Debian's Python
+## and the packages hack/testbin.sh python extracts
+python-test:
+	bash hack/testbin.sh python
+	cd clients/python && PYTHONDONTWRITEBYTECODE=1 $(TESTBIN)/python3 -m pytest -p no:cacheprovider --ignore=tests/integration tests
 
 # Fuzz targets, one per input an attacker or a trainer controls: protocol
 # frames and tokens, artifact keys and manifests, progress lines, annotation
@@ -137,7 +145,8 @@ demo:
 
 ## lint: go vet, gofmt, generated code up to date, golangci-lint (.golangci.yml),
 ## kube-api-linter on api/ (api/.golangci-kal.yml), shellcheck on hack/ and .ci/,
-## helm lint of charts/tether (all built by hack/testbin.sh lint helm, cached by version)
+## helm lint of charts/tether (all built by hack/testbin.sh lint helm, cached by version),
+## flake8 and mypy on the Python client (clients/python; Debian's, hack/testbin.sh python)
 lint: verify-generate
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
@@ -146,6 +155,8 @@ lint: verify-generate
 	cd api && $(TESTBIN)/golangci-lint-kube-api-linter run -c .golangci-kal.yml ./...
 	$(TESTBIN)/shellcheck hack/*.sh .ci/run
 	$(TESTBIN)/helm lint --strict charts/tether --namespace tether-system --kube-version 1.37.2
+	bash hack/testbin.sh python
+	cd clients/python && $(TESTBIN)/python3 -m flake8 tether tests && $(TESTBIN)/python3 -m mypy --cache-dir=/dev/null tether
 
 ## generate: deepcopy and the CRD from api/ (controller-gen, cached by version)
 generate:

@@ -344,6 +344,60 @@ nft() {
   ln -sfn "$dir/nft" "$CURRENT/nft"
 }
 
+# The Python client's tools (clients/python): Debian's python3-kubernetes
+# (the client's one dependency), pytest, flake8 and mypy, with every Python
+# package they depend on that this machine's Debian Python lacks, each
+# extracted by debian_pkg (nothing installed system-wide). Writes
+# $ROOT/python-<kubernetes version>/python3: /usr/bin/python3 with their
+# dist-packages on PYTHONPATH; `python3 -m pytest|flake8|mypy` run the tools.
+DEBIAN_PYTHON_ROOTS=${DEBIAN_PYTHON_ROOTS:-python3-kubernetes python3-pytest python3-flake8 python3-mypy}
+python_deps() {
+  # Breadth-first over Depends (first alternatives included), keeping the
+  # Python packages dpkg does not list as installed.
+  local -A seen=()
+  local todo=("$@") p d
+  while ((${#todo[@]})); do
+    p=${todo[0]}; todo=("${todo[@]:1}")
+    [[ -n "${seen[$p]:-}" ]] && continue
+    seen[$p]=1
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' && continue
+    echo "$p"
+    for d in $(apt-cache depends --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces --no-enhances "$p" 2>/dev/null \
+      | awk '/Depends:/ {print $2}' | grep -E '^python3-'); do
+      todo+=("$d")
+    done
+  done
+}
+python_tools() {
+  local pkgs roots p d path="" version
+  command -v apt-cache >/dev/null || { log "python: apt-cache not found: the Python client's tests need Debian's python3-kubernetes (run on Debian 12)"; exit 1; }
+  [[ -x /usr/bin/python3 ]] || { log "python: /usr/bin/python3 not found (Debian's python3)"; exit 1; }
+  version=$(apt-cache policy python3-kubernetes 2>/dev/null | awk '/Candidate:/ {print $2}')
+  if [[ -z "$version" || "$version" == "(none)" ]]; then
+    apt-get update -qq >&2 || { log "python: apt-get update failed (Debian's package mirror must be reachable)"; exit 1; }
+    version=$(apt-cache policy python3-kubernetes | awk '/Candidate:/ {print $2}')
+  fi
+  local dir="$ROOT/python-${version//[:~+]/_}"
+  if [[ ! -x "$dir/python3" ]]; then
+    read -ra roots <<<"$DEBIAN_PYTHON_ROOTS"
+    mapfile -t pkgs < <(python_deps "${roots[@]}")
+    for p in "${pkgs[@]}"; do
+      d=$(debian_pkg "$p")
+      [[ -d "$d/usr/lib/python3/dist-packages" ]] && path="$path${path:+:}$d/usr/lib/python3/dist-packages"
+    done
+    mkdir -p "$dir"
+    # shellcheck disable=SC2016 # $PYTHONPATH and $@ are the wrapper's own, expanded when it runs
+    printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec /usr/bin/python3 "$@"\n' "$path" >"$dir/python3.tmp"
+    chmod +x "$dir/python3.tmp"
+    "$dir/python3.tmp" -c 'import kubernetes, pytest, flake8, mypy' >&2 || { log "python: the extracted packages do not import (a dependency missing? add it to DEBIAN_PYTHON_ROOTS)"; exit 1; }
+    mv "$dir/python3.tmp" "$dir/python3"
+    log "python (python3-kubernetes $version): ready ($dir/python3)"
+  else
+    log "python (python3-kubernetes $version): cached ($dir/python3)"
+  fi
+  ln -sfn "$dir/python3" "$CURRENT/python3"
+}
+
 for c in "${components[@]}"; do
   case "$c" in
     kube-apiserver|kube-controller-manager|kube-scheduler)
@@ -395,6 +449,8 @@ for c in "${components[@]}"; do
       tool golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint ;;
     kube-api-linter)
       tool golangci-lint-kube-api-linter "$KUBE_API_LINTER_VERSION" sigs.k8s.io/kube-api-linter/cmd/golangci-lint-kube-api-linter ;;
+    python)
+      python_tools ;;
     promtool)
       d=$(debian_pkg "$DEBIAN_PROMETHEUS"); ln -sfn "$d/usr/bin/promtool" "$CURRENT/promtool" ;;
     prometheus)
