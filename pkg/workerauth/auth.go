@@ -147,7 +147,8 @@ func (g *Gate) Admit(ctx context.Context, r *http.Request, c Claim) (Worker, *Re
 	if ref != nil {
 		return Worker{}, ref
 	}
-	if lifecycle.IsFinal(wb.Status.Phase) && !(c.Registering && lifecycle.Resumable(&wb.Status)) {
+	resuming := c.Registering && lifecycle.Resumable(&wb.Status)
+	if lifecycle.IsFinal(wb.Status.Phase) && !resuming {
 		return Worker{Binding: wb}, finished(wb)
 	}
 	pod := c.Pod
@@ -155,14 +156,32 @@ func (g *Gate) Admit(ctx context.Context, r *http.Request, c Claim) (Worker, *Re
 		pod.Namespace = wb.Namespace
 	}
 	p, ref := g.checkIdentity(ctx, r, wb, c.JobID, c.WorkerID, pod)
-	if ref != nil {
-		return Worker{Binding: wb}, ref
+	if ref == nil {
+		var rank int32
+		if rank, ref = boundRank(wb, p); ref == nil && !(resuming && attemptPod(wb, p.UID)) {
+			return Worker{Binding: wb, Pod: p, Rank: rank}, nil
+		}
 	}
-	rank, ref := boundRank(wb, p)
-	if ref != nil {
-		return Worker{Binding: wb}, ref
+	if resuming && ref != nil && ref.Status == http.StatusServiceUnavailable {
+		return Worker{Binding: wb}, ref // not judged yet: retried
 	}
-	return Worker{Binding: wb, Pod: p, Rank: rank}, nil
+	if resuming {
+		// A cancelled job's token registers only a new, proven pod of the
+		// job once it is resumed; to anything else the job has ended.
+		return Worker{Binding: wb}, finished(wb)
+	}
+	return Worker{Binding: wb}, ref
+}
+
+// attemptPod reports whether uid is the pod of one of wb's nodes in its
+// last attempt.
+func attemptPod(wb *tetherv1.WorkerBinding, uid types.UID) bool {
+	for i := range wb.Status.Nodes {
+		if wb.Status.Nodes[i].PodUID == string(uid) {
+			return true
+		}
+	}
+	return false
 }
 
 // authenticate finds the binding that holds the request's token. The binding

@@ -3,6 +3,7 @@ package binding
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -217,6 +218,12 @@ func TestCancelledJobResumedStartsANewAttempt(t *testing.T) {
 	j.waitPhase(t, tetherv1.PhaseFailed, tetherv1.ReasonCancelled)
 	stop()
 	<-done
+	// Until it is resumed the job has ended: its token registers nothing
+	// but a new pod of the job (the cancelled attempt's pod is gone).
+	p := newRawPeer(t, j)
+	if code, e := p.register(p.headers(), p.registerBody()); code != http.StatusGone || e.Code != binding.ErrBindingFinished {
+		t.Errorf("register for the cancelled attempt's pod: %d %+v, want 410 BindingFinished", code, e)
+	}
 
 	// Resumed: the Job controller creates the node's pod again.
 	secret := &corev1.Secret{}
