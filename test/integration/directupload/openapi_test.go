@@ -51,7 +51,7 @@ func TestReadAPIOpenAPI(t *testing.T) {
 	j.flush(t)
 	j.succeed(t)
 	wb := j.binding(t)
-	registerReadAPI(t, s.env)
+	s.env.RegisterReadAPI(t)
 
 	doc := publishedOpenAPI(t, s.env.Config)
 	if doc.Info == nil || !strings.Contains(doc.Info.Title, tetherv1.ReadAPIService) || !strings.HasPrefix(doc.Version, "3.0.") {

@@ -1,30 +1,18 @@
 package directupload
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tetherv1 "github.com/tether-dev/tether/api/v1alpha1"
 	"github.com/tether-dev/tether/pkg/controlplane"
 	"github.com/tether-dev/tether/test/framework/s3server"
 	"github.com/tether-dev/tether/test/framework/testenv"
@@ -36,7 +24,7 @@ import (
 // defaults) and the read API component (its RBAC applied from
 // manifests/overlays/read-api, --read-api), as its ServiceAccount, on an
 // API server that proxies aggregated APIs with a front-proxy certificate.
-// The APIService is not registered yet (registerReadAPI).
+// The APIService is not registered yet (Env.RegisterReadAPI).
 func startOwnBucketWithReadAPI(t *testing.T, impl s3server.Impl) *suite {
 	t.Helper()
 	ctx := context.Background()
@@ -45,7 +33,7 @@ func startOwnBucketWithReadAPI(t *testing.T, impl s3server.Impl) *suite {
 	s.env = testenv.StartForTest(t, opts)
 	// Before the control plane starts: it reads the front proxy's CA with
 	// the RoleBinding this grants.
-	for _, o := range manifestObjects(t, "overlays/read-api/rbac.yaml") {
+	for _, o := range testenv.ManifestObjects(t, "overlays/read-api/rbac.yaml") {
 		if err := s.env.Client.Create(ctx, o); err != nil {
 			t.Fatalf("creating %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
@@ -66,97 +54,6 @@ func startOwnBucketWithReadAPI(t *testing.T, impl s3server.Impl) *suite {
 		t.Fatal(err)
 	}
 	return s
-}
-
-// manifestObjects are the objects of a YAML file under manifests/.
-func manifestObjects(t *testing.T, path string) []*unstructured.Unstructured {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "manifests", path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			return objs
-		} else if err != nil {
-			t.Fatalf("manifests/%s: %v", path, err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
-}
-
-// registerReadAPI registers the shipped APIService and waits until the API
-// server reports it Available. The API server reaches the control plane's
-// webhook listener on loopback through a Service of type ExternalName (the
-// aggregator dials its name at the APIService's port; an EndpointSlice may
-// not name a loopback address), and skips verifying its certificate: the
-// test environment's serving certificate names 127.0.0.1, not the
-// Service's DNS name the API server would check.
-func registerReadAPI(t *testing.T, env *testenv.Env) {
-	t.Helper()
-	ctx := context.Background()
-	const service = "tether-read-api-loopback"
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "tether-system", Name: service},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: env.Webhook.LocalServingHost}}
-	if err := env.Client.Create(ctx, svc); err != nil {
-		t.Fatal(err)
-	}
-	objs := manifestObjects(t, "overlays/read-api/apiservice.yaml")
-	if len(objs) != 1 || objs[0].GetName() != tetherv1.ReadAPIService {
-		t.Fatalf("manifests/overlays/read-api/apiservice.yaml holds %d objects, want the APIService %s", len(objs), tetherv1.ReadAPIService)
-	}
-	apiService := objs[0]
-	for field, v := range map[string]any{"name": service, "port": int64(env.Webhook.LocalServingPort)} {
-		if err := unstructured.SetNestedField(apiService.Object, v, "spec", "service", field); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := unstructured.SetNestedField(apiService.Object, true, "spec", "insecureSkipTLSVerify"); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Client.Create(ctx, apiService); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 60*time.Second, func() error {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(apiService), apiService); err != nil {
-			return err
-		}
-		conds, _, _ := unstructured.NestedSlice(apiService.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, _ := c.(map[string]any); m["type"] == "Available" {
-				if m["status"] == "True" {
-					return nil
-				}
-				return fmt.Errorf("APIService %s Available=%v: %v %v", tetherv1.ReadAPIService, m["status"], m["reason"], m["message"])
-			}
-		}
-		return fmt.Errorf("APIService %s has no Available condition yet", tetherv1.ReadAPIService)
-	})
-	// Available is the availability controller's word; the aggregator
-	// proxies the group once its own controller has added the APIService
-	// (until then the group's paths are the API server's plain 404).
-	hc, err := rest.HTTPClientFor(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	discovery := strings.TrimSuffix(env.Config.Host, "/") + "/apis/" + tetherv1.ReadAPIGroup + "/" + tetherv1.ReadAPIVersion
-	testenv.Eventually(t, 30*time.Second, func() error {
-		resp, err := hc.Get(discovery)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %d %s", discovery, resp.StatusCode, body)
-		}
-		return nil
-	})
 }
 
 // artifactReader creates ServiceAccount name in ns, bound there to the

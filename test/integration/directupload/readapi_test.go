@@ -72,7 +72,7 @@ func readAPIFromAnOwnBucket(t *testing.T, impl s3server.Impl) {
 		!strings.Contains(err.Error(), "readAPI.enabled=true") || strings.Contains(err.Error(), "is --tether-url the binding Service") {
 		t.Fatalf("reading before the read API is registered: %v\nwant ErrNoReadAPI naming the APIService and readAPI.enabled=true", err)
 	}
-	registerReadAPI(t, s.env)
+	s.env.RegisterReadAPI(t)
 
 	// The read API's path, as `kubectl get --raw` asks it: the object
 	// itself, not a redirect to the bucket.

@@ -1,15 +1,10 @@
 package python
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,11 +14,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
@@ -47,7 +39,7 @@ func startWithReadAPI(t *testing.T) *testenv.Env {
 	ctx := context.Background()
 	opts := testenv.Options{FrontProxy: true, NoControlPlane: true}
 	env := testenv.StartForTest(t, opts)
-	for _, o := range manifestObjects(t, "overlays/read-api/rbac.yaml") {
+	for _, o := range testenv.ManifestObjects(t, "overlays/read-api/rbac.yaml") {
 		if err := env.Client.Create(ctx, o); err != nil {
 			t.Fatalf("creating %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
@@ -60,78 +52,8 @@ func startWithReadAPI(t *testing.T) *testenv.Env {
 	if err := env.StartControlPlane(ctx, cfg, opts); err != nil {
 		t.Fatal(err)
 	}
-	registerReadAPI(t, env)
+	env.RegisterReadAPI(t)
 	return env
-}
-
-// manifestObjects are the objects of a YAML file under manifests/.
-func manifestObjects(t *testing.T, path string) []*unstructured.Unstructured {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "manifests", path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			return objs
-		} else if err != nil {
-			t.Fatalf("manifests/%s: %v", path, err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
-}
-
-// registerReadAPI registers the shipped APIService, reached on loopback
-// through a Service of type ExternalName (the test environment's serving
-// certificate names 127.0.0.1, so its verification is skipped), and waits
-// until the aggregator proxies the group.
-func registerReadAPI(t *testing.T, env *testenv.Env) {
-	t.Helper()
-	ctx := context.Background()
-	const service = "tether-read-api-loopback"
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "tether-system", Name: service},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: env.Webhook.LocalServingHost}}
-	if err := env.Client.Create(ctx, svc); err != nil {
-		t.Fatal(err)
-	}
-	objs := manifestObjects(t, "overlays/read-api/apiservice.yaml")
-	if len(objs) != 1 || objs[0].GetName() != tetherv1.ReadAPIService {
-		t.Fatalf("manifests/overlays/read-api/apiservice.yaml holds %d objects, want the APIService %s", len(objs), tetherv1.ReadAPIService)
-	}
-	apiService := objs[0]
-	for field, v := range map[string]any{"name": service, "port": int64(env.Webhook.LocalServingPort)} {
-		if err := unstructured.SetNestedField(apiService.Object, v, "spec", "service", field); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := unstructured.SetNestedField(apiService.Object, true, "spec", "insecureSkipTLSVerify"); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Client.Create(ctx, apiService); err != nil {
-		t.Fatal(err)
-	}
-	hc, err := rest.HTTPClientFor(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	discovery := strings.TrimSuffix(env.Config.Host, "/") + "/apis/" + tetherv1.ReadAPIGroup + "/" + tetherv1.ReadAPIVersion
-	testenv.Eventually(t, 60*time.Second, func() error {
-		resp, err := hc.Get(discovery)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %d %s", discovery, resp.StatusCode, body)
-		}
-		return nil
-	})
 }
 
 // kubeconfigFor creates ServiceAccount name in ns holding only a Role of
