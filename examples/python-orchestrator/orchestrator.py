@@ -17,11 +17,13 @@ from kubernetes import client as k8s, watch
 
 def trainjob(a: argparse.Namespace, name: str, args: str) -> dict[str, Any]:
     res = {"cpu": a.cpu, "memory": a.memory}
+    trainer = {"image": a.image, "numNodes": 1, "resourcesPerNode": {"requests": res, "limits": res}}
+    for key, words in (("command", shlex.split(a.command)), ("args", shlex.split(args))):
+        if words:  # else the runtime's own
+            trainer[key] = words
     return {"apiVersion": f"{tether.names.TRAINJOB_GROUP}/{tether.names.TRAINJOB_VERSION}", "kind": "TrainJob",
             "metadata": {"name": name, "labels": {**tether.BIND_LABELS, tether.names.KUEUE_QUEUE_LABEL: a.queue}},
-            "spec": {"runtimeRef": {"name": a.runtime},
-                     "trainer": {"image": a.image, "command": shlex.split(a.command), "args": shlex.split(args),
-                                 "numNodes": 1, "resourcesPerNode": {"requests": res, "limits": res}}}}
+            "spec": {"runtimeRef": {"name": a.runtime}, "trainer": trainer}}
 
 
 def admitted(wl: dict[str, Any]) -> bool:
@@ -35,7 +37,9 @@ def wait_quota_freed(c: tether.Client, stop: tether.Stop, timeout: int) -> None:
     for ev in watch.Watch().stream(api.list_namespaced_custom_object, tether.names.KUEUE_GROUP, version,
                                    stop.namespace, "workloads", field_selector="metadata.name=" + stop.name,
                                    timeout_seconds=timeout):
-        if not admitted(ev["object"]):
+        if ev["type"] == "ERROR":
+            raise tether.TetherError(f"watching Workload {stop.namespace}/{stop.name}: {ev['object']}")
+        if ev["type"] == "DELETED" or not admitted(ev["object"]):
             return
     raise tether.TetherError(f"Workload {stop.namespace}/{stop.name} still admitted after {timeout}s")
 

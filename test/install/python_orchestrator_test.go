@@ -76,7 +76,7 @@ func TestPythonOrchestrator(t *testing.T) {
 			"--cancel-args", strings.Join(cancelPlan.Args(jobconfig.DefaultArtifactPath), " "),
 			"--name", "py", "--model", "model/final.safetensors", "--out", model, "--timeout", "300"}, args...)...)
 		// Nothing but the kubeconfig, and Debian's packages for the venv.
-		cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH"), "PYTHONPATH=" + pythonPath, "PYTHONDONTWRITEBYTECODE=1"}
+		cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH"), "PYTHONPATH=" + pythonPath, "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"}
 		cmd.Dir = t.TempDir()
 		out, err := cmd.CombinedOutput()
 		return string(out), err
