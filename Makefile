@@ -146,7 +146,7 @@ demo:
 ## lint: go vet, gofmt, generated code up to date, golangci-lint (.golangci.yml),
 ## kube-api-linter on api/ (api/.golangci-kal.yml), shellcheck on hack/ and .ci/,
 ## helm lint of charts/tether (all built by hack/testbin.sh lint helm, cached by version),
-## flake8 and mypy on the Python client (clients/python; Debian's, hack/testbin.sh python)
+## flake8 and mypy on the Python client (clients/python) and examples/python-orchestrator (Debian's, hack/testbin.sh python)
 lint: verify-generate
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
@@ -156,7 +156,7 @@ lint: verify-generate
 	$(TESTBIN)/shellcheck hack/*.sh .ci/run
 	$(TESTBIN)/helm lint --strict charts/tether --namespace tether-system --kube-version 1.37.2
 	bash hack/testbin.sh python
-	cd clients/python && $(TESTBIN)/python3 -m flake8 tether tests && $(TESTBIN)/python3 -m mypy --cache-dir=/dev/null tether
+	cd clients/python && $(TESTBIN)/python3 -m flake8 tether tests ../../examples/python-orchestrator && $(TESTBIN)/python3 -m mypy --cache-dir=/dev/null tether ../../examples/python-orchestrator/orchestrator.py
 
 ## generate: deepcopy and the CRD from api/ (controller-gen, cached by version)
 generate:
