@@ -56,14 +56,19 @@ func TestRealNode7TrainerRestartedInPlace(t *testing.T) {
 	if last.ExitCode != 3 {
 		t.Fatalf("the first run exited %d, want 3", last.ExitCode)
 	}
-	suite.waitBinding(t, ns, name, 30*time.Second, "attempt 2, started by the restart, binding live", func(wb *tetherv1.WorkerBinding) error {
+	// The second run is short (8 steps): by the time this looks, the job
+	// may be complete and the binding Finishing or Succeeded. What matters
+	// is that the exit was no verdict: the binding never failed.
+	suite.waitBinding(t, ns, name, 30*time.Second, "attempt 2, started by the restart, binding not failed", func(wb *tetherv1.WorkerBinding) error {
 		switch {
 		case wb.Status.Attempt != 2 || wb.Status.AttemptStartedBy != tetherv1.AttemptTrainerRestarted:
 			return fmt.Errorf("attempt %d by %q", wb.Status.Attempt, wb.Status.AttemptStartedBy)
-		case wb.Status.Phase != tetherv1.PhaseRunning:
-			return fmt.Errorf("phase %s: a restarted trainer must keep its binding live", wb.Status.Phase)
-		case wb.Status.LastTrainerExit == nil || wb.Status.LastTrainerExit.ExitCode != 3 || !wb.Status.LastTrainerExit.Restarted:
-			return fmt.Errorf("last trainer exit %+v", wb.Status.LastTrainerExit)
+		case wb.Status.Phase == tetherv1.PhaseFailed || wb.Status.Phase == tetherv1.PhasePending:
+			return fmt.Errorf("phase %s/%s: a trainer restarted in place must keep its binding live", wb.Status.Phase, wb.Status.Reason)
+		case wb.Status.TrainerExits == 1 && (wb.Status.LastTrainerExit == nil || wb.Status.LastTrainerExit.ExitCode != 3 || !wb.Status.LastTrainerExit.Restarted):
+			return fmt.Errorf("last trainer exit %+v, want the first run's code 3, restarted", wb.Status.LastTrainerExit)
+		case wb.Status.TrainerExits < 1:
+			return fmt.Errorf("no trainer exit recorded")
 		case len(wb.Status.Nodes) != 1 || wb.Status.Nodes[0].Restarts != 1:
 			return fmt.Errorf("nodes %+v", wb.Status.Nodes)
 		}
