@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +27,7 @@ import (
 	"github.com/tether-dev/tether/pkg/trainjob"
 	"github.com/tether-dev/tether/pkg/upload"
 	"github.com/tether-dev/tether/test/framework/localcluster"
+	"github.com/tether-dev/tether/test/framework/pythonenv"
 	"github.com/tether-dev/tether/test/framework/testenv"
 )
 
@@ -47,7 +47,16 @@ func TestPythonOrchestrator(t *testing.T) {
 	if !cluster.Installed.ReadAPI {
 		t.Fatal("the installed control plane has no read API: the harness installs it with readAPI.enabled=true")
 	}
-	venv, pythonPath := orchestratorVenv(t)
+	// The client installed as its users install it (test/integration/python
+	// does the same).
+	pythonPath, err := pythonenv.Packages(testenv.RepoRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	venv, err := pythonenv.Install(testenv.RepoRoot(), t.TempDir(), pythonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// Another team's job, which the tenant must not read.
 	const other, otherNS = "other", "py-orch-other"
@@ -223,74 +232,4 @@ func tenantKubeconfig(t *testing.T, ns, name string) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// orchestratorVenv makes Debian's Python packages available (hack/testbin.sh
-// python), builds a venv of /usr/bin/python3 and installs a copy of
-// clients/python into it offline, as test/integration/python does. It
-// returns the venv and the PYTHONPATH of the extracted packages.
-func orchestratorVenv(t *testing.T) (string, string) {
-	t.Helper()
-	root := testenv.RepoRoot()
-	testbin := func(args ...string) []byte {
-		cmd := exec.Command("bash", append([]string{filepath.Join(root, "hack", "testbin.sh")}, args...)...)
-		cmd.Dir = root
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("hack/testbin.sh %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return out
-	}
-	testbin("python")
-	wrapper := filepath.Join(strings.TrimSpace(string(testbin("--print-dir"))), "python3")
-	out, err := exec.Command(wrapper, "-c", "import os; print(os.environ['PYTHONPATH'])").Output()
-	if err != nil {
-		t.Fatalf("%s: %v", wrapper, err)
-	}
-	pythonPath := strings.TrimSpace(string(out))
-	dir := t.TempDir()
-	src := filepath.Join(dir, "src")
-	copyPythonPackage(t, filepath.Join(root, "clients", "python"), src)
-	venv := filepath.Join(dir, "venv")
-	for _, args := range [][]string{
-		{"/usr/bin/python3", "-m", "venv", "--system-site-packages", venv},
-		{filepath.Join(venv, "bin", "pip"), "install", "-q", "--no-index", "--no-build-isolation", src},
-	} {
-		cmd := exec.Command(args[0], args[1:]...)
-		cmd.Env = append(os.Environ(), "PYTHONPATH="+pythonPath)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	return venv, pythonPath
-}
-
-// copyPythonPackage copies the package's sources (no tests, build or cache
-// outputs), so pip's in-tree build writes nothing into the checkout.
-func copyPythonPackage(t *testing.T, from, to string) {
-	t.Helper()
-	err := filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(from, p)
-		if d.IsDir() {
-			switch d.Name() {
-			case "build", "__pycache__", ".mypy_cache", ".pytest_cache", "tests":
-				return filepath.SkipDir
-			}
-			if strings.HasSuffix(d.Name(), ".egg-info") {
-				return filepath.SkipDir
-			}
-			return os.MkdirAll(filepath.Join(to, rel), 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(to, rel), b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }

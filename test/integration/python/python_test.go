@@ -6,12 +6,10 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tether-dev/tether/test/framework/pythonenv"
 	"github.com/tether-dev/tether/test/framework/testenv"
 )
 
@@ -31,7 +30,15 @@ import (
 // nothing sent), downloads a finished job's verified files through the
 // read API and is refused a file overwritten in the store.
 func TestPythonClient(t *testing.T) {
-	venv, pythonPath := pythonVenv(t)
+	root := testenv.RepoRoot()
+	pythonPath, err := pythonenv.Packages(root)
+	if err != nil {
+		t.Skipf("the Debian Python packages (python3-kubernetes, python3-pytest) could not be obtained: %v", err)
+	}
+	venv, err := pythonenv.Install(root, t.TempDir(), pythonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
 	env := startWithReadAPI(t)
 	ctx := context.Background()
 	const ns = "team-py"
@@ -86,40 +93,6 @@ func TestPythonClient(t *testing.T) {
 	runPytest(t, venv, pythonPath, pyEnv)
 }
 
-// pythonVenv makes Debian's Python packages available (hack/testbin.sh
-// python; the test is skipped only when they cannot be obtained), builds a
-// venv of /usr/bin/python3 and installs a copy of clients/python into it
-// offline. It returns the venv and the PYTHONPATH of the extracted packages.
-func pythonVenv(t *testing.T) (string, string) {
-	t.Helper()
-	root := testenv.RepoRoot()
-	cmd := exec.Command("bash", filepath.Join(root, "hack", "testbin.sh"), "python")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("the Debian Python packages (python3-kubernetes, python3-pytest) could not be obtained: hack/testbin.sh python: %v\n%s", err, out)
-	}
-	wrapper := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "python3")
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		out, err := exec.Command("bash", filepath.Join(root, "hack", "testbin.sh"), "--print-dir").Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		wrapper = filepath.Join(strings.TrimSpace(string(out)), "python3")
-	}
-	out, err := exec.Command(wrapper, "-c", "import os; print(os.environ['PYTHONPATH'])").Output()
-	if err != nil {
-		t.Fatalf("%s: %v", wrapper, err)
-	}
-	pythonPath := strings.TrimSpace(string(out))
-	dir := t.TempDir()
-	src := filepath.Join(dir, "src")
-	copyTree(t, filepath.Join(root, "clients", "python"), src)
-	venv := filepath.Join(dir, "venv")
-	run(t, nil, "/usr/bin/python3", "-m", "venv", "--system-site-packages", venv)
-	run(t, []string{"PYTHONPATH=" + pythonPath}, filepath.Join(venv, "bin", "pip"), "install", "-q", "--no-index", "--no-build-isolation", src)
-	return venv, pythonPath
-}
-
 // runPytest runs the integration tests of the installed package and fails
 // unless every one of them ran and passed.
 func runPytest(t *testing.T, venv, pythonPath string, vars map[string]string) {
@@ -139,44 +112,5 @@ func runPytest(t *testing.T, venv, pythonPath string, vars map[string]string) {
 	summary := regexp.MustCompile(`=+ (.*) in [0-9.]+s`).FindSubmatch(out)
 	if summary == nil || !regexp.MustCompile(`^\d+ passed$`).Match(summary[1]) {
 		t.Fatalf("pytest's summary %q: want every test passed, none skipped", summary)
-	}
-}
-
-func run(t *testing.T, env []string, name string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), env...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
-
-// copyTree copies the package's sources (no build or cache outputs), so
-// pip's in-tree build writes nothing into the checkout.
-func copyTree(t *testing.T, from, to string) {
-	t.Helper()
-	err := filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(from, p)
-		if d.IsDir() {
-			switch d.Name() {
-			case "build", "__pycache__", ".mypy_cache", ".pytest_cache", "tests":
-				return filepath.SkipDir
-			}
-			if strings.HasSuffix(d.Name(), ".egg-info") {
-				return filepath.SkipDir
-			}
-			return os.MkdirAll(filepath.Join(to, rel), 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(to, rel), b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
